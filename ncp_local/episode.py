@@ -1,0 +1,251 @@
+"""One episode: opening, turns, termination (PROTOCOL section 3).
+
+Knows the protocol and nothing of engines. Every model call goes through an
+`Ask` (the runner's: retries, seeds, call log); the state changes only
+through `ledger`'s pure functions, and only when a turn commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from . import ledger
+from .ledger import EpisodeState, Exchange, FactUpdate, Status
+from .prompts import (
+    conflict_vars, end_of_turn_history, fact_update_vars, status_vars, to_json, trajectory_vars,
+)
+from .roles import Ask, Narrator, Player
+from .spec import Spec
+from .stages import (
+    PLAYER_INPUT_ID, AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut,
+)
+
+Termination = Literal["conflict", "max_turns", "all_resolved", "invalid"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FactUpdateRecord(_Record):
+    add_facts: tuple[str, ...]
+    negate_facts: tuple[str, ...]
+    reason: str
+
+
+class TurnRecord(_Record):
+    turn: int
+    player_input: str
+    response: str
+    fact_update: FactUpdateRecord
+    conflict_check: dict[str, Any]  # the first payload, with derived counts
+    double_check: dict[str, Any] | None  # the reviewed decision, when there was one
+    conflicts: tuple[dict[str, Any], ...]  # what stands after the double-check
+    trajectory_check: dict[str, Any] | None = None
+    node_completed: str | None = None
+    status_check: tuple[dict[str, Any], ...] | None = None
+    newly_satisfied: tuple[str, ...] = ()
+    back_to_pending: tuple[str, ...] = ()
+
+
+class EpisodeResult(_Record):
+    spec_id: str
+    termination: Termination
+    reason: str = ""
+    opening: str
+    opening_update: FactUpdateRecord | None
+    turns: tuple[TurnRecord, ...]
+    final_state: EpisodeState
+    max_turns: int
+
+
+class Checkpoint(_Record):
+    """Everything needed to continue after the last committed turn."""
+
+    spec_id: str
+    state: EpisodeState
+    opening_update: FactUpdateRecord | None
+    turns: tuple[TurnRecord, ...]
+    narrator_state: dict[str, Any]
+
+    @property
+    def next_turn(self) -> int:
+        return len(self.turns)
+
+
+class CallFailed(Exception):
+    """A call stayed invalid after every attempt; ends this episode only."""
+
+    def __init__(self, stage: str, turn: int, reason: str) -> None:
+        super().__init__(f"{stage} at turn {turn}: {reason}")
+        self.stage, self.turn, self.reason = stage, turn, reason
+
+
+AskFactory = Callable[[int], Ask]  # turn -> a call bound to that turn (-1: the opening)
+OnCommit = Callable[[Checkpoint], Awaitable[None]]
+
+OPENING_TURN = -1
+
+
+def _fu_record(out: FactUpdateOut) -> FactUpdateRecord:
+    negate = tuple(dict.fromkeys(out.negate_facts))  # a repeated id negates once
+    return FactUpdateRecord(add_facts=out.add_facts, negate_facts=negate, reason=out.reason)
+
+
+def _update(rec: FactUpdateRecord) -> FactUpdate:
+    return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
+
+
+def _conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
+    data = out.model_dump(mode="json")
+    data["counts"] = out.counts()
+    return data
+
+
+class Episode:
+    def __init__(self, spec: Spec, narrator: Narrator, player: Player, ask_for: AskFactory,
+                 max_turns: int, on_commit: OnCommit) -> None:
+        self.spec = spec
+        self.narrator = narrator
+        self.player = player
+        self.ask_for = ask_for
+        self.max_turns = max_turns
+        self.on_commit = on_commit
+        self.commitment_ids = tuple(c.id for c in spec.commitments)
+
+    def _ids(self, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
+        return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
+                        commitment_ids=self.commitment_ids)
+
+    async def run(self, checkpoint: Checkpoint | None = None) -> EpisodeResult:
+        if checkpoint is None:
+            try:
+                checkpoint = await self._open()
+            except CallFailed as exc:
+                state = ledger.initial_state(self.spec)
+                empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(),
+                                   narrator_state={})
+                return self._result("invalid", state, [], empty, reason=str(exc))
+        else:
+            self.narrator.restore(checkpoint.narrator_state)
+        state, turns = checkpoint.state, list(checkpoint.turns)
+        try:
+            # A checkpoint is only written for a turn that committed, so the
+            # episode may already be over by all_resolved (never by conflict).
+            if turns and ledger.all_resolved(self.spec, state.statuses):
+                return self._result("all_resolved", state, turns, checkpoint)
+            for t in range(len(turns), self.max_turns):
+                record, new_state = await self._turn(t, state)
+                turns.append(record)
+                if new_state is None:
+                    return self._result("conflict", state, turns, checkpoint)
+                state = new_state
+                checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
+                                        turns=tuple(turns), narrator_state=self.narrator.save())
+                await self.on_commit(checkpoint)
+                if ledger.all_resolved(self.spec, state.statuses):
+                    return self._result("all_resolved", state, turns, checkpoint)
+        except CallFailed as exc:
+            return self._result("invalid", state, turns, checkpoint, reason=str(exc))
+        return self._result("max_turns", state, turns, checkpoint)
+
+    def _result(self, how: Termination, state: EpisodeState, turns: list[TurnRecord],
+                cp: Checkpoint, reason: str = "") -> EpisodeResult:
+        return EpisodeResult(spec_id=self.spec.id, termination=how, reason=reason, opening=state.opening,
+                             opening_update=cp.opening_update, turns=tuple(turns), final_state=state,
+                             max_turns=self.max_turns)
+
+    async def _open(self) -> Checkpoint:
+        state = ledger.initial_state(self.spec)
+        ask = self.ask_for(OPENING_TURN)
+        text = await self.narrator.opening(self.spec, state, ask)
+        fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(state.facts, text),
+                                      ids=self._ids(state.facts))
+        rec = _fu_record(fu)
+        # The opening's updates are held as pending until turn 0 commits.
+        state = state.model_copy(update={"opening": text, "pending": _update(rec)})
+        cp = Checkpoint(spec_id=self.spec.id, state=state, opening_update=rec, turns=(),
+                        narrator_state=self.narrator.save())
+        await self.on_commit(cp)
+        return cp
+
+    async def _turn(self, t: int, state: EpisodeState) -> tuple[TurnRecord, EpisodeState | None]:
+        """Steps 1-9; returns the record and the new state (None: conflict, nothing commits)."""
+        ask = self.ask_for(t)
+        player_input = await self.player.act(self.spec, state, ask)
+        response = await self.narrator.respond(self.spec, state, player_input, ask)
+
+        projected = ledger.projected_facts(state)
+        ids = self._ids(projected)
+        fu = _fu_record(await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids))
+        update = _update(fu)
+
+        cvars = conflict_vars(self.spec, state, projected, player_input, response, update)
+        first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
+        reviewed: DoubleCheckOut | None = None
+        standing = first.conflicts
+        if first.conflicts:
+            cvars = {**cvars, "initial_conflicts_json": to_json(self._resolve_targets(first, projected, player_input))}
+            reviewed = await ask("double_check", "double_check", cvars, ids=ids)
+            standing = reviewed.standing()
+
+        base = dict(turn=t, player_input=player_input, response=response, fact_update=fu,
+                    conflict_check=_conflict_payload(first),
+                    double_check=_conflict_payload(reviewed) if reviewed else None,
+                    conflicts=tuple(c.model_dump(mode="json") for c in standing))
+        if standing:
+            return TurnRecord(**base), None
+
+        facts = ledger.apply_update(projected, update)
+        history = end_of_turn_history(state, player_input, response)
+        occurred, traj, node_done = state.node_occurred, None, None
+        pending_node = ledger.first_pending_node(occurred)
+        if pending_node is not None:  # at most one node per turn: the first pending one
+            tc: TrajectoryOut = await ask("trajectory_check", "trajectory_check",
+                                          trajectory_vars(self.spec, pending_node, facts, history))
+            traj = tc.model_dump(mode="json")
+            if tc.completed:
+                occurred = ledger.complete_node(occurred, pending_node)
+                node_done = self.spec.trajectory[pending_node].id
+
+        statuses = state.statuses
+        status_payload = None
+        if self.commitment_ids:
+            sc: StatusOut = await ask("status_check", "status_check",
+                                      status_vars(self.spec, state, facts, occurred, history),
+                                      ids=AuditIds(commitment_ids=self.commitment_ids))
+            # Overwritten each turn: a satisfied commitment can fall back to pending.
+            statuses = tuple((e.id, _status(e.status)) for e in sc.statuses)
+            status_payload = tuple(e.model_dump(mode="json") for e in sc.statuses)
+        before = state.status_map
+        record = TurnRecord(
+            **base, trajectory_check=traj, node_completed=node_done, status_check=status_payload,
+            newly_satisfied=tuple(cid for cid, s in statuses if s == "satisfied" and before[cid] != "satisfied"),
+            back_to_pending=tuple(cid for cid, s in statuses if s == "pending" and before[cid] == "satisfied"),
+        )
+        new_state = ledger.commit_turn(state, update, occurred, statuses, Exchange(
+            player_input=player_input, response=response))
+        return record, new_state
+
+    def _resolve_targets(self, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
+                         player_input: str) -> list[dict[str, str]]:
+        """Each initial conflict with its target's text, for the double-check."""
+        facts = {f.id: f.text for f in projected}
+        commitments = {c.id: c.description for c in self.spec.commitments}
+        resolved = []
+        for c in out.conflicts:
+            if c.type == "fact":
+                target = facts.get(c.id, "")
+            elif c.type == "commitment":
+                target = commitments.get(c.id, "")
+            else:
+                target = player_input
+            resolved.append({"type": c.type, "id": c.id if c.type != "player_input" else PLAYER_INPUT_ID,
+                             "target_text": target, "reason": c.reason})
+        return resolved
+
+
+def _status(s: str) -> Status:
+    return "satisfied" if s == "SATISFIED" else "pending"

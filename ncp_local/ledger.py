@@ -1,0 +1,132 @@
+"""Episode state and its pure transitions (PROTOCOL section 2).
+
+Every function here returns a new state; nothing is mutated, so a turn that
+ends in a conflict simply never commits and the old state stands.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .spec import Spec
+
+Status = Literal["pending", "satisfied"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FactEntry(_Frozen):
+    id: str
+    text: str
+    active: bool
+
+
+class FactUpdate(_Frozen):
+    add_facts: tuple[str, ...] = ()
+    negate_facts: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.add_facts and not self.negate_facts
+
+
+class Exchange(_Frozen):
+    player_input: str
+    response: str
+
+
+class EpisodeState(_Frozen):
+    facts: tuple[FactEntry, ...]
+    node_occurred: tuple[bool, ...]
+    statuses: tuple[tuple[str, Status], ...]  # commitment id -> status, spec order
+    pending: FactUpdate  # opening's updates, held until turn 0 commits
+    opening: str = ""
+    exchanges: tuple[Exchange, ...] = ()
+
+    @property
+    def status_map(self) -> dict[str, Status]:
+        return dict(self.statuses)
+
+
+def initial_state(spec: Spec) -> EpisodeState:
+    return EpisodeState(
+        facts=tuple(FactEntry(id=f.id, text=f.content, active=not f.negated) for f in spec.initial_facts),
+        node_occurred=tuple(False for _ in spec.trajectory),
+        statuses=tuple((c.id, "pending") for c in spec.commitments),
+        pending=FactUpdate(),
+    )
+
+
+def active_facts(facts: tuple[FactEntry, ...]) -> tuple[FactEntry, ...]:
+    """Inactive facts stay in the ledger but are never shown to a model."""
+    return tuple(f for f in facts if f.active)
+
+
+def _new_fact_id(facts: list[FactEntry]) -> str:
+    # n counts inactive facts too, so ids never get reused after a negation.
+    taken = {f.id for f in facts}
+    base = f"f_{len(facts)}"
+    if base not in taken:
+        return base
+    k = 2
+    while f"{base}_{k}" in taken:
+        k += 1
+    return f"{base}_{k}"
+
+
+def apply_update(facts: tuple[FactEntry, ...], update: FactUpdate) -> tuple[FactEntry, ...]:
+    """Additions first (blank ones skipped), then negations (unknown ids ignored)."""
+    out = list(facts)
+    for text in update.add_facts:
+        text = text.strip()
+        if text:
+            out.append(FactEntry(id=_new_fact_id(out), text=text, active=True))
+    negate = set(update.negate_facts)
+    return tuple(f.model_copy(update={"active": False}) if f.id in negate else f for f in out)
+
+
+def projected_facts(state: EpisodeState) -> tuple[FactEntry, ...]:
+    """Committed ledger plus the pending (opening) updates."""
+    return apply_update(state.facts, state.pending) if not state.pending.empty else state.facts
+
+
+def first_pending_node(occurred: tuple[bool, ...]) -> int | None:
+    return next((i for i, done in enumerate(occurred) if not done), None)
+
+
+def current_node(occurred: tuple[bool, ...]) -> int:
+    """The first node not yet occurred; the last one once all have."""
+    i = first_pending_node(occurred)
+    return len(occurred) - 1 if i is None else i
+
+
+def complete_node(occurred: tuple[bool, ...], index: int) -> tuple[bool, ...]:
+    return tuple(True if i == index else v for i, v in enumerate(occurred))
+
+
+def commit_turn(
+    state: EpisodeState,
+    update: FactUpdate,
+    node_occurred: tuple[bool, ...],
+    statuses: tuple[tuple[str, Status], ...],
+    exchange: Exchange,
+) -> EpisodeState:
+    """Step 9: pending first, then this turn's updates; nodes; statuses; history."""
+    return state.model_copy(update={
+        "facts": apply_update(projected_facts(state), update),
+        "pending": FactUpdate(),
+        "node_occurred": node_occurred,
+        "statuses": statuses,
+        "exchanges": state.exchanges + (exchange,),
+    })
+
+
+def all_resolved(spec: Spec, statuses: tuple[tuple[str, Status], ...]) -> bool:
+    """Every achievement satisfied, and there is at least one."""
+    status = dict(statuses)
+    achievements = [c.id for c in spec.commitments if c.type == "achievement"]
+    return bool(achievements) and all(status.get(cid) == "satisfied" for cid in achievements)

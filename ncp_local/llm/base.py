@@ -1,0 +1,54 @@
+"""The one interface every model backend implements.
+
+The backend knows engines, not the protocol: a request carries opaque tags
+(stage, episode, turn, attempt) only so that logs and scripted tests can key
+on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: tuple[Message, ...]
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+    json_schema: dict[str, Any] | None = None
+    # Opaque labels (stage, episode, turn, attempt, role); never read by a real engine.
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    finish_reason: str  # "stop" | "length" | "error" ...
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generated_tokens: int = 0
+    latency_s: float = 0.0
+
+
+class ContextOverflow(Exception):
+    """The prompt plus max_tokens does not fit the model's context window."""
+
+
+class EngineDead(Exception):
+    """The engine process is gone; the run cannot go on (resume later)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    async def generate(self, request: Request) -> Completion: ...
+
+    async def close(self) -> None: ...

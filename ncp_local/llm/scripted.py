@@ -1,0 +1,92 @@
+"""A backend that answers from a script: for protocol tests and dry runs.
+
+It is never a stand-in for the engine in engine tests. Two ways to script:
+
+- `rules`: a function `(request) -> str | Completion | None`; tests key it on
+  `request.tags` (stage, episode, turn, attempt) to drive any branch of the
+  protocol. Returning None falls through to the policy.
+- `RandomPolicy`: seeded, schema-valid answers with tunable rates of
+  conflicts, node completions and satisfied commitments, so that
+  `engine=scripted` exercises every termination over a real dataset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .base import Completion, Request
+
+Rule = Callable[[Request], "str | Completion | None"]
+
+
+@dataclass(frozen=True)
+class RandomPolicy:
+    conflict_rate: float = 0.1
+    overturn_rate: float = 0.3
+    node_rate: float = 0.35
+    satisfy_rate: float = 0.25
+    add_fact_rate: float = 0.5
+    negate_fact_rate: float = 0.15
+
+    def answer(self, request: Request) -> str:
+        rng = random.Random(request.seed)
+        stage = request.tags.get("stage", "")
+        schema = request.json_schema or {}
+        turn = request.tags.get("turn", 0)
+        if stage == "player":
+            return f"I look around carefully and try something new (move {turn}, roll {rng.randint(1, 99)})."
+        if stage in ("opening", "narrate"):
+            return json.dumps({"text": f"You stand in the scene as it unfolds (turn {turn}, beat {rng.randint(1, 99)})."})
+        if stage == "fact_update":
+            enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
+            adds = [f"Something new is established at turn {turn}."] if rng.random() < self.add_fact_rate else []
+            negs = [rng.choice(enum)] if enum and rng.random() < self.negate_fact_rate else []
+            return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": "scripted"})
+        if stage in ("conflict_check", "double_check"):
+            conflicts = []
+            if stage == "double_check" or rng.random() < self.conflict_rate:
+                branch = rng.choice(schema["properties"]["conflicts"]["items"]["anyOf"])
+                props = branch["properties"]
+                cid = props["id"].get("const") or rng.choice(props["id"]["enum"])
+                conflicts.append({"type": props["type"]["const"], "id": cid, "reason": "scripted"})
+            out: dict[str, Any] = {"conflicts": conflicts}
+            if stage == "double_check":
+                out.update(confirmed=rng.random() >= self.overturn_rate, review_reason="scripted")
+            return json.dumps(out)
+        if stage == "trajectory_check":
+            hit = rng.random() < self.node_rate
+            return json.dumps({"trigger": {"occurred": hit, "reason": "scripted"},
+                               "delta": {"occurred": hit, "reason": "scripted"}})
+        if stage == "status_check":
+            items = schema["properties"]["statuses"]["prefixItems"]
+            return json.dumps({"statuses": [
+                {"id": it["properties"]["id"]["const"],
+                 "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
+                 "reason": "scripted"} for it in items]})
+        raise ValueError(f"scripted backend: no policy for stage {stage!r}")
+
+
+class ScriptedBackend:
+    def __init__(self, rules: Rule | None = None, policy: RandomPolicy | None = None) -> None:
+        self.rules = rules
+        self.policy = policy or RandomPolicy()
+        self.requests: list[Request] = []
+
+    async def generate(self, request: Request) -> Completion:
+        self.requests.append(request)
+        await asyncio.sleep(0)  # yield, as a real engine would, so episodes interleave
+        out = self.rules(request) if self.rules else None
+        if out is None:
+            out = self.policy.answer(request)
+        if isinstance(out, Completion):
+            return out
+        prompt_chars = sum(len(m.content) for m in request.messages)
+        return Completion(text=out, finish_reason="stop", prompt_tokens=prompt_chars // 4,
+                          generated_tokens=max(1, len(out) // 4))
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,150 @@
+"""Many episodes at once: validated calls with retries, seeds, call log,
+checkpoints and resume.
+
+Every episode is a coroutine; all run concurrently (up to a cap) so the
+engine sees every request in flight and batches them. The runner never
+special-cases a narrator method: it only hands each episode an `Ask`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .episode import CallFailed, Checkpoint, Episode, EpisodeResult
+from .llm.base import Backend, ContextOverflow, Request
+from .prompts import PromptPack
+from .roles import Narrator, Player
+from .spec import Spec
+from .stages import STAGES, AuditIds, InvalidOutput, parse, schema_for
+from .store import RunDir
+
+ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class RoleBinding:
+    """A role's model: the backend serving it and its sampling settings."""
+
+    backend: Backend
+    sampling: Sampling
+    model: str
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    seed: int = 0
+    max_turns: int = 100
+    concurrency: int = 64
+    attempts: int = ATTEMPTS
+    progress: bool = False
+
+
+def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
+    """A per-call seed: stable across processes and resumes, distinct per attempt."""
+    key = f"{run_seed}/{spec_id}/{turn}/{stage}/{attempt}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass
+class Runner:
+    specs: tuple[Spec, ...]
+    roles: dict[str, RoleBinding]  # "narrator", "player", "auditor"
+    pack: PromptPack
+    store: RunDir
+    settings: RunSettings
+    make_narrator: Callable[[], Narrator]
+    player: Player
+    on_result: Callable[[EpisodeResult], None] | None = None
+    results: dict[str, EpisodeResult] = field(default_factory=dict)
+
+    async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
+                  ids: AuditIds = AuditIds(), role: str | None = None) -> Any:
+        """One call with up to `attempts` tries on the same inputs; logs every attempt."""
+        info = STAGES[stage]
+        binding = self.roles[role or info.role]
+        messages = self.pack.render(template, variables)
+        schema = schema_for(stage, ids) if info.json else None
+        last = ""
+        for attempt in range(self.settings.attempts):
+            seed = call_seed(self.settings.seed, spec_id, turn, stage, attempt)
+            request = Request(messages=messages, temperature=binding.sampling.temperature,
+                              top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
+                              seed=seed, json_schema=schema,
+                              tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
+                                    "role": role or info.role})
+            log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
+                                   "model": binding.model, "attempt": attempt, "seed": seed}
+            started = time.perf_counter()
+            try:
+                completion = await binding.backend.generate(request)
+            except ContextOverflow as exc:
+                # Same inputs would overflow again: no retry.
+                self.store.log_call({**log, "error": f"context_overflow: {exc}", "finish_reason": "context_overflow"})
+                raise CallFailed(stage, turn, f"context_overflow: {exc}") from None
+            overhead = time.perf_counter() - started - completion.latency_s
+            error = None
+            out: Any = None
+            if completion.finish_reason == "length":
+                error = f"cut off at max_tokens={binding.sampling.max_tokens}"
+            else:
+                try:
+                    out = parse(stage, completion.text, ids)
+                except InvalidOutput as exc:
+                    error = str(exc)
+            self.store.log_call({
+                **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
+                "generated_tokens": completion.generated_tokens, "latency_s": round(completion.latency_s, 4),
+                "overhead_s": round(max(overhead, 0.0), 5), "finish_reason": completion.finish_reason,
+                "error": error, "output": completion.text if error else None,
+            })
+            if error is None:
+                return out
+            last = error
+        raise CallFailed(stage, turn, f"invalid after {self.settings.attempts} attempts: {last}")
+
+    def _ask_for(self, spec_id: str) -> Callable[[int], Any]:
+        def bind(turn: int) -> Any:
+            async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
+                return await self.ask(spec_id, turn, stage, template, variables, **kw)
+            return ask
+        return bind
+
+    async def _one(self, spec: Spec, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            checkpoint = self.store.load_checkpoint(spec.id)
+
+            async def on_commit(cp: Checkpoint) -> None:
+                self.store.write_checkpoint(cp)
+
+            episode = Episode(spec, self.make_narrator(), self.player, self._ask_for(spec.id),
+                              self.settings.max_turns, on_commit)
+            result = await episode.run(checkpoint)
+            self.store.write_result(result)
+            self.results[spec.id] = result
+            if self.on_result:
+                self.on_result(result)
+
+    async def run(self) -> dict[str, EpisodeResult]:
+        """Run every spec without a result; returns all results in spec order."""
+        for spec in self.specs:
+            if self.store.has_result(spec.id):
+                self.results[spec.id] = self.store.load_result(spec.id)
+        todo = [s for s in self.specs if s.id not in self.results]
+        gate = asyncio.Semaphore(max(1, self.settings.concurrency))
+        # A TaskGroup cancels every episode if one raises something that is not
+        # an episode's own failure (a dead engine): the run stops, checkpoints stand.
+        async with asyncio.TaskGroup() as tg:
+            for spec in todo:
+                tg.create_task(self._one(spec, gate))
+        return {s.id: self.results[s.id] for s in self.specs}

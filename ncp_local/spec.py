@@ -1,0 +1,305 @@
+"""Load, validate and lint environments in the official NCP-Bench format.
+
+PROTOCOL section 1. Every error names the file and the field; lint findings
+are warnings, never errors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+CommitmentType = Literal["invariant", "ordering", "achievement"]
+COMMITMENT_TYPES: tuple[str, ...] = ("invariant", "ordering", "achievement")
+SPEC_KEYS: tuple[str, ...] = ("meta", "synopsis", "initial_facts", "commitments", "trajectory")
+NODE_REF = re.compile(r"\bs_\d+\b")
+
+
+class SpecError(ValueError):
+    """A spec or index that cannot be used; names the file and the field."""
+
+    def __init__(self, file: str | Path, field: str, message: str) -> None:
+        self.file = str(file)
+        self.field = field
+        self.message = message
+        super().__init__(f"{self.file}: {field}: {message}" if field else f"{self.file}: {message}")
+
+
+@dataclass(frozen=True)
+class Meta:
+    id: str
+    title: str
+    genres: tuple[str, ...]
+    player_role: str
+
+
+@dataclass(frozen=True)
+class InitialFact:
+    id: str
+    content: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Commitment:
+    id: str
+    type: CommitmentType
+    description: str
+    satisfaction_condition: str
+    violation_condition: str
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    description: str
+    trigger_event: str
+    key_delta: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    meta: Meta
+    synopsis: str
+    initial_facts: tuple[InitialFact, ...]
+    commitments: tuple[Commitment, ...]
+    trajectory: tuple[Node, ...]
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+
+@dataclass(frozen=True)
+class LintWarning:
+    file: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"warning: {self.file}: {self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Dataset:
+    root: Path
+    specs: tuple[Spec, ...]
+    warnings: tuple[LintWarning, ...]
+    sha256: str  # over the index and every spec file, in index order
+
+
+def _is_plain_id(value: str) -> bool:
+    return value not in ("", ".", "..") and not any(c in value for c in "/\\\0") and value == value.strip()
+
+
+class _Reader:
+    """Typed field access that reports the exact path of what is wrong."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+
+    def fail(self, field: str, message: str) -> SpecError:
+        return SpecError(self.file, field, message)
+
+    def mapping(self, value: Any, field: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(field, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def seq(self, value: Any, field: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(field, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def text(self, parent: dict[str, Any], key: str, field: str) -> str:
+        if key not in parent:
+            raise self.fail(field, "missing")
+        value = parent[key]
+        if not isinstance(value, str):
+            raise self.fail(field, f"expected a string, got {type(value).__name__}")
+        if not value.strip():
+            raise self.fail(field, "empty")
+        return value
+
+    def ident(self, parent: dict[str, Any], key: str, field: str) -> str:
+        value = self.text(parent, key, field)
+        if not _is_plain_id(value):
+            raise self.fail(field, f"{value!r} is not a plain id (no path separators, '.' or '..')")
+        return value
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(path, "", "file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(path, "", f"cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "yaml"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(path, where, f"invalid YAML: {problem}") from None
+
+
+def _unique(r: _Reader, items: list[Any], section: str) -> None:
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if item.id in seen:
+            raise r.fail(f"{section}[{i}].id", f"duplicate id {item.id!r}")
+        seen.add(item.id)
+
+
+def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
+    """Validate one spec document (already parsed YAML)."""
+    r = _Reader(file)
+    doc = r.mapping(data, "(top level)")
+    for key in SPEC_KEYS:
+        if key not in doc:
+            raise r.fail(key, "missing")
+    extra = sorted(set(doc) - set(SPEC_KEYS))
+    if extra:
+        raise r.fail(extra[0], f"unknown top-level key (expected {', '.join(SPEC_KEYS)})")
+
+    m = r.mapping(doc["meta"], "meta")
+    genres_raw = r.seq(m.get("genres"), "meta.genres") if "genres" in m else None
+    if genres_raw is None:
+        raise r.fail("meta.genres", "missing")
+    genres = []
+    for i, g in enumerate(genres_raw):
+        if not isinstance(g, str) or not g.strip():
+            raise r.fail(f"meta.genres[{i}]", "expected a non-empty string")
+        genres.append(g)
+    meta = Meta(
+        id=r.ident(m, "id", "meta.id"),
+        title=r.text(m, "title", "meta.title"),
+        genres=tuple(genres),
+        player_role=r.text(m, "player_role", "meta.player_role"),
+    )
+    if expected_id is not None and meta.id != expected_id:
+        raise r.fail("meta.id", f"{meta.id!r} does not equal the file stem {expected_id!r}")
+    if not isinstance(doc["synopsis"], str) or not doc["synopsis"].strip():
+        raise r.fail("synopsis", "expected a non-empty string")
+
+    facts = []
+    for i, raw in enumerate(r.seq(doc["initial_facts"], "initial_facts")):
+        f = r.mapping(raw, f"initial_facts[{i}]")
+        negated = f.get("negated", False)
+        if not isinstance(negated, bool):
+            raise r.fail(f"initial_facts[{i}].negated", f"expected true or false, got {negated!r}")
+        facts.append(InitialFact(
+            id=r.ident(f, "id", f"initial_facts[{i}].id"),
+            content=r.text(f, "content", f"initial_facts[{i}].content"),
+            negated=negated,
+        ))
+    _unique(r, facts, "initial_facts")
+
+    commitments = []
+    for i, raw in enumerate(r.seq(doc["commitments"], "commitments")):
+        c = r.mapping(raw, f"commitments[{i}]")
+        ctype = r.text(c, "type", f"commitments[{i}].type")
+        if ctype not in COMMITMENT_TYPES:
+            raise r.fail(f"commitments[{i}].type", f"{ctype!r} is not one of {', '.join(COMMITMENT_TYPES)}")
+        commitments.append(Commitment(
+            id=r.ident(c, "id", f"commitments[{i}].id"),
+            type=ctype,  # type: ignore[arg-type]
+            description=r.text(c, "description", f"commitments[{i}].description"),
+            satisfaction_condition=r.text(c, "satisfaction_condition", f"commitments[{i}].satisfaction_condition"),
+            violation_condition=r.text(c, "violation_condition", f"commitments[{i}].violation_condition"),
+        ))
+    _unique(r, commitments, "commitments")
+
+    nodes = []
+    for i, raw in enumerate(r.seq(doc["trajectory"], "trajectory")):
+        n = r.mapping(raw, f"trajectory[{i}]")
+        nodes.append(Node(
+            id=r.ident(n, "id", f"trajectory[{i}].id"),
+            description=r.text(n, "description", f"trajectory[{i}].description"),
+            trigger_event=r.text(n, "trigger_event", f"trajectory[{i}].trigger_event"),
+            key_delta=r.text(n, "key_delta", f"trajectory[{i}].key_delta"),
+        ))
+    if not nodes:
+        raise r.fail("trajectory", "empty: an episode needs at least one node")
+    _unique(r, nodes, "trajectory")
+
+    return Spec(meta, doc["synopsis"], tuple(facts), tuple(commitments), tuple(nodes))
+
+
+def load_spec(path: str | Path) -> Spec:
+    path = Path(path)
+    return parse_spec(_read_yaml(path), path, expected_id=path.stem)
+
+
+def lint_spec(spec: Spec, file: str | Path) -> list[LintWarning]:
+    """Findings worth a look that do not stop a run."""
+    file = str(file)
+    out: list[LintWarning] = []
+    for i, f in enumerate(spec.initial_facts):
+        if f.negated:
+            out.append(LintWarning(file, f"initial_facts[{i}].negated",
+                                   f"{f.id} is negated at t=0: it starts inactive and is never shown"))
+    node_ids = {n.id for n in spec.trajectory}
+    for i, c in enumerate(spec.commitments):
+        text = " ".join((c.description, c.satisfaction_condition, c.violation_condition))
+        missing = sorted(set(NODE_REF.findall(text)) - node_ids, key=lambda s: int(s[2:]))
+        if missing:
+            out.append(LintWarning(file, f"commitments[{i}]",
+                                   f"{c.id} names node(s) the trajectory lacks: {', '.join(missing)}"))
+    return out
+
+
+def load_dataset(root: str | Path, limit: int | None = None) -> Dataset:
+    """Load `index.yaml` and every spec it lists, in index order.
+
+    Every spec is validated (even past `limit`) so that a bad file fails the
+    run before any model loads, not hours into it.
+    """
+    root = Path(root)
+    index_path = root / "index.yaml"
+    if not root.is_dir():
+        raise SpecError(root, "dataset.path", "not a directory")
+    r = _Reader(index_path)
+    index = r.mapping(_read_yaml(index_path), "(top level)")
+    if "specs" not in index:
+        raise r.fail("specs", "missing")
+    ids = r.seq(index["specs"], "specs")
+    if not ids:
+        raise r.fail("specs", "empty")
+    digest = hashlib.sha256(index_path.read_bytes())
+    seen: set[str] = set()
+    specs: list[Spec] = []
+    warnings: list[LintWarning] = []
+    for i, sid in enumerate(ids):
+        if not isinstance(sid, str) or not _is_plain_id(sid):
+            raise r.fail(f"specs[{i}]", f"{sid!r} is not a plain spec id")
+        if sid in seen:
+            raise r.fail(f"specs[{i}]", f"duplicate spec id {sid!r}")
+        seen.add(sid)
+        path = root / "specs" / f"{sid}.yaml"
+        if not path.is_file():
+            raise r.fail(f"specs[{i}]", f"{sid!r} has no file {path}")
+        digest.update(path.read_bytes())
+        spec = load_spec(path)
+        specs.append(spec)
+        warnings.extend(lint_spec(spec, path))
+    if limit is not None:
+        specs = specs[:limit]
+    return Dataset(root, tuple(specs), tuple(warnings), digest.hexdigest())
+
+
+def dataset_summary(ds: Dataset) -> str:
+    facts = sum(len(s.initial_facts) for s in ds.specs)
+    commitments = sum(len(s.commitments) for s in ds.specs)
+    nodes = sum(len(s.trajectory) for s in ds.specs)
+    by_type = {t: sum(c.type == t for s in ds.specs for c in s.commitments) for t in COMMITMENT_TYPES}
+    genres = sorted({g for s in ds.specs for g in s.meta.genres})
+    return (f"specs={len(ds.specs)} facts={facts} commitments={commitments} nodes={nodes} "
+            + " ".join(f"{t}={n}" for t, n in by_type.items())
+            + f" genres={len(genres)} warnings={len(ds.warnings)}")
