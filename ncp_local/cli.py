@@ -110,7 +110,12 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     store = RunDir(out)
     store.open(manifest(cfg, raw, ds, pack, engines), config_mod.identity(raw))
     try:
-        results = asyncio.run(_run_async(cfg, ds, pack, narrator_cls, player, engines, store))
+        if all(store.has_result(s.id) for s in ds.specs):
+            # Nothing to run: no engine is started, the stored results are reported.
+            print(f"all {len(ds.specs)} episodes already finished in {out}; nothing left to do")
+            results = {s.id: store.load_result(s.id) for s in ds.specs}
+        else:
+            results = asyncio.run(_run_async(cfg, ds, pack, narrator_cls, player, engines, store))
     finally:
         store.close()
     rows = [(out.name, aggregate([episode_metrics(r) for r in results.values()], cfg.max_turns))]

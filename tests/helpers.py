@@ -1,0 +1,96 @@
+"""Shared builders for protocol tests: a small spec and a scripted run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from ncp_local.llm.base import Request
+from ncp_local.llm.scripted import RandomPolicy, ScriptedBackend
+from ncp_local.prompts import PromptPack
+from ncp_local.roles import BaselineNarrator, Player
+from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
+from ncp_local.spec import parse_spec
+from ncp_local.store import RunDir, read_calls
+
+# Nothing happens unless a rule says so: no conflicts, nodes, facts or satisfactions.
+QUIET = RandomPolicy(conflict_rate=0, node_rate=0, satisfy_rate=0, add_fact_rate=0, negate_fact_rate=0)
+
+
+def make_spec(spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3,
+              types: tuple[str, ...] = ("ordering", "achievement")) -> Any:
+    doc = {
+        "meta": {"id": spec_id, "title": f"Tiny {spec_id}", "genres": ["drama", "mystery"],
+                 "player_role": "a curious visitor"},
+        "synopsis": "A visitor explores an old house.",
+        "initial_facts": [{"id": f"f_{i}", "content": f"initial fact {i} of {spec_id}", "negated": False}
+                          for i in range(n_facts)],
+        "commitments": [{"id": f"c_{i}", "type": t, "description": f"commitment {i} of {spec_id}",
+                         "satisfaction_condition": f"sat {i}", "violation_condition": f"viol {i}"}
+                        for i, t in enumerate(types)],
+        "trajectory": [{"id": f"s_{i}", "description": f"node {i} description", "trigger_event": f"trigger {i}",
+                        "key_delta": f"delta {i}"} for i in range(n_nodes)],
+    }
+    return parse_spec(doc, Path(f"{spec_id}.yaml"), expected_id=spec_id)
+
+
+def tag(req: Request) -> tuple[str, str, int, int]:
+    t = req.tags
+    return t["stage"], t["episode"], t["turn"], t["attempt"]
+
+
+def prompt(req: Request) -> str:
+    return "\n".join(m.content for m in req.messages)
+
+
+def statuses(req: Request, satisfied: set[str]) -> str:
+    items = req.json_schema["properties"]["statuses"]["prefixItems"]
+    ids = [it["properties"]["id"]["const"] for it in items]
+    return json.dumps({"statuses": [{"id": i, "status": "SATISFIED" if i in satisfied else "PENDING",
+                                     "reason": "r"} for i in ids]})
+
+
+def conflicts(items: list[tuple[str, str]], **extra: Any) -> str:
+    return json.dumps({"conflicts": [{"type": t, "id": i, "reason": "r"} for t, i in items], **extra})
+
+
+def facts(add: list[str] = (), negate: list[str] = ()) -> str:  # type: ignore[assignment]
+    return json.dumps({"add_facts": list(add), "negate_facts": list(negate), "reason": "r"})
+
+
+def traj(hit: bool) -> str:
+    return json.dumps({"trigger": {"occurred": hit, "reason": "r"}, "delta": {"occurred": hit, "reason": "r"}})
+
+
+class Scripted:
+    """Runs episodes on the scripted backend into a run directory."""
+
+    def __init__(self, root: Path, specs: list[Any], rules: Callable[[Request], Any] | None = None,
+                 max_turns: int = 4, seed: int = 0, policy: RandomPolicy = QUIET, condition: str = "adversarial",
+                 concurrency: int = 64) -> None:
+        self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
+        self.concurrency = concurrency
+        self.backend = ScriptedBackend(rules=rules, policy=policy)
+        self.condition = condition
+
+    def run(self) -> dict[str, Any]:
+        pack = PromptPack.load()
+        store = RunDir(self.root)
+        store.open({"test": True}, identity="test")
+        roles = {r: RoleBinding(self.backend, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
+        runner = Runner(specs=tuple(self.specs), roles=roles, pack=pack, store=store,
+                        settings=RunSettings(seed=self.seed, max_turns=self.max_turns, concurrency=self.concurrency),
+                        make_narrator=lambda: BaselineNarrator(pack), player=Player(self.condition))
+        try:
+            return asyncio.run(runner.run())
+        finally:
+            store.close()
+
+    def calls(self) -> list[dict[str, Any]]:
+        return read_calls(self.root / "calls.jsonl")
+
+    def requests(self, stage: str, episode: str | None = None, turn: int | None = None) -> list[Request]:
+        return [r for r in self.backend.requests if r.tags["stage"] == stage
+                and (episode is None or r.tags["episode"] == episode) and (turn is None or r.tags["turn"] == turn)]

@@ -1,0 +1,226 @@
+"""PROTOCOL sections 3 and 5 on the scripted backend: every branch of a turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag, traj
+
+from ncp_local.llm.base import Completion, Request
+from ncp_local.metrics import episode_metrics
+from ncp_local.runner import call_seed
+
+
+def test_opening_updates_pending_on_turn_0_then_applied_first(tmp_path: Path) -> None:
+    spec = make_spec(n_facts=2)
+
+    def rules(req: Request) -> Any:
+        stage, _, turn, _ = tag(req)
+        if stage == "fact_update" and turn == -1:
+            return facts(add=["the door is red"], negate=["f_0"])
+        if stage == "fact_update" and turn == 0:
+            return facts(add=["the lamp is lit"])
+        return None
+
+    run = Scripted(tmp_path, [spec], rules, max_turns=2)
+    result = run.run()["tiny"]
+    narrate0 = prompt(run.requests("narrate", turn=0)[0])
+    assert "FACT UPDATES FROM THE OPENING" in narrate0 and "+ add: the door is red" in narrate0
+    assert "- negate [f_0] initial fact 0" in narrate0
+    assert "[f_0] initial fact 0" in narrate0  # still committed (active) on turn 0
+    # Turn 0's auditors judge against the projected ledger: opening updates applied.
+    fu0 = prompt(run.requests("fact_update", turn=0)[0])
+    assert "[f_2] the door is red" in fu0 and "[f_0]" not in fu0
+    assert "the door is red" not in prompt(run.requests("narrate", turn=1)[0]).split("FACT UPDATES FROM THE OPENING")[1]
+    ledger_ids = [(f.id, f.text, f.active) for f in result.final_state.facts]
+    assert ledger_ids == [("f_0", "initial fact 0 of tiny", False), ("f_1", "initial fact 1 of tiny", True),
+                          ("f_2", "the door is red", True), ("f_3", "the lamp is lit", True)]
+    assert result.opening_update.add_facts == ("the door is red",)
+
+
+def test_conflict_leaves_committed_state_untouched(tmp_path: Path) -> None:
+    spec = make_spec()
+
+    def rules(req: Request) -> Any:
+        stage, _, turn, _ = tag(req)
+        if stage == "fact_update" and turn >= 0:
+            return facts(add=[f"fact from turn {turn}"])
+        if stage == "trajectory_check":
+            return traj(True)
+        if stage == "status_check":
+            return statuses(req, {"c_0"} if turn == 0 else set())
+        if stage == "conflict_check" and turn == 1:
+            return conflicts([("fact", "f_1")])
+        if stage == "double_check":
+            return conflicts([("fact", "f_1")], confirmed=True, review_reason="holds")
+        return None
+
+    run = Scripted(tmp_path, [spec], rules, max_turns=5)
+    result = run.run()["tiny"]
+    assert result.termination == "conflict"
+    assert len(result.turns) == 2  # the conflicting turn is recorded
+    last = result.turns[-1]
+    assert last.conflicts == ({"type": "fact", "id": "f_1", "reason": "r"},)
+    assert last.double_check["confirmed"] is True and last.conflict_check["counts"]["fact"] == 1
+    # State as after turn 0: turn 1's fact, node and statuses never committed.
+    st = result.final_state
+    assert [f.text for f in st.facts][-1] == "fact from turn 0"
+    assert st.node_occurred == (True, False, False)
+    assert st.status_map == {"c_0": "satisfied", "c_1": "pending"}
+    assert len(st.exchanges) == 1
+    assert not run.requests("trajectory_check", turn=1) and not run.requests("status_check", turn=1)
+    m = episode_metrics(result)
+    assert (m.turns, m.fact, m.commitment, m.player_input) == (2, True, False, False)
+    assert m.trajectory_progress == pytest.approx(1 / 3) and m.satisfied == pytest.approx(0.5)
+
+
+def test_double_check_can_overturn_and_sees_resolved_targets(tmp_path: Path) -> None:
+    spec = make_spec()
+
+    def rules(req: Request) -> Any:
+        stage, _, turn, _ = tag(req)
+        if stage == "conflict_check":
+            return conflicts([("commitment", "c_1"), ("player_input", "player_input")])
+        if stage == "double_check" and turn == 0:
+            return conflicts([("commitment", "c_1")], confirmed=False, review_reason="no")
+        if stage == "double_check":
+            return conflicts([], confirmed=True, review_reason="empty list")
+        return None
+
+    run = Scripted(tmp_path, [spec], rules, max_turns=3)
+    result = run.run()["tiny"]
+    assert result.termination == "max_turns" and len(result.turns) == 3
+    assert all(t.conflicts == () for t in result.turns)
+    dc = prompt(run.requests("double_check", turn=0)[0])
+    resolved = json.loads(dc.split("REPORTED CONFLICTS:")[1])
+    player_input = result.turns[0].player_input
+    assert resolved[0]["target_text"] == "commitment 1 of tiny"
+    assert resolved[1]["target_text"] == player_input
+
+
+def test_at_most_one_node_per_turn_first_pending_only(tmp_path: Path) -> None:
+    spec = make_spec(n_nodes=3)
+    run = Scripted(tmp_path, [spec], lambda r: traj(True) if tag(r)[0] == "trajectory_check" else None, max_turns=5)
+    result = run.run()["tiny"]
+    assert [t.node_completed for t in result.turns] == ["s_0", "s_1", "s_2", None, None]
+    asked = [prompt(r).split("STORY BEAT TO CHECK:")[1].strip().split("\n")[0] for r in run.requests("trajectory_check")]
+    assert asked == ["[s_0]", "[s_1]", "[s_2]"]  # shown without its description; none once all occurred
+    assert "node 0 description" not in prompt(run.requests("trajectory_check")[0]).split("STORY BEAT TO CHECK:")[1]
+
+
+def test_commitment_can_fall_back_to_pending(tmp_path: Path) -> None:
+    spec = make_spec(types=("invariant", "achievement", "achievement"))
+    plan = {0: {"c_0", "c_1"}, 1: {"c_1"}, 2: {"c_0"}}
+    run = Scripted(tmp_path, [spec], lambda r: statuses(r, plan[tag(r)[2]]) if tag(r)[0] == "status_check" else None,
+                   max_turns=3)
+    result = run.run()["tiny"]
+    assert [t.newly_satisfied for t in result.turns] == [("c_0", "c_1"), (), ("c_0",)]
+    assert [t.back_to_pending for t in result.turns] == [(), ("c_0",), ("c_1",)]
+    assert result.final_state.status_map == {"c_0": "satisfied", "c_1": "pending", "c_2": "pending"}
+
+
+def test_all_resolved_before_turn_limit(tmp_path: Path) -> None:
+    spec = make_spec(types=("ordering", "achievement", "achievement"))
+    # Everything satisfied on the very last allowed turn: all_resolved wins over max_turns.
+    run = Scripted(tmp_path, [spec], lambda r: statuses(r, {"c_1", "c_2"} if tag(r)[2] == 2 else {"c_1"})
+                   if tag(r)[0] == "status_check" else None, max_turns=3)
+    result = run.run()["tiny"]
+    assert result.termination == "all_resolved" and len(result.turns) == 3
+    run2 = Scripted(tmp_path / "b", [spec], lambda r: statuses(r, {"c_1", "c_2"})
+                    if tag(r)[0] == "status_check" else None, max_turns=10)
+    assert run2.run()["tiny"].termination == "all_resolved" and len(run2.run()["tiny"].turns) == 1
+
+
+def test_exhausted_retries_end_one_episode_only(tmp_path: Path) -> None:
+    specs = [make_spec("a"), make_spec("b"), make_spec("c")]
+
+    def rules(req: Request) -> Any:
+        stage, ep, turn, attempt = tag(req)
+        if ep == "b" and stage == "status_check" and turn == 1:
+            return "not json at all"
+        if ep == "c" and stage == "narrate" and turn == 0 and attempt < 2:
+            return Completion(text='{"text": "cut', finish_reason="length")  # retried, then succeeds
+        return None
+
+    run = Scripted(tmp_path, specs, rules, max_turns=3)
+    results = run.run()
+    assert results["a"].termination == "max_turns" and results["c"].termination == "max_turns"
+    b = results["b"]
+    assert b.termination == "invalid" and "status_check at turn 1" in b.reason and "bad JSON" in b.reason
+    assert len(b.turns) == 1  # only the committed turn 0
+    log = [c for c in run.calls() if c["spec_id"] == "b" and c["stage"] == "status_check" and c["turn"] == 1]
+    assert [c["attempt"] for c in log] == [0, 1, 2] and all(c["error"].startswith("bad JSON") for c in log)
+    assert len({c["seed"] for c in log}) == 3  # each attempt its own seed
+    cut = [c for c in run.calls() if c["spec_id"] == "c" and c["stage"] == "narrate" and c["turn"] == 0]
+    assert [c["finish_reason"] for c in cut] == ["length", "length", "stop"]
+    assert [c["error"] is not None for c in cut] == [True, True, False]
+
+
+def test_player_sees_only_visible_history(tmp_path: Path) -> None:
+    spec = make_spec()
+    run = Scripted(tmp_path, [spec], None, max_turns=2)
+    result = run.run()["tiny"]
+    p1 = prompt(run.requests("player", turn=1)[0])
+    assert result.opening in p1 and result.turns[0].player_input in p1 and result.turns[0].response in p1
+    for hidden in ("initial fact 0", "commitment 0", "node 0 description", "trigger 0"):
+        assert hidden not in p1
+    assert "a curious visitor" in p1
+
+
+def test_seed_per_call_is_derived_and_recorded(tmp_path: Path) -> None:
+    spec = make_spec()
+    run = Scripted(tmp_path, [spec], None, max_turns=1, seed=7)
+    run.run()
+    for req in run.backend.requests:
+        stage, ep, turn, attempt = tag(req)
+        assert req.seed == call_seed(7, ep, turn, stage, attempt)
+    assert call_seed(7, "tiny", 0, "narrate", 0) != call_seed(8, "tiny", 0, "narrate", 0)
+    assert call_seed(7, "tiny", 0, "narrate", 0) != call_seed(7, "tiny", 0, "narrate", 1)
+
+
+class Crash(BaseException):
+    """Stands in for a kill: not an Exception, so nothing catches it on the way out."""
+
+
+def _results_json(results: dict[str, Any]) -> dict[str, str]:
+    return {k: v.model_dump_json() for k, v in results.items()}
+
+
+def test_resumed_run_equals_uninterrupted(tmp_path: Path) -> None:
+    from helpers import RandomPolicy
+
+    specs = [make_spec(f"e{i}", n_nodes=4) for i in range(6)]
+    busy = RandomPolicy(conflict_rate=0.08, node_rate=0.4, satisfy_rate=0.3, add_fact_rate=0.6, negate_fact_rate=0.2)
+    full = Scripted(tmp_path / "full", specs, None, max_turns=6, policy=busy).run()
+
+    calls = {"n": 0}
+
+    def crash_after(n: int) -> Any:
+        def rules(req: Request) -> Any:
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise Crash()
+            return None
+        return rules
+
+    root = tmp_path / "resumed"
+    for n in (37, 23, 11):  # three crashes at different points, each resumed
+        calls["n"] = 0
+        with pytest.raises(BaseException):
+            Scripted(root, specs, crash_after(n), max_turns=6, policy=busy).run()
+    assert list((root / "checkpoints").glob("*.json")), "a crash mid-run leaves checkpoints"
+    resumed = Scripted(root, specs, None, max_turns=6, policy=busy).run()
+    assert _results_json(resumed) == _results_json(full)
+    assert not list((root / "checkpoints").glob("*.json"))
+    again = Scripted(root, specs, None, max_turns=6, policy=busy)
+    again.run()
+    assert again.backend.requests == []  # nothing left to do
+
+
+def test_opening_failure_is_invalid(tmp_path: Path) -> None:
+    run = Scripted(tmp_path, [make_spec()], lambda r: '{"text": ""}' if tag(r)[0] == "opening" else None)
+    result = run.run()["tiny"]
+    assert result.termination == "invalid" and "opening at turn -1" in result.reason and result.turns == ()
