@@ -18,7 +18,8 @@ from .spec import SpecError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity.
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "shard")
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "shard",
+                "engine.delay_s", "engine.die_after_calls")
 
 
 class ConfigError(SpecError):
@@ -94,8 +95,18 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(field, f"{err['msg']} (got {err.get('input')!r})") from None
 
 
+def _without(raw: dict[str, Any], skip: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in raw.items():
+        path = f"{prefix}{k}"
+        if path in skip:
+            continue
+        out[k] = _without(v, skip, path + ".") if isinstance(v, dict) else v
+    return out
+
+
 def identity(raw: dict[str, Any]) -> str:
-    kept = {k: v for k, v in raw.items() if k not in NOT_IDENTITY}
+    kept = _without(raw, NOT_IDENTITY)
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -78,7 +78,20 @@ class RunDir:
         atomic_write(self.manifest_path, json.dumps({**manifest, "identity": identity}, indent=2, default=str))
         self.results.mkdir(exist_ok=True)
         self.checkpoints.mkdir(exist_ok=True)
+        self._recover()
         self._calls = open(self.calls_path, "a", encoding="utf-8")
+
+    def _recover(self) -> None:
+        """Clean up after a killed process (we hold the lock, so nobody else writes)."""
+        for d in (self.root, self.results, self.checkpoints):
+            for tmp in d.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)  # a write that never reached its rename
+        if self.calls_path.exists():
+            with open(self.calls_path, "rb+") as f:
+                data = f.read()
+                if data and not data.endswith(b"\n"):
+                    # A line cut short by the kill; drop it so the next append starts clean.
+                    f.truncate(data.rfind(b"\n") + 1)
 
     def close(self) -> None:
         if self._calls:

@@ -73,7 +73,8 @@ class Engines:
             e = self.cfg.engine
             return ScriptedBackend(policy=RandomPolicy(
                 conflict_rate=getattr(e, "conflict_rate", 0.1), overturn_rate=getattr(e, "overturn_rate", 0.3),
-                node_rate=getattr(e, "node_rate", 0.35), satisfy_rate=getattr(e, "satisfy_rate", 0.25)))
+                node_rate=getattr(e, "node_rate", 0.35), satisfy_rate=getattr(e, "satisfy_rate", 0.25)),
+                delay_s=float(getattr(e, "delay_s", 0.0) or 0.0), die_after_calls=getattr(e, "die_after_calls", None))
         if self.kind == "openai":
             from .openai_backend import OpenAIBackend
 

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .base import Completion, Request
+from .base import Completion, EngineDead, Request
 
 Rule = Callable[[Request], "str | Completion | None"]
 
@@ -71,14 +71,21 @@ class RandomPolicy:
 
 
 class ScriptedBackend:
-    def __init__(self, rules: Rule | None = None, policy: RandomPolicy | None = None) -> None:
+    def __init__(self, rules: Rule | None = None, policy: RandomPolicy | None = None, delay_s: float = 0.0,
+                 die_after_calls: int | None = None) -> None:
         self.rules = rules
         self.policy = policy or RandomPolicy()
         self.requests: list[Request] = []
+        # Fault injection for reliability tests: simulated latency, and an
+        # engine that dies after N calls (as a crashed engine process would).
+        self.delay_s = delay_s
+        self.die_after_calls = die_after_calls
 
     async def generate(self, request: Request) -> Completion:
+        if self.die_after_calls is not None and len(self.requests) >= self.die_after_calls:
+            raise EngineDead(f"scripted engine died after {self.die_after_calls} calls (fault injection)")
         self.requests.append(request)
-        await asyncio.sleep(0)  # yield, as a real engine would, so episodes interleave
+        await asyncio.sleep(self.delay_s)  # yield, as a real engine would, so episodes interleave
         out = self.rules(request) if self.rules else None
         if out is None:
             out = self.policy.answer(request)

@@ -1,0 +1,157 @@
+"""Nothing lost: kills, SIGTERM, a dead engine, a second process, misbehaving models."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import Scripted, make_spec, tag
+
+from ncp_local.llm.base import Completion, Request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), "engine=scripted", "dataset=ncp_bench", f"dataset.path={dataset}",
+            "limit=20", "max_turns=8", f"out_dir={out}", "progress=false", "engine.conflict_rate=0.05", *extra]
+
+
+def _results(out: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
+
+
+def _assert_clean(out: Path) -> None:
+    """Every file parses; no temp file left; turns numbered 0..n-1 exactly once."""
+    for p in list((out / "results").glob("*")) + list((out / "checkpoints").glob("*")):
+        assert not p.name.endswith(".tmp"), p
+        data = json.loads(p.read_text())
+        assert [t["turn"] for t in data["turns"]] == list(range(len(data["turns"])))
+
+
+def _wait_for(predicate: Any, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    subprocess.run(_cmd(official_dataset, reference), check=True, capture_output=True, timeout=300)
+    expected = _results(reference)
+    assert len(expected) == 20
+
+    out = tmp_path / "killed"
+    slow = ("engine.delay_s=0.01", "concurrency=4")  # long enough to be killed mid-run
+    rng = random.Random(1234)
+    kills = 0
+    for _ in range(40):
+        proc = subprocess.Popen(_cmd(official_dataset, out, *slow), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        # Kill once the run is really working, at a random moment after that.
+        _wait_for(lambda: (out / "calls.jsonl").exists() and (out / "calls.jsonl").stat().st_size > 0, 30)
+        time.sleep(rng.uniform(0.0, 1.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=60)
+        _assert_clean(out)
+        if kills >= 12 or len(_results(out)) == 20:
+            break
+    assert kills >= 10, f"only {kills} kills landed"
+    final = subprocess.run(_cmd(official_dataset, out, *slow), capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr
+    _assert_clean(out)
+    assert _results(out) == expected
+    assert not list((out / "checkpoints").glob("*.json"))
+    for line in (out / "calls.jsonl").read_text().splitlines():
+        json.loads(line)  # no torn line survives a resume
+    print(f"survived {kills} SIGKILLs; {len(expected)} results match the uninterrupted run")
+
+
+def test_sigterm_flushes_and_exit_status_resumes(official_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "term"
+    proc = subprocess.Popen(_cmd(official_dataset, out, "engine.delay_s=0.01", "concurrency=4"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: len(list((out / "checkpoints").glob("*.json"))) >= 2, 60)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "re-run the same command to resume" in err
+    _assert_clean(out)
+    assert list((out / "checkpoints").glob("*.json"))
+    assert not (out / "DONE").exists()
+    again = subprocess.run(_cmd(official_dataset, out), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert len(_results(out)) == 20 and (out / "DONE").exists()
+
+
+def test_dead_engine_stops_run_then_resume(official_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "dead"
+    dead = subprocess.run(_cmd(official_dataset, out, "engine.die_after_calls=300"), capture_output=True, text=True,
+                          timeout=300)
+    assert dead.returncode == 3
+    assert "engine died" in dead.stderr and "re-run the same command to resume" in dead.stderr
+    _assert_clean(out)
+    resumed = subprocess.run(_cmd(official_dataset, out), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    reference = tmp_path / "reference"
+    subprocess.run(_cmd(official_dataset, reference), check=True, capture_output=True, timeout=300)
+    assert _results(out) == _results(reference)
+
+
+def test_second_process_on_same_run_dir_refused(official_dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "locked"
+    first = subprocess.Popen(_cmd(official_dataset, out, "engine.delay_s=0.02", "concurrency=2"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for(lambda: (out / "calls.jsonl").exists(), 60)
+        second = subprocess.run(_cmd(official_dataset, out), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2
+        assert "another process is running in this run directory" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
+
+
+MISBEHAVIOUR = {
+    "never_valid": lambda req: "I refuse to answer in JSON.",
+    "empty": lambda req: "",
+    "truncated": lambda req: '{"conflicts": [{"type": "fact", "id"',
+    "unknown_id": lambda req: json.dumps({"conflicts": [{"type": "fact", "id": "f_999", "reason": "x"}]}),
+    "oversized": lambda req: Completion(text='{"conflicts": [{"type": "fact", "reason": "' + "x" * 400,
+                                        finish_reason="length"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MISBEHAVIOUR))
+def test_misbehaving_model_ends_only_its_episode(tmp_path: Path, kind: str) -> None:
+    specs = [make_spec("good1"), make_spec("bad"), make_spec("good2")]
+
+    def rules(req: Request) -> Any:
+        stage, ep, turn, _ = tag(req)
+        if ep == "bad" and stage == "conflict_check" and turn == 1:
+            return MISBEHAVIOUR[kind](req)
+        return None
+
+    run = Scripted(tmp_path, specs, rules, max_turns=3)
+    results = run.run()
+    assert results["good1"].termination == results["good2"].termination == "max_turns"
+    bad = results["bad"]
+    assert bad.termination == "invalid" and "conflict_check at turn 1: invalid after 3 attempts" in bad.reason
+    attempts = [c for c in run.calls() if c["spec_id"] == "bad" and c["stage"] == "conflict_check" and c["turn"] == 1]
+    assert [c["attempt"] for c in attempts] == [0, 1, 2]
+    assert all(c["error"] for c in attempts)
+    assert len({c["error"] for c in attempts}) == 1  # the same inputs fail the same way, each recorded
