@@ -25,7 +25,7 @@ from .config import REPO_ROOT, ConfigError, RunConfig
 from .episode import EpisodeResult
 from .llm.factory import Engines
 from .metrics import aggregate, episode_metrics, results_table
-from .prompts import PromptPack
+from .prompts import TEMPLATES, PromptPack
 from .roles import Player, narrator_factory
 from .runner import RoleBinding, Runner, RunSettings, Sampling
 from .llm.base import EngineDead
@@ -107,8 +107,8 @@ def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, pack: PromptPack,
 def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
     specs = config_mod.shard_specs(cfg, ds.specs)
-    pack = PromptPack.load(cfg.prompts.get("dir"))
     narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
+    pack = PromptPack.load(cfg.prompts.get("dir"), required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
     player = Player(str(cfg.condition.get("name", "")))
     engines = Engines(cfg)
     engines.check()  # model paths and engine settings, before anything starts
@@ -167,7 +167,7 @@ async def _run_async(cfg: RunConfig, specs: tuple[Spec, ...], pack: PromptPack, 
         settings = RunSettings(seed=cfg.seed, max_turns=cfg.max_turns, concurrency=cfg.concurrency)
         bar = _progress(cfg, specs, store)
         runner = Runner(specs=specs, roles=roles, pack=pack, store=store, settings=settings,
-                        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
+                        make_narrator=lambda: narrator_cls(pack=pack, roles=roles, **method_options(cfg)),
                         player=player, on_result=(lambda _r: bar.update(1)) if bar else None)
         try:
             return await runner.run()
@@ -179,6 +179,11 @@ async def _run_async(cfg: RunConfig, specs: tuple[Spec, ...], pack: PromptPack, 
                 bar.close()
     finally:
         await engines.close()
+
+
+def method_options(cfg: RunConfig) -> dict[str, Any]:
+    """Everything under `method` except its name goes to the narrator's constructor."""
+    return {k: v for k, v in cfg.method.items() if k != "name"}
 
 
 def _progress(cfg: RunConfig, specs: tuple[Spec, ...], store: RunDir) -> Any:

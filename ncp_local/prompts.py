@@ -62,14 +62,18 @@ class PromptPack:
             h.update(name.encode() + b"\0" + self.templates[name].encode() + b"\0")
         return h.hexdigest()
 
-    def render(self, template: str, variables: Mapping[str, str]) -> tuple[Message, ...]:
+    def render(self, template: str, variables: Mapping[str, str], feedback: str = "") -> tuple[Message, ...]:
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in variables:
                 raise KeyError(f"template {template}.txt uses {{{name}}} which this stage does not provide")
             return variables[name]
 
-        return (Message("user", _PLACEHOLDER.sub(sub, self.templates[template]).strip()),)
+        text = _PLACEHOLDER.sub(sub, self.templates[template]).strip()
+        if feedback:
+            # A re-ask after a failed cross-check goes last, after the item itself.
+            text += f"\n\nYOUR PREVIOUS ANSWER WAS REJECTED. Fix these problems:\n{feedback}"
+        return (Message("user", text),)
 
 
 # ---- formatting of state into placeholder values -------------------------

@@ -36,6 +36,8 @@ class Narrator(Protocol):
 class BaselineNarrator:
     """The plain narrator: whole past responses in its history (PROTOCOL section 8)."""
 
+    TEMPLATES: tuple[str, ...] = ()  # beyond the protocol's own
+
     def __init__(self, pack: PromptPack, **_: Any) -> None:
         self.pack = pack
 
@@ -54,7 +56,8 @@ class BaselineNarrator:
         return None
 
 
-METHODS: dict[str, str] = {"baseline": "ncp_local.roles:BaselineNarrator"}
+METHODS: dict[str, str] = {"baseline": "ncp_local.roles:BaselineNarrator",
+                            "hiagent": "ncp_local.hiagent:HiAgentNarrator"}
 
 
 def narrator_factory(method: str) -> type:

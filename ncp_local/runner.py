@@ -69,22 +69,24 @@ class Runner:
     results: dict[str, EpisodeResult] = field(default_factory=dict)
 
     async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
-                  ids: AuditIds = AuditIds(), role: str | None = None) -> Any:
+                  ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
+                  feedback: str = "") -> Any:
         """One call with up to `attempts` tries on the same inputs; logs every attempt."""
         info = STAGES[stage]
         binding = self.roles[role or info.role]
-        messages = self.pack.render(template, variables)
+        messages = self.pack.render(template, variables, feedback=feedback)
         schema = schema_for(stage, ids) if info.json else None
         last = ""
         for attempt in range(self.settings.attempts):
-            seed = call_seed(self.settings.seed, spec_id, turn, stage, attempt)
+            # `key` tells apart two calls of one stage in one turn (a retrieval, a re-ask).
+            seed = call_seed(self.settings.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
             request = Request(messages=messages, temperature=binding.sampling.temperature,
                               top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
                               seed=seed, json_schema=schema,
                               tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
                                     "role": role or info.role})
             log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
-                                   "model": binding.model, "attempt": attempt, "seed": seed}
+                                   "model": binding.model, "attempt": attempt, "seed": seed, "key": key}
             started = time.perf_counter()
             try:
                 completion = await binding.backend.generate(request)

@@ -29,6 +29,9 @@ REASON_MAX_CHARS = 400
 FACT_MAX_CHARS = 300
 MAX_NEW_FACTS = 8
 MAX_CONFLICTS = 6
+SUBGOAL_MAX_CHARS = 200
+SUMMARY_MAX_CHARS = 600
+BUILD_MAX_CHARS = 400
 
 
 class InvalidOutput(ValueError):
@@ -51,6 +54,11 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("double_check", "auditor", True),
     Stage("trajectory_check", "auditor", True),
     Stage("status_check", "auditor", True),
+    Stage("hiagent_narrate", "narrator", True),
+    Stage("hiagent_summarize", "narrator", True),
+    Stage("build_trajectory", "builder", True),
+    Stage("build_commitments", "builder", True),
+    Stage("build_facts", "builder", True),
 )}
 
 
@@ -60,6 +68,7 @@ class AuditIds:
 
     fact_ids: tuple[str, ...] = ()
     commitment_ids: tuple[str, ...] = ()
+    retrievable: tuple[int, ...] = ()  # HiAgent: indexes of compressed subgoals
 
 
 class _Out(BaseModel):
@@ -125,6 +134,48 @@ class StatusOut(_Out):
     statuses: tuple[StatusEntry, ...]
 
 
+class HiAgentStep(_Out):
+    """HiAgent's answer: the subgoal it is pursuing, an optional memory
+    retrieval, and the narration (its action)."""
+
+    subgoal: str
+    retrieve: int | None = None
+    text: str
+
+
+class Summary(_Out):
+    summary: str
+
+
+class BuiltNode(_Out):
+    description: str
+    trigger_event: str
+    key_delta: str
+
+
+class BuiltCommitment(_Out):
+    type: Literal["invariant", "ordering", "achievement"]
+    description: str
+    satisfaction_condition: str
+    violation_condition: str
+
+
+class BuiltFact(_Out):
+    content: str
+
+
+class BuiltTrajectory(_Out):
+    trajectory: tuple[BuiltNode, ...]
+
+
+class BuiltCommitments(_Out):
+    commitments: tuple[BuiltCommitment, ...]
+
+
+class BuiltFacts(_Out):
+    initial_facts: tuple[BuiltFact, ...]
+
+
 def _str(max_len: int, min_len: int = 0) -> dict[str, Any]:
     s: dict[str, Any] = {"type": "string", "maxLength": max_len}
     if min_len:
@@ -171,6 +222,25 @@ def schema_for(stage: str, ids: AuditIds = AuditIds()) -> dict[str, Any] | None:
     if stage == "trajectory_check":
         occ = _obj({"occurred": {"type": "boolean"}, "reason": _str(REASON_MAX_CHARS)})
         return _obj({"trigger": occ, "delta": occ})
+    if stage == "hiagent_narrate":
+        # Retrieval is offered only while there are compressed subgoals to expand.
+        retrieve: dict[str, Any] = {"anyOf": [{"type": "null"}, {"enum": list(ids.retrievable)}]} \
+            if ids.retrievable else {"type": "null"}
+        return _obj({"subgoal": _str(SUBGOAL_MAX_CHARS, 1), "retrieve": retrieve,
+                     "text": _str(NARRATION_MAX_CHARS, 1)})
+    if stage == "hiagent_summarize":
+        return _obj({"summary": _str(SUMMARY_MAX_CHARS, 1)})
+    if stage == "build_trajectory":
+        node = _obj({k: _str(BUILD_MAX_CHARS, 1) for k in ("description", "trigger_event", "key_delta")})
+        return _obj({"trajectory": {"type": "array", "items": node, "minItems": 3, "maxItems": 28}})
+    if stage == "build_commitments":
+        c = _obj({"type": {"enum": ["invariant", "ordering", "achievement"]},
+                  **{k: _str(BUILD_MAX_CHARS, 1) for k in ("description", "satisfaction_condition",
+                                                            "violation_condition")}})
+        return _obj({"commitments": {"type": "array", "items": c, "minItems": 2, "maxItems": 24}})
+    if stage == "build_facts":
+        return _obj({"initial_facts": {"type": "array", "items": _obj({"content": _str(FACT_MAX_CHARS, 1)}),
+                                       "minItems": 3, "maxItems": 31}})
     if stage == "status_check":
         entries = [_obj({"id": {"const": cid}, "status": {"enum": ["SATISFIED", "PENDING"]},
                          "reason": _str(REASON_MAX_CHARS)}) for cid in ids.commitment_ids]
@@ -184,6 +254,8 @@ _MODELS: dict[str, type[_Out]] = {
     "opening": Narration, "narrate": Narration, "fact_update": FactUpdateOut,
     "conflict_check": ConflictCheckOut, "double_check": DoubleCheckOut,
     "trajectory_check": TrajectoryOut, "status_check": StatusOut,
+    "hiagent_narrate": HiAgentStep, "hiagent_summarize": Summary,
+    "build_trajectory": BuiltTrajectory, "build_commitments": BuiltCommitments, "build_facts": BuiltFacts,
 }
 
 
@@ -215,8 +287,12 @@ def parse(stage: str, text: str, ids: AuditIds = AuditIds()) -> Any:
 
 
 def _semantic_check(stage: str, out: Any, ids: AuditIds) -> None:
-    if isinstance(out, Narration) and not out.text.strip():
+    if isinstance(out, (Narration, HiAgentStep)) and not out.text.strip():
         raise InvalidOutput("empty narration")
+    if isinstance(out, HiAgentStep) and not out.subgoal.strip():
+        raise InvalidOutput("empty subgoal")
+    if isinstance(out, Summary) and not out.summary.strip():
+        raise InvalidOutput("empty summary")
     if isinstance(out, FactUpdateOut):
         unknown = [i for i in out.negate_facts if i not in ids.fact_ids]
         if unknown:

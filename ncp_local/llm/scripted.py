@@ -41,6 +41,12 @@ class RandomPolicy:
             return f"I look around carefully and try something new (move {turn}, roll {rng.randint(1, 99)})."
         if stage in ("opening", "narrate"):
             return json.dumps({"text": f"You stand in the scene as it unfolds (turn {turn}, beat {rng.randint(1, 99)})."})
+        if stage == "hiagent_narrate":
+            # A new subgoal every other turn, so summaries get exercised.
+            return json.dumps({"subgoal": f"subgoal {max(turn, 0) // 2}", "retrieve": None,
+                               "text": f"You press on (turn {turn}, beat {rng.randint(1, 99)})."})
+        if stage == "hiagent_summarize":
+            return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
         if stage == "fact_update":
             enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
             adds = [f"Something new is established at turn {turn}."] if rng.random() < self.add_fact_rate else []
