@@ -47,6 +47,17 @@ class RandomPolicy:
                                "text": f"You press on (turn {turn}, beat {rng.randint(1, 99)})."})
         if stage == "hiagent_summarize":
             return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
+        if stage == "build_trajectory":
+            return json.dumps({"trajectory": [{"description": f"beat {i}", "trigger_event": f"trigger {i}",
+                                               "key_delta": f"change {i}"} for i in range(4)]})
+        if stage == "build_commitments":
+            return json.dumps({"commitments": [
+                {"type": "ordering", "description": "s_0 happens before s_1", "satisfaction_condition": "s_0 then s_1",
+                 "violation_condition": "s_1 before s_0"},
+                {"type": "achievement", "description": "the story reaches s_3", "satisfaction_condition": "s_3 occurs",
+                 "violation_condition": "the story ends before s_3"}]})
+        if stage == "build_facts":
+            return json.dumps({"initial_facts": [{"content": f"fact {i}"} for i in range(3)]})
         if stage == "fact_update":
             enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
             adds = [f"Something new is established at turn {turn}."] if rng.random() < self.add_fact_rate else []

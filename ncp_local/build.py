@@ -1,0 +1,165 @@
+"""Build environments from synopses with three dependent calls (PROTOCOL section 7).
+
+trajectory -> commitments (given the trajectory) -> initial facts (given
+both). Each answer is grammar-constrained; what a grammar cannot check
+(commitments naming nodes that exist, at least one achievement, the whole
+spec passing the loader) is validated across parts, and a failing stage is
+asked again with the errors, up to `rounds` times. Output is the official
+format (index + specs/), so `mode=lint` accepts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .episode import CallFailed
+from .runner import Runner
+from .spec import NODE_REF, SpecError, _is_plain_id, _read_yaml, lint_spec, parse_spec
+from .stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
+from .store import atomic_write
+
+SOURCE_KEYS = ("id", "title", "genres", "player_role", "synopsis")
+ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    title: str
+    genres: tuple[str, ...]
+    player_role: str
+    synopsis: str
+
+
+def load_sources(path: str | Path) -> list[Source]:
+    path = Path(path)
+    data = _read_yaml(path)
+    items = data.get("sources") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise SpecError(path, "sources", "expected a non-empty list of sources (or a mapping with `sources:`)")
+    out, seen = [], set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise SpecError(path, f"sources[{i}]", "expected a mapping")
+        for key in SOURCE_KEYS:
+            if key not in item:
+                raise SpecError(path, f"sources[{i}].{key}", "missing")
+        if not isinstance(item["genres"], list) or not all(isinstance(g, str) and g.strip() for g in item["genres"]):
+            raise SpecError(path, f"sources[{i}].genres", "expected a list of non-empty strings")
+        for key in ("id", "title", "player_role", "synopsis"):
+            if not isinstance(item[key], str) or not item[key].strip():
+                raise SpecError(path, f"sources[{i}].{key}", "expected a non-empty string")
+        if not _is_plain_id(item["id"]):
+            raise SpecError(path, f"sources[{i}].id", f"{item['id']!r} is not a plain id")
+        if item["id"] in seen:
+            raise SpecError(path, f"sources[{i}].id", f"duplicate id {item['id']!r}")
+        seen.add(item["id"])
+        out.append(Source(item["id"], item["title"], tuple(item["genres"]), item["player_role"], item["synopsis"]))
+    return out
+
+
+def _trajectory_text(nodes: list[dict[str, str]]) -> str:
+    return "\n".join(f"[{n['id']}] {n['description']} (trigger: {n['trigger_event']}; change: {n['key_delta']})"
+                     for n in nodes)
+
+
+def _commitments_text(cs: list[dict[str, str]]) -> str:
+    return "\n".join(f"[{c['id']}] ({c['type']}) {c['description']}" for c in cs)
+
+
+def check_commitments(cs: list[dict[str, str]], node_ids: set[str]) -> list[str]:
+    errors = []
+    for c in cs:
+        text = " ".join((c["description"], c["satisfaction_condition"], c["violation_condition"]))
+        missing = sorted(set(NODE_REF.findall(text)) - node_ids)
+        if missing:
+            errors.append(f"{c['id']} names beats that do not exist: {', '.join(missing)} "
+                          f"(valid: {', '.join(sorted(node_ids, key=lambda s: int(s[2:])))})")
+    if not any(c["type"] == "achievement" for c in cs):
+        errors.append("there must be at least one achievement commitment")
+    return errors
+
+
+def _blank(items: list[dict[str, str]], what: str) -> list[str]:
+    return [f"{what} {it['id']}: field {k} is blank" for it in items for k, v in it.items() if not str(v).strip()]
+
+
+class Builder:
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    async def _stage(self, source: Source, stage: str, variables: dict[str, str], check: Any) -> Any:
+        feedback = ""
+        for round_ in range(ROUNDS):
+            out = await self.runner.ask(source.id, 0, stage, stage, variables, role="auditor",
+                                        key=f"round{round_}" if round_ else "", feedback=feedback)
+            items, errors = check(out)
+            if not errors:
+                return items
+            feedback = "\n".join(f"- {e}" for e in errors)
+            self.runner.store.log_call({"spec_id": source.id, "stage": stage, "round": round_,
+                                        "cross_check_errors": errors})
+        raise SpecError(source.id, stage, f"still invalid after {ROUNDS} rounds: {feedback}")
+
+    async def build(self, source: Source) -> dict[str, Any]:
+        base = {"synopsis": source.synopsis, "player_role": source.player_role}
+
+        def nodes_check(out: BuiltTrajectory) -> tuple[list[dict[str, str]], list[str]]:
+            nodes = [{"id": f"s_{i}", **n.model_dump()} for i, n in enumerate(out.trajectory)]
+            return nodes, _blank(nodes, "node")
+
+        nodes = await self._stage(source, "build_trajectory", base, nodes_check)
+        node_ids = {n["id"] for n in nodes}
+        with_traj = {**base, "reference_trajectory": _trajectory_text(nodes)}
+
+        def commitments_check(out: BuiltCommitments) -> tuple[list[dict[str, str]], list[str]]:
+            cs = [{"id": f"c_{i}", **c.model_dump()} for i, c in enumerate(out.commitments)]
+            return cs, _blank(cs, "commitment") + check_commitments(cs, node_ids)
+
+        commitments = await self._stage(source, "build_commitments", with_traj, commitments_check)
+
+        def facts_check(out: BuiltFacts) -> tuple[list[dict[str, Any]], list[str]]:
+            fs = [{"id": f"f_{i}", "content": f.content, "negated": False} for i, f in enumerate(out.initial_facts)]
+            return fs, _blank(fs, "fact")
+
+        facts = await self._stage(source, "build_facts",
+                                  {**with_traj, "commitments": _commitments_text(commitments)}, facts_check)
+        doc = {"meta": {"id": source.id, "title": source.title, "genres": list(source.genres),
+                        "player_role": source.player_role},
+               "synopsis": source.synopsis, "initial_facts": facts, "commitments": commitments, "trajectory": nodes}
+        # The assembled spec must pass the loader and lint clean.
+        spec = parse_spec(doc, Path(f"{source.id}.yaml"), expected_id=source.id)
+        warnings = lint_spec(spec, f"{source.id}.yaml")
+        if warnings:
+            raise SpecError(source.id, "build", "; ".join(str(w) for w in warnings))
+        return doc
+
+
+async def build_all(runner: Runner, sources: list[Source], out: Path) -> dict[str, str]:
+    """Builds every source; writes each spec as it completes, the index last."""
+    builder = Builder(runner)
+    status: dict[str, str] = {}
+
+    async def one(src: Source) -> None:
+        try:
+            doc = await builder.build(src)
+        except (SpecError, CallFailed) as exc:
+            status[src.id] = f"failed: {exc}"
+            return
+        atomic_write(out / "specs" / f"{src.id}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True,
+                                                                       width=100))
+        status[src.id] = "ok"
+
+    await asyncio.gather(*(one(s) for s in sources))
+    # Keep what an earlier build put in the index, then add this build's specs.
+    index_path = out / "index.yaml"
+    old = (yaml.safe_load(index_path.read_text()) or {}).get("specs", []) if index_path.exists() else []
+    built = [s.id for s in sources if status[s.id] == "ok"]
+    ids = list(dict.fromkeys([i for i in old if (out / "specs" / f"{i}.yaml").exists()] + built))
+    atomic_write(index_path, yaml.safe_dump({"specs": ids}, sort_keys=False))
+    return status
