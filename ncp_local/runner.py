@@ -74,8 +74,11 @@ class Runner:
         """One call with up to `attempts` tries on the same inputs; logs every attempt."""
         info = STAGES[stage]
         binding = self.roles[role or info.role]
+        prepared = time.perf_counter()
         messages = self.pack.render(template, variables, feedback=feedback)
         schema = schema_for(stage, ids) if info.json else None
+        # The rig's own time per call (render, schema, parse, log), apart from the engine's.
+        overhead = time.perf_counter() - prepared
         last = ""
         for attempt in range(self.settings.attempts):
             # `key` tells apart two calls of one stage in one turn (a retrieval, a re-ask).
@@ -87,14 +90,13 @@ class Runner:
                                     "role": role or info.role})
             log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
                                    "model": binding.model, "attempt": attempt, "seed": seed, "key": key}
-            started = time.perf_counter()
             try:
                 completion = await binding.backend.generate(request)
             except ContextOverflow as exc:
                 # Same inputs would overflow again: no retry.
                 self.store.log_call({**log, "error": f"context_overflow: {exc}", "finish_reason": "context_overflow"})
                 raise CallFailed(stage, turn, f"context_overflow: {exc}") from None
-            overhead = time.perf_counter() - started - completion.latency_s
+            checked = time.perf_counter()
             error = None
             out: Any = None
             if completion.finish_reason == "length":
@@ -104,15 +106,17 @@ class Runner:
                     out = parse(stage, completion.text, ids)
                 except InvalidOutput as exc:
                     error = str(exc)
+            overhead += time.perf_counter() - checked
             self.store.log_call({
                 **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
                 "generated_tokens": completion.generated_tokens, "latency_s": round(completion.latency_s, 4),
-                "overhead_s": round(max(overhead, 0.0), 5), "finish_reason": completion.finish_reason,
+                "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
                 "error": error, "output": completion.text if error else None,
             })
             if error is None:
                 return out
             last = error
+            overhead = 0.0
         raise CallFailed(stage, turn, f"invalid after {self.settings.attempts} attempts: {last}")
 
     def _ask_for(self, spec_id: str) -> Callable[[int], Any]:
