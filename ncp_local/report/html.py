@@ -1,0 +1,428 @@
+"""A self-contained HTML report: an index of episodes and one page per episode.
+
+No network: CSS, the small sorting/filtering script and the survival SVG are
+inline. Every piece of model or spec text goes through `esc`; nothing from a
+run is ever placed in markup unescaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import quote
+
+from .. import ledger
+from ..episode import EpisodeResult, TurnRecord
+from ..metrics import EpisodeMetrics, episode_metrics
+from ..stages import CONFLICT_TYPES
+from .replay import Replay, TurnView, conflict_details, diff, replay
+from .runs import Run
+from .tables import METRICS, Row, TERMINATIONS
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+CSS = """
+:root{--fg:#1d2330;--muted:#5d6677;--line:#dde1e8;--bg:#f6f7f9;--card:#fff;--accent:#2f5fb3;
+--bad:#b3261e;--badbg:#fdecea;--ok:#1e7d3a;--okbg:#e7f5ea;--warnbg:#fff6dd;--pending:#c9ced8}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);
+background:var(--bg)}
+main{max-width:1240px;margin:0 auto;padding:24px 20px 60px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px}h3{font-size:15px;margin:18px 0 8px}
+a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
+.muted{color:var(--muted)}.small{font-size:12px}
+table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line);margin:6px 0 14px}
+th,td{padding:5px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{background:#eef1f5;font-weight:600;white-space:nowrap}
+th.sortable{cursor:pointer}th.sortable:after{content:" \\2195";color:#9aa3b2;font-size:11px}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.episode:hover td{background:#f3f6fb}
+.badge{display:inline-block;padding:1px 7px;border-radius:10px;font-size:12px;background:#e8ebf0;margin-right:4px;
+white-space:nowrap}
+.badge.conflict,.badge.t-conflict{background:var(--badbg);color:var(--bad)}
+.badge.t-max_turns{background:#e6eefb;color:#23508f}.badge.t-all_resolved{background:var(--okbg);color:var(--ok)}
+.badge.t-invalid{background:var(--warnbg);color:#8a5a00}
+.badge.fact{background:#fde7d8;color:#9a3d00}.badge.commitment{background:#efe3fb;color:#5b2a86}
+.badge.player_input{background:#dff3f6;color:#0b5f6b}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 14px;margin:10px 0}
+.turn h3{margin:0 0 8px;font-size:14px}
+.player,.narrator{padding:8px 10px;border-radius:6px;margin:6px 0;white-space:pre-wrap}
+.player{background:#eef3fb;border-left:3px solid #6b8fd6}.narrator{background:#f7f7f2;border-left:3px solid #b8a85a}
+.who{font-size:11px;font-weight:600;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);display:block}
+ul.changes{list-style:none;padding:0;margin:6px 0}ul.changes li{padding:2px 0}
+.add{color:var(--ok)}.neg{color:var(--bad)}.node-done{color:#23508f}.sat{color:var(--ok)}.unsat{color:#8a5a00}
+.fid{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;background:#eef1f5;padding:0 4px;border-radius:3px}
+.turn.conflict-turn{border-color:var(--bad);box-shadow:0 0 0 1px var(--bad) inset}
+.conflict{background:var(--badbg);border:1px solid #f1b8b3;border-left:4px solid var(--bad);border-radius:6px;
+padding:10px 12px;margin:8px 0}
+.conflict .target{margin:6px 0;padding:6px 10px;background:#fff;border-radius:4px;white-space:pre-wrap}
+.conflict dl{display:grid;grid-template-columns:150px 1fr;gap:2px 10px;margin:6px 0 0}.conflict dt{color:var(--muted)}
+.conflict dd{margin:0;white-space:pre-wrap}
+.overturned{background:var(--warnbg);border-left:4px solid #d9a300;border-radius:6px;padding:6px 10px;margin:6px 0}
+.warn{background:var(--warnbg);border:1px solid #ecd48a;border-radius:6px;padding:8px 12px;margin:8px 0}
+details{margin:6px 0}summary{cursor:pointer;color:var(--muted);font-size:12px}
+pre{white-space:pre-wrap;background:#f3f4f7;padding:8px;border-radius:4px;font-size:12px;margin:4px 0}
+tr.inactive td.text{text-decoration:line-through;color:var(--muted)}
+.strip{display:flex;gap:1px;flex-wrap:nowrap}.strip span{width:7px;height:14px;background:var(--pending);display:inline-block}
+.strip span.s{background:#3ea35a}
+.controls{display:flex;gap:10px;align-items:center;margin:6px 0}
+.controls input,.controls select{font:inherit;padding:3px 6px;border:1px solid var(--line);border-radius:4px}
+figure{margin:10px 0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:8px}
+figure svg{max-width:100%;height:auto}
+.metrics{display:flex;flex-wrap:wrap;gap:8px;margin:10px 0}
+.metrics div{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:6px 12px}
+.metrics b{display:block;font-size:16px}
+.scroll{overflow-x:auto}.summary td:first-child{min-width:220px}.terms{white-space:nowrap;line-height:1.35}
+.ending{font-weight:600;color:var(--bad)}.summary .small{white-space:nowrap}
+"""
+
+INDEX_JS = """
+document.querySelectorAll('table.sortable').forEach(function(table){
+  table.querySelectorAll('th').forEach(function(th, col){
+    th.classList.add('sortable');
+    th.addEventListener('click', function(){
+      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+      var dir = th.dataset.dir === 'asc' ? -1 : 1; th.dataset.dir = dir > 0 ? 'asc' : 'desc';
+      rows.sort(function(a, b){
+        var x = a.cells[col].dataset.v || a.cells[col].textContent, y = b.cells[col].dataset.v || b.cells[col].textContent;
+        var nx = parseFloat(x), ny = parseFloat(y);
+        if (!isNaN(nx) && !isNaN(ny)) return dir * (nx - ny);
+        return dir * x.localeCompare(y);
+      });
+      rows.forEach(function(r){ body.appendChild(r); });
+    });
+  });
+});
+document.querySelectorAll('.controls').forEach(function(ctl){
+  var table = document.getElementById(ctl.dataset.table);
+  var sel = ctl.querySelector('select'), box = ctl.querySelector('input'), count = ctl.querySelector('.count');
+  function apply(){
+    var term = sel.value, q = box.value.toLowerCase(), shown = 0;
+    Array.prototype.forEach.call(table.tBodies[0].rows, function(r){
+      var ok = (!term || r.dataset.termination === term) && (!q || r.textContent.toLowerCase().indexOf(q) >= 0);
+      r.style.display = ok ? '' : 'none'; if (ok) shown++;
+    });
+    count.textContent = shown + ' shown';
+  }
+  sel.addEventListener('change', apply); box.addEventListener('input', apply);
+  apply();
+});
+"""
+
+
+def page(title: str, body: str, script: str = "") -> str:
+    js = f"<script>{script}</script>" if script else ""
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
+            f"<body><main>\n{body}\n</main>{js}</body></html>\n")
+
+
+def run_key(i: int, run: Run) -> str:
+    return f"{i:02d}-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", run.key).strip("._") or "run")
+
+
+def episode_href(key: str, spec_id: str) -> str:
+    return f"episodes/{quote(key)}/{quote(spec_id)}.html"
+
+
+def _badge(text: str, cls: str = "") -> str:
+    return f'<span class="badge {esc(cls)}">{esc(text)}</span>'
+
+
+def _conflict_badges(m: EpisodeMetrics) -> str:
+    return "".join(_badge(t, t) for t in CONFLICT_TYPES if getattr(m, t))
+
+
+def _overturned(result: EpisodeResult) -> int:
+    return sum(bool(t.conflict_check.get("conflicts")) and not t.conflicts for t in result.turns)
+
+
+# ---- index -------------------------------------------------------------------
+
+def _summary_html(rows: Sequence[Row]) -> str:
+    head = ("<tr><th>run</th><th class=num>episodes</th>" + "".join(f"<th class=num>{esc(h)}</th>" for _, h, _ in METRICS)
+            + "<th class=num>conflict-free</th><th>terminations</th></tr>")
+    body = []
+    for r in rows:
+        cells = [f"<td>{esc(r.label)}<div class='muted small'>{esc(r.path)}</div></td>", f"<td class=num>{r.agg.episodes}</td>"]
+        for k, _, d in METRICS:
+            iv = r.ci[k]
+            if iv.point != iv.point:  # NaN: no scored episode
+                cells.append("<td class=num>n/a</td>")
+            else:
+                cells.append(f"<td class=num>{iv.point:.{d}f}<div class='muted small'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div></td>")
+        cf = r.ci["conflict_free"]
+        cf_ci = "" if cf.lo != cf.lo else f"<div class='muted small'>[{cf.lo:.0f}, {cf.hi:.0f}]</div>"
+        cells.append(f"<td class=num>{r.agg.conflict_free}{cf_ci}</td>")
+        cells.append("<td class='small terms'>" + "<br>".join(
+            f"{t}&nbsp;<b>{r.agg.terminations[t]}</b>" for t in TERMINATIONS)
+            + (f"<br>unfinished&nbsp;<b>{r.unfinished}</b>" if r.unfinished else "") + "</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<div class=scroll><table class='summary'><thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+def _episode_table(i: int, run: Run) -> str:
+    key = run_key(i, run)
+    tid = f"episodes-{i}"
+    rows = []
+    for sid, result in run.results.items():
+        m = episode_metrics(result)
+        spec = run.specs.get(sid)
+        title = spec.meta.title if spec else ""
+        genres = ", ".join(spec.meta.genres) if spec else ""
+        rows.append(
+            f"<tr class=\"episode\" data-termination=\"{esc(m.termination)}\" data-spec=\"{esc(sid)}\">"
+            f"<td><a href=\"{esc(episode_href(key, sid))}\">{esc(sid)}</a></td><td>{esc(title)}</td>"
+            f"<td class=small>{esc(genres)}</td><td>{_badge(m.termination, 't-' + m.termination)}</td>"
+            f"<td class=num>{m.turns}</td><td class=num>{100 * m.trajectory_progress:.1f}</td>"
+            f"<td class=num>{100 * m.satisfied:.1f}</td><td data-v=\"{esc(' '.join(t for t in CONFLICT_TYPES if getattr(m, t)))}\">"
+            f"{_conflict_badges(m)}</td><td class=num>{_overturned(result)}</td></tr>")
+    options = "".join(f"<option value=\"{t}\">{t}</option>" for t in TERMINATIONS)
+    return (f"<div class=\"controls\" data-table=\"{tid}\"><select aria-label=\"termination\">"
+            f"<option value=\"\">all terminations</option>{options}</select>"
+            f"<input type=\"search\" placeholder=\"filter episodes\" aria-label=\"filter\">"
+            f"<span class=\"count muted small\">{len(rows)} episodes</span></div>"
+            f"<table class=\"sortable episodes\" id=\"{tid}\"><thead><tr><th>episode</th><th>title</th><th>genres</th>"
+            f"<th>termination</th><th class=num>turns</th><th class=num>traj %</th><th class=num>sat %</th>"
+            f"<th>conflict</th><th class=num title=\"first-check conflicts the double-check cleared\">overturned</th>"
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float) -> str:
+    parts = ["<h1>NCP report</h1>",
+             f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
+             f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out.</p>",
+             "<h2>Results</h2>", _summary_html(rows)]
+    if svg:
+        parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
+    for i, run in enumerate(runs):
+        parts.append(f"<h2 id=\"run-{i}\">{esc(run.label)}</h2><p class='muted small'>{esc(run.path)}"
+                     + (f" &middot; {len(run.shards)} shard(s)" if run.shards else "") + "</p>")
+        for note in run.notes:
+            parts.append(f"<div class=warn>{esc(note)}</div>")
+        parts.append(_episode_table(i, run))
+    return page("NCP report", "\n".join(parts), INDEX_JS)
+
+
+# ---- one episode -------------------------------------------------------------
+
+def _fact(f: Any) -> str:
+    return f"<span class=fid>{esc(f.id)}</span> {esc(f.text)}"
+
+
+def _ledger_changes(view: TurnView) -> str:
+    items = []
+    if not view.pending.empty:
+        items += [f"<li class=add>+ {_fact(f)} <span class='muted small'>(from the opening)</span></li>"
+                  for f in view.pending.added]
+        items += [f"<li class=neg>&minus; {_fact(f)} <span class='muted small'>(from the opening)</span></li>"
+                  for f in view.pending.negated]
+    note = "" if view.committed else " <span class='muted small'>(candidate, not committed)</span>"
+    items += [f"<li class=add>+ {_fact(f)}{note}</li>" for f in view.update.added]
+    items += [f"<li class=neg>&minus; {_fact(f)}{note}</li>" for f in view.update.negated]
+    return f"<ul class=changes>{''.join(items)}</ul>" if items else ""
+
+
+def _progress_changes(rec: TurnRecord, spec: Any) -> str:
+    items = []
+    if rec.node_completed:
+        desc = next((n.description for n in spec.trajectory if n.id == rec.node_completed), "") if spec else ""
+        items.append(f"<li class=node-done>&#10003; node <span class=fid>{esc(rec.node_completed)}</span> "
+                     f"completed {esc(desc)}</li>")
+    if rec.newly_satisfied:
+        items.append("<li class=sat>&#9733; satisfied: "
+                     + " ".join(f"<span class=fid>{esc(c)}</span>" for c in rec.newly_satisfied) + "</li>")
+    if rec.back_to_pending:
+        items.append("<li class=unsat>&#8634; back to pending: "
+                     + " ".join(f"<span class=fid>{esc(c)}</span>" for c in rec.back_to_pending) + "</li>")
+    return f"<ul class=changes>{''.join(items)}</ul>" if items else ""
+
+
+def _conflict_block(details: list[dict[str, Any]], turn: int) -> str:
+    blocks = []
+    for d in details:
+        blocks.append(
+            f"<div class=\"conflict\" data-type=\"{esc(d['type'])}\"><b>Conflict</b> at turn {turn}: "
+            f"{_badge(d['type'], d['type'])}"
+            + ("" if d["type"] == "player_input" else f" <span class=fid>{esc(d['id'])}</span>")
+            + f"<div class=target>{esc(d['target_text'])}</div><dl>"
+            f"<dt>first check</dt><dd>{esc(d['reason_initial'])}</dd>"
+            f"<dt>after double-check</dt><dd>{esc(d['reason_reviewed'])}</dd>"
+            f"<dt>review</dt><dd>{esc(d['review_reason'])}</dd></dl></div>")
+    return "".join(blocks)
+
+
+def _raw_conflict_details(rec: TurnRecord) -> list[dict[str, Any]]:
+    """Without the spec no target text can be resolved, except the player input."""
+    first = {(c["type"], c["id"]): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
+    review = rec.double_check or {}
+    return [{"type": c["type"], "id": c["id"],
+             "target_text": rec.player_input if c["type"] == "player_input" else "(spec not available)",
+             "reason_initial": first.get((c["type"], c["id"]), ""), "reason_reviewed": c.get("reason", ""),
+             "review_reason": review.get("review_reason", "")} for c in rec.conflicts]
+
+
+def _audit_details(rec: TurnRecord) -> str:
+    first = rec.conflict_check.get("conflicts", [])
+    out = []
+    if first and not rec.conflicts:
+        out.append("<div class=overturned>The first check raised "
+                   + ", ".join(f"{esc(c['type'])} <span class=fid>{esc(c['id'])}</span>" for c in first)
+                   + "; the double-check cleared it"
+                   + (f": {esc((rec.double_check or {}).get('review_reason', ''))}" if rec.double_check else "")
+                   + "</div>")
+    payload = {"fact_update": rec.fact_update.model_dump(mode="json"), "conflict_check": rec.conflict_check,
+               "double_check": rec.double_check, "trajectory_check": rec.trajectory_check}
+    out.append("<details><summary>auditor outputs</summary><pre>"
+               + esc(json.dumps(payload, indent=1, ensure_ascii=False)) + "</pre></details>")
+    return "".join(out)
+
+
+def _turn_card(rec: TurnRecord, view: TurnView | None, spec: Any) -> str:
+    ended = bool(rec.conflicts)
+    cls = "card turn conflict-turn" if ended else "card turn"
+    parts = [f"<article class=\"{cls}\" id=\"t{rec.turn}\"><h3>Turn {rec.turn}</h3>",
+             f"<div class=player><span class=who>player</span>{esc(rec.player_input)}</div>",
+             f"<div class=narrator><span class=who>narrator</span>{esc(rec.response)}</div>"]
+    if view is not None:
+        parts.append(_ledger_changes(view))
+    else:
+        fu = rec.fact_update
+        items = [f"<li class=add>+ {esc(a)}</li>" for a in fu.add_facts if a.strip()]
+        items += [f"<li class=neg>&minus; <span class=fid>{esc(i)}</span></li>" for i in fu.negate_facts]
+        if items:
+            parts.append(f"<ul class=changes>{''.join(items)}</ul>")
+    parts.append(_progress_changes(rec, spec))
+    if ended:
+        details = conflict_details(spec, view) if (spec is not None and view is not None) else _raw_conflict_details(rec)
+        parts.append(_conflict_block(details, rec.turn))
+    parts.append(_audit_details(rec))
+    parts.append("</article>")
+    return "".join(parts)
+
+
+def _fact_table(rp: Replay) -> str:
+    origin: dict[str, str] = {f.id: "initial" for f in rp.spec.initial_facts}
+    negated_at: dict[str, str] = {f.id: "spec (t=0)" for f in rp.spec.initial_facts if f.negated}
+    for v in rp.turns:
+        if not v.committed:
+            break
+        for f in v.pending.added:
+            origin[f.id] = "opening"
+        for f in v.pending.negated:
+            negated_at[f.id] = "opening"
+        for f in v.update.added:
+            origin[f.id] = f"turn {v.record.turn}"
+        for f in v.update.negated:
+            negated_at[f.id] = f"turn {v.record.turn}"
+    rows = []
+    for f in rp.final.facts:
+        rows.append(f"<tr class=\"{'active' if f.active else 'inactive'}\"><td><span class=fid>{esc(f.id)}</span></td>"
+                    f"<td class=text>{esc(f.text)}</td><td>{esc(origin.get(f.id, ''))}</td>"
+                    f"<td>{esc(negated_at.get(f.id, ''))}</td></tr>")
+    return ("<table class=ledger><thead><tr><th>id</th><th>fact</th><th>added</th><th>negated</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _node_table(rp: Replay) -> str:
+    done = {v.record.node_completed: v.record.turn for v in rp.turns if v.committed and v.record.node_completed}
+    rows = []
+    for n, occurred in zip(rp.spec.trajectory, rp.final.node_occurred):
+        at = f"turn {done[n.id]}" if n.id in done else ("yes" if occurred else "")
+        rows.append(f"<tr><td><span class=fid>{esc(n.id)}</span></td><td>{esc(n.description)}</td>"
+                    f"<td class=small>{esc(n.trigger_event)}</td><td class=small>{esc(n.key_delta)}</td>"
+                    f"<td>{esc(at)}</td></tr>")
+    return ("<table class=nodes><thead><tr><th>node</th><th>description</th><th>trigger event</th><th>key change</th>"
+            f"<th>completed</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _commitment_table(rp: Replay) -> str:
+    committed = [v for v in rp.turns if v.committed]
+    final = rp.final.status_map
+    rows = []
+    for c in rp.spec.commitments:
+        strip = "".join(
+            f"<span class=\"{'s' if v.after is not None and v.after.status_map.get(c.id) == 'satisfied' else 'p'}\" "
+            f"title=\"turn {v.record.turn}\"></span>" for v in committed)
+        sat = [str(v.record.turn) for v in committed if c.id in v.record.newly_satisfied]
+        back = [str(v.record.turn) for v in committed if c.id in v.record.back_to_pending]
+        rows.append(f"<tr class=\"commitment status-{esc(final.get(c.id, 'pending'))}\"><td><span class=fid>{esc(c.id)}</span>"
+                    f"</td><td>{esc(c.type)}</td><td>{esc(c.description)}</td>"
+                    f"<td>{_badge(final.get(c.id, 'pending'), 't-all_resolved' if final.get(c.id) == 'satisfied' else '')}</td>"
+                    f"<td class=small>{esc(', '.join(sat))}</td><td class=small>{esc(', '.join(back))}</td>"
+                    f"<td><div class=strip>{strip}</div></td></tr>")
+    return ("<table class=commitments><thead><tr><th>id</th><th>type</th><th>description</th><th>final</th>"
+            "<th>satisfied at turn</th><th>back to pending at</th><th>status per turn</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
+    spec = run.specs.get(result.spec_id)
+    m = episode_metrics(result)
+    rp = replay(spec, result) if spec is not None else None
+    views: dict[int, TurnView] = {v.record.turn: v for v in rp.turns} if rp else {}
+    title = f"{result.spec_id}" + (f" — {spec.meta.title}" if spec else "")
+    parts = [f"<p class=small><a href=\"{esc(index_href)}\">&larr; all episodes</a> &middot; {esc(run.label)}</p>",
+             f"<h1>{esc(title)}</h1>"]
+    if spec:
+        parts.append(f"<p class=muted>{esc(', '.join(spec.meta.genres))} &middot; player: {esc(spec.meta.player_role)}</p>")
+    parts.append(
+        "<div class=metrics>"
+        f"<div>termination<b>{_badge(m.termination, 't-' + m.termination)}</b></div>"
+        f"<div>turns<b>{m.turns}</b></div><div>trajectory<b>{100 * m.trajectory_progress:.1f}%</b></div>"
+        f"<div>satisfied<b>{100 * m.satisfied:.1f}%</b></div>"
+        f"<div>conflict<b>{_conflict_badges(m) or '&ndash;'}</b></div></div>")
+    if result.reason:
+        parts.append(f"<div class=warn>{esc(result.termination)}: {esc(result.reason)}</div>")
+    if spec is None:
+        parts.append("<div class=warn>The spec of this episode was not found, so the fact ledger, targets and "
+                     "node texts are not shown (pass report.dataset=DIR).</div>")
+    for problem in (rp.problems if rp else ()):
+        parts.append(f"<div class=warn>{esc(problem)}</div>")
+    last = result.turns[-1] if result.turns else None
+    if last is not None and last.conflicts:
+        kinds = ", ".join(sorted({c["type"] for c in last.conflicts}))
+        parts.append(f"<p class=ending>Ended by a {esc(kinds)} conflict at "
+                     f"<a href=\"#t{last.turn}\">turn {last.turn} &darr;</a></p>")
+
+    parts.append("<h2>Transcript</h2>")
+    opening = [f"<article class=\"card turn opening\" id=\"opening\"><h3>Opening</h3>"
+               f"<div class=narrator><span class=who>narrator</span>{esc(result.opening)}</div>"]
+    ou = result.opening_update
+    if ou and (ou.add_facts or ou.negate_facts):
+        if rp is not None:  # ids and texts as they will be when turn 0 commits
+            pending = diff(rp.opening_state.facts, ledger.projected_facts(rp.opening_state))
+            items = [f"<li class=add>+ {_fact(f)}</li>" for f in pending.added]
+            items += [f"<li class=neg>&minus; {_fact(f)}</li>" for f in pending.negated]
+        else:
+            items = [f"<li class=add>+ {esc(a)}</li>" for a in ou.add_facts if a.strip()]
+            items += [f"<li class=neg>&minus; <span class=fid>{esc(i)}</span></li>" for i in ou.negate_facts]
+        opening.append("<div class='muted small'>fact updates, held pending until turn 0 commits:</div>"
+                       f"<ul class=changes>{''.join(items)}</ul>")
+    opening.append("</article>")
+    parts.append("".join(opening))
+    for rec in result.turns:
+        parts.append(_turn_card(rec, views.get(rec.turn), spec))
+    if rp is not None:
+        parts += ["<h2>Fact ledger</h2>", _fact_table(rp), "<h2>Trajectory</h2>", _node_table(rp),
+                  "<h2>Commitments</h2>", _commitment_table(rp)]
+    return page(title, "\n".join(parts))
+
+
+def write_html(runs: Sequence[Run], rows: Sequence[Row], out: Path, svg: str, level: float) -> Path:
+    from ..store import atomic_write
+
+    for i, run in enumerate(runs):
+        key = run_key(i, run)
+        for sid, result in run.results.items():
+            atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
+    index = out / "index.html"
+    atomic_write(index, index_page(runs, rows, svg, level))
+    return index

@@ -1,0 +1,130 @@
+"""An episode's state turn by turn, rebuilt from its records through `ledger`.
+
+Results store every turn's decisions (fact updates, node completed, the
+statuses) but only the final state; replaying the decisions through the
+same pure transitions the episode used gives the state before each turn,
+which both the transcript pages and the re-audit need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import ledger
+from ..episode import EpisodeResult, FactUpdateRecord, TurnRecord
+from ..ledger import EpisodeState, Exchange, FactEntry, FactUpdate, Status
+from ..spec import Spec
+from ..stages import PLAYER_INPUT_ID
+
+
+def to_update(rec: FactUpdateRecord | None) -> FactUpdate:
+    if rec is None:
+        return FactUpdate()
+    return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
+
+
+@dataclass(frozen=True)
+class LedgerDiff:
+    added: tuple[FactEntry, ...] = ()
+    negated: tuple[FactEntry, ...] = ()  # as they were before (active)
+
+    @property
+    def empty(self) -> bool:
+        return not self.added and not self.negated
+
+
+def diff(before: tuple[FactEntry, ...], after: tuple[FactEntry, ...]) -> LedgerDiff:
+    old = {f.id: f for f in before}
+    added = tuple(f for f in after if f.id not in old)
+    negated = tuple(old[f.id] for f in after if f.id in old and old[f.id].active and not f.active)
+    return LedgerDiff(added, negated)
+
+
+@dataclass(frozen=True)
+class TurnView:
+    record: TurnRecord
+    before: EpisodeState  # committed state before the turn
+    projected: tuple[FactEntry, ...]  # committed + pending: the ledger the audit saw
+    pending: LedgerDiff  # the opening's updates, applied when turn 0 commits
+    update: LedgerDiff  # this turn's own updates (candidates only, on a turn that did not commit)
+    after: EpisodeState | None  # None: the turn did not commit (a conflict)
+
+    @property
+    def committed(self) -> bool:
+        return self.after is not None
+
+
+@dataclass(frozen=True)
+class Replay:
+    spec: Spec
+    result: EpisodeResult
+    opening_state: EpisodeState  # after the opening: its updates pending
+    turns: tuple[TurnView, ...]
+    final: EpisodeState
+    problems: tuple[str, ...]  # where the records and the stored final state disagree
+
+
+def _statuses(rec: TurnRecord, before: EpisodeState) -> tuple[tuple[str, Status], ...]:
+    if rec.status_check is None:
+        return before.statuses
+    return tuple((e["id"], "satisfied" if e["status"] == "SATISFIED" else "pending") for e in rec.status_check)
+
+
+def replay(spec: Spec, result: EpisodeResult) -> Replay:
+    problems: list[str] = []
+    state = ledger.initial_state(spec).model_copy(update={
+        "opening": result.opening, "pending": to_update(result.opening_update)})
+    opening_state = state
+    node_index = {n.id: i for i, n in enumerate(spec.trajectory)}
+    views = []
+    for rec in result.turns:
+        projected = ledger.projected_facts(state)
+        pending = diff(state.facts, projected)
+        update = to_update(rec.fact_update)
+        candidate = diff(projected, ledger.apply_update(projected, update))
+        if rec.conflicts:
+            views.append(TurnView(rec, state, projected, pending, candidate, None))
+            if rec is not result.turns[-1]:
+                problems.append(f"turn {rec.turn}: a standing conflict that did not end the episode")
+            break
+        occurred = state.node_occurred
+        if rec.node_completed is not None:
+            if rec.node_completed in node_index:
+                occurred = ledger.complete_node(occurred, node_index[rec.node_completed])
+            else:
+                problems.append(f"turn {rec.turn}: completed node {rec.node_completed} is not in the spec")
+        after = ledger.commit_turn(state, update, occurred, _statuses(rec, state),
+                                   Exchange(player_input=rec.player_input, response=rec.response))
+        views.append(TurnView(rec, state, projected, pending, candidate, after))
+        state = after
+    stored = result.final_state
+    if (state.facts, state.node_occurred, state.statuses) != (stored.facts, stored.node_occurred, stored.statuses):
+        problems.append("replayed final state differs from the stored one (spec changed since the run?)")
+    return Replay(spec, result, opening_state, tuple(views), state, tuple(problems))
+
+
+def conflict_details(spec: Spec, view: TurnView) -> list[dict[str, Any]]:
+    """Each standing conflict with its target's text and the reasons before and after the double-check."""
+    rec = view.record
+    facts = {f.id: f.text for f in view.projected}
+    commitments = {c.id: c.description for c in spec.commitments}
+    first = {(c["type"], c["id"]): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
+    review = rec.double_check or {}
+    out = []
+    for c in rec.conflicts:
+        ctype, cid = c["type"], c["id"]
+        if ctype == "fact":
+            target = facts.get(cid, "(unknown fact)")
+        elif ctype == "commitment":
+            target = commitments.get(cid, "(unknown commitment)")
+        else:
+            target, cid = rec.player_input, PLAYER_INPUT_ID
+        out.append({
+            "type": ctype, "id": cid, "target_text": target,
+            "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
+            "reason_reviewed": c.get("reason", ""),
+            "review_reason": review.get("review_reason", ""),
+            "confirmed": review.get("confirmed"),
+        })
+    return out

@@ -1,0 +1,204 @@
+"""Reading finished runs for reports: one run dir, or the shards of one run.
+
+A run dir holds `results/`; a Slurm run holds `shard-XXX-of-YYY/` subdirs,
+each a run dir of its own, and is read as one run (the union of the shards'
+results). Nothing here writes into a run dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ..episode import EpisodeResult
+from ..metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
+from ..spec import Spec, SpecError, load_spec
+
+SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")
+REAUDIT_KIND = "reaudit"
+
+
+@dataclass
+class Run:
+    path: Path
+    label: str
+    manifest: dict[str, Any]
+    results: dict[str, EpisodeResult]  # spec id -> result, in dataset order
+    shards: tuple[Path, ...] = ()
+    unfinished: tuple[str, ...] = ()  # a checkpoint but no result yet
+    notes: list[str] = field(default_factory=list)
+    specs: dict[str, Spec] = field(default_factory=dict)  # filled by `attach_specs`
+
+    @property
+    def key(self) -> str:
+        return self.path.name or "run"
+
+    @property
+    def max_turns(self) -> int:
+        cfg_turns = (self.manifest.get("config") or {}).get("max_turns")
+        turns = [r.max_turns for r in self.results.values()]
+        return max(turns) if turns else int(cfg_turns or 0)
+
+    def metrics(self) -> list[EpisodeMetrics]:
+        return [episode_metrics(r) for r in self.results.values()]
+
+    def aggregate(self) -> Aggregate:
+        return aggregate(self.metrics(), self.max_turns)
+
+    def genres(self, spec_id: str) -> tuple[str, ...]:
+        spec = self.specs.get(spec_id)
+        return spec.meta.genres if spec else ()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(path, "", f"cannot read JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(path, "", "expected a JSON object")
+    return data
+
+
+def _read_result(path: Path) -> EpisodeResult:
+    try:
+        return EpisodeResult.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise SpecError(path, where, f"not an episode result: {err['msg']}") from None
+    except OSError as exc:
+        raise SpecError(path, "", f"cannot read: {exc}") from None
+
+
+def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
+    """narrator model / auditor model / condition / method, as far as the manifest knows."""
+    cfg = manifest.get("config") or {}
+    models = manifest.get("models") or {}
+
+    def model(role: str) -> str | None:
+        name = ((cfg.get(role) or {}).get("model") or {}).get("name")
+        return name or (models.get(role) or {}).get("name")
+
+    parts = [model("narrator"), model("auditor"), (cfg.get("condition") or {}).get("name"),
+             (cfg.get("method") or {}).get("name")]
+    if not all(parts[:2]):
+        return fallback
+    return " / ".join(str(p) for p in parts if p)
+
+
+def load_run(path: str | Path) -> Run:
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise SpecError(root, "runs", "no such run directory")
+    shards = sorted((d for d in root.iterdir() if d.is_dir() and SHARD.match(d.name) and (d / "results").is_dir()),
+                    key=lambda d: d.name)
+    parts = ([root] if (root / "results").is_dir() else []) + shards
+    if not parts:
+        raise SpecError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
+    manifest: dict[str, Any] = {}
+    for part in parts:
+        if (part / "manifest.json").is_file():
+            manifest = _read_json(part / "manifest.json")
+            break
+    if manifest.get("kind") == REAUDIT_KIND:
+        raise SpecError(root, "runs", "this is a re-audit directory; its report is agreement.md in it")
+    notes: list[str] = []
+    if shards:
+        counts = {int(SHARD.match(d.name).group(2)) for d in shards}  # type: ignore[union-attr]
+        present = {int(SHARD.match(d.name).group(1)) for d in shards}  # type: ignore[union-attr]
+        if len(counts) > 1:
+            notes.append(f"shard dirs of different shard counts: {sorted(counts)}")
+        missing = sorted(set(range(max(counts))) - present)
+        if missing:
+            notes.append(f"{len(present)} of {max(counts)} shards present (missing "
+                         + ", ".join(f"{i:03d}" for i in missing) + ")")
+    found: dict[str, EpisodeResult] = {}
+    unfinished: set[str] = set()
+    for part in parts:
+        for f in sorted((part / "results").glob("*.json")):
+            result = _read_result(f)
+            if result.spec_id in found:
+                notes.append(f"{result.spec_id}: result in more than one shard; kept the first ({f} ignored)")
+                continue
+            found[result.spec_id] = result
+        if (part / "checkpoints").is_dir():
+            unfinished.update(f.stem for f in (part / "checkpoints").glob("*.json"))
+    unfinished -= set(found)
+    order = list((manifest.get("dataset") or {}).get("specs") or [])
+    rank = {sid: i for i, sid in enumerate(order)}
+    ordered = dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+    if unfinished:
+        notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
+    return Run(path=root, label=label_from_manifest(manifest, root.name), manifest=manifest, results=ordered,
+               shards=tuple(shards), unfinished=tuple(sorted(unfinished)), notes=notes)
+
+
+def load_runs(paths: list[str]) -> list[Run]:
+    runs = [load_run(p) for p in paths]
+    # Runs of the same models and condition (other seeds, say) still need a
+    # row each that a reader can tell apart.
+    labels = [r.label for r in runs]
+    for r in runs:
+        if labels.count(r.label) > 1:
+            r.label = f"{r.label} [{r.key}]"
+    labels = [r.label for r in runs]
+    for i, r in enumerate(runs):
+        if labels.count(r.label) > 1:
+            r.label = f"{r.label} #{i + 1}"
+    return runs
+
+
+def _dataset_digest(root: Path) -> str | None:
+    """The same digest as `spec.load_dataset` (index, then each spec in index order)."""
+    index = root / "index.yaml"
+    try:
+        ids = (yaml.safe_load(index.read_text(encoding="utf-8")) or {}).get("specs") or []
+        digest = hashlib.sha256(index.read_bytes())
+        for sid in ids:
+            digest.update((root / "specs" / f"{sid}.yaml").read_bytes())
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        return None
+    return digest.hexdigest()
+
+
+def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -> None:
+    """Load the specs of the run's episodes (for genres, ledgers, targets).
+
+    The dataset path is the manifest's unless `dataset` overrides it. With
+    `required`, a missing spec is an error; otherwise a note, and what needs
+    the spec is left out of the report for that episode.
+    """
+    where = dataset or (run.manifest.get("dataset") or {}).get("path")
+    if not where:
+        msg = "the manifest names no dataset (pass report.dataset=DIR)"
+        if required:
+            raise SpecError(run.path / "manifest.json", "dataset.path", msg)
+        run.notes.append(f"specs not loaded: {msg}")
+        return
+    root = Path(where).expanduser()
+    expected = (run.manifest.get("dataset") or {}).get("sha256")
+    if expected and root.is_dir():
+        got = _dataset_digest(root)
+        if got and got != expected:
+            run.notes.append(f"dataset at {root} differs from the one the run used (sha256 {got[:12]} != "
+                             f"{expected[:12]})")
+    missing = []
+    for sid in run.results:
+        path = root / "specs" / f"{sid}.yaml"
+        if not path.is_file():
+            missing.append(sid)
+            continue
+        run.specs[sid] = load_spec(path)
+    if missing:
+        msg = f"{len(missing)} spec(s) not found under {root}/specs: {', '.join(missing[:5])}"
+        if required:
+            raise SpecError(root, "dataset.path", msg + " (pass report.dataset=DIR)")
+        run.notes.append(msg)

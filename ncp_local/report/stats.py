@@ -1,0 +1,106 @@
+"""Small statistics for reports: bootstrap intervals, agreement, correlation.
+
+numpy only: the few formulas needed here are short, and a report must not
+pull a heavy dependency onto a cluster node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Interval:
+    point: float
+    lo: float
+    hi: float
+
+
+def bootstrap(columns: Mapping[str, Sequence[float]], resamples: int = 2000, seed: int = 0,
+              level: float = 0.95, reduce: str = "mean") -> dict[str, Interval]:
+    """Percentile intervals over episodes; one shared set of resamples for every column.
+
+    Resampling whole episodes (the same index draw for every column) keeps the
+    columns' dependence, and a fixed seed makes the table reproducible.
+    `reduce` is `mean` or `sum` (a count such as conflict-free runs).
+    """
+    names = list(columns)
+    data = np.asarray([np.asarray(columns[k], dtype=float) for k in names])
+    if data.ndim != 2 or data.shape[1] == 0:
+        return {k: Interval(math.nan, math.nan, math.nan) for k in names}
+    n = data.shape[1]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n))
+    alpha = (1 - level) / 2
+    out = {}
+    for i, k in enumerate(names):
+        draws = data[i][idx]
+        stat = draws.sum(axis=1) if reduce == "sum" else draws.mean(axis=1)
+        point = float(data[i].sum() if reduce == "sum" else data[i].mean())
+        lo, hi = np.quantile(stat, [alpha, 1 - alpha])
+        out[k] = Interval(point, float(lo), float(hi))
+    return out
+
+
+def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
+    """Cohen's kappa for two raters' yes/no labels on the same items.
+
+    Undefined (NaN) when chance agreement is 1, i.e. both raters gave one
+    and the same label to every item: report the raw agreement then.
+    """
+    if len(a) != len(b):
+        raise ValueError("raters labelled different numbers of items")
+    n = len(a)
+    if n == 0:
+        return math.nan
+    x = np.asarray(a, dtype=bool)
+    y = np.asarray(b, dtype=bool)
+    p_o = float(np.mean(x == y))
+    pa, pb = float(x.mean()), float(y.mean())
+    p_e = pa * pb + (1 - pa) * (1 - pb)
+    if p_e >= 1.0:
+        return math.nan
+    return (p_o - p_e) / (1 - p_e)
+
+
+def confusion(a: Sequence[bool], b: Sequence[bool]) -> dict[str, int]:
+    """2x2 counts, first rater first: yes_yes, yes_no, no_yes, no_no."""
+    out = {"yes_yes": 0, "yes_no": 0, "no_yes": 0, "no_no": 0}
+    for x, y in zip(a, b):
+        out[("yes" if x else "no") + "_" + ("yes" if y else "no")] += 1
+    return out
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """NaN when either side has no variance (the coefficient is undefined)."""
+    if len(x) != len(y):
+        raise ValueError("pearson: lengths differ")
+    if len(x) < 2:
+        return math.nan
+    u = np.asarray(x, dtype=float) - np.mean(x)
+    v = np.asarray(y, dtype=float) - np.mean(y)
+    den = math.sqrt(float(u @ u) * float(v @ v))
+    return float(u @ v) / den if den > 0 else math.nan
+
+
+def ranks(x: Sequence[float]) -> np.ndarray:
+    """1-based ranks, ties given their average rank."""
+    arr = np.asarray(x, dtype=float)
+    order = np.argsort(arr, kind="mergesort")
+    out = np.empty(len(arr), dtype=float)
+    i = 0
+    while i < len(arr):
+        j = i
+        while j + 1 < len(arr) and arr[order[j + 1]] == arr[order[i]]:
+            j += 1
+        out[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    return pearson(ranks(x), ranks(y))

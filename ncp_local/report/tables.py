@@ -1,0 +1,201 @@
+"""The PROTOCOL section 5 table with bootstrap intervals, and per-genre tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..metrics import Aggregate, EpisodeMetrics, aggregate
+from .runs import Run
+from .stats import Interval, bootstrap
+
+TERMINATIONS = ("conflict", "max_turns", "all_resolved", "invalid")
+# (key, header, decimals)
+METRICS: tuple[tuple[str, str, int], ...] = (
+    ("avg_turns", "avg turns", 2),
+    ("trajectory_pct", "traj %", 2),
+    ("satisfied_pct", "sat %", 2),
+    ("fact_pct", "fact %", 1),
+    ("commitment_pct", "commit %", 1),
+    ("player_input_pct", "player %", 1),
+)
+
+
+def _columns(scored: list[EpisodeMetrics]) -> dict[str, list[float]]:
+    return {
+        "avg_turns": [m.turns for m in scored],
+        "trajectory_pct": [100 * m.trajectory_progress for m in scored],
+        "satisfied_pct": [100 * m.satisfied for m in scored],
+        "fact_pct": [100 * m.fact for m in scored],
+        "commitment_pct": [100 * m.commitment for m in scored],
+        "player_input_pct": [100 * m.player_input for m in scored],
+    }
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    path: str
+    agg: Aggregate
+    ci: dict[str, Interval]  # METRICS keys and "conflict_free"
+    unfinished: int
+
+
+def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -> list[Row]:
+    rows = []
+    for run in runs:
+        ms = run.metrics()
+        agg = aggregate(ms, run.max_turns)
+        scored = [m for m in ms if m.termination != "invalid"]
+        ci = bootstrap(_columns(scored), resamples, seed, level)
+        ci.update(bootstrap({"conflict_free": [float(m.termination != "conflict") for m in scored]},
+                            resamples, seed, level, reduce="sum"))
+        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished)))
+    return rows
+
+
+def _num(x: float, d: int) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.{d}f}"
+
+
+def _cell(iv: Interval, d: int) -> str:
+    if math.isnan(iv.point):
+        return "n/a"
+    return f"{_num(iv.point, d)} [{_num(iv.lo, d)}, {_num(iv.hi, d)}]"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
+    sep = ["---" if i < left else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(_md_escape(str(c)) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+SUMMARY_HEADER = ("run", "episodes", *(h for _, h, _ in METRICS), "conflict-free", *TERMINATIONS)
+
+
+def summary_markdown(rows: Sequence[Row], level: float) -> str:
+    body = []
+    for r in rows:
+        t = r.agg.terminations
+        cf = r.ci["conflict_free"]
+        cf_cell = f"{r.agg.conflict_free}" + ("" if math.isnan(cf.lo) else f" [{cf.lo:.0f}, {cf.hi:.0f}]")
+        body.append([r.label, r.agg.episodes, *(_cell(r.ci[k], d) for k, _, d in METRICS), cf_cell,
+                     *(t[k] for k in TERMINATIONS)])
+    note = (f"Point estimate [{level:.0%} bootstrap interval over episodes]; averages and rates leave "
+            "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type.")
+    return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note
+
+
+def summary_csv(rows: Sequence[Row]) -> str:
+    header = ["label", "run_dir", "episodes", "scored"]
+    for k, _, _ in METRICS:
+        header += [k, f"{k}_lo", f"{k}_hi"]
+    header += ["conflict_free", "conflict_free_lo", "conflict_free_hi", *TERMINATIONS, "unfinished"]
+    body = []
+    for r in rows:
+        line: list[Any] = [r.label, r.path, r.agg.episodes, r.agg.scored]
+        for k, _, _ in METRICS:
+            iv = r.ci[k]
+            line += [_round(iv.point), _round(iv.lo), _round(iv.hi)]
+        cf = r.ci["conflict_free"]
+        line += [r.agg.conflict_free, _round(cf.lo), _round(cf.hi), *(r.agg.terminations[k] for k in TERMINATIONS),
+                 r.unfinished]
+        body.append(line)
+    return csv_text(header, body)
+
+
+def _round(x: float) -> Any:
+    return "" if math.isnan(x) else round(x, 6)
+
+
+# ---- per genre (the paper's Table 7) ---------------------------------------
+
+GENRE_HEADER = ("genre", "episodes", "avg turns", "traj %", "sat %", "fact %", "commit %", "player %")
+UNKNOWN_GENRE = "(unknown)"
+
+
+@dataclass(frozen=True)
+class GenreRow:
+    genre: str
+    episodes: int
+    avg_turns: float
+    trajectory_pct: float
+    satisfied_pct: float
+    fact_pct: float
+    commitment_pct: float
+    player_input_pct: float
+
+
+def genre_rows(run: Run) -> list[GenreRow]:
+    """One row per genre label; an episode counts under each of its spec's genres."""
+    by_genre: dict[str, list[EpisodeMetrics]] = {}
+    for m in run.metrics():
+        if m.termination == "invalid":
+            continue
+        for g in run.genres(m.spec_id) or (UNKNOWN_GENRE,):
+            by_genre.setdefault(g, []).append(m)
+    rows = []
+    for g in sorted(by_genre):
+        ms = by_genre[g]
+        cols = _columns(ms)
+        mean = {k: sum(v) / len(v) for k, v in cols.items()}
+        rows.append(GenreRow(g, len(ms), mean["avg_turns"], mean["trajectory_pct"], mean["satisfied_pct"],
+                             mean["fact_pct"], mean["commitment_pct"], mean["player_input_pct"]))
+    return rows
+
+
+def _genre_cells(r: GenreRow) -> list[Any]:
+    return [r.genre, r.episodes, f"{r.avg_turns:.2f}", f"{r.trajectory_pct:.2f}", f"{r.satisfied_pct:.2f}",
+            f"{r.fact_pct:.1f}", f"{r.commitment_pct:.1f}", f"{r.player_input_pct:.1f}"]
+
+
+def genre_markdown(runs: Sequence[Run]) -> str:
+    parts = []
+    for run in runs:
+        parts.append(f"### {run.label}\n\n" + markdown_table(GENRE_HEADER, [_genre_cells(r) for r in genre_rows(run)]))
+    return "\n\n".join(parts)
+
+
+def genre_csv(runs: Sequence[Run]) -> str:
+    header = ["label", "run_dir", "genre", "episodes", "avg_turns", "trajectory_pct", "satisfied_pct",
+              "fact_pct", "commitment_pct", "player_input_pct"]
+    body = []
+    for run in runs:
+        for r in genre_rows(run):
+            body.append([run.label, str(run.path), r.genre, r.episodes, *(_round(x) for x in (
+                r.avg_turns, r.trajectory_pct, r.satisfied_pct, r.fact_pct, r.commitment_pct, r.player_input_pct))])
+    return csv_text(header, body)
+
+
+# ---- survival ---------------------------------------------------------------
+
+def survival_csv(runs: Sequence[Run]) -> str:
+    curves = [r.aggregate().survival for r in runs]
+    horizon = max((len(c) for c in curves), default=0)
+    body = [[t, *(_round(c[t]) if t < len(c) else "" for c in curves)] for t in range(horizon)]
+    return csv_text(["t", *(r.label for r in runs)], body)
+
+
+def write(path: Path, text: str) -> Path:
+    from ..store import atomic_write
+
+    atomic_write(path, text)
+    return path
+

@@ -1,0 +1,216 @@
+"""Submit one run as a Slurm array job: task i of N runs shard i.
+
+    python slurm/submit.py --shards N [sbatch options] -- <hydra overrides>
+
+The run directory is computed here, once, from the overrides (the same
+`runs/<dataset>-<config hash>` a local run would use, or the `out_dir` you
+give), and every task gets `shard.count=N out_dir=<that directory>`. Config,
+dataset and model paths are checked before anything is submitted.
+
+Submitting the same command again submits only the shards that are not
+finished (no `DONE` marker with all their results) and not already queued or
+running, so it both resumes a run and is safe to repeat. Then:
+
+    python run.py mode=merge out_dir=<run directory>
+
+Exit codes: 0 submitted (or nothing to do), 2 bad input, 1 sbatch failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ncp_local import config as config_mod  # noqa: E402
+from ncp_local.merge import shard_dirs  # noqa: E402
+from ncp_local.spec import SpecError  # noqa: E402
+from ncp_local.store import atomic_write  # noqa: E402
+
+TEMPLATE = REPO / "slurm" / "ncp_array.sbatch"
+STATE_FILE = "submit.json"  # in the run directory: shard count, identity, submitted jobs
+RESERVED = ("shard.count", "shard.index", "mode")
+
+
+class SubmitError(RuntimeError):
+    pass
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, overrides = argv[:cut], argv[cut + 1:]
+    else:
+        overrides = []
+    p = argparse.ArgumentParser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shards", type=int, required=True, help="array tasks (shards) N; keep it for re-submissions")
+    p.add_argument("--parallel", type=int, help="at most this many tasks at once (--array=...%%K)")
+    p.add_argument("--partition", help="sbatch --partition")
+    p.add_argument("--account", help="sbatch --account")
+    p.add_argument("--time", help="sbatch --time (default: the template's 24:00:00)")
+    p.add_argument("--gpus", type=int, help="GPUs per task (sbatch --gres=gpu:G)")
+    p.add_argument("--cpus", type=int, help="sbatch --cpus-per-task")
+    p.add_argument("--mem", help="sbatch --mem, e.g. 64G")
+    p.add_argument("--sbatch", action="append", default=[], metavar="ARG",
+                   help="any other sbatch option, e.g. --sbatch=--qos=high (repeatable)")
+    p.add_argument("--python", default=sys.executable, help="python for the tasks (default: this one)")
+    p.add_argument("--skip-model-check", action="store_true",
+                   help="do not check model paths here (they exist only on the compute nodes)")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch command, submit nothing")
+    args = p.parse_args(argv)
+    if args.shards < 1:
+        p.error("--shards must be at least 1")
+    return args, overrides
+
+
+def resolve_run(overrides: list[str], check_models: bool) -> tuple[Path, str, list[str]]:
+    """(run directory, config identity, spec ids) for these overrides; fails like run.py would."""
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from ncp_local.llm.factory import Engines
+    from ncp_local.spec import load_dataset
+
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED:
+            raise SubmitError(f"override {o}: {key} is set by submit.py (use --shards)")
+    try:
+        dcfg = config_mod.compose(overrides)
+        raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
+    except HydraException as exc:
+        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+    except Exception as exc:  # interpolation errors name the key themselves
+        raise SubmitError(f"config: {exc}".splitlines()[0]) from None
+    cfg = config_mod.validate(raw)
+    if cfg.mode != "run":
+        raise SubmitError(f"mode: only mode=run is submitted (got {cfg.mode!r})")
+    ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
+    if check_models:
+        Engines(cfg).check()
+    root = config_mod.run_dir(cfg, raw).expanduser()
+    return (Path.cwd() / root).resolve(), config_mod.identity(raw), [s.id for s in ds.specs]
+
+
+def compress(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (sbatch --array syntax)."""
+    parts: list[str] = []
+    start = prev = None
+    for i in sorted(indices):
+        if prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+        start = prev = i
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(parts)
+
+
+def shard_path(root: Path, index: int, count: int) -> Path:
+    return root / f"shard-{index:03d}-of-{count:03d}"
+
+
+def finished(root: Path, index: int, count: int, specs: list[str]) -> bool:
+    d = shard_path(root, index, count)
+    return (d / "DONE").exists() and all((d / "results" / f"{s}.json").exists() for s in specs[index::count])
+
+
+def queued_tasks(job_ids: list[str]) -> set[int]:
+    """Array task indices of these jobs still pending or running (squeue)."""
+    if not job_ids:
+        return set()
+    out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)],
+                         capture_output=True, text=True, timeout=60)
+    # squeue fails for ids it no longer knows; then nothing of them is queued.
+    tasks: set[int] = set()
+    for line in out.stdout.split():
+        job, _, task = line.partition("_")
+        if task.isdigit():
+            tasks.add(int(task))
+    return tasks
+
+
+def main(argv: list[str]) -> int:
+    args, overrides = parse_args(argv)
+    n = args.shards
+    try:
+        root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check)
+        if n > len(specs):
+            raise SubmitError(f"--shards {n}: more shards than the run's {len(specs)} spec(s)")
+        state_path = root / STATE_FILE
+        state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.exists() else {}
+        if state and state.get("identity") != ident:
+            raise SubmitError(f"{state_path}: identity: this directory holds a run of another config "
+                              f"({state.get('identity')} != {ident}); use another out_dir")
+        if state and state.get("shards") != n:
+            raise SubmitError(f"{state_path}: shards: this run was split into {state.get('shards')} shards; "
+                              f"re-submit with --shards {state.get('shards')}")
+        other = sorted(c for c in shard_dirs(root) if c != n)
+        if other:
+            raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); use another out_dir")
+    except (SubmitError, SpecError) as exc:  # SpecError: a bad spec, config field or model path
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    jobs: list[dict[str, Any]] = state.get("jobs", [])
+    merge_cmd = f"{shlex.quote(args.python)} {shlex.quote(str(REPO / 'run.py'))} mode=merge out_dir={shlex.quote(str(root))}"
+    done = [i for i in range(n) if finished(root, i, n, specs)]
+    busy = queued_tasks([j["job"] for j in jobs]) - set(done)
+    todo = [i for i in range(n) if i not in done and i not in busy]
+    print(f"run directory: {root}")
+    print(f"shards: {n} ({len(specs)} specs); done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
+    if not todo:
+        if len(done) == n:
+            print(f"all {n} shards are done; merge with:\n  {merge_cmd}")
+        else:
+            print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
+        return 0
+
+    array = compress(todo) + (f"%{args.parallel}" if args.parallel else "")
+    cmd = ["sbatch", "--parsable", f"--array={array}", f"--job-name=ncp-{root.name}"[:64],
+           f"--output={root / 'slurm' / '%A_%a.out'}", f"--chdir={Path.cwd()}",
+           f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={REPO / 'run.py'}"]
+    for flag, value in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
+                        ("--cpus-per-task", args.cpus), ("--mem", args.mem)):
+        if value is not None:
+            cmd.append(f"{flag}={value}")
+    if args.gpus:
+        cmd.append(f"--gres=gpu:{args.gpus}")
+    cmd += args.sbatch
+    task_overrides = list(overrides)
+    if not any(o.split("=", 1)[0].lstrip("+") == "progress" for o in overrides):
+        task_overrides.insert(0, "progress=false")  # a progress bar in a log file is noise
+    cmd += [str(TEMPLATE), *task_overrides, f"shard.count={n}", f"out_dir={root}"]
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+
+    (root / "slurm").mkdir(parents=True, exist_ok=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
+        return 1
+    job = out.stdout.strip().split(";")[0]
+    jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                 "command": cmd})
+    record = {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides, "jobs": jobs}
+    atomic_write(state_path, json.dumps(record, indent=2))
+    print(f"submitted job {job}: task(s) {compress(todo)} of {n}")
+    print(f"logs:  {root / 'slurm'}/{job}_<task>.out")
+    print(f"watch: squeue -r -j {job}   (sacct -j {job} where accounting is on)")
+    print(f"merge: {merge_cmd}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
