@@ -62,6 +62,8 @@ def main(dcfg: DictConfig) -> int:
         if cfg.mode == "review":
             from .report import review_main
             return review_main(cfg)
+        if cfg.mode == "bench":
+            return bench(cfg)
         if cfg.mode == "build":
             return build(cfg, raw)
         if cfg.mode == "reaudit":
@@ -70,10 +72,39 @@ def main(dcfg: DictConfig) -> int:
         if cfg.mode == "merge":
             from .merge import main as merge_main
             return merge_main(cfg, raw)
-        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, lint, build, report, reaudit, review, "
+        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, lint, build, bench, report, reaudit, review, "
                           "merge)")
     except (SpecError, RunLocked, RunMismatch) as exc:
         return fail(str(exc))
+
+
+def bench(cfg: RunConfig) -> int:
+    """`mode=bench`: one workload three ways on the narrator's model (see ncp_local/bench.py)."""
+    from .bench import bench as run_bench
+
+    ds = load_dataset(config_mod.dataset_path(cfg))
+    narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
+    pack = PromptPack.load(cfg.prompts.get("dir"), required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
+    player = Player(str(cfg.condition.get("name", "")))
+    engines = Engines(cfg, roles=("narrator",))
+    engines.check()
+    b = cfg.bench
+    rc = cfg.narrator
+    print(f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
+          f"max_tokens={rc.max_tokens}, seed={cfg.seed}", flush=True)
+
+    async def go() -> list[str]:
+        backends = await engines.start()
+        try:
+            return await run_bench(backends["narrator"], rc.model.name,
+                                   Sampling(rc.temperature, rc.top_p, rc.max_tokens), ds.specs, pack, narrator_cls,
+                                   player, cfg.seed, b.episodes, b.turns, b.throughput, b.sequential)
+        finally:
+            await engines.close()
+
+    for line in asyncio.run(go()):
+        print(line)
+    return 0
 
 
 def build(cfg: RunConfig, raw: dict[str, Any]) -> int:

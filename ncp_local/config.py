@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity.
 NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "review",
                 "shard",
-                "engine.delay_s", "engine.die_after_calls", "out")
+                "engine.delay_s", "engine.die_after_calls", "out", "bench")
 
 
 class ConfigError(SpecError):
@@ -88,6 +88,13 @@ class ReviewCfg(_Cfg):
     sheet: str | None = None  # a filled review CSV: report its disputed rate
 
 
+class BenchCfg(_Cfg):
+    episodes: int = Field(16, ge=1)
+    turns: int = Field(4, ge=1)
+    throughput: float | None = Field(None, gt=0)  # tokens/s per GPU for the cost projection
+    sequential: bool = True
+
+
 class RunConfig(_Cfg):
     mode: str = "run"
     seed: int = 0
@@ -106,6 +113,7 @@ class RunConfig(_Cfg):
     prompts: dict[str, Any] = {}
     shard: ShardCfg = ShardCfg()
     runs: list[str] = []  # run directories read by report, reaudit and review
+    bench: BenchCfg = BenchCfg()
     sources: str | None = None  # mode=build: the synopsis sources file
     out: str | None = None  # mode=build: where the built specs go
     report: ReportCfg = ReportCfg()

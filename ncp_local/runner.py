@@ -19,7 +19,7 @@ from .llm.base import Backend, ContextOverflow, Request
 from .prompts import PromptPack
 from .roles import Narrator, Player
 from .spec import Spec
-from .stages import STAGES, AuditIds, InvalidOutput, parse, schema_for
+from .stages import STAGES, AuditIds, InvalidOutput, parse, regex_for, schema_for
 from .store import RunDir
 
 ATTEMPTS = 3
@@ -85,7 +85,7 @@ class Runner:
             seed = call_seed(self.settings.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
             request = Request(messages=messages, temperature=binding.sampling.temperature,
                               top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
-                              seed=seed, json_schema=schema,
+                              seed=seed, json_schema=schema, regex=regex_for(stage),
                               tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
                                     "role": role or info.role})
             log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,

@@ -23,9 +23,9 @@ CONFLICT_TYPES: tuple[str, ...] = ("fact", "commitment", "player_input")
 PLAYER_INPUT_ID = "player_input"
 
 # Bounds keep a small model from looping inside a string until max_tokens.
-NARRATION_MAX_CHARS = 1500
-PLAYER_MAX_CHARS = 600
-REASON_MAX_CHARS = 400
+NARRATION_MAX_CHARS = 1000  # 150 words is about 900 characters
+PLAYER_MAX_CHARS = 350  # 50 words is about 300 characters
+REASON_MAX_CHARS = 160
 FACT_MAX_CHARS = 300
 MAX_NEW_FACTS = 8
 MAX_CONFLICTS = 6
@@ -199,6 +199,13 @@ def _conflict_list(ids: AuditIds) -> dict[str, Any]:
             continue
         branches.append(_obj({"type": {"const": ctype}, "id": id_schema, "reason": _str(REASON_MAX_CHARS)}))
     return {"type": "array", "items": {"anyOf": branches}, "maxItems": MAX_CONFLICTS}
+
+
+def regex_for(stage: str) -> str | None:
+    """Plain-text stages: one line of bounded length, so a small model must stop."""
+    if stage == "player":
+        return rf"[^\n]{{1,{PLAYER_MAX_CHARS}}}"
+    return None
 
 
 def schema_for(stage: str, ids: AuditIds = AuditIds()) -> dict[str, Any] | None:

@@ -25,6 +25,8 @@ class Request:
     max_tokens: int
     seed: int
     json_schema: dict[str, Any] | None = None
+    # A plain-text constraint (a regular expression), for outputs that are not JSON.
+    regex: str | None = None
     # Opaque labels (stage, episode, turn, attempt, role); never read by a real engine.
     tags: dict[str, Any] = field(default_factory=dict)
 

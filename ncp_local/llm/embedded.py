@@ -202,7 +202,10 @@ def ensure_embedded_model(cache: Path | None = None, *, force: bool = False) -> 
             }
             # The marker goes in last: a dir without it is never taken as done.
             (tmp / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+            # mkdtemp and safetensors create owner-only files; a cache may be shared.
             os.chmod(tmp, 0o755)
+            for f in tmp.iterdir():
+                os.chmod(f, 0o644)
             if target.exists():
                 old = target.with_name(f".{target.name}.old-{os.getpid()}")
                 os.rename(target, old)

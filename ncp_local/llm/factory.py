@@ -21,12 +21,13 @@ def _model_key(model: Any) -> str:
 
 
 class Engines:
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, roles: tuple[str, ...] = ROLES) -> None:
         self.cfg = cfg
         self.kind: str = cfg.engine.name
+        self.roles = roles
         self.models: dict[str, Any] = {}  # key -> ModelCfg
         self.role_key: dict[str, str] = {}
-        for role in ROLES:
+        for role in roles:
             model = getattr(cfg, role).model
             key = _model_key(model)
             self.models.setdefault(key, model)
@@ -39,7 +40,7 @@ class Engines:
 
         if self.kind != "vllm":
             return
-        for role in ROLES:
+        for role in self.roles:
             model = self.models[self.role_key[role]]
             if model.path == EMBEDDED:
                 continue
@@ -49,7 +50,7 @@ class Engines:
 
     def describe(self) -> dict[str, Any]:
         out = {}
-        for role in ROLES:
+        for role in self.roles:
             m = self.models[self.role_key[role]]
             out[role] = {"name": m.name, "path": m.path, "revision": m.revision, "engine": self.kind}
         return out
@@ -64,7 +65,7 @@ class Engines:
                 await b.close()
             raise
         self.backends = by_key
-        return {role: by_key[self.role_key[role]] for role in ROLES}
+        return {role: by_key[self.role_key[role]] for role in self.roles}
 
     async def _start_one(self, model: Any) -> Backend:
         if self.kind == "scripted":

