@@ -31,7 +31,7 @@ MAX_NEW_FACTS = 8
 MAX_CONFLICTS = 6
 SUBGOAL_MAX_CHARS = 200
 SUMMARY_MAX_CHARS = 600
-BUILD_MAX_CHARS = 400
+BUILD_MAX_CHARS = 240
 
 
 class InvalidOutput(ValueError):
@@ -239,15 +239,17 @@ def schema_for(stage: str, ids: AuditIds = AuditIds()) -> dict[str, Any] | None:
         return _obj({"summary": _str(SUMMARY_MAX_CHARS, 1)})
     if stage == "build_trajectory":
         node = _obj({k: _str(BUILD_MAX_CHARS, 1) for k in ("description", "trigger_event", "key_delta")})
-        return _obj({"trajectory": {"type": "array", "items": node, "minItems": 3, "maxItems": 28}})
+        return _obj({"trajectory": {"type": "array", "items": node, "minItems": 3, "maxItems": 15}})
     if stage == "build_commitments":
-        c = _obj({"type": {"enum": ["invariant", "ordering", "achievement"]},
-                  **{k: _str(BUILD_MAX_CHARS, 1) for k in ("description", "satisfaction_condition",
-                                                            "violation_condition")}})
-        return _obj({"commitments": {"type": "array", "items": c, "minItems": 2, "maxItems": 24}})
+        texts = {k: _str(BUILD_MAX_CHARS, 1) for k in ("description", "satisfaction_condition", "violation_condition")}
+        c = _obj({"type": {"enum": ["invariant", "ordering", "achievement"]}, **texts})
+        # "At least one achievement" is said by the grammar: the first entry must be one.
+        first = _obj({"type": {"const": "achievement"}, **texts})
+        return _obj({"commitments": {"type": "array", "prefixItems": [first], "items": c,
+                                     "minItems": 2, "maxItems": 12}})
     if stage == "build_facts":
         return _obj({"initial_facts": {"type": "array", "items": _obj({"content": _str(FACT_MAX_CHARS, 1)}),
-                                       "minItems": 3, "maxItems": 31}})
+                                       "minItems": 3, "maxItems": 20}})
     if stage == "status_check":
         entries = [_obj({"id": {"const": cid}, "status": {"enum": ["SATISFIED", "PENDING"]},
                          "reason": _str(REASON_MAX_CHARS)}) for cid in ids.commitment_ids]

@@ -38,7 +38,7 @@ def _build(tmp_path: Path, rules: Any, sources: Path = ROOT / "specs" / "sources
 def test_build_reasks_with_cross_check_errors_and_output_lints(tmp_path: Path) -> None:
     def rules(req: Request) -> Any:
         if tag(req)[0] == "build_commitments" and "REJECTED" not in prompt(req):
-            return json.dumps({"commitments": [{"type": "ordering", "description": "s_0 before s_9",
+            return json.dumps({"commitments": [{"type": "achievement", "description": "reach s_9",
                                                 "satisfaction_condition": "x", "violation_condition": "y"}] * 2})
         return None
 
@@ -47,10 +47,10 @@ def test_build_reasks_with_cross_check_errors_and_output_lints(tmp_path: Path) -
     asks = [r for r in backend.requests if r.tags["stage"] == "build_commitments"]
     assert len(asks) == 2
     feedback = prompt(asks[1]).split("REJECTED")[1]
-    assert "s_9" in feedback and "at least one achievement" in feedback
+    assert "c_0 names beats that do not exist: s_9" in feedback
     # Each stage builds on the one before.
     facts_prompt = prompt(next(r for r in backend.requests if r.tags["stage"] == "build_facts"))
-    assert "[s_3] beat 3" in facts_prompt and "[c_1] (achievement)" in facts_prompt
+    assert "[s_3] beat 3" in facts_prompt and "[c_0] (achievement)" in facts_prompt
     ds = load_dataset(tmp_path / "out")
     assert [s.id for s in ds.specs] == ["red_riding_hood"] and ds.warnings == ()
     doc = yaml.safe_load((tmp_path / "out" / "specs" / "red_riding_hood.yaml").read_text())
@@ -58,7 +58,7 @@ def test_build_reasks_with_cross_check_errors_and_output_lints(tmp_path: Path) -
 
 
 def test_build_gives_up_after_rounds(tmp_path: Path) -> None:
-    bad = json.dumps({"commitments": [{"type": "ordering", "description": "s_7 first", "satisfaction_condition": "x",
+    bad = json.dumps({"commitments": [{"type": "achievement", "description": "s_7 first", "satisfaction_condition": "x",
                                        "violation_condition": "y"}] * 2})
     status, _ = _build(tmp_path, lambda r: bad if tag(r)[0] == "build_commitments" else None)
     assert status["red_riding_hood"].startswith("failed:") and "s_7" in status["red_riding_hood"]
@@ -73,3 +73,15 @@ def test_bad_sources_file(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a", "title": "t"}]}))
     with pytest.raises(SpecError, match=r"sources\[0\]\.genres: missing"):
         load_sources(tmp_path / "s.yaml")
+
+
+def test_commitment_schema_requires_an_achievement_first() -> None:
+    import jsonschema
+
+    from ncp_local.stages import schema_for
+
+    schema = schema_for("build_commitments")
+    entry = {"description": "d", "satisfaction_condition": "s", "violation_condition": "v"}
+    jsonschema.validate({"commitments": [{"type": "achievement", **entry}, {"type": "ordering", **entry}]}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"commitments": [{"type": "ordering", **entry}, {"type": "achievement", **entry}]}, schema)

@@ -52,10 +52,10 @@ class RandomPolicy:
                                                "key_delta": f"change {i}"} for i in range(4)]})
         if stage == "build_commitments":
             return json.dumps({"commitments": [
-                {"type": "ordering", "description": "s_0 happens before s_1", "satisfaction_condition": "s_0 then s_1",
-                 "violation_condition": "s_1 before s_0"},
                 {"type": "achievement", "description": "the story reaches s_3", "satisfaction_condition": "s_3 occurs",
-                 "violation_condition": "the story ends before s_3"}]})
+                 "violation_condition": "the story ends before s_3"},
+                {"type": "ordering", "description": "s_0 happens before s_1", "satisfaction_condition": "s_0 then s_1",
+                 "violation_condition": "s_1 before s_0"}]})
         if stage == "build_facts":
             return json.dumps({"initial_facts": [{"content": f"fact {i}"} for i in range(3)]})
         if stage == "fact_update":
