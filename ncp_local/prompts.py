@@ -28,6 +28,9 @@ PLACEHOLDERS: tuple[str, ...] = (
     "pre_turn_facts", "facts", "candidate_fact_updates", "current_node", "trajectory_progress",
     "narrative_commitments", "pending_fact_updates", "initial_conflicts_json", "synopsis",
     "reference_trajectory", "commitments",
+    # The rig's own additions: the same content split into what never changes
+    # in an episode (cacheable before the history) and what does.
+    "commitment_definitions", "commitment_statuses", "trajectory_nodes", "trajectory_flags",
 )
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -97,6 +100,37 @@ def format_commitments(spec: Spec, state: EpisodeState | None = None) -> str:
     return "\n".join(blocks) or NONE
 
 
+def format_commitment_definitions(spec: Spec) -> str:
+    blocks = [f"[{c.id}] ({c.type}) {c.description}\n  satisfied when: {c.satisfaction_condition}\n"
+              f"  violated when: {c.violation_condition}" for c in spec.commitments]
+    return "\n".join(blocks) or NONE
+
+
+def format_commitment_statuses(spec: Spec, state: EpisodeState) -> str:
+    status = state.status_map
+    return ", ".join(f"{c.id}: {status.get(c.id, 'pending')}" for c in spec.commitments) or NONE
+
+
+def format_nodes(spec: Spec) -> str:
+    return "\n".join(f"[{n.id}] {n.description}" for n in spec.trajectory)
+
+
+def format_flags(spec: Spec, occurred: tuple[bool, ...]) -> str:
+    return ", ".join(f"{n.id}: {'occurred' if done else 'not yet'}" for n, done in zip(spec.trajectory, occurred))
+
+
+def story_vars(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) -> dict[str, str]:
+    """Commitments and trajectory, both whole (official names) and split static/changing."""
+    return {
+        "narrative_commitments": format_commitments(spec, state),
+        "trajectory_progress": format_trajectory(spec, occurred),
+        "commitment_definitions": format_commitment_definitions(spec),
+        "commitment_statuses": format_commitment_statuses(spec, state),
+        "trajectory_nodes": format_nodes(spec),
+        "trajectory_flags": format_flags(spec, occurred),
+    }
+
+
 def format_trajectory(spec: Spec, occurred: tuple[bool, ...]) -> str:
     return "\n".join(
         f"[{n.id}] ({'occurred' if done else 'not yet'}) {n.description}"
@@ -141,7 +175,7 @@ def opening_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
     return {
         "player_role": spec.meta.player_role,
         "current_node": format_node(spec, 0),
-        "narrative_commitments": format_commitments(spec, state),
+        **story_vars(spec, state, state.node_occurred),
         "facts": format_facts(state.facts),
     }
 
@@ -158,8 +192,7 @@ def narrate_vars(spec: Spec, state: EpisodeState, player_input: str) -> dict[str
     return {
         "player_role": spec.meta.player_role,
         "history_text": format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges)),
-        "narrative_commitments": format_commitments(spec, state),
-        "trajectory_progress": format_trajectory(spec, state.node_occurred),
+        **story_vars(spec, state, state.node_occurred),
         "current_node": format_node(spec, current_node(state.node_occurred)),
         "facts": format_facts(state.facts),
         "pending_fact_updates": format_update(state.pending, state.facts),
@@ -181,11 +214,10 @@ def conflict_vars(spec: Spec, state: EpisodeState, projected: tuple[FactEntry, .
         "user_input": player_input,
         "response_text": response,
         "candidate_fact_updates": format_update(update, projected),
-        "trajectory_progress": format_trajectory(spec, state.node_occurred),
+        **story_vars(spec, state, state.node_occurred),
         "current_node": format_node(spec, current_node(state.node_occurred)),
         "facts": format_facts(projected),
         "pre_turn_facts": format_facts(projected),
-        "narrative_commitments": format_commitments(spec, state),
     }
 
 
@@ -203,5 +235,4 @@ def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], h
 def status_vars(spec: Spec, state: EpisodeState, facts: tuple[FactEntry, ...], occurred: tuple[bool, ...],
                 history: str) -> dict[str, str]:
     return {"history_text": history, "facts": format_facts(facts),
-            "trajectory_progress": format_trajectory(spec, occurred),
-            "narrative_commitments": format_commitments(spec, state)}
+            **story_vars(spec, state, occurred)}

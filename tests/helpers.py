@@ -69,20 +69,23 @@ class Scripted:
 
     def __init__(self, root: Path, specs: list[Any], rules: Callable[[Request], Any] | None = None,
                  max_turns: int = 4, seed: int = 0, policy: RandomPolicy = QUIET, condition: str = "adversarial",
-                 concurrency: int = 64) -> None:
+                 concurrency: int = 64, narrator: Callable[[PromptPack, dict], Any] | None = None,
+                 pack_dir: Path | None = None) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
         self.concurrency = concurrency
         self.backend = ScriptedBackend(rules=rules, policy=policy)
         self.condition = condition
+        self.narrator = narrator or (lambda pack, roles: BaselineNarrator(pack))
+        self.pack_dir = pack_dir
 
     def run(self) -> dict[str, Any]:
-        pack = PromptPack.load()
+        pack = PromptPack.load(self.pack_dir)
         store = RunDir(self.root)
         store.open({"test": True}, identity="test")
         roles = {r: RoleBinding(self.backend, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
         runner = Runner(specs=tuple(self.specs), roles=roles, pack=pack, store=store,
                         settings=RunSettings(seed=self.seed, max_turns=self.max_turns, concurrency=self.concurrency),
-                        make_narrator=lambda: BaselineNarrator(pack), player=Player(self.condition))
+                        make_narrator=lambda: self.narrator(pack, roles), player=Player(self.condition))
         try:
             return asyncio.run(runner.run())
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,43 @@ def test_opening_failure_is_invalid(tmp_path: Path) -> None:
     run = Scripted(tmp_path, [make_spec()], lambda r: '{"text": ""}' if tag(r)[0] == "opening" else None)
     result = run.run()["tiny"]
     assert result.termination == "invalid" and "opening at turn -1" in result.reason and result.turns == ()
+
+
+def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:
+    """Everything before the changing state is a prefix of the next turn's prompt (prefix caching)."""
+    from helpers import RandomPolicy
+
+    from ncp_local.spec import load_dataset
+
+    spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[1]
+    policy = RandomPolicy(conflict_rate=0, node_rate=0.5, satisfy_rate=0.3, add_fact_rate=1, negate_fact_rate=0)
+    run = Scripted(tmp_path, [spec], None, max_turns=4, policy=policy)
+    run.run()
+    for stage in ("narrate", "conflict_check", "status_check", "player"):
+        for t in (2, 3):
+            before, now = prompt(run.requests(stage, turn=t - 1)[0]), prompt(run.requests(stage, turn=t)[0])
+            shared = len(os.path.commonprefix([before, now]))
+            # The history of turn t-1 is all still there, unchanged, at the same place.
+            assert shared / len(before) > 0.6, (stage, t, shared, len(before))
+            assert run.requests(stage, turn=t - 1)[0].tags["turn"] == t - 1
+
+
+def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
+    import shutil
+
+    pack = tmp_path / "pack"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "prompts", pack)
+    (pack / "narrate.txt").write_text("Role {player_role}\n{history_text}\n{narrative_commitments}\n"
+                                      "{trajectory_progress}\n{facts}\n{pending_fact_updates}\n{user_input}\n"
+                                      '{"text": "..."} stays as it is\n')
+    run = Scripted(tmp_path / "run", [make_spec()], None, max_turns=1, pack_dir=pack)
+    run.run()
+    text = prompt(run.requests("narrate", turn=0)[0])
+    assert "[c_0] (ordering, status: pending) commitment 0 of tiny" in text
+    assert "[s_0] (not yet) node 0 description" in text and '{"text": "..."} stays as it is' in text
+    from ncp_local.prompts import PromptPack
+    from ncp_local.spec import SpecError
+
+    (pack / "status_check.txt").unlink()
+    with pytest.raises(SpecError, match=r"prompts\.dir: missing template\(s\): status_check\.txt"):
+        PromptPack.load(pack)

@@ -16,27 +16,9 @@ from ncp_local.roles import BaselineNarrator
 
 
 class HiAgentRun(Scripted):
-    def run(self) -> dict[str, Any]:
-        import asyncio
-
-        from ncp_local.roles import Player
-        from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
-        from ncp_local.store import RunDir
-
-        pack = PromptPack.load()
-        store = RunDir(self.root)
-        store.open({"test": True}, identity="test")
-        roles = {r: RoleBinding(self.backend, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
-        runner = Runner(specs=tuple(self.specs), roles=roles, pack=pack, store=store,
-                        settings=RunSettings(max_turns=self.max_turns),
-                        make_narrator=lambda: HiAgentNarrator(pack, roles, budget_tokens=self.budget),
-                        player=Player("natural"))
-        try:
-            return asyncio.run(runner.run())
-        finally:
-            store.close()
-
-    budget = 4096
+    def __init__(self, *args: Any, budget: int = 4096, **kw: Any) -> None:
+        super().__init__(*args, condition="natural",
+                         narrator=lambda pack, roles: HiAgentNarrator(pack, roles, budget_tokens=budget), **kw)
 
 
 def _subgoal_rules(plan: dict[int, str], retrieve_at: int | None = None) -> Any:
