@@ -106,12 +106,14 @@ def _summarise(way: Way, calls: list[dict[str, Any]]) -> None:
     overheads = [c["overhead_s"] for c in calls if c.get("overhead_s") is not None]
     way.overhead_ms = 1000 * statistics.median(overheads) if overheads else None
     by_turn: dict[int, list[int]] = {}
+    alive: dict[int, set[str]] = {}
     for c in calls:
         p, h = by_turn.setdefault(c["turn"], [0, 0])
         by_turn[c["turn"]] = [p + c["prompt_tokens"], h + c["cached_tokens"]]
+        alive.setdefault(c["turn"], set()).add(c["spec_id"])
     way.hit_by_turn = {t: h / p for t, (p, h) in sorted(by_turn.items()) if p}
-    episodes = {c["spec_id"] for c in calls}
-    way.prompt_by_turn = {t: p / max(1, len(episodes)) for t, (p, _) in sorted(by_turn.items())}
+    # Per episode still running at that turn: ended episodes must not pull the average down.
+    way.prompt_by_turn = {t: p / len(alive[t]) for t, (p, _) in sorted(by_turn.items())}
 
 
 async def _reset_cache(backend: Any) -> None:
