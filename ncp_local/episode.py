@@ -89,16 +89,16 @@ OnCommit = Callable[[Checkpoint], Awaitable[None]]
 OPENING_TURN = -1
 
 
-def _fu_record(out: FactUpdateOut) -> FactUpdateRecord:
+def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
     negate = tuple(dict.fromkeys(out.negate_facts))  # a repeated id negates once
     return FactUpdateRecord(add_facts=out.add_facts, negate_facts=negate, reason=out.reason)
 
 
-def _update(rec: FactUpdateRecord) -> FactUpdate:
+def to_update(rec: FactUpdateRecord) -> FactUpdate:
     return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
 
 
-def _conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
+def conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
     data = out.model_dump(mode="json")
     data["counts"] = out.counts()
     return data
@@ -115,7 +115,7 @@ class Episode:
         self.on_commit = on_commit
         self.commitment_ids = tuple(c.id for c in spec.commitments)
 
-    def _ids(self, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
+    def audit_ids(self, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
         return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
                         commitment_ids=self.commitment_ids)
 
@@ -162,10 +162,10 @@ class Episode:
         ask = self.ask_for(OPENING_TURN)
         text = await self.narrator.opening(self.spec, state, ask)
         fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(state.facts, text),
-                                      ids=self._ids(state.facts))
-        rec = _fu_record(fu)
+                                      ids=self.audit_ids(state.facts))
+        rec = fu_record(fu)
         # The opening's updates are held as pending until turn 0 commits.
-        state = state.model_copy(update={"opening": text, "pending": _update(rec)})
+        state = state.model_copy(update={"opening": text, "pending": to_update(rec)})
         cp = Checkpoint(spec_id=self.spec.id, state=state, opening_update=rec, turns=(),
                         narrator_state=self.narrator.save())
         await self.on_commit(cp)
@@ -178,22 +178,22 @@ class Episode:
         response = await self.narrator.respond(self.spec, state, player_input, ask)
 
         projected = ledger.projected_facts(state)
-        ids = self._ids(projected)
-        fu = _fu_record(await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids))
-        update = _update(fu)
+        ids = self.audit_ids(projected)
+        fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids))
+        update = to_update(fu)
 
         cvars = conflict_vars(self.spec, state, projected, player_input, response, update)
         first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
         reviewed: DoubleCheckOut | None = None
         standing = first.conflicts
         if first.conflicts:
-            cvars = {**cvars, "initial_conflicts_json": to_json(self._resolve_targets(first, projected, player_input))}
+            cvars = {**cvars, "initial_conflicts_json": to_json(self.resolve_targets(first, projected, player_input))}
             reviewed = await ask("double_check", "double_check", cvars, ids=ids)
             standing = reviewed.standing()
 
         base = dict(turn=t, player_input=player_input, response=response, fact_update=fu,
-                    conflict_check=_conflict_payload(first),
-                    double_check=_conflict_payload(reviewed) if reviewed else None,
+                    conflict_check=conflict_payload(first),
+                    double_check=conflict_payload(reviewed) if reviewed else None,
                     conflicts=tuple(c.model_dump(mode="json") for c in standing))
         if standing:
             return TurnRecord(**base), None
@@ -229,7 +229,7 @@ class Episode:
             player_input=player_input, response=response))
         return record, new_state
 
-    def _resolve_targets(self, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
+    def resolve_targets(self, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
                          player_input: str) -> list[dict[str, str]]:
         """Each initial conflict with its target's text, for the double-check."""
         facts = {f.id: f.text for f in projected}

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import config as config_mod
 from .config import ConfigError
-from .episode import CallFailed, Episode, EpisodeResult, FactUpdateRecord, _conflict_payload, _fu_record, _update
+from .episode import CallFailed, Episode, EpisodeResult, FactUpdateRecord, conflict_payload, fu_record, to_update
 from .llm.base import EngineDead
 from .llm.factory import Engines
 from .prompts import PromptPack, conflict_vars, fact_update_vars, to_json
@@ -77,24 +77,24 @@ async def audit_turn(spec: Spec, view: TurnView, ask: Ask) -> TurnAudit:
     rec = view.record
     # The episode's own helpers: the same ids and target texts a run gives the auditor.
     helper = Episode(spec, None, None, None, 0, None)  # type: ignore[arg-type]
-    ids = helper._ids(view.projected)
+    ids = helper.audit_ids(view.projected)
     try:
         out: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(view.projected, rec.response),
                                        ids=ids)
-        fu = _fu_record(out)
-        cvars = conflict_vars(spec, view.before, view.projected, rec.player_input, rec.response, _update(fu))
+        fu = fu_record(out)
+        cvars = conflict_vars(spec, view.before, view.projected, rec.player_input, rec.response, to_update(fu))
         first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
         reviewed: DoubleCheckOut | None = None
         standing = first.conflicts
         if first.conflicts:
-            targets = helper._resolve_targets(first, view.projected, rec.player_input)
+            targets = helper.resolve_targets(first, view.projected, rec.player_input)
             reviewed = await ask("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)},
                                  ids=ids)
             standing = reviewed.standing()
     except CallFailed as exc:
         return TurnAudit(turn=rec.turn, error=str(exc))
-    return TurnAudit(turn=rec.turn, fact_update=fu, conflict_check=_conflict_payload(first),
-                     double_check=_conflict_payload(reviewed) if reviewed else None,
+    return TurnAudit(turn=rec.turn, fact_update=fu, conflict_check=conflict_payload(first),
+                     double_check=conflict_payload(reviewed) if reviewed else None,
                      conflicts=tuple(c.model_dump(mode="json") for c in standing))
 
 
