@@ -12,11 +12,26 @@ one engine, in one process, one after the other:
 The prefix cache is reset before each way, so none inherits another's cache.
 Throughput is (prompt + generated tokens) per second of wall time, so the
 ratios stay fair if a way generates a few tokens more or less.
+
+Episodes play through (a conflict or all_resolved does not end them; see
+`Episode.play_through`): the workload is exactly K x T turns whatever the
+model says, so (a) and (b) make the same calls.
+
+Two figures explain the ratios rather than just state them:
+  - the engine alone, one sequence vs K at once, for prefill and for decode:
+    how much batching can buy on this hardware at all, hence the best
+    rig/sequential this workload's mix of uncached prompt and generated
+    tokens allows;
+  - the hit rate an unbounded prefix cache would give on the same requests
+    (same block size): the part of the miss that is prompt layout, as
+    opposed to eviction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import random
 import statistics
 import tempfile
 import time
@@ -24,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .llm.base import Backend, Completion, Request
+from .llm.base import Backend, Completion, Message, Request
 from .prompts import PromptPack
 from .roles import Player
 from .runner import RoleBinding, Runner, RunSettings, Sampling
@@ -48,6 +63,10 @@ class Way:
     turns: int = 0
     overhead_ms: float | None = None
     hit_by_turn: dict[int, float] = field(default_factory=dict)
+    tokens_by_turn: dict[int, tuple[int, int]] = field(default_factory=dict)  # (prompt, cached)
+    by_episode: dict[str, tuple[int, int]] = field(default_factory=dict)  # (calls, generated tokens)
+    # Time-average of calls in flight (summed latency / wall): how full the way kept the engine.
+    in_flight: float = 0.0
     prompt_by_turn: dict[int, float] = field(default_factory=dict)
 
     @property
@@ -111,6 +130,12 @@ def _summarise(way: Way, calls: list[dict[str, Any]]) -> None:
         p, h = by_turn.setdefault(c["turn"], [0, 0])
         by_turn[c["turn"]] = [p + c["prompt_tokens"], h + c["cached_tokens"]]
         alive.setdefault(c["turn"], set()).add(c["spec_id"])
+    way.tokens_by_turn = {t: (p, h) for t, (p, h) in sorted(by_turn.items())}
+    for c in calls:
+        n, g = way.by_episode.get(c["spec_id"], (0, 0))
+        way.by_episode[c["spec_id"]] = (n + 1, g + c["generated_tokens"])
+    if way.wall_s:
+        way.in_flight = sum(c.get("latency_s") or 0.0 for c in calls) / way.wall_s
     way.hit_by_turn = {t: h / p for t, (p, h) in sorted(by_turn.items()) if p}
     # Per episode still running at that turn: ended episodes must not pull the average down.
     way.prompt_by_turn = {t: p / len(alive[t]) for t, (p, _) in sorted(by_turn.items())}
@@ -127,7 +152,7 @@ async def run_rig(name: str, specs: tuple[Spec, ...], roles: dict[str, RoleBindi
     store = RunDir(root / name)
     store.open({"bench": name}, name)
     runner = Runner(specs=specs, roles=roles, pack=pack, store=store,
-                    settings=RunSettings(seed=seed, max_turns=turns, concurrency=concurrency),
+                    settings=RunSettings(seed=seed, max_turns=turns, concurrency=concurrency, play_through=True),
                     make_narrator=lambda: narrator_cls(pack=pack, roles=roles), player=player)
     started = time.perf_counter()
     try:
@@ -146,9 +171,111 @@ async def run_ceiling(backend: Backend, requests: list[Request], turns: int) -> 
     way = Way("c ceiling (same requests, one batch)", wall_s=time.perf_counter() - started, turns=turns)
     _summarise(way, [{"prompt_tokens": o.prompt_tokens, "cached_tokens": o.cached_tokens,
                       "generated_tokens": o.generated_tokens, "turn": r.tags.get("turn", 0),
-                      "spec_id": r.tags.get("episode", "")} for r, o in zip(requests, outs)])
+                      "spec_id": r.tags.get("episode", ""), "latency_s": o.latency_s}
+                     for r, o in zip(requests, outs)])
     way.overhead_ms = None
     return way
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The engine alone: tokens/s with one sequence and with K at once."""
+
+    k: int
+    prefill_1: float
+    prefill_k: float
+    decode_1: float
+    decode_k: float
+    cap: int | None = None  # the engine's max_num_seqs, when above k
+    decode_cap: float | None = None
+
+    def best_speedup(self, uncached_prompt: int, generated: int) -> float:
+        """The best one-at-a-time -> K-at-once speed-up for a workload of this token mix."""
+        one = uncached_prompt / self.prefill_1 + generated / self.decode_1
+        many = uncached_prompt / self.prefill_k + generated / self.decode_k
+        return one / many if many else float("nan")
+
+    def lines(self) -> list[str]:
+        return [f"engine alone, 1 vs {self.k} sequences: prefill {self.prefill_1:.0f} vs {self.prefill_k:.0f} tok/s "
+                f"(x{self.prefill_k / self.prefill_1:.2f}), decode {self.decode_1:.1f} vs {self.decode_k:.1f} tok/s "
+                f"(x{self.decode_k / self.decode_1:.2f})"
+                + (f", decode with {self.cap} (the engine's max_num_seqs, what the one-batch ceiling can fill) "
+                   f"{self.decode_cap:.1f} tok/s (x{self.decode_cap / self.decode_1:.2f})" if self.decode_cap else "")]
+
+
+_WORDS = ("river", "lamp", "stone", "quiet", "harbor", "winter", "copper", "garden", "signal", "meadow", "tower",
+          "ember", "violet", "anchor", "thread", "orchard", "marble", "lantern", "falcon", "cedar")
+
+
+def _filler(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+
+async def engine_scaling(backend: Backend, k: int, seed: int, prompt_words: int = 900,
+                         decode_tokens: int = 64) -> Scaling:
+    """Prefill and decode throughput of the engine alone, one request vs k at once.
+
+    Every prompt is distinct from its first token (no prefix hits). Decode
+    requests are held to exactly `decode_tokens` by a grammar that cannot
+    finish earlier (at least one character per token).
+    """
+    rng = random.Random(seed)
+
+    def req(i: int, words: int, max_tokens: int, regex: str | None) -> Request:
+        text = f"{i} {rng.random():.12f} " + _filler(rng, words)
+        return Request(messages=(Message("user", text),), max_tokens=max_tokens, temperature=1.0, top_p=1.0,
+                       seed=seed + i, regex=regex, tags={"stage": "scaling"})
+
+    async def rate(reqs: list[Request], field: str) -> float:
+        await _reset_cache(backend)
+        started = time.perf_counter()
+        outs = await asyncio.gather(*(backend.generate(r) for r in reqs))
+        wall = time.perf_counter() - started
+        return sum(getattr(o, field) for o in outs) / wall if wall else float("nan")
+
+    long_regex = f"[a-z ]{{{decode_tokens * 4}}}"
+    prefill_1 = await rate([req(0, prompt_words, 1, None)], "prompt_tokens")
+    prefill_k = await rate([req(1 + i, prompt_words, 1, None) for i in range(k)], "prompt_tokens")
+    decode_1 = await rate([req(100, 8, decode_tokens, long_regex)], "generated_tokens")
+    decode_k = await rate([req(101 + i, 8, decode_tokens, long_regex) for i in range(k)], "generated_tokens")
+    cap = getattr(backend, "max_num_seqs", None)
+    decode_cap = None
+    if cap and cap > k:
+        decode_cap = await rate([req(1000 + i, 8, decode_tokens, long_regex) for i in range(cap)], "generated_tokens")
+    return Scaling(k, prefill_1, prefill_k, decode_1, decode_k, cap if decode_cap else None, decode_cap)
+
+
+def unbounded_cache_hit(requests: list[Request], tokenize: Any, block: int) -> dict[int, tuple[int, int]]:
+    """(prompt, hit) tokens by turn if the prefix cache kept every full block it ever computed.
+
+    Requests in the order they reached the engine; a block hits when the same
+    token prefix through that block was seen before (vLLM's block hashing).
+    """
+    seen: set[bytes] = set()
+    by_turn: dict[int, tuple[int, int]] = {}
+    for r in requests:
+        ids = tokenize(r.messages)
+        h = hashlib.sha256()
+        hit, hitting = 0, True
+        for start in range(0, len(ids) - len(ids) % block, block):
+            h.update(repr(ids[start:start + block]).encode())
+            key = h.digest()
+            if hitting and key in seen:
+                hit += block
+            else:
+                hitting = False
+                seen.add(key)
+        # vLLM always computes at least the last prompt token itself.
+        hit = min(hit, max(0, len(ids) - 1) // block * block)
+        p, c = by_turn.get(r.tags.get("turn", 0), (0, 0))
+        by_turn[r.tags.get("turn", 0)] = (p + len(ids), c + hit)
+    return by_turn
+
+
+def late_hit(by_turn: dict[int, tuple[int, int]], first: int = 2) -> float:
+    """Hit rate (cached / prompt tokens) over turns >= first."""
+    p = sum(v[0] for t, v in by_turn.items() if t >= first)
+    return sum(v[1] for t, v in by_turn.items() if t >= first) / p if p else 0.0
 
 
 def projection(rig: Way, throughput: float) -> list[str]:
@@ -176,7 +303,8 @@ def projection(rig: Way, throughput: float) -> list[str]:
 
 async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[Spec, ...], pack: PromptPack,
                 narrator_cls: type, player: Player, seed: int, k: int, turns: int,
-                throughput: float | None, sequential: bool = True) -> list[str]:
+                throughput: float | None, sequential: bool = True,
+                sequential_episodes: int | None = None) -> list[str]:
     work = workload(specs, k)
     recorder = Recorder(backend)
     rec_roles = {r: RoleBinding(recorder, sampling, model) for r in ("narrator", "player", "auditor")}
@@ -186,26 +314,47 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
         root = Path(tmp)
         # Warm-up (not measured): compiles grammars and kernels the first calls would pay for.
         await run_rig("warmup", work[:1], roles, pack, narrator_cls, player, seed + 1, 1, 1, root)
+        scaling = await engine_scaling(backend, k, seed)
         await _reset_cache(backend)
         a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns,
                           k, root)
         ways = [a]
+        b: Way | None = None
         if sequential:
+            # One call at a time, time adds up episode by episode: on slow hardware a
+            # sample of the episodes gives the same tokens/s (the row says how many).
+            n = min(sequential_episodes or k, k)
             await _reset_cache(backend)
-            ways.append(await run_rig("b sequential (one call in flight)", work, roles, pack, narrator_cls,
-                                      player, seed, turns, 1, root))
+            b = await run_rig(f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
+                              work[:n], roles, pack, narrator_cls, player, seed, turns, 1, root)
+            ways.append(b)
         await _reset_cache(backend)
         c = await run_ceiling(backend, recorder.requests, a.turns)
         ways.append(c)
     lines.append(HEADER)
     lines.extend(w.row() for w in ways)
+    lines.extend(scaling.lines())
+    ref = b or a
+    lines.append(f"best rig/sequential batching allows for this mix ({ref.prompt_tokens - ref.cached_tokens} "
+                 f"uncached prompt + {ref.generated_tokens} generated tokens): "
+                 f"{scaling.best_speedup(ref.prompt_tokens - ref.cached_tokens, ref.generated_tokens):.2f}")
+    if b is not None:
+        differ = sorted(e for e in b.by_episode if b.by_episode[e] != a.by_episode.get(e))
+        if differ:
+            lines.append(f"note: {len(differ)} of the {len(b.by_episode)} episodes both ways ran made other calls or "
+                         f"tokens one at a time than concurrently (outputs depend on batch composition): {differ}")
+    lines.append("mean calls in flight (summed latency / wall): "
+                 + ", ".join(f"{w.name.split(' (')[0]} {w.in_flight:.1f}" for w in ways)
+                 + f"; the rig's {k} episodes can have at most {k} (a turn is a chain of dependent calls)")
     lines.append("cache hit by turn (rig): " + " ".join(f"t{t}={h:.2f}" for t, h in a.hit_by_turn.items()))
+    tokenize, block = getattr(backend, "tokenize", None), getattr(backend, "block_size", None)
+    if tokenize is not None and block:
+        ideal = unbounded_cache_hit(recorder.requests, tokenize, block)
+        lines.append(f"cache hit by turn if nothing were evicted (block {block}): "
+                     + " ".join(f"t{t}={h / p:.2f}" for t, (p, h) in sorted(ideal.items()) if p)
+                     + f"; from turn 2 on: {late_hit(ideal):.2f}")
     lines.extend(projection(a, throughput or a.tokens_per_s))
-    late = [(t, a.prompt_by_turn[t]) for t in a.hit_by_turn if t >= 2]
-    late_prompt = sum(p for _, p in late)
-    late_hit = (sum(a.hit_by_turn[t] * p for t, p in late) / late_prompt) if late_prompt else 0.0
-    b = ways[1] if sequential else None
-    lines.append(f"ratios: rig/ceiling={a.tokens_per_s / c.tokens_per_s:.2f} "
-                 f"rig/sequential={(a.tokens_per_s / b.tokens_per_s) if b and b.tokens_per_s else float('nan'):.2f} "
-                 f"cache_hit={late_hit:.2f}")
+    rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
+    lines.append(f"ratios: rig/ceiling={a.tokens_per_s / c.tokens_per_s:.2f} rig/sequential={rig_seq:.2f} "
+                 f"cache_hit={late_hit(a.tokens_by_turn):.2f}")
     return lines

@@ -19,47 +19,38 @@ import yaml
 
 from .episode import CallFailed
 from .runner import Runner
-from .spec import NODE_REF, SpecError, _is_plain_id, _read_yaml, lint_spec, parse_spec
+from .spec import NODE_REF, Meta, SpecError, _read_yaml, _Reader, lint_spec, parse_spec, read_meta
 from .stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
 from .store import atomic_write
 
-SOURCE_KEYS = ("id", "title", "genres", "player_role", "synopsis")
 ROUNDS = 3
 
 
 @dataclass(frozen=True)
 class Source:
-    id: str
-    title: str
-    genres: tuple[str, ...]
-    player_role: str
+    """What a spec is built from: its meta and a synopsis."""
+
+    meta: Meta
     synopsis: str
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
 
 
 def load_sources(path: str | Path) -> list[Source]:
     path = Path(path)
+    r = _Reader(path)
     data = _read_yaml(path)
     items = data.get("sources") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise SpecError(path, "sources", "expected a non-empty list of sources (or a mapping with `sources:`)")
-    out, seen = [], set()
+    out: list[Source] = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise SpecError(path, f"sources[{i}]", "expected a mapping")
-        for key in SOURCE_KEYS:
-            if key not in item:
-                raise SpecError(path, f"sources[{i}].{key}", "missing")
-        if not isinstance(item["genres"], list) or not all(isinstance(g, str) and g.strip() for g in item["genres"]):
-            raise SpecError(path, f"sources[{i}].genres", "expected a list of non-empty strings")
-        for key in ("id", "title", "player_role", "synopsis"):
-            if not isinstance(item[key], str) or not item[key].strip():
-                raise SpecError(path, f"sources[{i}].{key}", "expected a non-empty string")
-        if not _is_plain_id(item["id"]):
-            raise SpecError(path, f"sources[{i}].id", f"{item['id']!r} is not a plain id")
-        if item["id"] in seen:
-            raise SpecError(path, f"sources[{i}].id", f"duplicate id {item['id']!r}")
-        seen.add(item["id"])
-        out.append(Source(item["id"], item["title"], tuple(item["genres"]), item["player_role"], item["synopsis"]))
+        meta = read_meta(r, item, f"sources[{i}]")
+        if any(s.id == meta.id for s in out):
+            raise SpecError(path, f"sources[{i}].id", f"duplicate id {meta.id!r}")
+        out.append(Source(meta, r.text(item, "synopsis", f"sources[{i}].synopsis")))
     return out
 
 
@@ -107,7 +98,7 @@ class Builder:
         raise SpecError(source.id, stage, f"still invalid after {ROUNDS} rounds: {feedback}")
 
     async def build(self, source: Source) -> dict[str, Any]:
-        base = {"synopsis": source.synopsis, "player_role": source.player_role}
+        base = {"synopsis": source.synopsis, "player_role": source.meta.player_role}
 
         def nodes_check(out: BuiltTrajectory) -> tuple[list[dict[str, str]], list[str]]:
             nodes = [{"id": f"s_{i}", **n.model_dump()} for i, n in enumerate(out.trajectory)]
@@ -129,8 +120,8 @@ class Builder:
 
         facts = await self._stage(source, "build_facts",
                                   {**with_traj, "commitments": _commitments_text(commitments)}, facts_check)
-        doc = {"meta": {"id": source.id, "title": source.title, "genres": list(source.genres),
-                        "player_role": source.player_role},
+        m = source.meta
+        doc = {"meta": {"id": m.id, "title": m.title, "genres": list(m.genres), "player_role": m.player_role},
                "synopsis": source.synopsis, "initial_facts": facts, "commitments": commitments, "trajectory": nodes}
         # The assembled spec must pass the loader and lint clean.
         spec = parse_spec(doc, Path(f"{source.id}.yaml"), expected_id=source.id)

@@ -8,6 +8,7 @@ exit code 2.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 import datetime as dt
 import json
 import platform
@@ -30,7 +31,7 @@ from .roles import Player, narrator_factory
 from .runner import RoleBinding, Runner, RunSettings, Sampling
 from .llm.base import EngineDead
 from .spec import Dataset, Spec, SpecError, dataset_summary, load_dataset
-from .store import RunDir, RunLocked, RunMismatch
+from .store import RunDir, RunLocked, RunMismatch, resume_hint
 
 EXIT_BAD_INPUT = 2
 EXIT_ENGINE_DEAD = 3
@@ -78,16 +79,34 @@ def main(dcfg: DictConfig) -> int:
         return fail(str(exc))
 
 
+@dataclass(frozen=True)
+class EpisodeSetup:
+    """What running episodes needs, read and checked before any engine starts."""
+
+    dataset: Dataset
+    narrator_cls: type
+    pack: PromptPack
+    player: Player
+    engines: Engines
+
+
+def episode_setup(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> EpisodeSetup:
+    ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
+    narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
+    pack = PromptPack.load(cfg.prompts.get("dir"), required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
+    player = Player(str(cfg.condition.get("name", "")))
+    engines = Engines(cfg, roles=roles)
+    engines.check()  # model paths and engine settings
+    return EpisodeSetup(ds, narrator_cls, pack, player, engines)
+
+
 def bench(cfg: RunConfig) -> int:
     """`mode=bench`: one workload three ways on the narrator's model (see ncp_local/bench.py)."""
     from .bench import bench as run_bench
 
-    ds = load_dataset(config_mod.dataset_path(cfg))
-    narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
-    pack = PromptPack.load(cfg.prompts.get("dir"), required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
-    player = Player(str(cfg.condition.get("name", "")))
-    engines = Engines(cfg, roles=("narrator",))
-    engines.check()
+    setup = episode_setup(cfg, roles=("narrator",))
+    ds, narrator_cls, pack, player, engines = (setup.dataset, setup.narrator_cls, setup.pack, setup.player,
+                                               setup.engines)
     b = cfg.bench
     rc = cfg.narrator
     print(f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
@@ -98,7 +117,8 @@ def bench(cfg: RunConfig) -> int:
         try:
             return await run_bench(backends["narrator"], rc.model.name,
                                    Sampling(rc.temperature, rc.top_p, rc.max_tokens), ds.specs, pack, narrator_cls,
-                                   player, cfg.seed, b.episodes, b.turns, b.throughput, b.sequential)
+                                   player, cfg.seed, b.episodes, b.turns, b.throughput, b.sequential,
+                                   b.sequential_episodes)
         finally:
             await engines.close()
 
@@ -190,13 +210,10 @@ def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, pack: PromptPack,
 
 
 def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
+    setup = episode_setup(cfg)  # everything checked before anything starts
+    ds, narrator_cls, pack, player, engines = (setup.dataset, setup.narrator_cls, setup.pack, setup.player,
+                                               setup.engines)
     specs = config_mod.shard_specs(cfg, ds.specs)
-    narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
-    pack = PromptPack.load(cfg.prompts.get("dir"), required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
-    player = Player(str(cfg.condition.get("name", "")))
-    engines = Engines(cfg)
-    engines.check()  # model paths and engine settings, before anything starts
     out = config_mod.shard_dir(cfg, config_mod.run_dir(cfg, raw))
     store = RunDir(out)
     store.open(manifest(cfg, raw, ds, pack, engines), config_mod.identity(raw))
@@ -213,15 +230,15 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     except asyncio.CancelledError:
         results = {}
     except EngineDead as exc:
-        print(f"error: engine died: {exc}; every committed turn is checkpointed in {out}; "
-              "re-run the same command to resume", file=sys.stderr)
+        print(f"error: engine died: {exc}; " + resume_hint("every committed turn is checkpointed", out),
+              file=sys.stderr)
         return EXIT_ENGINE_DEAD
     finally:
         store.close()
     if stopped:
         left = sum(not store.has_result(s.id) for s in specs)
-        print(f"stopped by {stopped[0]}: {left} unfinished episode(s) checkpointed in {out}; "
-              "re-run the same command to resume", file=sys.stderr)
+        print(f"stopped by {stopped[0]}: " + resume_hint(f"{left} unfinished episode(s) checkpointed", out),
+              file=sys.stderr)
         return EXIT_SIGNAL[stopped[0]]
     rows = [(out.name, aggregate([episode_metrics(r) for r in results.values()], cfg.max_turns))]
     print(results_table(rows))

@@ -93,6 +93,8 @@ class BenchCfg(_Cfg):
     turns: int = Field(4, ge=1)
     throughput: float | None = Field(None, gt=0)  # tokens/s per GPU for the cost projection
     sequential: bool = True
+    # The sequential way on the first N episodes only (its tokens/s is what is compared); null = all.
+    sequential_episodes: int | None = Field(None, ge=1)
 
 
 class RunConfig(_Cfg):

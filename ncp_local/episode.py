@@ -106,8 +106,13 @@ def conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
 
 class Episode:
     def __init__(self, spec: Spec, narrator: Narrator, player: Player, ask_for: AskFactory,
-                 max_turns: int, on_commit: OnCommit) -> None:
+                 max_turns: int, on_commit: OnCommit, play_through: bool = False) -> None:
         self.spec = spec
+        # Benchmarks only (mode=bench): a standing conflict or all_resolved is
+        # recorded but does not end the episode, and the turn commits as if no
+        # conflict stood, so every episode plays max_turns and every way of
+        # running the workload does the same calls. Never used for scores.
+        self.play_through = play_through
         self.narrator = narrator
         self.player = player
         self.ask_for = ask_for
@@ -134,7 +139,7 @@ class Episode:
         try:
             # A checkpoint is only written for a turn that committed, so the
             # episode may already be over by all_resolved (never by conflict).
-            if turns and ledger.all_resolved(self.spec, state.statuses):
+            if turns and self._resolved(state):
                 return self._result("all_resolved", state, turns, checkpoint)
             for t in range(len(turns), self.max_turns):
                 record, new_state = await self._turn(t, state)
@@ -145,11 +150,14 @@ class Episode:
                 checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
                                         turns=tuple(turns), narrator_state=self.narrator.save())
                 await self.on_commit(checkpoint)
-                if ledger.all_resolved(self.spec, state.statuses):
+                if self._resolved(state):
                     return self._result("all_resolved", state, turns, checkpoint)
         except CallFailed as exc:
             return self._result("invalid", state, turns, checkpoint, reason=str(exc))
         return self._result("max_turns", state, turns, checkpoint)
+
+    def _resolved(self, state: EpisodeState) -> bool:
+        return not self.play_through and ledger.all_resolved(self.spec, state.statuses)
 
     def _result(self, how: Termination, state: EpisodeState, turns: list[TurnRecord],
                 cp: Checkpoint, reason: str = "") -> EpisodeResult:
@@ -195,7 +203,7 @@ class Episode:
                     conflict_check=conflict_payload(first),
                     double_check=conflict_payload(reviewed) if reviewed else None,
                     conflicts=tuple(c.model_dump(mode="json") for c in standing))
-        if standing:
+        if standing and not self.play_through:
             return TurnRecord(**base), None
 
         facts = ledger.apply_update(projected, update)

@@ -5,9 +5,18 @@ A pack is a folder of `<stage>.txt` files (the player has one per condition:
 with PROTOCOL section 8's names, so a pack of the official files can replace
 ours; any other brace (JSON examples in a template) is left alone.
 
-Templates put fixed instructions first, then the append-only history, then
-the state that changes, then the item under audit, so that a turn's prompts
-share the longest possible prefix with the previous turn's (prefix caching).
+Layout (prefix caching): stages that see the same material read it in the
+same order and in the same words, the task comes last. Every prompt that
+sees the story's commitments and beats starts with them (one shared lead),
+then its history, then the state that changes, then the item under audit,
+then its own instructions. So the engine computes the material once per
+episode, the status check reuses the narrator's prompt of the same turn,
+the next narrator prompt reuses the status check's (the history through
+the turn), the double-check reuses the whole conflict check; the player and
+the trajectory check share their history the same way. Fewer distinct
+prefixes also means fewer KV blocks to keep, which decides the hit rate
+when the cache is small. The fact update (no history) keeps its
+instructions first: its own previous prompt is all it can share with.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from .report.tables import csv_text, markdown_table, write
 from .runner import RoleBinding, Runner, RunSettings, Sampling
 from .spec import Spec, SpecError
 from .stages import CONFLICT_TYPES, ConflictCheckOut, DoubleCheckOut, FactUpdateOut
-from .store import RunDir
+from .store import RunDir, resume_hint
 
 
 class _Record(BaseModel):
@@ -333,8 +333,7 @@ def reaudit_main(cfg: Any, raw: dict[str, Any]) -> int:
             print(f"all {len(done)} episodes already re-audited in {out}; nothing left to do")
         store.mark_done(len(done))
     except EngineDead as exc:
-        print(f"error: engine died: {exc}; finished episodes are saved in {out}; "
-              "re-run the same command to resume", file=sys.stderr)
+        print(f"error: engine died: {exc}; " + resume_hint("finished episodes are saved", out), file=sys.stderr)
         return EXIT_ENGINE_DEAD
     finally:
         store.close()

@@ -48,6 +48,7 @@ class RunSettings:
     concurrency: int = 64
     attempts: int = ATTEMPTS
     progress: bool = False
+    play_through: bool = False  # benchmarks only: see Episode.play_through
 
 
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
@@ -134,7 +135,7 @@ class Runner:
                 self.store.write_checkpoint(cp)
 
             episode = Episode(spec, self.make_narrator(), self.player, self._ask_for(spec.id),
-                              self.settings.max_turns, on_commit)
+                              self.settings.max_turns, on_commit, play_through=self.settings.play_through)
             result = await episode.run(checkpoint)
             self.store.write_result(result)
             self.results[spec.id] = result

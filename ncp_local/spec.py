@@ -157,6 +157,24 @@ def _unique(r: _Reader, items: list[Any], section: str) -> None:
         seen.add(item.id)
 
 
+def read_meta(r: _Reader, value: Any, field: str) -> Meta:
+    """id, title, genres and player_role of a mapping at `field` (a spec's meta, a build source)."""
+    m = r.mapping(value, field)
+    if "genres" not in m:
+        raise r.fail(f"{field}.genres", "missing")
+    genres = []
+    for i, g in enumerate(r.seq(m["genres"], f"{field}.genres")):
+        if not isinstance(g, str) or not g.strip():
+            raise r.fail(f"{field}.genres[{i}]", "expected a non-empty string")
+        genres.append(g)
+    return Meta(
+        id=r.ident(m, "id", f"{field}.id"),
+        title=r.text(m, "title", f"{field}.title"),
+        genres=tuple(genres),
+        player_role=r.text(m, "player_role", f"{field}.player_role"),
+    )
+
+
 def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
     """Validate one spec document (already parsed YAML)."""
     r = _Reader(file)
@@ -168,21 +186,7 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
     if extra:
         raise r.fail(extra[0], f"unknown top-level key (expected {', '.join(SPEC_KEYS)})")
 
-    m = r.mapping(doc["meta"], "meta")
-    genres_raw = r.seq(m.get("genres"), "meta.genres") if "genres" in m else None
-    if genres_raw is None:
-        raise r.fail("meta.genres", "missing")
-    genres = []
-    for i, g in enumerate(genres_raw):
-        if not isinstance(g, str) or not g.strip():
-            raise r.fail(f"meta.genres[{i}]", "expected a non-empty string")
-        genres.append(g)
-    meta = Meta(
-        id=r.ident(m, "id", "meta.id"),
-        title=r.text(m, "title", "meta.title"),
-        genres=tuple(genres),
-        player_role=r.text(m, "player_role", "meta.player_role"),
-    )
+    meta = read_meta(r, doc["meta"], "meta")
     if expected_id is not None and meta.id != expected_id:
         raise r.fail("meta.id", f"{meta.id!r} does not equal the file stem {expected_id!r}")
     if not isinstance(doc["synopsis"], str) or not doc["synopsis"].strip():

@@ -157,3 +157,8 @@ def read_calls(path: str | Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return out
+
+
+def resume_hint(what: str, out: Path) -> str:
+    """The one-line advice after an interrupted run: what is safe, where, and how to go on."""
+    return f"{what} in {out}; re-run the same command to resume"

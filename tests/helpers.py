@@ -70,8 +70,9 @@ class Scripted:
     def __init__(self, root: Path, specs: list[Any], rules: Callable[[Request], Any] | None = None,
                  max_turns: int = 4, seed: int = 0, policy: RandomPolicy = QUIET, condition: str = "adversarial",
                  concurrency: int = 64, narrator: Callable[[PromptPack, dict], Any] | None = None,
-                 pack_dir: Path | None = None) -> None:
+                 pack_dir: Path | None = None, play_through: bool = False) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
+        self.play_through = play_through
         self.concurrency = concurrency
         self.backend = ScriptedBackend(rules=rules, policy=policy)
         self.condition = condition
@@ -84,7 +85,8 @@ class Scripted:
         store.open({"test": True}, identity="test")
         roles = {r: RoleBinding(self.backend, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
         runner = Runner(specs=tuple(self.specs), roles=roles, pack=pack, store=store,
-                        settings=RunSettings(seed=self.seed, max_turns=self.max_turns, concurrency=self.concurrency),
+                        settings=RunSettings(seed=self.seed, max_turns=self.max_turns, concurrency=self.concurrency,
+                                             play_through=self.play_through),
                         make_narrator=lambda: self.narrator(pack, roles), player=Player(self.condition))
         try:
             return asyncio.run(runner.run())

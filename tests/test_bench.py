@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ncp_local.bench import Way, projection, workload
+from ncp_local.bench import Scaling, Way, late_hit, projection, unbounded_cache_hit, workload
+from ncp_local.llm.base import Message, Request
 from ncp_local.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +23,10 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
         ["a ", "b ", "c "]
     assert re.fullmatch(r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=[\d.]+", lines[-1])
     assert any(line.startswith("projection: paper grid") for line in lines)
+    assert any(line.startswith("engine alone, 1 vs 5 sequences: prefill") for line in lines)
+    assert any(line.startswith("best rig/sequential batching allows") for line in lines)
+    # The sequential way on a sample (config default 3), and the row says so.
+    assert "3 of 5 episodes" in next(line for line in lines if line.startswith("| b "))
 
 
 def test_workload_repeats_specs_with_own_ids() -> None:
@@ -35,3 +40,27 @@ def test_projection_uses_episodes_alive_per_turn() -> None:
               prompt_by_turn={0: 1000.0, 1: 1100.0, 2: 1200.0})
     text = " ".join(projection(way, throughput=1000.0))
     assert "1000 + 100 x turn" in text
+
+
+def _req(text: str, turn: int) -> Request:
+    return Request(messages=(Message("user", text),), temperature=1.0, top_p=1.0, max_tokens=1, seed=0,
+                   tags={"turn": turn})
+
+
+def test_unbounded_cache_counts_whole_shared_blocks_only() -> None:
+    # One "token" per character, blocks of 4.
+    reqs = [_req("abcdefghij", 0),    # nothing seen yet
+            _req("abcdefgXYZ", 1),    # first block shared; the second differs at its 4th token
+            _req("abcdefghij", 2),    # both full blocks seen (the last, partial block never counts)
+            _req("abcdefgh", 2),      # whole prompt cached: the last token is still computed -> 1 block
+            _req("zbcdefghij", 3)]    # shares everything but the first token: no hit (prefix, not substring)
+    by_turn = unbounded_cache_hit(reqs, lambda msgs: list(msgs[0].content), block=4)
+    assert by_turn == {0: (10, 0), 1: (10, 4), 2: (18, 8 + 4), 3: (10, 0)}
+    assert late_hit(by_turn) == 12 / 28
+
+
+def test_best_speedup_is_amdahl_over_prefill_and_decode() -> None:
+    s = Scaling(k=16, prefill_1=1000, prefill_k=1000, decode_1=10, decode_k=100)
+    assert s.best_speedup(uncached_prompt=0, generated=100) == 10  # decode only: the decode gain
+    assert s.best_speedup(uncached_prompt=1000, generated=0) == 1  # prefill only: no gain here
+    assert abs(s.best_speedup(uncached_prompt=9000, generated=10) - (9 + 1) / (9 + 0.1)) < 1e-9

@@ -96,7 +96,7 @@ def test_double_check_can_overturn_and_sees_resolved_targets(tmp_path: Path) -> 
     assert result.termination == "max_turns" and len(result.turns) == 3
     assert all(t.conflicts == () for t in result.turns)
     dc = prompt(run.requests("double_check", turn=0)[0])
-    resolved = json.loads(dc.split("REPORTED CONFLICTS:")[1])
+    resolved, _ = json.JSONDecoder().raw_decode(dc.split("REPORTED CONFLICTS (by another auditor):\n")[1])
     player_input = result.turns[0].player_input
     assert resolved[0]["target_text"] == "commitment 1 of tiny"
     assert resolved[1]["target_text"] == player_input
@@ -121,6 +121,34 @@ def test_commitment_can_fall_back_to_pending(tmp_path: Path) -> None:
     assert [t.newly_satisfied for t in result.turns] == [("c_0", "c_1"), (), ("c_0",)]
     assert [t.back_to_pending for t in result.turns] == [(), ("c_0",), ("c_1",)]
     assert result.final_state.status_map == {"c_0": "satisfied", "c_1": "pending", "c_2": "pending"}
+
+
+def test_play_through_is_a_fixed_workload_for_benchmarks(tmp_path: Path) -> None:
+    """mode=bench: every turn conflicts and resolves everything, yet the episode plays all its turns."""
+    spec = make_spec()
+
+    def rules(req: Request) -> Any:
+        stage, _, turn, _ = tag(req)
+        if stage == "fact_update" and turn >= 0:
+            return facts(add=[f"fact from turn {turn}"])
+        if stage == "conflict_check":
+            return conflicts([("fact", "f_1")])
+        if stage == "double_check":
+            return conflicts([("fact", "f_1")], confirmed=True, review_reason="holds")
+        if stage == "status_check":
+            return statuses(req, {"c_0", "c_1"})
+        return None
+
+    scored = Scripted(tmp_path / "scored", [spec], rules, max_turns=4).run()["tiny"]
+    assert scored.termination == "conflict" and len(scored.turns) == 1
+    run = Scripted(tmp_path / "bench", [spec], rules, max_turns=4, play_through=True)
+    result = run.run()["tiny"]
+    assert result.termination == "max_turns" and len(result.turns) == 4
+    assert all(t.conflicts for t in result.turns)  # still recorded
+    # Each turn commits as if the conflict had not stood: the chain of calls is the full one.
+    assert len(result.final_state.exchanges) == 4
+    assert [f.text for f in result.final_state.facts][-1] == "fact from turn 3"
+    assert len(run.requests("status_check")) == 4 and len(run.requests("double_check")) == 4
 
 
 def test_all_resolved_before_turn_limit(tmp_path: Path) -> None:
@@ -236,14 +264,50 @@ def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[1]
     policy = RandomPolicy(conflict_rate=0, node_rate=0.5, satisfy_rate=0.3, add_fact_rate=1, negate_fact_rate=0)
     run = Scripted(tmp_path, [spec], None, max_turns=4, policy=policy)
-    run.run()
-    for stage in ("narrate", "conflict_check", "status_check", "player"):
+    turns = run.run()[spec.id].turns
+    # The last passage both prompts show: the status check sees the history through its own turn.
+    last_shared = {"narrate": 2, "conflict_check": 2, "player": 2, "status_check": 1}
+    for stage, back in last_shared.items():
         for t in (2, 3):
             before, now = prompt(run.requests(stage, turn=t - 1)[0]), prompt(run.requests(stage, turn=t)[0])
-            shared = len(os.path.commonprefix([before, now]))
-            # The history of turn t-1 is all still there, unchanged, at the same place.
-            assert shared / len(before) > 0.6, (stage, t, shared, len(before))
-            assert run.requests(stage, turn=t - 1)[0].tags["turn"] == t - 1
+            shared = os.path.commonprefix([before, now])
+            # The history both show is all still there, unchanged, at the same place, and so is
+            # the story material before it.
+            assert turns[t - back].response in shared, (stage, t)
+            assert turns[0].player_input in shared or stage == "conflict_check", (stage, t)
+            if stage != "player":
+                assert spec.trajectory[-1].description in shared, (stage, t)
+
+
+def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
+    """Stages that see the same material read it in the same order, so the engine computes it once.
+
+    The status check ends turn t with the story material and the whole history
+    through turn t, which is exactly how the narrator's turn t+1 prompt
+    begins; the double-check is the conflict check's prompt with the reported
+    conflicts appended.
+    """
+    from helpers import RandomPolicy
+
+    from ncp_local.spec import load_dataset
+
+    spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[0]
+    policy = RandomPolicy(conflict_rate=1, overturn_rate=1, node_rate=0.5, satisfy_rate=0.3, add_fact_rate=1)
+    run = Scripted(tmp_path, [spec], None, max_turns=3, policy=policy)
+    result = run.run()[spec.id]
+    assert len(result.turns) == 3
+    for t in range(3):
+        narrate, conflict = prompt(run.requests("narrate", turn=t)[0]), prompt(run.requests("conflict_check", turn=t)[0])
+        status, double = prompt(run.requests("status_check", turn=t)[0]), prompt(run.requests("double_check", turn=t)[0])
+        # The story material is the common start of every prompt that sees it.
+        lead = os.path.commonprefix([narrate, conflict, status, double])
+        assert spec.trajectory[-1].description in lead and spec.commitments[-1].violation_condition in lead
+        # Double-check = conflict check + reported conflicts.
+        assert result.turns[t].response in os.path.commonprefix([conflict, double])
+        assert "FACT CHANGES THIS PASSAGE WOULD MAKE" in os.path.commonprefix([conflict, double])
+        if t + 1 < 3:
+            nxt = prompt(run.requests("narrate", turn=t + 1)[0])
+            assert result.turns[t].response in os.path.commonprefix([status, nxt])
 
 
 def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:

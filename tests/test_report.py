@@ -161,7 +161,7 @@ def test_summary_numbers_by_hand(run_dir: Path) -> None:
 def test_genre_table_by_hand(run_dir: Path) -> None:
     run = load_run(run_dir)
     attach_specs(run)
-    rows = {r.genre: r for r in genre_rows(run)}
+    rows = {r.genre: r.agg for r in genre_rows(run)}
     assert list(rows) == ["comedy", "drama", "horror", "mystery"]  # e is invalid: left out
     drama, mystery, comedy, horror = rows["drama"], rows["mystery"], rows["comedy"], rows["horror"]
     assert (drama.episodes, drama.avg_turns, drama.trajectory_pct, drama.satisfied_pct) == (2, 3, pytest.approx(50), 25)
@@ -343,4 +343,4 @@ def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
     attach_specs(run, str(official_dataset))
     rows = genre_rows(run)
     assert len(rows) == 21  # the release's distinct labels, one row each
-    assert sum(r.episodes for r in rows) == 200  # every spec has exactly two genres
+    assert sum(r.agg.episodes for r in rows) == 200  # every spec has exactly two genres

@@ -84,6 +84,8 @@ class RandomPolicy:
                 {"id": it["properties"]["id"]["const"],
                  "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
                  "reason": "scripted"} for it in items]})
+        if stage == "scaling":  # mode=bench's engine-alone measurement: any text of the asked length
+            return "a" * (4 * request.max_tokens)
         raise ValueError(f"scripted backend: no policy for stage {stage!r}")
 
 

@@ -389,6 +389,23 @@ class VLLMBackend:
         if self._engine is not None:
             await self._engine.reset_prefix_cache()
 
+    def _engine_setting(self, section: str, name: str) -> int | None:
+        """A numeric setting the running engine resolved (None if closed or not there)."""
+        try:
+            return int(getattr(getattr(self._engine.vllm_config, section), name))
+        except (AttributeError, TypeError):
+            return None
+
+    @property
+    def block_size(self) -> int | None:
+        """KV cache block size: prefix-cache hits come in whole blocks of this many tokens."""
+        return self._engine_setting("cache_config", "block_size")
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        """How many sequences the engine runs at once (the rest wait in its queue)."""
+        return self._engine_setting("scheduler_config", "max_num_seqs")
+
     @property
     def engine_pids(self) -> list[int]:
         """Pids of the engine's processes (engine core and workers), for leak checks."""

@@ -327,8 +327,13 @@ def _fact_table(rp: Replay) -> str:
         rows.append(f"<tr class=\"{'active' if f.active else 'inactive'}\"><td><span class=fid>{esc(f.id)}</span></td>"
                     f"<td class=text>{esc(f.text)}</td><td>{esc(origin.get(f.id, ''))}</td>"
                     f"<td>{esc(negated_at.get(f.id, ''))}</td></tr>")
-    return ("<table class=ledger><thead><tr><th>id</th><th>fact</th><th>added</th><th>negated</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return _table("ledger", ("id", "fact", "added", "negated"), rows)
+
+
+def _table(cls: str, headers: tuple[str, ...], rows: list[str]) -> str:
+    """A plain table of an episode page: fixed headers, rows already rendered."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
 def _node_table(rp: Replay) -> str:
@@ -339,8 +344,7 @@ def _node_table(rp: Replay) -> str:
         rows.append(f"<tr><td><span class=fid>{esc(n.id)}</span></td><td>{esc(n.description)}</td>"
                     f"<td class=small>{esc(n.trigger_event)}</td><td class=small>{esc(n.key_delta)}</td>"
                     f"<td>{esc(at)}</td></tr>")
-    return ("<table class=nodes><thead><tr><th>node</th><th>description</th><th>trigger event</th><th>key change</th>"
-            f"<th>completed</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return _table("nodes", ("node", "description", "trigger event", "key change", "completed"), rows)
 
 
 def _commitment_table(rp: Replay) -> str:
@@ -358,9 +362,8 @@ def _commitment_table(rp: Replay) -> str:
                     f"<td>{_badge(final.get(c.id, 'pending'), 't-all_resolved' if final.get(c.id) == 'satisfied' else '')}</td>"
                     f"<td class=small>{esc(', '.join(sat))}</td><td class=small>{esc(', '.join(back))}</td>"
                     f"<td><div class=strip>{strip}</div></td></tr>")
-    return ("<table class=commitments><thead><tr><th>id</th><th>type</th><th>description</th><th>final</th>"
-            "<th>satisfied at turn</th><th>back to pending at</th><th>status per turn</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return _table("commitments", ("id", "type", "description", "final", "satisfied at turn", "back to pending at",
+                                  "status per turn"), rows)
 
 
 def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:

@@ -134,13 +134,7 @@ UNKNOWN_GENRE = "(unknown)"
 @dataclass(frozen=True)
 class GenreRow:
     genre: str
-    episodes: int
-    avg_turns: float
-    trajectory_pct: float
-    satisfied_pct: float
-    fact_pct: float
-    commitment_pct: float
-    player_input_pct: float
+    agg: Aggregate  # over the genre's scored episodes (invalid ones are left out)
 
 
 def genre_rows(run: Run) -> list[GenreRow]:
@@ -151,19 +145,17 @@ def genre_rows(run: Run) -> list[GenreRow]:
             continue
         for g in run.genres(m.spec_id) or (UNKNOWN_GENRE,):
             by_genre.setdefault(g, []).append(m)
-    rows = []
-    for g in sorted(by_genre):
-        ms = by_genre[g]
-        cols = _columns(ms)
-        mean = {k: sum(v) / len(v) for k, v in cols.items()}
-        rows.append(GenreRow(g, len(ms), mean["avg_turns"], mean["trajectory_pct"], mean["satisfied_pct"],
-                             mean["fact_pct"], mean["commitment_pct"], mean["player_input_pct"]))
-    return rows
+    return [GenreRow(g, aggregate(by_genre[g], run.max_turns)) for g in sorted(by_genre)]
+
+
+def _genre_values(a: Aggregate) -> tuple[float, ...]:
+    return (a.avg_turns, a.trajectory_pct, a.satisfied_pct, a.fact_pct, a.commitment_pct, a.player_input_pct)
 
 
 def _genre_cells(r: GenreRow) -> list[Any]:
-    return [r.genre, r.episodes, f"{r.avg_turns:.2f}", f"{r.trajectory_pct:.2f}", f"{r.satisfied_pct:.2f}",
-            f"{r.fact_pct:.1f}", f"{r.commitment_pct:.1f}", f"{r.player_input_pct:.1f}"]
+    a = r.agg
+    return [r.genre, a.episodes, f"{a.avg_turns:.2f}", f"{a.trajectory_pct:.2f}", f"{a.satisfied_pct:.2f}",
+            f"{a.fact_pct:.1f}", f"{a.commitment_pct:.1f}", f"{a.player_input_pct:.1f}"]
 
 
 def genre_markdown(runs: Sequence[Run]) -> str:
@@ -179,8 +171,7 @@ def genre_csv(runs: Sequence[Run]) -> str:
     body = []
     for run in runs:
         for r in genre_rows(run):
-            body.append([run.label, str(run.path), r.genre, r.episodes, *(_round(x) for x in (
-                r.avg_turns, r.trajectory_pct, r.satisfied_pct, r.fact_pct, r.commitment_pct, r.player_input_pct))])
+            body.append([run.label, str(run.path), r.genre, r.agg.episodes, *map(_round, _genre_values(r.agg))])
     return csv_text(header, body)
 
 

@@ -68,6 +68,23 @@ def test_prefix_cache_hits_on_repeated_long_prompt(engine) -> None:
     assert third.cached_tokens >= first.prompt_tokens // 2
 
 
+def test_bench_cache_model_predicts_the_engines_hits(engine) -> None:
+    """mode=bench's unbounded-cache figure uses the engine's own block rule: it must match what vLLM reports."""
+    from ncp_local.bench import unbounded_cache_hit
+
+    backend = engine.backend
+    assert backend.block_size and backend.max_num_seqs == 16
+    base = " ".join(f"Beat {i}: the keeper locks gate {i} and hides key {i % 5}." for i in range(90))
+    reqs = [Request(messages=(Message("user", text),), temperature=0.7, top_p=0.95, max_tokens=2, seed=i)
+            for i, text in enumerate([base, base, base + " Beat 90: the lamp goes out.", "Other: " + base])]
+    engine.run(backend.reset_prefix_cache())
+    measured = [engine.run(backend.generate(r)).cached_tokens for r in reqs]  # one at a time: nothing evicted
+    hits = [unbounded_cache_hit(reqs[:i + 1], backend.tokenize, backend.block_size)[0][1] for i in range(len(reqs))]
+    predicted = [b - a for a, b in zip([0, *hits], hits)]
+    assert measured[0] == 0 and measured[1] > 0 and measured[2] > 0 and measured[3] == 0
+    assert predicted == measured
+
+
 def test_context_overflow_is_raised_before_the_engine(engine) -> None:
     backend = engine.backend
     limit = backend.max_model_len
