@@ -62,7 +62,6 @@ class Way:
     generated_tokens: int = 0
     turns: int = 0
     overhead_ms: float | None = None
-    hit_by_turn: dict[int, float] = field(default_factory=dict)
     tokens_by_turn: dict[int, tuple[int, int]] = field(default_factory=dict)  # (prompt, cached)
     by_episode: dict[str, tuple[int, int]] = field(default_factory=dict)  # (calls, generated tokens)
     # Time-average of calls in flight (summed latency / wall): how full the way kept the engine.
@@ -124,21 +123,18 @@ def _summarise(way: Way, calls: list[dict[str, Any]]) -> None:
     way.generated_tokens = sum(c["generated_tokens"] for c in calls)
     overheads = [c["overhead_s"] for c in calls if c.get("overhead_s") is not None]
     way.overhead_ms = 1000 * statistics.median(overheads) if overheads else None
-    by_turn: dict[int, list[int]] = {}
+    by_turn: dict[int, tuple[int, int]] = {}
     alive: dict[int, set[str]] = {}
     for c in calls:
-        p, h = by_turn.setdefault(c["turn"], [0, 0])
-        by_turn[c["turn"]] = [p + c["prompt_tokens"], h + c["cached_tokens"]]
+        p, h = by_turn.get(c["turn"], (0, 0))
+        by_turn[c["turn"]] = (p + c["prompt_tokens"], h + c["cached_tokens"])
         alive.setdefault(c["turn"], set()).add(c["spec_id"])
-    way.tokens_by_turn = {t: (p, h) for t, (p, h) in sorted(by_turn.items())}
-    for c in calls:
         n, g = way.by_episode.get(c["spec_id"], (0, 0))
         way.by_episode[c["spec_id"]] = (n + 1, g + c["generated_tokens"])
+    way.tokens_by_turn = dict(sorted(by_turn.items()))
     if way.wall_s:
         way.in_flight = sum(c.get("latency_s") or 0.0 for c in calls) / way.wall_s
-    way.hit_by_turn = {t: h / p for t, (p, h) in sorted(by_turn.items()) if p}
-    # Per episode still running at that turn: ended episodes must not pull the average down.
-    way.prompt_by_turn = {t: p / len(alive[t]) for t, (p, _) in sorted(by_turn.items())}
+    way.prompt_by_turn = {t: p / len(alive[t]) for t, (p, _) in way.tokens_by_turn.items()}
 
 
 async def _reset_cache(backend: Any) -> None:
@@ -272,6 +268,11 @@ def unbounded_cache_hit(requests: list[Request], tokenize: Any, block: int) -> d
     return by_turn
 
 
+def hits_text(by_turn: dict[int, tuple[int, int]]) -> str:
+    """`t0=0.59 t1=0.63 ...`: cached / prompt tokens per turn."""
+    return " ".join(f"t{t}={h / p:.2f}" for t, (p, h) in sorted(by_turn.items()) if p)
+
+
 def late_hit(by_turn: dict[int, tuple[int, int]], first: int = 2) -> float:
     """Hit rate (cached / prompt tokens) over turns >= first."""
     p = sum(v[0] for t, v in by_turn.items() if t >= first)
@@ -346,13 +347,12 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
     lines.append("mean calls in flight (summed latency / wall): "
                  + ", ".join(f"{w.name.split(' (')[0]} {w.in_flight:.1f}" for w in ways)
                  + f"; the rig's {k} episodes can have at most {k} (a turn is a chain of dependent calls)")
-    lines.append("cache hit by turn (rig): " + " ".join(f"t{t}={h:.2f}" for t, h in a.hit_by_turn.items()))
+    lines.append("cache hit by turn (rig): " + hits_text(a.tokens_by_turn))
     tokenize, block = getattr(backend, "tokenize", None), getattr(backend, "block_size", None)
     if tokenize is not None and block:
         ideal = unbounded_cache_hit(recorder.requests, tokenize, block)
-        lines.append(f"cache hit by turn if nothing were evicted (block {block}): "
-                     + " ".join(f"t{t}={h / p:.2f}" for t, (p, h) in sorted(ideal.items()) if p)
-                     + f"; from turn 2 on: {late_hit(ideal):.2f}")
+        lines.append(f"cache hit by turn if nothing were evicted (block {block}): {hits_text(ideal)}; "
+                     f"from turn 2 on: {late_hit(ideal):.2f}")
     lines.extend(projection(a, throughput or a.tokens_per_s))
     rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
     lines.append(f"ratios: rig/ceiling={a.tokens_per_s / c.tokens_per_s:.2f} rig/sequential={rig_seq:.2f} "

@@ -19,7 +19,7 @@ import yaml
 
 from .episode import CallFailed
 from .runner import Runner
-from .spec import NODE_REF, Meta, SpecError, _read_yaml, _Reader, lint_spec, parse_spec, read_meta
+from .spec import NODE_REF, Meta, SpecError, _read_yaml, _Reader, _unique, lint_spec, parse_spec, read_meta
 from .stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
 from .store import atomic_write
 
@@ -45,12 +45,9 @@ def load_sources(path: str | Path) -> list[Source]:
     items = data.get("sources") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise SpecError(path, "sources", "expected a non-empty list of sources (or a mapping with `sources:`)")
-    out: list[Source] = []
-    for i, item in enumerate(items):
-        meta = read_meta(r, item, f"sources[{i}]")
-        if any(s.id == meta.id for s in out):
-            raise SpecError(path, f"sources[{i}].id", f"duplicate id {meta.id!r}")
-        out.append(Source(meta, r.text(item, "synopsis", f"sources[{i}].synopsis")))
+    out = [Source(read_meta(r, item, f"sources[{i}]"), r.text(item, "synopsis", f"sources[{i}].synopsis"))
+           for i, item in enumerate(items)]
+    _unique(r, out, "sources")
     return out
 
 

@@ -8,7 +8,6 @@ exit code 2.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 import datetime as dt
 import json
 import platform
@@ -17,7 +16,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -79,8 +78,7 @@ def main(dcfg: DictConfig) -> int:
         return fail(str(exc))
 
 
-@dataclass(frozen=True)
-class EpisodeSetup:
+class EpisodeSetup(NamedTuple):
     """What running episodes needs, read and checked before any engine starts."""
 
     dataset: Dataset
@@ -104,9 +102,7 @@ def bench(cfg: RunConfig) -> int:
     """`mode=bench`: one workload three ways on the narrator's model (see ncp_local/bench.py)."""
     from .bench import bench as run_bench
 
-    setup = episode_setup(cfg, roles=("narrator",))
-    ds, narrator_cls, pack, player, engines = (setup.dataset, setup.narrator_cls, setup.pack, setup.player,
-                                               setup.engines)
+    ds, narrator_cls, pack, player, engines = episode_setup(cfg, roles=("narrator",))
     b = cfg.bench
     rc = cfg.narrator
     print(f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
@@ -210,9 +206,7 @@ def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, pack: PromptPack,
 
 
 def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    setup = episode_setup(cfg)  # everything checked before anything starts
-    ds, narrator_cls, pack, player, engines = (setup.dataset, setup.narrator_cls, setup.pack, setup.player,
-                                               setup.engines)
+    ds, narrator_cls, pack, player, engines = episode_setup(cfg)  # all checked before anything starts
     specs = config_mod.shard_specs(cfg, ds.specs)
     out = config_mod.shard_dir(cfg, config_mod.run_dir(cfg, raw))
     store = RunDir(out)

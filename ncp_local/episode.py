@@ -7,6 +7,7 @@ through `ledger`'s pure functions, and only when a turn commits.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -94,7 +95,10 @@ def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
     return FactUpdateRecord(add_facts=out.add_facts, negate_facts=negate, reason=out.reason)
 
 
-def to_update(rec: FactUpdateRecord) -> FactUpdate:
+def to_update(rec: FactUpdateRecord | None) -> FactUpdate:
+    """The ledger update a recorded fact update makes (none recorded: no change)."""
+    if rec is None:
+        return FactUpdate()
     return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
 
 
@@ -102,6 +106,65 @@ def conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
     data = out.model_dump(mode="json")
     data["counts"] = out.counts()
     return data
+
+
+def audit_ids(spec: Spec, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
+    """The ids an audit answer may name: the active facts and the spec's commitments."""
+    return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
+                    commitment_ids=tuple(c.id for c in spec.commitments))
+
+
+def resolve_targets(spec: Spec, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
+                    player_input: str) -> list[dict[str, str]]:
+    """Each initial conflict with its target's text, for the double-check."""
+    facts = {f.id: f.text for f in projected}
+    commitments = {c.id: c.description for c in spec.commitments}
+    resolved = []
+    for c in out.conflicts:
+        if c.type == "fact":
+            target = facts.get(c.id, "")
+        elif c.type == "commitment":
+            target = commitments.get(c.id, "")
+        else:
+            target = player_input
+        resolved.append({"type": c.type, "id": c.id if c.type != "player_input" else PLAYER_INPUT_ID,
+                         "target_text": target, "reason": c.reason})
+    return resolved
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Steps 3-5 of a turn: the fact update, the conflict check and its double-check."""
+
+    fact_update: FactUpdateRecord
+    first: ConflictCheckOut
+    reviewed: DoubleCheckOut | None
+
+    @property
+    def standing(self) -> tuple[Any, ...]:
+        return tuple(self.reviewed.standing() if self.reviewed else self.first.conflicts)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The audit's part of a turn record (TurnRecord, and the re-audit's TurnAudit)."""
+        return dict(fact_update=self.fact_update, conflict_check=conflict_payload(self.first),
+                    double_check=conflict_payload(self.reviewed) if self.reviewed else None,
+                    conflicts=tuple(c.model_dump(mode="json") for c in self.standing))
+
+
+async def audit_response(spec: Spec, state: EpisodeState, projected: tuple[ledger.FactEntry, ...],
+                         player_input: str, response: str, ask: Ask) -> Audit:
+    """PROTOCOL section 3, steps 3-5: `state` is the committed state before the turn, `projected` its
+    facts with the pending updates applied. Shared by a run's turns and the re-audit."""
+    ids = audit_ids(spec, projected)
+    fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids))
+    cvars = conflict_vars(spec, state, projected, player_input, response, to_update(fu))
+    first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
+    reviewed: DoubleCheckOut | None = None
+    if first.conflicts:
+        targets = resolve_targets(spec, first, projected, player_input)
+        reviewed = await ask("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)},
+                             ids=ids)
+    return Audit(fu, first, reviewed)
 
 
 class Episode:
@@ -119,10 +182,6 @@ class Episode:
         self.max_turns = max_turns
         self.on_commit = on_commit
         self.commitment_ids = tuple(c.id for c in spec.commitments)
-
-    def audit_ids(self, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
-        return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
-                        commitment_ids=self.commitment_ids)
 
     async def run(self, checkpoint: Checkpoint | None = None) -> EpisodeResult:
         if checkpoint is None:
@@ -170,7 +229,7 @@ class Episode:
         ask = self.ask_for(OPENING_TURN)
         text = await self.narrator.opening(self.spec, state, ask)
         fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(state.facts, text),
-                                      ids=self.audit_ids(state.facts))
+                                      ids=audit_ids(self.spec, state.facts))
         rec = fu_record(fu)
         # The opening's updates are held as pending until turn 0 commits.
         state = state.model_copy(update={"opening": text, "pending": to_update(rec)})
@@ -186,25 +245,12 @@ class Episode:
         response = await self.narrator.respond(self.spec, state, player_input, ask)
 
         projected = ledger.projected_facts(state)
-        ids = self.audit_ids(projected)
-        fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids))
-        update = to_update(fu)
-
-        cvars = conflict_vars(self.spec, state, projected, player_input, response, update)
-        first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
-        reviewed: DoubleCheckOut | None = None
-        standing = first.conflicts
-        if first.conflicts:
-            cvars = {**cvars, "initial_conflicts_json": to_json(self.resolve_targets(first, projected, player_input))}
-            reviewed = await ask("double_check", "double_check", cvars, ids=ids)
-            standing = reviewed.standing()
-
-        base = dict(turn=t, player_input=player_input, response=response, fact_update=fu,
-                    conflict_check=conflict_payload(first),
-                    double_check=conflict_payload(reviewed) if reviewed else None,
-                    conflicts=tuple(c.model_dump(mode="json") for c in standing))
-        if standing and not self.play_through:
+        audit = await audit_response(self.spec, state, projected, player_input, response, ask)
+        base = dict(turn=t, player_input=player_input, response=response, **audit.record_fields())
+        if audit.standing and not self.play_through:
             return TurnRecord(**base), None
+
+        update = to_update(audit.fact_update)
 
         facts = ledger.apply_update(projected, update)
         history = end_of_turn_history(state, player_input, response)
@@ -236,23 +282,6 @@ class Episode:
         new_state = ledger.commit_turn(state, update, occurred, statuses, Exchange(
             player_input=player_input, response=response))
         return record, new_state
-
-    def resolve_targets(self, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
-                         player_input: str) -> list[dict[str, str]]:
-        """Each initial conflict with its target's text, for the double-check."""
-        facts = {f.id: f.text for f in projected}
-        commitments = {c.id: c.description for c in self.spec.commitments}
-        resolved = []
-        for c in out.conflicts:
-            if c.type == "fact":
-                target = facts.get(c.id, "")
-            elif c.type == "commitment":
-                target = commitments.get(c.id, "")
-            else:
-                target = player_input
-            resolved.append({"type": c.type, "id": c.id if c.type != "player_input" else PLAYER_INPUT_ID,
-                             "target_text": target, "reason": c.reason})
-        return resolved
 
 
 def _status(s: str) -> Status:

@@ -98,19 +98,11 @@ def format_facts(facts: Iterable[FactEntry]) -> str:
     return "\n".join(lines) or NONE
 
 
-def format_commitments(spec: Spec, state: EpisodeState | None = None) -> str:
-    status = state.status_map if state else {}
-    blocks = []
-    for c in spec.commitments:
-        blocks.append(
-            f"[{c.id}] ({c.type}, status: {status.get(c.id, 'pending')}) {c.description}\n"
-            f"  satisfied when: {c.satisfaction_condition}\n"
-            f"  violated when: {c.violation_condition}")
-    return "\n".join(blocks) or NONE
-
-
-def format_commitment_definitions(spec: Spec) -> str:
-    blocks = [f"[{c.id}] ({c.type}) {c.description}\n  satisfied when: {c.satisfaction_condition}\n"
+def format_commitments(spec: Spec, status: Mapping[str, str] | None) -> str:
+    """Each commitment with its conditions; with its status inline when `status` is given."""
+    def head(cid: str, ctype: str) -> str:
+        return f"({ctype}, status: {status.get(cid, 'pending')})" if status is not None else f"({ctype})"
+    blocks = [f"[{c.id}] {head(c.id, c.type)} {c.description}\n  satisfied when: {c.satisfaction_condition}\n"
               f"  violated when: {c.violation_condition}" for c in spec.commitments]
     return "\n".join(blocks) or NONE
 
@@ -131,9 +123,9 @@ def format_flags(spec: Spec, occurred: tuple[bool, ...]) -> str:
 def story_vars(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) -> dict[str, str]:
     """Commitments and trajectory, both whole (official names) and split static/changing."""
     return {
-        "narrative_commitments": format_commitments(spec, state),
+        "narrative_commitments": format_commitments(spec, state.status_map),
         "trajectory_progress": format_trajectory(spec, occurred),
-        "commitment_definitions": format_commitment_definitions(spec),
+        "commitment_definitions": format_commitments(spec, None),
         "commitment_statuses": format_commitment_statuses(spec, state),
         "trajectory_nodes": format_nodes(spec),
         "trajectory_flags": format_flags(spec, occurred),

@@ -32,17 +32,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import config as config_mod
 from .config import ConfigError
-from .episode import CallFailed, Episode, EpisodeResult, FactUpdateRecord, conflict_payload, fu_record, to_update
+from .episode import CallFailed, EpisodeResult, FactUpdateRecord, audit_response
 from .llm.base import EngineDead
 from .llm.factory import Engines
-from .prompts import PromptPack, conflict_vars, fact_update_vars, to_json
+from .prompts import PromptPack
 from .report.replay import TurnView, replay
 from .report.runs import REAUDIT_KIND, Run, attach_specs, load_run
 from .report.stats import cohen_kappa, confusion, pearson, spearman
 from .report.tables import csv_text, markdown_table, write
 from .runner import RoleBinding, Runner, RunSettings, Sampling
 from .spec import Spec, SpecError
-from .stages import CONFLICT_TYPES, ConflictCheckOut, DoubleCheckOut, FactUpdateOut
+from .stages import CONFLICT_TYPES
 from .store import RunDir, resume_hint
 
 
@@ -75,27 +75,11 @@ Ask = Callable[..., Awaitable[Any]]
 async def audit_turn(spec: Spec, view: TurnView, ask: Ask) -> TurnAudit:
     """PROTOCOL section 3, steps 3-5, on a recorded turn and the state before it."""
     rec = view.record
-    # The episode's own helpers: the same ids and target texts a run gives the auditor.
-    helper = Episode(spec, None, None, None, 0, None)  # type: ignore[arg-type]
-    ids = helper.audit_ids(view.projected)
     try:
-        out: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(view.projected, rec.response),
-                                       ids=ids)
-        fu = fu_record(out)
-        cvars = conflict_vars(spec, view.before, view.projected, rec.player_input, rec.response, to_update(fu))
-        first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
-        reviewed: DoubleCheckOut | None = None
-        standing = first.conflicts
-        if first.conflicts:
-            targets = helper.resolve_targets(first, view.projected, rec.player_input)
-            reviewed = await ask("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)},
-                                 ids=ids)
-            standing = reviewed.standing()
+        audit = await audit_response(spec, view.before, view.projected, rec.player_input, rec.response, ask)
     except CallFailed as exc:
         return TurnAudit(turn=rec.turn, error=str(exc))
-    return TurnAudit(turn=rec.turn, fact_update=fu, conflict_check=conflict_payload(first),
-                     double_check=conflict_payload(reviewed) if reviewed else None,
-                     conflicts=tuple(c.model_dump(mode="json") for c in standing))
+    return TurnAudit(turn=rec.turn, **audit.record_fields())
 
 
 async def reaudit_episode(spec: Spec, result: EpisodeResult, runner: Runner, gate: asyncio.Semaphore) -> ReauditResult:

@@ -12,16 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import ledger
-from ..episode import EpisodeResult, FactUpdateRecord, TurnRecord
-from ..ledger import EpisodeState, Exchange, FactEntry, FactUpdate, Status
+from ..episode import EpisodeResult, TurnRecord, to_update
+from ..ledger import EpisodeState, Exchange, FactEntry, Status
 from ..spec import Spec
 from ..stages import PLAYER_INPUT_ID
-
-
-def to_update(rec: FactUpdateRecord | None) -> FactUpdate:
-    if rec is None:
-        return FactUpdate()
-    return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
 
 
 @dataclass(frozen=True)
