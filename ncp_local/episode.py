@@ -20,10 +20,14 @@ from .prompts import (
 from .roles import Ask, Narrator, Player
 from .spec import Spec
 from .stages import (
-    PLAYER_INPUT_ID, AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut,
+    INTERNAL_ID, AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut,
 )
 
-Termination = Literal["conflict", "max_turns", "all_resolved", "invalid"]
+# `context_limit`: the episode could not go on because a call no longer fits the
+# model's window; it is censored at its last committed turn (PROTOCOL section 5
+# counts survival to the end of the story; such an episode did not fail, it ran
+# out of room), never dropped as `invalid`.
+Termination = Literal["conflict", "max_turns", "all_resolved", "invalid", "context_limit"]
 
 
 class _Record(BaseModel):
@@ -49,6 +53,9 @@ class TurnRecord(_Record):
     status_check: tuple[dict[str, Any], ...] | None = None
     newly_satisfied: tuple[str, ...] = ()
     back_to_pending: tuple[str, ...] = ()
+    # Answers of this turn that reached an output bound ("stage:bound"); empty
+    # on a compliant model under loose bounds (PROTOCOL section 6).
+    bound_hits: tuple[str, ...] = ()
 
 
 class EpisodeResult(_Record):
@@ -60,6 +67,7 @@ class EpisodeResult(_Record):
     turns: tuple[TurnRecord, ...]
     final_state: EpisodeState
     max_turns: int
+    opening_bound_hits: tuple[str, ...] = ()
 
 
 class Checkpoint(_Record):
@@ -70,6 +78,7 @@ class Checkpoint(_Record):
     opening_update: FactUpdateRecord | None
     turns: tuple[TurnRecord, ...]
     narrator_state: dict[str, Any]
+    opening_bound_hits: tuple[str, ...] = ()
 
     @property
     def next_turn(self) -> int:
@@ -79,9 +88,17 @@ class Checkpoint(_Record):
 class CallFailed(Exception):
     """A call stayed invalid after every attempt; ends this episode only."""
 
+    termination: Termination = "invalid"
+
     def __init__(self, stage: str, turn: int, reason: str) -> None:
         super().__init__(f"{stage} at turn {turn}: {reason}")
         self.stage, self.turn, self.reason = stage, turn, reason
+
+
+class ContextLimit(CallFailed):
+    """A call's prompt leaves less room than its stage needs: the episode is censored."""
+
+    termination: Termination = "context_limit"
 
 
 AskFactory = Callable[[int], Ask]  # turn -> a call bound to that turn (-1: the opening)
@@ -91,8 +108,8 @@ OPENING_TURN = -1
 
 
 def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
-    negate = tuple(dict.fromkeys(out.negate_facts))  # a repeated id negates once
-    return FactUpdateRecord(add_facts=out.add_facts, negate_facts=negate, reason=out.reason)
+    # Negation ids arrive stripped and once each (stages.FactUpdateOut).
+    return FactUpdateRecord(add_facts=out.add_facts, negate_facts=out.negate_facts, reason=out.reason)
 
 
 def to_update(rec: FactUpdateRecord | None) -> FactUpdate:
@@ -108,27 +125,33 @@ def conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
     return data
 
 
+# The grammar offers a fact update the ids its own first additions would get,
+# so that it can negate a fact it adds; an id beyond these is ignored anyway.
+NEW_ID_LOOKAHEAD = 8
+
+
 def audit_ids(spec: Spec, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
     """The ids an audit answer may name: the active facts and the spec's commitments."""
     return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
-                    commitment_ids=tuple(c.id for c in spec.commitments))
+                    commitment_ids=tuple(c.id for c in spec.commitments),
+                    new_fact_ids=ledger.next_fact_ids(facts, NEW_ID_LOOKAHEAD))
 
 
 def resolve_targets(spec: Spec, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
-                    player_input: str) -> list[dict[str, str]]:
+                    player_input: str, response: str) -> list[dict[str, str]]:
     """Each initial conflict with its target's text, for the double-check."""
     facts = {f.id: f.text for f in projected}
     commitments = {c.id: c.description for c in spec.commitments}
     resolved = []
     for c in out.conflicts:
         if c.type == "fact":
-            target = facts.get(c.id, "")
+            # An internal contradiction names the narration itself.
+            target = response if c.id == INTERNAL_ID else facts.get(c.id, "")
         elif c.type == "commitment":
             target = commitments.get(c.id, "")
         else:
             target = player_input
-        resolved.append({"type": c.type, "id": c.id if c.type != "player_input" else PLAYER_INPUT_ID,
-                         "target_text": target, "reason": c.reason})
+        resolved.append({"type": c.type, "id": c.id, "target_text": target, "reason": c.reason})
     return resolved
 
 
@@ -156,12 +179,12 @@ async def audit_response(spec: Spec, state: EpisodeState, projected: tuple[ledge
     """PROTOCOL section 3, steps 3-5: `state` is the committed state before the turn, `projected` its
     facts with the pending updates applied. Shared by a run's turns and the re-audit."""
     ids = audit_ids(spec, projected)
-    fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids))
+    fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids))
     cvars = conflict_vars(spec, state, projected, player_input, response, to_update(fu))
     first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
     reviewed: DoubleCheckOut | None = None
     if first.conflicts:
-        targets = resolve_targets(spec, first, projected, player_input)
+        targets = resolve_targets(spec, first, projected, player_input, response)
         reviewed = await ask("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)},
                              ids=ids)
     return Audit(fu, first, reviewed)
@@ -191,7 +214,7 @@ class Episode:
                 state = ledger.initial_state(self.spec)
                 empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(),
                                    narrator_state={})
-                return self._result("invalid", state, [], empty, reason=str(exc))
+                return self._result(exc.termination, state, [], empty, reason=str(exc))
         else:
             self.narrator.restore(checkpoint.narrator_state)
         state, turns = checkpoint.state, list(checkpoint.turns)
@@ -207,12 +230,13 @@ class Episode:
                     return self._result("conflict", state, turns, checkpoint)
                 state = new_state
                 checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
-                                        turns=tuple(turns), narrator_state=self.narrator.save())
+                                        turns=tuple(turns), narrator_state=self.narrator.save(),
+                                        opening_bound_hits=checkpoint.opening_bound_hits)
                 await self.on_commit(checkpoint)
                 if self._resolved(state):
                     return self._result("all_resolved", state, turns, checkpoint)
         except CallFailed as exc:
-            return self._result("invalid", state, turns, checkpoint, reason=str(exc))
+            return self._result(exc.termination, state, turns, checkpoint, reason=str(exc))
         return self._result("max_turns", state, turns, checkpoint)
 
     def _resolved(self, state: EpisodeState) -> bool:
@@ -222,19 +246,19 @@ class Episode:
                 cp: Checkpoint, reason: str = "") -> EpisodeResult:
         return EpisodeResult(spec_id=self.spec.id, termination=how, reason=reason, opening=state.opening,
                              opening_update=cp.opening_update, turns=tuple(turns), final_state=state,
-                             max_turns=self.max_turns)
+                             max_turns=self.max_turns, opening_bound_hits=cp.opening_bound_hits)
 
     async def _open(self) -> Checkpoint:
         state = ledger.initial_state(self.spec)
         ask = self.ask_for(OPENING_TURN)
         text = await self.narrator.opening(self.spec, state, ask)
-        fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(state.facts, text),
+        fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(self.spec, state.facts, text),
                                       ids=audit_ids(self.spec, state.facts))
         rec = fu_record(fu)
         # The opening's updates are held as pending until turn 0 commits.
         state = state.model_copy(update={"opening": text, "pending": to_update(rec)})
         cp = Checkpoint(spec_id=self.spec.id, state=state, opening_update=rec, turns=(),
-                        narrator_state=self.narrator.save())
+                        narrator_state=self.narrator.save(), opening_bound_hits=_hits(ask))
         await self.on_commit(cp)
         return cp
 
@@ -248,7 +272,7 @@ class Episode:
         audit = await audit_response(self.spec, state, projected, player_input, response, ask)
         base = dict(turn=t, player_input=player_input, response=response, **audit.record_fields())
         if audit.standing and not self.play_through:
-            return TurnRecord(**base), None
+            return TurnRecord(**base, bound_hits=_hits(ask)), None
 
         update = to_update(audit.fact_update)
 
@@ -278,10 +302,16 @@ class Episode:
             **base, trajectory_check=traj, node_completed=node_done, status_check=status_payload,
             newly_satisfied=tuple(cid for cid, s in statuses if s == "satisfied" and before[cid] != "satisfied"),
             back_to_pending=tuple(cid for cid, s in statuses if s == "pending" and before[cid] == "satisfied"),
+            bound_hits=_hits(ask),
         )
         new_state = ledger.commit_turn(state, update, occurred, statuses, Exchange(
             player_input=player_input, response=response))
         return record, new_state
+
+
+def _hits(ask: Ask) -> tuple[str, ...]:
+    """The bounds this turn's answers reached, as the runner's Ask collected them."""
+    return tuple(getattr(ask, "hits", ()))
 
 
 def _status(s: str) -> Status:

@@ -8,6 +8,12 @@ subgoals as summaries and the current subgoal in full, and may ask to
 retrieve one compressed subgoal's full exchanges. The memory is trimmed to a
 token budget counted with the narrator model's own tokenizer.
 
+The memory comes alongside the baseline narrator's turn context (current
+node, commitments, facts, its own past passages, this input), never instead
+of it: the prompt is the pack's narrator template (`hiagent_narrate`, or
+`narrate` when the pack has no method-specific one, as the reference's two
+method templates are the same) followed by the `hiagent_memory` block.
+
 The exchanges themselves are never copied: subgoals hold index ranges into
 the episode's committed history, so memory can never disagree with it.
 """
@@ -16,15 +22,20 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .ledger import EpisodeState, Exchange
 from .llm.base import Message
 from .prompts import PromptPack, format_history, narrate_vars, opening_vars
+from .roles import NarratorOptions
 from .spec import Spec
 from .stages import AuditIds, HiAgentStep, Narration, Summary
 
 DEFAULT_BUDGET = 2048
+
+
+class HiAgentOptions(NarratorOptions):
+    budget_tokens: int = Field(DEFAULT_BUDGET, gt=0)  # the working memory's size, in the model's tokens
 
 
 class Subgoal(BaseModel):
@@ -39,12 +50,14 @@ def _same(a: str, b: str) -> bool:
 
 
 class HiAgentNarrator:
-    TEMPLATES = ("hiagent_narrate", "hiagent_summarize")
+    TEMPLATES = ("hiagent_narrate", "hiagent_memory", "hiagent_summarize")
+    Options = HiAgentOptions
 
     def __init__(self, pack: PromptPack, roles: dict[str, Any] | None = None, budget_tokens: int = DEFAULT_BUDGET,
-                 **_: Any) -> None:
+                 history: str = "full", **_: Any) -> None:
         self.pack = pack
         self.budget = budget_tokens
+        self.first_line_history = history == "first_line"
         backend = roles["narrator"].backend if roles else None
         counter = getattr(backend, "count_tokens", None)
         # The model's own tokenizer when the backend has one; else a rough
@@ -70,13 +83,14 @@ class HiAgentNarrator:
         return f"[subgoal {i}, {label}] {sg.title}\n{body}".rstrip()
 
     def memory(self, state: EpisodeState, retrieved: int | None = None) -> str:
-        """The opening, then subgoals (oldest dropped first) within the token budget."""
+        """The subgoals (oldest dropped first) within the token budget."""
         blocks = [self._block(i, sg, state.exchanges, i == retrieved) for i, sg in enumerate(self.subgoals)]
-        head = f"NARRATOR: {state.opening}"
+        if not blocks:
+            return "(no subgoal yet: the story has just opened)"
         dropped = 0
         while True:
             note = [f"({dropped} earlier subgoal(s) trimmed from memory)"] if dropped else []
-            text = "\n\n".join([head, *note, *blocks[dropped:]])
+            text = "\n\n".join([*note, *blocks[dropped:]])
             # Never drop the current subgoal: it is what the narrator is doing now.
             if self.count(text) <= self.budget or dropped >= len(blocks) - 1:
                 return text
@@ -91,14 +105,15 @@ class HiAgentNarrator:
         return out.text.strip()
 
     async def respond(self, spec: Spec, state: EpisodeState, player_input: str, ask: Any) -> str:
-        variables = narrate_vars(spec, state, player_input)
-        variables["history_text"] = self.memory(state)
+        variables = {**narrate_vars(spec, state, player_input, self.first_line_history),
+                     "working_memory": self.memory(state)}
         step: HiAgentStep = await ask("hiagent_narrate", "hiagent_narrate", variables,
-                                      ids=AuditIds(retrievable=self.retrievable()))
+                                      ids=AuditIds(retrievable=self.retrievable()), extra="hiagent_memory")
         if step.retrieve is not None:
             # One retrieval per turn: expand that subgoal and answer again.
-            variables["history_text"] = self.memory(state, retrieved=step.retrieve)
-            step = await ask("hiagent_narrate", "hiagent_narrate", variables, ids=AuditIds(), key="retrieved")
+            variables["working_memory"] = self.memory(state, retrieved=step.retrieve)
+            step = await ask("hiagent_narrate", "hiagent_narrate", variables, ids=AuditIds(), key="retrieved",
+                             extra="hiagent_memory")
         await self._advance(step.subgoal.strip(), state, ask)
         return step.text.strip()
 
@@ -114,7 +129,7 @@ class HiAgentNarrator:
                                            for e in state.exchanges[current.start:current.end]))
                 out: Summary = await ask("hiagent_summarize", "hiagent_summarize",
                                          {"history_text": text.removeprefix("NARRATOR: \n\n"),
-                                          "current_node": current.title})
+                                          "subgoal": current.title})
                 current.summary = out.summary.strip()
             elif current.summary is None:
                 current.summary = "(no exchanges)"

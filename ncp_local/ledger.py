@@ -78,14 +78,23 @@ def _new_fact_id(facts: list[FactEntry]) -> str:
     return f"{base}_{k}"
 
 
+def next_fact_ids(facts: tuple[FactEntry, ...], k: int) -> tuple[str, ...]:
+    """The ids the next k additions would get, in order."""
+    out = list(facts)
+    for _ in range(k):
+        out.append(FactEntry(id=_new_fact_id(out), text="", active=True))
+    return tuple(f.id for f in out[len(facts):])
+
+
 def apply_update(facts: tuple[FactEntry, ...], update: FactUpdate) -> tuple[FactEntry, ...]:
-    """Additions first (blank ones skipped), then negations (unknown ids ignored)."""
+    """Additions first (blank ones skipped), so an update may negate a fact it adds; then
+    negations, compared after stripping; an unknown or already inactive id is ignored."""
     out = list(facts)
     for text in update.add_facts:
         text = text.strip()
         if text:
             out.append(FactEntry(id=_new_fact_id(out), text=text, active=True))
-    negate = set(update.negate_facts)
+    negate = {i.strip() for i in update.negate_facts}
     return tuple(f.model_copy(update={"active": False}) if f.id in negate else f for f in out)
 
 

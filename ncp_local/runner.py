@@ -14,12 +14,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .episode import CallFailed, Checkpoint, Episode, EpisodeResult
+from .episode import CallFailed, Checkpoint, ContextLimit, Episode, EpisodeResult
 from .llm.base import Backend, ContextOverflow, Request
 from .prompts import PromptPack
 from .roles import Narrator, Player
 from .spec import Spec
-from .stages import STAGES, AuditIds, InvalidOutput, parse, regex_for, schema_for
+from .stages import (
+    STAGES, UNBOUNDED, AuditIds, Bounds, InvalidOutput, bound_hits, check_bounds, parse, regex_for, schema_for,
+)
 from .store import RunDir
 
 ATTEMPTS = 3
@@ -39,6 +41,7 @@ class RoleBinding:
     backend: Backend
     sampling: Sampling
     model: str
+    bounds: Bounds = UNBOUNDED
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,20 @@ class RunSettings:
     attempts: int = ATTEMPTS
     progress: bool = False
     play_through: bool = False  # benchmarks only: see Episode.play_through
+
+
+@dataclass
+class TurnAsk:
+    """The `Ask` of one episode's turn: calls bound to (spec, turn), and the
+    output bounds their answers reached (for the turn record)."""
+
+    runner: "Runner"
+    spec_id: str
+    turn: int
+    hits: list[str] = field(default_factory=list)
+
+    async def __call__(self, stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
+        return await self.runner.ask(self.spec_id, self.turn, stage, template, variables, hits=self.hits, **kw)
 
 
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
@@ -71,13 +88,17 @@ class Runner:
 
     async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
                   ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
-                  feedback: str = "") -> Any:
-        """One call with up to `attempts` tries on the same inputs; logs every attempt."""
+                  feedback: str = "", extra: str | None = None, hits: list[str] | None = None) -> Any:
+        """One call with up to `attempts` tries on the same inputs; logs every attempt.
+
+        `extra` appends a second template to the prompt (HiAgent's memory);
+        `hits` collects the output bounds the accepted answer reached.
+        """
         info = STAGES[stage]
         binding = self.roles[role or info.role]
         prepared = time.perf_counter()
-        messages = self.pack.render(template, variables, feedback=feedback)
-        schema = schema_for(stage, ids) if info.json else None
+        messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
+        schema = schema_for(stage, ids, binding.bounds) if info.json else None
         # The rig's own time per call (render, schema, parse, log), apart from the engine's.
         overhead = time.perf_counter() - prepared
         last = ""
@@ -86,7 +107,7 @@ class Runner:
             seed = call_seed(self.settings.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
             request = Request(messages=messages, temperature=binding.sampling.temperature,
                               top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
-                              seed=seed, json_schema=schema, regex=regex_for(stage),
+                              seed=seed, json_schema=schema, regex=regex_for(stage, binding.bounds),
                               tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
                                     "role": role or info.role})
             log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
@@ -96,15 +117,22 @@ class Runner:
             except ContextOverflow as exc:
                 # Same inputs would overflow again: no retry.
                 self.store.log_call({**log, "error": f"context_overflow: {exc}", "finish_reason": "context_overflow"})
-                raise CallFailed(stage, turn, f"context_overflow: {exc}") from None
+                raise ContextLimit(stage, turn, f"context_overflow: {exc}") from None
             checked = time.perf_counter()
             error = None
             out: Any = None
-            if completion.finish_reason == "length":
+            reached: tuple[str, ...] = ()
+            if completion.finish_reason == "error":
+                # The engine could not run the request (a grammar that fails to
+                # compile, a rejected request): its own words, not a parse error.
+                error = f"engine error: {completion.error or 'no message'}"
+            elif completion.finish_reason == "length":
                 error = f"cut off at max_tokens={binding.sampling.max_tokens}"
             else:
                 try:
                     out = parse(stage, completion.text, ids)
+                    check_bounds(stage, out, binding.bounds)
+                    reached = bound_hits(stage, out, binding.bounds)
                 except InvalidOutput as exc:
                     error = str(exc)
             overhead += time.perf_counter() - checked
@@ -113,19 +141,18 @@ class Runner:
                 "generated_tokens": completion.generated_tokens, "latency_s": round(completion.latency_s, 4),
                 "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
                 "error": error, "output": completion.text if error else None,
+                **({"bound_hits": list(reached)} if reached else {}),
             })
             if error is None:
+                if hits is not None:
+                    hits.extend(reached)
                 return out
             last = error
             overhead = 0.0
         raise CallFailed(stage, turn, f"invalid after {self.settings.attempts} attempts: {last}")
 
-    def _ask_for(self, spec_id: str) -> Callable[[int], Any]:
-        def bind(turn: int) -> Any:
-            async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
-                return await self.ask(spec_id, turn, stage, template, variables, **kw)
-            return ask
-        return bind
+    def _ask_for(self, spec_id: str) -> Callable[[int], "TurnAsk"]:
+        return lambda turn: TurnAsk(self, spec_id, turn)
 
     async def _one(self, spec: Spec, gate: asyncio.Semaphore) -> None:
         async with gate:

@@ -15,3 +15,12 @@ def official_dataset() -> Path:
     if not path or not (Path(path) / "index.yaml").exists():
         pytest.skip("official dataset not available (set NCP_BENCH_DATASET to its directory)")
     return Path(path)
+
+
+@pytest.fixture(scope="session")
+def official_prompts() -> Path:
+    """A clone of the reference repository's prompt files, from NCP_BENCH_REFERENCE (set by .ci/run)."""
+    path = os.environ.get("NCP_BENCH_REFERENCE")
+    if not path or not (Path(path) / "src" / "ncpbench" / "prompts").is_dir():
+        pytest.skip("official prompt files not available (set NCP_BENCH_REFERENCE to a reference clone)")
+    return Path(path)

@@ -70,7 +70,7 @@ class Scripted:
     def __init__(self, root: Path, specs: list[Any], rules: Callable[[Request], Any] | None = None,
                  max_turns: int = 4, seed: int = 0, policy: RandomPolicy = QUIET, condition: str = "adversarial",
                  concurrency: int = 64, narrator: Callable[[PromptPack, dict], Any] | None = None,
-                 pack_dir: Path | None = None, play_through: bool = False) -> None:
+                 pack_dir: Path | None = None, play_through: bool = False, bounds: dict[str, Any] | None = None) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
         self.play_through = play_through
         self.concurrency = concurrency
@@ -78,12 +78,15 @@ class Scripted:
         self.condition = condition
         self.narrator = narrator or (lambda pack, roles: BaselineNarrator(pack))
         self.pack_dir = pack_dir
+        self.bounds = bounds or {}  # role -> stages.Bounds (default: unbounded)
 
     def run(self) -> dict[str, Any]:
         pack = PromptPack.load(self.pack_dir)
         store = RunDir(self.root)
         store.open({"test": True}, identity="test")
-        roles = {r: RoleBinding(self.backend, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
+        roles = {r: RoleBinding(self.backend, Sampling(), "scripted", **({"bounds": self.bounds[r]} if r in self.bounds
+                                                                         else {}))
+                 for r in ("narrator", "player", "auditor")}
         runner = Runner(specs=tuple(self.specs), roles=roles, pack=pack, store=store,
                         settings=RunSettings(seed=self.seed, max_turns=self.max_turns, concurrency=self.concurrency,
                                              play_through=self.play_through),

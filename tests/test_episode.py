@@ -96,7 +96,7 @@ def test_double_check_can_overturn_and_sees_resolved_targets(tmp_path: Path) -> 
     assert result.termination == "max_turns" and len(result.turns) == 3
     assert all(t.conflicts == () for t in result.turns)
     dc = prompt(run.requests("double_check", turn=0)[0])
-    resolved, _ = json.JSONDecoder().raw_decode(dc.split("REPORTED CONFLICTS (by another auditor):\n")[1])
+    resolved, _ = json.JSONDecoder().raw_decode(dc.split("REPORTED CONFLICTS (by another auditor, each with the text it names):\n")[1])
     player_input = result.turns[0].player_input
     assert resolved[0]["target_text"] == "commitment 1 of tiny"
     assert resolved[1]["target_text"] == player_input
@@ -274,40 +274,47 @@ def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:
             # The history both show is all still there, unchanged, at the same place, and so is
             # the story material before it.
             assert turns[t - back].response in shared, (stage, t)
-            assert turns[0].player_input in shared or stage == "conflict_check", (stage, t)
+            # Only the player and the status check see past player inputs (PROTOCOL section 3).
+            assert (turns[0].player_input in shared) == (stage in ("player", "status_check")), (stage, t)
             if stage != "player":
+                assert spec.commitments[-1].violation_condition in shared, (stage, t)
+            if stage == "status_check":
                 assert spec.trajectory[-1].description in shared, (stage, t)
 
 
 def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
     """Stages that see the same material read it in the same order, so the engine computes it once.
 
-    The status check ends turn t with the story material and the whole history
-    through turn t, which is exactly how the narrator's turn t+1 prompt
-    begins; the double-check is the conflict check's prompt with the reported
-    conflicts appended.
+    The narrator, the conflict check and the double-check start with the
+    commitments and the narrator's own passages so far; the double-check is
+    the conflict check's prompt with the reported conflicts appended; the
+    player of turn t+1 starts with the trajectory check's history of turn t.
     """
     from helpers import RandomPolicy
 
     from ncp_local.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[0]
-    policy = RandomPolicy(conflict_rate=1, overturn_rate=1, node_rate=0.5, satisfy_rate=0.3, add_fact_rate=1)
+    policy = RandomPolicy(conflict_rate=1, overturn_rate=1, node_rate=0.0, satisfy_rate=0.3, add_fact_rate=1)
     run = Scripted(tmp_path, [spec], None, max_turns=3, policy=policy)
     result = run.run()[spec.id]
     assert len(result.turns) == 3
     for t in range(3):
         narrate, conflict = prompt(run.requests("narrate", turn=t)[0]), prompt(run.requests("conflict_check", turn=t)[0])
         status, double = prompt(run.requests("status_check", turn=t)[0]), prompt(run.requests("double_check", turn=t)[0])
-        # The story material is the common start of every prompt that sees it.
+        # The commitments are the common start of every prompt that sees them.
         lead = os.path.commonprefix([narrate, conflict, status, double])
-        assert spec.trajectory[-1].description in lead and spec.commitments[-1].violation_condition in lead
+        assert spec.commitments[-1].violation_condition in lead
+        # The narrator's passages so far are shared by the narrator and the conflict check.
+        last = result.turns[t - 1].response if t else result.opening
+        assert last in os.path.commonprefix([narrate, conflict])
         # Double-check = conflict check + reported conflicts.
         assert result.turns[t].response in os.path.commonprefix([conflict, double])
         assert "FACT CHANGES THIS PASSAGE WOULD MAKE" in os.path.commonprefix([conflict, double])
         if t + 1 < 3:
-            nxt = prompt(run.requests("narrate", turn=t + 1)[0])
-            assert result.turns[t].response in os.path.commonprefix([status, nxt])
+            nxt = prompt(run.requests("player", turn=t + 1)[0])
+            check = prompt(run.requests("trajectory_check", turn=t)[0])
+            assert result.turns[t].response in os.path.commonprefix([check, nxt])
 
 
 def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
@@ -315,14 +322,15 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
 
     pack = tmp_path / "pack"
     shutil.copytree(Path(__file__).resolve().parent.parent / "prompts", pack)
-    (pack / "narrate.txt").write_text("Role {player_role}\n{history_text}\n{narrative_commitments}\n"
-                                      "{trajectory_progress}\n{facts}\n{pending_fact_updates}\n{user_input}\n"
-                                      '{"text": "..."} stays as it is\n')
+    (pack / "narrate.txt").write_text("Role {player_role}\n{system_response_history}\n{narrative_commitments}\n"
+                                      "{current_node}\n{pre_turn_facts}\n{pending_fact_updates}\n{user_input}\n"
+                                      '{{"text": "..."}} is a literal brace\n')
     run = Scripted(tmp_path / "run", [make_spec()], None, max_turns=1, pack_dir=pack)
     run.run()
     text = prompt(run.requests("narrate", turn=0)[0])
     assert "[c_0] (ordering, status: pending) commitment 0 of tiny" in text
-    assert "[s_0] (not yet) node 0 description" in text and '{"text": "..."} stays as it is' in text
+    assert "[s_0] node 0 description\n  trigger: trigger 0\n  delta: delta 0" in text
+    assert '{"text": "..."} is a literal brace' in text
     from ncp_local.prompts import PromptPack
     from ncp_local.spec import SpecError
 

@@ -41,10 +41,15 @@ def test_summaries_computed_once_each_and_shown_instead_of_exchanges(tmp_path: P
     assert "narration 0" in prompt(summaries[0]) and "narration 1" in prompt(summaries[0])
     assert "narration 2" not in prompt(summaries[0])
     last = prompt(run.requests("hiagent_narrate", turn=4)[0])
-    memory = last.split("MEMORY:")[1].split("NARRATIVE COMMITMENTS:")[0]
+    context, memory = last.split("YOUR WORKING MEMORY")
+    memory = memory.split("You keep this memory by subgoals")[0]
     assert "[subgoal 0, done] meet the host" in memory and "SUMMARY:" in memory
     assert "narration 0" not in memory  # compressed, not replayed
     assert "narration 3" in memory  # the current subgoal in full
+    # Alongside the baseline narrator's turn context, not instead of it: the
+    # current node and the narrator's own passages are there too.
+    assert "CURRENT STORY BEAT:\n[s_0] node 0 description" in context
+    assert "[4] narration 3" in context and "PLAYER:" not in context
     assert result.termination == "max_turns"
     schema = run.requests("hiagent_narrate", turn=4)[0].json_schema
     assert schema["properties"]["retrieve"]["anyOf"][1]["enum"] == [0]  # subgoal 1 is still current

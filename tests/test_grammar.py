@@ -1,0 +1,64 @@
+"""Each structured-output backend gets a schema it can compile (offline: no engine), and the contract holds."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from ncp_local.llm.grammar import BACKENDS, adapt_regex, adapt_schema, unsupported
+from ncp_local.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, parse, regex_for, schema_for
+
+IDS = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
+STAGES = ("opening", "narrate", "fact_update", "conflict_check", "double_check", "trajectory_check", "status_check",
+          "hiagent_narrate", "hiagent_summarize", "build_trajectory", "build_commitments", "build_facts")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_stage_schema_compiles_for_every_backend(backend: str) -> None:
+    for bounds in (TIGHT, UNBOUNDED):
+        problems = {s: unsupported(schema_for(s, IDS, bounds), backend) for s in STAGES}
+        assert not any(problems.values()), problems
+
+
+def test_outlines_loses_counted_repetitions_the_others_keep_them() -> None:
+    schema = schema_for("conflict_check", IDS, TIGHT)
+    assert adapt_schema(schema, "xgrammar") is schema and adapt_schema(schema, "guidance") is schema
+    adapted = json.dumps(adapt_schema(schema, "outlines"))
+    assert "maxLength" not in adapted and "maxItems" not in adapted and '"minLength": 1' in adapted
+    # Unadapted, outlines would meet a {1,160}: too slow to compile.
+    assert "counted repetition" in (unsupported_raw(schema) or "")
+    assert adapt_regex(regex_for("player", TIGHT), "outlines") == r"[^\n]+"
+    assert adapt_regex(regex_for("player", TIGHT), "xgrammar") == r"[^\n]{1,350}"
+
+
+def unsupported_raw(schema: dict) -> str | None:
+    import re
+
+    import outlines_core.json_schema as outlines_schema
+
+    regex = outlines_schema.build_regex_from_schema(json.dumps(schema))
+    return "counted repetition" if any(int(m.group(2)) > 64 for m in re.finditer(r"\{(\d+),(\d+)\}", regex)) else None
+
+
+def test_outlines_prefix_items_become_any_item_and_the_rest_is_checked_after_parsing() -> None:
+    original = schema_for("build_commitments", IDS, TIGHT)
+    adapted = adapt_schema(original, "outlines")
+    items = adapted["properties"]["commitments"]
+    assert "prefixItems" not in items and len(items["items"]["anyOf"]) == 2
+    two_orderings = {"commitments": [
+        {"type": "ordering", "description": "d", "satisfaction_condition": "s", "violation_condition": "v"},
+        {"type": "achievement", "description": "d", "satisfaction_condition": "s", "violation_condition": "v"}]}
+    jsonschema.validate(two_orderings, adapted)  # admitted by the adapted grammar ...
+    assert len(parse("build_commitments", json.dumps(two_orderings)).commitments) == 2  # ... and by the contract
+    one = {"commitments": two_orderings["commitments"][:1]}
+    with pytest.raises(InvalidOutput, match="expected 2 to 12"):
+        parse("build_commitments", json.dumps(one))
+    # The status check's exact sequence (prefixItems, no further items) is kept as it is.
+    status = schema_for("status_check", IDS, TIGHT)
+    assert adapt_schema(status, "outlines")["properties"]["statuses"]["prefixItems"]
+
+
+def test_unknown_backend_is_named() -> None:
+    assert "unknown structured-output backend 'lmfe'" in unsupported(schema_for("narrate"), "lmfe")
