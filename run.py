@@ -5,15 +5,37 @@ Modes: run (default), lint, merge. See README.md.
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
+from typing import Any, NoReturn
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
+EXIT_BAD_INPUT = 2
+EXIT_SIGINT = 130
+EXIT_SWEEP_FAILED = 5  # a local sweep ran every point, and some failed (each said why)
+STOPPED_BY_SIGNAL = (130, 143)
+# A sweep up to this many points is checked point by point before the first
+# starts; a larger one value by value (each swept key alone, the others at
+# their first value), which catches every bad value but not a bad combination.
+MAX_CHECKED_POINTS = 64
 
-from ncp_local.config import REPO_ROOT
+
+def interrupted() -> NoReturn:
+    # Ctrl-C outside a run's own handler (start-up, imports, re-audit, reports):
+    # every result is written whole or not at all, so stopping loses nothing.
+    print("error: stopped by SIGINT; run the same command again to resume", file=sys.stderr)
+    sys.exit(EXIT_SIGINT)
+
+
+try:
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    from ncp_local.config import REPO_ROOT
+except KeyboardInterrupt:
+    interrupted()
 
 OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
-EXIT_BAD_INPUT = 2
 
 
 def check_overrides(argv: list[str]) -> str | None:
@@ -21,7 +43,8 @@ def check_overrides(argv: list[str]) -> str | None:
 
     Hydra itself reports a wrong key or group option in several lines and
     exits 1; checking first keeps the rig's contract (one line, exit 2). A
-    sweep (`-m`) is checked value by value, one swept key at a time.
+    sweep (`-m`) has every point composed and validated (config, method
+    options, engine and model paths, dataset) before the first one starts.
     """
     from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -43,18 +66,17 @@ def check_overrides(argv: list[str]) -> str | None:
             overrides.append(parser.parse_override(line))
         except Exception as exc:
             return f"config override {line}: {hydra_error_line(exc)}"
+    point: list[str] = []
     try:
         fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
         # glob() sweeps need Hydra's config loader to expand: left to Hydra.
-        sweeps = [(o, values) for o in overrides if o.is_sweep_override() and (values := _sweep_values(o))]
+        axes = [(o.get_key_element(), values) for o in overrides
+                if o.is_sweep_override() and (values := _sweep_values(o))]
         if not args.multirun:
             compose(args.overrides, name)
             return None
-        first = [f"{o.get_key_element()}={values[0]}" for o, values in sweeps]
+        first = [f"{key}={values[0]}" for key, values in axes]
         cfg = compose(fixed + first, name, hydra_config=True)
-        for i, (o, values) in enumerate(sweeps):
-            for value in values[1:]:
-                compose(fixed + first[:i] + [f"{o.get_key_element()}={value}"] + first[i + 1:], name)
         # Sweeps declared in a config file (`hydra.sweeper.params`, e.g. experiment=auditor_sensitivity).
         params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
         given = {o.get_key_element().lstrip("+~") for o in overrides}
@@ -63,13 +85,73 @@ def check_overrides(argv: list[str]) -> str | None:
                 continue
             for o in parser.parse_overrides([f"{key}={spec}"]):
                 values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
-                for value in values:
-                    compose(fixed + first + [f"{key}={value}"], name)
+                if values:
+                    axes.append((key, values))
+        checker = _PointChecker(name)
+        for point in _points(axes):
+            checker.check(fixed + point)
     except HydraException as exc:
-        return f"config override: {hydra_error_line(exc)}"
+        return f"config override{_at(point)}: {hydra_error_line(exc)}"
+    except _BadPoint as exc:
+        return f"sweep point {' '.join(point) or '(no swept keys)'}: {exc}"
     except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
-        return f"config override: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return f"config override{_at(point)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
+
+
+def _at(point: list[str]) -> str:
+    return f" (sweep point {' '.join(point)})" if point else ""
+
+
+class _BadPoint(Exception):
+    """One sweep point's config refused by the rig's own checks (the message is the one-line error)."""
+
+
+def _points(axes: list[tuple[str, list[str]]]) -> list[list[str]]:
+    """The sweep's points as override lists: all of them, or each value once when there are too many."""
+    if math.prod(len(values) for _, values in axes) <= MAX_CHECKED_POINTS:
+        return [[f"{key}={v}" for (key, _), v in zip(axes, combo)]
+                for combo in itertools.product(*(values for _, values in axes))]
+    first = [f"{key}={values[0]}" for key, values in axes]
+    points = [first]
+    for i, (key, values) in enumerate(axes):
+        points += [first[:i] + [f"{key}={v}"] + first[i + 1:] for v in values[1:]]
+    return points
+
+
+class _PointChecker:
+    """What a sweep point's job would refuse at its start, checked up front without starting anything."""
+
+    def __init__(self, config_name: str) -> None:
+        self.config_name = config_name
+        self.datasets: set[str] = set()  # dataset paths already read (a sweep rarely varies it)
+
+    def check(self, overrides: list[str]) -> None:
+        from ncp_local import config as config_mod
+        from ncp_local.cli import method_options
+        from ncp_local.llm.factory import ROLES, Engines
+        from ncp_local.roles import narrator_factory, narrator_options
+        from ncp_local.spec import SpecError, load_dataset
+
+        try:
+            raw: dict[str, Any] = OmegaConf.to_container(  # type: ignore[assignment]
+                config_mod.compose(overrides, self.config_name), resolve=True)
+        except Exception as exc:  # interpolation errors name the key themselves
+            if type(exc).__module__.startswith("hydra"):
+                raise
+            raise _BadPoint(f"config: {exc}".splitlines()[0]) from None
+        try:
+            cfg = config_mod.validate(raw)
+            if cfg.mode not in ("run", "bench"):
+                return
+            narrator_options(narrator_factory(str(cfg.method.get("name", "baseline"))), method_options(cfg))
+            Engines(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES).check()
+            path = str(config_mod.dataset_path(cfg))
+            if path not in self.datasets:
+                load_dataset(path)
+                self.datasets.add(path)
+        except SpecError as exc:
+            raise _BadPoint(str(exc)) from None
 
 
 def _sweep_values(override) -> list[str]:
@@ -79,19 +161,56 @@ def _sweep_values(override) -> list[str]:
         return []
 
 
+# A local sweep's points, in order: (job number, overrides, exit code).
+SWEEP: list[tuple[int, str, int]] = []
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from ncp_local.cli import main as cli_main
 
     code = cli_main(cfg)
-    if code:
-        sys.exit(code)
+    job = _local_sweep_job()
+    if job is None or code in STOPPED_BY_SIGNAL:
+        # A single run, a Slurm task (its own exit code), or a stop asked for: exit now.
+        if code:
+            sys.exit(code)
+        return
+    # A local sweep goes on past a failed point (each resumes when the sweep is re-run).
+    SWEEP.append((*job, code))
+
+
+def _local_sweep_job() -> tuple[int, str] | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or not str(hc.launcher.get("_target_", "")).endswith("BasicLauncher"):
+        return None
+    return int(hc.job.num), " ".join(hc.overrides.task)
+
+
+def sweep_summary() -> str | None:
+    """One line when some points of a local sweep failed."""
+    failed = [(num, task, code) for num, task, code in SWEEP if code]
+    if not failed:
+        return None
+    which = ", ".join(f"#{num} (exit {code})" for num, _, code in failed)  # Hydra printed each #N's overrides
+    return (f"sweep: {len(failed)} of {len(SWEEP)} point(s) failed: {which}; re-run the same command to resume "
+            "them (finished points are not run again)")
 
 
 # vLLM starts its engine in a spawned process, which re-imports this module.
 if __name__ == "__main__":
-    problem = check_overrides(sys.argv[1:])
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
-    main()
+    try:
+        problem = check_overrides(sys.argv[1:])
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+        main()
+        summary = sweep_summary()
+        if summary:
+            print(f"error: {summary}", file=sys.stderr)
+            sys.exit(EXIT_SWEEP_FAILED)
+    except KeyboardInterrupt:
+        interrupted()

@@ -37,10 +37,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .llm.base import Backend, Completion, Message, Request
+from .plan.growth import fit_line
 from .prompts import PromptPack
+from .stages import UNBOUNDED, Bounds
 from .roles import Player
 from .runner import RoleBinding, Runner, RunSettings, Sampling
 from .spec import Meta, Spec
@@ -282,12 +284,8 @@ def late_hit(by_turn: dict[int, tuple[int, int]], first: int = 2) -> float:
 def projection(rig: Way, throughput: float) -> list[str]:
     """GPU-hours for the paper grid from measured prompt tokens per turn, extrapolated linearly."""
     pts = sorted((t, p) for t, p in rig.prompt_by_turn.items() if t >= 0)
-    if len(pts) >= 2:
-        (t0, p0), (t1, p1) = pts[0], pts[-1]
-        slope = (p1 - p0) / (t1 - t0)
-        base = p0 - slope * t0
-    else:
-        slope, base = 0.0, pts[0][1] if pts else 0.0
+    line = fit_line(dict(pts))  # the same fit mode=plan projects windows with
+    base, slope = line.base, line.slope
     per_episode = sum(max(base + slope * t, 0.0) for t in range(PAPER_TURNS))
     gen_per_turn = rig.generated_tokens / max(1, rig.turns)
     total = PAPER_NARRATORS * PAPER_SPECS * (per_episode + gen_per_turn * PAPER_TURNS)
@@ -305,11 +303,13 @@ def projection(rig: Way, throughput: float) -> list[str]:
 async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[Spec, ...], pack: PromptPack,
                 narrator_cls: type, player: Player, seed: int, k: int, turns: int,
                 throughput: float | None, sequential: bool = True,
-                sequential_episodes: int | None = None) -> list[str]:
+                sequential_episodes: int | None = None, bounds: Mapping[str, Bounds] | None = None) -> list[str]:
     work = workload(specs, k)
     recorder = Recorder(backend)
-    rec_roles = {r: RoleBinding(recorder, sampling, model) for r in ("narrator", "player", "auditor")}
-    roles = {r: RoleBinding(backend, sampling, model) for r in ("narrator", "player", "auditor")}
+    # Each role keeps its own output bounds (the embedded model's are tight).
+    bound = {r: (bounds or {}).get(r, UNBOUNDED) for r in ("narrator", "player", "auditor")}
+    rec_roles = {r: RoleBinding(recorder, sampling, model, bound[r]) for r in bound}
+    roles = {r: RoleBinding(backend, sampling, model, bound[r]) for r in bound}
     lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ncp-bench-") as tmp:
         root = Path(tmp)

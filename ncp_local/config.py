@@ -7,20 +7,27 @@ comes from the settings that change results, not from bookkeeping ones.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from .spec import SpecError
+from .spec import SpecError, shown
+from .stages import Bounds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Keys that never change what a run computes, so they stay out of its identity.
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "progress", "hydra", "limit", "runs", "report", "review",
-                "shard",
-                "engine.delay_s", "engine.die_after_calls", "out", "bench")
+# Keys that never change what a run computes, so they stay out of its identity
+# (ncp_local/identity.py): where things lie (paths, models_root: content is
+# hashed instead), how fast or where it runs, other modes' settings. `limit` is
+# out too: episodes are independent, a resume with another limit keeps them.
+_PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
+              "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress", "hydra", "limit", "runs", "report",
+                "review",
+                "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
+                "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "out", "bench",
+                "sources",
+                *(f"{role}.model.{key}" for role in ("narrator", "player", "auditor") for key in _PLACEMENT))
 
 
 class ConfigError(SpecError):
@@ -29,22 +36,61 @@ class ConfigError(SpecError):
 
 
 class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    # Unknown keys are refused (`+narrator.temprature=0.1` must not pass), and
+    # strict: `max_turns=true` is not 1, `progress=1` is not true (ints still
+    # pass where a float is expected).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ModelCfg(_Cfg):
+    """One model and how its engine runs: the one schema `conf/model/*.yaml`,
+    the vLLM backend and `mode=plan` read. Unknown keys are an error (a typo
+    must not pass silently); vLLM settings the rig does not read itself go in
+    `engine_args`, checked against vLLM's own engine arguments before start."""
+
     name: str
+    # A local model directory, or "embedded" for the converted SmolLM2 wheel model.
     path: str
+    revision: str | None = None  # the HF commit downloaded; recorded in the manifest, not sent to vLLM
     dtype: str = "auto"
+    # The window the rig guards and the engine runs with.
     max_model_len: int = Field(8192, gt=0)
+    # On GPU, the share of GPU memory for weights + KV cache. On CPU, the share
+    # of RAM (per NUMA node) reserved for the KV cache (0.3 works here; 0.92 fails).
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    # An explicit KV cache size; overrides the share above.
+    kv_cache_memory_bytes: int | None = Field(None, gt=0)
     tensor_parallel_size: int = Field(1, ge=1)
+    # Indices into the visible GPUs (vLLM's device_ids: under Slurm, into its
+    # CUDA_VISIBLE_DEVICES allocation); [] = the first tensor_parallel_size visible.
     devices: list[int] = []
+    # Passed to the chat template, e.g. {"enable_thinking": False} for Qwen3.
     chat_template_kwargs: dict[str, Any] = {}
     structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
     enforce_eager: bool = False
     max_num_seqs: int = Field(64, ge=1)
-    revision: str | None = None
+    # CPU build only: cores vLLM keeps free of model threads (VLLM_CPU_NUM_OF_RESERVED_CPU);
+    # None = vLLM's choice (1 here, leaving the model one of 2 cores).
+    cpu_reserved_cores: int | None = Field(None, ge=0)
+    seed: int = 0  # the engine's own seed; every request carries its own
+    # GPU engines: VLLM_BATCH_INVARIANT=1 (results independent of batch
+    # composition, slower). `engine.deterministic=true` sets it for every model.
+    deterministic: bool = False
+    # Any other vLLM engine argument (AsyncEngineArgs field), e.g. hf_overrides,
+    # quantization, kv_cache_dtype, language_model_only, max_num_batched_tokens.
+    engine_args: dict[str, Any] = {}
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_fit_tensor_parallel(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        if len(set(v)) != len(v) or any(d < 0 for d in v):
+            raise ValueError(f"devices must be distinct non-negative indices into the visible GPUs, got {v}")
+        # tensor_parallel_size is declared above devices, so it is validated (and here) first.
+        tp = info.data.get("tensor_parallel_size")
+        if v and tp is not None and len(v) != tp:
+            raise ValueError(f"{len(v)} device(s) {v} for tensor_parallel_size={tp}: give exactly {tp} "
+                             "(or devices=[] for the first visible ones)")
+        return v
 
 
 class RoleCfg(_Cfg):
@@ -52,10 +98,51 @@ class RoleCfg(_Cfg):
     temperature: float = Field(0.6, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(512, gt=0)
+    # Output bounds for this role's answers (stages.Bounds): unbounded unless
+    # set; the embedded model's role files set tight ones (PROTOCOL section 6).
+    bounds: Bounds = Bounds()
 
 
-class EngineCfg(_Cfg):
-    name: Literal["vllm", "scripted", "openai"]
+class VLLMEngineCfg(_Cfg):
+    """`engine=vllm`: in-process engines, one per distinct model (conf/engine/vllm.yaml)."""
+
+    name: Literal["vllm"]
+    deterministic: bool = False  # every GPU engine batch-invariant (see ModelCfg.deterministic)
+
+
+class ScriptedEngineCfg(_Cfg):
+    """`engine=scripted`: seeded schema-valid answers (llm/scripted.py RandomPolicy)."""
+
+    name: Literal["scripted"]
+    conflict_rate: float = Field(0.1, ge=0, le=1)
+    overturn_rate: float = Field(0.3, ge=0, le=1)
+    node_rate: float = Field(0.35, ge=0, le=1)
+    satisfy_rate: float = Field(0.25, ge=0, le=1)
+    delay_s: float = Field(0.0, ge=0)  # simulated latency per call
+    die_after_calls: int | None = Field(None, ge=0)  # fault injection: EngineDead from this call on
+
+
+class OpenAIEngineCfg(_Cfg):
+    """`engine=openai`: an OpenAI-compatible endpoint (llm/openai_backend.py).
+
+    None leaves the endpoint's own default (OpenAIEndpointConfig) in place."""
+
+    name: Literal["openai"]
+    base_url: str
+    model: str | None = None  # the served model name; None: the role's model name
+    api_key_env: str | None = None
+    timeout_s: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0)
+    max_concurrency: int | None = Field(None, ge=1)
+    schema_name: str | None = None
+    use_max_completion_tokens: bool | None = None
+    extra_body: dict[str, Any] | None = None
+    vllm_extensions: bool | None = None
+
+
+# Each engine declares its own options; `name` picks the schema.
+EngineCfg = Annotated[Union[VLLMEngineCfg, ScriptedEngineCfg, OpenAIEngineCfg], Field(discriminator="name")]
+ENGINES: tuple[str, ...] = ("vllm", "scripted", "openai")
 
 
 class DatasetCfg(_Cfg):
@@ -97,6 +184,24 @@ class BenchCfg(_Cfg):
     sequential_episodes: int | None = Field(None, ge=1)
 
 
+class PlanCfg(_Cfg):
+    """`mode=plan` and the checks `mode=run` makes first (ncp_local/plan)."""
+
+    gpus: list[str] | None = None  # e.g. [H100-80GB, H100-80GB]; null: nvidia-smi, else this CPU
+    max_device_share: float = Field(0.9, gt=0, le=1)  # the most all shares on one GPU may add up to
+    overhead_gib: float = Field(3.0, ge=0)  # per engine and GPU beyond weights and KV (activations, graphs)
+    cpu_share: float = Field(0.3, gt=0, le=1)  # RAM share for KV caches on a CPU, split among planned engines
+    # The prompt projection: turns played on the longest specs with scripted answers of these sizes.
+    fit_specs: int = Field(3, ge=1)
+    fit_turns: int = Field(4, ge=2)
+    narration_words: int = Field(150, ge=1)
+    player_words: int = Field(50, ge=1)
+    reason_words: int = Field(20, ge=1)
+    facts_per_turn: int = Field(1, ge=0)
+    at_turns: list[int] = [0, 1, 10, 25, 50]  # table columns, besides max_turns
+    measured: str | None = None  # a run directory: fit its calls.jsonl instead of playing
+
+
 class RunConfig(_Cfg):
     mode: str = "run"
     seed: int = 0
@@ -104,13 +209,15 @@ class RunConfig(_Cfg):
     limit: int | None = Field(None, ge=1)
     out_dir: str | None = None
     concurrency: int = Field(64, ge=1)
+    # A finished run with more than this share of its episodes invalid for one reason exits 5.
+    max_invalid_share: float = Field(0.5, ge=0, le=1)
     progress: bool = True
     engine: EngineCfg
     dataset: DatasetCfg
     narrator: RoleCfg
     player: RoleCfg
     auditor: RoleCfg
-    method: dict[str, Any]
+    method: dict[str, Any]  # checked against the narrator's own Options (roles.narrator_options)
     condition: dict[str, Any]
     prompts: dict[str, Any] = {}
     shard: ShardCfg = ShardCfg()
@@ -120,6 +227,29 @@ class RunConfig(_Cfg):
     out: str | None = None  # mode=build: where the built specs go
     report: ReportCfg = ReportCfg()
     review: ReviewCfg = ReviewCfg()
+    plan: PlanCfg = PlanCfg()
+    models_root: str | None = None  # interpolated into model paths (conf/model/*.yaml)
+    from_: str | None = Field(None, alias="from")  # mode=rerun: the run directory to repeat
+
+    @field_validator("method")
+    @classmethod
+    def _method_name(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(v.get("name", "baseline"), str):
+            raise ValueError(f"method.name must be a string, got {shown(v.get('name'))}")
+        return v
+
+    @field_validator("condition", "prompts")
+    @classmethod
+    def _closed_sections(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Kept as mappings (read with .get); their keys are fixed all the same.
+        known = {"condition": ("name",), "prompts": ("dir",)}[str(info.field_name)]
+        extra = sorted(str(k) for k in v if k not in known)
+        if extra:
+            raise ValueError(f"unknown key {shown(extra[0])} (known: {', '.join(known)})")
+        for key in known:
+            if v.get(key) is not None and not isinstance(v[key], str):
+                raise ValueError(f"{key} must be a string, got {shown(v[key])}")
+        return v
 
 
 def validate(raw: dict[str, Any]) -> RunConfig:
@@ -127,25 +257,20 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        got = repr(err.get("input"))
-        got = got if len(got) <= 80 else got[:77] + "..."
-        raise ConfigError(field, f"{err['msg']} (got {got})") from None
-
-
-def _without(raw: dict[str, Any], skip: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in raw.items():
-        path = f"{prefix}{k}"
-        if path in skip:
-            continue
-        out[k] = _without(v, skip, path + ".") if isinstance(v, dict) else v
-    return out
+        loc = [str(p) for p in err["loc"]]
+        if len(loc) > 1 and loc[0] == "engine" and loc[1] in ENGINES:
+            del loc[1]  # the union's tag: `engine.delay_s`, not `engine.scripted.delay_s`
+        field = ".".join(loc)
+        if err["type"] == "value_error":  # our own validators: the message names what is wrong
+            raise ConfigError(field, err["msg"].removeprefix("Value error, ")) from None
+        raise ConfigError(field, f"{err['msg']} (got {shown(err.get('input'))})") from None
 
 
 def identity(raw: dict[str, Any]) -> str:
-    kept = _without(raw, NOT_IDENTITY)
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """The run identity's key for this config (reads dataset, prompts and weights: see identity.py)."""
+    from . import identity as identity_mod
+
+    return identity_mod.of_run(validate(raw), raw).key
 
 
 def dataset_path(cfg: RunConfig) -> Path:
@@ -155,10 +280,15 @@ def dataset_path(cfg: RunConfig) -> Path:
     return Path(cfg.dataset.path).expanduser()
 
 
-def run_dir(cfg: RunConfig, raw: dict[str, Any]) -> Path:
+def run_dir(cfg: RunConfig, raw: dict[str, Any], key: str | None = None) -> Path:
+    """`out_dir`, else `runs/<dataset>-<identity key>` (pass `key` when already computed)."""
     if cfg.out_dir:
         return Path(cfg.out_dir).expanduser()
-    return Path("runs") / f"{cfg.dataset.name}-{identity(raw)}"
+    if key is None:
+        from . import identity as identity_mod
+
+        key = identity_mod.of_run(cfg, raw).key
+    return Path("runs") / f"{cfg.dataset.name}-{key}"
 
 
 def shard_specs(cfg: RunConfig, specs: tuple[Any, ...]) -> tuple[Any, ...]:

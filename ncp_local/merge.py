@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .store import RunDir, atomic_write
+from . import provenance
+from .store import RunDir, atomic_write, check_result
 
 SHARD_RE = re.compile(r"^shard-(\d+)-of-(\d+)$")
 MERGED = "merged"
@@ -38,6 +39,7 @@ class Merged:
     specs: tuple[str, ...]  # the run's specs, in dataset order
     ignored: int  # results in the shards that are not specs of this run (e.g. an earlier, larger `limit`)
     manifest: dict[str, Any]  # the first shard's manifest (config, versions, dataset)
+    problems: tuple[str, ...] = ()  # result files that failed their check: named, never merged
 
     @property
     def out(self) -> Path:
@@ -110,10 +112,17 @@ def merge(root: str | Path) -> Merged:
     wanted = set(expected)
     source: dict[str, int] = {}
     duplicated: list[str] = []
+    problems: list[str] = []
     ignored = 0
     for i in range(count):
         for path in sorted((shards[i] / "results").glob("*.json")):
             spec = path.stem
+            # The run's own check (seal, spec, identity, dataset): a failing file is
+            # named and left out; re-submitting its shard plays the episode again.
+            _, why = check_result(path, manifests[i])
+            if why:
+                problems.append(f"{path}: {why}")
+                continue
             if spec not in wanted:
                 ignored += 1
             elif spec in source:
@@ -126,8 +135,9 @@ def merge(root: str | Path) -> Merged:
     if missing:
         states = ", ".join(f"{i}: {shard_state(shards[i])}" for i in range(count)
                            if shard_state(shards[i]) != "done")
+        bad = f"; {len(problems)} result file(s) failed their check ({_few(problems, 2)})" if problems else ""
         raise MergeError(f"{root}: {len(missing)} of {len(expected)} spec(s) have no result ({_few(missing)}); "
-                         f"shards not done: {states or 'none'}; re-submit to finish them")
+                         f"shards not done: {states or 'none'}{bad}; re-submit to finish them")
 
     out = RunDir(root / MERGED)
     for spec in expected:
@@ -138,7 +148,9 @@ def merge(root: str | Path) -> Merged:
             stale.unlink()
     atomic_write(out.manifest_path, json.dumps({
         "merged": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "merged_by": {k: v for k, v in provenance.environment().items() if k != "packages"},
         "identity": first.get("identity"),
+        "identity_parts": first.get("identity_parts"),
         "shards": count,
         "config": first.get("config"),
         "dataset": first.get("dataset"),
@@ -148,7 +160,8 @@ def merge(root: str | Path) -> Merged:
         "git_revision": {shards[i].name: manifests[i].get("git_revision") for i in range(count)},
         "source": {spec: shards[source[spec]].name for spec in expected},
     }, indent=2, default=str))
-    return Merged(root=root, count=count, specs=tuple(expected), ignored=ignored, manifest=first)
+    return Merged(root=root, count=count, specs=tuple(expected), ignored=ignored, manifest=first,
+                  problems=tuple(problems))
 
 
 def main(cfg: Any, raw: dict[str, Any]) -> int:
@@ -162,6 +175,8 @@ def main(cfg: Any, raw: dict[str, Any]) -> int:
     except MergeError as exc:
         print(f"error: merge: {exc}", file=sys.stderr)
         return 2
+    for line in merged.problems:
+        print(f"warning: {line}: not merged", file=sys.stderr)
     store = RunDir(merged.out)
     results = [store.load_result(s) for s in merged.specs]
     max_turns = int((merged.manifest.get("config") or {}).get("max_turns") or cfg.max_turns)

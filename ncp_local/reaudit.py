@@ -20,17 +20,15 @@ Pearson / Spearman of per-episode metrics between the two auditors.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import hashlib
 import json
 import math
 import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from . import config as config_mod
+from . import identity as identity_mod, provenance
 from .config import ConfigError
 from .episode import CallFailed, EpisodeResult, FactUpdateRecord, audit_response
 from .llm.base import EngineDead
@@ -41,7 +39,7 @@ from .report.runs import REAUDIT_KIND, Run, attach_specs, load_run
 from .report.stats import cohen_kappa, confusion, pearson, spearman
 from .report.tables import csv_text, markdown_table, write
 from .runner import RoleBinding, Runner, RunSettings, Sampling
-from .spec import Spec, SpecError
+from .spec import Spec
 from .stages import CONFLICT_TYPES
 from .store import RunDir, resume_hint
 
@@ -262,25 +260,20 @@ def _json_nan(x: Any) -> Any:
 
 # ---- mode=reaudit -----------------------------------------------------------------
 
-def _identity(raw: dict[str, Any], source: Run) -> str:
-    # Mixed with the source so a re-audit can never share an identity with a run
-    # (or with a re-audit of another run) and write into its directory.
-    key = f"{REAUDIT_KIND}/{config_mod.identity(raw)}/{source.path.resolve()}"
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
+def _identity(cfg: Any, raw: dict[str, Any], pack: PromptPack, source: Run) -> identity_mod.Identity:
+    # Tied to the source run's identity (its path when it has none), so a re-audit
+    # never shares an identity with a run or with a re-audit of another run.
+    src = source.manifest.get("identity") or str(source.path.resolve())
+    return identity_mod.of_reaudit(cfg, raw, pack.templates, f"{REAUDIT_KIND}/{src}")
 
 
 def _load_done(store: RunDir) -> dict[str, ReauditResult]:
-    done = {}
-    for f in sorted(store.results.glob("*.json")):
-        try:
-            done[f.stem] = ReauditResult.model_validate_json(f.read_bytes())
-        except ValidationError as exc:
-            raise SpecError(f, "", f"not a re-audit result: {exc.errors()[0]['msg']}") from None
-    return done
+    # Verified when the store opened: a failing file was moved to quarantine/ and is judged again.
+    return {r.spec_id: r for r in store.iter_results()}
 
 
 def reaudit_main(cfg: Any, raw: dict[str, Any]) -> int:
-    from .cli import EXIT_ENGINE_DEAD, _git_revision, _versions
+    from .cli import EXIT_ENGINE_DEAD
 
     if len(cfg.runs) != 1:
         raise ConfigError("runs", f"reaudit takes exactly one run directory: runs=[DIR] (got {len(cfg.runs)})")
@@ -292,21 +285,23 @@ def reaudit_main(cfg: Any, raw: dict[str, Any]) -> int:
     acfg = cfg.model_copy(update={"narrator": cfg.auditor, "player": cfg.auditor})
     engines = Engines(acfg)
     engines.check()
-    ident = _identity(raw, source)
-    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else Path("runs") / f"reaudit-{source.key}-{ident}"
+    ident = _identity(cfg, raw, pack, source)
+    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else Path("runs") / f"reaudit-{source.key}-{ident.key}"
+    src_root = source.path.resolve()
+    if src_root in out.resolve().parents:
+        raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: a re-audit never writes into "
+                          "the run it judges; use a folder of its own")
     reauditor = f"{cfg.auditor.model.name} (seed {cfg.seed})"
-    store = RunDir(out)
+    store = RunDir(out, record=ReauditResult)
     store.open({
         "kind": REAUDIT_KIND,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        **provenance.environment(),
         "config": raw,
-        "source": {"path": str(source.path.resolve()), "label": source.label,
+        "source": {"path": str(src_root), "label": source.label,
                    "identity": source.manifest.get("identity"), "episodes": len(source.results)},
         "dataset": source.manifest.get("dataset"),
-        "prompts": {"path": str(pack.root), "sha256": pack.sha256},
-        "models": {"auditor": engines.describe()["auditor"]},
-        "versions": _versions(),
-        "git_revision": _git_revision(),
+        "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
+        "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
     }, ident)
     try:
         done = _load_done(store)
@@ -330,13 +325,11 @@ def reaudit_main(cfg: Any, raw: dict[str, Any]) -> int:
 
 async def _run(cfg: Any, pack: PromptPack, engines: Engines, store: RunDir,
                todo: list[tuple[Spec, EpisodeResult]]) -> dict[str, ReauditResult]:
-    from .store import atomic_write
-
     backends = await engines.start()
     try:
         rc = cfg.auditor
         binding = RoleBinding(backend=backends["auditor"], model=rc.model.name,
-                              sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens))
+                              sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds)
         runner = Runner(specs=tuple(s for s, _ in todo), roles={"auditor": binding}, pack=pack, store=store,
                         settings=RunSettings(seed=cfg.seed, concurrency=cfg.concurrency),
                         make_narrator=lambda: None, player=None)  # type: ignore[arg-type]
@@ -344,7 +337,7 @@ async def _run(cfg: Any, pack: PromptPack, engines: Engines, store: RunDir,
         bar = _progress(cfg, len(todo))
 
         def save(res: ReauditResult) -> None:
-            atomic_write(store.results / f"{res.spec_id}.json", res.model_dump_json(indent=1))
+            store.write_result(res)
             if bar:
                 bar.update(1)
 

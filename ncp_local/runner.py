@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections import Counter
+from typing import Any, Callable, Iterable
 
 from .episode import CallFailed, Checkpoint, ContextLimit, Episode, EpisodeResult
 from .llm.base import Backend, ContextOverflow, Request
@@ -25,6 +27,21 @@ from .stages import (
 from .store import RunDir
 
 ATTEMPTS = 3
+# The least output room a stage's compliant answer needs; with less the call cannot
+# succeed whatever the model does, and the episode ends `context_limit`.
+MIN_ROOM: dict[str, int] = {"player": 32, "opening": 128, "narrate": 128, "hiagent_narrate": 160,
+                            "hiagent_summarize": 96, "fact_update": 64, "conflict_check": 32, "double_check": 48,
+                            "trajectory_check": 48, "status_check": 32, "build_trajectory": 256,
+                            "build_commitments": 256, "build_facts": 256}
+MIN_ROOM_PER_COMMITMENT = 24  # a status entry
+
+
+def min_room(stage: str, ids: AuditIds) -> int:
+    return MIN_ROOM.get(stage, 64) + (MIN_ROOM_PER_COMMITMENT * len(ids.commitment_ids) if stage == "status_check" else 0)
+
+
+# Fail fast after this many episodes (or all, if fewer) failed a stage the same engine-side way.
+FAIL_FAST_EPISODES = 3
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,59 @@ class RunSettings:
     attempts: int = ATTEMPTS
     progress: bool = False
     play_through: bool = False  # benchmarks only: see Episode.play_through
+
+
+class SystematicFailure(Exception):
+    """The same engine-side cause failed a stage's first calls in every episode tried: stop the run."""
+
+    def __init__(self, stage: str, model: str, cause: str, episodes: int) -> None:
+        super().__init__(f"stage {stage} on model {model} failed in each of the first {episodes} episodes "
+                         f"before any answer was accepted: {cause}")
+        self.stage, self.model, self.cause = stage, model, cause
+
+
+def failure_kind(error: str) -> str | None:
+    """The cause of a failed call when it is the engine's or the window's, not the model's answer."""
+    if error.startswith("engine error:"):
+        return re.sub(r"\d+", "N", error)[:200]
+    if error.startswith("context_overflow"):
+        return "context_overflow: the prompt leaves less room than the stage needs (see mode=plan)"
+    return None
+
+
+def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
+    """One line when more than `share` of the finished episodes are `invalid` for the same reason."""
+    results = list(results)
+    reasons = Counter(re.sub(r"-?\d+", "N", r.reason)[:200] for r in results if r.termination == "invalid")
+    if not results or not reasons:
+        return None
+    reason, n = reasons.most_common(1)[0]
+    if n / len(results) <= share:
+        return None
+    return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
+
+
+@dataclass
+class FailureWatch:
+    """Fail fast: a stage whose first calls fail the same engine-side way in `threshold`
+    episodes, with no accepted answer yet, will fail in every episode (a grammar the
+    backend cannot compile, an output reservation that leaves no prompt room)."""
+
+    threshold: int
+    accepted: set[str] = field(default_factory=set)
+    failed: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def ok(self, stage: str) -> None:
+        self.accepted.add(stage)
+
+    def failed_call(self, stage: str, model: str, spec_id: str, error: str) -> None:
+        kind = failure_kind(error)
+        if kind is None or stage in self.accepted:
+            return
+        episodes = self.failed.setdefault((stage, kind), set())
+        episodes.add(spec_id)
+        if len(episodes) >= self.threshold:
+            raise SystematicFailure(stage, model, error, len(episodes))
 
 
 @dataclass
@@ -85,6 +155,7 @@ class Runner:
     player: Player
     on_result: Callable[[EpisodeResult], None] | None = None
     results: dict[str, EpisodeResult] = field(default_factory=dict)
+    watch: FailureWatch | None = None  # set by run(): fail fast on a systematic engine-side failure
 
     async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
                   ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
@@ -107,7 +178,7 @@ class Runner:
             seed = call_seed(self.settings.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
             request = Request(messages=messages, temperature=binding.sampling.temperature,
                               top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
-                              seed=seed, json_schema=schema, regex=regex_for(stage, binding.bounds),
+                              seed=seed, json_schema=schema, regex=regex_for(stage, binding.bounds), min_room=min_room(stage, ids),
                               tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
                                     "role": role or info.role})
             log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
@@ -117,6 +188,8 @@ class Runner:
             except ContextOverflow as exc:
                 # Same inputs would overflow again: no retry.
                 self.store.log_call({**log, "error": f"context_overflow: {exc}", "finish_reason": "context_overflow"})
+                if self.watch:
+                    self.watch.failed_call(stage, binding.model, spec_id, f"context_overflow: {exc}")
                 raise ContextLimit(stage, turn, f"context_overflow: {exc}") from None
             checked = time.perf_counter()
             error = None
@@ -127,7 +200,19 @@ class Runner:
                 # compile, a rejected request): its own words, not a parse error.
                 error = f"engine error: {completion.error or 'no message'}"
             elif completion.finish_reason == "length":
-                error = f"cut off at max_tokens={binding.sampling.max_tokens}"
+                sent = completion.max_tokens_sent or binding.sampling.max_tokens
+                if sent < binding.sampling.max_tokens:
+                    # The window, not the stage's budget, cut the answer: the same inputs would be
+                    # cut again, so the episode has run out of room (censored, not invalid).
+                    reason = (f"context_overflow: the window left {sent} of max_tokens={binding.sampling.max_tokens} "
+                              "and the answer did not fit")
+                    self.store.log_call({**log, "prompt_tokens": completion.prompt_tokens,
+                                         "generated_tokens": completion.generated_tokens, "max_tokens_sent": sent,
+                                         "finish_reason": "length", "error": reason})
+                    if self.watch:
+                        self.watch.failed_call(stage, binding.model, spec_id, reason)
+                    raise ContextLimit(stage, turn, reason)
+                error = f"cut off at max_tokens={sent}"
             else:
                 try:
                     out = parse(stage, completion.text, ids)
@@ -138,7 +223,8 @@ class Runner:
             overhead += time.perf_counter() - checked
             self.store.log_call({
                 **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
-                "generated_tokens": completion.generated_tokens, "latency_s": round(completion.latency_s, 4),
+                "generated_tokens": completion.generated_tokens, "max_tokens_sent": completion.max_tokens_sent,
+                "latency_s": round(completion.latency_s, 4),
                 "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
                 "error": error, "output": completion.text if error else None,
                 **({"bound_hits": list(reached)} if reached else {}),
@@ -146,9 +232,13 @@ class Runner:
             if error is None:
                 if hits is not None:
                     hits.extend(reached)
+                if self.watch:
+                    self.watch.ok(stage)
                 return out
             last = error
             overhead = 0.0
+        if self.watch:
+            self.watch.failed_call(stage, binding.model, spec_id, last)
         raise CallFailed(stage, turn, f"invalid after {self.settings.attempts} attempts: {last}")
 
     def _ask_for(self, spec_id: str) -> Callable[[int], "TurnAsk"]:
@@ -175,6 +265,8 @@ class Runner:
             if self.store.has_result(spec.id):
                 self.results[spec.id] = self.store.load_result(spec.id)
         todo = [s for s in self.specs if s.id not in self.results]
+        if self.watch is None:
+            self.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
         gate = asyncio.Semaphore(max(1, self.settings.concurrency))
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.

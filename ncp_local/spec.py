@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,23 @@ CommitmentType = Literal["invariant", "ordering", "achievement"]
 COMMITMENT_TYPES: tuple[str, ...] = ("invariant", "ordering", "achievement")
 SPEC_KEYS: tuple[str, ...] = ("meta", "synopsis", "initial_facts", "commitments", "trajectory")
 NODE_REF = re.compile(r"\bs_\d+\b")
+# Ids become file names and appear in prompts and reports: printable, short,
+# no path separators, not starting with '.' (hidden, '..') or '-' (an option).
+ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+ID_RULE = "1-64 characters from A-Z a-z 0-9 _ . -, not starting with . or -"
+# Bounds on what a YAML file may cost to read (official specs: under 60 kB, 4 levels deep).
+MAX_YAML_BYTES = 16 * 1024 * 1024
+MAX_YAML_DEPTH = 32
+
+_SHOW = reprlib.Repr()
+_SHOW.maxstring = _SHOW.maxother = 60
+_SHOW.maxlevel, _SHOW.maxlist, _SHOW.maxdict, _SHOW.maxtuple, _SHOW.maxset = 2, 4, 4, 4, 4
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A repr of user input short enough for a one-line error, whatever its size or depth."""
+    text = _SHOW.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class SpecError(ValueError):
@@ -94,7 +112,7 @@ class Dataset:
 
 
 def _is_plain_id(value: str) -> bool:
-    return value not in ("", ".", "..") and not any(c in value for c in "/\\\0") and value == value.strip()
+    return ID_PATTERN.fullmatch(value) is not None
 
 
 class _Reader:
@@ -129,23 +147,77 @@ class _Reader:
     def ident(self, parent: dict[str, Any], key: str, field: str) -> str:
         value = self.text(parent, key, field)
         if not _is_plain_id(value):
-            raise self.fail(field, f"{value!r} is not a plain id (no path separators, '.' or '..')")
+            raise self.fail(field, f"{shown(value)} is not a plain id ({ID_RULE})")
         return value
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML with what a spec never needs refused: a repeated key (last-one-wins
+    would silently drop data), anchors and aliases (an alias bomb expands
+    exponentially when shown or walked), nesting deeper than MAX_YAML_DEPTH
+    (the composer recurses: RecursionError)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed",
+                                              event.start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                                              event.start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    repeated = key in seen
+                except TypeError:
+                    continue  # unhashable: the base constructor reports it with its line
+                if repeated:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {shown(key)}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """One YAML document read the strict way (`_StrictLoader`); raises yaml.YAMLError."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _read_yaml(path: Path) -> Any:
     try:
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise SpecError(path, "", f"{size} bytes: larger than the {MAX_YAML_BYTES} a spec file may be")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(path, "", "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(path, "", f"cannot read: {exc}") from None
+        raise SpecError(path, "", f"cannot read: {shown(exc, 200)}") from None
     try:
-        return yaml.safe_load(text)
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "yaml"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        problem = problem if len(problem) <= 160 else problem[:157] + "..."  # PyYAML quotes tags and tokens
         raise SpecError(path, where, f"invalid YAML: {problem}") from None
 
 
@@ -153,7 +225,7 @@ def _unique(r: _Reader, items: list[Any], section: str) -> None:
     seen: set[str] = set()
     for i, item in enumerate(items):
         if item.id in seen:
-            raise r.fail(f"{section}[{i}].id", f"duplicate id {item.id!r}")
+            raise r.fail(f"{section}[{i}].id", f"duplicate id {shown(item.id)}")
         seen.add(item.id)
 
 
@@ -188,7 +260,7 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
 
     meta = read_meta(r, doc["meta"], "meta")
     if expected_id is not None and meta.id != expected_id:
-        raise r.fail("meta.id", f"{meta.id!r} does not equal the file stem {expected_id!r}")
+        raise r.fail("meta.id", f"{shown(meta.id)} does not equal the file stem {shown(expected_id)}")
     if not isinstance(doc["synopsis"], str) or not doc["synopsis"].strip():
         raise r.fail("synopsis", "expected a non-empty string")
 
@@ -197,7 +269,7 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
         f = r.mapping(raw, f"initial_facts[{i}]")
         negated = f.get("negated", False)
         if not isinstance(negated, bool):
-            raise r.fail(f"initial_facts[{i}].negated", f"expected true or false, got {negated!r}")
+            raise r.fail(f"initial_facts[{i}].negated", f"expected true or false, got {shown(negated)}")
         facts.append(InitialFact(
             id=r.ident(f, "id", f"initial_facts[{i}].id"),
             content=r.text(f, "content", f"initial_facts[{i}].content"),
@@ -210,7 +282,7 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
         c = r.mapping(raw, f"commitments[{i}]")
         ctype = r.text(c, "type", f"commitments[{i}].type")
         if ctype not in COMMITMENT_TYPES:
-            raise r.fail(f"commitments[{i}].type", f"{ctype!r} is not one of {', '.join(COMMITMENT_TYPES)}")
+            raise r.fail(f"commitments[{i}].type", f"{shown(ctype)} is not one of {', '.join(COMMITMENT_TYPES)}")
         commitments.append(Commitment(
             id=r.ident(c, "id", f"commitments[{i}].id"),
             type=ctype,  # type: ignore[arg-type]
@@ -282,13 +354,13 @@ def load_dataset(root: str | Path, limit: int | None = None) -> Dataset:
     warnings: list[LintWarning] = []
     for i, sid in enumerate(ids):
         if not isinstance(sid, str) or not _is_plain_id(sid):
-            raise r.fail(f"specs[{i}]", f"{sid!r} is not a plain spec id")
+            raise r.fail(f"specs[{i}]", f"{shown(sid)} is not a plain spec id ({ID_RULE})")
         if sid in seen:
-            raise r.fail(f"specs[{i}]", f"duplicate spec id {sid!r}")
+            raise r.fail(f"specs[{i}]", f"duplicate spec id {shown(sid)}")
         seen.add(sid)
         path = root / "specs" / f"{sid}.yaml"
         if not path.is_file():
-            raise r.fail(f"specs[{i}]", f"{sid!r} has no file {path}")
+            raise r.fail(f"specs[{i}]", f"{shown(sid)} has no file {path}")
         digest.update(path.read_bytes())
         spec = load_spec(path)
         specs.append(spec)

@@ -13,7 +13,9 @@ running, so it both resumes a run and is safe to repeat. Then:
 
     python run.py mode=merge out_dir=<run directory>
 
-Exit codes: 0 submitted (or nothing to do), 2 bad input, 1 sbatch failed.
+Exit codes: 0 submitted (or nothing to do), 2 bad input (options, config,
+a garbled submit.json, no sbatch/squeue on PATH), 1 sbatch failed, 4 the job
+was submitted but submit.json could not be written (disk full, I/O error).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from ncp_local import config as config_mod  # noqa: E402
 from ncp_local.merge import shard_dirs  # noqa: E402
 from ncp_local.spec import SpecError  # noqa: E402
-from ncp_local.store import atomic_write  # noqa: E402
+from ncp_local.store import EXIT_DISK_FULL, DiskFull, atomic_write  # noqa: E402
 
 TEMPLATE = REPO / "slurm" / "ncp_array.sbatch"
 STATE_FILE = "submit.json"  # in the run directory: shard count, identity, submitted jobs
@@ -44,13 +47,20 @@ class SubmitError(RuntimeError):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line (argparse prints the whole usage first), exit 2 as argparse does.
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         cut = argv.index("--")
         argv, overrides = argv[:cut], argv[cut + 1:]
     else:
         overrides = []
-    p = argparse.ArgumentParser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--shards", type=int, required=True, help="array tasks (shards) N; keep it for re-submissions")
     p.add_argument("--parallel", type=int, help="at most this many tasks at once (--array=...%%K)")
     p.add_argument("--partition", help="sbatch --partition")
@@ -66,9 +76,29 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="do not check model paths here (they exist only on the compute nodes)")
     p.add_argument("--dry-run", action="store_true", help="print the sbatch command, submit nothing")
     args = p.parse_args(argv)
-    if args.shards < 1:
-        p.error("--shards must be at least 1")
+    for flag, value, least in (("--shards", args.shards, 1), ("--parallel", args.parallel, 1),
+                               ("--gpus", args.gpus, 0), ("--cpus", args.cpus, 1)):
+        if value is not None and value < least:
+            p.error(f"{flag} must be at least {least} (got {value})")
     return args, overrides
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """submit.json as written by an earlier submission ({} when there is none); a garbled one is refused."""
+    try:
+        if not path.exists():
+            return {}
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SubmitError(f"{path}: cannot read it ({type(exc).__name__}: {str(exc)[:120]}); move it aside "
+                          "(queued jobs it recorded are then not known here)") from None
+    ok = (isinstance(state, dict) and isinstance(state.get("identity"), str)
+          and isinstance(state.get("shards"), int) and not isinstance(state.get("shards"), bool)
+          and isinstance(state.get("jobs", []), list)
+          and all(isinstance(j, dict) and isinstance(j.get("job"), str) for j in state.get("jobs", [])))
+    if not ok:
+        raise SubmitError(f"{path}: not a submit record (needs identity, shards and a list of jobs); move it aside")
+    return state
 
 
 def resolve_run(overrides: list[str], check_models: bool) -> tuple[Path, str, list[str]]:
@@ -129,6 +159,9 @@ def queued_tasks(job_ids: list[str]) -> set[int]:
     """Array task indices of these jobs still pending or running (squeue)."""
     if not job_ids:
         return set()
+    if shutil.which("squeue") is None:
+        raise SubmitError("squeue: not found on PATH, so the shards already queued are unknown: run this where "
+                          "Slurm's commands are (a login node)")
     out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)],
                          capture_output=True, text=True, timeout=60)
     # squeue fails for ids it no longer knows; then nothing of them is queued.
@@ -148,7 +181,7 @@ def main(argv: list[str]) -> int:
         if n > len(specs):
             raise SubmitError(f"--shards {n}: more shards than the run's {len(specs)} spec(s)")
         state_path = root / STATE_FILE
-        state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.exists() else {}
+        state = read_state(state_path)
         if state and state.get("identity") != ident:
             raise SubmitError(f"{state_path}: identity: this directory holds a run of another config "
                               f"({state.get('identity')} != {ident}); use another out_dir")
@@ -158,14 +191,17 @@ def main(argv: list[str]) -> int:
         other = sorted(c for c in shard_dirs(root) if c != n)
         if other:
             raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); use another out_dir")
+        jobs: list[dict[str, Any]] = state.get("jobs", [])
+        done = [i for i in range(n) if finished(root, i, n, specs)]
+        busy = queued_tasks([j["job"] for j in jobs]) - set(done)
+        if not args.dry_run and shutil.which("sbatch") is None:
+            raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
+                              "command without it)")
     except (SubmitError, SpecError) as exc:  # SpecError: a bad spec, config field or model path
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    jobs: list[dict[str, Any]] = state.get("jobs", [])
     merge_cmd = f"{shlex.quote(args.python)} {shlex.quote(str(REPO / 'run.py'))} mode=merge out_dir={shlex.quote(str(root))}"
-    done = [i for i in range(n) if finished(root, i, n, specs)]
-    busy = queued_tasks([j["job"] for j in jobs]) - set(done)
     todo = [i for i in range(n) if i not in done and i not in busy]
     print(f"run directory: {root}")
     print(f"shards: {n} ({len(specs)} specs); done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
@@ -195,8 +231,16 @@ def main(argv: list[str]) -> int:
         print(shlex.join(cmd))
         return 0
 
-    (root / "slurm").mkdir(parents=True, exist_ok=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        (root / "slurm").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: out_dir: cannot create {root / 'slurm'} for the task logs: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"error: sbatch failed: {exc}", file=sys.stderr)
+        return 1
     if out.returncode != 0:
         print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
         return 1
@@ -204,7 +248,12 @@ def main(argv: list[str]) -> int:
     jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "command": cmd})
     record = {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides, "jobs": jobs}
-    atomic_write(state_path, json.dumps(record, indent=2))
+    try:
+        atomic_write(state_path, json.dumps(record, indent=2))
+    except (OSError, DiskFull) as exc:
+        print(f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
+              f"know it; cancel it (scancel {job}) or wait for it before re-submitting", file=sys.stderr)
+        return EXIT_DISK_FULL
     print(f"submitted job {job}: task(s) {compress(todo)} of {n}")
     print(f"logs:  {root / 'slurm'}/{job}_<task>.out")
     print(f"watch: squeue -r -j {job}   (sacct -j {job} where accounting is on)")

@@ -154,7 +154,7 @@ def test_play_through_is_a_fixed_workload_for_benchmarks(tmp_path: Path) -> None
 def test_all_resolved_before_turn_limit(tmp_path: Path) -> None:
     spec = make_spec(types=("ordering", "achievement", "achievement"))
     # Everything satisfied on the very last allowed turn: all_resolved wins over max_turns.
-    run = Scripted(tmp_path, [spec], lambda r: statuses(r, {"c_1", "c_2"} if tag(r)[2] == 2 else {"c_1"})
+    run = Scripted(tmp_path / "a", [spec], lambda r: statuses(r, {"c_1", "c_2"} if tag(r)[2] == 2 else {"c_1"})
                    if tag(r)[0] == "status_check" else None, max_turns=3)
     result = run.run()["tiny"]
     assert result.termination == "all_resolved" and len(result.turns) == 3

@@ -155,3 +155,57 @@ def test_misbehaving_model_ends_only_its_episode(tmp_path: Path, kind: str) -> N
     assert [c["attempt"] for c in attempts] == [0, 1, 2]
     assert all(c["error"] for c in attempts)
     assert len({c["error"] for c in attempts}) == 1  # the same inputs fail the same way, each recorded
+
+
+def _local(out: Path, *extra: str) -> list[str]:
+    """Our own three specs, one episode at a time, no conflicts: predictable lengths."""
+    return [sys.executable, str(ROOT / "run.py"), "engine=scripted", "max_turns=6", "concurrency=1",
+            "engine.conflict_rate=0", f"out_dir={out}", "progress=false", *extra]
+
+
+def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    subprocess.run(_local(reference), check=True, capture_output=True, timeout=300)
+    expected = _results(reference)
+
+    out = tmp_path / "damaged"
+    # The engine dies mid-run: two episodes finished, the third checkpointed.
+    died = subprocess.run(_local(out, "engine.die_after_calls=100"), capture_output=True, text=True, timeout=300)
+    assert died.returncode == 3, died.stderr
+    done = sorted((out / "results").glob("*.json"))
+    (cp,) = (out / "checkpoints").glob("*.json")
+    assert len(done) == 2
+    a, b = done
+    a_text, b_text = a.read_bytes(), b.read_bytes()
+    a.write_bytes(b_text)  # swapped: each file holds the other spec's result
+    b.write_bytes(a_text)
+    cp.write_bytes(cp.read_bytes()[: len(cp.read_bytes()) // 2])  # truncated
+    ghost = out / "results" / "ghost_spec.json"
+    ghost.write_bytes(a_text.replace(a.stem.encode(), b"ghost_spec"))  # a spec the dataset lacks
+
+    # mode=report names each failing file and counts none of them.
+    report = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=report", f"runs=[{out}]",
+                             f"report.out={tmp_path / 'report'}", "report.html=false"],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr
+    named = [line for line in report.stdout.splitlines() if "not counted" in line]
+    assert len(named) == 3, report.stdout
+    assert any(f"{a.name}: holds spec '{b.stem}'" in line for line in named)
+    assert any(f"{b.name}: holds spec '{a.stem}'" in line for line in named)
+    assert any("ghost_spec.json: no spec 'ghost_spec' in the run's dataset" in line for line in named)
+    row = next(line for line in report.stdout.splitlines() if line.startswith("| ") and not line.startswith("| run |"))
+    assert row.split("|")[2].strip() == "0"  # episodes counted: none of the failing files
+
+    # The next run quarantines all four (one line each), replays them, and ends as an untouched run.
+    resumed = subprocess.run(_local(out), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 4, resumed.stderr
+    assert any(cp.name in w and "not JSON" in w and "from the start" in w for w in warnings)
+    assert sorted(p.name for p in (out / "quarantine").rglob("*.json")) == sorted(
+        [a.name, b.name, cp.name, ghost.name])
+    assert _results(out) == expected
+    assert {p.name: p.read_bytes() for p in (out / "results").glob("*.json")} == {
+        p.name: p.read_bytes() for p in (reference / "results").glob("*.json")}
+    again = subprocess.run(_local(out), capture_output=True, text=True, timeout=300)
+    assert "warning" not in again.stderr and "nothing left to do" in again.stdout

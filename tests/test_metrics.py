@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 from helpers import make_spec
 
 from ncp_local import ledger
 from ncp_local.episode import EpisodeResult, FactUpdateRecord, TurnRecord
-from ncp_local.metrics import aggregate, episode_metrics, survival
+from ncp_local.metrics import aggregate, episode_metrics, km_survival, results_table, survival
 
 
-def _result(sid: str, termination: str, n_turns: int, nodes: tuple[bool, ...], sat: int,
-            conflict_types: tuple[str, ...] = ()) -> EpisodeResult:
+def _result(sid: str, termination: str, n_turns: int, nodes: tuple[bool, ...] = (False,), sat: int = 0,
+            conflicts: tuple[tuple[str, str], ...] = (), max_turns: int = 4,
+            bound_hits: dict[int, tuple[str, ...]] | None = None) -> EpisodeResult:
     spec = make_spec(sid, n_nodes=len(nodes), types=("ordering", "achievement", "invariant", "achievement"))
     state = ledger.initial_state(spec).model_copy(update={
         "node_occurred": nodes,
@@ -19,34 +23,131 @@ def _result(sid: str, termination: str, n_turns: int, nodes: tuple[bool, ...], s
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="")
     turns = [TurnRecord(turn=t, player_input="p", response="r", fact_update=fu, conflict_check={"conflicts": []},
                         double_check=None, conflicts=()) for t in range(n_turns)]
-    if conflict_types:
-        turns[-1] = turns[-1].model_copy(update={"conflicts": tuple({"type": c, "id": "x", "reason": ""}
-                                                                    for c in conflict_types)})
+    if conflicts:
+        turns[-1] = turns[-1].model_copy(update={"conflicts": tuple({"type": c, "id": i, "reason": ""}
+                                                                    for c, i in conflicts)})
+    for t, hits in (bound_hits or {}).items():
+        # `bound_hits` is read with a default (records written before it have none), so set it as a
+        # record that has it would carry it.
+        turns[t] = turns[t].model_copy(update={"bound_hits": hits})
     return EpisodeResult(spec_id=sid, termination=termination, opening="o", opening_update=fu, turns=tuple(turns),
-                         final_state=state, max_turns=4)
+                         final_state=state, max_turns=max_turns)
 
 
 def test_episode_and_aggregate_metrics() -> None:
     results = [
-        _result("a", "conflict", 2, (True, False), 1, ("fact", "commitment")),
+        _result("a", "conflict", 2, (True, False), 1, (("fact", "f_0"), ("commitment", "c_1"))),
         _result("b", "max_turns", 4, (True, True), 2),
-        _result("c", "conflict", 1, (False, False), 0, ("player_input",)),
+        _result("c", "conflict", 1, (False, False), 0, (("player_input", "player_input"),)),
         _result("d", "invalid", 3, (True, False), 4),
     ]
     ms = [episode_metrics(r) for r in results]
     assert (ms[0].turns, ms[0].trajectory_progress, ms[0].satisfied) == (2, 0.5, 0.25)
     assert (ms[0].fact, ms[0].commitment, ms[0].player_input) == (True, True, False)
     agg = aggregate(ms, max_turns=4)
-    assert agg.episodes == 4 and agg.scored == 3  # invalid kept apart
+    assert agg.episodes == 4 and agg.scored == 3 and agg.censored == 0  # invalid kept apart
     assert agg.avg_turns == pytest.approx(7 / 3)
     assert agg.trajectory_pct == pytest.approx(100 * (0.5 + 1 + 0) / 3)
     assert agg.satisfied_pct == pytest.approx(100 * (0.25 + 0.5 + 0) / 3)
     assert (agg.fact_pct, agg.commitment_pct, agg.player_input_pct) == pytest.approx((100 / 3, 100 / 3, 100 / 3))
     assert agg.conflict_free == 1
-    assert agg.terminations == {"conflict": 2, "max_turns": 1, "all_resolved": 0, "invalid": 1}
+    assert agg.terminations == {"conflict": 2, "max_turns": 1, "all_resolved": 0, "context_limit": 0, "invalid": 1}
     assert agg.survival == pytest.approx((1, 1, 2 / 3, 1 / 3, 1 / 3))
 
 
 def test_survival_edges() -> None:
     assert survival([0, 3], 3) == (1.0, 0.5, 0.5, 0.5)
     assert survival([], 2) == (0.0, 0.0, 0.0)
+    assert km_survival([], [], 2).s == (0.0, 0.0, 0.0)
+    # Only censored episodes: nothing ended, S stays 1 and so does its band.
+    only = km_survival([1, 2], [True, True], 3)
+    assert only.s == only.lo == only.hi == (1.0, 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="differ in length"):
+        km_survival([1], [], 2)
+
+
+def test_kaplan_meier_by_hand() -> None:
+    """Five episodes of 2, 3 (censored), 3, 5 (censored) and 7 turns; S(t) = P(T >= t).
+
+    A censored episode of n turns had turn n under way: T > n, so it is at
+    risk at every ending time <= n. Product-limit over the ending times
+    (an episode ending at T is still counted in S(T), gone from S(T + 1)):
+      T = 2: at risk 5 (all), 1 ends -> 1 * (1 - 1/5) = 0.8   = S(3)
+      T = 3: at risk 4 (3c, 3, 5c, 7), 1 ends -> 0.8 * (1 - 1/4) = 0.6   = S(4)
+             3c leaves the risk set after T = 3
+      T = 5: only 5c, censored: no step (S(6) = 0.6); at risk after it: the 7
+      T = 7: at risk 1, 1 ends -> 0.6 * (1 - 1/1) = 0   = S(8)
+    Hence S(0..8) = 1, 1, 1, 0.8, 0.6, 0.6, 0.6, 0.6, 0.
+    """
+    turns = [2, 3, 3, 5, 7]
+    censored = [False, True, False, True, False]
+    curve = km_survival(turns, censored, 8)
+    assert curve.s == pytest.approx((1, 1, 1, 0.8, 0.6, 0.6, 0.6, 0.6, 0.0), abs=1e-12)
+    # Read as ending there (no censoring), the share of turns >= t is lower from t = 4 on.
+    assert survival(turns, 8) == pytest.approx((1, 1, 1, 0.8, 0.4, 0.4, 0.2, 0.2, 0.0))
+
+    # The band, Greenwood on the log-log scale: V = sum d / (n (n - d)) over the steps so far,
+    # se = sqrt(V) / |ln S|, band = S ** exp(+-z se).
+    z = 1.959963984540054
+    def band(s: float, v: float) -> tuple[float, float]:
+        se = math.sqrt(v) / abs(math.log(s))
+        return s ** math.exp(z * se), s ** math.exp(-z * se)
+    v2 = 1 / (5 * 4)
+    v3 = v2 + 1 / (4 * 3)
+    assert (curve.lo[3], curve.hi[3]) == pytest.approx(band(0.8, v2), rel=1e-9)
+    for t in (4, 5, 6, 7):
+        assert (curve.lo[t], curve.hi[t]) == pytest.approx(band(0.6, v3), rel=1e-9)
+    # Undefined where nothing ended yet (S = 1) or everyone at risk ended (S = 0): the point itself.
+    assert curve.lo[:3] == curve.hi[:3] == (1.0, 1.0, 1.0)
+    assert (curve.lo[8], curve.hi[8]) == (0.0, 0.0)
+    for lo, s, hi in zip(curve.lo, curve.s, curve.hi):
+        assert 0 <= lo <= s <= hi <= 1
+
+
+def test_kaplan_meier_without_censoring_is_the_protocol_share() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        max_turns = rng.randint(1, 12)
+        turns = [rng.randint(0, max_turns) for _ in range(rng.randint(1, 30))]
+        assert km_survival(turns, [False] * len(turns), max_turns).s == \
+            pytest.approx(survival(turns, max_turns), abs=1e-12)
+
+
+def test_context_limit_is_censored_and_counted() -> None:
+    results = [
+        _result("a", "conflict", 2, conflicts=(("fact", "f_0"),), max_turns=8),
+        _result("b", "context_limit", 3, max_turns=8),
+        _result("c", "conflict", 3, conflicts=(("commitment", "c_0"),), max_turns=8),
+        _result("d", "context_limit", 5, max_turns=8),
+        _result("e", "max_turns", 7, max_turns=7),  # T = 7 observed: a finished story ends
+        _result("f", "invalid", 4, max_turns=8),
+    ]
+    agg = aggregate([episode_metrics(r) for r in results], max_turns=8)
+    assert (agg.episodes, agg.scored, agg.censored) == (6, 5, 2)
+    assert agg.terminations["context_limit"] == 2 and agg.terminations["invalid"] == 1
+    assert agg.avg_turns == pytest.approx((2 + 3 + 3 + 5 + 7) / 5)  # censored ones at their committed turns
+    assert agg.conflict_free == 3
+    assert agg.survival == pytest.approx((1, 1, 1, 0.8, 0.6, 0.6, 0.6, 0.6, 0.0), abs=1e-12)
+    table = results_table([("run-x", agg)])
+    assert "| context_limit |" in table.splitlines()[0]
+    assert "| run-x | 6 | 4.00 |" in table and "| 3 | 2 | 1 | 0 | 2 | 1 | 0 |" in table
+    assert "run-x: 2 of 5 scored episode(s) censored (context_limit)" in table
+
+
+def test_conflict_ids_of_the_reference() -> None:
+    internal = episode_metrics(_result("a", "conflict", 1, conflicts=(("fact", "response_internal"),)))
+    assert (internal.fact, internal.commitment, internal.player_input) == (True, False, False)
+    for pid in ("input", "player_input"):
+        m = episode_metrics(_result("b", "conflict", 2, conflicts=(("player_input", pid),)))
+        assert (m.fact, m.commitment, m.player_input) == (False, False, True)
+
+
+def test_bound_hits_counted_per_episode_and_run() -> None:
+    hit = _result("a", "max_turns", 3, bound_hits={0: ("narrate:text_chars",),
+                                                  2: ("fact_update:add_facts_items", "narrate:text_chars")})
+    old = _result("b", "max_turns", 3)  # a record without the field
+    ms = [episode_metrics(hit), episode_metrics(old)]
+    assert [m.bound_hits for m in ms] == [3, 0]
+    agg = aggregate(ms, max_turns=4)
+    assert agg.bound_hits == 3
+    assert results_table([("r", agg)]).splitlines()[2].endswith("| 3 |")

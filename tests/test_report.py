@@ -12,6 +12,7 @@ import math
 import re
 import subprocess
 import sys
+from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,13 @@ import pytest
 import yaml
 from helpers import Scripted, conflicts, facts, statuses, tag, traj
 
-from ncp_local.llm.base import Request
+from ncp_local.llm.base import ContextOverflow, Request
 from ncp_local.report import build_report
-from ncp_local.report.replay import replay
+from ncp_local.report.replay import INTERNAL_LABEL, replay
 from ncp_local.report.review import disputed_summary, export_sheet, read_sheet, sample_conflicts
 from ncp_local.report.runs import attach_specs, load_run, load_runs
 from ncp_local.report.stats import bootstrap, cohen_kappa, confusion, pearson, ranks, spearman
-from ncp_local.report.tables import genre_rows, summary_rows
+from ncp_local.report.tables import genre_rows, summary_markdown, summary_rows
 from ncp_local.spec import SpecError, load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,30 @@ def rules(req: Request) -> str | None:
     return None
 
 
-def make_run(root: Path, dataset: Path, ids: list[str] | None = None) -> Path:
+def censoring_rules(req: Request) -> str | None:
+    """a: the narrator's call at turn 2 does not fit the window -> context_limit after 2 committed turns.
+    b: a fact conflict that is an internal contradiction of the narration (`response_internal`) at t1.
+    c: a player-input conflict under the reference's id `input` at t0.
+    d: the opening does not fit -> context_limit with no turn at all.
+    e: runs to max_turns=4."""
+    stage, ep, turn, _ = tag(req)
+    if (ep, stage, turn) in (("a", "narrate", 2), ("d", "opening", -1)):
+        raise ContextOverflow(f"prompt of 9000 tokens exceeds max_model_len 8192 (tags: {req.tags})")
+    if stage in ("conflict_check", "double_check"):
+        extra = {"confirmed": True, "review_reason": "confirmed on review"} if stage == "double_check" else {}
+        if ep == "b" and turn == 1:
+            return conflicts([("fact", "response_internal")], **extra)
+        if ep == "c" and turn == 0:
+            return conflicts([("player_input", "input")], **extra)
+        return conflicts([], **extra)
+    if stage == "trajectory_check":
+        return traj(False)
+    if stage == "status_check":
+        return statuses(req, set())
+    return None
+
+
+def make_run(root: Path, dataset: Path, ids: list[str] | None = None, rules: Any = rules) -> Path:
     ds = load_dataset(dataset)
     specs = [s for s in ds.specs if ids is None or s.id in ids]
     Scripted(root, specs, rules=rules, max_turns=4).run()
@@ -102,6 +126,23 @@ def make_run(root: Path, dataset: Path, ids: list[str] | None = None) -> Path:
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("report")
     return make_run(base / "run", write_dataset(base / "dataset"))
+
+
+@pytest.fixture(scope="module")
+def censored_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The censoring run, with bound hits on e's turn 1 and a's opening (rewritten unsealed, as an older
+    rig's files are: the report reads both)."""
+    base = tmp_path_factory.mktemp("censored")
+    root = make_run(base / "run", write_dataset(base / "dataset"), rules=censoring_rules)
+    for sid, edit in (("e", lambda d: d["turns"][1].update(bound_hits=["narrate:text_chars",
+                                                                        "fact_update:new_facts"])),
+                      ("a", lambda d: d.update(opening_bound_hits=["opening:text_chars"]))):
+        path = root / "results" / f"{sid}.json"
+        data = json.loads(path.read_text())
+        data.pop("seal", None)
+        edit(data)
+        path.write_text(json.dumps(data))
+    return root
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -149,7 +190,8 @@ def test_summary_numbers_by_hand(run_dir: Path) -> None:
     assert agg.satisfied_pct == pytest.approx(100 * (0.5 + 0 + 0.5 + 0) / 4)
     assert (agg.fact_pct, agg.commitment_pct, agg.player_input_pct) == (25, 25, 25)
     assert agg.conflict_free == 2
-    assert agg.terminations == {"conflict": 2, "max_turns": 1, "all_resolved": 1, "invalid": 1}
+    assert agg.terminations == {"conflict": 2, "max_turns": 1, "all_resolved": 1, "context_limit": 0, "invalid": 1}
+    assert agg.censored == 0
     assert agg.survival == pytest.approx((1, 1, 0.75, 0.5, 0.25))
     for key, iv in row.ci.items():
         assert iv.lo <= iv.point <= iv.hi, key
@@ -344,3 +386,134 @@ def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
     rows = genre_rows(run)
     assert len(rows) == 21  # the release's distinct labels, one row each
     assert sum(r.agg.episodes for r in rows) == 200  # every spec has exactly two genres
+
+
+# ---- censoring (context_limit), the reference's conflict ids, bound hits ----------
+
+def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) -> None:
+    run = load_run(censored_dir)
+    attach_specs(run)
+    assert {sid: (r.termination, len(r.turns)) for sid, r in run.results.items()} == {
+        "a": ("context_limit", 2), "b": ("conflict", 2), "c": ("conflict", 1), "d": ("context_limit", 0),
+        "e": ("max_turns", 4)}
+    assert "context_overflow" in run.results["a"].reason
+    [row] = summary_rows([run], resamples=300, seed=0, level=0.95)
+    agg = row.agg
+    assert (agg.episodes, agg.scored, agg.censored) == (5, 5, 2)
+    assert agg.terminations == {"conflict": 2, "max_turns": 1, "all_resolved": 0, "context_limit": 2, "invalid": 0}
+    assert agg.avg_turns == pytest.approx((2 + 2 + 1 + 0 + 4) / 5)  # censored ones at their committed turns
+    assert (agg.fact_pct, agg.commitment_pct, agg.player_input_pct) == (20, 0, 20)
+    assert agg.bound_hits == 3
+    # Kaplan-Meier, T > n for a censored episode of n turns (d: 0, a: 2):
+    #   T = 0: d censored, no step; at risk after it: a, b, c, e
+    #   T = 1: at risk 4, c ends -> 3/4 = 0.75 = S(2)
+    #   T = 2: at risk 3 (a, b, e), b ends -> 0.75 * 2/3 = 0.5 = S(3); a leaves after it
+    #   T = 4: e, beyond S(4) -> S(0..4) = 1, 1, 0.75, 0.5, 0.5
+    assert agg.survival == pytest.approx((1, 1, 0.75, 0.5, 0.5), abs=1e-12)
+    for lo, s, hi in zip(agg.survival_lo, agg.survival, agg.survival_hi):
+        assert 0 <= lo <= s <= hi <= 1
+    assert agg.survival_lo[2] < 0.75 < agg.survival_hi[2]
+
+    md = summary_markdown([row], 0.95)
+    header = md.splitlines()[0]
+    assert "| context_limit |" in header and header.endswith("| bound hits |")
+    assert "2 of 5 scored episode(s) censored (context_limit)" in md
+
+    out = tmp_path / "rep"
+    build_report([run], out, resamples=300, seed=0)
+    [csv_row] = read_csv(out / "results.csv")
+    assert (csv_row["censored"], csv_row["context_limit"], csv_row["invalid"], csv_row["bound_hits"]) == \
+        ("2", "2", "0", "3")
+    surv = read_csv(out / "survival.csv")
+    label = run.label
+    assert [float(r[label]) for r in surv] == pytest.approx([1, 1, 0.75, 0.5, 0.5])
+    # d (0 turns) counts through t = 1, a (2 turns) through t = 3: censored after those t.
+    assert [int(r[f"{label} censored"]) for r in surv] == [0, 1, 0, 1, 0]
+    for r in surv:
+        assert float(r[f"{label} lo"]) <= float(r[label]) <= float(r[f"{label} hi"])
+    assert "censored" in (out / "survival.svg").read_text()  # the title says what the marks are
+    genres = {g["genre"]: g for g in read_csv(out / "genres.csv")}
+    assert genres["drama"]["censored"] == "1"  # a (drama, mystery) is censored, b and e are not
+    assert "2 of 5 scored episode(s) censored" in (out / "results.md").read_text()
+
+
+def test_context_limit_and_conflict_ids_in_html(censored_dir: Path, tmp_path: Path) -> None:
+    run = load_run(censored_dir)
+    attach_specs(run)
+    out = tmp_path / "rep"
+    build_report([run], out, resamples=100)
+    index = (out / "index.html").read_text()
+    assert "2 censored</div>" in index  # beside the episode count of the run
+    assert "context_limit&nbsp;<b>2</b>" in index
+    assert index.count('data-termination="context_limit"') == 2
+    assert re.search(r'<tr class="episode" data-termination="context_limit" data-spec="a">.*?>2\+</td>', index)
+    assert re.search(r'<tr class="episode" data-termination="context_limit" data-spec="d">.*?>0\+</td>', index)
+    assert '<option value="context_limit">' in index  # the filter offers it
+
+    a = (out / "episodes" / "00-run" / "a.html").read_text()
+    assert 'class="warn censored"' in a and "counts it as running through t = 3" in a
+    assert "<b>2+</b>" in a and 'class="card turn opening bound-hit"' in a and "opening:text_chars" in a
+    assert "a call of turn 2 no longer fit" in a
+    d = (out / "episodes" / "00-run" / "d.html").read_text()
+    assert "a call of the opening no longer fit" in d and "counts it as running through t = 1" in d
+
+    b = (out / "episodes" / "00-run" / "b.html").read_text()
+    block = re.search(r'<div class="conflict" data-type="fact">(.*?)</dl></div>', b, re.S)
+    assert block, "the internal contradiction is shown as the fact conflict that ended the episode"
+    assert "internal contradiction</span>" in block.group(1) and INTERNAL_LABEL in block.group(1)
+    assert "<span class=fid>response_internal</span>" not in block.group(1)
+    assert "(not raised by the first check)" not in block.group(1)
+
+    c = (out / "episodes" / "00-run" / "c.html").read_text()
+    block = re.search(r'<div class="conflict" data-type="player_input">(.*?)</dl></div>', c, re.S)
+    assert block and "(not raised by the first check)" not in block.group(1)
+    player = run.results["c"].turns[0].player_input
+    assert f"<div class=target>{html_escape(player)}</div>" in block.group(1)
+
+    e = (out / "episodes" / "00-run" / "e.html").read_text()
+    assert 'class="card turn bound-hit" id="t1"' in e and 'class="card turn" id="t0"' in e
+    assert "narrate:text_chars" in e and "fact_update:new_facts" in e
+    assert re.search(r'data-spec="e">.*?<td class=num>2</td></tr>', index)  # e's bound hits in its row
+
+
+def test_review_sheet_shows_internal_and_input_conflicts(censored_dir: Path, tmp_path: Path) -> None:
+    run = load_run(censored_dir)
+    attach_specs(run)
+    csv_path, html_path, n = export_sheet([run], tmp_path, n=10, seed=0)
+    assert n == 2  # b and c: the context_limit episodes are no conflict terminations
+    rows = {r["spec_id"]: r for r in read_csv(csv_path)}
+    assert (rows["b"]["type"], rows["b"]["target_id"], rows["b"]["target_text"]) == \
+        ("fact", "response_internal", INTERNAL_LABEL)
+    assert rows["b"]["response"] == run.results["b"].turns[-1].response  # what contradicts itself
+    assert (rows["c"]["type"], rows["c"]["target_id"]) == ("player_input", "input")
+    assert rows["c"]["target_text"] == run.results["c"].turns[0].player_input
+    page = html_path.read_text()
+    assert page.count("internal contradiction</span>") == 1
+    # Filled in and read back, the internal contradiction counts as a fact conflict.
+    for r in rows.values():
+        r["verdict"] = "dispute" if r["type"] == "fact" else "agree"
+    filled = tmp_path / "filled.csv"
+    with open(filled, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows["b"]))
+        w.writeheader()
+        w.writerows(rows.values())
+    summary = {s.type: s for s in disputed_summary(read_sheet(filled))}
+    assert (summary["fact"].items, summary["fact"].disputed) == (1, 1)
+    assert (summary["player_input"].items, summary["player_input"].disputed) == (1, 0)
+
+
+def test_conflict_details_without_the_spec(censored_dir: Path) -> None:
+    from ncp_local.report.replay import conflict_details
+
+    run = load_run(censored_dir)  # no specs attached
+    b, c = run.results["b"].turns[-1], run.results["c"].turns[-1]
+    [internal] = conflict_details(None, None, b)
+    assert (internal["type"], internal["internal"], internal["target_text"]) == ("fact", True, INTERNAL_LABEL)
+    [pi] = conflict_details(None, None, c)
+    assert (pi["type"], pi["id"], pi["target_text"]) == ("player_input", "input", c.player_input)
+    # An older record that said `player_input` is matched to its first check all the same.
+    old = c.model_copy(update={
+        "conflicts": ({"type": "player_input", "id": "player_input", "reason": "late"},),
+        "conflict_check": {"conflicts": [{"type": "player_input", "id": "input", "reason": "early"}]}})
+    [d] = conflict_details(None, None, old)
+    assert (d["reason_initial"], d["reason_reviewed"]) == ("early", "late")

@@ -29,6 +29,10 @@ class Request:
     regex: str | None = None
     # Opaque labels (stage, episode, turn, attempt, role); never read by a real engine.
     tags: dict[str, Any] = field(default_factory=dict)
+    # The fewest output tokens this call can make do with. A backend sends
+    # min(max_tokens, window - prompt) and raises ContextOverflow only when
+    # that room is below min(max_tokens, min_room).
+    min_room: int = 64
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,16 @@ class Completion:
     cached_tokens: int = 0
     generated_tokens: int = 0
     latency_s: float = 0.0
+    # The engine's own message when it could not run the request
+    # (finish_reason "error": a grammar that fails to compile, a rejected request).
+    error: str | None = None
+    # The output budget the engine was given (max_tokens clamped to the room
+    # the prompt left in the window); None when the backend does not know it.
+    max_tokens_sent: int | None = None
 
 
 class ContextOverflow(Exception):
-    """The prompt plus max_tokens does not fit the model's context window."""
+    """The prompt leaves less room in the model's context window than the call needs."""
 
 
 class EngineDead(Exception):

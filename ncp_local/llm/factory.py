@@ -14,6 +14,27 @@ from .base import Backend
 
 ROLES = ("narrator", "player", "auditor")
 EMBEDDED = "embedded"
+# The package each engine imports when it starts, and how to install it (pyproject extras).
+ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
+    "vllm": ("vllm", "pip install -e '.[cpu]' (CPU; torch first, see README) or -e '.[gpu]' (GPU)"),
+    "openai": ("openai", "pip install -e '.[openai]'"),
+}
+
+
+def _model_dir_problem(path: Path) -> str | None:
+    """Why `path` cannot be a local model folder (vLLM reads config.json, or params.json in Mistral format)."""
+    try:
+        if not path.exists():
+            return "no such path"
+        if not path.is_dir():
+            return "is a file, not a model folder"
+        if not any(path.iterdir()):
+            return "is an empty folder"
+        if not ((path / "config.json").is_file() or (path / "params.json").is_file()):
+            return "has no config.json: not a model folder"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
 
 
 def _model_key(model: Any) -> str:
@@ -35,18 +56,72 @@ class Engines:
         self.backends: dict[str, Backend] = {}
 
     def check(self) -> None:
-        """Every local model path exists; fails before anything loads."""
+        """Every local model path exists and every `engine_args` key is one vLLM
+        takes; fails before anything loads, naming the field."""
+        import importlib.util
+        import os
+
         from ..config import ConfigError
 
+        if self.kind in ENGINE_PACKAGES:
+            package, install = ENGINE_PACKAGES[self.kind]
+            if importlib.util.find_spec(package) is None:
+                raise ConfigError("engine", f"engine={self.kind} needs the {package} package, which is not "
+                                  f"installed: {install}")
+        if self.kind == "openai":
+            key_env = getattr(self.cfg.engine, "api_key_env", None)
+            if key_env and not os.environ.get(key_env):
+                raise ConfigError("engine.api_key_env", f"environment variable {key_env} is not set")
         if self.kind != "vllm":
             return
         for role in self.roles:
             model = self.models[self.role_key[role]]
-            if model.path == EMBEDDED:
-                continue
-            if not Path(model.path).expanduser().exists():
-                raise ConfigError(f"{role}.model.path", f"model {model.name!r}: no such path {model.path} "
+            problem = None if model.path == EMBEDDED else _model_dir_problem(Path(model.path).expanduser())
+            if problem:
+                raise ConfigError(f"{role}.model.path", f"model {model.name!r}: {model.path}: {problem} "
                                   "(set models_root or NCP_MODELS_ROOT, or override the path)")
+        for role in self.roles:
+            model = self.models[self.role_key[role]]
+            if not model.engine_args:
+                continue
+            from .vllm_backend import engine_args_problem
+
+            try:
+                problem = engine_args_problem(model)
+            except ImportError as exc:
+                raise ConfigError(f"{role}.model.engine_args", f"cannot check them: vllm is not importable "
+                                  f"({exc}); install the cpu or gpu extra") from None
+            if problem is not None:
+                raise ConfigError(f"{role}.model.engine_args.{problem[0]}", f"model {model.name!r}: {problem[1]}")
+        for role in self.roles:
+            self._check_grammar(role)
+
+    def _check_grammar(self, role: str) -> None:
+        """Every schema this role's stages use compiles for its model's structured-output backend."""
+        from ..config import ConfigError
+        from ..stages import STAGES, AuditIds, schema_for
+        from .grammar import unsupported
+
+        model = self.models[self.role_key[role]]
+        backend = model.structured_outputs_backend
+        bounds = getattr(getattr(self.cfg, role), "bounds", None)
+        # A sample of the state-built enums; the features are what matters, not the ids.
+        ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,),
+                       new_fact_ids=("f_2",))
+        asked = {role, "builder"} if role == "auditor" else {role}
+        for stage in (s.name for s in STAGES.values() if s.role in asked and s.json):
+            why = unsupported(schema_for(stage, ids, bounds) if bounds is not None else schema_for(stage, ids),
+                              backend)
+            if why:
+                raise ConfigError(f"{role}.model.structured_outputs_backend",
+                                  f"{backend} cannot take the {stage} schema: {why}")
+
+    def model_for(self, key: str) -> Any:
+        """The model record an engine starts with: the run-wide `engine.deterministic` applied."""
+        model = self.models[key]
+        if getattr(self.cfg.engine, "deterministic", False) and not model.deterministic:
+            return model.model_copy(update={"deterministic": True})
+        return model
 
     def describe(self) -> dict[str, Any]:
         out = {}
@@ -58,8 +133,8 @@ class Engines:
     async def start(self) -> dict[str, Backend]:
         by_key: dict[str, Backend] = {}
         try:
-            for key, model in self.models.items():
-                by_key[key] = await self._start_one(model)
+            for key in self.models:
+                by_key[key] = await self._start_one(self.model_for(key))
         except BaseException:
             for b in by_key.values():
                 await b.close()

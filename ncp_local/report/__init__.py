@@ -47,9 +47,9 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
         write(out / "results.csv", results_csv(rows)),
         write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
         write(out / "genres.csv", genre_csv(runs)),
-        write(out / "survival.csv", survival_csv(runs)),
+        write(out / "survival.csv", survival_csv(runs, level)),
     ]
-    png, svg = write_survival(runs, out)
+    png, svg = write_survival(runs, out, level)
     files += [png, svg]
     if html:
         files.append(write_html(runs, rows, out, inline_svg(svg), level))

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 from .. import ledger
 from ..episode import EpisodeResult, TurnRecord
-from ..metrics import EpisodeMetrics, episode_metrics
+from ..metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..stages import CONFLICT_TYPES
-from .replay import Replay, TurnView, conflict_details, diff, replay
+from .replay import INTERNAL_ID, Replay, TurnView, conflict_details, diff, replay
 from .runs import Run
 from .tables import METRICS, Row, TERMINATIONS
 
@@ -47,7 +47,9 @@ tr.episode:hover td{background:#f3f6fb}
 white-space:nowrap}
 .badge.conflict,.badge.t-conflict{background:var(--badbg);color:var(--bad)}
 .badge.t-max_turns{background:#e6eefb;color:#23508f}.badge.t-all_resolved{background:var(--okbg);color:var(--ok)}
-.badge.t-invalid{background:var(--warnbg);color:#8a5a00}
+.badge.t-invalid{background:var(--warnbg);color:#8a5a00}.badge.t-context_limit{background:#ece6f7;color:#4b3a80}
+.badge.internal{background:#fde7d8;color:#9a3d00;font-style:italic}.badge.bound{background:var(--warnbg);color:#8a5a00}
+.turn.bound-hit{border-left:4px solid #d9a300}
 .badge.fact{background:#fde7d8;color:#9a3d00}.badge.commitment{background:#efe3fb;color:#5b2a86}
 .badge.player_input{background:#dff3f6;color:#0b5f6b}
 .card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 14px;margin:10px 0}
@@ -140,6 +142,23 @@ def _conflict_badges(m: EpisodeMetrics) -> str:
     return "".join(_badge(t, t) for t in CONFLICT_TYPES if getattr(m, t))
 
 
+def _turns_cell(m: EpisodeMetrics) -> str:
+    """Turns; a censored episode's count is a lower bound (`n+`)."""
+    if m.censored:
+        return (f"<td class=num data-v=\"{m.turns}\" title=\"censored: the window filled during turn {m.turns}\">"
+                f"{m.turns}+</td>")
+    return f"<td class=num>{m.turns}</td>"
+
+
+def target_tag(ctype: str, target_id: str) -> str:
+    """What names a conflict's target: its fact or commitment id, or a label where it has none."""
+    if ctype == "fact" and target_id == INTERNAL_ID:
+        return _badge("internal contradiction", "internal")
+    if ctype == "player_input":
+        return ""  # the target is the player input itself, shown in full
+    return f"<span class=fid>{esc(target_id)}</span>"
+
+
 def _overturned(result: EpisodeResult) -> int:
     return sum(bool(t.conflict_check.get("conflicts")) and not t.conflicts for t in result.turns)
 
@@ -148,10 +167,15 @@ def _overturned(result: EpisodeResult) -> int:
 
 def _summary_html(rows: Sequence[Row]) -> str:
     head = ("<tr><th>run</th><th class=num>episodes</th>" + "".join(f"<th class=num>{esc(h)}</th>" for _, h, _ in METRICS)
-            + "<th class=num>conflict-free</th><th>terminations</th></tr>")
+            + "<th class=num>conflict-free</th><th>terminations</th>"
+            + "<th class=num title=\"outputs that reached a configured length or count bound\">bound hits</th></tr>")
     body = []
     for r in rows:
-        cells = [f"<td>{esc(r.label)}<div class='muted small'>{esc(r.path)}</div></td>", f"<td class=num>{r.agg.episodes}</td>"]
+        # Censored episodes are in the averages at their committed turns: say how many, beside the count.
+        censored = (f"<div class='muted small censored' title=\"context_limit: averaged at their committed turns, "
+                    f"censored in S(t)\">{r.agg.censored} censored</div>" if r.agg.censored else "")
+        cells = [f"<td>{esc(r.label)}<div class='muted small'>{esc(r.path)}</div></td>",
+                 f"<td class=num>{r.agg.episodes}{censored}</td>"]
         for k, _, d in METRICS:
             iv = r.ci[k]
             if iv.point != iv.point:  # NaN: no scored episode
@@ -164,6 +188,7 @@ def _summary_html(rows: Sequence[Row]) -> str:
         cells.append("<td class='small terms'>" + "<br>".join(
             f"{t}&nbsp;<b>{r.agg.terminations[t]}</b>" for t in TERMINATIONS)
             + (f"<br>unfinished&nbsp;<b>{r.unfinished}</b>" if r.unfinished else "") + "</td>")
+        cells.append(f"<td class=num>{r.agg.bound_hits}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<div class=scroll><table class='summary'><thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>"
 
@@ -181,9 +206,10 @@ def _episode_table(i: int, run: Run) -> str:
             f"<tr class=\"episode\" data-termination=\"{esc(m.termination)}\" data-spec=\"{esc(sid)}\">"
             f"<td><a href=\"{esc(episode_href(key, sid))}\">{esc(sid)}</a></td><td>{esc(title)}</td>"
             f"<td class=small>{esc(genres)}</td><td>{_badge(m.termination, 't-' + m.termination)}</td>"
-            f"<td class=num>{m.turns}</td><td class=num>{100 * m.trajectory_progress:.1f}</td>"
+            f"{_turns_cell(m)}<td class=num>{100 * m.trajectory_progress:.1f}</td>"
             f"<td class=num>{100 * m.satisfied:.1f}</td><td data-v=\"{esc(' '.join(t for t in CONFLICT_TYPES if getattr(m, t)))}\">"
-            f"{_conflict_badges(m)}</td><td class=num>{_overturned(result)}</td></tr>")
+            f"{_conflict_badges(m)}</td><td class=num>{_overturned(result)}</td>"
+            f"<td class=num>{m.bound_hits}</td></tr>")
     options = "".join(f"<option value=\"{t}\">{t}</option>" for t in TERMINATIONS)
     return (f"<div class=\"controls\" data-table=\"{tid}\"><select aria-label=\"termination\">"
             f"<option value=\"\">all terminations</option>{options}</select>"
@@ -192,13 +218,17 @@ def _episode_table(i: int, run: Run) -> str:
             f"<table class=\"sortable episodes\" id=\"{tid}\"><thead><tr><th>episode</th><th>title</th><th>genres</th>"
             f"<th>termination</th><th class=num>turns</th><th class=num>traj %</th><th class=num>sat %</th>"
             f"<th>conflict</th><th class=num title=\"first-check conflicts the double-check cleared\">overturned</th>"
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            f"<th class=num title=\"outputs that reached a configured bound\">bound hits</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
 def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float) -> str:
     parts = ["<h1>NCP report</h1>",
              f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
-             f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out.</p>",
+             f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out. "
+             "<code>context_limit</code> episodes (the model's window was full) are averaged at their committed "
+             "turns and censored in S(t), the Kaplan-Meier estimate (band: its confidence interval, "
+             "+: where a censored episode leaves the count).</p>",
              "<h2>Results</h2>", _summary_html(rows)]
     if svg:
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
@@ -250,23 +280,12 @@ def _conflict_block(details: list[dict[str, Any]], turn: int) -> str:
     for d in details:
         blocks.append(
             f"<div class=\"conflict\" data-type=\"{esc(d['type'])}\"><b>Conflict</b> at turn {turn}: "
-            f"{_badge(d['type'], d['type'])}"
-            + ("" if d["type"] == "player_input" else f" <span class=fid>{esc(d['id'])}</span>")
+            f"{_badge(d['type'], d['type'])} {target_tag(d['type'], d['id'])}"
             + f"<div class=target>{esc(d['target_text'])}</div><dl>"
             f"<dt>first check</dt><dd>{esc(d['reason_initial'])}</dd>"
             f"<dt>after double-check</dt><dd>{esc(d['reason_reviewed'])}</dd>"
             f"<dt>review</dt><dd>{esc(d['review_reason'])}</dd></dl></div>")
     return "".join(blocks)
-
-
-def _raw_conflict_details(rec: TurnRecord) -> list[dict[str, Any]]:
-    """Without the spec no target text can be resolved, except the player input."""
-    first = {(c["type"], c["id"]): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
-    review = rec.double_check or {}
-    return [{"type": c["type"], "id": c["id"],
-             "target_text": rec.player_input if c["type"] == "player_input" else "(spec not available)",
-             "reason_initial": first.get((c["type"], c["id"]), ""), "reason_reviewed": c.get("reason", ""),
-             "review_reason": review.get("review_reason", "")} for c in rec.conflicts]
 
 
 def _audit_details(rec: TurnRecord) -> str:
@@ -285,9 +304,18 @@ def _audit_details(rec: TurnRecord) -> str:
     return "".join(out)
 
 
+def _bound_note(hits: tuple[str, ...]) -> str:
+    # A capped output may be cut mid-sentence or have dropped items: the reader should know.
+    if not hits:
+        return ""
+    return ("<div class=\"warn bound-hits\">reached a configured bound: "
+            + " ".join(_badge(h, "bound") for h in hits) + "</div>")
+
+
 def _turn_card(rec: TurnRecord, view: TurnView | None, spec: Any) -> str:
     ended = bool(rec.conflicts)
-    cls = "card turn conflict-turn" if ended else "card turn"
+    hits = turn_bound_hits(rec)
+    cls = "card turn" + (" conflict-turn" if ended else "") + (" bound-hit" if hits else "")
     parts = [f"<article class=\"{cls}\" id=\"t{rec.turn}\"><h3>Turn {rec.turn}</h3>",
              f"<div class=player><span class=who>player</span>{esc(rec.player_input)}</div>",
              f"<div class=narrator><span class=who>narrator</span>{esc(rec.response)}</div>"]
@@ -300,8 +328,9 @@ def _turn_card(rec: TurnRecord, view: TurnView | None, spec: Any) -> str:
         if items:
             parts.append(f"<ul class=changes>{''.join(items)}</ul>")
     parts.append(_progress_changes(rec, spec))
+    parts.append(_bound_note(hits))
     if ended:
-        details = conflict_details(spec, view) if (spec is not None and view is not None) else _raw_conflict_details(rec)
+        details = conflict_details(spec, view, rec)
         parts.append(_conflict_block(details, rec.turn))
     parts.append(_audit_details(rec))
     parts.append("</article>")
@@ -379,11 +408,21 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     parts.append(
         "<div class=metrics>"
         f"<div>termination<b>{_badge(m.termination, 't-' + m.termination)}</b></div>"
-        f"<div>turns<b>{m.turns}</b></div><div>trajectory<b>{100 * m.trajectory_progress:.1f}%</b></div>"
+        f"<div>turns<b>{m.turns}{'+' if m.censored else ''}</b></div>"
+        f"<div>trajectory<b>{100 * m.trajectory_progress:.1f}%</b></div>"
         f"<div>satisfied<b>{100 * m.satisfied:.1f}%</b></div>"
         f"<div>conflict<b>{_conflict_badges(m) or '&ndash;'}</b></div></div>")
     if result.reason:
         parts.append(f"<div class=warn>{esc(result.termination)}: {esc(result.reason)}</div>")
+    if m.censored:
+        where = "the opening" if not result.turns and not result.opening else f"turn {m.turns}"
+        parts.append(f"<div class=\"warn censored\">Censored: a call of {where} no longer fit the model's window, "
+                     f"so this story's length is only known to exceed {m.turns} turns. The averages count its "
+                     f"{m.turns} committed turns; S(t) counts it as running through t = {m.turns + 1}, then "
+                     "censored.</div>")
+    if m.bound_hits:
+        parts.append(f"<div class=warn>{m.bound_hits} output(s) reached a configured bound (marked on their "
+                     "turns below).</div>")
     if spec is None:
         parts.append("<div class=warn>The spec of this episode was not found, so the fact ledger, targets and "
                      "node texts are not shown (pass report.dataset=DIR).</div>")
@@ -396,8 +435,9 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
                      f"<a href=\"#t{last.turn}\">turn {last.turn} &darr;</a></p>")
 
     parts.append("<h2>Transcript</h2>")
-    opening = [f"<article class=\"card turn opening\" id=\"opening\"><h3>Opening</h3>"
-               f"<div class=narrator><span class=who>narrator</span>{esc(result.opening)}</div>"]
+    o_hits = opening_bound_hits(result)
+    opening = [f"<article class=\"card turn opening{' bound-hit' if o_hits else ''}\" id=\"opening\"><h3>Opening</h3>"
+               f"<div class=narrator><span class=who>narrator</span>{esc(result.opening)}</div>", _bound_note(o_hits)]
     ou = result.opening_update
     if ou and (ou.add_facts or ou.negate_facts):
         if rp is not None:  # ids and texts as they will be when turn 0 commits

@@ -1,4 +1,5 @@
-"""The survival curve S(t) of every compared run on one axis (PNG and SVG).
+"""The survival curve S(t) of every compared run on one axis (PNG and SVG):
+the Kaplan-Meier estimate with its confidence band, censored episodes marked.
 
 Built on matplotlib's object API with the Agg canvas: no pyplot, no global
 backend switch, no display needed on a cluster node.
@@ -13,25 +14,40 @@ from typing import Sequence
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .runs import Run
+from .tables import censored_at
 
 
-def survival_figure(runs: Sequence[Run]) -> Figure:
+def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
+    """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count."""
     fig = Figure(figsize=(8.0, 4.8), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     horizon = 0
+    any_censored = False
     for run in runs:
-        s = run.aggregate().survival
+        agg = run.aggregate(level)
+        s = agg.survival
+        ts = range(len(s))
         horizon = max(horizon, len(s) - 1)
-        ax.step(range(len(s)), [100 * v for v in s], where="post", linewidth=1.8,
-                label=f"{run.label} (n={run.aggregate().scored})")
+        label = f"{run.label} (n={agg.scored}" + (f", {agg.censored} censored" if agg.censored else "") + ")"
+        (line,) = ax.step(ts, [100 * v for v in s], where="post", linewidth=1.8, label=label)
+        ax.fill_between(ts, [100 * v for v in agg.survival_lo], [100 * v for v in agg.survival_hi], step="post",
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+        marks = sorted(t for t in censored_at(run) if t < len(s))
+        if marks:
+            any_censored = True
+            ax.plot(marks, [100 * s[t] for t in marks], linestyle="none", marker="+", markersize=9,
+                    markeredgewidth=1.6, color=line.get_color())
     ax.set_xlim(0, max(horizon, 1))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
     ax.set_ylim(0, 102)
     ax.set_xlabel("turn t")
     ax.set_ylabel("episodes with turns ≥ t (%)")
-    ax.set_title("Survival S(t)")
+    ax.set_title(f"Survival S(t), Kaplan-Meier with {level:.0%} band"
+                 + (" (+ censored: context_limit)" if any_censored else ""))
     ax.grid(True, alpha=0.3)
     if runs:
         # Below the axes: labels are long (models / condition / method) and
@@ -40,8 +56,8 @@ def survival_figure(runs: Sequence[Run]) -> Figure:
     return fig
 
 
-def write_survival(runs: Sequence[Run], out: Path) -> tuple[Path, Path]:
-    fig = survival_figure(runs)
+def write_survival(runs: Sequence[Run], out: Path, level: float = 0.95) -> tuple[Path, Path]:
+    fig = survival_figure(runs, level)
     png, svg = out / "survival.png", out / "survival.svg"
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, format="png")

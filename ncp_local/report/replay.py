@@ -15,7 +15,15 @@ from .. import ledger
 from ..episode import EpisodeResult, TurnRecord, to_update
 from ..ledger import EpisodeState, Exchange, FactEntry, Status
 from ..spec import Spec
-from ..stages import PLAYER_INPUT_ID
+
+# Ids of conflicts that name no fact or commitment (PROTOCOL section 4). The
+# reference says `input` for a player-input conflict; a pack or a record
+# written before may say `player_input`: both are read as one.
+PLAYER_INPUT_IDS: tuple[str, ...] = ("input", "player_input")
+# A fact conflict that is a contradiction inside the narration itself; it maps
+# to no fact of the ledger and counts as a fact conflict.
+INTERNAL_ID = "response_internal"
+INTERNAL_LABEL = "internal contradiction in the narration"
 
 
 @dataclass(frozen=True)
@@ -98,24 +106,44 @@ def replay(spec: Spec, result: EpisodeResult) -> Replay:
     return Replay(spec, result, opening_state, tuple(views), state, tuple(problems))
 
 
-def conflict_details(spec: Spec, view: TurnView) -> list[dict[str, Any]]:
-    """Each standing conflict with its target's text and the reasons before and after the double-check."""
-    rec = view.record
-    facts = {f.id: f.text for f in view.projected}
-    commitments = {c.id: c.description for c in spec.commitments}
-    first = {(c["type"], c["id"]): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
+def conflict_key(conflict: dict[str, Any]) -> tuple[str, str]:
+    """(type, id) with the player-input aliases made one, to match a first-check conflict to its review."""
+    ctype, cid = str(conflict.get("type", "")), str(conflict.get("id", ""))
+    return (ctype, PLAYER_INPUT_IDS[0]) if ctype == "player_input" else (ctype, cid)
+
+
+def is_internal(conflict: dict[str, Any]) -> bool:
+    return conflict.get("type") == "fact" and conflict.get("id") == INTERNAL_ID
+
+
+def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord | None = None) -> list[dict[str, Any]]:
+    """Each standing conflict with its target's text and the reasons before and after the double-check.
+
+    Without the spec (or its replay) only the targets that need none are
+    resolved: the player input, and an internal contradiction.
+    """
+    rec = view.record if view is not None else rec
+    if rec is None:
+        raise ValueError("conflict_details: give a turn view or a turn record")
+    facts = {f.id: f.text for f in view.projected} if view is not None else {}
+    commitments = {c.id: c.description for c in spec.commitments} if spec is not None else {}
+    missing = "(spec not available)" if spec is None or view is None else None
+    first = {conflict_key(c): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
     review = rec.double_check or {}
     out = []
     for c in rec.conflicts:
-        ctype, cid = c["type"], c["id"]
-        if ctype == "fact":
-            target = facts.get(cid, "(unknown fact)")
+        ctype, cid = conflict_key(c)
+        internal = is_internal(c)
+        if internal:
+            target = INTERNAL_LABEL
+        elif ctype == "fact":
+            target = missing or facts.get(cid, "(unknown fact)")
         elif ctype == "commitment":
-            target = commitments.get(cid, "(unknown commitment)")
+            target = missing or commitments.get(cid, "(unknown commitment)")
         else:
-            target, cid = rec.player_input, PLAYER_INPUT_ID
+            target = rec.player_input
         out.append({
-            "type": ctype, "id": cid, "target_text": target,
+            "type": ctype, "id": cid, "internal": internal, "target_text": target,
             "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
             "reason_reviewed": c.get("reason", ""),
             "review_reason": review.get("review_reason", ""),

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..spec import SpecError
 from ..stages import CONFLICT_TYPES
-from .html import esc, page
+from .html import esc, page, target_tag
 from .replay import conflict_details, replay
 from .runs import Run
 from .tables import csv_text, markdown_table
@@ -38,14 +38,8 @@ def sample_conflicts(runs: Sequence[Run], n: int, seed: int) -> list[dict[str, A
     for run, result in picked:
         rec = result.turns[-1]
         spec = run.specs.get(result.spec_id)
-        if spec is not None:
-            view = replay(spec, result).turns[-1]
-            details = conflict_details(spec, view)
-        else:
-            details = [{"type": c["type"], "id": c["id"],
-                        "target_text": rec.player_input if c["type"] == "player_input" else "",
-                        "reason_initial": "", "reason_reviewed": c.get("reason", ""),
-                        "review_reason": (rec.double_check or {}).get("review_reason", "")} for c in rec.conflicts]
+        view = replay(spec, result).turns[-1] if spec is not None else None
+        details = conflict_details(spec, view, rec)
         for d in details:
             rows.append({
                 "item": f"{len(rows) + 1:03d}", "run": run.label, "run_dir": str(run.path), "spec_id": result.spec_id,
@@ -115,7 +109,7 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
         items.append(
             f"<fieldset class=\"card review-item\" id=\"item-{i}\"><legend>#{i} &middot; {esc(r['spec_id'])} turn "
             f"{esc(r['turn'])} &middot; <span class=\"badge {esc(r['type'])}\">{esc(r['type'])}</span> "
-            f"<span class=fid>{esc(r['target_id'])}</span> <span class='muted small'>{esc(r['run'])}</span></legend>"
+            f"{target_tag(r['type'], r['target_id'])} <span class='muted small'>{esc(r['run'])}</span></legend>"
             + _context_html(r)
             + f"<div class=player><span class=who>player</span>{esc(r['player_input'])}</div>"
             f"<div class=narrator><span class=who>narrator</span>{esc(r['response'])}</div>"

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from ..episode import EpisodeResult
 from ..metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
 from ..spec import Spec, SpecError, load_spec
+from ..store import check_result
 
 SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")
 REAUDIT_KIND = "reaudit"
@@ -49,8 +49,8 @@ class Run:
     def metrics(self) -> list[EpisodeMetrics]:
         return [episode_metrics(r) for r in self.results.values()]
 
-    def aggregate(self) -> Aggregate:
-        return aggregate(self.metrics(), self.max_turns)
+    def aggregate(self, level: float = 0.95) -> Aggregate:
+        return aggregate(self.metrics(), self.max_turns, level)
 
     def genres(self, spec_id: str) -> tuple[str, ...]:
         spec = self.specs.get(spec_id)
@@ -67,15 +67,11 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _read_result(path: Path) -> EpisodeResult:
-    try:
-        return EpisodeResult.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise SpecError(path, where, f"not an episode result: {err['msg']}") from None
-    except OSError as exc:
-        raise SpecError(path, "", f"cannot read: {exc}") from None
+def _read_result(path: Path, manifest: dict[str, Any]) -> tuple[EpisodeResult | None, str]:
+    # The store's own check against the run's manifest (seal, spec id, run
+    # identity, a spec of its dataset, record hash); nothing is moved. An
+    # unsealed result is still read from a run of an older rig.
+    return check_result(path, manifest)
 
 
 def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
@@ -124,7 +120,10 @@ def load_run(path: str | Path) -> Run:
     unfinished: set[str] = set()
     for part in parts:
         for f in sorted((part / "results").glob("*.json")):
-            result = _read_result(f)
+            result, why = _read_result(f, manifest)
+            if result is None:
+                notes.append(f"{f}: {why}: not counted")  # a failing file is named, never counted
+                continue
             if result.spec_id in found:
                 notes.append(f"{result.spec_id}: result in more than one shard; kept the first ({f} ignored)")
                 continue

@@ -1,7 +1,8 @@
 """Small statistics for reports: bootstrap intervals, agreement, correlation.
 
-numpy only: the few formulas needed here are short, and a report must not
-pull a heavy dependency onto a cluster node.
+numpy only: the few formulas needed here are short. The one estimate with
+enough subtlety to take from a library, Kaplan-Meier survival with its
+confidence band under censoring, is scipy's (`metrics.km_survival`).
 """
 
 from __future__ import annotations

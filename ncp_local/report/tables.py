@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..metrics import Aggregate, EpisodeMetrics, aggregate
+from ..metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
 from .runs import Run
 from .stats import Interval, bootstrap
 
-TERMINATIONS = ("conflict", "max_turns", "all_resolved", "invalid")
 # (key, header, decimals)
 METRICS: tuple[tuple[str, str, int], ...] = (
     ("avg_turns", "avg turns", 2),
@@ -49,7 +48,7 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
     rows = []
     for run in runs:
         ms = run.metrics()
-        agg = aggregate(ms, run.max_turns)
+        agg = aggregate(ms, run.max_turns, level)
         scored = [m for m in ms if m.termination != "invalid"]
         ci = bootstrap(_columns(scored), resamples, seed, level)
         ci.update(bootstrap({"conflict_free": [float(m.termination != "conflict") for m in scored]},
@@ -87,7 +86,7 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
-SUMMARY_HEADER = ("run", "episodes", *(h for _, h, _ in METRICS), "conflict-free", *TERMINATIONS)
+SUMMARY_HEADER = ("run", "episodes", *(h for _, h, _ in METRICS), "conflict-free", *TERMINATIONS, "bound hits")
 
 
 def summary_markdown(rows: Sequence[Row], level: float) -> str:
@@ -97,26 +96,29 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
         cf = r.ci["conflict_free"]
         cf_cell = f"{r.agg.conflict_free}" + ("" if math.isnan(cf.lo) else f" [{cf.lo:.0f}, {cf.hi:.0f}]")
         body.append([r.label, r.agg.episodes, *(_cell(r.ci[k], d) for k, _, d in METRICS), cf_cell,
-                     *(t[k] for k in TERMINATIONS)])
+                     *(t[k] for k in TERMINATIONS), r.agg.bound_hits])
     note = (f"Point estimate [{level:.0%} bootstrap interval over episodes]; averages and rates leave "
-            "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type.")
-    return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note
+            "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type; "
+            "`context_limit` episodes (the window was full) are averaged at their committed turns and censored "
+            "in S(t) (Kaplan-Meier); bound hits: outputs that reached a configured length or count bound.")
+    censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
+    return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
 
 
 def summary_csv(rows: Sequence[Row]) -> str:
-    header = ["label", "run_dir", "episodes", "scored"]
+    header = ["label", "run_dir", "episodes", "scored", "censored"]
     for k, _, _ in METRICS:
         header += [k, f"{k}_lo", f"{k}_hi"]
-    header += ["conflict_free", "conflict_free_lo", "conflict_free_hi", *TERMINATIONS, "unfinished"]
+    header += ["conflict_free", "conflict_free_lo", "conflict_free_hi", *TERMINATIONS, "bound_hits", "unfinished"]
     body = []
     for r in rows:
-        line: list[Any] = [r.label, r.path, r.agg.episodes, r.agg.scored]
+        line: list[Any] = [r.label, r.path, r.agg.episodes, r.agg.scored, r.agg.censored]
         for k, _, _ in METRICS:
             iv = r.ci[k]
             line += [_round(iv.point), _round(iv.lo), _round(iv.hi)]
         cf = r.ci["conflict_free"]
         line += [r.agg.conflict_free, _round(cf.lo), _round(cf.hi), *(r.agg.terminations[k] for k in TERMINATIONS),
-                 r.unfinished]
+                 r.agg.bound_hits, r.unfinished]
         body.append(line)
     return csv_text(header, body)
 
@@ -127,7 +129,7 @@ def _round(x: float) -> Any:
 
 # ---- per genre (the paper's Table 7) ---------------------------------------
 
-GENRE_HEADER = ("genre", "episodes", "avg turns", "traj %", "sat %", "fact %", "commit %", "player %")
+GENRE_HEADER = ("genre", "episodes", "censored", "avg turns", "traj %", "sat %", "fact %", "commit %", "player %")
 UNKNOWN_GENRE = "(unknown)"
 
 
@@ -154,7 +156,7 @@ def _genre_values(a: Aggregate) -> tuple[float, ...]:
 
 def _genre_cells(r: GenreRow) -> list[Any]:
     a = r.agg
-    return [r.genre, a.episodes, f"{a.avg_turns:.2f}", f"{a.trajectory_pct:.2f}", f"{a.satisfied_pct:.2f}",
+    return [r.genre, a.episodes, a.censored, f"{a.avg_turns:.2f}", f"{a.trajectory_pct:.2f}", f"{a.satisfied_pct:.2f}",
             f"{a.fact_pct:.1f}", f"{a.commitment_pct:.1f}", f"{a.player_input_pct:.1f}"]
 
 
@@ -166,22 +168,49 @@ def genre_markdown(runs: Sequence[Run]) -> str:
 
 
 def genre_csv(runs: Sequence[Run]) -> str:
-    header = ["label", "run_dir", "genre", "episodes", "avg_turns", "trajectory_pct", "satisfied_pct",
+    header = ["label", "run_dir", "genre", "episodes", "censored", "avg_turns", "trajectory_pct", "satisfied_pct",
               "fact_pct", "commitment_pct", "player_input_pct"]
     body = []
     for run in runs:
         for r in genre_rows(run):
-            body.append([run.label, str(run.path), r.genre, r.agg.episodes, *map(_round, _genre_values(r.agg))])
+            body.append([run.label, str(run.path), r.genre, r.agg.episodes, r.agg.censored,
+                         *map(_round, _genre_values(r.agg))])
     return csv_text(header, body)
 
 
 # ---- survival ---------------------------------------------------------------
 
-def survival_csv(runs: Sequence[Run]) -> str:
-    curves = [r.aggregate().survival for r in runs]
-    horizon = max((len(c) for c in curves), default=0)
-    body = [[t, *(_round(c[t]) if t < len(c) else "" for c in curves)] for t in range(horizon)]
-    return csv_text(["t", *(r.label for r in runs)], body)
+def censored_at(run: Run) -> dict[int, int]:
+    """t -> how many censored episodes are counted as running through t for the last time.
+
+    A `context_limit` episode with n committed turns had turn n under way, so
+    it counts in S(t) = P(T >= t) through t = n + 1 (metrics module docstring);
+    that is where the survival plot marks it and where the CSV counts it.
+    """
+    out: dict[int, int] = {}
+    for m in run.metrics():
+        if m.censored:
+            out[m.turns + 1] = out.get(m.turns + 1, 0) + 1
+    return out
+
+
+def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
+    """Per run: S(t) (Kaplan-Meier), its band, and the episodes censored after t (`censored_at`)."""
+    aggs = [r.aggregate(level) for r in runs]
+    cens = [censored_at(r) for r in runs]
+    horizon = max((len(a.survival) for a in aggs), default=0)
+    body = []
+    for t in range(horizon):
+        line: list[Any] = [t]
+        for a, c in zip(aggs, cens):
+            inside = t < len(a.survival)
+            line += ([_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
+                     if inside else ["", "", "", ""])
+        body.append(line)
+    header = ["t"]
+    for r in runs:
+        header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} censored"]
+    return csv_text(header, body)
 
 
 def write(path: Path, text: str) -> Path:

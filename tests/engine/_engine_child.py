@@ -22,7 +22,8 @@ async def main(model_path: str) -> None:
 
     def cfg(name: str) -> EngineModelConfig:
         return EngineModelConfig(
-            name=name, path=model_path, max_model_len=512, kv_cache_memory_bytes=128 << 20, max_num_seqs=2
+            name=name, path=model_path, max_model_len=512, kv_cache_memory_bytes=128 << 20, max_num_seqs=2,
+            enforce_eager=True,
         )
 
     req = Request(messages=(Message("user", "Hi"),), temperature=0.0, top_p=1.0, max_tokens=2, seed=0)

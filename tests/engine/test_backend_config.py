@@ -1,14 +1,18 @@
-"""Backend configuration: from the run config to engine arguments and request bodies (no engine)."""
+"""Backend configuration on the embedded model's real files (no engine started):
+vLLM's own model config accepts the shipped window and settings; the OpenAI
+backend's request body. Schema and engine-argument checks that need no model
+are in tests/test_engine_args.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+from omegaconf import OmegaConf
 
+from ncp_local import config as config_mod
 from ncp_local.llm.base import Message, Request
 from ncp_local.llm.openai_backend import OpenAIBackend
-from ncp_local.llm.vllm_backend import EngineModelConfig, _engine_args
+from ncp_local.llm.vllm_backend import _engine_args, engine_config
 
 MODEL = {
     "name": "m", "path": "embedded", "dtype": "bfloat16", "max_model_len": 4096, "gpu_memory_utilization": 0.3,
@@ -17,32 +21,14 @@ MODEL = {
 }
 
 
-def test_from_model_drops_bookkeeping_and_rejects_typos() -> None:
-    cfg = EngineModelConfig.from_model(MODEL)
-    assert cfg.max_num_seqs == 8 and cfg.chat_template_kwargs == {"enable_thinking": False}
-    with pytest.raises(ValueError, match="max_num_seq"):
-        EngineModelConfig.from_model({**MODEL, "max_num_seq": 3})
-
-
-def test_cpu_engine_args_prefill_whole_prompts(embedded_model_path: Path) -> None:
-    args = _engine_args(EngineModelConfig.from_model(MODEL), embedded_model_path, on_cpu=True)
-    assert args.enable_chunked_prefill is False
-    assert args.max_num_batched_tokens >= 4096 + 8
-    assert args.structured_outputs_config.backend == "xgrammar"
-    assert args.structured_outputs_config.disable_any_whitespace is True
-    assert args.enable_prefix_caching is True and args.generation_config == "vllm"
-    with pytest.raises(ValueError, match="chunked"):
-        _engine_args(EngineModelConfig.from_model({**MODEL, "enable_chunked_prefill": True}), embedded_model_path, True)
-    gpu = _engine_args(EngineModelConfig.from_model(MODEL), embedded_model_path, on_cpu=False)
-    assert gpu.enable_chunked_prefill is None  # vLLM decides
-
-
-def test_outlines_gets_no_whitespace_flag(embedded_model_path: Path) -> None:
-    # vLLM accepts disable_any_whitespace only for xgrammar and guidance.
-    cfg = EngineModelConfig.from_model({**MODEL, "structured_outputs_backend": "outlines"})
-    args = _engine_args(cfg, embedded_model_path, on_cpu=True)
-    assert args.structured_outputs_config.backend == "outlines"
-    assert args.structured_outputs_config.disable_any_whitespace is False
+def test_shipped_embedded_config_is_one_vllm_accepts(embedded_model_path: Path) -> None:
+    raw = OmegaConf.to_container(config_mod.compose([]), resolve=True)
+    model = config_mod.validate(raw).narrator.model  # type: ignore[arg-type]
+    args = _engine_args(engine_config(model), embedded_model_path, on_cpu=True)
+    mc = args.create_model_config()
+    assert mc.max_model_len == model.max_model_len == 8192
+    assert str(mc.dtype) == "torch.float32" and mc.served_model_name == model.name
+    assert args.max_num_batched_tokens >= 8192 and args.enable_chunked_prefill is False
 
 
 def test_openai_from_config_and_request_body() -> None:

@@ -184,7 +184,9 @@ def test_context_overflow_maps(client) -> None:
     # (Only visible when the output runs into the cap: a model that stops
     # early within the room left simply answers. Counting keeps it going.)
     counting = "Count from 1 to 1000, separated by commas: " + ", ".join(str(i) for i in range(1, 200)) + ","
-    req = Request(messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7)
+    # min_room: the call needs its whole budget, so a capped one is an overflow.
+    req = Request(messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7,
+                  min_room=100)
     with pytest.raises(ContextOverflow, match="left room for only"):
         run(backend.generate(req))
 

@@ -98,11 +98,13 @@ def test_context_overflow_is_raised_before_the_engine(engine) -> None:
     text = "word " * words
     n = backend.count_tokens((Message("user", text),))
     assert limit - 40 < n < limit
+    # A call that needs one token more than the room left overflows...
     with pytest.raises(ContextOverflow, match=f"prompt of {n} tokens"):
-        engine.run(backend.generate(_req(text, max_tokens=limit - n + 1)))
-    # Exactly at the limit is allowed, and the engine still serves.
-    ok = engine.run(backend.generate(_req(text, max_tokens=limit - n, temperature=0.0)), timeout=300)
-    assert ok.prompt_tokens == n
+        engine.run(backend.generate(_req(text, max_tokens=limit - n + 1, min_room=limit - n + 1)))
+    # ...one that can make do with the room gets its budget clamped to it (up to
+    # the limit exactly), and the engine still serves.
+    ok = engine.run(backend.generate(_req(text, max_tokens=limit - n + 50, min_room=1, temperature=0.0)), timeout=300)
+    assert ok.prompt_tokens == n and ok.max_tokens_sent == limit - n
     assert ok.prompt_tokens + ok.generated_tokens <= limit
 
 

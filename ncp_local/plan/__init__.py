@@ -1,0 +1,292 @@
+"""`mode=plan`: will this config fit its GPUs and its context windows, before anything loads?
+
+For the resolved config the plan shows each engine (model, the roles that
+share it, devices, tensor parallel, memory share), its weights and KV cache
+per token, the KV capacity in tokens and in episodes at once, the prompt
+length each stage reaches by turn, the first turn a call no longer fits its
+window, and a verdict. `mode=run` makes the same memory and window checks
+first (`preflight`, no prompt play, fast) and starts the engines with the
+planned shares and devices.
+
+Exit codes of `mode=plan`: 0 go; 1 it would start, but some call outgrows
+its window before `max_turns` (those episodes end `context_limit`); 2 it
+cannot start as configured (the one line says what to change).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import ConfigError
+from .facts import ModelFacts, model_facts
+from .growth import Growth, Line, StageGrowth, fit_line, measured, play
+from .hardware import GIB, Gpu, Inventory, inventory, parse_gpu
+from .memory import (EnginePlan, Problem, apply, check_windows, engines_of, plan_cpu, plan_gpu, read_facts,
+                     share_is_planned)
+
+__all__ = ["Line", "fit_line", "Plan", "preflight", "main", "check", "inventory", "parse_gpu", "Gpu",
+           "ModelFacts", "model_facts", "share_is_planned"]
+
+ROLES = ("narrator", "player", "auditor")
+EXIT_GO, EXIT_OVERFLOW, EXIT_CANNOT = 0, 1, 2
+# Below this many episodes in flight at max_turns the plan notes that the run is KV-bound.
+KV_BOUND_EPISODES = 8
+
+
+@dataclass(frozen=True)
+class StageRow:
+    stage: str
+    role: str
+    engine: EnginePlan | None
+    growth: StageGrowth
+    need: int  # output room the call must keep: its answer, within max_tokens
+    max_tokens: int
+    first_over: int | None  # the first turn (0 = opening) whose prompt + need exceeds the window
+
+    @property
+    def window(self) -> int:
+        return self.engine.window if self.engine else 0
+
+
+@dataclass
+class Plan:
+    cfg: Any
+    inventory: Inventory
+    engines: list[EnginePlan]
+    problems: list[Problem]
+    device_lines: list[str] = field(default_factory=list)
+    growth: Growth | None = None
+    rows: list[StageRow] = field(default_factory=list)
+
+    @property
+    def fatal(self) -> list[Problem]:
+        return [p for p in self.problems if p.fatal]
+
+    def engine_for(self, role: str) -> EnginePlan | None:
+        return next((e for e in self.engines if role in e.roles), None)
+
+    @property
+    def overflow(self) -> StageRow | None:
+        hits = [r for r in self.rows if r.first_over is not None]
+        return min(hits, key=lambda r: (r.first_over, r.stage)) if hits else None
+
+
+def check(cfg: Any, roles: tuple[str, ...] = ROLES) -> Plan:
+    """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play."""
+    pc = cfg.plan
+    inv = inventory(pc.gpus)
+    problems: list[Problem] = []
+    kind = cfg.engine.name
+    if kind == "scripted":
+        return Plan(cfg, inv, [], problems)
+    engines = engines_of(cfg, roles)
+    read_facts(engines, problems)
+    check_windows(cfg, engines, problems)
+    lines: list[str] = []
+    if kind == "vllm":
+        if inv.kind == "gpu":
+            lines = plan_gpu(engines, inv, pc, problems)
+        else:
+            plan_cpu(engines, inv, pc, problems)
+    return Plan(cfg, inv, engines, problems, lines)
+
+
+def preflight(cfg: Any) -> Any:
+    """`mode=run`'s first step: refuse a plan that cannot work (one line, exit 2), else the config as planned."""
+    plan = check(cfg)
+    if plan.fatal:
+        p = plan.fatal[0]
+        raise ConfigError(p.field, f"plan: {p.message} (details: python run.py mode=plan ...same overrides)")
+    return apply(cfg, plan.engines)
+
+
+# ---- the full plan ------------------------------------------------------------------
+
+
+def project(plan: Plan, growth: Growth) -> None:
+    cfg = plan.cfg
+    T = int(cfg.max_turns)
+    plan.growth = growth
+    for stage, g in sorted(growth.stages.items()):
+        role = g.role if g.role in ROLES else ""
+        e = plan.engine_for(role) if role else None
+        max_tokens = int(getattr(cfg, role).max_tokens) if role else 0
+        need = min(g.need, max_tokens) if max_tokens else g.need
+        first = None
+        if e is not None:
+            limit = e.window - need
+            if g.opening is not None and g.opening > limit:
+                first = 0
+            elif not g.opening_only:
+                first = g.line.first_over(limit, 1, T)
+        plan.rows.append(StageRow(stage, role, e, g, need, max_tokens, first))
+        if max_tokens and g.need > max_tokens:
+            plan.problems.append(Problem(f"{role}.max_tokens", f"{stage}: its answer took {g.need} tokens, above "
+                                         f"{role}.max_tokens={max_tokens}: answers would be cut", fatal=False))
+
+
+def _windows_needed(plan: Plan, row: StageRow) -> int:
+    T = int(plan.cfg.max_turns)
+    return int(math.ceil(row.growth.prompt_at(T) + row.need))
+
+
+def _overflow_fix(plan: Plan, row: StageRow) -> str:
+    e = row.engine
+    assert e is not None
+    needed = _windows_needed(plan, row)
+    field_ = f"{row.role}.model.max_model_len"
+    T = int(plan.cfg.max_turns)
+    last_ok = (row.first_over or 1) - 1
+    if e.facts is not None:
+        longest = e.facts.extended_window(e.engine_arg("hf_overrides"))
+        if longest >= needed:
+            return f"set {field_}={_round_up(needed, longest)} (the model holds {longest})"
+    return (f"a model with a window of {needed}+ tokens, rope scaling (YaRN) through "
+            f"{row.role}.model.engine_args.hf_overrides with a larger {field_}, or max_turns={last_ok} "
+            f"(turn {T} needs {needed})")
+
+
+def _round_up(needed: int, cap: int) -> int:
+    return min(cap, int(math.ceil(needed / 1024) * 1024))
+
+
+def verdict(plan: Plan) -> tuple[int, str]:
+    if plan.fatal:
+        return EXIT_CANNOT, f"verdict: no-go: {plan.fatal[0].message}"
+    row = plan.overflow
+    if row is not None and row.engine is not None:
+        return EXIT_OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
+                               f"{row.engine.name}) outgrows its {row.window}-token window at turn {row.first_over}, "
+                               f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}")
+    where = (plan.inventory.describe() if plan.cfg.engine.name == "vllm" else f"engine={plan.cfg.engine.name}")
+    if plan.cfg.engine.name == "scripted":
+        return EXIT_GO, "verdict: go: engine=scripted loads no model; nothing to fit"
+    return EXIT_GO, (f"verdict: go: {len(plan.engines)} engine(s) on {where}; every call fits its window "
+                     f"through turn {plan.cfg.max_turns}")
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _turns(plan: Plan) -> list[int]:
+    T = int(plan.cfg.max_turns)
+    return sorted({t for t in plan.cfg.plan.at_turns if 0 <= t < T} | {T})
+
+
+def render(plan: Plan) -> list[str]:
+    cfg = plan.cfg
+    out = [f"plan: {cfg.engine.name} engine(s), max_turns={cfg.max_turns}, concurrency={cfg.concurrency}, "
+           f"dataset {cfg.dataset.name}, method {cfg.method.get('name', 'baseline')}, "
+           f"condition {cfg.condition.get('name', '')}"]
+    if cfg.engine.name == "vllm":
+        if plan.inventory.kind == "cpu":
+            out.append(f"hardware: {plan.inventory.describe()}: the plan is for the CPU (the share is of RAM, "
+                       "for the KV cache); GPU checks skipped")
+        else:
+            out.append(f"hardware: {plan.inventory.describe()}")
+    T = int(cfg.max_turns)
+    for e in plan.engines:
+        dev = (f"devices {list(e.devices)}{' (planned)' if e.devices_planned else ''}"
+               if plan.inventory.kind == "gpu" and cfg.engine.name == "vllm" else "")
+        share = ("" if e.share is None else f"share {e.share:.3f}{' (planned)' if e.share_planned else ''}")
+        out.append(f"engine {e.index + 1}: {e.name} for {', '.join(e.roles)}; {dev + ', ' if dev else ''}"
+                   f"tensor_parallel_size {e.tp}{', ' + share if share else ''}")
+        f = e.facts
+        if f is None:
+            out.append("  model facts unknown: memory not planned")
+            continue
+        out.append(f"  weights {_gib(e.weights_bytes)} ({f.source})")
+        slide = (f", {f.sliding_layers} of them capped at a {f.sliding_window}-token sliding window"
+                 if f.sliding_layers and f.sliding_window else "")
+        longest = f.extended_window(e.engine_arg("hf_overrides"))
+        scaled = f", {longest} with its rope scaling" if longest != f.native_window else ""
+        out.append(f"  KV cache {f.kv_bytes_per_token(e.kv_dtype_bytes) / 1024:.0f} KiB/token ({f.layers} layers x "
+                   f"{f.kv_heads} KV heads x {f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); "
+                   f"window {e.window} (model: {f.native_window}{scaled})")
+        if cfg.engine.name != "vllm":
+            continue
+        per = "per GPU" if plan.inventory.kind == "gpu" else "in RAM"
+        line = (f"  KV capacity {_gib(e.kv_bytes)} {per} = {e.capacity_tokens():,} tokens = "
+                f"{e.kv_bytes / e.window_kv():.1f} full windows" if e.window_kv() else "  KV capacity unknown")
+        seq = _sequence_at(plan, e, T)
+        if seq:
+            at_once = e.sequences_at(seq)
+            line += (f"; episodes at once at turn {T}: {min(at_once, cfg.concurrency):.1f} "
+                     f"({seq:,}-token calls; concurrency={cfg.concurrency})")
+            if at_once < min(cfg.concurrency, KV_BOUND_EPISODES) and e.kv_bytes:
+                e.notes.append(f"the KV cache holds {at_once:.1f} of the {cfg.concurrency} episodes at turn {T}: "
+                               "the rest wait (slower, not wrong); more or larger GPUs, "
+                               "engine_args.kv_cache_dtype=fp8 or a lower max_model_len raise it")
+        out.append(line)
+        out.extend(f"  note: {n}" for n in e.notes)
+    out.extend(plan.device_lines)
+    if plan.growth is not None:
+        out.append(f"prompts: {plan.growth.source}")
+        if plan.growth.tokenizers:
+            out.append("tokens counted with: " + "; ".join(f"{r} {t}" for r, t in plan.growth.tokenizers.items()))
+        turns = _turns(plan)
+        out.append("| stage | role | model | window | answer | tokens by turn | "
+                   + " | ".join(f"turn {t}" for t in turns) + " | first turn over |")
+        out.append("|---|---|---|---:|---:|---|" + "---:|" * len(turns) + "---|")
+        for r in plan.rows:
+            cells = " | ".join(f"{r.growth.prompt_at(t) + r.need:,.0f}" if r.growth.runs_at(t) else "-"
+                               for t in turns)
+            over = "-" if r.first_over is None else str(r.first_over)
+            out.append(f"| {r.stage} | {r.role} | {r.engine.name if r.engine else '-'} | {r.window or '-'} | "
+                       f"{r.need} | {r.growth.line.text()} | {cells} | {over} |")
+        out.append("(cells: prompt + answer tokens; turn 0 is the opening; 'first turn over': the first turn "
+                   "whose call does not fit its window)")
+    for p in plan.problems:
+        if not p.fatal:
+            out.append(f"note: {p.message}")
+    for p in plan.fatal[1:]:
+        out.append(f"also: {p.message}")
+    return out
+
+
+def _sequence_at(plan: Plan, e: EnginePlan, turn: int) -> int:
+    rows = [r for r in plan.rows if r.engine is e]
+    if not rows:
+        return 0
+    return int(min(e.window, max(r.growth.prompt_at(turn) + r.need for r in rows if r.growth.runs_at(turn))))
+
+
+def full(cfg: Any) -> Plan:
+    """The whole plan: the checks, then the prompt projection from the rig's own templates."""
+    from ..config import dataset_path
+    from ..prompts import TEMPLATES, PromptPack
+    from ..roles import Player, narrator_factory, narrator_options
+    from ..spec import load_dataset
+
+    plan = check(cfg)
+    if cfg.engine.name == "scripted":
+        return plan  # no model, no window: nothing to project
+    if cfg.plan.measured:
+        growth = measured(cfg.plan.measured)
+    else:
+        ds = load_dataset(dataset_path(cfg), limit=cfg.limit)
+        narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
+        kwargs = narrator_options(narrator_cls, {k: v for k, v in cfg.method.items() if k != "name"})
+        pack = PromptPack.load(cfg.prompts.get("dir"),
+                               required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
+        player = Player(str(cfg.condition.get("name", "")))
+        growth = play(cfg, cfg.plan, ds.specs, pack, narrator_cls, kwargs, player)
+    project(plan, growth)
+    return plan
+
+
+def main(cfg: Any) -> int:
+    """`mode=plan`: print the plan; the exit code is the verdict (see the module doc)."""
+    plan = full(cfg)
+    for line in render(plan):
+        print(line)
+    code, text = verdict(plan)
+    print(text, flush=True)
+    if code == EXIT_CANNOT:
+        p = plan.fatal[0]
+        print(f"error: config: {p.field}: plan: {p.message}", file=sys.stderr)
+    return code

@@ -1,0 +1,352 @@
+"""How long each stage's prompt gets, turn by turn: fitted, then projected to `max_turns`.
+
+Nothing here is a constant of the rig's prompts. The plan plays a few turns
+of the real episode code (the configured narrator method, player condition,
+prompt pack and dataset) against scripted answers of a stated size, renders
+every call exactly as a run would, counts its tokens with the role model's
+own tokenizer, and fits a line per stage: tokens = a + b x turn. A changed
+template, narrator or dataset changes the fit by itself. `plan.measured`
+fits the same line to a real run's call log instead.
+
+Turns count from 1; the opening is turn 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..llm.base import Message, Request
+from .facts import model_dir
+
+
+@dataclass(frozen=True)
+class Line:
+    """tokens = base + slope x turn."""
+
+    base: float
+    slope: float
+
+    def at(self, turn: float) -> float:
+        return self.base + self.slope * turn
+
+    def first_over(self, limit: float, start: int, stop: int) -> int | None:
+        """The first integer turn in [start, stop] where the line is above `limit`; None if none."""
+        if self.at(start) > limit:
+            return start
+        if self.slope <= 0:
+            return None
+        t = math.floor((limit - self.base) / self.slope) + 1
+        t = max(t, start)
+        return t if t <= stop else None
+
+    def text(self) -> str:
+        return f"{self.base:.0f} + {self.slope:.0f} x turn"
+
+
+def fit_line(points: Mapping[int, float]) -> Line:
+    """Least-squares line through (turn, tokens); one point gives a flat line, none a zero one."""
+    pts = sorted(points.items())
+    if not pts:
+        return Line(0.0, 0.0)
+    if len(pts) == 1:
+        return Line(float(pts[0][1]), 0.0)
+    n = len(pts)
+    mx = sum(t for t, _ in pts) / n
+    my = sum(v for _, v in pts) / n
+    sxx = sum((t - mx) ** 2 for t, _ in pts)
+    slope = sum((t - mx) * (v - my) for t, v in pts) / sxx if sxx else 0.0
+    return Line(my - slope * mx, slope)
+
+
+@dataclass(frozen=True)
+class StageGrowth:
+    stage: str
+    role: str
+    line: Line  # over turns >= 1
+    need: int  # output tokens the stage's longest answer took
+    opening: int | None  # the prompt at turn 0, when the stage runs there
+    turns: tuple[int, ...]  # the turns it was seen at
+
+    @property
+    def opening_only(self) -> bool:
+        return self.turns == (0,)
+
+    def runs_at(self, turn: int) -> bool:
+        return self.opening is not None if turn == 0 else not self.opening_only
+
+    def prompt_at(self, turn: int) -> float:
+        if turn == 0 and self.opening is not None:
+            return float(self.opening)
+        return self.line.at(turn)
+
+
+@dataclass(frozen=True)
+class Growth:
+    stages: dict[str, StageGrowth]
+    source: str  # what was played or measured, said in the plan
+    tokenizers: dict[str, str]  # role -> whose tokenizer counted
+
+
+# ---- tokens ----------------------------------------------------------------------
+
+
+class Counter:
+    """Prompt tokens as the engine would count them: the chat template, then the tokenizer."""
+
+    def __init__(self, tokenizer: Any | None, template_kwargs: Mapping[str, Any], label: str) -> None:
+        self.tokenizer = tokenizer
+        self.kwargs = dict(template_kwargs)
+        self.label = label
+
+    def prompt(self, messages: Sequence[Message]) -> int:
+        if self.tokenizer is None:
+            # No tokenizer on this machine at all: about 4 characters a token for English.
+            return sum(len(m.content) for m in messages) // 4 + 8
+        text = self.tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
+                                                  tokenize=False, add_generation_prompt=True, **self.kwargs)
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def answer(self, text: str) -> int:
+        if self.tokenizer is None:
+            return len(text) // 4 + 1
+        return len(self.tokenizer.encode(text, add_special_tokens=False)) + 1  # and the end-of-turn token
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        return self.prompt(messages)
+
+
+def _load_tokenizer(path: Path) -> Any | None:
+    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception:  # a broken or partial download: fall back, and say so
+        return None
+    return tok if getattr(tok, "chat_template", None) else None
+
+
+def counters(cfg: Any, roles: Sequence[str]) -> dict[str, Counter]:
+    """Each role's model tokenizer; where absent, the embedded SmolLM2's (a stand-in, said in the plan)."""
+    cache: dict[Path, Any] = {}
+
+    def tok(path: Path) -> Any | None:
+        if path not in cache:
+            cache[path] = _load_tokenizer(path)
+        return cache[path]
+
+    out = {}
+    for role in roles:
+        m = getattr(cfg, role).model
+        where = model_dir(str(m.path))
+        t = tok(where)
+        if t is not None:
+            out[role] = Counter(t, m.chat_template_kwargs, f"{m.name}'s own")
+            continue
+        proxy = model_dir("embedded")
+        t = tok(proxy)
+        label = (f"SmolLM2's as a stand-in (no tokenizer at {where})" if t is not None else
+                 f"about 4 characters a token (no tokenizer at {where}, nor the embedded model's)")
+        out[role] = Counter(t, {}, label)
+    return out
+
+
+# ---- playing turns on scripted answers -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How long the scripted answers are; the plan prints them with the fit."""
+
+    narration_words: int
+    player_words: int
+    reason_words: int
+    facts_per_turn: int
+    fact_words: int
+
+    def text(self) -> str:
+        return (f"narrations of {self.narration_words} words in one paragraph, player actions of {self.player_words}, "
+                f"{self.facts_per_turn} new fact(s) of {self.fact_words} words a turn, reasons of "
+                f"{self.reason_words}")
+
+
+def _words(specs: Sequence[Any]) -> list[str]:
+    # The dataset's own prose, so that the answers tokenize like English narration does.
+    words = [w for s in specs for w in s.synopsis.split()]
+    return words or "the story goes on".split()
+
+
+def _prose(pool: list[str], n: int, rng: random.Random, chars: int | None) -> str:
+    start = rng.randrange(len(pool))
+    text = " ".join(pool[(start + i) % len(pool)] for i in range(n))
+    return text[:chars] if chars else text
+
+
+def _resize(data: Any, fn: Callable[[str, str], str | None]) -> Any:
+    """Every string under a known key replaced by fn(key, value) (None keeps it)."""
+    if isinstance(data, dict):
+        out = {}
+        for k, v in data.items():
+            if isinstance(v, str):
+                new = fn(k, v)
+                out[k] = v if new is None else new
+            else:
+                out[k] = _resize(v, fn)
+        return out
+    if isinstance(data, list):
+        return [_resize(v, fn) for v in data]
+    return data
+
+
+def sized_answers(sizes: Sizes, pool: list[str], bounds: Mapping[str, Any],
+                  record: Callable[[str, str, str], None]) -> Callable[[Request], str]:
+    """A scripted answer for every stage, at the stated sizes (within the role's bounds, as a grammar would)."""
+    from ..llm.scripted import RandomPolicy
+
+    # Every conflict check finds one conflict and every double-check overturns it: both
+    # stages run every turn (their prompts are the auditor's longest) and the turn commits.
+    policy = RandomPolicy(conflict_rate=1.0, overturn_rate=1.0, add_fact_rate=0.0, negate_fact_rate=0.0)
+
+    def answer(request: Request) -> str:
+        stage = str(request.tags.get("stage", ""))
+        role = str(request.tags.get("role", ""))
+        b = bounds.get(role)
+        rng = random.Random(request.seed)
+
+        def bound(name: str) -> int | None:
+            return getattr(b, name, None) if b is not None else None
+
+        if stage == "player":
+            text = _prose(pool, sizes.player_words, rng, bound("player_chars"))
+            record(stage, role, text)
+            return text
+        data = json.loads(policy.answer(request))
+
+        def resize(key: str, value: str) -> str | None:
+            if key == "text":
+                return _prose(pool, sizes.narration_words, rng, bound("text_chars"))
+            if key == "summary":
+                return _prose(pool, sizes.narration_words, rng, bound("summary_chars"))
+            if key in ("reason", "review_reason"):
+                return _prose(pool, sizes.reason_words, rng, bound("reason_chars"))
+            return None
+
+        data = _resize(data, resize)
+        if stage == "fact_update":
+            n = sizes.facts_per_turn if bound("new_facts") is None else min(sizes.facts_per_turn, bound("new_facts"))
+            data["add_facts"] = [_prose(pool, sizes.fact_words, rng, bound("fact_chars")) for _ in range(n)]
+            data["negate_facts"] = []
+        text = json.dumps(data, ensure_ascii=False)
+        record(stage, role, text)
+        return text
+
+    return answer
+
+
+def longest_specs(specs: Sequence[Any], k: int) -> tuple[Any, ...]:
+    """The k specs with the most material (commitments, beats, facts): the longest prompts."""
+    def size(s: Any) -> int:
+        return (len(s.synopsis) + sum(len(c.description) + len(c.satisfaction_condition) + len(c.violation_condition)
+                                      for c in s.commitments)
+                + sum(len(n.description) + len(n.trigger_event) + len(n.key_delta) for n in s.trajectory)
+                + sum(len(f.content) for f in s.initial_facts))
+    return tuple(sorted(specs, key=lambda s: (-size(s), s.id))[:k])
+
+
+def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type, narrator_kwargs: dict[str, Any],
+         player: Any, roles: Sequence[str] = ("narrator", "player", "auditor")) -> Growth:
+    """Play `plan.fit_turns` turns of the longest specs on scripted answers; fit each stage."""
+    from ..llm.scripted import ScriptedBackend
+    from ..runner import RoleBinding, Runner, RunSettings, Sampling
+    from ..store import RunDir
+
+    chosen = longest_specs(specs, pc.fit_specs)
+    facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
+    sizes = Sizes(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn,
+                  max(1, round(sum(facts) / len(facts))) if facts else 12)
+    counts = counters(cfg, roles)
+    answers: dict[str, tuple[str, str]] = {}
+
+    def record(stage: str, role: str, text: str) -> None:
+        if len(text) > len(answers.get(stage, ("", ""))[1]):
+            answers[stage] = (role, text)
+
+    bounds = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
+    rules = sized_answers(sizes, _words(specs), bounds, record)
+    backends = {}
+    for r in roles:
+        b = ScriptedBackend(rules=rules)
+        b.count_tokens = counts[r].count_tokens  # type: ignore[attr-defined]  # HiAgent trims memory with it
+        backends[r] = b
+    bindings = {r: RoleBinding(backends[r], Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p,
+                                                     getattr(cfg, r).max_tokens), getattr(cfg, r).model.name,
+                               bounds[r]) for r in roles}
+    with tempfile.TemporaryDirectory(prefix="ncp-plan-") as tmp:
+        store = RunDir(Path(tmp) / "play")
+        store.open({"plan": "play"}, "plan")
+        runner = Runner(specs=chosen, roles=bindings, pack=pack, store=store,
+                        settings=RunSettings(seed=cfg.seed, max_turns=pc.fit_turns, concurrency=len(chosen),
+                                             play_through=True),
+                        make_narrator=lambda: narrator_cls(pack=pack, roles=bindings, **narrator_kwargs),
+                        player=player)
+        try:
+            asyncio.run(runner.run())
+        finally:
+            store.close()
+    prompts: dict[str, dict[int, int]] = {}
+    role_of: dict[str, str] = {}
+    for r in roles:
+        for req in backends[r].requests:
+            stage = str(req.tags.get("stage"))
+            turn = int(req.tags.get("turn", 0)) + 1
+            role_of[stage] = str(req.tags.get("role", r))
+            n = counts[role_of[stage]].prompt(req.messages)
+            by_turn = prompts.setdefault(stage, {})
+            by_turn[turn] = max(by_turn.get(turn, 0), n)
+    need = {stage: counts[role].answer(text) for stage, (role, text) in answers.items()}
+    source = (f"played {pc.fit_turns} turns of the {len(chosen)} longest specs ({', '.join(s.id for s in chosen)}) "
+              f"with the rig's prompts on scripted answers: {sizes.text()}")
+    return _fit(prompts, need, role_of, source, {r: counts[r].label for r in roles})
+
+
+def measured(run_dir: str | Path) -> Growth:
+    """The same fit from a real run's call log (prompt and generated tokens per stage and turn)."""
+    from ..store import read_calls
+
+    path = Path(run_dir).expanduser() / "calls.jsonl"
+    if not path.is_file():
+        from ..config import ConfigError
+
+        raise ConfigError("plan.measured", f"no call log at {path} (give a run directory of mode=run or mode=bench)")
+    prompts: dict[str, dict[int, int]] = {}
+    need: dict[str, int] = {}
+    role_of: dict[str, str] = {}
+    for c in read_calls(path):
+        if "prompt_tokens" not in c:
+            continue
+        stage, turn = str(c["stage"]), int(c.get("turn", 0)) + 1
+        role_of[stage] = str(c.get("role", ""))
+        by_turn = prompts.setdefault(stage, {})
+        by_turn[turn] = max(by_turn.get(turn, 0), int(c["prompt_tokens"]))
+        need[stage] = max(need.get(stage, 0), int(c.get("generated_tokens", 0)))
+    return _fit(prompts, need, role_of, f"measured in {path}", {})
+
+
+def _fit(prompts: dict[str, dict[int, int]], need: dict[str, int], role_of: dict[str, str], source: str,
+         tokenizers: dict[str, str]) -> Growth:
+    stages = {}
+    for stage, by_turn in prompts.items():
+        later = {t: float(v) for t, v in by_turn.items() if t >= 1}
+        line = fit_line(later) if later else Line(float(by_turn.get(0, 0)), 0.0)
+        stages[stage] = StageGrowth(stage=stage, role=role_of.get(stage, ""), line=line, need=need.get(stage, 0),
+                                    opening=by_turn.get(0), turns=tuple(sorted(by_turn)))
+    return Growth(stages=stages, source=source, tokenizers=tokenizers)

@@ -1,0 +1,117 @@
+"""A forced window overflow on the real engine: the episode ends `context_limit`,
+is censored in S(t), and the report says so.
+
+One `python run.py` on the embedded model with the window reduced from 8192
+to 4096 tokens, over two specs: the rig's own red_riding_hood, whose every
+call fits, and a copy of treasure_island crowded with 100 more established
+facts, whose opening prompt alone (about 6000 tokens) fits the model's own
+8192 but not the reduced window. Overflowing by
+the prompt itself (not by the output reservation) makes the outcome the same
+whether or not the backend clamps max_tokens to the room left. The embedded
+model's prompts grow only some 30-90 tokens a turn, so a window that lets
+turn 0 fit and stops turn 2 would be a few dozen tokens wide: too brittle to
+pin here; censoring after committed turns is pinned on scripted runs
+(tests/test_report.py) and by hand (tests/test_metrics.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from ncp_local.metrics import aggregate, episode_metrics, survival
+from ncp_local.report.runs import load_run
+
+ROOT = Path(__file__).resolve().parents[2]
+WINDOW = 4096
+MAX_TURNS = 4
+CROWDED = "crowded_harbour"
+FITS = "red_riding_hood"
+
+
+def _dataset(root: Path) -> Path:
+    (root / "specs").mkdir(parents=True)
+    src = ROOT / "specs" / "specs"
+    (root / "specs" / f"{FITS}.yaml").write_text((src / f"{FITS}.yaml").read_text())
+    doc = yaml.safe_load((src / "treasure_island.yaml").read_text())
+    doc["meta"]["id"] = CROWDED
+    n = len(doc["initial_facts"])
+    # About 45 tokens each: 100 of them put the opening prompt near 6000 tokens (~1500 without).
+    doc["initial_facts"] += [
+        {"id": f"f_{n + i}", "negated": False,
+         "content": f"Ledger entry {i} of the Admiral Benbow records that a traveller paid for supper, a bed and "
+                    f"stabling on night {i} of the winter, and left by the Bristol road at first light."}
+        for i in range(100)]
+    (root / "specs" / f"{CROWDED}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (root / "index.yaml").write_text(yaml.safe_dump({"specs": [CROWDED, FITS]}))
+    return root
+
+
+def _rig(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=1800)
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+def test_overflow_ends_context_limit_censored_in_report(tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path / "dataset")
+    out = tmp_path / "run"
+    # The same window for the three roles: one model, so one engine. The auditor's
+    # reservation as in the other engine tests on a 4096 window.
+    window = [f"{role}.model.max_model_len={WINDOW}" for role in ("narrator", "player", "auditor")]
+    res = _rig(f"dataset.path={dataset}", f"max_turns={MAX_TURNS}", f"out_dir={out}", "progress=false",
+               "auditor.max_tokens=1024", *window, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    header = next(line for line in res.stdout.splitlines() if line.startswith("| run |"))
+    row = next(line for line in res.stdout.splitlines() if line.startswith(f"| {out.name} |"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    assert cells["context_limit"] == "1", res.stdout
+
+    # The records: the crowded episode ends context_limit with no turn (the opening overflowed),
+    # and the overflow is in the call log, not retried.
+    run = load_run(out)
+    crowded, fits = run.results[CROWDED], run.results[FITS]
+    assert crowded.termination == "context_limit" and crowded.turns == (), crowded
+    assert "context_overflow" in crowded.reason and "max_model_len" in crowded.reason
+    calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
+    mine = [c for c in calls if c["spec_id"] == CROWDED]
+    assert mine and all(c["finish_reason"] == "context_overflow" for c in mine), mine
+    assert len(mine) == 1 and mine[0]["stage"] == "opening"
+    # The other one fits its window all the way: it ends on its own terms.
+    assert fits.termination in ("conflict", "max_turns", "all_resolved"), fits.reason
+    assert not [c for c in calls if c["spec_id"] == FITS and c["finish_reason"] == "context_overflow"]
+    n = len(fits.turns)
+    assert 1 <= n <= MAX_TURNS
+
+    # The estimate: the censored episode is known to run past 0 turns, so it is no ending; the
+    # only ending is red_riding_hood's at n turns: S(t) = 1 for t <= n, 0 after. Counting the
+    # crowded episode as ended (no censoring) would halve S(1).
+    expected = tuple(1.0 if t <= n else 0.0 for t in range(MAX_TURNS + 1))
+    agg = aggregate([episode_metrics(r) for r in run.results.values()], MAX_TURNS)
+    assert (agg.scored, agg.censored) == (2, 1)
+    assert agg.survival == expected
+    assert survival([0, n], MAX_TURNS)[1] == 0.5
+
+    rep = _rig("mode=report", f"runs=[{out}]", "report.resamples=200", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert "1 of 2 scored episode(s) censored (context_limit)" in rep.stdout
+    report = out / "report"
+    [summary] = _csv(report / "results.csv")
+    assert (summary["censored"], summary["context_limit"], summary["invalid"]) == ("1", "1", "0")
+    surv = _csv(report / "survival.csv")
+    assert tuple(float(r[run.label]) for r in surv) == expected
+    # Censored after t = 1 (its 0 turns, plus the opening under way).
+    assert [int(r[f"{run.label} censored"]) for r in surv] == [0, 1, 0, 0, 0]
+    index = (report / "index.html").read_text()
+    assert "1 censored</div>" in index and f'data-termination="context_limit" data-spec="{CROWDED}"' in index
+    page = next((report / "episodes").glob(f"*/{CROWDED}.html")).read_text()
+    assert 'class="warn censored"' in page and "context_overflow" in page

