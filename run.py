@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
 EXIT_SIGINT = 130
-EXIT_SWEEP_FAILED = 5  # a local sweep ran every point, and some failed (each said why)
+EXIT_SWEEP_FAILED = 6  # a local sweep ran every point, and some failed (each said why; 5 is cli.EXIT_SYSTEMATIC)
 STOPPED_BY_SIGNAL = (130, 143)
 # A sweep up to this many points is checked point by point before the first
 # starts; a larger one value by value (each swept key alone, the others at
@@ -36,6 +36,9 @@ except KeyboardInterrupt:
     interrupted()
 
 OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
+from ncp_local.help import register as register_help  # noqa: E402  (--help: conf/hydra/help/ncp.yaml)
+
+register_help()
 
 
 def check_overrides(argv: list[str]) -> str | None:
@@ -52,7 +55,16 @@ def check_overrides(argv: list[str]) -> str | None:
 
     from ncp_local.config import compose, hydra_error_line
 
-    args = get_args_parser().parse_args(argv)
+    args_parser = get_args_parser()
+
+    def refuse(message: str) -> NoReturn:
+        raise _BadArgs(message)
+
+    args_parser.error = refuse  # type: ignore[method-assign]  # argparse prints its whole usage first
+    try:
+        args = args_parser.parse_args(argv)
+    except _BadArgs as exc:
+        return f"command line: {exc} (options such as -m go before the overrides; see --help)"
     if sum(map(bool, (args.run, args.multirun, args.cfg, args.info, args.shell_completion))) > 1:
         return "only one of --run, --multirun, --cfg, --info and --shell-completion can be given"
     if (args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun
@@ -87,9 +99,16 @@ def check_overrides(argv: list[str]) -> str | None:
                 values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
                 if values:
                     axes.append((key, values))
+        # The batched launcher checks every point itself before the first starts, names the
+        # refused ones and runs the others (ncp_local/sweep.py); Hydra's errors still refuse the sweep.
+        batched = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith(".BatchedLauncher")
         checker = _PointChecker(name)
         for point in _points(axes):
-            checker.check(fixed + point)
+            try:
+                checker.check(fixed + point)
+            except _BadPoint:
+                if not batched:
+                    raise
     except HydraException as exc:
         return f"config override{_at(point)}: {hydra_error_line(exc)}"
     except _BadPoint as exc:
@@ -101,6 +120,10 @@ def check_overrides(argv: list[str]) -> str | None:
 
 def _at(point: list[str]) -> str:
     return f" (sweep point {' '.join(point)})" if point else ""
+
+
+class _BadArgs(Exception):
+    """Hydra's own options (argparse) refused: the message is argparse's, without its usage text."""
 
 
 class _BadPoint(Exception):
@@ -178,6 +201,19 @@ def main(cfg: DictConfig) -> None:
         return
     # A local sweep goes on past a failed point (each resumes when the sweep is re-run).
     SWEEP.append((*job, code))
+    _index_point(cfg, job[0], code)
+
+
+def _index_point(cfg: DictConfig, num: int, code: int) -> None:
+    """The sweep folder's index.json row of this point (job, overrides, run directory, status, exit code)."""
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from ncp_local.sweep import record_point
+
+    hc = HydraConfig.get()
+    record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg)
 
 
 def _local_sweep_job() -> tuple[int, str] | None:
@@ -205,7 +241,8 @@ if __name__ == "__main__":
     try:
         problem = check_overrides(sys.argv[1:])
         if problem:
-            print(f"error: {problem}", file=sys.stderr)
+            # Hydra quotes the override whole: bounded, as every error line is.
+            print(f"error: {problem if len(problem) <= 500 else problem[:497] + '...'}", file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)
         main()
         summary = sweep_summary()

@@ -358,3 +358,168 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
     lines.append(f"ratios: rig/ceiling={a.tokens_per_s / c.tokens_per_s:.2f} rig/sequential={rig_seq:.2f} "
                  f"cache_hit={late_hit(a.tokens_by_turn):.2f}")
     return lines
+
+
+# ---- bench.sweep: a sweep batched vs point by point ---------------------------------------
+
+
+@dataclass
+class SweepWay:
+    name: str
+    wall_s: float = 0.0
+    starts: int = 0
+    start_s: float = 0.0
+    calls: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    outputs: dict[tuple[int, str], str] = field(default_factory=dict)  # (point, episode) -> result JSON
+
+    @property
+    def tokens_per_s(self) -> float:
+        return (self.prompt_tokens + self.generated_tokens) / self.wall_s if self.wall_s else 0.0
+
+    def row(self) -> str:
+        w = self.wall_s or float("nan")
+        return (f"| {self.name} | {self.wall_s:.1f} | {self.starts} | {self.start_s:.1f} | {self.calls} "
+                f"| {self.prompt_tokens / w:.0f} | {self.generated_tokens / w:.1f} | {self.tokens_per_s:.0f} |")
+
+
+SWEEP_HEADER = ("| way | wall s | engine starts | of which starting s | calls | prompt tok/s | generated tok/s "
+                "| total tok/s |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def sweep_configs(cfg: Any) -> list[tuple[str, Any]]:
+    """(label, config) per point of `bench.sweep` = {dotted key: [values]}, every combination."""
+    import copy
+    import itertools
+
+    from .config import ConfigError, validate
+
+    axes = dict(cfg.bench.sweep or {})
+    if not axes or any(not isinstance(v, list) or not v for v in axes.values()):
+        raise ConfigError("bench.sweep", "give {config key: [values, ...], ...}, e.g. "
+                          "{narrator.temperature:[0.2,0.6],seed:[0,1]}")
+    base = cfg.model_dump(mode="json", by_alias=True)
+    base["bench"] = {**base["bench"], "sweep": None}
+    out = []
+    for combo in itertools.product(*axes.values()):
+        raw = copy.deepcopy(base)
+        for key, value in zip(axes, combo):
+            node = raw
+            *path, last = key.split(".")
+            for part in path:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"bench.sweep.{key}", f"no such config key {key!r}")
+                node = node[part]
+            if last not in node:
+                raise ConfigError(f"bench.sweep.{key}", f"no such config key {key!r}")
+            node[last] = value
+        try:
+            point = validate(raw)
+        except ConfigError as exc:
+            raise ConfigError("bench.sweep", str(exc)) from None
+        out.append((" ".join(f"{k}={v}" for k, v in zip(axes, combo)), point))
+    return out
+
+
+async def _sweep_point(cfg: Any, backends: dict[str, Backend], specs: tuple[Spec, ...], pack: PromptPack,
+                       narrator_cls: type, player: Player, turns: int, root: Path) -> tuple[dict[str, Any], list]:
+    from .cli import method_options
+    from .roles import narrator_options
+
+    roles = {r: RoleBinding(backends[r], Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p,
+                                                  getattr(cfg, r).max_tokens), getattr(cfg, r).model.name,
+                            getattr(cfg, r).bounds) for r in ("narrator", "player", "auditor")}
+    options = narrator_options(narrator_cls, method_options(cfg))
+    store = RunDir(root)
+    store.open({"bench": "sweep"}, root.name)
+    runner = Runner(specs=specs, roles=roles, pack=pack, store=store,
+                    settings=RunSettings(seed=cfg.seed, max_turns=turns, concurrency=len(specs), play_through=True),
+                    make_narrator=lambda: narrator_cls(pack=pack, roles=roles, **options), player=player)
+    try:
+        results = await runner.run()
+    finally:
+        store.close()
+    return results, read_calls(store.calls_path)
+
+
+def _account(way: SweepWay, num: int, results: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    calls = [c for c in calls if "prompt_tokens" in c]
+    way.calls += len(calls)
+    way.prompt_tokens += sum(c["prompt_tokens"] for c in calls)
+    way.generated_tokens += sum(c["generated_tokens"] for c in calls)
+    for sid, r in results.items():
+        way.outputs[(num, sid)] = r.model_dump_json()
+
+
+async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
+                      player: Player, episodes: int, turns: int, sequential: bool = True) -> list[str]:
+    """The same sweep two ways: batched (each distinct engine started once, every point's episodes in
+    flight together, as `hydra/launcher=batched` runs it) and point by point (an engine started per
+    point, as Hydra's basic launcher runs a sweep). Wall times include the engine starts: that is
+    what a sweep costs."""
+    from .llm.factory import Engines
+    from .sweep import ROLES, engine_key
+
+    work = workload(specs, episodes)
+    ways: list[SweepWay] = []
+    with tempfile.TemporaryDirectory(prefix="ncp-bench-sweep-") as tmp:
+        root = Path(tmp)
+        batched = SweepWay(f"batched ({len(points)} points at once)")
+        started = time.perf_counter()
+        pool: dict[str, Backend] = {}
+        try:
+            per_point = []
+            for num, (_, cfg) in enumerate(points):
+                engines = Engines(cfg)
+                backends = {}
+                for role in ROLES:
+                    key = engine_key(cfg, engines, role)
+                    if key not in pool:
+                        t0 = time.perf_counter()
+                        pool[key] = await engines.start_model(engines.model_for(engines.role_key[role]))
+                        batched.start_s += time.perf_counter() - t0
+                        batched.starts += 1
+                    backends[role] = pool[key]
+                per_point.append(backends)
+            done = await asyncio.gather(*(_sweep_point(cfg, per_point[num], work, pack, narrator_cls, player, turns,
+                                                       root / f"batched-{num}")
+                                          for num, (_, cfg) in enumerate(points)))
+        finally:
+            for b in pool.values():
+                await b.close()
+        batched.wall_s = time.perf_counter() - started
+        for num, (results, calls) in enumerate(done):
+            _account(batched, num, results, calls)
+        ways.append(batched)
+        if sequential:
+            seq = SweepWay("sequential (point by point, an engine each)")
+            started = time.perf_counter()
+            for num, (_, cfg) in enumerate(points):
+                engines = Engines(cfg)
+                t0 = time.perf_counter()
+                backends = await engines.start()
+                seq.start_s += time.perf_counter() - t0
+                seq.starts += len(engines.backends)
+                try:
+                    results, calls = await _sweep_point(cfg, backends, work, pack, narrator_cls, player, turns,
+                                                        root / f"sequential-{num}")
+                finally:
+                    await engines.close()
+                _account(seq, num, results, calls)
+            seq.wall_s = time.perf_counter() - started
+            ways.append(seq)
+    lines = ["sweep points: " + "; ".join(f"#{i} {label}" for i, (label, _) in enumerate(points)), SWEEP_HEADER,
+             *(w.row() for w in ways)]
+    if len(ways) == 2:
+        b, s = ways
+        differ = sorted(k for k in b.outputs if b.outputs[k] != s.outputs.get(k))
+        lines.append(f"results: {'identical' if not differ else f'{len(differ)} of {len(b.outputs)} episodes differ'}"
+                     f" batched and point by point ({len(b.outputs)} episodes)"
+                     + (f": {differ[:4]}" if differ else ""))
+        work_b, work_s = b.wall_s - b.start_s, s.wall_s - s.start_s
+        lines.append(f"sweep: batched/sequential={b.tokens_per_s / s.tokens_per_s if s.tokens_per_s else float('nan'):.2f}"
+                     f" (tokens/s; batched {b.wall_s:.1f} s at {b.tokens_per_s:.0f} tok/s, sequential {s.wall_s:.1f} s "
+                     f"at {s.tokens_per_s:.0f} tok/s; engine starts {b.starts} vs {s.starts}; wall time without "
+                     f"the starts: sequential/batched={work_s / work_b if work_b > 0 else float('nan'):.2f})")
+    return lines

@@ -20,6 +20,7 @@ from . import config as config_mod
 from .config import ConfigError, RunConfig
 from .episode import EpisodeResult
 from .llm.factory import Engines
+from .progress import Metered, Progress
 from .metrics import aggregate, episode_metrics, results_table
 from .prompts import BUILD_TEMPLATES, TEMPLATES, PromptPack
 from .roles import Player, narrator_factory, narrator_options
@@ -51,6 +52,8 @@ def main(dcfg: DictConfig) -> int:
         return fail(f"config: {exc}".splitlines()[0])
     try:
         cfg = config_mod.validate(raw)
+        if cfg.mode in ("report", "reaudit") or (cfg.mode == "review" and not cfg.review.sheet):
+            require_finished(cfg.runs)
         if cfg.mode == "lint":
             return lint(cfg)
         if cfg.mode == "plan":
@@ -85,6 +88,20 @@ def main(dcfg: DictConfig) -> int:
     except DiskFull as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except EngineDead as exc:  # run() handles its own (with the resume hint); the other modes land here
+        print(f"error: engine died: {exc}", file=sys.stderr)
+        return EXIT_ENGINE_DEAD
+
+
+def require_finished(runs: list[str]) -> None:
+    """A run directory with no finished episode would give an empty report, re-audit or review and exit 0."""
+    for d in runs:
+        root = Path(d).expanduser()
+        parts = [root] + sorted(root.glob("shard-*-of-*")) if root.is_dir() else []
+        # Only run directories: anything else gets the report's own "not a run directory".
+        if any((p / "results").is_dir() for p in parts) and not any(any(p.glob("results/*.json")) for p in parts):
+            raise SpecError(root, "runs", "no finished episode (results/ is empty): nothing to report; "
+                            "finish the run first (its own command resumes it)")
 
 
 class EpisodeSetup(NamedTuple):
@@ -112,6 +129,11 @@ def bench(cfg: RunConfig) -> int:
     """`mode=bench`: one workload three ways on the narrator's model (see ncp_local/bench.py)."""
     from .bench import bench as run_bench
 
+    if cfg.bench.sweep:
+        return bench_sweep(cfg)
+    from .plan import preflight
+
+    cfg = preflight(cfg)  # memory shares and windows as mode=run plans them
     ds, narrator_cls, pack, player, engines = episode_setup(cfg, roles=("narrator",))
     b = cfg.bench
     rc = cfg.narrator
@@ -133,6 +155,22 @@ def bench(cfg: RunConfig) -> int:
     return 0
 
 
+def bench_sweep(cfg: RunConfig) -> int:
+    """`mode=bench bench.sweep={key: [values]}`: the sweep batched and point by point (ncp_local/bench.py)."""
+    from .bench import sweep_bench, sweep_configs
+
+    points = sweep_configs(cfg)
+    setups = [episode_setup(p) for _, p in points]  # every point checked before any engine starts
+    ds, narrator_cls, pack, player, _ = setups[0]
+    b = cfg.bench
+    print(f"bench: sweep of {len(points)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
+          "batched then point by point", flush=True)
+    for line in asyncio.run(sweep_bench(points, ds.specs, pack, narrator_cls, player, b.episodes, b.turns,
+                                        b.sequential)):
+        print(line)
+    return 0
+
+
 def build(cfg: RunConfig, raw: dict[str, Any]) -> int:
     """`mode=build sources=FILE.yaml out=DIR`: specs from synopses, on the auditor's model."""
     from .build import build_all, load_sources
@@ -141,6 +179,9 @@ def build(cfg: RunConfig, raw: dict[str, Any]) -> int:
         raise ConfigError("sources", "mode=build needs sources=FILE.yaml (id, title, genres, player_role, synopsis)")
     if not cfg.out:
         raise ConfigError("out", "mode=build needs out=DIR for the built specs")
+    from .plan import preflight
+
+    cfg = preflight(cfg)
     sources = load_sources(cfg.sources)
     pack = PromptPack.load(cfg.prompts.get("dir"), required=BUILD_TEMPLATES)
     engines = Engines(cfg)
@@ -261,25 +302,26 @@ async def _run_async(cfg: RunConfig, specs: tuple[Spec, ...], pack: PromptPack, 
         loop.add_signal_handler(sig, on_signal)
     backends = await engines.start()
     try:
+        bar = _progress(cfg, specs, store)
         roles = {}
         for role in ROLES:
             rc = getattr(cfg, role)
-            roles[role] = RoleBinding(backend=backends[role], model=rc.model.name,
+            roles[role] = RoleBinding(backend=Metered(backends[role], bar), model=rc.model.name,
                                       sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds)
         settings = RunSettings(seed=cfg.seed, max_turns=cfg.max_turns, concurrency=cfg.concurrency)
-        bar = _progress(cfg, specs, store)
         runner = Runner(specs=specs, roles=roles, pack=pack, store=store, settings=settings,
                         make_narrator=lambda: narrator_cls(pack=pack, roles=roles,
                                                            **narrator_options(narrator_cls, method_options(cfg))),
-                        player=player, on_result=(lambda _r: bar.update(1)) if bar else None)
+                        player=player, on_result=lambda r: bar.result("run", r.spec_id, len(r.turns)),
+                        on_turn=lambda sid, n: bar.turn("run", sid, n))
+        bar.start()
         try:
             return await runner.run()
         except BaseExceptionGroup as group:
             # Surface the first non-episode failure (a dead engine) as itself.
             raise group.exceptions[0] from None
         finally:
-            if bar:
-                bar.close()
+            bar.close()
     finally:
         await engines.close()
 
@@ -289,15 +331,11 @@ def method_options(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.method.items() if k != "name"}
 
 
-def _progress(cfg: RunConfig, specs: tuple[Spec, ...], store: RunDir) -> Any:
-    if not cfg.progress:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    done = sum(store.has_result(s.id) for s in specs)
-    return tqdm(total=len(specs), initial=done, desc="episodes", unit="ep", file=sys.stderr)
+def _progress(cfg: RunConfig, specs: tuple[Spec, ...], store: RunDir) -> Progress:
+    """Turns committed of turns possible, calls and tokens per second, ETA (ncp_local/progress.py)."""
+    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
+    bar.add_run("run", [s.id for s in specs], cfg.max_turns, store.root)
+    return bar
 
 
 def _print_call_summary(store: RunDir) -> None:

@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # out too: episodes are independent, a resume with another limit keeps them.
 _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
               "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress", "hydra", "limit", "runs", "report",
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress", "progress_every_s", "hydra", "limit", "runs", "report",
                 "review",
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
                 "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "out", "bench",
@@ -57,7 +57,8 @@ class ModelCfg(_Cfg):
     max_model_len: int = Field(8192, gt=0)
     # On GPU, the share of GPU memory for weights + KV cache. On CPU, the share
     # of RAM (per NUMA node) reserved for the KV cache (0.3 works here; 0.92 fails).
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    # None: planned (ncp_local/plan): engines sharing a GPU get shares that fit together.
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     # An explicit KV cache size; overrides the share above.
     kv_cache_memory_bytes: int | None = Field(None, gt=0)
     tensor_parallel_size: int = Field(1, ge=1)
@@ -164,6 +165,9 @@ class ReportCfg(_Cfg):
     level: float = Field(0.95, gt=0, lt=1)
     dataset: str | None = None  # null: the dataset path in each run's manifest
     html: bool = True
+    # Row labels: null names each run by what differs between the compared runs' configs
+    # (report/labels.py); a template names them explicitly, e.g. "{narrator.temperature}/{seed}".
+    label: str | None = None
 
 
 class ReviewCfg(_Cfg):
@@ -182,6 +186,9 @@ class BenchCfg(_Cfg):
     sequential: bool = True
     # The sequential way on the first N episodes only (its tokens/s is what is compared); null = all.
     sequential_episodes: int | None = Field(None, ge=1)
+    # A sweep to bench instead: {config key: [values]}, its points run batched (one engine) and
+    # point by point (an engine each), e.g. {narrator.temperature: [0.2, 0.6], seed: [0, 1]}.
+    sweep: dict[str, list[Any]] | None = None
 
 
 class PlanCfg(_Cfg):
@@ -212,6 +219,8 @@ class RunConfig(_Cfg):
     # A finished run with more than this share of its episodes invalid for one reason exits 5.
     max_invalid_share: float = Field(0.5, ge=0, le=1)
     progress: bool = True
+    # Without a terminal (Slurm logs, pipes): one plain progress line this often (ncp_local/progress.py).
+    progress_every_s: float = Field(30.0, gt=0)
     engine: EngineCfg
     dataset: DatasetCfg
     narrator: RoleCfg
@@ -261,6 +270,7 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         if len(loc) > 1 and loc[0] == "engine" and loc[1] in ENGINES:
             del loc[1]  # the union's tag: `engine.delay_s`, not `engine.scripted.delay_s`
         field = ".".join(loc)
+        field = field if len(field) <= 120 else field[:117] + "..."  # a key can be as long as the user typed it
         if err["type"] == "value_error":  # our own validators: the message names what is wrong
             raise ConfigError(field, err["msg"].removeprefix("Value error, ")) from None
         raise ConfigError(field, f"{err['msg']} (got {shown(err.get('input'))})") from None

@@ -272,21 +272,50 @@ def _load_done(store: RunDir) -> dict[str, ReauditResult]:
     return {r.spec_id: r for r in store.iter_results()}
 
 
+def auditor_table(cfg: Any, paths: Sequence[str]) -> int:
+    """Several auditors of the same episodes (re-audits of one run, with or without the run itself, or runs
+    that differ in their auditor): the paper's Table 2 (report/auditors.py). No model is loaded."""
+    from .report.auditors import main as table_main
+
+    out = Path(cfg.report.out).expanduser() if cfg.report.out else None
+    return table_main(paths, out, cfg.report.resamples, cfg.report.seed, cfg.report.level)
+
+
+def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
+    """The re-audit's directory (`out_dir`, else runs/reaudit-<source>-<identity>) and its identity."""
+    ident = _identity(cfg, raw, pack, source)
+    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else Path("runs") / f"reaudit-{source.key}-{ident.key}"
+    return out, ident
+
+
+def point_dir(cfg: Any, raw: dict[str, Any]) -> Path:
+    """Where `mode=reaudit` with this config writes (a sweep's index names it)."""
+    source = load_run(cfg.runs[0])
+    return out_dir(cfg, raw, source, PromptPack.load(cfg.prompts.get("dir")))[0]
+
+
 def reaudit_main(cfg: Any, raw: dict[str, Any]) -> int:
     from .cli import EXIT_ENGINE_DEAD
+    from .report.runs import expand_runs
 
-    if len(cfg.runs) != 1:
-        raise ConfigError("runs", f"reaudit takes exactly one run directory: runs=[DIR] (got {len(cfg.runs)})")
-    source = load_run(cfg.runs[0])
+    runs = expand_runs(list(cfg.runs)) if cfg.runs else []
+    if len(runs) > 1:
+        return auditor_table(cfg, runs)
+    if len(runs) != 1:
+        raise ConfigError("runs", "reaudit takes one run directory to judge again (runs=[DIR]), or several "
+                          "re-audits / runs for the auditor table (runs=[A,B,...] or a sweep folder)")
+    source = load_run(runs[0])
     attach_specs(source, cfg.report.dataset, required=True)
     pack = PromptPack.load(cfg.prompts.get("dir"))
     # Only the auditor is needed: point the other roles at its model so that
     # the factory starts exactly one engine.
     acfg = cfg.model_copy(update={"narrator": cfg.auditor, "player": cfg.auditor})
+    from .plan import preflight
+
+    acfg = preflight(acfg)  # the auditor's memory share as mode=run plans it
     engines = Engines(acfg)
     engines.check()
-    ident = _identity(cfg, raw, pack, source)
-    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else Path("runs") / f"reaudit-{source.key}-{ident.key}"
+    out, ident = out_dir(cfg, raw, source, pack)
     src_root = source.path.resolve()
     if src_root in out.resolve().parents:
         raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: a re-audit never writes into "

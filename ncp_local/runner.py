@@ -154,6 +154,9 @@ class Runner:
     make_narrator: Callable[[], Narrator]
     player: Player
     on_result: Callable[[EpisodeResult], None] | None = None
+    # (spec id, turns committed so far): after each checkpoint, and once when a checkpoint is resumed
+    # (progress counts turns, not episodes: a 100-turn episode is hours of work).
+    on_turn: Callable[[str, int], None] | None = None
     results: dict[str, EpisodeResult] = field(default_factory=dict)
     watch: FailureWatch | None = None  # set by run(): fail fast on a systematic engine-side failure
 
@@ -247,9 +250,13 @@ class Runner:
     async def _one(self, spec: Spec, gate: asyncio.Semaphore) -> None:
         async with gate:
             checkpoint = self.store.load_checkpoint(spec.id)
+            if checkpoint is not None and self.on_turn:
+                self.on_turn(spec.id, len(checkpoint.turns))
 
             async def on_commit(cp: Checkpoint) -> None:
                 self.store.write_checkpoint(cp)
+                if self.on_turn:
+                    self.on_turn(spec.id, len(cp.turns))
 
             episode = Episode(spec, self.make_narrator(), self.player, self._ask_for(spec.id),
                               self.settings.max_turns, on_commit, play_through=self.settings.play_through)

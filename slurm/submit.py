@@ -173,8 +173,13 @@ def queued_tasks(job_ids: list[str]) -> set[int]:
     return tasks
 
 
+SWEEP_FLAGS = ("-m", "--multirun")
+
+
 def main(argv: list[str]) -> int:
     args, overrides = parse_args(argv)
+    if any(o in SWEEP_FLAGS for o in overrides):
+        return main_sweep(args, [o for o in overrides if o not in SWEEP_FLAGS])
     n = args.shards
     try:
         root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check)
@@ -223,9 +228,8 @@ def main(argv: list[str]) -> int:
     if args.gpus:
         cmd.append(f"--gres=gpu:{args.gpus}")
     cmd += args.sbatch
+    # Without a terminal the progress is one plain line every progress_every_s (ncp_local/progress.py).
     task_overrides = list(overrides)
-    if not any(o.split("=", 1)[0].lstrip("+") == "progress" for o in overrides):
-        task_overrides.insert(0, "progress=false")  # a progress bar in a log file is noise
     cmd += [str(TEMPLATE), *task_overrides, f"shard.count={n}", f"out_dir={root}"]
     if args.dry_run:
         print(shlex.join(cmd))
@@ -258,6 +262,136 @@ def main(argv: list[str]) -> int:
     print(f"logs:  {root / 'slurm'}/{job}_<task>.out")
     print(f"watch: squeue -r -j {job}   (sacct -j {job} where accounting is on)")
     print(f"merge: {merge_cmd}")
+    return 0
+
+
+# ---- a batched sweep as one array job -----------------------------------------------
+
+def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[str], Path, str, list[str]]]:
+    """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
+    `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued)."""
+    from hydra.errors import HydraException
+
+    from ncp_local.sweep import expand
+
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED + ("out_dir",):
+            raise SubmitError(f"override {o}: in a sweep, {key} is set per point (each point has its own run "
+                              "directory; use --shards for the split)")
+        if key == "hydra/launcher" and o.split("=", 1)[1] != "batched":
+            raise SubmitError(f"override {o}: a sweep is submitted with hydra/launcher=batched (one array job)")
+    try:
+        points = expand(overrides)
+    except HydraException as exc:
+        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+    except Exception as exc:  # glob() sweeps need Hydra's own config loader
+        raise SubmitError(f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the "
+                          "values instead (a,b,c)") from None
+    out = []
+    for point in points:
+        try:
+            root, ident, specs = resolve_run(point, check_models)
+        except (SubmitError, SpecError) as exc:
+            raise SubmitError(f"sweep point {' '.join(point)}: {exc}") from None
+        out.append((point, root, ident, specs))
+    roots = [r for _, r, _, _ in out]
+    if len(set(roots)) < len(roots):
+        same = next(r for r in roots if roots.count(r) > 1)
+        raise SubmitError(f"sweep: two points share the run directory {same} (they differ only in settings that "
+                          "do not change results, e.g. limit or concurrency): drop one")
+    return out
+
+
+def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
+    """`submit.py --shards N -- -m key=a,b ...`: one array job; task k runs shard k of every point's specs in one
+    process (hydra/launcher=batched), so each task loads each model once."""
+    from ncp_local.identity import digest
+
+    n = args.shards
+    try:
+        points = resolve_sweep(overrides, check_models=not args.skip_model_check)
+        least = min(len(specs) for _, _, _, specs in points)
+        if n > least:
+            raise SubmitError(f"--shards {n}: more shards than the smallest point's {least} spec(s)")
+        ident = digest(sorted(i for _, _, i, _ in points))
+        sweep_dir = (Path.cwd() / "multirun" / f"sweep-{ident}").resolve()
+        state_path = sweep_dir / STATE_FILE
+        state = read_state(state_path)
+        if state and state.get("shards") != n:
+            raise SubmitError(f"{state_path}: shards: this sweep was split into {state.get('shards')} shards; "
+                              f"re-submit with --shards {state.get('shards')}")
+        for _, root, _, _ in points:
+            other = sorted(c for c in shard_dirs(root) if c != n)
+            if other:
+                raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); it belongs to "
+                                  "another submission")
+        jobs: list[dict[str, Any]] = state.get("jobs", [])
+        done = [k for k in range(n) if all(finished(root, k, n, specs) for _, root, _, specs in points)]
+        busy = queued_tasks([j["job"] for j in jobs]) - set(done)
+        if not args.dry_run and shutil.which("sbatch") is None:
+            raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
+                              "command without it)")
+    except (SubmitError, SpecError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    print(f"sweep folder: {sweep_dir} ({len(points)} points, index-shard-*.json per task)")
+    for point, root, _, specs in points:
+        print(f"  {' '.join(point)}: {root} ({len(specs)} specs)")
+    todo = [k for k in range(n) if k not in done and k not in busy]
+    print(f"shards: {n}; done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
+    merge = [f"{shlex.quote(args.python)} {shlex.quote(str(REPO / 'run.py'))} mode=merge out_dir={shlex.quote(str(r))}"
+             for _, r, _, _ in points]
+    if not todo:
+        if len(done) == n:
+            print("all shards of every point are done; merge each point with:\n  " + "\n  ".join(merge))
+        else:
+            print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
+        return 0
+    array = compress(todo) + (f"%{args.parallel}" if args.parallel else "")
+    cmd = ["sbatch", "--parsable", f"--array={array}", f"--job-name=ncp-sweep-{ident}"[:64],
+           f"--output={sweep_dir / 'slurm' / '%A_%a.out'}", f"--chdir={Path.cwd()}",
+           f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={REPO / 'run.py'}"]
+    for flag, value in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
+                        ("--cpus-per-task", args.cpus), ("--mem", args.mem)):
+        if value is not None:
+            cmd.append(f"{flag}={value}")
+    if args.gpus:
+        cmd.append(f"--gres=gpu:{args.gpus}")
+    cmd += args.sbatch
+    # Without a terminal the progress is one plain line every progress_every_s: what a task log wants.
+    task_overrides = [o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]
+    cmd += [str(TEMPLATE), "-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}",
+            f"hydra.sweep.dir={sweep_dir}"]
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    try:
+        (sweep_dir / "slurm").mkdir(parents=True, exist_ok=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"error: sbatch failed: {exc}", file=sys.stderr)
+        return 1
+    if out.returncode != 0:
+        print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
+        return 1
+    job = out.stdout.strip().split(";")[0]
+    jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                 "command": cmd})
+    record = {"identity": ident, "shards": n, "sweep": [{"overrides": p, "run_dir": str(r), "identity": i}
+                                                        for p, r, i, _ in points],
+              "overrides": overrides, "jobs": jobs}
+    try:
+        atomic_write(state_path, json.dumps(record, indent=2))
+    except (OSError, DiskFull) as exc:
+        print(f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
+              f"know it; cancel it (scancel {job}) or wait for it before re-submitting", file=sys.stderr)
+        return EXIT_DISK_FULL
+    print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(points)} points")
+    print(f"logs:  {sweep_dir / 'slurm'}/{job}_<task>.out")
+    print(f"watch: squeue -r -j {job}")
+    print("merge: (when all are done) " + "; ".join(merge))
     return 0
 
 

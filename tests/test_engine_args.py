@@ -164,8 +164,10 @@ def test_outlines_gets_no_whitespace_flag(tmp_path: Path) -> None:
 
 def test_deterministic_sets_batch_invariance_for_gpu_engines_only() -> None:
     cfg = ModelCfg(**BASE, deterministic=True, cpu_reserved_cores=0)
-    assert engine_env(cfg, on_cpu=False) == {"VLLM_BATCH_INVARIANT": "1"}
-    assert engine_env(cfg, on_cpu=True) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    # Every engine waits for its own grammars (a compile timeout would be a retry with another seed).
+    wait = {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "600"}
+    assert engine_env(cfg, on_cpu=False) == {"VLLM_BATCH_INVARIANT": "1", **wait}
+    assert engine_env(cfg, on_cpu=True) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", **wait}
     assert "VLLM_BATCH_INVARIANT" not in engine_env(ModelCfg(**BASE), on_cpu=False)
     # The run-wide switch reaches every engine; a per-model one only its own.
     for overrides, expect in ((["engine.deterministic=true"], (True, True)),

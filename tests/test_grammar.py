@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from ncp_local.llm.grammar import BACKENDS, adapt_regex, adapt_schema, unsupported
-from ncp_local.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, parse, regex_for, schema_for
+from ncp_local.llm.grammar import BACKENDS, adapt_schema, unsupported
+from ncp_local.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, parse, schema_for
 
 IDS = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
 STAGES = ("opening", "narrate", "fact_update", "conflict_check", "double_check", "trajectory_check", "status_check",
@@ -22,24 +22,24 @@ def test_every_stage_schema_compiles_for_every_backend(backend: str) -> None:
         assert not any(problems.values()), problems
 
 
-def test_outlines_loses_counted_repetitions_the_others_keep_them() -> None:
+def test_outlines_loses_item_counts_keeps_string_bounds_the_others_keep_all() -> None:
     schema = schema_for("conflict_check", IDS, TIGHT)
     assert adapt_schema(schema, "xgrammar") is schema and adapt_schema(schema, "guidance") is schema
-    adapted = json.dumps(adapt_schema(schema, "outlines"))
-    assert "maxLength" not in adapted and "maxItems" not in adapted and '"minLength": 1' in adapted
-    # Unadapted, outlines would meet a {1,160}: too slow to compile.
-    assert "counted repetition" in (unsupported_raw(schema) or "")
-    assert adapt_regex(regex_for("player", TIGHT), "outlines") == r"[^\n]+"
-    assert adapt_regex(regex_for("player", TIGHT), "xgrammar") == r"[^\n]{1,350}"
+    adapted = adapt_schema(schema, "outlines")
+    assert "maxItems" not in json.dumps(adapted) and 160 in counted(adapted)
+    # Unadapted, the 6 conflicts multiply the regex six times over.
+    assert len(json.dumps(counted(schema))) >= len(json.dumps(counted(adapted)))
+    narration = adapt_schema(schema_for("hiagent_narrate", IDS, TIGHT), "outlines")["properties"]
+    assert narration["text"]["maxLength"] == 1000 and narration["subgoal"]["maxLength"] == 200
 
 
-def unsupported_raw(schema: dict) -> str | None:
+def counted(schema: dict) -> list[int]:
     import re
 
     import outlines_core.json_schema as outlines_schema
 
     regex = outlines_schema.build_regex_from_schema(json.dumps(schema))
-    return "counted repetition" if any(int(m.group(2)) > 64 for m in re.finditer(r"\{(\d+),(\d+)\}", regex)) else None
+    return sorted({int(m.group(2)) for m in re.finditer(r"\{(\d+),(\d+)\}", regex)})
 
 
 def test_outlines_prefix_items_become_any_item_and_the_rest_is_checked_after_parsing() -> None:

@@ -44,6 +44,25 @@ def planned(cfg: Any) -> Any:
     return cfg.model_copy(update=upd)
 
 
+QWEN3 = {"Qwen3-8B": (36, 4096, 32, 16_381_470_720), "Qwen3-32B": (64, 5120, 64, 65_524_246_528)}
+
+
+@pytest.fixture()
+def models_root(tmp_path: Path) -> Path:
+    """Qwen3-8B and -32B as their config.json and safetensors index say (no weights): what mode=run sees."""
+    root = tmp_path / "models"
+    for name, (layers, hidden, heads, total) in QWEN3.items():
+        d = root / "Qwen" / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({
+            "model_type": "qwen3", "num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+            "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+            "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}))
+        (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                    "weight_map": {}}))
+    return root
+
+
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
                           timeout=600)
@@ -87,6 +106,18 @@ def test_sums_safetensors_headers_without_index(tmp_path: Path) -> None:
     assert f.weights_bytes == 426 and f.stored_dtype_bytes == 4  # most bytes are F32
     assert f.sliding_layers == 0 and f.sliding_window is None  # use_sliding_window: false
     assert f.head_dim == 32
+
+
+def test_reads_mistral_params_json_and_one_copy_of_the_weights(tmp_path: Path) -> None:
+    # Mistral's repository: its own params.json and consolidated file beside the HF shards (the same weights).
+    (tmp_path / "params.json").write_text(json.dumps({"dim": 5120, "n_layers": 40, "head_dim": 128, "n_heads": 32,
+                                                      "n_kv_heads": 8, "vocab_size": 131072}))
+    _write_safetensors(tmp_path / "consolidated.safetensors", {"w": ("BF16", [100], 200)})
+    _write_safetensors(tmp_path / "model-00001-of-00001.safetensors", {"w": ("BF16", [100], 200)})
+    f = model_facts("mistral-small-24b-instruct-2501", str(tmp_path))
+    assert f is not None and (f.layers, f.kv_heads, f.head_dim) == (40, 8, 128)
+    assert f.weights_bytes == 200 and f.on_disk
+    assert f.native_window == 32768  # not in params.json: the built-in table's
 
 
 def test_gemma3_sliding_layers_are_capped_at_their_window(tmp_path: Path) -> None:
@@ -183,8 +214,11 @@ def test_planned_shares_fit_two_gpus_and_hold_a_window_each() -> None:
     assert abs(ratios[0] - ratios[1]) < 0.03  # shares are rounded down to 0.001
 
 
-def test_preflight_starts_engines_as_planned() -> None:
-    cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]"]))
+def test_preflight_starts_engines_as_planned(models_root: Path) -> None:
+    cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]",
+                           f"models_root={models_root}"]))
+    p = plan_mod.check(cfg)
+    assert all(e.facts.on_disk and e.facts.weights_bytes == QWEN3[Path(e.model.path).name][3] for e in p.engines)
     out = plan_mod.preflight(cfg)
     assert out.narrator.model == out.player.model  # still one engine for both
     assert out.auditor.model.devices == [0, 1] and out.narrator.model.devices in ([0], [1])
@@ -192,8 +226,9 @@ def test_preflight_starts_engines_as_planned() -> None:
     assert len(engines_of(out, ("narrator", "player", "auditor"))) == 2
 
 
-def test_one_gpu_refuses_tensor_parallel_two_in_one_line() -> None:
-    cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(ONE)}]"]))
+def test_one_gpu_refuses_tensor_parallel_two_in_one_line(models_root: Path) -> None:
+    cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(ONE)}]",
+                           f"models_root={models_root}"]))
     with pytest.raises(ConfigError) as err:
         plan_mod.preflight(cfg)
     text = str(err.value)
@@ -270,7 +305,9 @@ def readme_gpu_commands() -> list[list[str]]:
         if "run.py" not in line or line.lstrip().startswith(("#", "`python")):
             continue
         tokens = shlex.split(line.split("run.py", 1)[1].split("#", 1)[0])
-        tokens = [t for t in tokens if "=" in t and not t.startswith(("mode=", "runs=", "out_dir=", "review."))]
+        # Not what is planned: the mode, other modes' inputs, and the hardware (the test gives its own).
+        tokens = [t for t in tokens if "=" in t and not t.startswith(("mode=", "runs=", "out_dir=", "review.",
+                                                                       "plan.gpus="))]
         roles = [t for t in tokens if re.match(r"(narrator|player|auditor)=", t)]
         if roles and any(not t.endswith("=smollm2") for t in roles):
             out.extend(_expand(tokens))
@@ -382,12 +419,17 @@ def test_mode_plan_cpu_default_prints_the_plan_and_goes(tmp_path: Path) -> None:
     assert "| narrate | narrator | smollm2-135m-instruct | 8192 |" in out
 
 
-def test_mode_run_refuses_an_impossible_plan_before_loading(tmp_path: Path) -> None:
-    proc = _run("narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "plan.gpus=[H100-80GB]", cwd=tmp_path)
+def test_mode_run_refuses_an_impossible_plan_before_loading(tmp_path: Path, models_root: Path) -> None:
+    proc = _run("narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "plan.gpus=[H100-80GB]",
+                f"models_root={models_root}", cwd=tmp_path)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: config: auditor.model.tensor_parallel_size: plan: ")
     assert not (tmp_path / "runs").exists()
+    # Weights that are not there at all: the run's own path check says so first, not the plan.
+    proc = _run("narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "plan.gpus=[H100-80GB]",
+                f"models_root={tmp_path / 'none'}", cwd=tmp_path)
+    assert proc.returncode == 2 and ".model.path" in proc.stderr and "plan:" not in proc.stderr
 
 
 def test_readme_paper_command_is_caught(official_dataset: Path, tmp_path: Path) -> None:

@@ -80,6 +80,9 @@ BAD = [
     ("unknown commitment type", _mutate("commitments.0.type", "goal"), "commitments[0].type", "not one of"),
     ("path-like id", _mutate("trajectory.0.id", "../s_0"), "trajectory[0].id", "plain id"),
     ("dot id", _mutate("initial_facts.0.id", ".."), "initial_facts[0].id", "plain id"),
+    ("65-character id", _mutate("commitments.0.id", "c" * 65), "commitments[0].id", "plain id"),
+    ("id like an option", _mutate("trajectory.0.id", "-s_0"), "trajectory[0].id", "plain id"),
+    ("space in id", _mutate("initial_facts.0.id", "f 0"), "initial_facts[0].id", "plain id"),
     ("empty trajectory", _mutate("trajectory", []), "trajectory", "empty"),
     ("stem mismatch", _mutate("meta.id", "y"), "meta.id", "file stem"),
     ("missing section", _mutate("synopsis", KeyError), "synopsis", "missing"),
@@ -149,3 +152,16 @@ def test_cli_lint_official(official_dataset: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert any(line.startswith("specs=100 facts=1660 commitments=1222 nodes=1511") for line in proc.stdout.splitlines())
     assert proc.stdout.count("movie93.yaml: initial_facts[") == 2
+
+
+def test_yaml_limits_are_bounds_not_bans(tmp_path: Path) -> None:
+    """Nesting up to the bound and repeated values (not keys) still load; one level more does not."""
+    from ncp_local.spec import MAX_YAML_DEPTH, parse_yaml
+
+    # Every node counts: the top mapping, the lists, the scalar at the bottom.
+    assert parse_yaml("a: " + "[" * (MAX_YAML_DEPTH - 2) + "1" + "]" * (MAX_YAML_DEPTH - 2)) is not None
+    assert parse_yaml("a: x\nb: x\nc: {d: x, e: x}\n") == {"a": "x", "b": "x", "c": {"d": "x", "e": "x"}}
+    with pytest.raises(yaml.YAMLError, match="nested deeper"):
+        parse_yaml("a: " + "[" * (MAX_YAML_DEPTH - 1) + "1" + "]" * (MAX_YAML_DEPTH - 1))
+    with pytest.raises(yaml.YAMLError, match="duplicate key 'b'"):
+        parse_yaml("a:\n  b: 1\n  b: 2\n")

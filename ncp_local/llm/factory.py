@@ -6,11 +6,12 @@ engine, so a 135M model playing narrator, player and auditor loads once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from .base import Backend
+from .base import Backend, EngineDead
 
 ROLES = ("narrator", "player", "auditor")
 EMBEDDED = "embedded"
@@ -142,7 +143,24 @@ class Engines:
         self.backends = by_key
         return {role: by_key[self.role_key[role]] for role in self.roles}
 
+    async def start_model(self, model: Any) -> Backend:
+        """One engine for one model record, outside `start` (a batched sweep starts each distinct
+        model once for all its points: ncp_local/sweep.py). The caller closes it."""
+        return await self._start_one(model)
+
     async def _start_one(self, model: Any) -> Backend:
+        try:
+            return await self._start_backend(model)
+        except (EngineDead, asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            # vLLM logs the root cause (e.g. not enough free memory for the KV share) and
+            # raises a generic error: one line for the user, the log above has the detail.
+            raise EngineDead(f"model {model.name!r} ({self.kind}): the engine failed to start: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''} "
+                             "(the cause is in the log above; mode=plan checks memory first)") from None
+
+    async def _start_backend(self, model: Any) -> Backend:
         if self.kind == "scripted":
             from .scripted import RandomPolicy, ScriptedBackend
 

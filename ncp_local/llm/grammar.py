@@ -3,30 +3,35 @@
 The stage schemas (stages.schema_for) use bounded strings and arrays,
 `prefixItems`, `anyOf` with `const`, and enums built from the state under
 audit. xgrammar and guidance compile all of it. outlines turns a schema into
-a regular expression and then into an automaton over the whole vocabulary:
-a counted repetition (`maxLength: 1000` becomes `{1,1000}`) takes it longer
-than vLLM's regex-compilation timeout (5 s by default), so every call fails
-before a token is generated; and `prefixItems` followed by an `items`
-schema is read as "exactly the prefix". For outlines the schema is therefore
-adapted: lengths and item counts leave the grammar (the runner checks the
-role's bounds after parsing, `stages.check_bounds`, so the contract is the
-same), and a `prefixItems` + `items` array becomes a plain `items` array
-(the one stage that uses it, `build_commitments`, puts an achievement first
-only to say "at least one achievement", which the build's cross-check
-checks anyway). Whatever the adapted schema no longer says is checked
-after parsing (`stages.parse`: list sizes of built specs; `check_bounds`:
-the role's bounds), so every backend answers to the same contract.
+a regular expression and then into an automaton over the whole vocabulary,
+which has two consequences:
+
+- a counted repetition takes it long to compile (a 1000-character narration
+  about 20 s on a loaded 2-core machine), longer than vLLM's 5 s default, so
+  every call failed before a token was generated. The rig's engines get a
+  long compile timeout (llm/vllm_backend.engine_env) and vLLM caches each
+  compiled grammar, so constant schemas (narration, player, builders) pay
+  once; schemas built from the state (the audits' ids) pay on most calls:
+  outlines is correct here, and slower than xgrammar;
+- `maxItems` on an array of objects multiplies the regex by the count, and
+  `prefixItems` followed by an `items` schema is read as "exactly the
+  prefix". So item counts leave the grammar (the runner checks the role's
+  bounds after parsing, `stages.check_bounds`, and `stages.parse` the built
+  specs' list sizes), and a `prefixItems` + `items` array becomes a plain
+  `items` array (only `build_commitments` has one, to say "at least one
+  achievement", which the build's cross-check checks anyway).
+
+Every backend thus answers to the same contract.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 BACKENDS: tuple[str, ...] = ("xgrammar", "guidance", "outlines")
-_COUNTS = ("maxLength", "maxItems")
-_COUNTED = re.compile(r"\{(\d+),(\d+)\}")
+
+_COUNTS = ("maxItems",)
 
 
 def adapt_schema(schema: dict[str, Any], backend: str) -> dict[str, Any]:
@@ -48,13 +53,6 @@ def _for_outlines(node: Any) -> Any:
     return out
 
 
-def adapt_regex(regex: str, backend: str) -> str:
-    """A plain-text constraint for `backend`: outlines gets `{1,N}` as `+` (the bound is checked after parsing)."""
-    if backend != "outlines":
-        return regex
-    return _COUNTED.sub(lambda m: "+" if m.group(1) != "0" else "*", regex)
-
-
 def unsupported(schema: dict[str, Any], backend: str) -> str | None:
     """Why `backend` cannot take this (adapted) schema, or None; compiled offline, no engine needed."""
     text = json.dumps(adapt_schema(schema, backend))
@@ -74,9 +72,7 @@ def unsupported(schema: dict[str, Any], backend: str) -> str | None:
             import outlines_core.json_schema as outlines_schema
 
             regex = outlines_schema.build_regex_from_schema(text)
-            big = [int(m.group(2)) for m in _COUNTED.finditer(regex) if int(m.group(2)) > 64]
-            if big:
-                return f"a counted repetition of {max(big)} (too slow for outlines' regex compiler)"
+            del regex  # built: the schema's features are all ones outlines can express
         else:
             return f"unknown structured-output backend {backend!r} (known: {', '.join(BACKENDS)})"
     except ImportError as exc:

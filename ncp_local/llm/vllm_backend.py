@@ -28,7 +28,7 @@ from typing import Any
 
 from ..config import ModelCfg
 from .base import Completion, ContextOverflow, EngineDead, Message, Request
-from .grammar import adapt_regex, adapt_schema
+from .grammar import adapt_schema
 
 # Must be in the environment before vllm (and huggingface_hub) are imported,
 # and are inherited by the engine process.
@@ -138,7 +138,16 @@ def engine_env(cfg: ModelCfg, on_cpu: bool) -> dict[str, str]:
         # else is in the batch. On the CPU build fp32 is invariant already
         # (measured), and vLLM's invariant kernels are GPU ones.
         env["VLLM_BATCH_INVARIANT"] = "1"
+    # vLLM gives a grammar 5 s to compile (a guard against hostile regexes). The
+    # rig's grammars are its own, and a loaded machine can take longer (xgrammar's
+    # player regex, outlines' bounded narration: llm/grammar.py): a timeout there
+    # is an engine error, a retry with another seed, and a run that no longer
+    # reproduces. So the rig's engines wait for their own grammars.
+    env["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = str(GRAMMAR_COMPILE_TIMEOUT_S)
     return env
+
+
+GRAMMAR_COMPILE_TIMEOUT_S = 600
 
 
 # Engines are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
@@ -165,7 +174,8 @@ def engine_kwargs(cfg: ModelCfg, model_path: Path | str, on_cpu: bool) -> dict[s
         served_model_name=cfg.name,
         dtype=cfg.dtype,
         max_model_len=cfg.max_model_len,
-        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        # None only when no plan ran (the planner fills it in): vLLM's own default.
+        **({} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
         tensor_parallel_size=cfg.tensor_parallel_size,
         enforce_eager=cfg.enforce_eager,
         max_num_seqs=cfg.max_num_seqs,
@@ -556,7 +566,7 @@ def sampling_params(request: Request, max_tokens: int | None = None, backend: st
     if request.json_schema is not None:
         structured = StructuredOutputsParams(json=adapt_schema(request.json_schema, backend))
     elif request.regex is not None:
-        structured = StructuredOutputsParams(regex=adapt_regex(request.regex, backend))
+        structured = StructuredOutputsParams(regex=request.regex)
     # A fresh object per request, seeded by the request itself.
     return SamplingParams(
         temperature=request.temperature,

@@ -74,8 +74,10 @@ class Plan:
         return min(hits, key=lambda r: (r.first_over, r.stage)) if hits else None
 
 
-def check(cfg: Any, roles: tuple[str, ...] = ROLES) -> Plan:
-    """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play."""
+def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) -> Plan:
+    """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play.
+
+    `on_disk_only`: plan only the models whose files are here (mode=run: the others fail its path check)."""
     pc = cfg.plan
     inv = inventory(pc.gpus)
     problems: list[Problem] = []
@@ -83,7 +85,7 @@ def check(cfg: Any, roles: tuple[str, ...] = ROLES) -> Plan:
     if kind == "scripted":
         return Plan(cfg, inv, [], problems)
     engines = engines_of(cfg, roles)
-    read_facts(engines, problems)
+    read_facts(engines, problems, on_disk_only)
     check_windows(cfg, engines, problems)
     lines: list[str] = []
     if kind == "vllm":
@@ -96,7 +98,7 @@ def check(cfg: Any, roles: tuple[str, ...] = ROLES) -> Plan:
 
 def preflight(cfg: Any) -> Any:
     """`mode=run`'s first step: refuse a plan that cannot work (one line, exit 2), else the config as planned."""
-    plan = check(cfg)
+    plan = check(cfg, on_disk_only=True)
     if plan.fatal:
         p = plan.fatal[0]
         raise ConfigError(p.field, f"plan: {p.message} (details: python run.py mode=plan ...same overrides)")
@@ -128,7 +130,7 @@ def project(plan: Plan, growth: Growth) -> None:
                                          f"{role}.max_tokens={max_tokens}: answers would be cut", fatal=False))
 
 
-def _windows_needed(plan: Plan, row: StageRow) -> int:
+def _tokens_needed(plan: Plan, row: StageRow) -> int:
     T = int(plan.cfg.max_turns)
     return int(math.ceil(row.growth.prompt_at(T) + row.need))
 
@@ -136,7 +138,7 @@ def _windows_needed(plan: Plan, row: StageRow) -> int:
 def _overflow_fix(plan: Plan, row: StageRow) -> str:
     e = row.engine
     assert e is not None
-    needed = _windows_needed(plan, row)
+    needed = _tokens_needed(plan, row)
     field_ = f"{row.role}.model.max_model_len"
     T = int(plan.cfg.max_turns)
     last_ok = (row.first_over or 1) - 1
@@ -144,9 +146,9 @@ def _overflow_fix(plan: Plan, row: StageRow) -> str:
         longest = e.facts.extended_window(e.engine_arg("hf_overrides"))
         if longest >= needed:
             return f"set {field_}={_round_up(needed, longest)} (the model holds {longest})"
+    fewer = f", or max_turns={last_ok}" if last_ok >= 1 else ""
     return (f"a model with a window of {needed}+ tokens, rope scaling (YaRN) through "
-            f"{row.role}.model.engine_args.hf_overrides with a larger {field_}, or max_turns={last_ok} "
-            f"(turn {T} needs {needed})")
+            f"{row.role}.model.engine_args.hf_overrides with a larger {field_}{fewer} (turn {T} needs {needed})")
 
 
 def _round_up(needed: int, cap: int) -> int:

@@ -36,6 +36,7 @@ class ModelFacts:
     sliding_layers: int = 0
     rope_scaling: dict[str, Any] | None = None
     source: str = ""  # where these facts came from, said in the plan
+    on_disk: bool = False  # read from the model's own directory (else the built-in table)
 
     def layer_bytes_per_token(self, kv_dtype_bytes: int, tensor_parallel: int = 1) -> int:
         """K and V of one layer for one token, on one device (KV heads split over tensor parallel)."""
@@ -160,13 +161,23 @@ def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int | None, int]:
     return int(window), layers  # Mistral-7B style: every layer slides
 
 
+# Mistral's own format (params.json) names the same shape differently.
+_MISTRAL_KEYS = {"n_layers": "num_hidden_layers", "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
+                 "dim": "hidden_size", "max_seq_len": "max_position_embeddings"}
+
+
 def read_model_dir(path: Path) -> ModelFacts:
-    """Facts from config.json and the safetensors index or headers; raises ValueError naming the file."""
+    """Facts from config.json (or Mistral's params.json) and the safetensors index or headers;
+    raises ValueError naming the file."""
     cfg_file = path / "config.json"
+    if not cfg_file.is_file() and (path / "params.json").is_file():
+        cfg_file = path / "params.json"
     try:
         cfg = _text_config(json.loads(cfg_file.read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"{cfg_file}: {exc}") from None
+    if cfg_file.name == "params.json":
+        cfg = {_MISTRAL_KEYS.get(k, k): v for k, v in cfg.items()}
     try:
         layers = int(cfg["num_hidden_layers"])
         heads = int(cfg["num_attention_heads"]) if "num_attention_heads" in cfg else None
@@ -188,7 +199,8 @@ def read_model_dir(path: Path) -> ModelFacts:
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{index}: no metadata.total_size ({type(exc).__name__}: {exc})") from None
     else:
-        files = sorted(path.glob("*.safetensors"))
+        # A repository with both formats (Mistral's) holds the weights twice: count one copy.
+        files = sorted(path.glob("model*.safetensors")) or sorted(path.glob("*.safetensors"))
         if files:
             weights, stored = weights_from_headers(files)
     sliding_window, sliding_layers = _sliding(cfg, layers)
@@ -196,7 +208,7 @@ def read_model_dir(path: Path) -> ModelFacts:
     return ModelFacts(layers=layers, kv_heads=int(kv_heads), head_dim=int(head_dim), weights_bytes=weights,
                       stored_dtype_bytes=stored, native_window=window, sliding_window=sliding_window,
                       sliding_layers=sliding_layers, rope_scaling=scaling if isinstance(scaling, dict) else None,
-                      source=f"read from {path}")
+                      source=f"read from {path}", on_disk=True)
 
 
 def model_dir(path: str) -> Path:
@@ -212,8 +224,10 @@ def model_facts(name: str, path: str) -> ModelFacts | None:
     """The real files when present, else the built-in table (which the plan says); None when neither."""
     where = model_dir(path)
     known = built_in(name, path)
-    if (where / "config.json").is_file():
+    if (where / "config.json").is_file() or (where / "params.json").is_file():
         facts = read_model_dir(where)
+        if not facts.native_window and known:
+            facts = replace(facts, native_window=known.native_window)
         if not facts.weights_bytes and known:
             # A directory with the config but without the weights (yet): the table's size.
             facts = replace(facts, weights_bytes=known.weights_bytes, stored_dtype_bytes=known.stored_dtype_bytes,

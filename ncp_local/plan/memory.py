@@ -105,12 +105,17 @@ def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
     return plans
 
 
-def read_facts(engines: list[EnginePlan], problems: list[Problem]) -> None:
+def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only: bool = False) -> None:
+    """Each engine's model facts; `on_disk_only` (mode=run) leaves out models whose weights are not there,
+    since the run's own path check refuses them first, with the plainer message."""
     for e in engines:
         try:
             e.facts = model_facts(e.name, str(e.model.path))
         except ValueError as exc:
             problems.append(Problem(f"{e.path}.path", str(exc)))
+            continue
+        if on_disk_only and e.facts is not None and not e.facts.on_disk:
+            e.facts = None
             continue
         if e.facts is None:
             # The run's own path check names the missing directory; the plan can only say what it lacks.
@@ -181,8 +186,9 @@ def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
         return
     total = sum(e.weights_bytes + CPU_RUNTIME_BYTES + e.kv_bytes for e in known)
     if total > ram:
-        problems.append(Problem("plan", f"weights and KV caches need {_gib(total)}, this machine has {_gib(ram)} of "
-                                "RAM: lower the models' gpu_memory_utilization (the KV share of RAM on a CPU)"))
+        problems.append(Problem(f"{known[0].path}.gpu_memory_utilization",
+                                f"weights, runtime and KV caches need {_gib(total)}, NUMA node 0 has {_gib(ram)} of "
+                                "RAM: lower the models' gpu_memory_utilization (their share of RAM on a CPU)"))
     for e in known:
         if e.kv_bytes < e.window_kv():
             problems.append(Problem(f"{e.path}.gpu_memory_utilization", f"{e.label}: a KV cache of "

@@ -14,7 +14,7 @@ from ..config import ConfigError
 from .html import write_html
 from .plots import inline_svg, write_survival
 from .review import disputed_summary, export_sheet, read_sheet, summary_csv, summary_markdown
-from .runs import Run, attach_specs, load_runs
+from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     genre_csv, genre_markdown, summary_csv as results_csv, summary_markdown as results_markdown, summary_rows,
     survival_csv, write,
@@ -26,7 +26,7 @@ __all__ = ["report_main", "review_main", "build_report", "load_runs", "Run"]
 def _runs(cfg: Any) -> list[Run]:
     if not cfg.runs:
         raise ConfigError("runs", "give at least one run directory: runs=[DIR,...]")
-    runs = load_runs(list(cfg.runs))
+    runs = load_runs(list(cfg.runs), cfg.report.label)
     for run in runs:
         attach_specs(run, cfg.report.dataset)
     return runs
@@ -56,9 +56,17 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
     return {"rows": rows, "summary_md": summary_md, "genres_md": genres_md, "notes": notes, "files": files}
 
 
+def _default_out(cfg: Any, runs: list[Run], name: str) -> Path:
+    """`<sweep folder>/<name>` for one sweep folder, else `<first run>/<name>`."""
+    given = [Path(r).expanduser() for r in cfg.runs]
+    if len(given) == 1 and is_sweep_folder(given[0]):
+        return given[0] / name
+    return runs[0].path / name
+
+
 def report_main(cfg: Any) -> int:
     runs = _runs(cfg)
-    out = Path(cfg.report.out).expanduser() if cfg.report.out else runs[0].path / "report"
+    out = Path(cfg.report.out).expanduser() if cfg.report.out else _default_out(cfg, runs, "report")
     rep = build_report(runs, out, cfg.report.resamples, cfg.report.seed, cfg.report.level, cfg.report.html)
     print(rep["summary_md"])
     for note in rep["notes"]:
@@ -80,7 +88,7 @@ def review_main(cfg: Any) -> int:
         print(f"summary: {sheet.with_name(sheet.stem + '_summary.md')}")
         return 0
     runs = _runs(cfg)
-    out = Path(rc.out).expanduser() if rc.out else runs[0].path / "review"
+    out = Path(rc.out).expanduser() if rc.out else _default_out(cfg, runs, "review")
     csv_path, html_path, n = export_sheet(runs, out, rc.n, rc.seed)
     pool = sum(r.termination == "conflict" for run in runs for r in run.results.values())
     print(f"review sheet: {n} conflict(s) from {min(rc.n, pool)} of {pool} conflict terminations "

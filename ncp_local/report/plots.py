@@ -19,6 +19,11 @@ from matplotlib.ticker import MaxNLocator
 from .runs import Run
 from .tables import censored_at
 
+# Curves of a sweep often coincide (same seed, near temperatures): a line style and a marker per
+# run keep each visible under the others, as well as its colour.
+STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
 
 def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
     """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count."""
@@ -27,21 +32,29 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
     ax = fig.add_subplot()
     horizon = 0
     any_censored = False
-    for run in runs:
+    for i, run in enumerate(runs):
         agg = run.aggregate(level)
         s = agg.survival
-        ts = range(len(s))
         horizon = max(horizon, len(s) - 1)
+        # The last level drawn for half a turn: a drop at the last turn is a visible step, not the frame.
+        ts = [*range(len(s)), len(s) - 0.5] if len(s) else []
+
+        def held(values: Sequence[float]) -> list[float]:
+            return [100 * v for v in values] + ([100 * values[-1]] if len(values) else [])
+
         label = f"{run.label} (n={agg.scored}" + (f", {agg.censored} censored" if agg.censored else "") + ")"
-        (line,) = ax.step(ts, [100 * v for v in s], where="post", linewidth=1.8, label=label)
-        ax.fill_between(ts, [100 * v for v in agg.survival_lo], [100 * v for v in agg.survival_hi], step="post",
+        (line,) = ax.step(ts, held(s), where="post", linewidth=1.8, label=label,
+                          linestyle=STYLES[i % len(STYLES)], marker=MARKERS[i % len(MARKERS)], markersize=4,
+                          markevery=list(range(0, len(s), max(1, len(s) // 12))), alpha=0.9)
+        ax.fill_between(ts, held(agg.survival_lo), held(agg.survival_hi), step="post",
                         color=line.get_color(), alpha=0.15, linewidth=0)
         marks = sorted(t for t in censored_at(run) if t < len(s))
         if marks:
             any_censored = True
             ax.plot(marks, [100 * s[t] for t in marks], linestyle="none", marker="+", markersize=9,
                     markeredgewidth=1.6, color=line.get_color())
-    ax.set_xlim(0, max(horizon, 1))
+    # Half a turn beyond the last one: a drop at the last turn would sit on the frame otherwise.
+    ax.set_xlim(-0.25, max(horizon, 1) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
     ax.set_ylim(0, 102)
     ax.set_xlabel("turn t")

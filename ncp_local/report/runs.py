@@ -140,8 +140,51 @@ def load_run(path: str | Path) -> Run:
                shards=tuple(shards), unfinished=tuple(sorted(unfinished)), notes=notes)
 
 
-def load_runs(paths: list[str]) -> list[Run]:
-    runs = [load_run(p) for p in paths]
+GLOB_CHARS = set("*?[")
+
+
+def is_sweep_folder(root: Path) -> bool:
+    """A sweep's folder (hydra.sweep.dir with the sweep's index), not a run directory."""
+    return root.is_dir() and not (root / "results").is_dir() and any(root.glob("index*.json"))
+
+
+def expand_runs(paths: list[str]) -> list[str]:
+    """`runs=` entries as run directories: a glob (`runs/local-*`) is its matching directories, a sweep
+    folder (holding the sweep's index.json) the run directories of its points; anything else as given."""
+    from ..sweep import read_index
+
+    out: list[str] = []
+    for entry in paths:
+        root = Path(entry).expanduser()
+        if GLOB_CHARS & set(str(entry)):
+            anchor = Path(root.anchor) if root.is_absolute() else Path(".")
+            pattern = str(root.relative_to(root.anchor)) if root.is_absolute() else str(root)
+            found = sorted(str(p) for p in anchor.glob(pattern) if p.is_dir())
+            if not found:
+                raise SpecError(entry, "runs", "no directory matches this pattern")
+            out += expand_runs(found)
+            continue
+        if is_sweep_folder(root):
+            rows = read_index(root)
+            dirs = [r["run_dir"] for r in rows if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
+            if not dirs:
+                raise SpecError(root, "runs", "a sweep folder whose points have no run directory yet")
+            out += list(dict.fromkeys(dirs))  # shards of one sweep list each point once per shard index
+            continue
+        out.append(entry)  # as given, even twice (a run compared with itself stays two rows)
+    return out
+
+
+def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
+    """The runs to compare, each labelled by what differs between them (or by the `label` template)."""
+    from .labels import by_difference, from_template
+
+    runs = [load_run(p) for p in expand_runs(paths)]
+    configs = [r.manifest.get("config") or {} for r in runs]
+    named = [from_template(label, c) for c in configs] if label else by_difference(configs)
+    if named:
+        for r, name in zip(runs, named):
+            r.label = name
     # Runs of the same models and condition (other seeds, say) still need a
     # row each that a reader can tell apart.
     labels = [r.label for r in runs]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -105,3 +105,24 @@ def ranks(x: Sequence[float]) -> np.ndarray:
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return pearson(ranks(x), ranks(y))
+
+
+def bootstrap_stat(n: int, stat: Callable[[np.ndarray], float], resamples: int = 2000, seed: int = 0,
+                   level: float = 0.95) -> Interval:
+    """A percentile interval for any statistic of n resampled units (episodes), given their indices.
+
+    For statistics the column means of `bootstrap` do not cover (kappa over the turns of the drawn
+    episodes, correlations). Draws where the statistic is undefined (NaN: no variance) are left out;
+    all of them undefined gives a NaN interval around the point estimate.
+    """
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan)
+    point = float(stat(np.arange(n)))
+    rng = np.random.default_rng(seed)
+    draws = np.asarray([stat(rng.integers(0, n, size=n)) for _ in range(resamples)], dtype=float)
+    draws = draws[~np.isnan(draws)]
+    if draws.size == 0:
+        return Interval(point, math.nan, math.nan)
+    alpha = (1 - level) / 2
+    lo, hi = np.quantile(draws, [alpha, 1 - alpha])
+    return Interval(point, float(lo), float(hi))

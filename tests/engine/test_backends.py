@@ -24,7 +24,7 @@ from ncp_local.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = {"narrator": (Sampling(0.6, 0.95, 512), TIGHT), "player": (Sampling(0.6, 0.95, 192), Bounds(player_chars=350)),
-         "auditor": (Sampling(0.6, 0.95, 1024), TIGHT)}
+         "auditor": (Sampling(0.6, 0.95, 2048), TIGHT)}  # as conf/auditor/smollm2.yaml
 
 
 class _Session:
@@ -52,7 +52,9 @@ def test_one_call_per_stage_parses_under_backend(backend: str, embedded_model_pa
     runner = Runner(specs=(), roles=roles, pack=PromptPack.load(), store=store, settings=RunSettings(seed=0),
                     make_narrator=lambda: None, player=None)  # type: ignore[arg-type, return-value]
     try:
-        calls = stage_calls(spec)
+        # The spec builders add no schema feature but prefixItems + items, which build_commitments
+        # has; the other two would only spend minutes writing 15 bounded nodes.
+        calls = [c for c in stage_calls(spec) if c[0] not in ("build_trajectory", "build_facts")]
         answers = ask_all(session, runner, spec.id, calls)
     finally:
         store.close()

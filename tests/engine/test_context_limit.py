@@ -30,6 +30,7 @@ from ncp_local.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = 4096
+KV_CACHE_BYTES = 1 << 30
 MAX_TURNS = 4
 CROWDED = "crowded_harbour"
 FITS = "red_riding_hood"
@@ -55,24 +56,34 @@ def _dataset(root: Path) -> Path:
 
 def _rig(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=1800)
+                          timeout=2700)  # minutes on an idle 2-core machine; far more on a busy one
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
-def test_overflow_ends_context_limit_censored_in_report(tmp_path: Path) -> None:
-    dataset = _dataset(tmp_path / "dataset")
-    out = tmp_path / "run"
-    # The same window for the three roles: one model, so one engine. The auditor's
+def run_forced(dataset: Path, out: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # The same window (and a 1 GiB KV cache, as the other engine tests: plenty for
+    # two episodes) for the three roles: one model, so one engine. The auditor's
     # reservation as in the other engine tests on a 4096 window.
-    window = [f"{role}.model.max_model_len={WINDOW}" for role in ("narrator", "player", "auditor")]
-    res = _rig(f"dataset.path={dataset}", f"max_turns={MAX_TURNS}", f"out_dir={out}", "progress=false",
-               "auditor.max_tokens=1024", *window, cwd=tmp_path)
+    window = [f"++{role}.model.{key}" for role in ("narrator", "player", "auditor")
+              for key in (f"max_model_len={WINDOW}", f"kv_cache_memory_bytes={KV_CACHE_BYTES}")]
+    return _rig(f"dataset.path={dataset}", f"max_turns={MAX_TURNS}", f"out_dir={out}", "progress=false",
+                "auditor.max_tokens=1024", *window, cwd=cwd)
+
+
+def test_overflow_ends_context_limit_censored_in_report(tmp_path: Path) -> None:
+    out = tmp_path / "forced"
+    res = run_forced(_dataset(tmp_path / "dataset"), out, tmp_path)
+    check_forced_run(res, out, tmp_path)
+
+
+def check_forced_run(res: subprocess.CompletedProcess[str], out: Path, cwd: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
-    header = next(line for line in res.stdout.splitlines() if line.startswith("| run |"))
-    row = next(line for line in res.stdout.splitlines() if line.startswith(f"| {out.name} |"))
+    lines = res.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| run |"))
+    row = next(line for line in lines if line.startswith(f"| {out.name} |"))
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
     assert cells["context_limit"] == "1", res.stdout
 
@@ -101,7 +112,7 @@ def test_overflow_ends_context_limit_censored_in_report(tmp_path: Path) -> None:
     assert agg.survival == expected
     assert survival([0, n], MAX_TURNS)[1] == 0.5
 
-    rep = _rig("mode=report", f"runs=[{out}]", "report.resamples=200", cwd=tmp_path)
+    rep = _rig("mode=report", f"runs=[{out}]", "report.resamples=200", cwd=cwd)
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert "1 of 2 scored episode(s) censored (context_limit)" in rep.stdout
     report = out / "report"

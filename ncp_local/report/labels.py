@@ -1,0 +1,103 @@
+"""Row labels for compared runs: what differs between their configs.
+
+Runs of a temperature or seed sweep share models, condition and method, so
+a label built from those is the same on every row. Here each run is named
+by the settings that tell it apart (`narrator.temperature=0.2 seed=1`), from
+the configs recorded in the manifests. Bookkeeping keys (paths, concurrency,
+report options: `config.NOT_IDENTITY`) never label a row. A role whose
+model differs is named by the model (`auditor=qwen3-8b`) rather than by the
+dozen settings that differ with it. A template (`report.label`) names
+rows explicitly: `{narrator.temperature}/{seed}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator, Mapping, Sequence
+
+MAX_KEYS = 5  # differing keys shown in a label; the rest are counted
+MAX_VALUE = 40  # characters of one value
+ROLES = ("narrator", "player", "auditor")
+_FIELD = re.compile(r"\{([A-Za-z0-9_.\-]+)\}")
+
+
+def flat(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(d, Mapping) and d:
+        for k, v in d.items():
+            yield from flat(v, f"{prefix}{k}.")
+    else:
+        yield prefix[:-1], d
+
+
+def _shown(v: Any) -> str:
+    text = v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), default=str)
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+
+
+def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    from ..identity import settings
+
+    return dict(flat(settings(config)))
+
+
+def differing(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Dotted keys whose values are not the same in every config, in config order."""
+    flats = [_settings(c) for c in configs]
+    keys: dict[str, None] = {}
+    for f in flats:
+        keys.update(dict.fromkeys(f))
+    missing = object()
+    return [k for k in keys if len({json.dumps(f.get(k, missing), sort_keys=True, default=str) for f in flats}) > 1]
+
+
+def _collapsed(keys: list[str], flats: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(label key, how to read it) with a role's model settings folded into `role=<model name>`."""
+    by_model = [r for r in ROLES if f"{r}.model.name" in keys]
+    out: list[tuple[str, Any]] = []
+    for k in keys:
+        role = k.split(".", 1)[0]
+        if role in by_model:
+            if k == f"{role}.model.name":
+                out.append((role, k))
+            # The rest follows from the role's file (max_tokens, bounds, ...); when it does not tell two
+            # runs apart by itself, `by_difference` shows every key.
+            continue
+        else:
+            out.append((k, k))
+    return out
+
+
+def _label(f: Mapping[str, Any], parts: list[tuple[str, Any]]) -> str:
+    shown = [f"{name}={_shown(f.get(key))}" for name, key in parts[:MAX_KEYS]]
+    if len(parts) > MAX_KEYS:
+        shown.append(f"+{len(parts) - MAX_KEYS} more")
+    return " ".join(shown)
+
+
+def by_difference(configs: Sequence[Mapping[str, Any]]) -> list[str] | None:
+    """One label per config naming what differs; None when nothing does (or a single run)."""
+    if len(configs) < 2:
+        return None
+    keys = differing(configs)
+    if not keys:
+        return None
+    flats = [_settings(c) for c in configs]
+    labels = [_label(f, _collapsed(keys, flats)) for f in flats]
+    if len(set(labels)) < len(labels):  # folding hid what tells two runs apart: show every key
+        labels = [_label(f, [(k, k) for k in keys]) for f in flats]
+    return labels
+
+
+def from_template(template: str, config: Mapping[str, Any]) -> str:
+    """`{narrator.temperature}/{seed}` filled from the run's config (`?` for a key it lacks)."""
+    f = dict(flat(config))
+
+    def value(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key in f:
+            return _shown(f[key])
+        below = {k: v for k, v in f.items() if k.startswith(key + ".")}
+        return _shown(below) if below else "?"
+
+    return _FIELD.sub(value, template)

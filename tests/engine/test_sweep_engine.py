@@ -1,0 +1,43 @@
+"""A batched sweep on the real vLLM CPU engine with the embedded model: one engine start serves
+every point, and each point's results are byte for byte those of the point run alone
+(per-call seeds, and fp32 on the CPU build is batch-invariant). Small: 2 points x 1 spec x 1 turn."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=1800)
+
+
+def _results(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((d / "results").glob("*.json"))}
+
+
+def test_batched_sweep_one_engine_start_results_equal_alone(tmp_path: Path) -> None:
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "alone").mkdir()
+    common = ("max_turns=1", "limit=1", "progress=false")
+    swept = _run("-m", "hydra/launcher=batched", "seed=0,1", *common, "hydra.sweep.dir=sw", cwd=tmp_path / "sweep")
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    index = json.loads((tmp_path / "sweep" / "sw" / "index.json").read_text())
+    assert [p["status"] for p in index["points"]] == ["done", "done"]
+    (engine,) = index["engines"]  # narrator, player and auditor share the embedded model
+    assert engine["engine"] == "vllm" and engine["starts"] == 1 and engine["points"] == [0, 1]
+    assert swept.stderr.count("sweep: engine e1 (smollm2-135m-instruct, vllm) started") == 1
+    for p in index["points"]:
+        manifest = json.loads((Path(p["run_dir"]) / "manifest.json").read_text())
+        assert manifest["sweep"]["pid"] == index["pid"] and manifest["sweep"]["engines"]["narrator"]["starts"] == 1
+    point = index["points"][1]
+    alone = _run(*point["overrides"], cwd=tmp_path / "alone")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    run_dir = Path(point["run_dir"])
+    mine = tmp_path / "alone" / "runs" / run_dir.name  # the same identity, so the same directory name
+    assert len(_results(mine)) == 1 and _results(mine) == _results(run_dir)

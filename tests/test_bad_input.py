@@ -1,0 +1,405 @@
+"""Bad input of every class (issue 15) meets the contract: a documented exit
+code, one line on stderr naming the file or key and what is wrong, no
+traceback, and nothing under the working folder written, changed or lost.
+
+Each case runs in a folder holding a finished run (`run/`), a one-spec
+dataset (`data/`) and a copy of the rig's prompts (`pack/`); the command
+points at all three, so a bad input that slipped through would resume the
+finished run (exit 0) or refuse it as another config (the needle check then
+fails), never pass unnoticed. Most cases call run.py's own entry functions in
+this process (a process per case costs ~2 s of imports, ~20x the check
+itself); what only a real process shows (signals, start-up) runs one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import pytest
+
+from ncp_local import cli
+from ncp_local import config as config_mod
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC_ID = "red_riding_hood"
+BASE = ("engine=scripted", "limit=1", "max_turns=1", "progress=false", "dataset.path={tmp}/data",
+        "prompts.dir={tmp}/pack", "out_dir={tmp}/run")
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RUN_PY = _load("ncp_run_entry", ROOT / "run.py")
+SUBMIT_PY = _load("ncp_slurm_submit", ROOT / "slurm" / "submit.py")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: tuple[str, ...]  # after BASE (a key given here replaces BASE's); "{tmp}" is the case's folder
+    expect: tuple[str, ...]  # all in the one stderr line: the file or key, and what is wrong
+    code: int = 2
+    setup: Callable[[Path], None] | None = None  # writes the bad input (before the snapshot)
+    tool: str = "run"  # "run": run.py; "submit": slurm/submit.py
+    whole: bool = False  # args are the whole command line (always so for submit)
+    env: dict[str, str] = field(default_factory=dict)
+    hide: tuple[str, ...] = ()  # packages made unimportable for the case
+
+
+def _write(rel: str, text: str | bytes) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+    return setup
+
+
+def _edit(rel: str, change: Callable[[str], str]) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        path = tmp / rel
+        path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return setup
+
+
+def _unfinished(tmp: Path) -> None:
+    # The finished run's results removed: a run directory with no finished episode.
+    for f in (tmp / "run" / "results").glob("*.json"):
+        f.unlink()
+
+
+SPEC = f"data/specs/{SPEC_ID}.yaml"
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "specs: *i\n"
+
+CASES = [
+    # -- YAML attacks (spec files and the index) --------------------------------
+    Case("yaml-duplicate-key", (), (SPEC, "line ", "duplicate key 'meta'"),
+         setup=_edit(SPEC, lambda t: t + "meta: {id: x, title: x, genres: [a], player_role: x}\n")),
+    Case("yaml-alias-bomb-index", (), ("index.yaml", "anchors and aliases"), setup=_write("data/index.yaml", BOMB)),
+    Case("yaml-alias-in-field", (), (SPEC, "anchors and aliases"),
+         setup=_edit(SPEC, lambda t: t.replace("synopsis: ", "synopsis: &s ", 1) + "x: *s\n")),
+    Case("yaml-deep-nesting", (), (SPEC, "nested deeper than"),
+         setup=_edit(SPEC, lambda t: t + "deep: " + "[" * 5000 + "]" * 5000 + "\n")),
+    Case("yaml-long-id", (), ("index.yaml", "specs[0]", "not a plain spec id", "..."),
+         setup=_write("data/index.yaml", f"specs: [{'a' * 300}]\n")),
+    Case("yaml-newline-in-id", (), (SPEC, "initial_facts[0].id", "not a plain id"),
+         setup=_edit(SPEC, lambda t: t.replace("  - id: f_0\n", '  - id: "f\\n0"\n', 1))),
+    Case("yaml-huge-value-not-echoed", (), (SPEC, "commitments[0].type", "is not one of", "..."),
+         setup=_edit(SPEC, lambda t: t.replace("type: ", f"type: {'x' * 200_000} #", 1))),
+    Case("yaml-python-tag", (), (SPEC, "invalid YAML", "python/object"),
+         setup=_edit(SPEC, lambda t: t.replace("synopsis: ", "synopsis: !!python/object/apply:os.system [\"touch pwned\"] #", 1))),
+    Case("yaml-binary-spec", (), (SPEC, "cannot read"), setup=_write(SPEC, b"\xff\xfe\x00garbage")),
+    # -- prompt packs (checked at load: ncp_local/prompts.py) ----------------------
+    Case("pack-missing-template", (), ("pack", "missing template", "narrate.txt"),
+         setup=lambda tmp: (tmp / "pack" / "narrate.txt").unlink()),
+    Case("pack-misspelt-placeholder", (), ("narrate.txt", "{factz}"),
+         setup=_edit("pack/narrate.txt", lambda t: t + "\n{factz}\n")),
+    Case("pack-placeholder-stage-lacks", (), ("narrate.txt", "{synopsis}", "not provided to the narrate stage"),
+         setup=_edit("pack/narrate.txt", lambda t: t + "\n{synopsis}\n")),
+    Case("pack-empty-template", (), ("opening.txt", "empty template"), setup=_write("pack/opening.txt", "  \n")),
+    Case("pack-binary-template", (), ("opening.txt", "not UTF-8"), setup=_write("pack/opening.txt", b"\x89PNG\xff\x00")),
+    # -- overrides Hydra refuses (its several lines made one) ---------------------------
+    Case("override-unknown-group-option", ("auditor=nope",), ("auditor/nope", "qwen3")),
+    Case("override-unknown-key", ("foo=1",), ("foo", "+foo=1")),
+    Case("override-unparsable", ("max_turns=[",), ("max_turns", "no viable alternative")),
+    Case("override-sweep-without-multirun", ("auditor=qwen3,smollm2",), ("--multirun",)),
+    Case("override-sweep-unknown-option", ("-m", "auditor=smollm2,nope"), ("auditor/nope",)),
+    Case("override-multirun-and-cfg", ("-m", "--cfg", "job", *BASE, "max_turns=1,2"), ("--multirun", "--cfg"),
+         whole=True),
+    Case("override-out-of-range", ("max_turns=0",), ("max_turns", "greater than or equal to 1")),
+    Case("override-huge-unparsable", ("max_turns=[" + "a" * 20_000,), ("max_turns", "...")),
+    Case("override-huge-key", (f"+narrator.{'k' * 20_000}=1",), ("config override", "kkk", "...")),
+    # -- config sections: typed, strict, closed ------------------------------------
+    Case("cfg-max-turns-bool", ("max_turns=true",), ("max_turns", "valid integer")),
+    Case("cfg-progress-int", ("progress=1",), ("progress", "valid boolean")),
+    Case("cfg-misspelt-role-key", ("+narrator.temprature=0.1",), ("narrator.temprature", "Extra inputs")),
+    Case("cfg-unknown-engine-key", ("+engine.bogus=1",), ("engine.bogus", "Extra inputs")),
+    Case("cfg-delay-not-number", ("engine.delay_s=abc",), ("engine.delay_s", "valid number")),
+    Case("cfg-delay-negative", ("engine.delay_s=-1",), ("engine.delay_s", "greater than or equal to 0")),
+    Case("cfg-rate-not-number", ("engine.conflict_rate=abc",), ("engine.conflict_rate", "valid number")),
+    Case("cfg-rate-above-one", ("engine.node_rate=1.5",), ("engine.node_rate", "less than or equal to 1")),
+    Case("cfg-die-after-bool", ("engine.die_after_calls=true",), ("engine.die_after_calls", "valid integer")),
+    Case("cfg-openai-timeout", ("engine=openai", "+engine.timeout_s=-1"), ("engine.timeout_s", "greater than 0")),
+    Case("cfg-condition-key", ("+condition.level=3",), ("condition", "unknown key 'level'")),
+    # -- method options (the narrator's Options; plugin narrators checked first) ----
+    Case("method-budget-not-int", ("method=hiagent", "method.budget_tokens=abc"), ("method.budget_tokens",)),
+    Case("method-budget-negative", ("method=hiagent", "method.budget_tokens=-5"), ("method.budget_tokens",)),
+    Case("method-unknown-key", ("+method.histroy=full",), ("method.histroy",)),
+    Case("method-not-a-narrator", ("method.name=collections:OrderedDict",), ("method.name", "not a narrator")),
+    Case("method-not-importable", ("method.name=no_such_pkg.mod:Cls",), ("method.name", "cannot import")),
+    # -- sweeps: every point checked before the first starts ----------------------
+    Case("sweep-bad-second-value", ("-m", "max_turns=1,-1"), ("sweep point max_turns=-1", "max_turns")),
+    Case("sweep-bad-method-option", ("-m", "seed=0,1", "method=hiagent", "method.budget_tokens=64,-5"),
+         ("method.budget_tokens=-5", "method.budget_tokens")),
+    Case("cmdline-option-after-overrides", (*BASE[:3], "--multirun", *BASE[3:], "seed=1,2"),
+         ("command line", "unrecognized arguments"), whole=True),
+    # -- engines, dependencies and model paths (before the run directory exists) ----
+    Case("engine-vllm-not-installed", ("engine=vllm",), ("engine", "vllm package", "pip install"), hide=("vllm",)),
+    Case("engine-openai-not-installed", ("engine=openai",), ("engine", "openai package", "pip install"),
+         hide=("openai",)),
+    Case("engine-openai-key-unset", ("engine=openai", "+engine.api_key_env=NCP_TEST_UNSET_KEY"),
+         ("engine.api_key_env", "NCP_TEST_UNSET_KEY", "not set")),
+    Case("model-path-plain-file", ("engine=vllm", "narrator.model.path={tmp}/model.bin"),
+         ("narrator.model.path", "is a file"), setup=_write("model.bin", b"\0" * 64)),
+    Case("model-path-empty-folder", ("engine=vllm", "narrator.model.path={tmp}/model"),
+         ("narrator.model.path", "empty folder"), setup=lambda tmp: (tmp / "model").mkdir()),
+    # -- out_dir --------------------------------------------------------------------
+    Case("out-dir-is-a-file", ("out_dir={tmp}/afile",), ("afile", "out_dir", "not a directory"),
+         setup=_write("afile", "x\n")),
+    # -- reports of a run with no finished episode ----------------------------------
+    Case("report-no-finished-episode", ("mode=report", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
+         setup=_unfinished),
+    Case("review-no-finished-episode", ("mode=review", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
+         setup=_unfinished),
+    Case("reaudit-no-finished-episode", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
+         ("run", "runs", "no finished episode"), setup=_unfinished),
+    # -- Slurm submit (no cluster needed: each fails before sbatch) --------------------
+    Case("submit-no-sbatch", ("--shards", "1", "--", *BASE), ("sbatch", "not found on PATH"), tool="submit",
+         env={"PATH": "{tmp}/nobin"}),
+    Case("submit-json-garbage", ("--shards", "1", "--dry-run", "--", *BASE), ("submit.json", "cannot read"),
+         tool="submit", setup=_write("run/submit.json", "{not json")),
+    Case("submit-json-not-a-record", ("--shards", "1", "--dry-run", "--", *BASE), ("submit.json", "not a submit record"),
+         tool="submit", setup=_write("run/submit.json", '{"identity": 1, "jobs": "x"}')),
+    Case("submit-parallel-zero", ("--shards", "1", "--parallel", "0", "--dry-run", "--", *BASE), ("--parallel",),
+         tool="submit"),
+    Case("submit-gpus-negative", ("--shards", "1", "--gpus", "-1", "--dry-run", "--", *BASE), ("--gpus",),
+         tool="submit"),
+]
+
+
+def _key(arg: str) -> str:
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
+def _command(case: Case, tmp: Path) -> list[str]:
+    if case.tool == "submit" or case.whole:
+        args = list(case.args)
+    else:
+        given = {_key(a) for a in case.args if "=" in a}
+        flags = [a for a in case.args if a.startswith("-")]  # Hydra's options come first
+        args = flags + [a for a in BASE if _key(a) not in given] + [a for a in case.args if a not in flags]
+    return [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file (by content hash) and folder under root."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out
+
+
+def run_in_process(tool: str, argv: list[str]) -> tuple[int, str, str]:
+    """run.py's (or submit.py's) `__main__` in this process: exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            if tool == "submit":
+                code = SUBMIT_PY.main(argv)
+            else:
+                problem = RUN_PY.check_overrides(argv)
+                if problem:
+                    print(f"error: {problem if len(problem) <= 500 else problem[:497] + '...'}", file=sys.stderr)
+                    code = RUN_PY.EXIT_BAD_INPUT
+                elif "-m" in argv or "--multirun" in argv:
+                    code = 0  # the sweep would start
+                else:
+                    code = cli.main(config_mod.compose(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # what the process would print: the test fails on it
+            traceback.print_exc()
+            code = 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_one_line(code: int, stdout: str, stderr: str, want_code: int, expect: tuple[str, ...]) -> str:
+    assert "Traceback" not in stderr + stdout, stderr
+    assert code == want_code, (code, stdout[-2000:], stderr[-2000:])
+    line = stderr.strip()
+    assert line.startswith("error: ") and "\n" not in line, stderr
+    assert len(line) < 600, f"error line of {len(line)} characters: input echoed?"
+    for needle in expect:
+        assert needle in line, (needle, line)
+    return line
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a one-spec dataset, the rig's prompts and a finished run of BASE on them."""
+    tmp = tmp_path_factory.mktemp("finished")
+    (tmp / "data" / "specs").mkdir(parents=True)
+    shutil.copy(ROOT / "specs" / "specs" / f"{SPEC_ID}.yaml", tmp / "data" / "specs")
+    (tmp / "data" / "index.yaml").write_text(f"specs: [{SPEC_ID}]\n")
+    shutil.copytree(ROOT / "prompts", tmp / "pack")
+    code, out, err = run_in_process("run", [a.replace("{tmp}", str(tmp)) for a in BASE])
+    assert code == 0 and (tmp / "run" / "results" / f"{SPEC_ID}.json").is_file(), err
+    return tmp
+
+
+@pytest.fixture
+def workspace(finished: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    tmp = tmp_path / "w"
+    shutil.copytree(finished, tmp)
+    monkeypatch.chdir(tmp)  # a default `runs/` would land here, inside the snapshot
+    return tmp
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if case.setup:
+        case.setup(workspace)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value.replace("{tmp}", str(workspace)))
+    for package in case.hide:
+        monkeypatch.setitem(sys.modules, package, None)  # find_spec and import both see it as absent
+    monkeypatch.delenv("NCP_TEST_UNSET_KEY", raising=False)
+    before = snapshot(workspace)
+    code, out, err = run_in_process(case.tool, _command(case, workspace))
+    assert_one_line(code, out, err, case.code, case.expect)
+    assert snapshot(workspace) == before, "the working folder changed"
+
+
+# -- what only a real process shows ------------------------------------------------
+
+
+def _popen(args: list[str], cwd: Path, **kw: object) -> subprocess.Popen[str]:
+    # SIGINT back to its default even if this test runs in the background (a
+    # shell starts background jobs with SIGINT ignored, which Python keeps).
+    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)  # type: ignore[arg-type]
+
+
+def test_same_contract_from_a_real_process(workspace: Path) -> None:
+    """The in-process driver above is run.py's own path: one case through a process agrees."""
+    case = next(c for c in CASES if c.id == "cfg-max-turns-bool")
+    before = snapshot(workspace)
+    proc = _popen(_command(case, workspace), workspace)
+    out, err = proc.communicate(timeout=300)
+    assert_one_line(proc.returncode, out, err, 2, case.expect)
+    assert snapshot(workspace) == before
+
+
+def test_sigint_during_start_up(workspace: Path) -> None:
+    before = snapshot(workspace)
+    proc = _popen(_command(Case("x", ("max_turns=2",), ()), workspace), workspace)
+    time.sleep(0.5)  # importing hydra, pydantic and the rig takes longer than this
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert_one_line(proc.returncode, out, err, 130, ("stopped by SIGINT",))
+    assert snapshot(workspace) == before
+
+
+def test_sigint_during_reaudit(workspace: Path) -> None:
+    before = snapshot(workspace / "run")
+    ra = workspace / "ra"
+    proc = _popen(_command(Case("x", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra",
+                                      "engine.delay_s=2"), ()), workspace), workspace)
+    deadline = time.monotonic() + 120
+    while not (ra / "calls.jsonl").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # the re-audit's directory is open and its first call in flight
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert_one_line(proc.returncode, out, err, 130, ("stopped by SIGINT",))
+    assert snapshot(workspace / "run") == before, "the judged run changed"
+    assert not list((ra / "results").glob("*.json")) and not (ra / "DONE").exists()
+
+
+def test_sweep_with_a_failed_point_runs_the_rest(tmp_path: Path) -> None:
+    """A local sweep runs every point even when one fails, then exits 6 naming it."""
+    # One spec: one turn takes 8 calls, two take more than 10 (die_after_calls is not in the run identity).
+    args = ["-m", "engine=scripted", "limit=1", "progress=false", "engine.die_after_calls=10", "max_turns=2,1"]
+    proc = _popen(args, tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in out + err
+    assert proc.returncode == RUN_PY.EXIT_SWEEP_FAILED, (proc.returncode, err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: sweep: 1 of 2 point(s) failed: #0 (exit 3)"), err
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and sum((r / "DONE").exists() for r in runs) == 1
+
+
+# -- damaged run directories: recovered, not refused (ncp_local/store.py) ----------
+# A damaged file is moved to quarantine/ with one warning line and its episode
+# played again: exit 0, the run whole again, and the damaged bytes kept.
+
+RESULT = f"run/results/{SPEC_ID}.json"
+
+
+def _truncate(rel: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        path = tmp / rel
+        path.write_bytes(path.read_bytes()[:40])
+    return setup
+
+
+def _dir_instead(rel: str) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        (tmp / rel).unlink()
+        (tmp / rel).mkdir()
+    return setup
+
+
+RECOVER = [
+    Case("store-truncated-result", (), (RESULT, "quarantine"), code=0, setup=_truncate(RESULT)),
+    Case("store-garbage-manifest", (), ("run/manifest.json", "quarantine"), code=0,
+         setup=_write("run/manifest.json", "{garbage")),
+    Case("store-directory-for-result", (), (RESULT, "quarantine"), code=0, setup=_dir_instead(RESULT)),
+    Case("store-garbage-checkpoint", (), (f"run/checkpoints/{SPEC_ID}.json", "quarantine"), code=0,
+         setup=_write(f"run/checkpoints/{SPEC_ID}.json", b"\x00\xffnot json")),
+]
+
+
+@pytest.mark.parametrize("case", RECOVER, ids=[c.id for c in RECOVER])
+def test_damaged_run_directory_recovers(case: Case, workspace: Path) -> None:
+    assert case.setup
+    case.setup(workspace)
+    run = workspace / "run"
+    before = snapshot(run)
+    old = {rel: (run / rel).read_bytes() for rel in ("calls.jsonl", "manifest.json") if (run / rel).is_file()}
+    code, out, err = run_in_process("run", _command(case, workspace))
+    assert "Traceback" not in out + err, err
+    assert code == 0, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: "), err
+    for needle in case.expect:
+        assert needle.removeprefix("run/") in lines[0], (needle, lines[0])
+    assert (workspace / RESULT).is_file(), "the episode was not played again"
+    after = snapshot(run)
+    quarantined = {h for rel, h in after.items() if rel.startswith("quarantine")}
+    for rel, digest in before.items():
+        if digest == "dir" or after.get(rel) == digest or digest in quarantined:
+            continue
+        # Only appended to: the call log, and the manifest's list of resumes.
+        new = (run / rel).read_bytes()
+        if rel == "calls.jsonl":
+            assert new.startswith(old[rel]), "calls.jsonl was rewritten, not appended to"
+        elif rel == "manifest.json":
+            was, now = json.loads(old[rel]), json.loads(new)
+            assert now.pop("resumes")[:len(was["resumes"])] == was.pop("resumes") and now == was, rel
+        else:
+            raise AssertionError(f"{rel} changed and its old bytes are not in quarantine/")
