@@ -158,8 +158,10 @@ def bench(cfg: RunConfig) -> int:
 def bench_sweep(cfg: RunConfig) -> int:
     """`mode=bench bench.sweep={key: [values]}`: the sweep batched and point by point (ncp_local/bench.py)."""
     from .bench import sweep_bench, sweep_configs
+    from .plan import preflight
 
-    points = sweep_configs(cfg)
+    # Each point as mode=run plans it alone (the sweeps this compares share one engine).
+    points = [(label, preflight(point)) for label, point in sweep_configs(cfg)]
     setups = [episode_setup(p) for _, p in points]  # every point checked before any engine starts
     ds, narrator_cls, pack, player, _ = setups[0]
     b = cfg.bench

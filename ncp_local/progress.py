@@ -72,6 +72,7 @@ class Progress:
         self._last_line = 0.0
         self._last_draw = 0.0
         self._bar: Any = None
+        self._printed = ""
 
     # -- what there is to do ---------------------------------------------------------
     def add_run(self, key: str, spec_ids: Iterable[str], max_turns: int, root: Path | None = None) -> None:
@@ -179,7 +180,13 @@ class Progress:
             return
         if force or now - self._last_line >= self.every_s:
             self._last_line = now
-            print(self.line(), file=self.stream, flush=True)
+            self._print(self.line())
+
+    def _print(self, line: str) -> None:
+        # The same figures twice in a row (a forced line right after a timed one) say nothing new.
+        if line != self._printed:
+            self._printed = line
+            print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         if not self.enabled or self.started is None:
@@ -189,7 +196,7 @@ class Progress:
             self._bar.close()
             self._bar = None
         else:
-            print(self.line(), file=self.stream, flush=True)
+            self._print(self.line())
         self.started = None
 
 

@@ -203,13 +203,13 @@ class _FakeStarts:
 
 def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor wants 0.9 of GPU 1.
+    # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor set to 0.9 of GPU 1.
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
     monkeypatch.setattr(Engines, "check", lambda self: None)  # no weights here; the plan uses built-in facts
     monkeypatch.setattr(Engines, "start_model", lambda self, model: fake(self, model))
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
-            "progress=false"]
+            "progress=false", "auditor.model.gpu_memory_utilization=0.9"]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
     for p in points:
         sweep.prepare(p)
@@ -227,6 +227,25 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
     assert index["groups"] == [[0], [1], [2], [3]]
     narrator = next(e for e in index["engines"] if "narrator" in e["roles"])
     assert narrator["points"] == [0, 1, 2, 3] and narrator["starts"] == 1
+
+
+def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Shares left to the plan (the model files' null): the 8B auditors fit GPU 1 together, the 12B and 24B
+    # ones need it alone; each group's engines get the plan's shares for that group.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Engines, "check", lambda self: None)
+    base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
+    points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
+    pool = sweep.EnginePool(lambda line: None)
+    for p in points:
+        sweep.prepare(p)
+        assert p.status == "waiting", p.message
+        pool.register(p)
+    groups = sweep.groups(points, pool)
+    assert [[p.num for p in g] for g in groups] == [[0, 1], [2], [3]]
+    sweep.place(groups[0], pool)
+    shares = [pool.engines[p.keys["auditor"]].placement["gpu_memory_utilization"] for p in groups[0]]
+    assert len(shares) == 2 and sum(shares) <= 0.9 + 1e-9  # both on GPU 1 (devices [1]), within the cap
 
 
 def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

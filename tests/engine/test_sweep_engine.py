@@ -40,4 +40,17 @@ def test_batched_sweep_one_engine_start_results_equal_alone(tmp_path: Path) -> N
     assert alone.returncode == 0, alone.stderr[-3000:]
     run_dir = Path(point["run_dir"])
     mine = tmp_path / "alone" / "runs" / run_dir.name  # the same identity, so the same directory name
-    assert len(_results(mine)) == 1 and _results(mine) == _results(run_dir)
+    assert len(_results(mine)) == 1
+    assert _results(mine) == _results(run_dir), "results differ; the calls that did:\n" + _call_diff(run_dir, mine)
+
+
+def _call_diff(a: Path, b: Path) -> str:
+    """The calls two runs made differently (stage, attempt, tokens, finish, error), to tell a numeric
+    divergence from a failed attempt."""
+    def calls(d: Path) -> list[tuple]:
+        rows = [json.loads(line) for line in (d / "calls.jsonl").read_text().splitlines() if line.strip()]
+        return [(c["spec_id"], c["turn"], c["stage"], c["attempt"], c.get("generated_tokens"),
+                 c.get("finish_reason"), (c.get("error") or "")[:160]) for c in rows]
+    x, y = calls(a), calls(b)
+    return "\n".join(f"sweep {p} | alone {q}" for p, q in zip(x + [None] * len(y), y + [None] * len(x))
+                     if p != q and (p or q))
