@@ -55,13 +55,23 @@ PAPER_TURNS = 100
 
 
 @dataclass
-class Way:
+class Tally:
+    """One way of running a workload: its wall time, calls and tokens."""
+
     name: str
     wall_s: float = 0.0
     calls: int = 0
     prompt_tokens: int = 0
-    cached_tokens: int = 0
     generated_tokens: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return (self.prompt_tokens + self.generated_tokens) / self.wall_s if self.wall_s else 0.0
+
+
+@dataclass
+class Way(Tally):
+    cached_tokens: int = 0
     turns: int = 0
     overhead_ms: float | None = None
     tokens_by_turn: dict[int, tuple[int, int]] = field(default_factory=dict)  # (prompt, cached)
@@ -69,10 +79,6 @@ class Way:
     # Time-average of calls in flight (summed latency / wall): how full the way kept the engine.
     in_flight: float = 0.0
     prompt_by_turn: dict[int, float] = field(default_factory=dict)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return (self.prompt_tokens + self.generated_tokens) / self.wall_s if self.wall_s else 0.0
 
     def row(self) -> str:
         w = self.wall_s or float("nan")
@@ -364,19 +370,10 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
 
 
 @dataclass
-class SweepWay:
-    name: str
-    wall_s: float = 0.0
+class SweepWay(Tally):
     starts: int = 0
     start_s: float = 0.0
-    calls: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
     outputs: dict[tuple[int, str], str] = field(default_factory=dict)  # (point, episode) -> result JSON
-
-    @property
-    def tokens_per_s(self) -> float:
-        return (self.prompt_tokens + self.generated_tokens) / self.wall_s if self.wall_s else 0.0
 
     def row(self) -> str:
         w = self.wall_s or float("nan")

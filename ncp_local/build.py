@@ -19,7 +19,9 @@ import yaml
 
 from .episode import CallFailed
 from .runner import Runner
-from .spec import NODE_REF, Meta, SpecError, _read_yaml, _Reader, _unique, lint_spec, parse_spec, read_meta
+from .spec import (
+    NODE_REF, Meta, SpecError, _read_yaml, _Reader, _unique, lint_spec, parse_spec, parse_yaml, read_meta,
+)
 from .stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
 from .store import atomic_write
 
@@ -146,7 +148,7 @@ async def build_all(runner: Runner, sources: list[Source], out: Path) -> dict[st
     await asyncio.gather(*(one(s) for s in sources))
     # Keep what an earlier build put in the index, then add this build's specs.
     index_path = out / "index.yaml"
-    old = (yaml.safe_load(index_path.read_text()) or {}).get("specs", []) if index_path.exists() else []
+    old = (parse_yaml(index_path.read_text(encoding="utf-8")) or {}).get("specs", []) if index_path.exists() else []
     built = [s.id for s in sources if status[s.id] == "ok"]
     ids = list(dict.fromkeys([i for i in old if (out / "specs" / f"{i}.yaml").exists()] + built))
     atomic_write(index_path, yaml.safe_dump({"specs": ids}, sort_keys=False))

@@ -35,7 +35,7 @@ from typing import Any, Iterator, Mapping
 import yaml
 
 from .provenance import rig_version
-from .spec import SpecError
+from .spec import SpecError, parse_yaml
 
 FORMAT = 1  # bump when the parts change shape: older identities then read as "recorded by an earlier rig"
 ROLES = ("narrator", "player", "auditor")
@@ -82,8 +82,8 @@ def dataset_files(root: str | Path) -> dict[str, str]:
     index = root / "index.yaml"
     try:
         data = index.read_bytes()
-        ids = (yaml.safe_load(data) or {}).get("specs") or []
-    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        ids = (parse_yaml(data.decode("utf-8")) or {}).get("specs") or []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
         raise SpecError(index, "dataset.path", f"cannot read the dataset index: {exc}".splitlines()[0]) from None
     out = {"index.yaml": sha256_bytes(data)}
     for sid in ids:

@@ -14,7 +14,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from collections import Counter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NoReturn
 
 from .episode import CallFailed, Checkpoint, ContextLimit, Episode, EpisodeResult
 from .llm.base import Backend, ContextOverflow, Request
@@ -80,10 +80,15 @@ class SystematicFailure(Exception):
         self.stage, self.model, self.cause = stage, model, cause
 
 
+def _generic(text: str) -> str:
+    """A failure's text with its numbers (turns, token counts, positions) made alike, for grouping."""
+    return re.sub(r"-?\d+", "N", text)[:200]
+
+
 def failure_kind(error: str) -> str | None:
     """The cause of a failed call when it is the engine's or the window's, not the model's answer."""
     if error.startswith("engine error:"):
-        return re.sub(r"\d+", "N", error)[:200]
+        return _generic(error)
     if error.startswith("context_overflow"):
         return "context_overflow: the prompt leaves less room than the stage needs (see mode=plan)"
     return None
@@ -92,7 +97,7 @@ def failure_kind(error: str) -> str | None:
 def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
     """One line when more than `share` of the finished episodes are `invalid` for the same reason."""
     results = list(results)
-    reasons = Counter(re.sub(r"-?\d+", "N", r.reason)[:200] for r in results if r.termination == "invalid")
+    reasons = Counter(_generic(r.reason) for r in results if r.termination == "invalid")
     if not results or not reasons:
         return None
     reason, n = reasons.most_common(1)[0]
@@ -173,6 +178,7 @@ class Runner:
         prepared = time.perf_counter()
         messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
         schema = schema_for(stage, ids, binding.bounds) if info.json else None
+        regex, room = regex_for(stage, binding.bounds), min_room(stage, ids)
         # The rig's own time per call (render, schema, parse, log), apart from the engine's.
         overhead = time.perf_counter() - prepared
         last = ""
@@ -181,7 +187,7 @@ class Runner:
             seed = call_seed(self.settings.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
             request = Request(messages=messages, temperature=binding.sampling.temperature,
                               top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
-                              seed=seed, json_schema=schema, regex=regex_for(stage, binding.bounds), min_room=min_room(stage, ids),
+                              seed=seed, json_schema=schema, regex=regex, min_room=room,
                               tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
                                     "role": role or info.role})
             log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
@@ -190,10 +196,7 @@ class Runner:
                 completion = await binding.backend.generate(request)
             except ContextOverflow as exc:
                 # Same inputs would overflow again: no retry.
-                self.store.log_call({**log, "error": f"context_overflow: {exc}", "finish_reason": "context_overflow"})
-                if self.watch:
-                    self.watch.failed_call(stage, binding.model, spec_id, f"context_overflow: {exc}")
-                raise ContextLimit(stage, turn, f"context_overflow: {exc}") from None
+                self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}")
             checked = time.perf_counter()
             error = None
             out: Any = None
@@ -207,14 +210,11 @@ class Runner:
                 if sent < binding.sampling.max_tokens:
                     # The window, not the stage's budget, cut the answer: the same inputs would be
                     # cut again, so the episode has run out of room (censored, not invalid).
-                    reason = (f"context_overflow: the window left {sent} of max_tokens={binding.sampling.max_tokens} "
-                              "and the answer did not fit")
-                    self.store.log_call({**log, "prompt_tokens": completion.prompt_tokens,
-                                         "generated_tokens": completion.generated_tokens, "max_tokens_sent": sent,
-                                         "finish_reason": "length", "error": reason})
-                    if self.watch:
-                        self.watch.failed_call(stage, binding.model, spec_id, reason)
-                    raise ContextLimit(stage, turn, reason)
+                    self._out_of_room({**log, "prompt_tokens": completion.prompt_tokens,
+                                       "generated_tokens": completion.generated_tokens, "max_tokens_sent": sent,
+                                       "finish_reason": "length"},
+                                      f"context_overflow: the window left {sent} of "
+                                      f"max_tokens={binding.sampling.max_tokens} and the answer did not fit")
                 error = f"cut off at max_tokens={sent}"
             else:
                 try:
@@ -243,6 +243,13 @@ class Runner:
         if self.watch:
             self.watch.failed_call(stage, binding.model, spec_id, last)
         raise CallFailed(stage, turn, f"invalid after {self.settings.attempts} attempts: {last}")
+
+    def _out_of_room(self, log: dict[str, Any], reason: str) -> NoReturn:
+        """The call cannot fit the window: logged, watched for a systematic cause, the episode censored."""
+        self.store.log_call({**log, "error": reason})
+        if self.watch:
+            self.watch.failed_call(log["stage"], log["model"], log["spec_id"], reason)
+        raise ContextLimit(log["stage"], log["turn"], reason)
 
     def _ask_for(self, spec_id: str) -> Callable[[int], "TurnAsk"]:
         return lambda turn: TurnAsk(self, spec_id, turn)

@@ -456,12 +456,8 @@ class Sweep:
     def _finish(self, p: Point) -> bool:
         """A point whose results are all on disk: verified and reported without an engine. False if
         opening its run directory moved a damaged result aside (the point has work after all)."""
-        store = RunDir(p.out)  # type: ignore[arg-type]
-        try:
-            store.open(_manifest(p, self.sweep_dir, self.pool), p.ident)
-        except (SpecError, RunLocked, RunMismatch, DiskFull) as exc:
-            p.fail(getattr(exc, "exit_code", 2), str(exc))
-            self._ended(p)
+        store = self._open(p)
+        if store is None:
             return True
         try:
             if not all(store.has_result(s.id) for s in p.specs):
@@ -477,6 +473,17 @@ class Sweep:
         self._ended(p)
         return True
 
+    def _open(self, p: Point) -> RunDir | None:
+        """The point's run directory, opened (lock, identity check); None after failing the point."""
+        store = RunDir(p.out)  # type: ignore[arg-type]
+        try:
+            store.open(_manifest(p, self.sweep_dir, self.pool), p.ident)
+        except (SpecError, RunLocked, RunMismatch, DiskFull) as exc:
+            p.fail(getattr(exc, "exit_code", 2), str(exc))
+            self._ended(p)
+            return None
+        return store
+
     def _ended(self, p: Point) -> None:
         self.progress.point(p.name, "done" if p.status == "done" else "failed")
         if p.status == "failed":
@@ -488,12 +495,8 @@ class Sweep:
         from .roles import narrator_options
         from .runner import RoleBinding, Runner, RunSettings, Sampling, SystematicFailure, systematic_invalid
 
-        store = RunDir(p.out)  # type: ignore[arg-type]
-        try:
-            store.open(_manifest(p, self.sweep_dir, self.pool), p.ident)
-        except (SpecError, RunLocked, RunMismatch, DiskFull) as exc:
-            p.fail(getattr(exc, "exit_code", 2), str(exc))
-            self._ended(p)
+        store = self._open(p)
+        if store is None:
             return
         p.status = "running"
         self.progress.point(p.name, "running")

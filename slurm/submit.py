@@ -217,47 +217,16 @@ def main(argv: list[str]) -> int:
             print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
         return 0
 
-    array = compress(todo) + (f"%{args.parallel}" if args.parallel else "")
-    cmd = ["sbatch", "--parsable", f"--array={array}", f"--job-name=ncp-{root.name}"[:64],
-           f"--output={root / 'slurm' / '%A_%a.out'}", f"--chdir={Path.cwd()}",
-           f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={REPO / 'run.py'}"]
-    for flag, value in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
-                        ("--cpus-per-task", args.cpus), ("--mem", args.mem)):
-        if value is not None:
-            cmd.append(f"{flag}={value}")
-    if args.gpus:
-        cmd.append(f"--gres=gpu:{args.gpus}")
-    cmd += args.sbatch
-    # Without a terminal the progress is one plain line every progress_every_s (ncp_local/progress.py).
-    task_overrides = list(overrides)
-    cmd += [str(TEMPLATE), *task_overrides, f"shard.count={n}", f"out_dir={root}"]
+    cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / "slurm",
+                         [*overrides, f"shard.count={n}", f"out_dir={root}"])
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
 
-    try:
-        (root / "slurm").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"error: out_dir: cannot create {root / 'slurm'} for the task logs: {exc.strerror}", file=sys.stderr)
-        return 2
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"error: sbatch failed: {exc}", file=sys.stderr)
-        return 1
-    if out.returncode != 0:
-        print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
-        return 1
-    job = out.stdout.strip().split(";")[0]
-    jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                 "command": cmd})
-    record = {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides, "jobs": jobs}
-    try:
-        atomic_write(state_path, json.dumps(record, indent=2))
-    except (OSError, DiskFull) as exc:
-        print(f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
-              f"know it; cancel it (scancel {job}) or wait for it before re-submitting", file=sys.stderr)
-        return EXIT_DISK_FULL
+    job, rc = submit(cmd, root / "slurm", todo, jobs, state_path,
+                     {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides})
+    if job is None:
+        return rc
     print(f"submitted job {job}: task(s) {compress(todo)} of {n}")
     print(f"logs:  {root / 'slurm'}/{job}_<task>.out")
     print(f"watch: squeue -r -j {job}   (sacct -j {job} where accounting is on)")
@@ -349,9 +318,31 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         else:
             print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
         return 0
+    task_overrides = [o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]
+    cmd = sbatch_command(args, todo, f"ncp-sweep-{ident}", sweep_dir / "slurm",
+                         ["-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}",
+                          f"hydra.sweep.dir={sweep_dir}"])
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    job, rc = submit(cmd, sweep_dir / "slurm", todo, jobs, state_path,
+                     {"identity": ident, "shards": n, "overrides": overrides,
+                      "sweep": [{"overrides": p, "run_dir": str(r), "identity": i} for p, r, i, _ in points]})
+    if job is None:
+        return rc
+    print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(points)} points")
+    print(f"logs:  {sweep_dir / 'slurm'}/{job}_<task>.out")
+    print(f"watch: squeue -r -j {job}")
+    print("merge: (when all are done) " + "; ".join(merge))
+    return 0
+
+
+
+def sbatch_command(args: argparse.Namespace, todo: list[int], name: str, log_dir: Path, task_args: list[str]) -> list[str]:
+    """The sbatch call for array tasks `todo`, the job script and its run.py arguments."""
     array = compress(todo) + (f"%{args.parallel}" if args.parallel else "")
-    cmd = ["sbatch", "--parsable", f"--array={array}", f"--job-name=ncp-sweep-{ident}"[:64],
-           f"--output={sweep_dir / 'slurm' / '%A_%a.out'}", f"--chdir={Path.cwd()}",
+    cmd = ["sbatch", "--parsable", f"--array={array}", f"--job-name={name}"[:64],
+           f"--output={log_dir / '%A_%a.out'}", f"--chdir={Path.cwd()}",
            f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={REPO / 'run.py'}"]
     for flag, value in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
                         ("--cpus-per-task", args.cpus), ("--mem", args.mem)):
@@ -359,40 +350,36 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
             cmd.append(f"{flag}={value}")
     if args.gpus:
         cmd.append(f"--gres=gpu:{args.gpus}")
-    cmd += args.sbatch
     # Without a terminal the progress is one plain line every progress_every_s: what a task log wants.
-    task_overrides = [o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]
-    cmd += [str(TEMPLATE), "-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}",
-            f"hydra.sweep.dir={sweep_dir}"]
-    if args.dry_run:
-        print(shlex.join(cmd))
-        return 0
+    return [*cmd, *args.sbatch, str(TEMPLATE), *task_args]
+
+
+def submit(cmd: list[str], log_dir: Path, todo: list[int], jobs: list[dict[str, Any]], state_path: Path,
+           record: dict[str, Any]) -> tuple[str | None, int]:
+    """Run sbatch and record the job in `state_path`; (job id, 0), or (None, exit code) after one error line."""
     try:
-        (sweep_dir / "slurm").mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"error: out_dir: cannot create {log_dir} for the task logs: {exc.strerror}", file=sys.stderr)
+        return None, 2
+    try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"error: sbatch failed: {exc}", file=sys.stderr)
-        return 1
+        return None, 1
     if out.returncode != 0:
         print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
-        return 1
+        return None, 1
     job = out.stdout.strip().split(";")[0]
     jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "command": cmd})
-    record = {"identity": ident, "shards": n, "sweep": [{"overrides": p, "run_dir": str(r), "identity": i}
-                                                        for p, r, i, _ in points],
-              "overrides": overrides, "jobs": jobs}
     try:
-        atomic_write(state_path, json.dumps(record, indent=2))
+        atomic_write(state_path, json.dumps({**record, "jobs": jobs}, indent=2))
     except (OSError, DiskFull) as exc:
         print(f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
               f"know it; cancel it (scancel {job}) or wait for it before re-submitting", file=sys.stderr)
-        return EXIT_DISK_FULL
-    print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(points)} points")
-    print(f"logs:  {sweep_dir / 'slurm'}/{job}_<task>.out")
-    print(f"watch: squeue -r -j {job}")
-    print("merge: (when all are done) " + "; ".join(merge))
-    return 0
+        return None, EXIT_DISK_FULL
+    return job, 0
 
 
 if __name__ == "__main__":

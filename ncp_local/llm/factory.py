@@ -100,19 +100,14 @@ class Engines:
     def _check_grammar(self, role: str) -> None:
         """Every schema this role's stages use compiles for its model's structured-output backend."""
         from ..config import ConfigError
-        from ..stages import STAGES, AuditIds, schema_for
-        from .grammar import unsupported
+        from ..stages import STAGES, UNBOUNDED
+        from .grammar import stage_unsupported
 
-        model = self.models[self.role_key[role]]
-        backend = model.structured_outputs_backend
-        bounds = getattr(getattr(self.cfg, role), "bounds", None)
-        # A sample of the state-built enums; the features are what matters, not the ids.
-        ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,),
-                       new_fact_ids=("f_2",))
+        backend = self.models[self.role_key[role]].structured_outputs_backend
+        bounds = getattr(getattr(self.cfg, role), "bounds", None) or UNBOUNDED
         asked = {role, "builder"} if role == "auditor" else {role}
         for stage in (s.name for s in STAGES.values() if s.role in asked and s.json):
-            why = unsupported(schema_for(stage, ids, bounds) if bounds is not None else schema_for(stage, ids),
-                              backend)
+            why = stage_unsupported(stage, backend, bounds)
             if why:
                 raise ConfigError(f"{role}.model.structured_outputs_backend",
                                   f"{backend} cannot take the {stage} schema: {why}")

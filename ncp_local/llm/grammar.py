@@ -26,6 +26,7 @@ Every backend thus answers to the same contract.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -80,3 +81,13 @@ def unsupported(schema: dict[str, Any], backend: str) -> str | None:
     except Exception as exc:  # each compiler raises its own types; the message is what matters
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def stage_unsupported(stage: str, backend: str, bounds: Any) -> str | None:
+    """`unsupported` for a stage's schema on a sample state (the features matter, not the ids);
+    cached, since every point of a sweep checks the same combinations before anything starts."""
+    from ..stages import AuditIds, schema_for
+
+    ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
+    return unsupported(schema_for(stage, ids, bounds), backend)

@@ -18,7 +18,8 @@ from .. import ledger
 from ..episode import EpisodeResult, TurnRecord
 from ..metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..stages import CONFLICT_TYPES
-from .replay import INTERNAL_ID, Replay, TurnView, conflict_details, diff, replay
+from ..stages import INTERNAL_ID
+from .replay import Replay, TurnView, conflict_details, diff, replay
 from .runs import Run
 from .tables import METRICS, Row, TERMINATIONS
 

@@ -15,14 +15,10 @@ from .. import ledger
 from ..episode import EpisodeResult, TurnRecord, to_update
 from ..ledger import EpisodeState, Exchange, FactEntry, Status
 from ..spec import Spec
+from ..stages import INTERNAL_ID, PLAYER_INPUT_ID
 
-# Ids of conflicts that name no fact or commitment (PROTOCOL section 4). The
-# reference says `input` for a player-input conflict; a pack or a record
-# written before may say `player_input`: both are read as one.
-PLAYER_INPUT_IDS: tuple[str, ...] = ("input", "player_input")
-# A fact conflict that is a contradiction inside the narration itself; it maps
-# to no fact of the ledger and counts as a fact conflict.
-INTERNAL_ID = "response_internal"
+# The ids of conflicts that name no fact or commitment are the stages' (PROTOCOL section 4); a record
+# written before may say `player_input` for `input`: both are read as one.
 INTERNAL_LABEL = "internal contradiction in the narration"
 
 
@@ -109,7 +105,7 @@ def replay(spec: Spec, result: EpisodeResult) -> Replay:
 def conflict_key(conflict: dict[str, Any]) -> tuple[str, str]:
     """(type, id) with the player-input aliases made one, to match a first-check conflict to its review."""
     ctype, cid = str(conflict.get("type", "")), str(conflict.get("id", ""))
-    return (ctype, PLAYER_INPUT_IDS[0]) if ctype == "player_input" else (ctype, cid)
+    return (ctype, PLAYER_INPUT_ID) if ctype == "player_input" else (ctype, cid)
 
 
 def is_internal(conflict: dict[str, Any]) -> bool:

@@ -18,7 +18,7 @@ import yaml
 
 from ..episode import EpisodeResult
 from ..metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
-from ..spec import Spec, SpecError, load_spec
+from ..spec import Spec, SpecError, load_spec, parse_yaml
 from ..store import check_result
 
 SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")
@@ -202,11 +202,11 @@ def _dataset_digest(root: Path) -> str | None:
     """The same digest as `spec.load_dataset` (index, then each spec in index order)."""
     index = root / "index.yaml"
     try:
-        ids = (yaml.safe_load(index.read_text(encoding="utf-8")) or {}).get("specs") or []
+        ids = (parse_yaml(index.read_text(encoding="utf-8")) or {}).get("specs") or []
         digest = hashlib.sha256(index.read_bytes())
         for sid in ids:
             digest.update((root / "specs" / f"{sid}.yaml").read_bytes())
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
         return None
     return digest.hexdigest()
 
