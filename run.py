@@ -10,10 +10,9 @@ import math
 import sys
 from typing import Any, NoReturn
 
-EXIT_BAD_INPUT = 2
-EXIT_SIGINT = 130
-EXIT_SWEEP_FAILED = 6  # a local sweep ran every point, and some failed (each said why; 5 is cli.EXIT_SYSTEMATIC)
-STOPPED_BY_SIGNAL = (130, 143)
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, STOPPED_BY_SIGNAL
+
+EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # A sweep up to this many points is checked point by point before the first
 # starts; a larger one value by value (each swept key alone, the others at
 # their first value), which catches every bad value but not a bad combination.
@@ -99,20 +98,21 @@ def check_overrides(argv: list[str]) -> str | None:
                 values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
                 if values:
                     axes.append((key, values))
-        # The batched launcher checks every point itself before the first starts, names the
-        # refused ones and runs the others (ncp_local/sweep.py); Hydra's errors still refuse the sweep.
+        # A point the rig's checks refuse is named now, before anything starts, and the others
+        # run (the batched launcher re-checks and skips it; under the basic one its own job
+        # refuses at its start and the sweep ends with EXIT_SWEEP_FAILED). Hydra's own errors
+        # (an unknown key or option) still refuse the whole sweep.
         batched = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith(".BatchedLauncher")
         checker = _PointChecker(name)
         for point in _points(axes):
             try:
                 checker.check(fixed + point)
-            except _BadPoint:
+            except _BadPoint as exc:
                 if not batched:
-                    raise
+                    print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)",
+                          file=sys.stderr)
     except HydraException as exc:
         return f"config override{_at(point)}: {hydra_error_line(exc)}"
-    except _BadPoint as exc:
-        return f"sweep point {' '.join(point) or '(no swept keys)'}: {exc}"
     except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
         return f"config override{_at(point)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
@@ -232,8 +232,9 @@ def sweep_summary() -> str | None:
     if not failed:
         return None
     which = ", ".join(f"#{num} (exit {code})" for num, _, code in failed)  # Hydra printed each #N's overrides
-    return (f"sweep: {len(failed)} of {len(SWEEP)} point(s) failed: {which}; re-run the same command to resume "
-            "them (finished points are not run again)")
+    advice = "fix the refused point(s), then " if any(code == EXIT_BAD_INPUT for *_, code in failed) else ""
+    return (f"sweep: {len(failed)} of {len(SWEEP)} point(s) failed: {which}; {advice}re-run the same command "
+            "to resume (finished points are not run again)")
 
 
 # vLLM starts its engine in a spawned process, which re-imports this module.

@@ -30,13 +30,7 @@ from .spec import Dataset, Spec, SpecError, dataset_summary, load_dataset
 from .store import DiskFull, RunDir, RunLocked, RunMismatch, resume_hint
 from . import identity as identity_mod, provenance
 
-EXIT_BAD_INPUT = 2
-EXIT_ENGINE_DEAD = 3
-# The run failed systematically: a stage's first calls failed the same engine-side way in every
-# episode tried (stopped early), or most finished episodes are invalid for one reason.
-EXIT_SYSTEMATIC = 5
-# 128 + signal number, as a shell reports it; Slurm requeues a preempted task.
-EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
+from .exits import EXIT_BAD_INPUT, EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC  # noqa: F401  (re-exported)
 ROLES = ("narrator", "player", "auditor")
 
 

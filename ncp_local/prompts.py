@@ -187,7 +187,10 @@ class PromptPack:
         missing = [n for n in needed if n not in files and FALLBACK.get(n) not in files]
         if missing:
             shown = ", ".join(_missing_name(m, official_root is not None) for m in missing)
-            raise SpecError(official_root or path, "prompts.dir", f"missing template(s): {shown}")
+            # A misspelt file name is the usual cause: name the files no stage reads.
+            unread = [f.name for f in sorted(path.glob("*.txt")) if f.stem not in TEMPLATE_VARS]
+            hint = f" (no stage reads {', '.join(unread[:5])}: misspelt?)" if unread and official_root is None else ""
+            raise SpecError(official_root or path, "prompts.dir", f"missing template(s): {shown}{hint}")
         templates: dict[str, str] = {}
         # Every template the pack has is checked (a broken one fails now, not
         # mid-run), plus the fallbacks standing in for required ones.

@@ -41,8 +41,7 @@ from .episode import Checkpoint, EpisodeResult
 from .spec import SpecError
 
 SEAL = "seal"
-# Exit code of a run stopped by a full disk (2 bad input, 3 engine died, 143/130 signals).
-EXIT_DISK_FULL = 4
+from .exits import EXIT_DISK_FULL  # noqa: F401  (re-exported)
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 # What a run directory may hold; a non-empty folder with neither a manifest nor
 # results/ is someone else's and is never written into.

@@ -18,8 +18,9 @@ hands every point's composed config here. Then:
    do not depend on what else is in flight; on the CPU build fp32 is
    batch-invariant), and resumes by itself when the sweep is run again.
 4. A failing point (an engine that died, a systematic failure) is reported
-   and the others go on; the sweep ends with a summary and exit code 5 if
-   any point failed (130/143 when stopped by a signal).
+   and the others go on; the sweep ends with a summary and exit code 6
+   (`exits.EXIT_SWEEP_FAILED`, as under the basic launcher) if any point
+   failed (130/143 when stopped by a signal).
 
 The sweep folder (`hydra.sweep.dir`) gets `index.json` and `index.md`: job
 number, overrides, run directory, status and exit code of every point, and
@@ -47,11 +48,8 @@ from .llm.base import Backend, EngineDead
 from .progress import Metered, Progress
 from .spec import SpecError
 from .store import DiskFull, RunDir, RunLocked, RunMismatch, atomic_write, check_place
+from .exits import EXIT_SIGNAL, EXIT_SWEEP_FAILED  # noqa: F401  (re-exported)
 
-# A sweep that ran every point it could and some failed (each said why); the basic launcher's
-# code in run.py is the same.
-EXIT_SWEEP_FAILED = 5
-EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
 INDEX = "index.json"
 INDEX_MD = "index.md"
 ROLES = ("narrator", "player", "auditor")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What to run first on a GPU node: does this rig work here, end to end?
 #
-#   scripts/gpu_acceptance.sh [--cpu] [--models "qwen3 llama3_1_8b"] [--dataset DIR] [--out DIR] [-- PLAN OVERRIDES]
+#   scripts/gpu_acceptance.sh [--cpu] [--models "qwen3 llama3_1_8b"] [--dataset DIR] [--out DIR] [--engine NAME]
+#                             [-- PLAN OVERRIDES]
 #
 # Steps, each logged to OUT/logs/, one summary table at the end (OUT/summary.md):
 #   1. mode=plan of the config you mean to run (the overrides after --, e.g.
@@ -13,7 +14,8 @@
 #      the same command (engine.deterministic=true for both): results identical;
 #   4. a short mode=bench on the first model.
 # --cpu runs the same steps on the embedded model (vLLM's CPU build), tiny
-# sizes: the script's own test. Exit status: 0 when no step failed.
+# sizes. --engine scripted runs every step without a model (the script's own
+# test in CI). Exit status: 0 when no step failed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,9 +27,10 @@ CPU=0
 MODELS=""
 DATASET=""
 OUT=""
+ENGINE=vllm
 PLAN_ARGS=()
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -35,6 +38,7 @@ while [[ $# -gt 0 ]]; do
         --models) MODELS="$2"; shift ;;
         --dataset) DATASET="$2"; shift ;;
         --out) OUT="$2"; shift ;;
+        --engine) ENGINE="$2"; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; PLAN_ARGS=("$@"); break ;;
         *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -50,11 +54,11 @@ else
 fi
 OUT="${OUT:-runs/gpu-acceptance-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT/logs" || exit 2
-COMMON=(progress=false)
+COMMON=(progress=false "engine=$ENGINE")
 if [[ -n "$DATASET" ]]; then COMMON+=(dataset=ncp_bench "dataset.path=$DATASET"); fi
 # Batch-invariant GPU engines where the rig has the switch (results independent of batch composition).
-if "$PY" -c 'import sys; from ncp_local.config import EngineCfg; sys.exit("deterministic" not in EngineCfg.model_fields)' \
-        2>/dev/null; then
+if [[ $ENGINE == vllm ]] && "$PY" -c 'import sys; from ncp_local.config import VLLMEngineCfg
+sys.exit("deterministic" not in VLLMEngineCfg.model_fields)' 2>/dev/null; then
     DET=(engine.deterministic=true)
 else
     DET=()

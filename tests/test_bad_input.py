@@ -149,10 +149,6 @@ CASES = [
     Case("method-unknown-key", ("+method.histroy=full",), ("method.histroy",)),
     Case("method-not-a-narrator", ("method.name=collections:OrderedDict",), ("method.name", "not a narrator")),
     Case("method-not-importable", ("method.name=no_such_pkg.mod:Cls",), ("method.name", "cannot import")),
-    # -- sweeps: every point checked before the first starts ----------------------
-    Case("sweep-bad-second-value", ("-m", "max_turns=1,-1"), ("sweep point max_turns=-1", "max_turns")),
-    Case("sweep-bad-method-option", ("-m", "seed=0,1", "method=hiagent", "method.budget_tokens=64,-5"),
-         ("method.budget_tokens=-5", "method.budget_tokens")),
     Case("cmdline-option-after-overrides", (*BASE[:3], "--multirun", *BASE[3:], "seed=1,2"),
          ("command line", "unrecognized arguments"), whole=True),
     # -- engines, dependencies and model paths (before the run directory exists) ----
@@ -342,6 +338,22 @@ def test_sweep_with_a_failed_point_runs_the_rest(tmp_path: Path) -> None:
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 2 and sum((r / "DONE").exists() for r in runs) == 1
 
+
+@pytest.mark.parametrize("args, refused", [
+    (("max_turns=1,-1",), "max_turns=-1: config: max_turns"),
+    (("seed=0", "method=hiagent", "method.budget_tokens=64,-5"), "method.budget_tokens=-5"),
+], ids=["bad-value", "bad-method-option"])
+def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple[str, ...], refused: str) -> None:
+    """Every point is checked before the first starts; a refused one is named then, and the rest run."""
+    proc = _popen(["-m", "engine=scripted", "limit=1", "progress=false", *args], tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in out + err
+    assert proc.returncode == RUN_PY.EXIT_SWEEP_FAILED, (proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert refused in lines[0] and "the other points run" in lines[0], err  # before anything ran
+    assert lines[-1].startswith("error: sweep: 1 of 2 point(s) failed: #1 (exit 2); fix the refused point(s)"), err
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "DONE").exists()  # the refused point wrote nothing
 
 # -- damaged run directories: recovered, not refused (ncp_local/store.py) ----------
 # A damaged file is moved to quarantine/ with one warning line and its episode

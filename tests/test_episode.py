@@ -335,5 +335,9 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
     from ncp_local.spec import SpecError
 
     (pack / "status_check.txt").unlink()
-    with pytest.raises(SpecError, match=r"prompts\.dir: missing template\(s\): status_check\.txt"):
+    with pytest.raises(SpecError, match=r"prompts\.dir: missing template\(s\): status_check\.txt$"):
+        PromptPack.load(pack)
+    # The usual cause, a misspelt file name, is pointed at.
+    (pack / "status_chek.txt").write_text("{facts}")
+    with pytest.raises(SpecError, match=r"status_check\.txt \(no stage reads status_chek\.txt: misspelt\?\)$"):
         PromptPack.load(pack)

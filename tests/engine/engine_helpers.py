@@ -93,3 +93,17 @@ def ask_all(engine_session, runner, spec_id: str, calls, timeout: float = 1500) 
             for stage, template, variables, ids, extra in calls))
 
     return engine_session.run(go(), timeout=timeout)
+
+
+def embedded_roles() -> dict:
+    """{role: (Sampling, Bounds)} exactly as the default config's role files
+    (conf/*/smollm2.yaml) give them, so engine tests never drift from what a
+    user's run asks of the embedded model."""
+    from omegaconf import OmegaConf
+
+    from ncp_local.config import compose, validate
+    from ncp_local.runner import Sampling
+
+    cfg = validate(OmegaConf.to_container(compose(["dataset.path=specs"]), resolve=True))
+    return {r: (Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
+                getattr(cfg, r).bounds) for r in ("narrator", "player", "auditor")}

@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import ask_all, stage_calls
+from engine_helpers import ask_all, embedded_roles, stage_calls
 
 from ncp_local.prompts import PromptPack
-from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
+from ncp_local.runner import RoleBinding, Runner, RunSettings
 from ncp_local.spec import load_dataset
-from ncp_local.stages import TIGHT, Bounds
 from ncp_local.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = {"narrator": (Sampling(0.6, 0.95, 512), TIGHT), "player": (Sampling(0.6, 0.95, 192), Bounds(player_chars=350)),
-         "auditor": (Sampling(0.6, 0.95, 2048), TIGHT)}  # as conf/auditor/smollm2.yaml
+ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
 
 
 class _Session:

@@ -11,18 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine_helpers import ask_all, stage_calls
+from engine_helpers import ask_all, embedded_roles, stage_calls
 
 from ncp_local.prompts import OFFICIAL_FILES, PromptPack
-from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
+from ncp_local.runner import RoleBinding, Runner, RunSettings
 from ncp_local.spec import load_dataset
-from ncp_local.stages import TIGHT, Bounds
 from ncp_local.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
-# The embedded model's role files (conf/*/smollm2.yaml), bounds included.
-ROLES = {"narrator": (Sampling(0.6, 0.95, 512), TIGHT), "player": (Sampling(0.6, 0.95, 192), Bounds(player_chars=350)),
-         "auditor": (Sampling(0.6, 0.95, 1024), TIGHT)}
+ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
 
 
 def test_every_official_template_gets_a_parsed_answer(engine: Any, official_prompts: Path, tmp_path: Path) -> None:

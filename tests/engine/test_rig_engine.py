@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine_helpers import embedded_roles
+
 from ncp_local import ledger
 from ncp_local.build import build_all, load_sources
 from ncp_local.hiagent import HiAgentNarrator
@@ -17,16 +19,14 @@ from ncp_local.prompts import (
     TEMPLATES, PromptPack, conflict_vars, fact_update_vars, status_vars, to_json, trajectory_vars,
 )
 from ncp_local.roles import BaselineNarrator, Player
-from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
+from ncp_local.runner import RoleBinding, Runner, RunSettings
 from ncp_local.spec import load_dataset
 from ncp_local.stages import AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut
 from ncp_local.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = load_dataset(ROOT / "specs").specs
-# As in conf/narrator|player|auditor/smollm2.yaml.
-SAMPLING = {"narrator": Sampling(0.6, 0.95, 512), "player": Sampling(0.6, 0.95, 192),
-            "auditor": Sampling(0.6, 0.95, 1024)}  # as the role files
+ROLES = embedded_roles()
 
 
 def _runner(engine: Any, root: Path, specs: tuple, method: type = BaselineNarrator, condition: str = "adversarial",
@@ -34,7 +34,7 @@ def _runner(engine: Any, root: Path, specs: tuple, method: type = BaselineNarrat
     pack = PromptPack.load(required=TEMPLATES + getattr(method, "TEMPLATES", ()))
     store = RunDir(root)
     store.open({"test": True}, "engine-test")
-    roles = {r: RoleBinding(engine.backend, s, "smollm2") for r, s in SAMPLING.items()}
+    roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}
     runner = Runner(specs=specs, roles=roles, pack=pack, store=store,
                     settings=RunSettings(seed=seed, max_turns=turns, concurrency=8),
                     make_narrator=lambda: method(pack=pack, roles=roles), player=Player(condition))
@@ -77,7 +77,7 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
     async def all_stages() -> list[Any]:
         ask = lambda *a, **k: runner.ask(spec.id, 0, *a, **k)  # noqa: E731
         return [
-            await ask("fact_update", "fact_update", fact_update_vars(projected, response), ids=ids),
+            await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids),
             await ask("conflict_check", "conflict_check", cvars, ids=ids),
             await ask("double_check", "double_check",
                       {**cvars, "initial_conflicts_json": to_json([{"type": "fact", "id": "f_0",
@@ -100,7 +100,9 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
     assert not [c for c in calls if c["error"] and "cut off" not in c["error"]], "grammar output failed to parse"
 
 
-def test_two_specs_two_turns_log_every_call_and_reproduce(engine: Any, tmp_path: Path) -> None:
+def test_two_specs_two_turns_log_every_call(engine: Any, tmp_path: Path) -> None:
+    # Reproducibility on the real engine (same seed, other batch neighbours, another process:
+    # byte-identical results) is tests/engine/test_sweep_engine.py's.
     specs = SPECS[:2]
     first, calls = _run(engine, tmp_path / "a", specs)
     assert set(first) == {s.id for s in specs}
@@ -118,16 +120,9 @@ def test_two_specs_two_turns_log_every_call_and_reproduce(engine: Any, tmp_path:
         assert c["error"] is None or "cut off" in c["error"], c
     assert sum(c["cached_tokens"] for c in calls) > 0  # prefixes shared between calls are reused
 
-    # The same config and seed again: identical transcripts.
-    second, _ = _run(engine, tmp_path / "b", specs)
-    for sid in first:
-        a, b = first[sid], second[sid]
-        assert (a.opening, [(t.player_input, t.response) for t in a.turns]) == \
-               (b.opening, [(t.player_input, t.response) for t in b.turns])
-        assert a.model_dump_json() == b.model_dump_json()
 
-
-def test_hiagent_natural_and_baseline_adversarial(engine: Any, tmp_path: Path) -> None:
+def test_hiagent_natural(engine: Any, tmp_path: Path) -> None:
+    # The baseline narrator against the adversarial player is the test above.
     hi, calls = _run(engine, tmp_path / "hi", SPECS[:1], method=HiAgentNarrator, condition="natural", turns=2)
     r = hi[SPECS[0].id]
     assert r.termination != "invalid", r.reason
@@ -135,15 +130,14 @@ def test_hiagent_natural_and_baseline_adversarial(engine: Any, tmp_path: Path) -
     assert len(narrate) >= min(len(r.turns), 1)
     cp_state = json.loads((tmp_path / "hi" / "results" / f"{SPECS[0].id}.json").read_text())
     assert cp_state["spec_id"] == SPECS[0].id
-    base, _ = _run(engine, tmp_path / "base", SPECS[1:2], condition="adversarial", turns=2)
-    assert base[SPECS[1].id].termination != "invalid", base[SPECS[1].id].reason
 
 
 def test_build_from_synopsis_loads_and_lints(engine: Any, tmp_path: Path) -> None:
     source = load_sources(ROOT / "specs" / "sources.yaml")[0]
     store = RunDir(tmp_path / "out" / ".build")
     store.open({}, "build")
-    roles = {"auditor": RoleBinding(engine.backend, SAMPLING["auditor"], "smollm2")}
+    sampling, bounds = ROLES["auditor"]
+    roles = {"auditor": RoleBinding(engine.backend, sampling, "smollm2", bounds)}
     runner = Runner(specs=(), roles=roles, pack=PromptPack.load(required=()), store=store,
                     settings=RunSettings(seed=0), make_narrator=lambda: None, player=None)  # type: ignore[arg-type]
     try:
