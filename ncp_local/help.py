@@ -81,7 +81,7 @@ def help_text() -> str:
         "",
         "== Exit codes ==",
         "  0 ok, 2 bad input (one line names the file or key), 3 engine died, 4 disk full,",
-        "  5 systematic failure or a sweep with failed points, 130/143 stopped by a signal (resumable)",
+        "  5 systematic failure, 6 a sweep with failed points, 130/143 stopped by a signal (resumable)",
         "",
         "== Hydra's flags ==",
         "$FLAGS_HELP",

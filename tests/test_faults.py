@@ -113,7 +113,8 @@ def test_dead_engine_stops_run_then_resume(official_dataset: Path, tmp_path: Pat
 
 def test_second_process_on_same_run_dir_refused(official_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "locked"
-    first = subprocess.Popen(_cmd(official_dataset, out, "engine.delay_s=0.02", "concurrency=2"),
+    # Slow enough (minutes of work) that the first is still running however long the second takes to start.
+    first = subprocess.Popen(_cmd(official_dataset, out, "engine.delay_s=0.5", "concurrency=2"),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert _wait_for(lambda: (out / "calls.jsonl").exists(), 60)
