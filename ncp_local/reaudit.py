@@ -295,7 +295,7 @@ def point_dir(cfg: Any, raw: dict[str, Any]) -> Path:
 
 
 def reaudit_main(cfg: Any, raw: dict[str, Any]) -> int:
-    from .cli import EXIT_ENGINE_DEAD
+    from .exits import EXIT_ENGINE_DEAD
     from .report.runs import expand_runs
 
     runs = expand_runs(list(cfg.runs)) if cfg.runs else []
