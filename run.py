@@ -45,8 +45,9 @@ def check_overrides(argv: list[str]) -> str | None:
 
     Hydra itself reports a wrong key or group option in several lines and
     exits 1; checking first keeps the rig's contract (one line, exit 2). A
-    sweep (`-m`) has every point composed and validated (config, method
-    options, engine and model paths, dataset) before the first one starts.
+    sweep (`-m`) has every point composed; on the basic launcher each is also
+    validated (config, method options, engine and model paths, dataset)
+    before the first one starts (the batched launcher validates its points).
     """
     from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -99,18 +100,20 @@ def check_overrides(argv: list[str]) -> str | None:
                 if values:
                     axes.append((key, values))
         # A point the rig's checks refuse is named now, before anything starts, and the others
-        # run (the batched launcher re-checks and skips it; under the basic one its own job
-        # refuses at its start and the sweep ends with EXIT_SWEEP_FAILED). Hydra's own errors
-        # (an unknown key or option) still refuse the whole sweep.
+        # run (its own job refuses at its start and the sweep ends with EXIT_SWEEP_FAILED).
+        # Hydra's own errors (an unknown key or option) refuse the whole sweep: Hydra's sweeper
+        # would refuse it anyway, in many lines, before any launcher starts.
         batched = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith(".BatchedLauncher")
         checker = _PointChecker(name)
         for point in _points(axes):
+            if batched:
+                # The batched launcher runs the rig's checks on every point itself, before any starts.
+                compose(fixed + point, name)
+                continue
             try:
                 checker.check(fixed + point)
             except _BadPoint as exc:
-                if not batched:
-                    print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)",
-                          file=sys.stderr)
+                print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)", file=sys.stderr)
     except HydraException as exc:
         return f"config override{_at(point)}: {hydra_error_line(exc)}"
     except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
@@ -242,8 +245,9 @@ if __name__ == "__main__":
     try:
         problem = check_overrides(sys.argv[1:])
         if problem:
-            # Hydra quotes the override whole: bounded, as every error line is.
-            print(f"error: {problem if len(problem) <= 500 else problem[:497] + '...'}", file=sys.stderr)
+            from ncp_local.config import bounded
+
+            print(f"error: {bounded(problem)}", file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)
         main()
         summary = sweep_summary()

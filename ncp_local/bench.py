@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .llm.base import Backend, Completion, Message, Request
 from .plan.growth import fit_line
@@ -450,11 +450,13 @@ def _account(way: SweepWay, num: int, results: dict[str, Any], calls: list[dict[
 
 
 async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
-                      player: Player, episodes: int, turns: int, sequential: bool = True) -> list[str]:
+                      player: Player, episodes: int, turns: int, sequential: bool = True,
+                      note: Callable[[str], None] | None = None) -> list[str]:
     """The same sweep two ways: batched (each distinct engine started once, every point's episodes in
     flight together, as `hydra/launcher=batched` runs it) and point by point (an engine started per
     point, as Hydra's basic launcher runs a sweep). Wall times include the engine starts: that is
-    what a sweep costs."""
+    what a sweep costs. `note` gets a line as each way (and each point of the second) ends: the
+    whole bench takes an hour on 2 CPU cores."""
     from .llm.factory import Engines
     from .sweep import ROLES, engine_key
 
@@ -486,6 +488,8 @@ async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pa
             for b in pool.values():
                 await b.close()
         batched.wall_s = time.perf_counter() - started
+        if note:
+            note(f"bench: batched way done in {batched.wall_s:.0f} s; now point by point")
         for num, (results, calls) in enumerate(done):
             _account(batched, num, results, calls)
         ways.append(batched)
@@ -504,6 +508,9 @@ async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pa
                 finally:
                     await engines.close()
                 _account(seq, num, results, calls)
+                if note:
+                    note(f"bench: point {num + 1} of {len(points)} done point by point "
+                         f"({time.perf_counter() - started:.0f} s so far)")
             seq.wall_s = time.perf_counter() - started
             ways.append(seq)
     lines = ["sweep points: " + "; ".join(f"#{i} {label}" for i, (label, _) in enumerate(points)), SWEEP_HEADER,

@@ -30,7 +30,8 @@ from .spec import Dataset, Spec, SpecError, dataset_summary, load_dataset
 from .store import DiskFull, RunDir, RunLocked, RunMismatch, resume_hint
 from . import identity as identity_mod, provenance
 
-from .exits import EXIT_BAD_INPUT, EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC  # noqa: F401  (re-exported)
+from .exits import EXIT_BAD_INPUT, EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC
+
 ROLES = ("narrator", "player", "auditor")
 
 
@@ -162,7 +163,7 @@ def bench_sweep(cfg: RunConfig) -> int:
     print(f"bench: sweep of {len(points)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
           "batched then point by point", flush=True)
     for line in asyncio.run(sweep_bench(points, ds.specs, pack, narrator_cls, player, b.episodes, b.turns,
-                                        b.sequential)):
+                                        b.sequential, note=lambda line: print(line, file=sys.stderr, flush=True))):
         print(line)
     return 0
 

@@ -334,6 +334,11 @@ def compose(overrides: list[str], config_name: str = "config", hydra_config: boo
         return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)
 
 
+def bounded(line: str, limit: int = 500) -> str:
+    """An error line cut to `limit` characters (Hydra quotes a whole override, which can be long)."""
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 def hydra_error_line(exc: BaseException) -> str:
     """Hydra's multi-line composition error as one line (options listed inline)."""
     parts: list[str] = []

@@ -41,7 +41,7 @@ from .episode import Checkpoint, EpisodeResult
 from .spec import SpecError
 
 SEAL = "seal"
-from .exits import EXIT_DISK_FULL  # noqa: F401  (re-exported)
+from .exits import EXIT_DISK_FULL
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 # What a run directory may hold; a non-empty folder with neither a manifest nor
 # results/ is someone else's and is never written into.

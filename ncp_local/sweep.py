@@ -48,7 +48,7 @@ from .llm.base import Backend, EngineDead
 from .progress import Metered, Progress
 from .spec import SpecError
 from .store import DiskFull, RunDir, RunLocked, RunMismatch, atomic_write, check_place
-from .exits import EXIT_SIGNAL, EXIT_SWEEP_FAILED  # noqa: F401  (re-exported)
+from .exits import EXIT_SIGNAL, EXIT_SWEEP_FAILED
 
 INDEX = "index.json"
 INDEX_MD = "index.md"

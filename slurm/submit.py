@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 from ncp_local import config as config_mod  # noqa: E402
 from ncp_local.merge import shard_dirs  # noqa: E402
 from ncp_local.spec import SpecError  # noqa: E402
-from ncp_local.store import EXIT_DISK_FULL, DiskFull, atomic_write  # noqa: E402
+from ncp_local.exits import EXIT_DISK_FULL  # noqa: E402
+from ncp_local.store import DiskFull, atomic_write  # noqa: E402
 
 TEMPLATE = REPO / "slurm" / "ncp_array.sbatch"
 STATE_FILE = "submit.json"  # in the run directory: shard count, identity, submitted jobs

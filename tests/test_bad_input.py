@@ -218,7 +218,7 @@ def run_in_process(tool: str, argv: list[str]) -> tuple[int, str, str]:
             else:
                 problem = RUN_PY.check_overrides(argv)
                 if problem:
-                    print(f"error: {problem if len(problem) <= 500 else problem[:497] + '...'}", file=sys.stderr)
+                    print(f"error: {config_mod.bounded(problem)}", file=sys.stderr)
                     code = RUN_PY.EXIT_BAD_INPUT
                 elif "-m" in argv or "--multirun" in argv:
                     code = 0  # the sweep would start

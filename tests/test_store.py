@@ -18,7 +18,8 @@ from helpers import Scripted, make_spec
 
 from ncp_local import cli
 from ncp_local import config as config_mod
-from ncp_local.store import EXIT_DISK_FULL, RunDir, RunMismatch, check_place, read_calls
+from ncp_local.exits import EXIT_DISK_FULL
+from ncp_local.store import RunDir, RunMismatch, check_place, read_calls
 from ncp_local.spec import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent

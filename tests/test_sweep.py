@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
 from ncp_local import sweep
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
 from ncp_local.llm.factory import Engines
 from ncp_local.llm.scripted import ScriptedBackend
 from ncp_local.progress import Progress
@@ -120,7 +121,7 @@ def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, sub
 def test_one_invalid_point_the_others_run(tmp_path: Path) -> None:
     proc = _run("-m", "hydra/launcher=batched", "engine=scripted", "max_turns=2,-1,1", "limit=1", "progress=false",
                 "hydra.sweep.dir=sw", cwd=tmp_path)
-    assert proc.returncode == sweep.EXIT_SWEEP_FAILED, proc.stderr
+    assert proc.returncode == EXIT_SWEEP_FAILED, proc.stderr
     assert "Traceback" not in proc.stderr
     # Refused before anything started, named with its value, and again in the last line.
     first = next(line for line in proc.stderr.splitlines() if "#1 max_turns=-1" in line)
@@ -131,6 +132,19 @@ def test_one_invalid_point_the_others_run(tmp_path: Path) -> None:
     assert [(p["status"], p["exit_code"]) for p in points] == [("done", 0), ("failed", 2), ("done", 0)]
     assert points[1]["run_dir"] is None and "max_turns" in points[1]["error"]
     assert all(len(_results(Path(p["run_dir"]))) == 1 for p in (points[0], points[2]))
+
+
+def test_unknown_option_in_a_later_point_refuses_the_whole_sweep(tmp_path: Path) -> None:
+    """Hydra's own errors refuse the sweep before anything starts, in one line, as under the basic launcher
+    (run.py composes every point; the rig's own checks of a batched sweep's points are the launcher's)."""
+    proc = _run("-m", "hydra/launcher=batched", "engine=scripted", "auditor=smollm2,nope", "max_turns=1", "limit=1",
+                "progress=false", "hydra.sweep.dir=sw", "out_dir=runs", cwd=tmp_path)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, proc.stderr
+    assert line.startswith("error: config override (sweep point auditor=nope): "), line
+    assert "auditor/nope" in line and "smollm2" in line, line  # what is missing, and what there is
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "sw" / "index.json").exists()
 
 
 def _points(*overrides: list[str]) -> list[sweep.Point]:
@@ -145,7 +159,7 @@ def test_dead_engine_fails_its_point_the_others_finish(tmp_path: Path, monkeypat
     points = _points([*base, "seed=1"], [*base, "seed=2", "engine.die_after_calls=12"])
     code = sweep.run_sweep(points, tmp_path / "sw")
     err = capsys.readouterr().err
-    assert code == sweep.EXIT_SWEEP_FAILED
+    assert code == EXIT_SWEEP_FAILED
     assert (points[0].status, points[0].code) == ("done", 0) and len(points[0].results) == 3
     assert (points[1].status, points[1].code) == ("failed", 3) and "engine died" in points[1].message
     assert "#1 seed=2 engine.die_after_calls=12 (exit 3: engine died" in err.strip().splitlines()[-1]
