@@ -309,7 +309,11 @@ def projection(rig: Way, throughput: float) -> list[str]:
 async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[Spec, ...], pack: PromptPack,
                 narrator_cls: type, player: Player, seed: int, k: int, turns: int,
                 throughput: float | None, sequential: bool = True,
-                sequential_episodes: int | None = None, bounds: Mapping[str, Bounds] | None = None) -> list[str]:
+                sequential_episodes: int | None = None, bounds: Mapping[str, Bounds] | None = None,
+                note: Callable[[str], None] | None = None) -> list[str]:
+    """The workload three ways on one engine (see the module docstring); `note` gets a line as each
+    way ends (the default size takes an hour on 2 CPU cores)."""
+    say = note or (lambda line: None)
     work = workload(specs, k)
     recorder = Recorder(backend)
     # Each role keeps its own output bounds (the embedded model's are tight).
@@ -322,9 +326,11 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
         # Warm-up (not measured): compiles grammars and kernels the first calls would pay for.
         await run_rig("warmup", work[:1], roles, pack, narrator_cls, player, seed + 1, 1, 1, root)
         scaling = await engine_scaling(backend, k, seed)
+        say("bench: warm-up and engine-alone scaling done; now (a) the rig")
         await _reset_cache(backend)
         a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns,
                           k, root)
+        say(f"bench: (a) done in {a.wall_s:.0f} s")
         ways = [a]
         b: Way | None = None
         if sequential:
@@ -334,6 +340,7 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
             await _reset_cache(backend)
             b = await run_rig(f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
                               work[:n], roles, pack, narrator_cls, player, seed, turns, 1, root)
+            say(f"bench: (b) done in {b.wall_s:.0f} s")
             ways.append(b)
         await _reset_cache(backend)
         c = await run_ceiling(backend, recorder.requests, a.turns)

@@ -120,6 +120,11 @@ def episode_setup(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> EpisodeSetu
     return EpisodeSetup(ds, narrator_cls, pack, player, engines)
 
 
+def _say(line: str) -> None:
+    """A progress line of a long mode (bench), on stderr so the results on stdout stay clean."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def bench(cfg: RunConfig) -> int:
     """`mode=bench`: one workload three ways on the narrator's model (see ncp_local/bench.py)."""
     from .bench import bench as run_bench
@@ -141,7 +146,8 @@ def bench(cfg: RunConfig) -> int:
             return await run_bench(backends["narrator"], rc.model.name,
                                    Sampling(rc.temperature, rc.top_p, rc.max_tokens), ds.specs, pack, narrator_cls,
                                    player, cfg.seed, b.episodes, b.turns, b.throughput, b.sequential,
-                                   b.sequential_episodes, bounds={r: getattr(cfg, r).bounds for r in ROLES})
+                                   b.sequential_episodes, bounds={r: getattr(cfg, r).bounds for r in ROLES},
+                                   note=_say)
         finally:
             await engines.close()
 
@@ -163,7 +169,7 @@ def bench_sweep(cfg: RunConfig) -> int:
     print(f"bench: sweep of {len(points)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
           "batched then point by point", flush=True)
     for line in asyncio.run(sweep_bench(points, ds.specs, pack, narrator_cls, player, b.episodes, b.turns,
-                                        b.sequential, note=lambda line: print(line, file=sys.stderr, flush=True))):
+                                        b.sequential, note=_say)):
         print(line)
     return 0
 

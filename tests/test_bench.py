@@ -27,6 +27,10 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     assert any(line.startswith("best rig/sequential batching allows") for line in lines)
     # The sequential way on a sample (config default 3), and the row says so.
     assert "3 of 5 episodes" in next(line for line in lines if line.startswith("| b "))
+    # An hour-long bench says where it is, on stderr (stdout stays the results).
+    assert [line.split(" done")[0] for line in proc.stderr.splitlines() if line.startswith("bench: (")] == \
+        ["bench: (a)", "bench: (b)"]
+    assert not any("done in" in line for line in lines)
 
 
 def test_workload_repeats_specs_with_own_ids() -> None:

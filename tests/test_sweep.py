@@ -381,6 +381,7 @@ def test_sweep_bench_compares_batched_and_point_by_point(tmp_path: Path) -> None
     assert lines[-1].startswith("sweep: batched/sequential=")
     assert "engine starts 1 vs 4" in lines[-1]
     assert "results: identical batched and point by point (12 episodes)" in proc.stdout
+    assert "bench: batched way done in" in proc.stderr and "bench: point 4 of 4 done point by point" in proc.stderr
     bad = _run("mode=bench", "engine=scripted", "bench.sweep={narrator.temprature:[0.2]}", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "narrator.temprature" in bad.stderr
 
