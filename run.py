@@ -30,7 +30,7 @@ try:
     import hydra
     from omegaconf import DictConfig, OmegaConf
 
-    from ncp_local.config import REPO_ROOT
+    from ncp_local.config import REPO_ROOT, bounded
 except KeyboardInterrupt:
     interrupted()
 
@@ -245,8 +245,6 @@ if __name__ == "__main__":
     try:
         problem = check_overrides(sys.argv[1:])
         if problem:
-            from ncp_local.config import bounded
-
             print(f"error: {bounded(problem)}", file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)
         main()

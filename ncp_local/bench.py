@@ -306,14 +306,17 @@ def projection(rig: Way, throughput: float) -> list[str]:
     ]
 
 
+def _silent(line: str) -> None:
+    """The default `note` of the benches: progress lines go nowhere."""
+
+
 async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[Spec, ...], pack: PromptPack,
                 narrator_cls: type, player: Player, seed: int, k: int, turns: int,
                 throughput: float | None, sequential: bool = True,
                 sequential_episodes: int | None = None, bounds: Mapping[str, Bounds] | None = None,
-                note: Callable[[str], None] | None = None) -> list[str]:
+                note: Callable[[str], None] = _silent) -> list[str]:
     """The workload three ways on one engine (see the module docstring); `note` gets a line as each
     way ends (the default size takes an hour on 2 CPU cores)."""
-    say = note or (lambda line: None)
     work = workload(specs, k)
     recorder = Recorder(backend)
     # Each role keeps its own output bounds (the embedded model's are tight).
@@ -326,11 +329,11 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
         # Warm-up (not measured): compiles grammars and kernels the first calls would pay for.
         await run_rig("warmup", work[:1], roles, pack, narrator_cls, player, seed + 1, 1, 1, root)
         scaling = await engine_scaling(backend, k, seed)
-        say("bench: warm-up and engine-alone scaling done; now (a) the rig")
+        note("bench: warm-up and engine-alone scaling done; now (a) the rig")
         await _reset_cache(backend)
         a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns,
                           k, root)
-        say(f"bench: (a) done in {a.wall_s:.0f} s")
+        note(f"bench: (a) done in {a.wall_s:.0f} s")
         ways = [a]
         b: Way | None = None
         if sequential:
@@ -340,7 +343,7 @@ async def bench(backend: Backend, model: str, sampling: Sampling, specs: tuple[S
             await _reset_cache(backend)
             b = await run_rig(f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
                               work[:n], roles, pack, narrator_cls, player, seed, turns, 1, root)
-            say(f"bench: (b) done in {b.wall_s:.0f} s")
+            note(f"bench: (b) done in {b.wall_s:.0f} s")
             ways.append(b)
         await _reset_cache(backend)
         c = await run_ceiling(backend, recorder.requests, a.turns)
@@ -458,7 +461,7 @@ def _account(way: SweepWay, num: int, results: dict[str, Any], calls: list[dict[
 
 async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
                       player: Player, episodes: int, turns: int, sequential: bool = True,
-                      note: Callable[[str], None] | None = None) -> list[str]:
+                      note: Callable[[str], None] = _silent) -> list[str]:
     """The same sweep two ways: batched (each distinct engine started once, every point's episodes in
     flight together, as `hydra/launcher=batched` runs it) and point by point (an engine started per
     point, as Hydra's basic launcher runs a sweep). Wall times include the engine starts: that is
@@ -495,8 +498,7 @@ async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pa
             for b in pool.values():
                 await b.close()
         batched.wall_s = time.perf_counter() - started
-        if note:
-            note(f"bench: batched way done in {batched.wall_s:.0f} s; now point by point")
+        note(f"bench: batched way done in {batched.wall_s:.0f} s; now point by point")
         for num, (results, calls) in enumerate(done):
             _account(batched, num, results, calls)
         ways.append(batched)
@@ -515,9 +517,8 @@ async def sweep_bench(points: list[tuple[str, Any]], specs: tuple[Spec, ...], pa
                 finally:
                     await engines.close()
                 _account(seq, num, results, calls)
-                if note:
-                    note(f"bench: point {num + 1} of {len(points)} done point by point "
-                         f"({time.perf_counter() - started:.0f} s so far)")
+                note(f"bench: point {num + 1} of {len(points)} done point by point "
+                     f"({time.perf_counter() - started:.0f} s so far)")
             seq.wall_s = time.perf_counter() - started
             ways.append(seq)
     lines = ["sweep points: " + "; ".join(f"#{i} {label}" for i, (label, _) in enumerate(points)), SWEEP_HEADER,

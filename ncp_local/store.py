@@ -38,10 +38,10 @@ from typing import Any, Callable, Iterator, Mapping
 from pydantic import BaseModel, ValidationError
 
 from .episode import Checkpoint, EpisodeResult
+from .exits import EXIT_DISK_FULL
 from .spec import SpecError
 
 SEAL = "seal"
-from .exits import EXIT_DISK_FULL
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 # What a run directory may hold; a non-empty folder with neither a manifest nor
 # results/ is someone else's and is never written into.
