@@ -1,6 +1,6 @@
 """ncp-local entry point: `python run.py [group=option ...] [key=value ...]`.
 
-Modes: run (default), lint, merge. See README.md.
+The modes are listed in ncp_local/modes (`--help` prints them); see README.md.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any, NoReturn
 
-from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, STOPPED_BY_SIGNAL
+from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, STOPPED_BY_SIGNAL
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # A sweep up to this many points is checked point by point before the first
@@ -35,7 +35,7 @@ except KeyboardInterrupt:
     interrupted()
 
 OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
-from ncp_local.help import register as register_help  # noqa: E402  (--help: conf/hydra/help/ncp.yaml)
+from ncp_local.launch.help import register as register_help  # noqa: E402  (--help: conf/hydra/help/ncp.yaml)
 
 register_help()
 
@@ -150,14 +150,13 @@ class _PointChecker:
 
     def __init__(self, config_name: str) -> None:
         self.config_name = config_name
-        self.datasets: set[str] = set()  # dataset paths already read (a sweep rarely varies it)
+        self.datasets: dict[str, Any] = {}  # datasets already read (a sweep rarely varies it)
 
     def check(self, overrides: list[str]) -> None:
         from ncp_local import config as config_mod
-        from ncp_local.cli import method_options
-        from ncp_local.llm.factory import ROLES, Engines
-        from ncp_local.roles import narrator_factory, narrator_options
-        from ncp_local.spec import SpecError, load_dataset
+        from ncp_local.errors import InputError
+        from ncp_local.execution.preflight import preflight
+        from ncp_local.protocol import ROLES
 
         try:
             raw: dict[str, Any] = OmegaConf.to_container(  # type: ignore[assignment]
@@ -170,13 +169,9 @@ class _PointChecker:
             cfg = config_mod.validate(raw)
             if cfg.mode not in ("run", "bench"):
                 return
-            narrator_options(narrator_factory(str(cfg.method.get("name", "baseline"))), method_options(cfg))
-            Engines(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES).check()
-            path = str(config_mod.dataset_path(cfg))
-            if path not in self.datasets:
-                load_dataset(path)
-                self.datasets.add(path)
-        except SpecError as exc:
+            # The same check the point's own job makes first (execution/preflight.py).
+            preflight(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES, datasets=self.datasets)
+        except InputError as exc:
             raise _BadPoint(str(exc)) from None
 
 
@@ -193,9 +188,9 @@ SWEEP: list[tuple[int, str, int]] = []
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from ncp_local.cli import main as cli_main
+    from ncp_local.modes import main as mode_main
 
-    code = cli_main(cfg)
+    code = mode_main(cfg)
     job = _local_sweep_job()
     if job is None or code in STOPPED_BY_SIGNAL:
         # A single run, a Slurm task (its own exit code), or a stop asked for: exit now.
@@ -213,7 +208,7 @@ def _index_point(cfg: DictConfig, num: int, code: int) -> None:
 
     from hydra.core.hydra_config import HydraConfig
 
-    from ncp_local.sweep import record_point
+    from ncp_local.launch.sweep import record_point
 
     hc = HydraConfig.get()
     record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg)

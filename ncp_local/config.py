@@ -10,10 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from .spec import SpecError, shown
-from .stages import Bounds
+from .engines.settings import ModelSettings
+from .errors import InputError, shown
+from .protocol import ROLES
+from .protocol.stages import Bounds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity
@@ -27,10 +32,10 @@ NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
                 "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "out", "bench",
                 "sources",
-                *(f"{role}.model.{key}" for role in ("narrator", "player", "auditor") for key in _PLACEMENT))
+                *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT))
 
 
-class ConfigError(SpecError):
+class ConfigError(InputError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__("config", field, message)
 
@@ -42,60 +47,8 @@ class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class ModelCfg(_Cfg):
-    """One model and how its engine runs: the one schema `conf/model/*.yaml`,
-    the vLLM backend and `mode=plan` read. Unknown keys are an error (a typo
-    must not pass silently); vLLM settings the rig does not read itself go in
-    `engine_args`, checked against vLLM's own engine arguments before start."""
-
-    name: str
-    # A local model directory, or "embedded" for the converted SmolLM2 wheel model.
-    path: str
-    revision: str | None = None  # the HF commit downloaded; recorded in the manifest, not sent to vLLM
-    dtype: str = "auto"
-    # The window the rig guards and the engine runs with.
-    max_model_len: int = Field(8192, gt=0)
-    # On GPU, the share of GPU memory for weights + KV cache. On CPU, the share
-    # of RAM (per NUMA node) reserved for the KV cache (0.3 works here; 0.92 fails).
-    # None: planned (ncp_local/plan): engines sharing a GPU get shares that fit together.
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    # An explicit KV cache size; overrides the share above.
-    kv_cache_memory_bytes: int | None = Field(None, gt=0)
-    tensor_parallel_size: int = Field(1, ge=1)
-    # Indices into the visible GPUs (vLLM's device_ids: under Slurm, into its
-    # CUDA_VISIBLE_DEVICES allocation); [] = the first tensor_parallel_size visible.
-    devices: list[int] = []
-    # Passed to the chat template, e.g. {"enable_thinking": False} for Qwen3.
-    chat_template_kwargs: dict[str, Any] = {}
-    structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
-    enforce_eager: bool = False
-    max_num_seqs: int = Field(64, ge=1)
-    # CPU build only: cores vLLM keeps free of model threads (VLLM_CPU_NUM_OF_RESERVED_CPU);
-    # None = vLLM's choice (1 here, leaving the model one of 2 cores).
-    cpu_reserved_cores: int | None = Field(None, ge=0)
-    seed: int = 0  # the engine's own seed; every request carries its own
-    # GPU engines: VLLM_BATCH_INVARIANT=1 (results independent of batch
-    # composition, slower). `engine.deterministic=true` sets it for every model.
-    deterministic: bool = False
-    # Any other vLLM engine argument (AsyncEngineArgs field), e.g. hf_overrides,
-    # quantization, kv_cache_dtype, language_model_only, max_num_batched_tokens.
-    engine_args: dict[str, Any] = {}
-
-    @field_validator("devices")
-    @classmethod
-    def _devices_fit_tensor_parallel(cls, v: list[int], info: ValidationInfo) -> list[int]:
-        if len(set(v)) != len(v) or any(d < 0 for d in v):
-            raise ValueError(f"devices must be distinct non-negative indices into the visible GPUs, got {v}")
-        # tensor_parallel_size is declared above devices, so it is validated (and here) first.
-        tp = info.data.get("tensor_parallel_size")
-        if v and tp is not None and len(v) != tp:
-            raise ValueError(f"{len(v)} device(s) {v} for tensor_parallel_size={tp}: give exactly {tp} "
-                             "(or devices=[] for the first visible ones)")
-        return v
-
-
 class RoleCfg(_Cfg):
-    model: ModelCfg
+    model: ModelSettings
     temperature: float = Field(0.6, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(512, gt=0)
@@ -108,7 +61,7 @@ class VLLMEngineCfg(_Cfg):
     """`engine=vllm`: in-process engines, one per distinct model (conf/engine/vllm.yaml)."""
 
     name: Literal["vllm"]
-    deterministic: bool = False  # every GPU engine batch-invariant (see ModelCfg.deterministic)
+    deterministic: bool = False  # every GPU engine batch-invariant (see ModelSettings.deterministic)
 
 
 class ScriptedEngineCfg(_Cfg):
@@ -240,6 +193,19 @@ class RunConfig(_Cfg):
     models_root: str | None = None  # interpolated into model paths (conf/model/*.yaml)
     from_: str | None = Field(None, alias="from")  # mode=rerun: the run directory to repeat
 
+    @property
+    def method_name(self) -> str:
+        return str(self.method.get("name", "baseline"))
+
+    @property
+    def method_options(self) -> dict[str, Any]:
+        """Everything under `method` except its name goes to the narrator's constructor."""
+        return {k: v for k, v in self.method.items() if k != "name"}
+
+    @property
+    def condition_name(self) -> str:
+        return str(self.condition.get("name", ""))
+
     @field_validator("method")
     @classmethod
     def _method_name(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -276,47 +242,11 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         raise ConfigError(field, f"{err['msg']} (got {shown(err.get('input'))})") from None
 
 
-def identity(raw: dict[str, Any]) -> str:
-    """The run identity's key for this config (reads dataset, prompts and weights: see identity.py)."""
-    from . import identity as identity_mod
-
-    return identity_mod.of_run(validate(raw), raw).key
-
-
 def dataset_path(cfg: RunConfig) -> Path:
     if not cfg.dataset.path:
         raise ConfigError("dataset.path", f"not set for dataset {cfg.dataset.name!r} "
                           "(pass dataset.path=DIR or set NCP_BENCH_DATASET)")
     return Path(cfg.dataset.path).expanduser()
-
-
-def run_dir(cfg: RunConfig, raw: dict[str, Any], key: str | None = None) -> Path:
-    """`out_dir`, else `runs/<dataset>-<identity key>` (pass `key` when already computed)."""
-    if cfg.out_dir:
-        return Path(cfg.out_dir).expanduser()
-    if key is None:
-        from . import identity as identity_mod
-
-        key = identity_mod.of_run(cfg, raw).key
-    return Path("runs") / f"{cfg.dataset.name}-{key}"
-
-
-def shard_specs(cfg: RunConfig, specs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index)."""
-    if cfg.shard.count == 1:
-        # Unsharded: the whole run, whatever $SLURM_ARRAY_TASK_ID says (Hydra's
-        # submitit launcher runs each sweep point as a task of an array job).
-        return specs
-    if cfg.shard.index >= cfg.shard.count:
-        raise ConfigError("shard.index", f"{cfg.shard.index} is not below shard.count={cfg.shard.count}")
-    return specs[cfg.shard.index::cfg.shard.count]
-
-
-def shard_dir(cfg: RunConfig, root: Path) -> Path:
-    """Each array task writes only under its own directory; merge joins them."""
-    if cfg.shard.count == 1:
-        return root
-    return root / f"shard-{cfg.shard.index:03d}-of-{cfg.shard.count:03d}"
 
 
 def compose(overrides: list[str], config_name: str = "config", hydra_config: bool = False) -> Any:
@@ -325,10 +255,6 @@ def compose(overrides: list[str], config_name: str = "config", hydra_config: boo
     Used to check overrides up front and by the Slurm submitter to name the
     run directory once. Raises Hydra's own exceptions (see `hydra_error_line`).
     """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
-
     OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)

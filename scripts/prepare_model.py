@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ncp_local.llm.embedded import EmbeddedModelError, ensure_embedded_model  # noqa: E402
+from ncp_local.engines.embedded import EmbeddedModelError, ensure_embedded_model  # noqa: E402
 
 
 def main() -> int:

@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ncp_local import config as config_mod  # noqa: E402
-from ncp_local.merge import shard_dirs  # noqa: E402
-from ncp_local.spec import SpecError  # noqa: E402
-from ncp_local.exits import EXIT_DISK_FULL  # noqa: E402
-from ncp_local.store import DiskFull, atomic_write  # noqa: E402
+from ncp_local.errors import InputError  # noqa: E402
+from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_FAILED, EXIT_OK, exit_for  # noqa: E402
+from ncp_local.execution.layout import shard_dirs  # noqa: E402
+from ncp_local.execution.store import DiskFull, atomic_write  # noqa: E402
 
 TEMPLATE = REPO / "slurm" / "ncp_array.sbatch"
 STATE_FILE = "submit.json"  # in the run directory: shard count, identity, submitted jobs
@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # One line (argparse prints the whole usage first), exit 2 as argparse does.
         print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -107,8 +107,8 @@ def resolve_run(overrides: list[str], check_models: bool) -> tuple[Path, str, li
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
-    from ncp_local.llm.factory import Engines
-    from ncp_local.spec import load_dataset
+    from ncp_local.execution import identity, layout
+    from ncp_local.execution.preflight import preflight
 
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
@@ -124,11 +124,12 @@ def resolve_run(overrides: list[str], check_models: bool) -> tuple[Path, str, li
     cfg = config_mod.validate(raw)
     if cfg.mode != "run":
         raise SubmitError(f"mode: only mode=run is submitted (got {cfg.mode!r})")
-    ds = load_dataset(config_mod.dataset_path(cfg), limit=cfg.limit)
-    if check_models:
-        Engines(cfg).check()
-    root = config_mod.run_dir(cfg, raw).expanduser()
-    return (Path.cwd() / root).resolve(), config_mod.identity(raw), [s.id for s in ds.specs]
+    # What each task would refuse at its start (models: unless they live on the compute nodes only).
+    ready = preflight(cfg, models=check_models)
+    assert ready.dataset is not None
+    ident = identity.of_run(cfg, raw, ready.dataset.root, ready.pack.templates).key
+    root = layout.run_dir(cfg, ident).expanduser()
+    return (Path.cwd() / root).resolve(), ident, [s.id for s in ready.dataset.specs]
 
 
 def compress(indices: list[int]) -> str:
@@ -203,9 +204,8 @@ def main(argv: list[str]) -> int:
         if not args.dry_run and shutil.which("sbatch") is None:
             raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
                               "command without it)")
-    except (SubmitError, SpecError) as exc:  # SpecError: a bad spec, config field or model path
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (SubmitError, InputError) as exc:  # InputError: a bad spec, config field or model path
+        return refused(exc)
 
     merge_cmd = f"{shlex.quote(args.python)} {shlex.quote(str(REPO / 'run.py'))} mode=merge out_dir={shlex.quote(str(root))}"
     todo = [i for i in range(n) if i not in done and i not in busy]
@@ -242,7 +242,7 @@ def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[s
     `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued)."""
     from hydra.errors import HydraException
 
-    from ncp_local.sweep import expand
+    from ncp_local.launch.sweep import expand
 
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
@@ -262,7 +262,7 @@ def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[s
     for point in points:
         try:
             root, ident, specs = resolve_run(point, check_models)
-        except (SubmitError, SpecError) as exc:
+        except (SubmitError, InputError) as exc:
             raise SubmitError(f"sweep point {' '.join(point)}: {exc}") from None
         out.append((point, root, ident, specs))
     roots = [r for _, r, _, _ in out]
@@ -276,7 +276,7 @@ def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[s
 def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     """`submit.py --shards N -- -m key=a,b ...`: one array job; task k runs shard k of every point's specs in one
     process (hydra/launcher=batched), so each task loads each model once."""
-    from ncp_local.identity import digest
+    from ncp_local.execution.identity import digest
 
     n = args.shards
     try:
@@ -302,9 +302,8 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         if not args.dry_run and shutil.which("sbatch") is None:
             raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
                               "command without it)")
-    except (SubmitError, SpecError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (SubmitError, InputError) as exc:
+        return refused(exc)
 
     print(f"sweep folder: {sweep_dir} ({len(points)} points, index-shard-*.json per task)")
     for point, root, _, specs in points:
@@ -362,15 +361,15 @@ def submit(cmd: list[str], log_dir: Path, todo: list[int], jobs: list[dict[str, 
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         print(f"error: out_dir: cannot create {log_dir} for the task logs: {exc.strerror}", file=sys.stderr)
-        return None, 2
+        return None, EXIT_BAD_INPUT
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(f"error: sbatch failed: {exc}", file=sys.stderr)
-        return None, 1
+        return None, EXIT_FAILED
     if out.returncode != 0:
         print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
-        return None, 1
+        return None, EXIT_FAILED
     job = out.stdout.strip().split(";")[0]
     jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "command": cmd})
@@ -380,7 +379,14 @@ def submit(cmd: list[str], log_dir: Path, todo: list[int], jobs: list[dict[str, 
         print(f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
               f"know it; cancel it (scancel {job}) or wait for it before re-submitting", file=sys.stderr)
         return None, EXIT_DISK_FULL
-    return job, 0
+    return job, EXIT_OK
+
+
+def refused(exc: Exception) -> int:
+    """One error line; a submission refused before anything is queued is bad input (exit 2)."""
+    known = exit_for(exc)
+    print(f"error: {known.message if known else exc}", file=sys.stderr)
+    return known.code if known else EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

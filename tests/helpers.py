@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from ncp_local.llm.base import Request
-from ncp_local.llm.scripted import RandomPolicy, ScriptedBackend
-from ncp_local.prompts import PromptPack
-from ncp_local.roles import BaselineNarrator, Player
-from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
-from ncp_local.spec import parse_spec
-from ncp_local.store import RunDir, read_calls
+from ncp_local.engines.base import Request
+from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.narrators import BaselineNarrator
+from ncp_local.protocol.player import Player
+from ncp_local.execution.calls import CallService, RoleBinding, Sampling
+from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ncp_local.protocol.spec import parse_spec
+from ncp_local.execution.store import RunDir, read_calls
 
 # Nothing happens unless a rule says so: no conflicts, nodes, facts or satisfactions.
 QUIET = RandomPolicy(conflict_rate=0, node_rate=0, satisfy_rate=0, add_fact_rate=0, negate_fact_rate=0)
@@ -74,7 +76,7 @@ class Scripted:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
         self.play_through = play_through
         self.concurrency = concurrency
-        self.backend = ScriptedBackend(rules=rules, policy=policy)
+        self.backend = ScriptedEngine(rules=rules, policy=policy)
         self.condition = condition
         self.narrator = narrator or (lambda pack, roles: BaselineNarrator(pack))
         self.pack_dir = pack_dir
@@ -87,12 +89,13 @@ class Scripted:
         roles = {r: RoleBinding(self.backend, Sampling(), "scripted", **({"bounds": self.bounds[r]} if r in self.bounds
                                                                          else {}))
                  for r in ("narrator", "player", "auditor")}
-        runner = Runner(specs=tuple(self.specs), roles=roles, pack=pack, store=store,
-                        settings=RunSettings(seed=self.seed, max_turns=self.max_turns, concurrency=self.concurrency,
-                                             play_through=self.play_through),
-                        make_narrator=lambda: self.narrator(pack, roles), player=Player(self.condition))
+        scheduler = EpisodeScheduler(
+            specs=tuple(self.specs), calls=CallService(roles=roles, pack=pack, store=store, seed=self.seed),
+            store=store, settings=EpisodeSettings(max_turns=self.max_turns, concurrency=self.concurrency,
+                                                  play_through=self.play_through),
+            make_narrator=lambda: self.narrator(pack, roles), player=Player(self.condition))
         try:
-            return asyncio.run(runner.run())
+            return asyncio.run(scheduler.run())
         finally:
             store.close()
 

@@ -31,7 +31,7 @@ from typing import Callable
 
 import pytest
 
-from ncp_local import cli
+from ncp_local import modes
 from ncp_local import config as config_mod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +223,7 @@ def run_in_process(tool: str, argv: list[str]) -> tuple[int, str, str]:
                 elif "-m" in argv or "--multirun" in argv:
                     code = 0  # the sweep would start
                 else:
-                    code = cli.main(config_mod.compose(argv))
+                    code = modes.main(config_mod.compose(argv))
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # what the process would print: the test fails on it

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ncp_local.bench import Scaling, Way, late_hit, projection, unbounded_cache_hit, workload
-from ncp_local.llm.base import Message, Request
-from ncp_local.spec import load_dataset
+from ncp_local.modes.bench import Scaling, Way, late_hit, projection, unbounded_cache_hit, workload
+from ncp_local.engines.base import Message, Request
+from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,25 +11,26 @@ import pytest
 import yaml
 from helpers import prompt, tag
 
-from ncp_local.build import build_all, load_sources
-from ncp_local.llm.base import Request
-from ncp_local.llm.scripted import ScriptedBackend
-from ncp_local.prompts import PromptPack
-from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
-from ncp_local.spec import SpecError, load_dataset
-from ncp_local.store import RunDir
+from ncp_local.modes.build import build_all, load_sources
+from ncp_local.engines.base import Request
+from ncp_local.engines.scripted import ScriptedEngine
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.execution.calls import CallService, RoleBinding, Sampling
+from ncp_local.errors import InputError
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.execution.store import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _build(tmp_path: Path, rules: Any, sources: Path = ROOT / "specs" / "sources.yaml") -> tuple[dict, ScriptedBackend]:
-    backend = ScriptedBackend(rules=rules)
+def _build(tmp_path: Path, rules: Any, sources: Path = ROOT / "specs" / "sources.yaml") -> tuple[dict, ScriptedEngine]:
+    backend = ScriptedEngine(rules=rules)
     store = RunDir(tmp_path / "out" / ".build")
     store.open({}, "t")
-    runner = Runner(specs=(), roles={"auditor": RoleBinding(backend, Sampling(), "scripted")}, pack=PromptPack.load(),
-                    store=store, settings=RunSettings(), make_narrator=lambda: None, player=None)  # type: ignore
+    calls = CallService(roles={"auditor": RoleBinding(backend, Sampling(), "scripted")}, pack=PromptPack.load(),
+                        store=store)
     try:
-        status = asyncio.run(build_all(runner, load_sources(sources)[:1], tmp_path / "out"))
+        status = asyncio.run(build_all(calls, load_sources(sources)[:1], tmp_path / "out"))
     finally:
         store.close()
     return status, backend
@@ -68,17 +69,17 @@ def test_build_gives_up_after_rounds(tmp_path: Path) -> None:
 def test_bad_sources_file(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a/b", "title": "t", "genres": ["x"],
                                                                    "player_role": "p", "synopsis": "s"}]}))
-    with pytest.raises(SpecError, match=r"sources\[0\]\.id"):
+    with pytest.raises(InputError, match=r"sources\[0\]\.id"):
         load_sources(tmp_path / "s.yaml")
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a", "title": "t"}]}))
-    with pytest.raises(SpecError, match=r"sources\[0\]\.genres: missing"):
+    with pytest.raises(InputError, match=r"sources\[0\]\.genres: missing"):
         load_sources(tmp_path / "s.yaml")
 
 
 def test_commitment_schema_requires_an_achievement_first() -> None:
     import jsonschema
 
-    from ncp_local.stages import schema_for
+    from ncp_local.protocol.stages import schema_for
 
     schema = schema_for("build_commitments")
     entry = {"description": "d", "satisfaction_condition": "s", "violation_condition": "v"}

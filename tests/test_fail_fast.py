@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from helpers import Scripted, make_spec, tag
 
-from ncp_local.llm.base import Completion, ContextOverflow, Request
-from ncp_local.runner import SystematicFailure, failure_kind, systematic_invalid
+from ncp_local.engines.base import Completion, ContextOverflow, Request
+from ncp_local.execution.calls import SystematicFailure, failure_kind, systematic_invalid
 
 
 def _engine_error(stage_name: str) -> Any:

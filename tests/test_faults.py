@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers import Scripted, make_spec, tag
 
-from ncp_local.llm.base import Completion, Request
+from ncp_local.engines.base import Completion, Request
 
 ROOT = Path(__file__).resolve().parent.parent
 

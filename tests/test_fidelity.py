@@ -13,12 +13,11 @@ import pytest
 from helpers import Scripted, conflicts, facts, make_spec, prompt, tag
 
 from ncp_local.config import compose, validate
-from ncp_local.llm.base import Request
-from ncp_local.metrics import episode_metrics
-from ncp_local.prompts import OFFICIAL_FILES, TEMPLATE_VARS, PromptPack, placeholders
-from ncp_local.roles import BaselineNarrator
-from ncp_local.spec import SpecError
-
+from ncp_local.engines.base import Request
+from ncp_local.protocol.metrics import episode_metrics
+from ncp_local.protocol.prompts import OFFICIAL_FILES, TEMPLATE_VARS, PromptPack, placeholders
+from ncp_local.protocol.narrators import BaselineNarrator
+from ncp_local.errors import InputError
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -156,7 +155,7 @@ def _resolved(overrides: list[str]) -> dict[str, Any]:
 
 
 def test_bound_hits_go_to_the_call_log_and_the_turn_record(tmp_path: Path) -> None:
-    from ncp_local.stages import TIGHT
+    from ncp_local.protocol.stages import TIGHT
 
     def rules(req: Request) -> Any:
         stage, _, turn, _ = tag(req)
@@ -237,5 +236,5 @@ def test_rig_pack_narrator_template_cannot_reach_later_beats(tmp_path: Path) -> 
         pack = tmp_path / forbidden
         shutil.copytree(ROOT / "prompts", pack)
         (pack / "narrate.txt").write_text("{player_role} {" + forbidden + "}")
-        with pytest.raises(SpecError, match=rf"placeholder \{{{forbidden}\}} is not provided to the narrate stage"):
+        with pytest.raises(InputError, match=rf"placeholder \{{{forbidden}\}} is not provided to the narrate stage"):
             PromptPack.load(pack)

@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from ncp_local.llm.grammar import BACKENDS, adapt_schema, unsupported
-from ncp_local.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, parse, schema_for
+from ncp_local.engines.grammar import BACKENDS, adapt_schema, unsupported
+from ncp_local.protocol.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, parse, schema_for
 
 IDS = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
 STAGES = ("opening", "narrate", "fact_update", "conflict_check", "double_check", "trajectory_check", "status_check",

@@ -8,11 +8,11 @@ from typing import Any
 
 from helpers import Scripted, make_spec, prompt, tag
 
-from ncp_local.hiagent import HiAgentNarrator, Subgoal
-from ncp_local.ledger import EpisodeState, Exchange, FactUpdate
-from ncp_local.llm.base import Request
-from ncp_local.prompts import PromptPack
-from ncp_local.roles import BaselineNarrator
+from ncp_local.protocol.hiagent import HiAgentNarrator, Subgoal
+from ncp_local.protocol.ledger import EpisodeState, Exchange, FactUpdate
+from ncp_local.engines.base import Request
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.narrators import BaselineNarrator
 
 
 class HiAgentRun(Scripted):

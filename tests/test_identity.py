@@ -15,8 +15,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
-from ncp_local.identity import Identity, differences, model_weights, of_run, weights_fingerprint
-from ncp_local.provenance import hf_revision
+from ncp_local.execution import identity as identity_mod
+from ncp_local.execution.identity import Identity, differences, model_weights, of_run, weights_fingerprint
+from ncp_local.execution.provenance import hf_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=2", "progress=false")
@@ -85,8 +86,8 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
     b = _fake_model(tmp_path / "b")
     (b / "README.md").write_text("another readme")
     qwen = ("engine=vllm", "narrator=qwen3", "player=qwen3", "auditor=qwen3")
-    key_a = config_mod.identity(_raw(*qwen, f"models_root={tmp_path / 'a'}"))
-    key_b = config_mod.identity(_raw(*qwen, f"models_root={tmp_path / 'b'}"))
+    key_a = identity_mod.run_key(_raw(*qwen, f"models_root={tmp_path / 'a'}"))
+    key_b = identity_mod.run_key(_raw(*qwen, f"models_root={tmp_path / 'b'}"))
     assert key_a == key_b  # two clusters, two mount points, the same weights
     assert weights_fingerprint(a) == weights_fingerprint(b)
     # A retrained checkpoint of the same shape: its bytes differ in the middle.
@@ -112,13 +113,13 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
 
 def test_settings_that_change_results_are_in_the_identity() -> None:
     base = _raw(*SCRIPTED)
-    key = config_mod.identity(base)
+    key = identity_mod.run_key(base)
     for same in ("concurrency=7", "progress=true", "limit=1", "out_dir=/tmp/x", "models_root=/x",
                  "narrator.model.devices=[1]", "narrator.model.gpu_memory_utilization=0.5"):
-        assert config_mod.identity(_raw(*SCRIPTED, same)) == key, same
+        assert identity_mod.run_key(_raw(*SCRIPTED, same)) == key, same
     for other in ("seed=7", "max_turns=3", "narrator.temperature=0.1", "narrator.model.dtype=float16",
                   "condition=natural", "method=hiagent", "auditor.max_tokens=100"):
-        assert config_mod.identity(_raw(*SCRIPTED, other)) != key, other
+        assert identity_mod.run_key(_raw(*SCRIPTED, other)) != key, other
     seed = Identity(of_run(config_mod.validate(_raw(*SCRIPTED, "seed=7")), _raw(*SCRIPTED, "seed=7")).parts)
     old = of_run(config_mod.validate(base), base)
     assert differences(old.parts, seed.parts) == ["seed 0 -> 7"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from helpers import make_spec
 
-from ncp_local import ledger
-from ncp_local.ledger import FactEntry, FactUpdate
-from ncp_local.spec import InitialFact
+from ncp_local.protocol import ledger
+from ncp_local.protocol.ledger import FactEntry, FactUpdate
+from ncp_local.protocol.spec import InitialFact
 
 
 def _facts(*ids_active: tuple[str, bool]) -> tuple[FactEntry, ...]:

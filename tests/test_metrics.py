@@ -8,9 +8,9 @@ import random
 import pytest
 from helpers import make_spec
 
-from ncp_local import ledger
-from ncp_local.episode import EpisodeResult, FactUpdateRecord, TurnRecord
-from ncp_local.metrics import aggregate, episode_metrics, km_survival, results_table, survival
+from ncp_local.protocol import ledger
+from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
+from ncp_local.protocol.metrics import aggregate, episode_metrics, km_survival, results_table, survival
 
 
 def _result(sid: str, termination: str, n_turns: int, nodes: tuple[bool, ...] = (False,), sat: int = 0,

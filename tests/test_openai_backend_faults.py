@@ -14,8 +14,8 @@ import pytest
 openai = pytest.importorskip("openai", reason="openai is not installed (pip install -e '.[openai]')")
 import httpx  # noqa: E402
 
-from ncp_local.llm.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
-from ncp_local.llm.openai_backend import OpenAIBackend, OpenAIEndpointConfig  # noqa: E402
+from ncp_local.engines.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
+from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig  # noqa: E402
 
 _HTTP = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 
@@ -32,7 +32,7 @@ def _answer(finish: str, prompt: int, completion: int) -> Any:
 
 def _generate(outcome: Any, request: Request):
     async def go():
-        backend = OpenAIBackend(OpenAIEndpointConfig(name="ep", base_url="http://127.0.0.1:9/v1", model="m"))
+        backend = OpenAIEngine(OpenAIEndpointConfig(name="ep", base_url="http://127.0.0.1:9/v1", model="m"))
 
         async def create(**body: Any) -> Any:
             if isinstance(outcome, BaseException):

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from helpers import Scripted, conflicts, make_spec, tag
 
-from ncp_local.episode import EpisodeResult, FactUpdateRecord, TurnRecord
-from ncp_local.llm.base import Request
-from ncp_local.llm.scripted import RandomPolicy, ScriptedBackend
-from ncp_local.prompts import PromptPack
-from ncp_local.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
-from ncp_local.runner import RoleBinding, Runner, RunSettings, Sampling
+from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
+from ncp_local.engines.base import Request
+from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.modes.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
+from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.report.runs import load_run
-from ncp_local.spec import SpecError
-from ncp_local.store import RunDir, read_calls
+from ncp_local.errors import InputError
+from ncp_local.execution.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = RandomPolicy(conflict_rate=0.25, overturn_rate=0.3, node_rate=0.4, satisfy_rate=0.3)
@@ -35,15 +35,14 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Scripted, dict[str
 
 
 def reaudit(tmp: Path, results: dict[str, EpisodeResult], policy: RandomPolicy, seed: int = 11,
-            rules: Any = None) -> tuple[dict[str, ReauditResult], ScriptedBackend, RunDir]:
-    backend = ScriptedBackend(rules=rules, policy=policy)
+            rules: Any = None) -> tuple[dict[str, ReauditResult], ScriptedEngine, RunDir]:
+    backend = ScriptedEngine(rules=rules, policy=policy)
     store = RunDir(tmp)
     store.open({"kind": "reaudit"}, identity="re")
-    runner = Runner(specs=tuple(SPECS), roles={"auditor": RoleBinding(backend, Sampling(), "re")},
-                    pack=PromptPack.load(), store=store, settings=RunSettings(seed=seed),
-                    make_narrator=lambda: None, player=None)  # type: ignore[arg-type]
+    calls = CallService(roles={"auditor": RoleBinding(backend, Sampling(), "re")}, pack=PromptPack.load(),
+                        store=store, seed=seed)
     try:
-        out = asyncio.run(reaudit_all([(s, results[s.id]) for s in SPECS], runner, concurrency=16))
+        out = asyncio.run(reaudit_all([(s, results[s.id]) for s in SPECS], calls, concurrency=16))
     finally:
         store.close()
     return out, backend, store
@@ -116,7 +115,7 @@ def _rec(turn: int, standing: list[tuple[str, str]] = (), first: list[tuple[str,
 
 
 def _episode(sid: str, turns: list[TurnRecord], termination: str) -> EpisodeResult:
-    from ncp_local import ledger
+    from ncp_local.protocol import ledger
 
     spec = make_spec(sid)
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="")
@@ -183,5 +182,5 @@ def test_cli_reaudit(tmp_path: Path) -> None:
 
     into_source = _run("mode=reaudit", f"runs=[{src}]", "engine=scripted", f"out_dir={src}", cwd=tmp_path)
     assert into_source.returncode == 2 and "another config" in into_source.stderr  # never writes into the run
-    with pytest.raises(SpecError, match="re-audit directory"):  # mode=report refuses it: not a run
+    with pytest.raises(InputError, match="re-audit directory"):  # mode=report refuses it: not a run
         load_run(tmp_path / "same")

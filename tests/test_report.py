@@ -20,15 +20,15 @@ import pytest
 import yaml
 from helpers import Scripted, conflicts, facts, statuses, tag, traj
 
-from ncp_local.llm.base import ContextOverflow, Request
+from ncp_local.engines.base import ContextOverflow, Request
 from ncp_local.report import build_report
-from ncp_local.report.replay import INTERNAL_LABEL, replay
+from ncp_local.protocol.replay import INTERNAL_LABEL, replay
 from ncp_local.report.review import disputed_summary, export_sheet, read_sheet, sample_conflicts
 from ncp_local.report.runs import attach_specs, load_run, load_runs
 from ncp_local.report.stats import bootstrap, cohen_kappa, confusion, pearson, ranks, spearman
 from ncp_local.report.tables import genre_rows, summary_markdown, summary_rows
-from ncp_local.spec import SpecError, load_dataset
-
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.errors import InputError
 ROOT = Path(__file__).resolve().parent.parent
 GENRES = {"a": ["drama", "mystery"], "b": ["drama", "comedy"], "c": ["comedy", "horror"],
           "d": ["mystery", "horror"], "e": ["drama", "horror"]}
@@ -319,7 +319,7 @@ def test_review_round_trip(run_dir: Path, tmp_path: Path) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    with pytest.raises(SpecError, match="line 2: verdict"):
+    with pytest.raises(InputError, match="line 2: verdict"):
         read_sheet(filled)
 
 
@@ -369,9 +369,9 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, args: tuple[str, ...], messag
 
 
 def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
-    from ncp_local import ledger
-    from ncp_local.episode import EpisodeResult
-    from ncp_local.spec import load_spec
+    from ncp_local.protocol import ledger
+    from ncp_local.protocol.episode import EpisodeResult
+    from ncp_local.protocol.spec import load_spec
 
     # One stored result per official spec (no episode is run: only genres matter here).
     ids = yaml.safe_load((official_dataset / "index.yaml").read_text())["specs"]
@@ -503,7 +503,7 @@ def test_review_sheet_shows_internal_and_input_conflicts(censored_dir: Path, tmp
 
 
 def test_conflict_details_without_the_spec(censored_dir: Path) -> None:
-    from ncp_local.report.replay import conflict_details
+    from ncp_local.protocol.replay import conflict_details
 
     run = load_run(censored_dir)  # no specs attached
     b, c = run.results["b"].turns[-1], run.results["c"].turns[-1]

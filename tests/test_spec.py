@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ncp_local.spec import SpecError, dataset_summary, load_dataset, load_spec
-
+from ncp_local.protocol.spec import dataset_summary, load_dataset, load_spec
+from ncp_local.errors import InputError
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -93,7 +93,7 @@ BAD = [
 def test_bad_spec_names_file_and_field(tmp_path: Path, name: str, doc: dict, field: str, needle: str) -> None:
     path = tmp_path / "x.yaml"
     path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(InputError) as err:
         load_spec(path)
     assert err.value.field == field
     assert needle in err.value.message
@@ -104,10 +104,10 @@ def test_duplicate_ids_and_yaml_errors(tmp_path: Path) -> None:
     doc = _good()
     doc["initial_facts"].append({"id": "f_0", "content": "again"})
     (tmp_path / "x.yaml").write_text(yaml.safe_dump(doc))
-    with pytest.raises(SpecError, match=r"initial_facts\[1\]\.id: duplicate id 'f_0'"):
+    with pytest.raises(InputError, match=r"initial_facts\[1\]\.id: duplicate id 'f_0'"):
         load_spec(tmp_path / "x.yaml")
     (tmp_path / "x.yaml").write_text("meta: [unclosed\n")
-    with pytest.raises(SpecError, match="invalid YAML") as err:
+    with pytest.raises(InputError, match="invalid YAML") as err:
         load_spec(tmp_path / "x.yaml")
     assert err.value.field.startswith("line ")
 
@@ -126,10 +126,10 @@ def test_index_errors(tmp_path: Path) -> None:
     (tmp_path / "specs").mkdir()
     (tmp_path / "index.yaml").write_text("specs: [a, a]\n")
     (tmp_path / "specs" / "a.yaml").write_text(yaml.safe_dump({**_good(), "meta": {**_good()["meta"], "id": "a"}}))
-    with pytest.raises(SpecError, match=r"specs\[1\]: duplicate"):
+    with pytest.raises(InputError, match=r"specs\[1\]: duplicate"):
         load_dataset(tmp_path)
     (tmp_path / "index.yaml").write_text("specs: [a, b]\n")
-    with pytest.raises(SpecError, match=r"specs\[1\]: 'b' has no file"):
+    with pytest.raises(InputError, match=r"specs\[1\]: 'b' has no file"):
         load_dataset(tmp_path)
 
 
@@ -156,7 +156,7 @@ def test_cli_lint_official(official_dataset: Path, tmp_path: Path) -> None:
 
 def test_yaml_limits_are_bounds_not_bans(tmp_path: Path) -> None:
     """Nesting up to the bound and repeated values (not keys) still load; one level more does not."""
-    from ncp_local.spec import MAX_YAML_DEPTH, parse_yaml
+    from ncp_local.protocol.spec import MAX_YAML_DEPTH, parse_yaml
 
     # Every node counts: the top mapping, the lists, the scalar at the bottom.
     assert parse_yaml("a: " + "[" * (MAX_YAML_DEPTH - 2) + "1" + "]" * (MAX_YAML_DEPTH - 2)) is not None

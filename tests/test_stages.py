@@ -7,8 +7,8 @@ import json
 import jsonschema
 import pytest
 
-from ncp_local.ledger import FactEntry, FactUpdate, apply_update, next_fact_ids
-from ncp_local.stages import (
+from ncp_local.protocol.ledger import FactEntry, FactUpdate, apply_update, next_fact_ids
+from ncp_local.protocol.stages import (
     TIGHT, UNBOUNDED, AuditIds, InvalidOutput, Narration, bound_hits, check_bounds, parse, regex_for, schema_for,
 )
 

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 from helpers import Scripted, make_spec
 
-from ncp_local import cli
+from ncp_local import modes
 from ncp_local import config as config_mod
-from ncp_local.exits import EXIT_DISK_FULL
-from ncp_local.store import RunDir, RunMismatch, check_place, read_calls
-from ncp_local.spec import SpecError
-
+from ncp_local.execution.exits import EXIT_DISK_FULL
+from ncp_local.execution.store import RunDir, RunMismatch, check_place, read_calls
+from ncp_local.errors import InputError
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=3", "progress=false", "engine.conflict_rate=0")
 
@@ -118,14 +117,14 @@ def test_seals_catch_edits_and_other_runs(tmp_path: Path) -> None:
     shutil.copy(tmp_path / "one" / "results" / "b.json", other / "results" / "b.json")
     with pytest.raises(RunMismatch, match="sealed by run 'test'"):
         RunDir(other).open({}, "another")
-    with pytest.raises(SpecError, match="inside the run directory"):
+    with pytest.raises(InputError, match="inside the run directory"):
         RunDir(tmp_path / "one" / "results").open({}, "test")
 
 
 # ---- a full disk -------------------------------------------------------------------
 
 def _main(*overrides: str) -> int:
-    return cli.main(config_mod.compose(list(overrides)))
+    return modes.main(config_mod.compose(list(overrides)))
 
 
 FULL = ("engine=scripted", "max_turns=4", "progress=false", "engine.conflict_rate=0", "concurrency=2")

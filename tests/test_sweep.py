@@ -17,11 +17,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
-from ncp_local import sweep
-from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
-from ncp_local.llm.factory import Engines
-from ncp_local.llm.scripted import ScriptedBackend
-from ncp_local.progress import Progress
+from ncp_local.launch import sweep
+from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.execution.engine_pool import EnginePool
+from ncp_local.engines.scripted import ScriptedEngine
+from ncp_local.execution.progress import Progress
 from ncp_local.report.labels import by_difference, from_template
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,17 +192,17 @@ AUDITORS = ("qwen3", "llama3_1_8b", "gemma3_12b", "mistral_small_24b")
 
 
 class _FakeStarts:
-    """Engines.start_model for engine=vllm without vLLM: scripted answers, every start and close counted."""
+    """EnginePool.start_model for engine=vllm without vLLM: scripted answers, every start and close counted."""
 
     def __init__(self) -> None:
         self.started: list[str] = []
         self.loaded: set[str] = set()
         self.most_loaded = 0
 
-    def __call__(self, engines: Engines, model: Any) -> Any:
+    def __call__(self, engines: EnginePool, model: Any) -> Any:
         fake = self
 
-        class Backend(ScriptedBackend):
+        class Engine(ScriptedEngine):
             async def close(self) -> None:
                 fake.loaded.discard(model.name + str(model.devices))
 
@@ -211,7 +211,7 @@ class _FakeStarts:
             self.started.append(name)
             self.loaded.add(name)
             self.most_loaded = max(self.most_loaded, len(self.loaded))
-            return Backend()
+            return Engine()
         return start()
 
 
@@ -220,8 +220,8 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
     # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor set to 0.9 of GPU 1.
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
-    monkeypatch.setattr(Engines, "check", lambda self: None)  # no weights here; the plan uses built-in facts
-    monkeypatch.setattr(Engines, "start_model", lambda self, model: fake(self, model))
+    monkeypatch.setattr(EnginePool, "check", lambda self: None)  # no weights here; the plan uses built-in facts
+    monkeypatch.setattr(EnginePool, "start_model", lambda self, model: fake(self, model))
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
             "progress=false", "auditor.model.gpu_memory_utilization=0.9"]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
@@ -247,10 +247,10 @@ def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypat
     # Shares left to the plan (the model files' null): the 8B auditors fit GPU 1 together, the 12B and 24B
     # ones need it alone; each group's engines get the plan's shares for that group.
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(Engines, "check", lambda self: None)
+    monkeypatch.setattr(EnginePool, "check", lambda self: None)
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
-    pool = sweep.EnginePool(lambda line: None)
+    pool = sweep.SharedEngines(lambda line: None)
     for p in points:
         sweep.prepare(p)
         assert p.status == "waiting", p.message
@@ -264,12 +264,12 @@ def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypat
 
 def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(Engines, "check", lambda self: None)
+    monkeypatch.setattr(EnginePool, "check", lambda self: None)
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
     share = "auditor.model.gpu_memory_utilization="
     points = _points([*base, "auditor=qwen3", share + "0.45"], [*base, "auditor=llama3_1_8b", share + "0.45"],
                      [*base, "auditor=mistral_small_24b", share + "0.8"])
-    pool = sweep.EnginePool(lambda line: None)
+    pool = sweep.SharedEngines(lambda line: None)
     for p in points:
         sweep.prepare(p)
         assert p.status == "waiting", p.message

@@ -28,8 +28,9 @@ from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError  # noqa: E402
 
-from ncp_local.llm.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
-from ncp_local.llm.vllm_backend import EngineModelConfig, VLLMBackend  # noqa: E402
+from ncp_local.engines.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
+from ncp_local.engines.settings import ModelSettings
+from ncp_local.engines.vllm import VLLMEngine  # noqa: E402
 
 WINDOW = 100
 
@@ -75,9 +76,9 @@ class FakeEngine:
                             outputs=[out], finished=True, num_cached_tokens=3)
 
 
-def _backend(engine: FakeEngine) -> VLLMBackend:
-    cfg = EngineModelConfig(name="fake", path="embedded", max_model_len=WINDOW)
-    return VLLMBackend(cfg, engine, WordTokenizer(), Path("/nonexistent"), 0.0)
+def _backend(engine: FakeEngine) -> VLLMEngine:
+    cfg = ModelSettings(name="fake", path="embedded", max_model_len=WINDOW)
+    return VLLMEngine(cfg, engine, WordTokenizer(), Path("/nonexistent"), 0.0)
 
 
 def _request(prompt_words: int, max_tokens: int, **kw: Any) -> Request:
@@ -85,7 +86,7 @@ def _request(prompt_words: int, max_tokens: int, **kw: Any) -> Request:
                    max_tokens=max_tokens, seed=11, **kw)
 
 
-def _generate(backend: VLLMBackend, request: Request):
+def _generate(backend: VLLMEngine, request: Request):
     async def go():
         try:
             return await backend.generate(request)

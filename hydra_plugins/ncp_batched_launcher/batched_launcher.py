@@ -6,7 +6,7 @@ single run), so this one imports nothing of the rig until it launches.
 Each point's config is composed exactly as Hydra's basic launcher composes
 it (`load_sweep_config`), so a point has the config, identity and run
 directory it would have alone. Instead of calling the task function once
-per point, the launcher hands all points to `ncp_local.sweep.run_sweep`,
+per point, the launcher hands all points to `ncp_local.launch.sweep.run_sweep`,
 which checks them all, runs the valid ones in one process on shared
 engines, writes the sweep index and prints the summary. A sweep with a
 failed or stopped point exits with its code here (Hydra has no way to
@@ -58,7 +58,7 @@ class BatchedLauncher(Launcher):
         return task
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ncp_local import sweep
+        from ncp_local.launch import sweep
 
         setup_globals()
         assert self.config is not None
@@ -75,7 +75,7 @@ class BatchedLauncher(Launcher):
                 p.raw = OmegaConf.to_container(p.task, resolve=True)  # type: ignore[assignment]
             except Exception as exc:  # composition or interpolation: this point's failure, not the sweep's
                 p.raw = p.raw or {}
-                p.fail(2, f"config: {exc}".splitlines()[0])
+                p.fail(EXIT_BAD_INPUT, f"config: {exc}".splitlines()[0])
             points.append(p)
         code = sweep.run_sweep(points, sweep_dir)
         returns = []

@@ -16,21 +16,29 @@ cannot start as configured (the one line says what to change).
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ConfigError
+from ..protocol import ROLES
 from .facts import ModelFacts, model_facts
-from .growth import Growth, Line, StageGrowth, fit_line, measured, play
+from .growth import Growth, Line, StageGrowth, fit_line
 from .hardware import GIB, Gpu, Inventory, inventory, parse_gpu
-from .memory import (EnginePlan, Problem, apply, check_windows, engines_of, plan_cpu, plan_gpu, read_facts,
-                     share_is_planned)
+from .memory import (
+    EnginePlan,
+    Problem,
+    apply,
+    check_windows,
+    engines_of,
+    plan_cpu,
+    plan_gpu,
+    read_facts,
+    share_is_planned,
+)
 
-__all__ = ["Line", "fit_line", "Plan", "preflight", "main", "check", "inventory", "parse_gpu", "Gpu",
+__all__ = ["Line", "fit_line", "Plan", "planned", "check", "render", "verdict", "project", "inventory", "parse_gpu", "Gpu",
            "ModelFacts", "model_facts", "share_is_planned"]
 
-ROLES = ("narrator", "player", "auditor")
 EXIT_GO, EXIT_OVERFLOW, EXIT_CANNOT = 0, 1, 2
 # Below this many episodes in flight at max_turns the plan notes that the run is KV-bound.
 KV_BOUND_EPISODES = 8
@@ -75,7 +83,7 @@ class Plan:
 
 
 def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) -> Plan:
-    """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play.
+    """EnginePool, devices, shares and window checks: the part `mode=run` needs, no prompt play.
 
     `on_disk_only`: plan only the models whose files are here (mode=run: the others fail its path check)."""
     pc = cfg.plan
@@ -96,9 +104,9 @@ def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) 
     return Plan(cfg, inv, engines, problems, lines)
 
 
-def preflight(cfg: Any) -> Any:
-    """`mode=run`'s first step: refuse a plan that cannot work (one line, exit 2), else the config as planned."""
-    plan = check(cfg, on_disk_only=True)
+def planned(cfg: Any, roles: tuple[str, ...] = ROLES) -> Any:
+    """The pre-flight's first step: refuse a plan that cannot work (one line, exit 2), else the config as planned."""
+    plan = check(cfg, roles, on_disk_only=True)
     if plan.fatal:
         p = plan.fatal[0]
         raise ConfigError(p.field, f"plan: {p.message} (details: python run.py mode=plan ...same overrides)")
@@ -255,40 +263,3 @@ def _sequence_at(plan: Plan, e: EnginePlan, turn: int) -> int:
     if not rows:
         return 0
     return int(min(e.window, max(r.growth.prompt_at(turn) + r.need for r in rows if r.growth.runs_at(turn))))
-
-
-def full(cfg: Any) -> Plan:
-    """The whole plan: the checks, then the prompt projection from the rig's own templates."""
-    from ..config import dataset_path
-    from ..prompts import TEMPLATES, PromptPack
-    from ..roles import Player, narrator_factory, narrator_options
-    from ..spec import load_dataset
-
-    plan = check(cfg)
-    if cfg.engine.name == "scripted":
-        return plan  # no model, no window: nothing to project
-    if cfg.plan.measured:
-        growth = measured(cfg.plan.measured)
-    else:
-        ds = load_dataset(dataset_path(cfg), limit=cfg.limit)
-        narrator_cls = narrator_factory(str(cfg.method.get("name", "baseline")))
-        kwargs = narrator_options(narrator_cls, {k: v for k, v in cfg.method.items() if k != "name"})
-        pack = PromptPack.load(cfg.prompts.get("dir"),
-                               required=TEMPLATES + tuple(getattr(narrator_cls, "TEMPLATES", ())))
-        player = Player(str(cfg.condition.get("name", "")))
-        growth = play(cfg, cfg.plan, ds.specs, pack, narrator_cls, kwargs, player)
-    project(plan, growth)
-    return plan
-
-
-def main(cfg: Any) -> int:
-    """`mode=plan`: print the plan; the exit code is the verdict (see the module doc)."""
-    plan = full(cfg)
-    for line in render(plan):
-        print(line)
-    code, text = verdict(plan)
-    print(text, flush=True)
-    if code == EXIT_CANNOT:
-        p = plan.fatal[0]
-        print(f"error: config: {p.field}: plan: {p.message}", file=sys.stderr)
-    return code

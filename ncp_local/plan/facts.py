@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..engines.embedded import embedded_model_dir
+
 # Bytes per element of the dtypes a checkpoint or an engine uses.
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4, "float": 4, "fp32": 4, "f32": 4,
@@ -214,8 +216,6 @@ def read_model_dir(path: Path) -> ModelFacts:
 def model_dir(path: str) -> Path:
     """Where a model record's weights live, without converting or downloading anything."""
     if path == "embedded":
-        from ..llm.embedded import embedded_model_dir
-
         return embedded_model_dir()
     return Path(path).expanduser()
 

@@ -13,17 +13,16 @@ Turns count from 1; the opening is turn 0.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import random
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..llm.base import Message, Request
+from ..engines.base import Message, Request
+from ..engines.scripted import RandomPolicy
 from .facts import model_dir
 
 
@@ -210,8 +209,6 @@ def _resize(data: Any, fn: Callable[[str, str], str | None]) -> Any:
 def sized_answers(sizes: Sizes, pool: list[str], bounds: Mapping[str, Any],
                   record: Callable[[str, str, str], None]) -> Callable[[Request], str]:
     """A scripted answer for every stage, at the stated sizes (within the role's bounds, as a grammar would)."""
-    from ..llm.scripted import RandomPolicy
-
     # Every conflict check finds one conflict and every double-check overturns it: both
     # stages run every turn (their prompts are the auditor's longest) and the turn commits.
     policy = RandomPolicy(conflict_rate=1.0, overturn_rate=1.0, add_fact_rate=0.0, negate_fact_rate=0.0)
@@ -262,86 +259,7 @@ def longest_specs(specs: Sequence[Any], k: int) -> tuple[Any, ...]:
     return tuple(sorted(specs, key=lambda s: (-size(s), s.id))[:k])
 
 
-def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type, narrator_kwargs: dict[str, Any],
-         player: Any, roles: Sequence[str] = ("narrator", "player", "auditor")) -> Growth:
-    """Play `plan.fit_turns` turns of the longest specs on scripted answers; fit each stage."""
-    from ..llm.scripted import ScriptedBackend
-    from ..runner import RoleBinding, Runner, RunSettings, Sampling
-    from ..store import RunDir
-
-    chosen = longest_specs(specs, pc.fit_specs)
-    facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
-    sizes = Sizes(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn,
-                  max(1, round(sum(facts) / len(facts))) if facts else 12)
-    counts = counters(cfg, roles)
-    answers: dict[str, tuple[str, str]] = {}
-
-    def record(stage: str, role: str, text: str) -> None:
-        if len(text) > len(answers.get(stage, ("", ""))[1]):
-            answers[stage] = (role, text)
-
-    bounds = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
-    rules = sized_answers(sizes, _words(specs), bounds, record)
-    backends = {}
-    for r in roles:
-        b = ScriptedBackend(rules=rules)
-        b.count_tokens = counts[r].count_tokens  # type: ignore[attr-defined]  # HiAgent trims memory with it
-        backends[r] = b
-    bindings = {r: RoleBinding(backends[r], Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p,
-                                                     getattr(cfg, r).max_tokens), getattr(cfg, r).model.name,
-                               bounds[r]) for r in roles}
-    with tempfile.TemporaryDirectory(prefix="ncp-plan-") as tmp:
-        store = RunDir(Path(tmp) / "play")
-        store.open({"plan": "play"}, "plan")
-        runner = Runner(specs=chosen, roles=bindings, pack=pack, store=store,
-                        settings=RunSettings(seed=cfg.seed, max_turns=pc.fit_turns, concurrency=len(chosen),
-                                             play_through=True),
-                        make_narrator=lambda: narrator_cls(pack=pack, roles=bindings, **narrator_kwargs),
-                        player=player)
-        try:
-            asyncio.run(runner.run())
-        finally:
-            store.close()
-    prompts: dict[str, dict[int, int]] = {}
-    role_of: dict[str, str] = {}
-    for r in roles:
-        for req in backends[r].requests:
-            stage = str(req.tags.get("stage"))
-            turn = int(req.tags.get("turn", 0)) + 1
-            role_of[stage] = str(req.tags.get("role", r))
-            n = counts[role_of[stage]].prompt(req.messages)
-            by_turn = prompts.setdefault(stage, {})
-            by_turn[turn] = max(by_turn.get(turn, 0), n)
-    need = {stage: counts[role].answer(text) for stage, (role, text) in answers.items()}
-    source = (f"played {pc.fit_turns} turns of the {len(chosen)} longest specs ({', '.join(s.id for s in chosen)}) "
-              f"with the rig's prompts on scripted answers: {sizes.text()}")
-    return _fit(prompts, need, role_of, source, {r: counts[r].label for r in roles})
-
-
-def measured(run_dir: str | Path) -> Growth:
-    """The same fit from a real run's call log (prompt and generated tokens per stage and turn)."""
-    from ..store import read_calls
-
-    path = Path(run_dir).expanduser() / "calls.jsonl"
-    if not path.is_file():
-        from ..config import ConfigError
-
-        raise ConfigError("plan.measured", f"no call log at {path} (give a run directory of mode=run or mode=bench)")
-    prompts: dict[str, dict[int, int]] = {}
-    need: dict[str, int] = {}
-    role_of: dict[str, str] = {}
-    for c in read_calls(path):
-        if "prompt_tokens" not in c:
-            continue
-        stage, turn = str(c["stage"]), int(c.get("turn", 0)) + 1
-        role_of[stage] = str(c.get("role", ""))
-        by_turn = prompts.setdefault(stage, {})
-        by_turn[turn] = max(by_turn.get(turn, 0), int(c["prompt_tokens"]))
-        need[stage] = max(need.get(stage, 0), int(c.get("generated_tokens", 0)))
-    return _fit(prompts, need, role_of, f"measured in {path}", {})
-
-
-def _fit(prompts: dict[str, dict[int, int]], need: dict[str, int], role_of: dict[str, str], source: str,
+def fit(prompts: dict[str, dict[int, int]], need: dict[str, int], role_of: dict[str, str], source: str,
          tokenizers: dict[str, str]) -> Growth:
     stages = {}
     for stage, by_turn in prompts.items():

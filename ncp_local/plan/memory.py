@@ -1,9 +1,9 @@
-"""Engines on devices: which GPUs each engine gets, its memory share, its KV cache.
+"""EnginePool on devices: which GPUs each engine gets, its memory share, its KV cache.
 
 vLLM's `gpu_memory_utilization` is the fraction of each of its GPUs an
 engine may take (weights, activations and KV cache together), and an engine
 refuses to start when less than that is free, or when its KV cache cannot
-hold one sequence of `max_model_len` tokens. Engines that share a GPU must
+hold one sequence of `max_model_len` tokens. EnginePool that share a GPU must
 therefore get shares that add up to less than the whole: the plan gives each
 its weights plus the same number of full-window sequences of KV cache (the
 number the most crowded GPU allows), unless the user set the share.
@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines.settings import share_engines
 from .facts import DTYPE_BYTES, ModelFacts, dtype_bytes, model_facts
 from .hardware import GIB, Inventory
 
@@ -32,7 +33,7 @@ class Problem:
 class EnginePlan:
     index: int
     roles: tuple[str, ...]
-    model: Any  # the ModelCfg of these roles
+    model: Any  # the ModelSettings of these roles
     facts: ModelFacts | None
     tp: int
     devices: tuple[int, ...] = ()
@@ -93,16 +94,11 @@ def share_is_planned(value: Any) -> bool:
 
 
 def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
-    """One engine per distinct model, as llm.factory.Engines groups roles."""
-    from ..llm.factory import Engines
-
-    grouped = Engines(cfg, roles=roles)
-    plans = []
-    for i, (key, model) in enumerate(grouped.models.items()):
-        with_roles = tuple(r for r in roles if grouped.role_key[r] == key)
-        plans.append(EnginePlan(index=i, roles=with_roles, model=model, facts=None,
-                                tp=int(getattr(model, "tensor_parallel_size", 1) or 1)))
-    return plans
+    """One engine per distinct model, as the engine pool groups roles (engines/settings.share_engines)."""
+    groups = share_engines({role: getattr(cfg, role).model for role in roles})
+    return [EnginePlan(index=i, roles=users, model=model, facts=None,
+                       tp=int(getattr(model, "tensor_parallel_size", 1) or 1))
+            for i, (model, users) in enumerate(groups.values())]
 
 
 def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only: bool = False) -> None:

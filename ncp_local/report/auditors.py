@@ -27,8 +27,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..spec import SpecError
-from ..stages import CONFLICT_TYPES
+from ..errors import InputError
+from ..execution.layout import read_manifest
+from ..execution.store import check_result
+from ..protocol.reaudit import ReauditResult
+from ..protocol.stages import CONFLICT_TYPES
+from .labels import by_difference
+from .runs import REAUDIT_KIND, load_run
 from .stats import bootstrap, bootstrap_stat, cohen_kappa, pearson, spearman
 from .tables import csv_text, markdown_table, write
 
@@ -70,9 +75,6 @@ def of_run(run: Any) -> Auditor:
 
 def of_reaudit(path: Path, source: Any) -> Auditor:
     """A re-audit directory's auditor, on its source run's recorded turns."""
-    from ..reaudit import ReauditResult
-    from ..store import check_result, read_manifest
-
     manifest = read_manifest(path / "manifest.json")
     cfg = manifest.get("config") or {}
     name = ((manifest.get("models") or {}).get("auditor") or {}).get("name") or \
@@ -96,9 +98,6 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
 
 def gather(paths: Sequence[str | Path]) -> list[Auditor]:
     """The auditors of these directories: re-audits (with their source run's auditor first) and runs."""
-    from .runs import REAUDIT_KIND, load_run
-    from ..store import read_manifest
-
     runs: dict[str, Any] = {}  # resolved path -> Run
     auditors: list[Auditor] = []
     sources: list[str] = []
@@ -109,7 +108,7 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
         if manifest.get("kind") == REAUDIT_KIND:
             src = (manifest.get("source") or {}).get("path")
             if not src or not Path(src).is_dir():
-                raise SpecError(root / "manifest.json", "source.path", f"the re-audited run {src!r} is not found")
+                raise InputError(root / "manifest.json", "source.path", f"the re-audited run {src!r} is not found")
             reaudits.append((root, str(Path(src).resolve())))
             sources.append(str(Path(src).resolve()))
         else:
@@ -126,8 +125,6 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
     # Re-audits with the same auditor model (other seeds, temperatures, prompts): named by what differs.
     names = [a.label for a in auditors[-len(reaudits):]] if reaudits else []
     if len(set(names)) < len(names):
-        from .labels import by_difference
-
         for a, extra in zip(auditors[-len(reaudits):], by_difference(configs) or []):
             a.label = f"{a.label} {extra}"
     labels = [a.label for a in auditors]
@@ -135,7 +132,7 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
         if labels.count(a.label) > 1:
             a.label = f"{a.label} #{i + 1}"
     if len(auditors) < 2:
-        raise SpecError(paths[0] if paths else "runs", "runs", "the auditor table needs two auditors at least "
+        raise InputError(paths[0] if paths else "runs", "runs", "the auditor table needs two auditors at least "
                         "(a run and its re-audits, several re-audits, or runs that differ in their auditor)")
     return auditors
 
@@ -231,7 +228,7 @@ def main(paths: Sequence[str], out: Path | None, resamples: int, seed: int, leve
     auditors = gather(paths)
     t = table(auditors, resamples, seed, level)
     if t["episodes"] == 0:
-        raise SpecError(paths[0], "runs", "no episode was judged by every auditor: nothing to compare")
+        raise InputError(paths[0], "runs", "no episode was judged by every auditor: nothing to compare")
     target = out or (auditors[-1].path / "auditors")
     print(write_table(target, t))
     print(f"auditor table: {target} (auditors.md/.json/.csv, auditor_pairs.csv)")

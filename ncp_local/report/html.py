@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import quote
 
-from .. import ledger
-from ..episode import EpisodeResult, TurnRecord
-from ..metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
-from ..stages import CONFLICT_TYPES
-from ..stages import INTERNAL_ID
-from .replay import Replay, TurnView, conflict_details, diff, replay
+from ..execution.store import atomic_write
+from ..protocol import ledger
+from ..protocol.episode import EpisodeResult, TurnRecord
+from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
+from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
+from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
 from .runs import Run
-from .tables import METRICS, Row, TERMINATIONS
+from .tables import METRICS, TERMINATIONS, Row
 
 
 def esc(value: Any) -> str:
@@ -461,8 +461,6 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
 
 
 def write_html(runs: Sequence[Run], rows: Sequence[Row], out: Path, svg: str, level: float) -> Path:
-    from ..store import atomic_write
-
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():

@@ -16,9 +16,11 @@ import json
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
+from ..execution.identity import settings
+from ..protocol import ROLES
+
 MAX_KEYS = 5  # differing keys shown in a label; the rest are counted
 MAX_VALUE = 40  # characters of one value
-ROLES = ("narrator", "player", "auditor")
 _FIELD = re.compile(r"\{([A-Za-z0-9_.\-]+)\}")
 
 
@@ -36,8 +38,6 @@ def _shown(v: Any) -> str:
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    from ..identity import settings
-
     return dict(flat(settings(config)))
 
 

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..spec import SpecError
-from ..stages import CONFLICT_TYPES
+from ..errors import InputError
+from ..execution.store import atomic_write
+from ..protocol.replay import conflict_details, replay
+from ..protocol.stages import CONFLICT_TYPES
 from .html import esc, page, target_tag
-from .replay import conflict_details, replay
 from .runs import Run
 from .tables import csv_text, markdown_table
 
@@ -132,8 +133,6 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def export_sheet(runs: Sequence[Run], out: Path, n: int, seed: int) -> tuple[Path, Path, int]:
-    from ..store import atomic_write
-
     rows = sample_conflicts(runs, n, seed)
     atomic_write(out / "review_sheet.csv", sheet_csv(rows))
     atomic_write(out / "review_sheet.html", sheet_html(rows))
@@ -159,19 +158,19 @@ def read_sheet(path: str | Path) -> list[dict[str, str]]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(path, "review.sheet", f"cannot read: {exc}") from None
+        raise InputError(path, "review.sheet", f"cannot read: {exc}") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
     missing = [c for c in ("type", "verdict") if c not in (reader.fieldnames or [])]
     if missing:
-        raise SpecError(path, "header", f"missing column(s) {', '.join(missing)}")
+        raise InputError(path, "header", f"missing column(s) {', '.join(missing)}")
     rows = []
     for line, row in enumerate(reader, start=2):
         verdict = (row.get("verdict") or "").strip().lower()
         if verdict not in ("", *VERDICTS):
-            raise SpecError(path, f"line {line}: verdict", f"{row.get('verdict')!r} is not agree, dispute or blank")
+            raise InputError(path, f"line {line}: verdict", f"{row.get('verdict')!r} is not agree, dispute or blank")
         ctype = (row.get("type") or "").strip()
         if ctype not in CONFLICT_TYPES:
-            raise SpecError(path, f"line {line}: type", f"{ctype!r} is not one of {', '.join(CONFLICT_TYPES)}")
+            raise InputError(path, f"line {line}: type", f"{ctype!r} is not one of {', '.join(CONFLICT_TYPES)}")
         rows.append({**{k: (v or "") for k, v in row.items() if k is not None}, "verdict": verdict, "type": ctype})
     return rows
 

@@ -7,21 +7,21 @@ results). Nothing here writes into a run dir.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..episode import EpisodeResult
-from ..metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
-from ..spec import Spec, SpecError, load_spec, parse_yaml
-from ..store import check_result
+from ..errors import InputError
+from ..execution.layout import MANIFEST, SHARD, read_manifest
+from ..execution.store import check_result
+from ..execution.sweep_index import read_index
+from ..protocol.episode import EpisodeResult
+from ..protocol.metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
+from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml
+from .labels import by_difference, from_template
 
-SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")
 REAUDIT_KIND = "reaudit"
 
 
@@ -57,16 +57,6 @@ class Run:
         return spec.meta.genres if spec else ()
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecError(path, "", f"cannot read JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise SpecError(path, "", "expected a JSON object")
-    return data
-
-
 def _read_result(path: Path, manifest: dict[str, Any]) -> tuple[EpisodeResult | None, str]:
     # The store's own check against the run's manifest (seal, spec id, run
     # identity, a spec of its dataset, record hash); nothing is moved. An
@@ -93,19 +83,19 @@ def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
 def load_run(path: str | Path) -> Run:
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise SpecError(root, "runs", "no such run directory")
+        raise InputError(root, "runs", "no such run directory")
     shards = sorted((d for d in root.iterdir() if d.is_dir() and SHARD.match(d.name) and (d / "results").is_dir()),
                     key=lambda d: d.name)
     parts = ([root] if (root / "results").is_dir() else []) + shards
     if not parts:
-        raise SpecError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
+        raise InputError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
     manifest: dict[str, Any] = {}
     for part in parts:
         if (part / "manifest.json").is_file():
-            manifest = _read_json(part / "manifest.json")
+            manifest = read_manifest(part / MANIFEST)
             break
     if manifest.get("kind") == REAUDIT_KIND:
-        raise SpecError(root, "runs", "this is a re-audit directory; its report is agreement.md in it")
+        raise InputError(root, "runs", "this is a re-audit directory; its report is agreement.md in it")
     notes: list[str] = []
     if shards:
         counts = {int(SHARD.match(d.name).group(2)) for d in shards}  # type: ignore[union-attr]
@@ -151,8 +141,6 @@ def is_sweep_folder(root: Path) -> bool:
 def expand_runs(paths: list[str]) -> list[str]:
     """`runs=` entries as run directories: a glob (`runs/local-*`) is its matching directories, a sweep
     folder (holding the sweep's index.json) the run directories of its points; anything else as given."""
-    from ..sweep import read_index
-
     out: list[str] = []
     for entry in paths:
         root = Path(entry).expanduser()
@@ -161,14 +149,14 @@ def expand_runs(paths: list[str]) -> list[str]:
             pattern = str(root.relative_to(root.anchor)) if root.is_absolute() else str(root)
             found = sorted(str(p) for p in anchor.glob(pattern) if p.is_dir())
             if not found:
-                raise SpecError(entry, "runs", "no directory matches this pattern")
+                raise InputError(entry, "runs", "no directory matches this pattern")
             out += expand_runs(found)
             continue
         if is_sweep_folder(root):
             rows = read_index(root)
             dirs = [r["run_dir"] for r in rows if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
             if not dirs:
-                raise SpecError(root, "runs", "a sweep folder whose points have no run directory yet")
+                raise InputError(root, "runs", "a sweep folder whose points have no run directory yet")
             out += list(dict.fromkeys(dirs))  # shards of one sweep list each point once per shard index
             continue
         out.append(entry)  # as given, even twice (a run compared with itself stays two rows)
@@ -177,8 +165,6 @@ def expand_runs(paths: list[str]) -> list[str]:
 
 def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
     """The runs to compare, each labelled by what differs between them (or by the `label` template)."""
-    from .labels import by_difference, from_template
-
     runs = [load_run(p) for p in expand_runs(paths)]
     configs = [r.manifest.get("config") or {} for r in runs]
     named = [from_template(label, c) for c in configs] if label else by_difference(configs)
@@ -203,12 +189,9 @@ def _dataset_digest(root: Path) -> str | None:
     index = root / "index.yaml"
     try:
         ids = (parse_yaml(index.read_text(encoding="utf-8")) or {}).get("specs") or []
-        digest = hashlib.sha256(index.read_bytes())
-        for sid in ids:
-            digest.update((root / "specs" / f"{sid}.yaml").read_bytes())
+        return dataset_digest(index.read_bytes(), ((root / "specs" / f"{sid}.yaml").read_bytes() for sid in ids))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
         return None
-    return digest.hexdigest()
 
 
 def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -> None:
@@ -222,7 +205,7 @@ def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -
     if not where:
         msg = "the manifest names no dataset (pass report.dataset=DIR)"
         if required:
-            raise SpecError(run.path / "manifest.json", "dataset.path", msg)
+            raise InputError(run.path / "manifest.json", "dataset.path", msg)
         run.notes.append(f"specs not loaded: {msg}")
         return
     root = Path(where).expanduser()
@@ -242,5 +225,5 @@ def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -
     if missing:
         msg = f"{len(missing)} spec(s) not found under {root}/specs: {', '.join(missing[:5])}"
         if required:
-            raise SpecError(root, "dataset.path", msg + " (pass report.dataset=DIR)")
+            raise InputError(root, "dataset.path", msg + " (pass report.dataset=DIR)")
         run.notes.append(msg)

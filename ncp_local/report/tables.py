@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
+from ..execution.store import atomic_write
+from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
 from .runs import Run
 from .stats import Interval, bootstrap
 
@@ -214,8 +215,6 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
 
 
 def write(path: Path, text: str) -> Path:
-    from ..store import atomic_write
-
     atomic_write(path, text)
     return path
 

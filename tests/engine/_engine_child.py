@@ -17,18 +17,19 @@ RESULT = "ENGINE-CHILD-RESULT "
 
 
 async def main(model_path: str) -> None:
-    from ncp_local.llm.base import EngineDead, Message, Request
-    from ncp_local.llm.vllm_backend import EngineModelConfig, VLLMBackend
+    from ncp_local.engines.base import EngineDead, Message, Request
+    from ncp_local.engines.settings import ModelSettings
+    from ncp_local.engines.vllm import VLLMEngine
 
-    def cfg(name: str) -> EngineModelConfig:
-        return EngineModelConfig(
+    def cfg(name: str) -> ModelSettings:
+        return ModelSettings(
             name=name, path=model_path, max_model_len=512, kv_cache_memory_bytes=128 << 20, max_num_seqs=2,
             enforce_eager=True,
         )
 
     req = Request(messages=(Message("user", "Hi"),), temperature=0.0, top_p=1.0, max_tokens=2, seed=0)
-    a = await VLLMBackend.start(cfg("child-a"))
-    b = await VLLMBackend.start(cfg("child-b"))
+    a = await VLLMEngine.start(cfg("child-a"))
+    b = await VLLMEngine.start(cfg("child-b"))
     await a.generate(req)
     await b.generate(req)
     info = {"pid": os.getpid(), "a": a.engine_pids, "b": b.engine_pids}

@@ -64,7 +64,7 @@ class EngineSession:
 
 @pytest.fixture(scope="session")
 def embedded_model_path() -> Path:
-    from ncp_local.llm.embedded import EmbeddedModelError, ensure_embedded_model
+    from ncp_local.engines.embedded import EmbeddedModelError, ensure_embedded_model
 
     try:
         return ensure_embedded_model()
@@ -78,9 +78,10 @@ def embedded_model_path() -> Path:
 
 @pytest.fixture(scope="session")
 def engine(embedded_model_path: Path):
-    from ncp_local.llm.vllm_backend import EngineModelConfig, VLLMBackend
+    from ncp_local.engines.settings import ModelSettings
+    from ncp_local.engines.vllm import VLLMEngine
 
-    cfg = EngineModelConfig(
+    cfg = ModelSettings(
         name="smollm2-test",
         path=str(embedded_model_path),
         max_model_len=MAX_MODEL_LEN,
@@ -92,7 +93,7 @@ def engine(embedded_model_path: Path):
         seed=0,
     )
     loop = asyncio.new_event_loop()
-    backend = loop.run_until_complete(asyncio.wait_for(VLLMBackend.start(cfg), 600))
+    backend = loop.run_until_complete(asyncio.wait_for(VLLMEngine.start(cfg), 600))
     pids = backend.engine_pids
     assert pids, "the engine reported no processes"
     try:

@@ -36,14 +36,14 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
     """One call per stage on real protocol state (after an opening and one exchange):
     (stage, template, variables, ids, extra template). Every schema feature the rig
     uses appears: bounded strings, enums built from state, anyOf/const, prefixItems."""
-    from ncp_local import ledger
-    from ncp_local.episode import audit_ids
-    from ncp_local.ledger import Exchange, FactUpdate
-    from ncp_local.prompts import (
+    from ncp_local.protocol import ledger
+    from ncp_local.protocol.episode import audit_ids
+    from ncp_local.protocol.ledger import Exchange, FactUpdate
+    from ncp_local.protocol.prompts import (
         BUILD_TEMPLATES, conflict_vars, fact_update_vars, narrate_vars, opening_vars, player_vars, status_vars,
         to_json, trajectory_vars,
     )
-    from ncp_local.stages import AuditIds
+    from ncp_local.protocol.stages import AuditIds
 
     state = ledger.initial_state(spec)
     opening = "You stand at the edge of the village with a basket on your arm."
@@ -82,13 +82,13 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
     return calls
 
 
-def ask_all(engine_session, runner, spec_id: str, calls, timeout: float = 1500) -> list:
-    """Every call in flight at once through the runner (parse, bounds, retries, call log)."""
+def ask_all(engine_session, service, spec_id: str, calls, timeout: float = 1500) -> list:
+    """Every call in flight at once through the call service (parse, bounds, retries, call log)."""
     import asyncio
 
     async def go() -> list:
         return await asyncio.gather(*(
-            runner.ask(spec_id, 0, stage, template, variables, ids=ids, key=template, extra=extra,
+            service.ask(spec_id, 0, stage, template, variables, ids=ids, key=template, extra=extra,
                        role="auditor" if stage.startswith("build_") else None)
             for stage, template, variables, ids, extra in calls))
 
@@ -102,7 +102,7 @@ def embedded_roles() -> dict:
     from omegaconf import OmegaConf
 
     from ncp_local.config import compose, validate
-    from ncp_local.runner import Sampling
+    from ncp_local.execution.calls import Sampling
 
     cfg = validate(OmegaConf.to_container(compose(["dataset.path=specs"]), resolve=True))
     return {r: (Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),

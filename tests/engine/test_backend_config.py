@@ -1,4 +1,4 @@
-"""Backend configuration on the embedded model's real files (no engine started):
+"""Engine configuration on the embedded model's real files (no engine started):
 vLLM's own model config accepts the shipped window and settings; the OpenAI
 backend's request body. Schema and engine-argument checks that need no model
 are in tests/test_engine_args.py."""
@@ -10,9 +10,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
-from ncp_local.llm.base import Message, Request
-from ncp_local.llm.openai_backend import OpenAIBackend
-from ncp_local.llm.vllm_backend import _engine_args, engine_config
+from ncp_local.engines.base import Message, Request
+from ncp_local.engines.openai import OpenAIEngine
+from ncp_local.engines.vllm import _engine_args, engine_config
 
 MODEL = {
     "name": "m", "path": "embedded", "dtype": "bfloat16", "max_model_len": 4096, "gpu_memory_utilization": 0.3,
@@ -32,7 +32,7 @@ def test_shipped_embedded_config_is_one_vllm_accepts(embedded_model_path: Path) 
 
 
 def test_openai_from_config_and_request_body() -> None:
-    backend = OpenAIBackend.from_config(
+    backend = OpenAIEngine.from_config(
         model=MODEL, engine={"name": "openai", "base_url": "http://127.0.0.1:8000/v1", "max_concurrency": 4}
     )
     assert backend.cfg.model == "m" and backend.cfg.max_concurrency == 4

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from engine_helpers import ask_all, embedded_roles, stage_calls
 
-from ncp_local.prompts import PromptPack
-from ncp_local.runner import RoleBinding, Runner, RunSettings
-from ncp_local.spec import load_dataset
-from ncp_local.store import RunDir, read_calls
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.execution.calls import CallService, RoleBinding
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.execution.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
@@ -35,25 +35,25 @@ class _Session:
 
 @pytest.mark.parametrize("backend", ["guidance", "outlines"])
 def test_one_call_per_stage_parses_under_backend(backend: str, embedded_model_path: Path, tmp_path: Path) -> None:
-    from ncp_local.llm.vllm_backend import EngineModelConfig, VLLMBackend
+    from ncp_local.engines.settings import ModelSettings
+    from ncp_local.engines.vllm import VLLMEngine
 
-    cfg = EngineModelConfig(name=f"smollm2-{backend}", path=str(embedded_model_path), max_model_len=4096,
+    cfg = ModelSettings(name=f"smollm2-{backend}", path=str(embedded_model_path), max_model_len=4096,
                             kv_cache_memory_bytes=1 << 29, max_num_seqs=16, enforce_eager=True, cpu_reserved_cores=0,
                             dtype="float32", seed=0, structured_outputs_backend=backend)
     loop = asyncio.new_event_loop()
     session = _Session(loop)
-    engine = session.run(VLLMBackend.start(cfg), timeout=600)
+    engine = session.run(VLLMEngine.start(cfg), timeout=600)
     spec = load_dataset(ROOT / "specs").specs[0]
     store = RunDir(tmp_path)
     store.open({"test": True}, f"backend-{backend}")
     roles = {r: RoleBinding(engine, s, cfg.name, b) for r, (s, b) in ROLES.items()}
-    runner = Runner(specs=(), roles=roles, pack=PromptPack.load(), store=store, settings=RunSettings(seed=0),
-                    make_narrator=lambda: None, player=None)  # type: ignore[arg-type, return-value]
+    calls_ = CallService(roles=roles, pack=PromptPack.load(), store=store, seed=0)
     try:
         # The spec builders add no schema feature but prefixItems + items, which build_commitments
         # has; the other two would only spend minutes writing 15 bounded nodes.
         calls = [c for c in stage_calls(spec) if c[0] not in ("build_trajectory", "build_facts")]
-        answers = ask_all(session, runner, spec.id, calls)
+        answers = ask_all(session, calls_, spec.id, calls)
     finally:
         store.close()
         loop.run_until_complete(engine.close())

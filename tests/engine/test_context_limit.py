@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from ncp_local.metrics import aggregate, episode_metrics, survival
+from ncp_local.protocol.metrics import aggregate, episode_metrics, survival
 from ncp_local.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ncp_local.llm import embedded
+from ncp_local.engines import embedded
 
 
 def test_converted_model_is_complete(embedded_model_path: Path) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 
 from engine_helpers import ask_all, embedded_roles, stage_calls
 
-from ncp_local.prompts import OFFICIAL_FILES, PromptPack
-from ncp_local.runner import RoleBinding, Runner, RunSettings
-from ncp_local.spec import load_dataset
-from ncp_local.store import RunDir, read_calls
+from ncp_local.protocol.prompts import OFFICIAL_FILES, PromptPack
+from ncp_local.execution.calls import CallService, RoleBinding
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.execution.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
@@ -29,11 +29,10 @@ def test_every_official_template_gets_a_parsed_answer(engine: Any, official_prom
     store = RunDir(tmp_path)
     store.open({"test": True}, "official-prompts")
     roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}
-    runner = Runner(specs=(), roles=roles, pack=pack, store=store, settings=RunSettings(seed=0),
-                    make_narrator=lambda: None, player=None)  # type: ignore[arg-type, return-value]
+    service = CallService(roles=roles, pack=pack, store=store, seed=0)
 
     try:
-        answers = ask_all(engine, runner, spec.id, calls)
+        answers = ask_all(engine, service, spec.id, calls)
     finally:
         store.close()
     assert len(answers) == len(calls) and all(a is not None for a in answers)

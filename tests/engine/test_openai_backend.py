@@ -24,7 +24,7 @@ import jsonschema
 import pytest
 from engine_helpers import alive_after, free_port
 
-from ncp_local.llm.base import Backend, ContextOverflow, Message, Request
+from ncp_local.engines.base import Engine, ContextOverflow, Message, Request
 
 SERVED_NAME = "smollm2-served"
 SERVER_MAX_MODEL_LEN = 1024
@@ -100,7 +100,7 @@ def server(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def client(server: str):
-    from ncp_local.llm.openai_backend import OpenAIBackend, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
 
     loop = asyncio.new_event_loop()
     # chat_template_kwargs exercises the vLLM request-body extension (this
@@ -109,7 +109,7 @@ def client(server: str):
         name="served", base_url=server, model=SERVED_NAME, timeout_s=120, max_retries=0,
         chat_template_kwargs={"enable_thinking": False}, max_concurrency=4,
     )
-    backend = loop.run_until_complete(OpenAIBackend.start(cfg))
+    backend = loop.run_until_complete(OpenAIEngine.start(cfg))
 
     def run(coro, timeout: float = 120.0):
         return loop.run_until_complete(asyncio.wait_for(coro, timeout))
@@ -141,7 +141,7 @@ def _req(text: str, **kw) -> Request:
 
 def test_is_a_backend(client) -> None:
     backend, _ = client
-    assert isinstance(backend, Backend)
+    assert isinstance(backend, Engine)
 
 
 def test_json_schema_round_trip(client) -> None:
@@ -192,26 +192,26 @@ def test_context_overflow_maps(client) -> None:
 
 
 def test_unknown_model_is_a_clear_error(server: str) -> None:
-    from ncp_local.llm.openai_backend import OpenAIBackend, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
 
     cfg = OpenAIEndpointConfig(name="x", base_url=server, model="no-such-model", max_retries=0)
     with pytest.raises(ValueError, match="does not serve model 'no-such-model'"):
-        asyncio.run(OpenAIBackend.start(cfg))
+        asyncio.run(OpenAIEngine.start(cfg))
 
 
 def test_missing_api_key_env_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ncp_local.llm.openai_backend import OpenAIBackend, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
 
     monkeypatch.delenv("NCP_TEST_NO_SUCH_KEY", raising=False)
     cfg = OpenAIEndpointConfig(name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="NCP_TEST_NO_SUCH_KEY")
     with pytest.raises(ValueError, match="NCP_TEST_NO_SUCH_KEY"):
-        OpenAIBackend(cfg)
+        OpenAIEngine(cfg)
 
 
 def test_unreachable_endpoint_is_engine_dead() -> None:
-    from ncp_local.llm.base import EngineDead
-    from ncp_local.llm.openai_backend import OpenAIBackend, OpenAIEndpointConfig
+    from ncp_local.engines.base import EngineDead
+    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
 
     cfg = OpenAIEndpointConfig(name="x", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=0, timeout_s=5)
     with pytest.raises(EngineDead, match="not reachable"):
-        asyncio.run(OpenAIBackend.start(cfg))
+        asyncio.run(OpenAIEngine.start(cfg))

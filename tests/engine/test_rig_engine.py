@@ -12,17 +12,19 @@ from typing import Any
 
 from engine_helpers import embedded_roles
 
-from ncp_local import ledger
-from ncp_local.build import build_all, load_sources
-from ncp_local.hiagent import HiAgentNarrator
-from ncp_local.prompts import (
+from ncp_local.protocol import ledger
+from ncp_local.modes.build import build_all, load_sources
+from ncp_local.protocol.hiagent import HiAgentNarrator
+from ncp_local.protocol.prompts import (
     TEMPLATES, PromptPack, conflict_vars, fact_update_vars, status_vars, to_json, trajectory_vars,
 )
-from ncp_local.roles import BaselineNarrator, Player
-from ncp_local.runner import RoleBinding, Runner, RunSettings
-from ncp_local.spec import load_dataset
-from ncp_local.stages import AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut
-from ncp_local.store import RunDir, read_calls
+from ncp_local.protocol.narrators import BaselineNarrator
+from ncp_local.protocol.player import Player
+from ncp_local.execution.calls import CallService, RoleBinding
+from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.protocol.stages import AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut
+from ncp_local.execution.store import RunDir, read_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = load_dataset(ROOT / "specs").specs
@@ -30,14 +32,14 @@ ROLES = embedded_roles()
 
 
 def _runner(engine: Any, root: Path, specs: tuple, method: type = BaselineNarrator, condition: str = "adversarial",
-            turns: int = 2, seed: int = 0) -> tuple[Runner, RunDir]:
+            turns: int = 2, seed: int = 0) -> tuple[EpisodeScheduler, RunDir]:
     pack = PromptPack.load(required=TEMPLATES + getattr(method, "TEMPLATES", ()))
     store = RunDir(root)
     store.open({"test": True}, "engine-test")
     roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}
-    runner = Runner(specs=specs, roles=roles, pack=pack, store=store,
-                    settings=RunSettings(seed=seed, max_turns=turns, concurrency=8),
-                    make_narrator=lambda: method(pack=pack, roles=roles), player=Player(condition))
+    runner = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
+                              store=store, settings=EpisodeSettings(max_turns=turns, concurrency=8),
+                              make_narrator=lambda: method(pack=pack, roles=roles), player=Player(condition))
     return runner, store
 
 
@@ -75,7 +77,7 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
     history = f"NARRATOR: {state.opening}\n\nPLAYER: {player_input}\n\nNARRATOR: {response}"
 
     async def all_stages() -> list[Any]:
-        ask = lambda *a, **k: runner.ask(spec.id, 0, *a, **k)  # noqa: E731
+        ask = lambda *a, **k: runner.calls.ask(spec.id, 0, *a, **k)  # noqa: E731
         return [
             await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids),
             await ask("conflict_check", "conflict_check", cvars, ids=ids),
@@ -138,10 +140,9 @@ def test_build_from_synopsis_loads_and_lints(engine: Any, tmp_path: Path) -> Non
     store.open({}, "build")
     sampling, bounds = ROLES["auditor"]
     roles = {"auditor": RoleBinding(engine.backend, sampling, "smollm2", bounds)}
-    runner = Runner(specs=(), roles=roles, pack=PromptPack.load(required=()), store=store,
-                    settings=RunSettings(seed=0), make_narrator=lambda: None, player=None)  # type: ignore[arg-type]
+    calls = CallService(roles=roles, pack=PromptPack.load(required=()), store=store, seed=0)
     try:
-        status = engine.run(build_all(runner, [source], tmp_path / "out"), timeout=900)
+        status = engine.run(build_all(calls, [source], tmp_path / "out"), timeout=900)
     finally:
         store.close()
     assert status[source.id] == "ok", status

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncp_local.llm.base import Backend, ContextOverflow, Message, Request
+from ncp_local.engines.base import Engine, ContextOverflow, Message, Request
 
 
 def _req(text: str, *, seed: int = 1, max_tokens: int = 16, temperature: float = 1.0, **kw) -> Request:
@@ -19,7 +19,7 @@ def _req(text: str, *, seed: int = 1, max_tokens: int = 16, temperature: float =
 
 
 def test_is_a_backend(engine) -> None:
-    assert isinstance(engine.backend, Backend)
+    assert isinstance(engine.backend, Engine)
 
 
 def test_same_seed_same_text(engine) -> None:
@@ -70,7 +70,7 @@ def test_prefix_cache_hits_on_repeated_long_prompt(engine) -> None:
 
 def test_bench_cache_model_predicts_the_engines_hits(engine) -> None:
     """mode=bench's unbounded-cache figure uses the engine's own block rule: it must match what vLLM reports."""
-    from ncp_local.bench import unbounded_cache_hit
+    from ncp_local.modes.bench import unbounded_cache_hit
 
     backend = engine.backend
     assert backend.block_size and backend.max_num_seqs == 16

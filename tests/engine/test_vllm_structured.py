@@ -12,7 +12,7 @@ import json
 import jsonschema
 import pytest
 
-from ncp_local.llm.base import Message, Request
+from ncp_local.engines.base import Message, Request
 
 _STATUS = {"type": "string", "enum": ["SATISFIED", "PENDING"]}
 

@@ -1,0 +1,235 @@
+"""The `Engine` interface against an OpenAI-compatible HTTP endpoint
+(a `vllm serve` on another node, or any compatible server).
+
+Structured outputs go as `response_format={"type": "json_schema", ...}` with
+`strict: true`; vLLM-specific knobs (e.g. `chat_template_kwargs` to turn
+Qwen3 thinking off) go in the request body as vLLM's extensions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import Completion, ContextOverflow, EngineDead, Request
+
+# How servers say the prompt + max_tokens does not fit (vLLM, OpenAI).
+_OVERFLOW = re.compile(
+    r"maximum context length|context_length_exceeded|context length|max_tokens.*too large"
+    r"|too many tokens|exceeds the model",
+    re.IGNORECASE,
+)
+
+
+class OpenAIEndpointConfig(BaseModel):
+    """One model behind an OpenAI-compatible endpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str  # our name for the model (logs, run records)
+    base_url: str  # e.g. http://127.0.0.1:8000/v1
+    model: str  # the model name the server serves
+    # Name of the environment variable holding the API key; None = no key
+    # (local servers accept any placeholder).
+    api_key_env: str | None = None
+    timeout_s: float = Field(600.0, gt=0)
+    # Retries of transport errors and 429/5xx by the client itself.
+    max_retries: int = Field(2, ge=0)
+    # Cap on requests in flight from this process (None = unlimited).
+    max_concurrency: int | None = Field(None, ge=1)
+    # vLLM extension: passed to the chat template, e.g. {"enable_thinking": False}.
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Anything else for the request body (server-specific extensions).
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    schema_name: str = "output"
+    # Newer OpenAI models reject `max_tokens` and want `max_completion_tokens`.
+    use_max_completion_tokens: bool = False
+    # The server is `vllm serve`: send vLLM's request extensions (regex constraints).
+    vllm_extensions: bool = False
+
+
+class OpenAIEngine:
+    """Create with `await OpenAIEngine.start(cfg)` (checks that the endpoint serves the model)."""
+
+    def __init__(self, cfg: OpenAIEndpointConfig) -> None:
+        from openai import AsyncOpenAI
+
+        if cfg.api_key_env is None:
+            api_key = "EMPTY"
+        else:
+            api_key = os.environ.get(cfg.api_key_env, "")
+            if not api_key:
+                raise ValueError(
+                    f"endpoint '{cfg.name}': environment variable {cfg.api_key_env} "
+                    "(api_key_env) is not set"
+                )
+        self.cfg = cfg
+        self._client = AsyncOpenAI(
+            base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout_s, max_retries=cfg.max_retries
+        )
+        self._limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, *, model: Any, engine: Any) -> "OpenAIEngine":
+        """From the run config: the role's model record and the `engine` group.
+
+        The served model name is `engine.model` if given, else the model's
+        name; the endpoint's settings (base_url, api_key_env, timeout_s,
+        max_retries, max_concurrency, schema_name, use_max_completion_tokens,
+        extra_body) come from the engine group; chat_template_kwargs from the
+        model. No request is made here (see `start` for a checked start).
+        """
+
+        def get(obj: Any, key: str, default: Any = None) -> Any:
+            if isinstance(obj, dict):
+                return obj.get(key, default)
+            return getattr(obj, key, default)
+
+        fields: dict[str, Any] = {
+            "name": get(model, "name"),
+            "base_url": get(engine, "base_url"),
+            "model": get(engine, "model") or get(model, "name"),
+            "chat_template_kwargs": dict(get(model, "chat_template_kwargs") or {}),
+        }
+        for key in ("api_key_env", "timeout_s", "max_retries", "max_concurrency", "schema_name",
+                    "use_max_completion_tokens", "extra_body", "vllm_extensions"):
+            value = get(engine, key)
+            if value is not None:
+                fields[key] = value
+        return cls(OpenAIEndpointConfig(**fields))
+
+    @classmethod
+    async def start(cls, cfg: OpenAIEndpointConfig, *, check: bool = True) -> "OpenAIEngine":
+        import openai
+
+        backend = cls(cfg)
+        if check:
+            try:
+                served = [m.id async for m in backend._client.models.list()]
+            except openai.APIConnectionError as e:
+                await backend.close()
+                raise EngineDead(f"endpoint '{cfg.name}' at {cfg.base_url} is not reachable: {e}") from e
+            except openai.APIStatusError as e:  # e.g. 401: a wrong or missing API key
+                await backend.close()
+                raise ValueError(
+                    f"endpoint '{cfg.name}' at {cfg.base_url} refused to list models "
+                    f"(HTTP {e.status_code}): {e.message}"
+                ) from e
+            if cfg.model not in served:
+                await backend.close()
+                raise ValueError(
+                    f"endpoint '{cfg.name}' at {cfg.base_url} does not serve model "
+                    f"'{cfg.model}' (it serves: {', '.join(served) or 'nothing'})"
+                )
+        return backend
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._client.close()
+
+    async def __aenter__(self) -> "OpenAIEngine":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        body: dict[str, Any] = dict(
+            model=self.cfg.model,
+            messages=[{"role": m.role, "content": m.content} for m in request.messages],
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            n=1,
+        )
+        if self.cfg.use_max_completion_tokens:
+            body["max_completion_tokens"] = request.max_tokens
+        else:
+            body["max_tokens"] = request.max_tokens
+        if request.json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": self.cfg.schema_name, "schema": request.json_schema, "strict": True},
+            }
+        extra = dict(self.cfg.extra_body)
+        if request.regex is not None and self.cfg.vllm_extensions:
+            # vLLM's own request field; other servers have no plain-text constraint.
+            extra["structured_outputs"] = {"regex": request.regex}
+        if self.cfg.chat_template_kwargs:
+            extra["chat_template_kwargs"] = dict(self.cfg.chat_template_kwargs)
+        if extra:
+            body["extra_body"] = extra
+        return body
+
+    async def generate(self, request: Request) -> Completion:
+        import openai
+
+        if self._closed:
+            raise EngineDead(f"endpoint '{self.cfg.name}' is closed")
+        body = self._body(request)
+        started = time.monotonic()
+        try:
+            if self._limit is not None:
+                async with self._limit:
+                    resp = await self._client.chat.completions.create(**body)
+            else:
+                resp = await self._client.chat.completions.create(**body)
+        except openai.BadRequestError as e:
+            if _OVERFLOW.search(str(e)):
+                raise ContextOverflow(f"endpoint '{self.cfg.name}': {e} (tags: {request.tags})") from e
+            # This request's own fault (e.g. a schema the server's grammar
+            # backend rejects): a failed attempt, not the end of the run.
+            return self._failed(request, started, e)
+        except (openai.UnprocessableEntityError, openai.InternalServerError) as e:
+            # Left after the client's own retries; other requests may still be served.
+            return self._failed(request, started, e)
+        except openai.APITimeoutError:
+            raise
+        except openai.APIConnectionError as e:
+            raise EngineDead(f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable: {e}") from e
+
+        if not resp.choices:
+            return self._failed(request, started, RuntimeError("the response has no choices"))
+        choice = resp.choices[0]
+        usage = resp.usage
+        cached = 0
+        if usage is not None and usage.prompt_tokens_details is not None:
+            cached = usage.prompt_tokens_details.cached_tokens or 0
+        sent = request.max_tokens
+        if (
+            choice.finish_reason == "length"
+            and usage is not None
+            and usage.completion_tokens < request.max_tokens
+        ):
+            # vLLM's server silently caps max_tokens at what is left of the
+            # context window; a cut-off before the requested budget shows that
+            # cap. Same contract as the in-process engine: too little room for
+            # what the call needs is an overflow, else it was a clamped budget.
+            sent = usage.completion_tokens
+            need = max(1, min(request.max_tokens, request.min_room))
+            if sent < need:
+                raise ContextOverflow(
+                    f"endpoint '{self.cfg.name}': prompt of {usage.prompt_tokens} tokens left room for "
+                    f"only {usage.completion_tokens} of max_tokens {request.max_tokens}, below the {need} "
+                    f"this call needs (tags: {request.tags})"
+                )
+        return Completion(
+            text=choice.message.content or "",
+            finish_reason=choice.finish_reason or "error",
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            cached_tokens=cached,
+            generated_tokens=usage.completion_tokens if usage else 0,
+            latency_s=time.monotonic() - started,
+            max_tokens_sent=sent,
+        )
+
+    def _failed(self, request: Request, started: float, exc: Exception) -> Completion:
+        return Completion(text="", finish_reason="error", error=f"endpoint '{self.cfg.name}': {exc}",
+                          max_tokens_sent=request.max_tokens, latency_s=time.monotonic() - started)

@@ -1,0 +1,118 @@
+"""A backend that answers from a script: for protocol tests and dry runs.
+
+It is never a stand-in for the engine in engine tests. Two ways to script:
+
+- `rules`: a function `(request) -> str | Completion | None`; tests key it on
+  `request.tags` (stage, episode, turn, attempt) to drive any branch of the
+  protocol. Returning None falls through to the policy.
+- `RandomPolicy`: seeded, schema-valid answers with tunable rates of
+  conflicts, node completions and satisfied commitments, so that
+  `engine=scripted` exercises every termination over a real dataset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .base import Completion, EngineDead, Request
+
+Rule = Callable[[Request], "str | Completion | None"]
+
+
+@dataclass(frozen=True)
+class RandomPolicy:
+    conflict_rate: float = 0.1
+    overturn_rate: float = 0.3
+    node_rate: float = 0.35
+    satisfy_rate: float = 0.25
+    add_fact_rate: float = 0.5
+    negate_fact_rate: float = 0.15
+
+    def answer(self, request: Request) -> str:
+        rng = random.Random(request.seed)
+        stage = request.tags.get("stage", "")
+        schema = request.json_schema or {}
+        turn = request.tags.get("turn", 0)
+        if stage == "player":
+            return f"I look around carefully and try something new (move {turn}, roll {rng.randint(1, 99)})."
+        if stage in ("opening", "narrate"):
+            return json.dumps({"text": f"You stand in the scene as it unfolds (turn {turn}, beat {rng.randint(1, 99)})."})
+        if stage == "hiagent_narrate":
+            # A new subgoal every other turn, so summaries get exercised.
+            return json.dumps({"subgoal": f"subgoal {max(turn, 0) // 2}", "retrieve": None,
+                               "text": f"You press on (turn {turn}, beat {rng.randint(1, 99)})."})
+        if stage == "hiagent_summarize":
+            return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
+        if stage == "build_trajectory":
+            return json.dumps({"trajectory": [{"description": f"beat {i}", "trigger_event": f"trigger {i}",
+                                               "key_delta": f"change {i}"} for i in range(4)]})
+        if stage == "build_commitments":
+            return json.dumps({"commitments": [
+                {"type": "achievement", "description": "the story reaches s_3", "satisfaction_condition": "s_3 occurs",
+                 "violation_condition": "the story ends before s_3"},
+                {"type": "ordering", "description": "s_0 happens before s_1", "satisfaction_condition": "s_0 then s_1",
+                 "violation_condition": "s_1 before s_0"}]})
+        if stage == "build_facts":
+            return json.dumps({"initial_facts": [{"content": f"fact {i}"} for i in range(3)]})
+        if stage == "fact_update":
+            enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
+            adds = [f"Something new is established at turn {turn}."] if rng.random() < self.add_fact_rate else []
+            negs = [rng.choice(enum)] if enum and rng.random() < self.negate_fact_rate else []
+            return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": "scripted"})
+        if stage in ("conflict_check", "double_check"):
+            conflicts = []
+            if stage == "double_check" or rng.random() < self.conflict_rate:
+                branch = rng.choice(schema["properties"]["conflicts"]["items"]["anyOf"])
+                props = branch["properties"]
+                cid = props["id"].get("const") or rng.choice(props["id"]["enum"])
+                conflicts.append({"type": props["type"]["const"], "id": cid, "reason": "scripted"})
+            out: dict[str, Any] = {"conflicts": conflicts}
+            if stage == "double_check":
+                out.update(confirmed=rng.random() >= self.overturn_rate, review_reason="scripted")
+            return json.dumps(out)
+        if stage == "trajectory_check":
+            hit = rng.random() < self.node_rate
+            return json.dumps({"trigger": {"occurred": hit, "reason": "scripted"},
+                               "delta": {"occurred": hit, "reason": "scripted"}})
+        if stage == "status_check":
+            items = schema["properties"]["statuses"]["prefixItems"]
+            return json.dumps({"statuses": [
+                {"id": it["properties"]["id"]["const"],
+                 "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
+                 "reason": "scripted"} for it in items]})
+        if stage == "scaling":  # mode=bench's engine-alone measurement: any text of the asked length
+            return "a" * (4 * request.max_tokens)
+        raise ValueError(f"scripted backend: no policy for stage {stage!r}")
+
+
+class ScriptedEngine:
+    def __init__(self, rules: Rule | None = None, policy: RandomPolicy | None = None, delay_s: float = 0.0,
+                 die_after_calls: int | None = None) -> None:
+        self.rules = rules
+        self.policy = policy or RandomPolicy()
+        self.requests: list[Request] = []
+        # Fault injection for reliability tests: simulated latency, and an
+        # engine that dies after N calls (as a crashed engine process would).
+        self.delay_s = delay_s
+        self.die_after_calls = die_after_calls
+
+    async def generate(self, request: Request) -> Completion:
+        if self.die_after_calls is not None and len(self.requests) >= self.die_after_calls:
+            raise EngineDead(f"scripted engine died after {self.die_after_calls} calls (fault injection)")
+        self.requests.append(request)
+        await asyncio.sleep(self.delay_s)  # yield, as a real engine would, so episodes interleave
+        out = self.rules(request) if self.rules else None
+        if out is None:
+            out = self.policy.answer(request)
+        if isinstance(out, Completion):
+            return out
+        prompt_chars = sum(len(m.content) for m in request.messages)
+        return Completion(text=out, finish_reason="stop", prompt_tokens=prompt_chars // 4,
+                          generated_tokens=max(1, len(out) // 4))
+
+    async def close(self) -> None:
+        return None

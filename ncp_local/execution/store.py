@@ -1,0 +1,449 @@
+"""The run directory: results, checkpoints, call log, manifest, lock.
+
+Layout:
+    manifest.json            written once: identity and its parts, resolved config,
+                             command, versions, git, hardware; plus `resumes`
+    results/<spec>.json      one finished episode each
+    checkpoints/<spec>.json  the last committed turn of an unfinished episode
+    quarantine/              files that failed verification, moved aside
+    calls.jsonl              every model call attempt (append-only)
+    DONE                     every episode of this (shard's) run has its result
+    .lock                    held while a process works in the directory
+
+Every JSON file is written to a temp file, fsynced and renamed, so a kill or
+a full disk at any moment leaves either the old or the new file, never half
+of one. Files are created with mode 0666 and the umask decides (no
+`mkstemp`, whose 0600 would hide results from a team on a shared disk).
+
+Every result and checkpoint carries a seal: its spec id, the sha256 of the
+spec file it was played on, the run identity and a hash of its own record.
+Loading checks the seal; a file that fails (truncated, not JSON, another
+spec's, another run's, a spec the dataset lacks) is never used: the run
+moves it to `quarantine/`, says so in one line, and plays the episode again.
+Reports and merges apply the same check (`check_file`) without moving anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InputError
+from ..protocol.episode import Checkpoint, EpisodeResult
+from .identity import Identity, differences, summary
+from .provenance import now, resume_entry
+
+SEAL = "seal"
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# What a run directory may hold; a non-empty folder with neither a manifest nor
+# results/ is someone else's and is never written into.
+RUN_MARKERS = ("manifest.json", "results")
+
+
+class RunLocked(RuntimeError):
+    pass
+
+
+class RunMismatch(RuntimeError):
+    pass
+
+
+class DiskFull(RuntimeError):
+    """No space left (or quota) while writing: nothing half-written is left behind."""
+
+    def __init__(self, where: Path, detail: str = "") -> None:
+        self.where, self.detail = where, detail
+        super().__init__(f"{where}: disk full{f' ({detail})' if detail else ''}; every file written so far "
+                         "is whole: free space, then re-run the same command to resume")
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write whole or not at all; readable as the umask says. A full disk raises DiskFull."""
+    path = Path(path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    tmp: Path | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+            try:
+                # 0o666: the process umask applies, as for any file the user creates.
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                break
+            except FileExistsError:
+                continue
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        if _is_disk_full(exc):
+            raise DiskFull(path.parent, f"writing {path.name}: {exc.strerror}") from None
+        raise
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+# ---- seals -------------------------------------------------------------------------
+
+def _body_hash(record: BaseModel) -> str:
+    return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
+
+
+def sealed_json(record: BaseModel, spec_sha256: str, run: str) -> str:
+    """The record's JSON with its seal first (spec id, spec hash, run identity, record hash)."""
+    spec_id = getattr(record, "spec_id")
+    seal = {"spec_id": spec_id, "spec_sha256": spec_sha256, "run": run, "sha256": _body_hash(record)}
+    return json.dumps({SEAL: seal, **record.model_dump(mode="json")}, indent=1, ensure_ascii=False)
+
+
+def check_file(path: Path, model: type[BaseModel], run: str | None,
+               spec_hashes: Mapping[str, str] | None = None, require_seal: bool = True) -> tuple[Any, str]:
+    """(record, "") for a file that passes, (None, reason) for one that must not be used.
+
+    `run`: the identity it must carry (None: not checked); `spec_hashes`:
+    spec id -> file hash for every spec of the run's dataset (None: not
+    checked); `require_seal=False` accepts an unsealed file of an older rig.
+    """
+    expected = path.stem
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        return None, f"cannot read ({exc.strerror})"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, "not JSON (truncated or damaged)"
+    if not isinstance(data, dict):
+        return None, "not a JSON object"
+    seal = data.pop(SEAL, None)
+    if spec_hashes is not None and expected not in spec_hashes:
+        return None, f"no spec {expected!r} in the run's dataset (a stray file)"
+    if seal is None and require_seal:
+        return None, "no seal (not written by this run)"
+    if seal is not None and not isinstance(seal, dict):
+        return None, "damaged seal"
+    if seal:
+        if seal.get("spec_id") != expected:
+            return None, f"holds spec {seal.get('spec_id')!r}, not {expected!r} (a file moved or copied)"
+        if run is not None and seal.get("run") != run:
+            return None, f"from another run (identity {seal.get('run')}, this run is {run})"
+        if spec_hashes is not None and seal.get("spec_sha256") and seal["spec_sha256"] != spec_hashes[expected]:
+            return None, f"played on another version of spec {expected!r}"
+    try:
+        record = model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        return None, f"not a valid {model.__name__}: {where}: {err['msg']}"
+    if getattr(record, "spec_id", expected) != expected:
+        return None, f"holds spec {getattr(record, 'spec_id')!r}, not {expected!r} (a file moved or copied)"
+    if seal and seal.get("sha256") != _body_hash(record):
+        return None, "its content does not match its seal (edited or damaged)"
+    return record, ""
+
+
+class RunDir:
+    def __init__(self, root: str | Path, calls_name: str = "calls.jsonl",
+                 record: type[BaseModel] = EpisodeResult) -> None:
+        self.root = Path(root)
+        self.results = self.root / "results"
+        self.checkpoints = self.root / "checkpoints"
+        self.quarantine = self.root / "quarantine"
+        self.calls_path = self.root / calls_name
+        self.manifest_path = self.root / "manifest.json"
+        self.record = record  # what results/ holds (a re-audit keeps its own records there)
+        self.identity = ""
+        self.spec_hashes: dict[str, str] | None = None
+        self.manifest: dict[str, Any] = {}
+        self.quarantined: list[str] = []
+        self._lock_fd: int | None = None
+        self._calls_fd: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def open(self, manifest: dict[str, Any], identity: Any, warn: Callable[[str], None] | None = None) -> None:
+        """Create or reopen the run; refuse another live process, another config, a bad place.
+
+        `identity` is an `identity.Identity` (its parts are recorded and a
+        mismatch names what differs; its dataset's spec hashes seal and
+        check every file) or a plain string key (benches, tests).
+        """
+        warn = warn or (lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
+        key = identity if isinstance(identity, str) else identity.key
+        parts = None if isinstance(identity, str) else identity.parts
+        self.identity = key
+        self.spec_hashes = None if isinstance(identity, str) else identity.spec_hashes() or None
+        check_place(self.root)
+        try:
+            self._open(manifest, key, parts, warn)
+        except BaseException as exc:
+            self.close()
+            if _is_disk_full(exc):
+                raise DiskFull(self.root, str(getattr(exc, "strerror", ""))) from None
+            if isinstance(exc, DiskFull):
+                raise DiskFull(self.root, exc.detail) from None
+            raise
+
+    def _open(self, manifest: dict[str, Any], key: str, parts: dict[str, Any] | None,
+              warn: Callable[[str], None]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLocked(f"{self.root}: another process is running in this run directory "
+                            "(wait for it, or use another out_dir)") from None
+        self._lock_fd = fd
+        old = self._read_manifest(warn)
+        if old is None:
+            self._refuse_foreign(key)
+
+            self.manifest = {**manifest, "identity": key, "identity_parts": parts, "resumes": []}
+            self.manifest.setdefault("created", now())
+        else:
+            if old.get("identity") != key:
+                diffs = summary(differences(old.get("identity_parts"), parts or {})) if parts else \
+                    f"identity {old.get('identity')} != {key}"
+                raise RunMismatch(f"{self.root}: this directory holds a run of another config ({diffs}); "
+                                  "to continue it, undo the change; to keep both, use another out_dir")
+
+            entry = resume_entry()
+            limit = (manifest.get("config") or {}).get("limit", "absent")
+            if limit != "absent" and limit != (old.get("config") or {}).get("limit", "absent"):
+                entry["limit"] = limit  # the one setting outside the identity that changes which specs run
+            # Written once: only the list of resumes grows (an older manifest's counter is carried over).
+            resumes = old.get("resumes") if isinstance(old.get("resumes"), list) else \
+                [{"count": old["resumed"]}] if old.get("resumed") else []
+            self.manifest = {**{k: v for k, v in old.items() if k != "resumed"}, "resumes": [*resumes, entry]}
+        atomic_write(self.manifest_path, json.dumps(self.manifest, indent=2, default=str, ensure_ascii=False))
+        self.results.mkdir(exist_ok=True)
+        self.checkpoints.mkdir(exist_ok=True)
+        self._recover()
+        for line in self.verify():
+            warn(line)
+        self._calls_fd = os.open(self.calls_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+
+    def _read_manifest(self, warn: Callable[[str], None]) -> dict[str, Any] | None:
+        if not self.manifest_path.exists():
+            return None
+        try:
+            data = json.loads(self.manifest_path.read_bytes())
+            if isinstance(data, dict) and "identity" in data:
+                return data
+            problem = "not a run manifest"
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            problem = "not JSON (truncated or damaged)"
+        # The seals say which run each result belongs to, so a damaged manifest
+        # costs its record, never the results: it is moved aside and written anew.
+        moved = self._move_aside(self.manifest_path, "")
+        warn(f"{self.manifest_path}: {problem}: moved to {moved}; a new manifest is written")
+        return None
+
+    def _refuse_foreign(self, key: str) -> None:
+        """No manifest, yet results or checkpoints: take them only if they are sealed by this run."""
+        for d in (self.results, self.checkpoints):
+            for path in sorted(d.glob("*.json")) if d.is_dir() else ():
+                try:
+                    seal = json.loads(path.read_bytes()).get(SEAL) or {}
+                except (OSError, ValueError, AttributeError):
+                    continue  # damage: verify() quarantines it
+                if seal.get("run") != key:
+                    raise RunMismatch(f"{self.root}: this directory holds a run of another config ({path} is "
+                                      f"sealed by run {seal.get('run')!r}, not {key}); use another out_dir")
+
+    def _recover(self) -> None:
+        """Clean up after a killed process (we hold the lock, so nobody else writes)."""
+        for d in (self.root, self.results, self.checkpoints):
+            for tmp in d.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)  # a write that never reached its rename
+        if self.calls_path.exists():
+            with open(self.calls_path, "rb+") as f:
+                data = f.read()
+                if data and not data.endswith(b"\n"):
+                    # A line cut short by the kill; drop it so the next append starts clean.
+                    f.truncate(data.rfind(b"\n") + 1)
+
+    def verify(self) -> list[str]:
+        """Check every result and checkpoint; move the failing ones to quarantine/. One line each."""
+        lines = []
+        for d, model in ((self.results, self.record), (self.checkpoints, Checkpoint)):
+            for path in sorted(d.glob("*.json")):
+                _, problem = check_file(path, model, self.identity, self.spec_hashes)
+                if problem:
+                    moved = self._move_aside(path, d.name)
+                    again = "played again" if d is self.results else "played again from the start"
+                    lines.append(f"{path}: {problem}: moved to {moved}; the episode is {again}")
+        self.quarantined += lines
+        return lines
+
+    def _move_aside(self, path: Path, sub: str) -> Path:
+        target_dir = self.quarantine / sub if sub else self.quarantine
+        target_dir.mkdir(parents=True, exist_ok=True)
+        target = target_dir / path.name
+        n = 1
+        while target.exists():
+            target = target_dir / f"{path.name}.{n}"
+            n += 1
+        os.replace(path, target)
+        return target
+
+    def close(self) -> None:
+        if self._calls_fd is not None:
+            os.close(self._calls_fd)
+            self._calls_fd = None
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- records -----------------------------------------------------------
+    def _write(self, path: Path, text: str) -> None:
+        try:
+            atomic_write(path, text)
+        except DiskFull as exc:
+            raise DiskFull(self.root, exc.detail) from None  # named by the run, not the subfolder
+
+    def mark_done(self, n_episodes: int) -> None:
+        """A marker that every episode of this (shard's) run has its result."""
+        self._write(self.root / "DONE", f"{n_episodes}\n")
+
+    def log_call(self, record: dict[str, Any]) -> None:
+        assert self._calls_fd is not None, "run directory not open"
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        size = os.fstat(self._calls_fd).st_size
+        try:
+            # One write per line, unbuffered: a kill loses at most the line in flight.
+            _write_all(self._calls_fd, line)
+        except OSError as exc:
+            # A line half written for want of space is cut off again, so the log stays whole.
+            try:
+                os.ftruncate(self._calls_fd, size)
+            except OSError:
+                pass
+            if _is_disk_full(exc):
+                raise DiskFull(self.root, f"writing {self.calls_path.name}: {exc.strerror}") from None
+            raise
+
+    def _spec_hash(self, spec_id: str) -> str:
+        return (self.spec_hashes or {}).get(spec_id, "")
+
+    def result_path(self, spec_id: str) -> Path:
+        return self.results / f"{spec_id}.json"
+
+    def has_result(self, spec_id: str) -> bool:
+        return self.result_path(spec_id).exists()
+
+    def write_result(self, result: BaseModel) -> None:
+        spec_id = getattr(result, "spec_id")
+        self._write(self.result_path(spec_id), sealed_json(result, self._spec_hash(spec_id), self.identity))
+        # The result supersedes the checkpoint; dropped only after the result is safe.
+        (self.checkpoints / f"{spec_id}.json").unlink(missing_ok=True)
+
+    def write_checkpoint(self, cp: Checkpoint) -> None:
+        self._write(self.checkpoints / f"{cp.spec_id}.json", sealed_json(cp, self._spec_hash(cp.spec_id), self.identity))
+
+    def load_checkpoint(self, spec_id: str) -> Checkpoint | None:
+        """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
+        path = self.checkpoints / f"{spec_id}.json"
+        if not path.exists():
+            return None
+        cp, problem = check_file(path, Checkpoint, self.identity, self.spec_hashes)
+        if problem:
+            moved = self._move_aside(path, "checkpoints")
+            line = f"{path}: {problem}: moved to {moved}; the episode is played again from the start"
+            self.quarantined.append(line)
+            print(f"warning: {line}", file=sys.stderr, flush=True)
+            return None
+        return cp
+
+    def load_result(self, spec_id: str) -> Any:
+        record, problem = check_file(self.result_path(spec_id), self.record, self.identity or None, self.spec_hashes)
+        if problem:
+            # verify() ran at open: only a file changed under a running process gets here.
+            raise InputError(self.result_path(spec_id), "", f"{problem}; re-run the same command to play it again")
+        return record
+
+    def iter_results(self) -> Iterator[Any]:
+        """Every result that passes its check (run `verify` first to move the others aside)."""
+        for path in sorted(self.results.glob("*.json")):
+            record, problem = check_file(path, self.record, self.identity or None, self.spec_hashes)
+            if not problem:
+                yield record
+
+
+def check_place(root: Path) -> None:
+    """Where a run may write: never `/`, a folder of something else, or inside another run."""
+    resolved = Path(root).expanduser().resolve()
+    if resolved == Path(resolved.anchor):
+        raise InputError(root, "out_dir", "the filesystem root is never a run directory")
+    for parent in resolved.parents:
+        if (parent / "manifest.json").is_file() and (parent / "results").is_dir():
+            raise InputError(root, "out_dir", f"inside the run directory {parent} (a run never writes into "
+                            "another; use a folder of its own)")
+    if resolved.is_dir():
+        names = {p.name for p in resolved.iterdir()}
+        if names and not names.intersection(RUN_MARKERS) and not names <= {".lock", "calls.jsonl", "checkpoints", "quarantine"}:
+            shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+            raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
+                            "use an empty or new folder")
+    elif resolved.exists():
+        raise InputError(root, "out_dir", "exists and is not a directory")
+
+
+def read_calls(path: str | Path) -> list[dict[str, Any]]:
+    """The call log, skipping a last line cut short by a kill."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def check_result(path: Path, manifest: Mapping[str, Any], model: type[BaseModel] = EpisodeResult) -> tuple[Any, str]:
+    """A reader's check of one result file against its run's manifest: (record, "") or (None, reason).
+
+    Runs recorded by this rig (manifest with identity parts) must seal every
+    result with their identity and their dataset's spec hashes; older runs
+    and hand-made folders are checked for what they carry (JSON, spec id).
+    """
+    parts = manifest.get("identity_parts")
+    if parts:
+        return check_file(path, model, manifest.get("identity"), Identity(parts).spec_hashes() or None)
+    return check_file(path, model, manifest.get("identity"), None, require_seal=False)
+
+
+def resume_hint(what: str, out: Path) -> str:
+    """The one-line advice after an interrupted run: what is safe, where, and how to go on."""
+    return f"{what} in {out}; re-run the same command to resume"

@@ -1,0 +1,96 @@
+"""`python run.py --help`: the modes, the config groups and their options, as they can be used.
+
+Hydra's own list of groups offers `model` as if `model=qwen3_8b` were a
+choice; it is not: a model is chosen for a role (`model@narrator.model=...`),
+and the role files choose one already. The text here is built from the
+conf/ tree when the help is asked for (the `ncp_help` resolver in
+conf/hydra/help/ncp.yaml), so a new option shows up without editing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..config import REPO_ROOT
+from ..protocol import ROLES
+
+MODES: tuple[tuple[str, str], ...] = (
+    ("run", "play episodes and write a run directory (the default; the same command resumes)"),
+    ("plan", "will the config fit its GPUs and windows? memory shares, devices, prompt growth (no model loads)"),
+    ("lint", "check a dataset (dataset.path=DIR) and print its counts"),
+    ("build", "specs from synopses: sources=FILE.yaml out=DIR"),
+    ("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
+    ("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
+    ("reaudit", "judge a run's turns again with another auditor: runs=[DIR]; several re-audits: the auditor table"),
+    ("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
+    ("merge", "join a sharded run's shards: out_dir=DIR"),
+    ("rerun", "repeat a finished run from its manifest: from=DIR"),
+)
+# Groups chosen through a role rather than by themselves, and how.
+ROLE_GROUPS = {"model": ROLES}
+GROUP_NOTES = {
+    "experiment": "presets on top of everything else",
+    "engine": "vllm (in-process), openai (an endpoint), scripted (no model)",
+}
+
+
+def _options(group: Path) -> list[str]:
+    return sorted(p.stem for p in group.glob("*.yaml"))
+
+
+def groups_text(conf: Path = REPO_ROOT / "conf") -> str:
+    """One line per config group: how to choose it and its options."""
+    lines = []
+    for group in sorted(p for p in conf.iterdir() if p.is_dir() and p.name != "hydra"):
+        options = ", ".join(_options(group))
+        if group.name in ROLE_GROUPS:
+            roles = ROLE_GROUPS[group.name]
+            lines.append(f"  {group.name}@<role>.model=OPTION  (role: {', '.join(roles)}; e.g. "
+                         f"{group.name}@{roles[0]}.model={_options(group)[0]}): {options}")
+            continue
+        note = f"  ({GROUP_NOTES[group.name]})" if group.name in GROUP_NOTES else ""
+        lines.append(f"  {group.name}=OPTION: {options}{note}")
+    launchers = sorted({*_options(conf / "hydra" / "launcher"), "basic"})
+    lines.append(f"  hydra/launcher=OPTION (sweeps, with -m): {', '.join(launchers)}  (batched: every point in one "
+                 "process on shared engines)")
+    return "\n".join(lines)
+
+
+def modes_text() -> str:
+    width = max(len(m) for m, _ in MODES)
+    return "\n".join(f"  mode={m:<{width}}  {what}" for m, what in MODES)
+
+
+def help_text() -> str:
+    """The whole app help; `$$` because Hydra passes it through string.Template (`$FLAGS_HELP` stays)."""
+    return "\n".join([
+        "ncp-local: NCP-Bench on local models (narrator, player and auditor on vLLM engines).",
+        "",
+        "Usage: python run.py [group=option ...] [key=value ...]",
+        "       python run.py -m [hydra/launcher=batched] key=a,b other=c,d    (a sweep: every combination)",
+        "",
+        "== Modes (mode=...) ==",
+        modes_text(),
+        "",
+        "== Config groups ==",
+        groups_text(),
+        "",
+        "== Often used ==",
+        "  max_turns=N limit=N seed=N concurrency=N out_dir=DIR progress=false progress_every_s=S",
+        "  narrator.temperature=T auditor.max_tokens=N dataset=ncp_bench dataset.path=DIR shard.count=N",
+        "  python run.py --cfg job [overrides]   shows the composed config",
+        "",
+        "== Exit codes ==",
+        "  0 ok, 2 bad input (one line names the file or key), 3 engine died, 4 disk full,",
+        "  5 systematic failure, 6 a sweep with failed points, 130/143 stopped by a signal (resumable)",
+        "",
+        "== Hydra's flags ==",
+        "$FLAGS_HELP",
+        "See README.md; --hydra-help for Hydra's own groups.",
+    ]).replace("$", "$$").replace("$$FLAGS_HELP", "$FLAGS_HELP")
+
+
+def register() -> None:
+    OmegaConf.register_new_resolver("ncp_help", help_text, replace=True)

@@ -1,0 +1,74 @@
+"""One module per mode, listed once in `MODES`: run.py dispatches through it, `--help`
+prints it, and a test holds the README's mode list to it. A mode is a thin entry
+(`main(cfg, raw) -> exit code`) over execution, plan and report; it never imports
+another mode. Adding a mode takes its module and one row here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import ConfigError, RunConfig, validate
+from ..execution.exits import EXIT_BAD_INPUT, exit_for
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    help: str  # one line, for --help and the README
+
+    @property
+    def module(self) -> str:
+        return f"{__name__}.{self.name}"
+
+    def load(self) -> Callable[[RunConfig, dict[str, Any]], int]:
+        # Imported on use: a mode's heavy dependencies (vllm, matplotlib) load only when it runs.
+        return importlib.import_module(self.module).main
+
+
+MODES: tuple[Mode, ...] = (
+    Mode("run", "play episodes and write a run directory (the default; the same command resumes)"),
+    Mode("plan", "will the config fit its GPUs and windows? memory shares, devices, prompt growth (no model loads)"),
+    Mode("lint", "check a dataset (dataset.path=DIR) and print its counts"),
+    Mode("build", "specs from synopses: sources=FILE.yaml out=DIR"),
+    Mode("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
+    Mode("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
+    Mode("reaudit", "judge a run's turns again with another auditor: runs=[DIR]; several re-audits: the auditor table"),
+    Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
+    Mode("merge", "join a sharded run's shards: out_dir=DIR"),
+    Mode("rerun", "repeat a finished run from its manifest: from=DIR"),
+)
+BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
+
+
+def find(name: str) -> Mode:
+    if name not in BY_NAME:
+        raise ConfigError("mode", f"unknown mode {name!r} (known: {', '.join(BY_NAME)})")
+    return BY_NAME[name]
+
+
+def fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def main(dcfg: DictConfig) -> int:
+    """Validate the composed config, run its mode; a known failure is one `error:` line and its exit code."""
+    try:
+        raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
+    except Exception as exc:  # interpolation errors name the key themselves
+        return fail(f"config: {exc}".splitlines()[0])
+    try:
+        cfg = validate(raw)
+        return find(cfg.mode).load()(cfg, raw)
+    except Exception as exc:
+        known = exit_for(exc)
+        if known is None:
+            raise
+        print(f"error: {known.message}", file=sys.stderr)
+        return known.code

@@ -1,0 +1,192 @@
+"""Build environments from synopses with three dependent calls (PROTOCOL section 7).
+
+trajectory -> commitments (given the trajectory) -> initial facts (given
+both). Each answer is grammar-constrained; what a grammar cannot check
+(commitments naming nodes that exist, at least one achievement, the whole
+spec passing the loader) is validated across parts, and a failing stage is
+asked again with the errors, up to `rounds` times. Output is the official
+format (index + specs/), so `mode=lint` accepts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import ConfigError, RunConfig
+from ..errors import InputError
+from ..execution import identity, provenance
+from ..execution.calls import CallService, bindings
+from ..execution.engine_pool import EnginePool
+from ..execution.preflight import preflight
+from ..execution.store import RunDir, atomic_write
+from ..protocol.episode import CallFailed
+from ..protocol.prompts import BUILD_TEMPLATES
+from ..protocol.spec import NODE_REF, Meta, _read_yaml, _Reader, _unique, lint_spec, parse_spec, parse_yaml, read_meta
+from ..protocol.stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
+
+ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a spec is built from: its meta and a synopsis."""
+
+    meta: Meta
+    synopsis: str
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+
+def load_sources(path: str | Path) -> list[Source]:
+    path = Path(path)
+    r = _Reader(path)
+    data = _read_yaml(path)
+    items = data.get("sources") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise InputError(path, "sources", "expected a non-empty list of sources (or a mapping with `sources:`)")
+    out = [Source(read_meta(r, item, f"sources[{i}]"), r.text(item, "synopsis", f"sources[{i}].synopsis"))
+           for i, item in enumerate(items)]
+    _unique(r, out, "sources")
+    return out
+
+
+def _trajectory_text(nodes: list[dict[str, str]]) -> str:
+    return "\n".join(f"[{n['id']}] {n['description']} (trigger: {n['trigger_event']}; change: {n['key_delta']})"
+                     for n in nodes)
+
+
+def _commitments_text(cs: list[dict[str, str]]) -> str:
+    return "\n".join(f"[{c['id']}] ({c['type']}) {c['description']}" for c in cs)
+
+
+def check_commitments(cs: list[dict[str, str]], node_ids: set[str]) -> list[str]:
+    errors = []
+    for c in cs:
+        text = " ".join((c["description"], c["satisfaction_condition"], c["violation_condition"]))
+        missing = sorted(set(NODE_REF.findall(text)) - node_ids)
+        if missing:
+            errors.append(f"{c['id']} names beats that do not exist: {', '.join(missing)} "
+                          f"(valid: {', '.join(sorted(node_ids, key=lambda s: int(s[2:])))})")
+    if not any(c["type"] == "achievement" for c in cs):
+        errors.append("there must be at least one achievement commitment")
+    return errors
+
+
+def _blank(items: list[dict[str, str]], what: str) -> list[str]:
+    return [f"{what} {it['id']}: field {k} is blank" for it in items for k, v in it.items() if not str(v).strip()]
+
+
+class Builder:
+    def __init__(self, calls: CallService) -> None:
+        self.calls = calls
+
+    async def _stage(self, source: Source, stage: str, variables: dict[str, str], check: Any) -> Any:
+        feedback = ""
+        for round_ in range(ROUNDS):
+            out = await self.calls.ask(source.id, 0, stage, stage, variables, role="auditor",
+                                        key=f"round{round_}" if round_ else "", feedback=feedback)
+            items, errors = check(out)
+            if not errors:
+                return items
+            feedback = "\n".join(f"- {e}" for e in errors)
+            self.calls.store.log_call({"spec_id": source.id, "stage": stage, "round": round_,
+                                        "cross_check_errors": errors})
+        raise InputError(source.id, stage, f"still invalid after {ROUNDS} rounds: {feedback}")
+
+    async def build(self, source: Source) -> dict[str, Any]:
+        base = {"synopsis": source.synopsis, "player_role": source.meta.player_role}
+
+        def nodes_check(out: BuiltTrajectory) -> tuple[list[dict[str, str]], list[str]]:
+            nodes = [{"id": f"s_{i}", **n.model_dump()} for i, n in enumerate(out.trajectory)]
+            return nodes, _blank(nodes, "node")
+
+        nodes = await self._stage(source, "build_trajectory", base, nodes_check)
+        node_ids = {n["id"] for n in nodes}
+        with_traj = {**base, "reference_trajectory": _trajectory_text(nodes)}
+
+        def commitments_check(out: BuiltCommitments) -> tuple[list[dict[str, str]], list[str]]:
+            cs = [{"id": f"c_{i}", **c.model_dump()} for i, c in enumerate(out.commitments)]
+            return cs, _blank(cs, "commitment") + check_commitments(cs, node_ids)
+
+        commitments = await self._stage(source, "build_commitments", with_traj, commitments_check)
+
+        def facts_check(out: BuiltFacts) -> tuple[list[dict[str, Any]], list[str]]:
+            fs = [{"id": f"f_{i}", "content": f.content, "negated": False} for i, f in enumerate(out.initial_facts)]
+            return fs, _blank(fs, "fact")
+
+        facts = await self._stage(source, "build_facts",
+                                  {**with_traj, "commitments": _commitments_text(commitments)}, facts_check)
+        m = source.meta
+        doc = {"meta": {"id": m.id, "title": m.title, "genres": list(m.genres), "player_role": m.player_role},
+               "synopsis": source.synopsis, "initial_facts": facts, "commitments": commitments, "trajectory": nodes}
+        # The assembled spec must pass the loader and lint clean.
+        spec = parse_spec(doc, Path(f"{source.id}.yaml"), expected_id=source.id)
+        warnings = lint_spec(spec, f"{source.id}.yaml")
+        if warnings:
+            raise InputError(source.id, "build", "; ".join(str(w) for w in warnings))
+        return doc
+
+
+async def build_all(calls: CallService, sources: list[Source], out: Path) -> dict[str, str]:
+    """Builds every source; writes each spec as it completes, the index last."""
+    builder = Builder(calls)
+    status: dict[str, str] = {}
+
+    async def one(src: Source) -> None:
+        try:
+            doc = await builder.build(src)
+        except (InputError, CallFailed) as exc:
+            status[src.id] = f"failed: {exc}"
+            return
+        atomic_write(out / "specs" / f"{src.id}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True,
+                                                                       width=100))
+        status[src.id] = "ok"
+
+    await asyncio.gather(*(one(s) for s in sources))
+    # Keep what an earlier build put in the index, then add this build's specs.
+    index_path = out / "index.yaml"
+    old = (parse_yaml(index_path.read_text(encoding="utf-8")) or {}).get("specs", []) if index_path.exists() else []
+    built = [s.id for s in sources if status[s.id] == "ok"]
+    ids = list(dict.fromkeys([i for i in old if (out / "specs" / f"{i}.yaml").exists()] + built))
+    atomic_write(index_path, yaml.safe_dump({"specs": ids}, sort_keys=False))
+    return status
+
+
+def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    """`mode=build sources=FILE.yaml out=DIR`: specs from synopses, on the auditor's model."""
+    if not cfg.sources:
+        raise ConfigError("sources", "mode=build needs sources=FILE.yaml (id, title, genres, player_role, synopsis)")
+    if not cfg.out:
+        raise ConfigError("out", "mode=build needs out=DIR for the built specs")
+    sources = load_sources(cfg.sources)
+    ready = preflight(cfg, episodes=False, templates=BUILD_TEMPLATES)
+    cfg, pack = ready.cfg, ready.pack
+    engines = EnginePool(cfg)
+    out = Path(cfg.out)
+    store = RunDir(out / ".build")
+    store.open({"config": raw, "sources": str(cfg.sources), **provenance.environment()},
+               identity.of_build(cfg, raw, pack.templates, cfg.sources))
+
+    async def go() -> dict[str, str]:
+        started = await engines.start()
+        try:
+            calls = CallService(roles=bindings(cfg, started, ("auditor",)), pack=pack, store=store, seed=cfg.seed)
+            return await build_all(calls, sources, out)
+        finally:
+            await engines.close()
+
+    try:
+        status = asyncio.run(go())
+    finally:
+        store.close()
+    for sid, st in status.items():
+        print(f"{sid}: {st}")
+    print(f"specs written to {out} (check with: python run.py mode=lint dataset.path={out})")
+    return 0 if all(st == "ok" for st in status.values()) else 1

@@ -1,0 +1,16 @@
+"""`mode=lint`: check a dataset (`dataset.path=DIR`) and print its counts and warnings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import RunConfig, dataset_path
+from ..protocol.spec import dataset_summary, load_dataset
+
+
+def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    ds = load_dataset(dataset_path(cfg))
+    for w in ds.warnings:
+        print(w)
+    print(dataset_summary(ds))
+    return 0

@@ -1,0 +1,44 @@
+"""`mode=plan`: will this config fit its GPUs and its context windows, before anything loads?
+
+The exit code is the verdict: 0 go; 1 it would start, but some call outgrows
+its window before `max_turns`; 2 it cannot start as configured.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..config import RunConfig
+from ..execution.preflight import preflight
+from ..execution.projection import measured, play
+from ..plan import EXIT_CANNOT, Plan, check, project, render, verdict
+
+
+def full(cfg: RunConfig) -> Plan:
+    """The whole plan: the checks, then the prompt projection from the rig's own templates."""
+    plan = check(cfg)
+    if cfg.engine.name == "scripted":
+        return plan  # no model, no window: nothing to project
+    if cfg.plan.measured:
+        growth = measured(cfg.plan.measured)
+    else:
+        # The plan reports what does not fit instead of refusing it: only the episode inputs are checked.
+        ready = preflight(cfg, models=False)
+        assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
+        growth = play(cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs,
+                      ready.player)
+    project(plan, growth)
+    return plan
+
+
+def main(cfg: RunConfig) -> int:
+    """`mode=plan`: print the plan; the exit code is the verdict (see the module doc)."""
+    plan = full(cfg)
+    for line in render(plan):
+        print(line)
+    code, text = verdict(plan)
+    print(text, flush=True)
+    if code == EXIT_CANNOT:
+        p = plan.fatal[0]
+        print(f"error: config: {p.field}: plan: {p.message}", file=sys.stderr)
+    return code

@@ -1,0 +1,192 @@
+"""Re-audit a finished run with another auditor, without new narration.
+
+Every recorded turn is judged again by the configured auditor with the
+stages a turn uses (fact_update -> conflict_check -> double_check when the
+first check finds conflicts), through the call service (`CallService.ask`), so retries, per-call
+seeds and the call log work as in a run. The state each turn is judged
+against is the one the original episode had before that turn, rebuilt by
+replaying the recorded decisions through `ledger` (report.replay): only the
+judgement of the turn changes, never the story or the state it was told in.
+
+Because every turn's state is known in advance, all turns of all episodes
+are independent requests and go to the engine at once.
+
+Output: a run dir of its own (manifest with `kind: reaudit`, results/<spec>.json
+per episode, calls.jsonl) plus agreement.{md,json} and per-turn / per-episode
+CSVs: Cohen's kappa on conflict yes/no per turn, per-type confusion, and
+Pearson / Spearman of per-episode metrics between the two auditors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..config import ConfigError, RunConfig
+from ..engines.base import EngineDead
+from ..execution import identity as identity_mod
+from ..execution import provenance
+from ..execution.calls import CallService, bindings
+from ..execution.engine_pool import EnginePool
+from ..execution.exits import exit_for
+from ..execution.layout import require_finished
+from ..execution.preflight import preflight
+from ..execution.progress import Metered, Progress
+from ..execution.store import RunDir, resume_hint
+from ..protocol.episode import EpisodeResult
+from ..protocol.prompts import PromptPack
+from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
+from ..protocol.replay import TurnView, replay
+from ..protocol.spec import Spec
+from ..report.agreement import agreement, write_agreement
+from ..report.auditors import main as table_main
+from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
+
+
+async def reaudit_episode(spec: Spec, result: EpisodeResult, calls: CallService,
+                          gate: asyncio.Semaphore) -> ReauditResult:
+    rp = replay(spec, result)
+
+    async def one(view: TurnView) -> TurnAudit:
+        async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
+            return await calls.ask(spec.id, view.record.turn, stage, template, variables, **kw)
+
+        async with gate:
+            return await audit_turn(spec, view, ask)
+
+    audits = await asyncio.gather(*(one(v) for v in rp.turns))
+    return ReauditResult(spec_id=spec.id, source_termination=result.termination, turns=tuple(audits))
+
+
+async def reaudit_all(items: Sequence[tuple[Spec, EpisodeResult]], calls: CallService, concurrency: int,
+                      on_result: Callable[[ReauditResult], None] | None = None) -> dict[str, ReauditResult]:
+    gate = asyncio.Semaphore(max(1, concurrency))
+    out: dict[str, ReauditResult] = {}
+
+    async def episode(spec: Spec, result: EpisodeResult) -> None:
+        res = await reaudit_episode(spec, result, calls, gate)
+        out[spec.id] = res
+        if on_result:
+            on_result(res)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for spec, result in items:
+                tg.create_task(episode(spec, result))
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None  # a dead engine, as itself
+    return out
+
+
+# ---- mode=reaudit -----------------------------------------------------------------
+
+def _identity(cfg: Any, raw: dict[str, Any], pack: PromptPack, source: Run) -> identity_mod.Identity:
+    # Tied to the source run's identity (its path when it has none), so a re-audit
+    # never shares an identity with a run or with a re-audit of another run.
+    src = source.manifest.get("identity") or str(source.path.resolve())
+    return identity_mod.of_reaudit(cfg, raw, pack.templates, f"{REAUDIT_KIND}/{src}")
+
+
+def _load_done(store: RunDir) -> dict[str, ReauditResult]:
+    # Verified when the store opened: a failing file was moved to quarantine/ and is judged again.
+    return {r.spec_id: r for r in store.iter_results()}
+
+
+def auditor_table(cfg: Any, paths: Sequence[str]) -> int:
+    """Several auditors of the same episodes (re-audits of one run, with or without the run itself, or runs
+    that differ in their auditor): the paper's Table 2 (report/auditors.py). No model is loaded."""
+    out = Path(cfg.report.out).expanduser() if cfg.report.out else None
+    return table_main(paths, out, cfg.report.resamples, cfg.report.seed, cfg.report.level)
+
+
+def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
+    """The re-audit's directory (`out_dir`, else runs/reaudit-<source>-<identity>) and its identity."""
+    ident = _identity(cfg, raw, pack, source)
+    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else Path("runs") / f"reaudit-{source.key}-{ident.key}"
+    return out, ident
+
+
+def point_dir(cfg: Any, raw: dict[str, Any]) -> Path:
+    """Where `mode=reaudit` with this config writes (a sweep's index names it)."""
+    source = load_run(cfg.runs[0])
+    return out_dir(cfg, raw, source, PromptPack.load(cfg.prompts.get("dir")))[0]
+
+
+def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    require_finished(cfg.runs)
+    runs = expand_runs(list(cfg.runs)) if cfg.runs else []
+    if len(runs) > 1:
+        return auditor_table(cfg, runs)
+    if len(runs) != 1:
+        raise ConfigError("runs", "reaudit takes one run directory to judge again (runs=[DIR]), or several "
+                          "re-audits / runs for the auditor table (runs=[A,B,...] or a sweep folder)")
+    source = load_run(runs[0])
+    attach_specs(source, cfg.report.dataset, required=True)
+    # Only the auditor is needed: point the other roles at its model so that
+    # the pool starts exactly one engine.
+    acfg = cfg.model_copy(update={"narrator": cfg.auditor, "player": cfg.auditor})
+    ready = preflight(acfg, episodes=False)  # the auditor's memory share as mode=run plans it
+    acfg, pack = ready.cfg, ready.pack
+    engines = EnginePool(acfg)
+    out, ident = out_dir(cfg, raw, source, pack)
+    src_root = source.path.resolve()
+    if src_root in out.resolve().parents:
+        raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: a re-audit never writes into "
+                          "the run it judges; use a folder of its own")
+    reauditor = f"{cfg.auditor.model.name} (seed {cfg.seed})"
+    store = RunDir(out, record=ReauditResult)
+    store.open({
+        "kind": REAUDIT_KIND,
+        **provenance.environment(),
+        "config": raw,
+        "source": {"path": str(src_root), "label": source.label,
+                   "identity": source.manifest.get("identity"), "episodes": len(source.results)},
+        "dataset": source.manifest.get("dataset"),
+        "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
+        "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
+    }, ident)
+    try:
+        done = _load_done(store)
+        todo = [(source.specs[sid], r) for sid, r in source.results.items() if sid not in done]
+        if todo:
+            done.update(asyncio.run(_run(acfg, pack, engines, store, todo)))
+        else:
+            print(f"all {len(done)} episodes already re-audited in {out}; nothing left to do")
+        store.mark_done(len(done))
+    except EngineDead as exc:
+        known = exit_for(exc, resume_hint("finished episodes are saved", out))
+        assert known is not None
+        print(f"error: {known.message}", file=sys.stderr)
+        return known.code
+    finally:
+        store.close()
+    pairs = [(r, done[sid]) for sid, r in source.results.items() if sid in done]
+    agr = agreement(pairs)
+    print(write_agreement(out, agr, f"{source.label} ({source.path})", reauditor))
+    print(f"re-audit directory: {out}")
+    return 0
+
+
+async def _run(cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir,
+               todo: list[tuple[Spec, EpisodeResult]]) -> dict[str, ReauditResult]:
+    started = await engines.start()
+    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
+    for spec, result in todo:  # progress counts the recorded turns judged again
+        bar.add_run("re-audit", [spec.id], len(result.turns))
+    try:
+        roles = bindings(cfg, started, ("auditor",), wrap=lambda e: Metered(e, bar))
+        calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
+
+        def save(res: ReauditResult) -> None:
+            store.write_result(res)
+            bar.result("re-audit", res.spec_id, len(res.turns))
+
+        bar.start()
+        try:
+            return await reaudit_all(todo, calls, cfg.concurrency, on_result=save)
+        finally:
+            bar.close()
+    finally:
+        await engines.close()

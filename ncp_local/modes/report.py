@@ -1,0 +1,22 @@
+"""`mode=report`: tables with intervals, survival plot, per-genre tables and HTML over finished runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import RunConfig
+from ..execution.layout import require_finished
+from ..report import build_report, default_out, runs_of
+
+
+def main(cfg: RunConfig, raw: dict) -> int:
+    require_finished(cfg.runs)
+    runs = runs_of(cfg)
+    out = Path(cfg.report.out).expanduser() if cfg.report.out else default_out(cfg, runs, "report")
+    rep = build_report(runs, out, cfg.report.resamples, cfg.report.seed, cfg.report.level, cfg.report.html)
+    print(rep["summary_md"])
+    for note in rep["notes"]:
+        print(note)
+    print(f"report: {out} (results.md/.csv, genres.md/.csv, survival.png/.svg/.csv"
+          + (", index.html" if cfg.report.html else "") + ")")
+    return 0

@@ -1,0 +1,15 @@
+"""`mode=rerun from=DIR`: repeat a finished run from its manifest (`out_dir` defaults to `<DIR>-rerun`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import RunConfig, validate
+from ..execution import episodes
+from ..execution.identity import rerun_config
+
+
+def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+    # The finished run's own config from its manifest, found again here by content.
+    again = rerun_config(raw)
+    return episodes.run(validate(again), again)

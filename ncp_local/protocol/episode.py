@@ -1,0 +1,330 @@
+"""One episode: opening, turns, termination (PROTOCOL section 3).
+
+Knows the protocol and nothing of engines. Every model call goes through an
+`Ask` (the runner's: retries, seeds, call log); the state changes only
+through `ledger`'s pure functions, and only when a turn commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from . import ledger
+from .ledger import EpisodeState, Exchange, FactUpdate, Status
+from .narrators import Ask, Narrator
+from .player import Player
+from .prompts import (
+    conflict_vars,
+    end_of_turn_history,
+    fact_update_vars,
+    status_vars,
+    to_json,
+    trajectory_vars,
+)
+from .spec import Spec
+from .stages import (
+    INTERNAL_ID,
+    AuditIds,
+    ConflictCheckOut,
+    DoubleCheckOut,
+    FactUpdateOut,
+    StatusOut,
+    TrajectoryOut,
+)
+
+# `context_limit`: the episode could not go on because a call no longer fits the
+# model's window; it is censored at its last committed turn (PROTOCOL section 5
+# counts survival to the end of the story; such an episode did not fail, it ran
+# out of room), never dropped as `invalid`.
+Termination = Literal["conflict", "max_turns", "all_resolved", "invalid", "context_limit"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FactUpdateRecord(_Record):
+    add_facts: tuple[str, ...]
+    negate_facts: tuple[str, ...]
+    reason: str
+
+
+class TurnRecord(_Record):
+    turn: int
+    player_input: str
+    response: str
+    fact_update: FactUpdateRecord
+    conflict_check: dict[str, Any]  # the first payload, with derived counts
+    double_check: dict[str, Any] | None  # the reviewed decision, when there was one
+    conflicts: tuple[dict[str, Any], ...]  # what stands after the double-check
+    trajectory_check: dict[str, Any] | None = None
+    node_completed: str | None = None
+    status_check: tuple[dict[str, Any], ...] | None = None
+    newly_satisfied: tuple[str, ...] = ()
+    back_to_pending: tuple[str, ...] = ()
+    # Answers of this turn that reached an output bound ("stage:bound"); empty
+    # on a compliant model under loose bounds (PROTOCOL section 6).
+    bound_hits: tuple[str, ...] = ()
+
+
+class EpisodeResult(_Record):
+    spec_id: str
+    termination: Termination
+    reason: str = ""
+    opening: str
+    opening_update: FactUpdateRecord | None
+    turns: tuple[TurnRecord, ...]
+    final_state: EpisodeState
+    max_turns: int
+    opening_bound_hits: tuple[str, ...] = ()
+
+
+class Checkpoint(_Record):
+    """Everything needed to continue after the last committed turn."""
+
+    spec_id: str
+    state: EpisodeState
+    opening_update: FactUpdateRecord | None
+    turns: tuple[TurnRecord, ...]
+    narrator_state: dict[str, Any]
+    opening_bound_hits: tuple[str, ...] = ()
+
+    @property
+    def next_turn(self) -> int:
+        return len(self.turns)
+
+
+class CallFailed(Exception):
+    """A call stayed invalid after every attempt; ends this episode only."""
+
+    termination: Termination = "invalid"
+
+    def __init__(self, stage: str, turn: int, reason: str) -> None:
+        super().__init__(f"{stage} at turn {turn}: {reason}")
+        self.stage, self.turn, self.reason = stage, turn, reason
+
+
+class ContextLimit(CallFailed):
+    """A call's prompt leaves less room than its stage needs: the episode is censored."""
+
+    termination: Termination = "context_limit"
+
+
+AskFactory = Callable[[int], Ask]  # turn -> a call bound to that turn (-1: the opening)
+OnCommit = Callable[[Checkpoint], Awaitable[None]]
+
+OPENING_TURN = -1
+
+
+def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
+    # Negation ids arrive stripped and once each (stages.FactUpdateOut).
+    return FactUpdateRecord(add_facts=out.add_facts, negate_facts=out.negate_facts, reason=out.reason)
+
+
+def to_update(rec: FactUpdateRecord | None) -> FactUpdate:
+    """The ledger update a recorded fact update makes (none recorded: no change)."""
+    if rec is None:
+        return FactUpdate()
+    return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
+
+
+def conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
+    data = out.model_dump(mode="json")
+    data["counts"] = out.counts()
+    return data
+
+
+# The grammar offers a fact update the ids its own first additions would get,
+# so that it can negate a fact it adds; an id beyond these is ignored anyway.
+NEW_ID_LOOKAHEAD = 8
+
+
+def audit_ids(spec: Spec, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
+    """The ids an audit answer may name: the active facts and the spec's commitments."""
+    return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
+                    commitment_ids=tuple(c.id for c in spec.commitments),
+                    new_fact_ids=ledger.next_fact_ids(facts, NEW_ID_LOOKAHEAD))
+
+
+def resolve_targets(spec: Spec, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
+                    player_input: str, response: str) -> list[dict[str, str]]:
+    """Each initial conflict with its target's text, for the double-check."""
+    facts = {f.id: f.text for f in projected}
+    commitments = {c.id: c.description for c in spec.commitments}
+    resolved = []
+    for c in out.conflicts:
+        if c.type == "fact":
+            # An internal contradiction names the narration itself.
+            target = response if c.id == INTERNAL_ID else facts.get(c.id, "")
+        elif c.type == "commitment":
+            target = commitments.get(c.id, "")
+        else:
+            target = player_input
+        resolved.append({"type": c.type, "id": c.id, "target_text": target, "reason": c.reason})
+    return resolved
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Steps 3-5 of a turn: the fact update, the conflict check and its double-check."""
+
+    fact_update: FactUpdateRecord
+    first: ConflictCheckOut
+    reviewed: DoubleCheckOut | None
+
+    @property
+    def standing(self) -> tuple[Any, ...]:
+        return tuple(self.reviewed.standing() if self.reviewed else self.first.conflicts)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The audit's part of a turn record (TurnRecord, and the re-audit's TurnAudit)."""
+        return dict(fact_update=self.fact_update, conflict_check=conflict_payload(self.first),
+                    double_check=conflict_payload(self.reviewed) if self.reviewed else None,
+                    conflicts=tuple(c.model_dump(mode="json") for c in self.standing))
+
+
+async def audit_response(spec: Spec, state: EpisodeState, projected: tuple[ledger.FactEntry, ...],
+                         player_input: str, response: str, ask: Ask) -> Audit:
+    """PROTOCOL section 3, steps 3-5: `state` is the committed state before the turn, `projected` its
+    facts with the pending updates applied. Shared by a run's turns and the re-audit."""
+    ids = audit_ids(spec, projected)
+    fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids))
+    cvars = conflict_vars(spec, state, projected, player_input, response, to_update(fu))
+    first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
+    reviewed: DoubleCheckOut | None = None
+    if first.conflicts:
+        targets = resolve_targets(spec, first, projected, player_input, response)
+        reviewed = await ask("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)},
+                             ids=ids)
+    return Audit(fu, first, reviewed)
+
+
+class Episode:
+    def __init__(self, spec: Spec, narrator: Narrator, player: Player, ask_for: AskFactory,
+                 max_turns: int, on_commit: OnCommit, play_through: bool = False) -> None:
+        self.spec = spec
+        # Benchmarks only (mode=bench): a standing conflict or all_resolved is
+        # recorded but does not end the episode, and the turn commits as if no
+        # conflict stood, so every episode plays max_turns and every way of
+        # running the workload does the same calls. Never used for scores.
+        self.play_through = play_through
+        self.narrator = narrator
+        self.player = player
+        self.ask_for = ask_for
+        self.max_turns = max_turns
+        self.on_commit = on_commit
+        self.commitment_ids = tuple(c.id for c in spec.commitments)
+
+    async def run(self, checkpoint: Checkpoint | None = None) -> EpisodeResult:
+        if checkpoint is None:
+            try:
+                checkpoint = await self._open()
+            except CallFailed as exc:
+                state = ledger.initial_state(self.spec)
+                empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(),
+                                   narrator_state={})
+                return self._result(exc.termination, state, [], empty, reason=str(exc))
+        else:
+            self.narrator.restore(checkpoint.narrator_state)
+        state, turns = checkpoint.state, list(checkpoint.turns)
+        try:
+            # A checkpoint is only written for a turn that committed, so the
+            # episode may already be over by all_resolved (never by conflict).
+            if turns and self._resolved(state):
+                return self._result("all_resolved", state, turns, checkpoint)
+            for t in range(len(turns), self.max_turns):
+                record, new_state = await self._turn(t, state)
+                turns.append(record)
+                if new_state is None:
+                    return self._result("conflict", state, turns, checkpoint)
+                state = new_state
+                checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
+                                        turns=tuple(turns), narrator_state=self.narrator.save(),
+                                        opening_bound_hits=checkpoint.opening_bound_hits)
+                await self.on_commit(checkpoint)
+                if self._resolved(state):
+                    return self._result("all_resolved", state, turns, checkpoint)
+        except CallFailed as exc:
+            return self._result(exc.termination, state, turns, checkpoint, reason=str(exc))
+        return self._result("max_turns", state, turns, checkpoint)
+
+    def _resolved(self, state: EpisodeState) -> bool:
+        return not self.play_through and ledger.all_resolved(self.spec, state.statuses)
+
+    def _result(self, how: Termination, state: EpisodeState, turns: list[TurnRecord],
+                cp: Checkpoint, reason: str = "") -> EpisodeResult:
+        return EpisodeResult(spec_id=self.spec.id, termination=how, reason=reason, opening=state.opening,
+                             opening_update=cp.opening_update, turns=tuple(turns), final_state=state,
+                             max_turns=self.max_turns, opening_bound_hits=cp.opening_bound_hits)
+
+    async def _open(self) -> Checkpoint:
+        state = ledger.initial_state(self.spec)
+        ask = self.ask_for(OPENING_TURN)
+        text = await self.narrator.opening(self.spec, state, ask)
+        fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(self.spec, state.facts, text),
+                                      ids=audit_ids(self.spec, state.facts))
+        rec = fu_record(fu)
+        # The opening's updates are held as pending until turn 0 commits.
+        state = state.model_copy(update={"opening": text, "pending": to_update(rec)})
+        cp = Checkpoint(spec_id=self.spec.id, state=state, opening_update=rec, turns=(),
+                        narrator_state=self.narrator.save(), opening_bound_hits=_hits(ask))
+        await self.on_commit(cp)
+        return cp
+
+    async def _turn(self, t: int, state: EpisodeState) -> tuple[TurnRecord, EpisodeState | None]:
+        """Steps 1-9; returns the record and the new state (None: conflict, nothing commits)."""
+        ask = self.ask_for(t)
+        player_input = await self.player.act(self.spec, state, ask)
+        response = await self.narrator.respond(self.spec, state, player_input, ask)
+
+        projected = ledger.projected_facts(state)
+        audit = await audit_response(self.spec, state, projected, player_input, response, ask)
+        base = dict(turn=t, player_input=player_input, response=response, **audit.record_fields())
+        if audit.standing and not self.play_through:
+            return TurnRecord(**base, bound_hits=_hits(ask)), None
+
+        update = to_update(audit.fact_update)
+
+        facts = ledger.apply_update(projected, update)
+        history = end_of_turn_history(state, player_input, response)
+        occurred, traj, node_done = state.node_occurred, None, None
+        pending_node = ledger.first_pending_node(occurred)
+        if pending_node is not None:  # at most one node per turn: the first pending one
+            tc: TrajectoryOut = await ask("trajectory_check", "trajectory_check",
+                                          trajectory_vars(self.spec, pending_node, facts, history))
+            traj = tc.model_dump(mode="json")
+            if tc.completed:
+                occurred = ledger.complete_node(occurred, pending_node)
+                node_done = self.spec.trajectory[pending_node].id
+
+        statuses = state.statuses
+        status_payload = None
+        if self.commitment_ids:
+            sc: StatusOut = await ask("status_check", "status_check",
+                                      status_vars(self.spec, state, facts, occurred, history),
+                                      ids=AuditIds(commitment_ids=self.commitment_ids))
+            # Overwritten each turn: a satisfied commitment can fall back to pending.
+            statuses = tuple((e.id, _status(e.status)) for e in sc.statuses)
+            status_payload = tuple(e.model_dump(mode="json") for e in sc.statuses)
+        before = state.status_map
+        record = TurnRecord(
+            **base, trajectory_check=traj, node_completed=node_done, status_check=status_payload,
+            newly_satisfied=tuple(cid for cid, s in statuses if s == "satisfied" and before[cid] != "satisfied"),
+            back_to_pending=tuple(cid for cid, s in statuses if s == "pending" and before[cid] == "satisfied"),
+            bound_hits=_hits(ask),
+        )
+        new_state = ledger.commit_turn(state, update, occurred, statuses, Exchange(
+            player_input=player_input, response=response))
+        return record, new_state
+
+
+def _hits(ask: Ask) -> tuple[str, ...]:
+    """The bounds this turn's answers reached, as the runner's Ask collected them."""
+    return tuple(getattr(ask, "hits", ()))
+
+
+def _status(s: str) -> Status:
+    return "satisfied" if s == "SATISFIED" else "pending"

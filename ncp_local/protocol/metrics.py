@@ -1,0 +1,208 @@
+"""Per-episode and aggregate metrics (PROTOCOL section 5).
+
+Everything is computed from an episode's final committed state and its turn
+records. `invalid` episodes are counted but kept out of the averages.
+
+Survival and censoring. PROTOCOL section 5 defines S(t) as the share of
+episodes with turns >= t: the distribution of the story's length T (turn
+records, the conflicting one included), however it ended. So `conflict`,
+`max_turns` and `all_resolved` are all observed lengths: each one's story
+ended at its turn count, and with only these S(t) is exactly that share.
+`context_limit` is the one right-censored termination: the episode stopped
+because a call no longer fit the model's window, not because the story
+ended, and its length is only known from below. It had `n` committed turns
+and turn `n` was under way when the call failed, so T > n: it is censored at
+n, at risk for every t <= n + 1 (S(t) = P(T >= t) = P(T > t - 1)). Dropping
+such episodes (as `invalid`) would remove exactly the longest survivors.
+
+The Kaplan-Meier estimate with its confidence band is scipy's
+(`stats.ecdf` on `CensoredData`), imported only when a curve is computed.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+from scipy import stats
+
+from .episode import EpisodeResult
+from .stages import CONFLICT_TYPES
+
+# Every termination a report counts, in table order.
+TERMINATIONS: tuple[str, ...] = ("conflict", "max_turns", "all_resolved", "context_limit", "invalid")
+# Terminations whose story did not end: right-censored at their turn count.
+CENSORED: frozenset[str] = frozenset({"context_limit"})
+
+
+@dataclass(frozen=True)
+class EpisodeMetrics:
+    spec_id: str
+    termination: str
+    turns: int
+    trajectory_progress: float
+    satisfied: float
+    fact: bool
+    commitment: bool
+    player_input: bool
+    bound_hits: int = 0  # outputs of this episode (opening included) that reached a configured bound
+
+    @property
+    def censored(self) -> bool:
+        return self.termination in CENSORED
+
+
+def episode_metrics(result: EpisodeResult) -> EpisodeMetrics:
+    state = result.final_state
+    nodes = state.node_occurred
+    statuses = [s for _, s in state.statuses]
+    flags = {t: False for t in CONFLICT_TYPES}
+    if result.termination == "conflict":
+        # By type: a `response_internal` fact conflict (a contradiction inside
+        # the narration) is a fact conflict, an `input` / `player_input` id a
+        # player-input one.
+        for c in result.turns[-1].conflicts:
+            flags[c["type"]] = True
+    return EpisodeMetrics(
+        spec_id=result.spec_id,
+        termination=result.termination,
+        turns=len(result.turns),
+        trajectory_progress=sum(nodes) / len(nodes) if nodes else 0.0,
+        satisfied=statuses.count("satisfied") / len(statuses) if statuses else 0.0,
+        fact=flags["fact"], commitment=flags["commitment"], player_input=flags["player_input"],
+        bound_hits=len(opening_bound_hits(result)) + sum(len(turn_bound_hits(t)) for t in result.turns),
+    )
+
+
+# Read with defaults: results written before these fields carry none.
+def turn_bound_hits(record: object) -> tuple[str, ...]:
+    """A turn record's outputs that reached a bound, as "stage:bound" (e.g. "narrate:text_chars")."""
+    return tuple(getattr(record, "bound_hits", None) or ())
+
+
+def opening_bound_hits(result: object) -> tuple[str, ...]:
+    """The same for the opening and its fact update."""
+    return tuple(getattr(result, "opening_bound_hits", None) or ())
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    episodes: int  # all, invalid included
+    scored: int  # the ones the averages are over (censored ones included, at their committed turns)
+    censored: int  # scored episodes ended by `context_limit`: their turns are a lower bound
+    avg_turns: float
+    trajectory_pct: float
+    satisfied_pct: float
+    fact_pct: float
+    commitment_pct: float
+    player_input_pct: float
+    conflict_free: int
+    terminations: dict[str, int]
+    survival: tuple[float, ...]  # Kaplan-Meier S(t) for t = 0..max_turns
+    survival_lo: tuple[float, ...]  # its confidence band, same t
+    survival_hi: tuple[float, ...]
+    bound_hits: int = 0  # over every episode's committed turns, invalid ones included
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def survival(turns: Iterable[int], max_turns: int) -> tuple[float, ...]:
+    """PROTOCOL section 5 as written: the share of episodes with turns >= t (no censoring)."""
+    turns = list(turns)
+    if not turns:
+        return tuple(0.0 for _ in range(max_turns + 1))
+    return tuple(sum(n >= t for n in turns) / len(turns) for t in range(max_turns + 1))
+
+
+@dataclass(frozen=True)
+class SurvivalCurve:
+    s: tuple[float, ...]
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+
+
+def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int,
+                level: float = 0.95) -> SurvivalCurve:
+    """Kaplan-Meier S(t) = P(T >= t), t = 0..max_turns, with a `level` confidence band.
+
+    A censored episode of n turns counts as T > n (module docstring). Without
+    censoring this is `survival()` (the product-limit steps telescope to the
+    share). The band is Greenwood's variance on the log-log scale (stays in
+    [0, 1] and holds its level better than the linear one on the 20-100
+    episodes of a run); where that is undefined, before the first end (S = 1)
+    or once every episode still at risk has ended (S = 0), the band is the
+    point itself: the sample leaves no spread to estimate there.
+    """
+    if len(turns) != len(censored):
+        raise ValueError("km_survival: turns and censored differ in length")
+    horizon = range(max_turns + 1)
+    if not turns:
+        zeros = tuple(0.0 for _ in horizon)
+        return SurvivalCurve(zeros, zeros, zeros)
+
+    data = stats.CensoredData(uncensored=[n for n, c in zip(turns, censored) if not c],
+                              right=[n for n, c in zip(turns, censored) if c])
+    sf = stats.ecdf(data).sf
+    # S(t) = P(T >= t) = P(T > t - 1): scipy's sf is P(T > x).
+    at = [t - 1 for t in horizon]
+    point = [float(v) for v in sf.evaluate(at)]
+    with warnings.catch_warnings():
+        # scipy warns where the band is undefined; handled below.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        band = sf.confidence_interval(confidence_level=level, method="log-log")
+        lo, hi = band.low.evaluate(at), band.high.evaluate(at)
+    lo_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(lo, point))
+    hi_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(hi, point))
+    return SurvivalCurve(tuple(point), lo_t, hi_t)
+
+
+def aggregate(metrics: list[EpisodeMetrics], max_turns: int, level: float = 0.95) -> Aggregate:
+    scored = [m for m in metrics if m.termination != "invalid"]
+    terms = {k: sum(m.termination == k for m in metrics) for k in TERMINATIONS}
+    curve = km_survival([m.turns for m in scored], [m.censored for m in scored], max_turns, level)
+    return Aggregate(
+        episodes=len(metrics), scored=len(scored), censored=sum(m.censored for m in scored),
+        avg_turns=_mean([m.turns for m in scored]),
+        trajectory_pct=100 * _mean([m.trajectory_progress for m in scored]),
+        satisfied_pct=100 * _mean([m.satisfied for m in scored]),
+        fact_pct=100 * _mean([float(m.fact) for m in scored]),
+        commitment_pct=100 * _mean([float(m.commitment) for m in scored]),
+        player_input_pct=100 * _mean([float(m.player_input) for m in scored]),
+        conflict_free=sum(m.termination != "conflict" for m in scored),
+        terminations=terms,
+        survival=curve.s, survival_lo=curve.lo, survival_hi=curve.hi,
+        bound_hits=sum(m.bound_hits for m in metrics),
+    )
+
+
+TABLE_HEADER = ("| run | episodes | avg turns | traj % | sat % | fact % | commit % | player % "
+                "| conflict-free | conflict | max_turns | all_resolved | context_limit | invalid | bound hits |")
+
+
+def table_row(name: str, a: Aggregate) -> str:
+    t = a.terminations
+    return (f"| {name} | {a.episodes} | {a.avg_turns:.2f} | {a.trajectory_pct:.2f} | {a.satisfied_pct:.2f} "
+            f"| {a.fact_pct:.0f} | {a.commitment_pct:.0f} | {a.player_input_pct:.0f} | {a.conflict_free} "
+            f"| {t['conflict']} | {t['max_turns']} | {t['all_resolved']} | {t['context_limit']} | {t['invalid']} "
+            f"| {a.bound_hits} |")
+
+
+def censored_note(a: Aggregate) -> str:
+    """The line under a table that says what the averages of censored episodes mean ('' when none)."""
+    if not a.censored:
+        return ""
+    return (f"{a.censored} of {a.scored} scored episode(s) censored (context_limit): averaged at their committed "
+            "turns (a lower bound); S(t) is the Kaplan-Meier estimate with them censored")
+
+
+def results_table(rows: list[tuple[str, Aggregate]]) -> str:
+    sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(TABLE_HEADER.count("|") - 1)) + "|"
+    notes = [f"{n}: {note}" for n, a in rows if (note := censored_note(a))]
+    return "\n".join([TABLE_HEADER, sep, *(table_row(n, a) for n, a in rows), *notes])

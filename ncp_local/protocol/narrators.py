@@ -1,0 +1,109 @@
+"""Narrator methods: the baseline, and how a method is found and its options checked.
+
+A narrator method is anything with `opening`, `respond`, `save`, `restore`;
+the episode and the runner never look past that interface.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import InputError
+from .ledger import EpisodeState
+from .prompts import PromptPack, narrate_vars, opening_vars
+from .spec import Spec
+from .stages import Narration
+
+
+class Ask(Protocol):
+    """One validated model call (retries and logging live in the runner)."""
+
+    async def __call__(self, stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any: ...
+
+
+class Narrator(Protocol):
+    async def opening(self, spec: Spec, state: EpisodeState, ask: Ask) -> str: ...
+
+    async def respond(self, spec: Spec, state: EpisodeState, player_input: str, ask: Ask) -> str: ...
+
+    def save(self) -> dict[str, Any]: ...
+
+    def restore(self, data: dict[str, Any]) -> None: ...
+
+
+class NarratorOptions(BaseModel):
+    """A narrator method's options (everything under `method` but its name); unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    # How its own past passages are shown: whole, or cut to their first line as
+    # the reference's narrator sees them (experiment=paper; PROTOCOL section 8).
+    history: Literal["full", "first_line"] = "full"
+
+
+class BaselineNarrator:
+    """The plain narrator (PROTOCOL section 3): the current node, its own past passages, this input."""
+
+    TEMPLATES: tuple[str, ...] = ()  # beyond the protocol's own
+    Options: type[BaseModel] = NarratorOptions
+
+    def __init__(self, pack: PromptPack, history: str = "full", **_: Any) -> None:
+        self.pack = pack
+        self.first_line_history = history == "first_line"
+
+    async def opening(self, spec: Spec, state: EpisodeState, ask: Ask) -> str:
+        out: Narration = await ask("opening", "opening", opening_vars(spec, state))
+        return out.text.strip()
+
+    async def respond(self, spec: Spec, state: EpisodeState, player_input: str, ask: Ask) -> str:
+        out: Narration = await ask("narrate", "narrate", narrate_vars(spec, state, player_input,
+                                                                      self.first_line_history))
+        return out.text.strip()
+
+    def save(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        return None
+
+
+METHODS: dict[str, str] = {"baseline": "ncp_local.protocol.narrators:BaselineNarrator",
+                            "hiagent": "ncp_local.protocol.hiagent:HiAgentNarrator"}
+
+
+def narrator_factory(method: str) -> type:
+    """`baseline`, or a user class given as `package.module:Class`."""
+    target = METHODS.get(method, method)
+    if ":" not in target:
+        raise InputError("config", "method.name", f"unknown narrator method {method!r} "
+                        f"(known: {', '.join(METHODS)}; or give package.module:Class)")
+    module, _, name = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise InputError("config", "method.name", f"cannot import {target!r}: {exc}") from None
+    # Checked here, before any engine starts: a class that is not a narrator
+    # would otherwise fail at the first opening.
+    missing = [m for m in ("opening", "respond", "save", "restore") if not callable(getattr(cls, m, None))]
+    if not inspect.isclass(cls) or missing:
+        raise InputError("config", "method.name", f"{target!r} is not a narrator class "
+                        f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'})")
+    return cls
+
+
+def narrator_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """A method's options checked against its `Options` model (a plugin without one takes them as given)."""
+    model = getattr(cls, "Options", None)
+    if model is None:
+        return dict(options)
+    try:
+        return model.model_validate(options).model_dump()
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(root)"
+        got = repr(err.get("input"))[:60]
+        raise InputError("config", f"method.{key}", f"{err['msg']} (got {got})") from None

@@ -1,0 +1,383 @@
+"""Prompt packs: one template per stage, rendered from protocol state.
+
+A pack is a folder of `<template>.txt` files (the player has one per
+condition). Templates are Python `str.format` templates, as the official
+ones are: `{name}` is a placeholder with PROTOCOL section 8's names, `{{` and
+`}}` are literal braces. A pack is checked when it loads, before any engine
+starts: every template a run needs exists, is non-empty UTF-8 text, and uses
+only placeholders its stage provides (`TEMPLATE_VARS`, a view of the
+stage registry `stages.STAGES`); a misspelt placeholder would otherwise
+reach the model verbatim.
+
+The official prompt files load as they are: point `prompts.dir` at a clone
+of the reference repository (or its `src/ncpbench/prompts` folder inside the
+clone) and `OFFICIAL_FILES` maps its file names to the rig's stages.
+
+What each stage sees is PROTOCOL section 3 and lives in the `*_vars`
+builders below; a template can only pick from what its builder provides, so
+no pack can show the narrator a later story beat or a past player input.
+
+Layout (prefix caching): prompts that share material read it first and in
+the same words, the task comes last. The narrator, the conflict check and
+the double-check start with the same lead (the commitments, then the
+narrator's own passages so far), so a turn's conflict check reuses the
+narrator prompt's prefix and the next turn's narrator reuses this one's
+passages; the double-check reuses the whole conflict check. The status
+check keeps the commitments and the (static) story beats before its full
+history, so each turn's status check reuses the previous one's; the player
+and the trajectory check share the full history the same way. The fact
+update (no history) keeps its instructions first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..chat import Message
+from ..errors import InputError
+from .ledger import EpisodeState, FactEntry, FactUpdate, current_node
+from .spec import Node, Spec
+from .stages import STAGES
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "prompts"  # the repository's prompts/
+MAX_TEMPLATE_BYTES = 1 << 20
+
+# Views of the stage registry (stages.STAGES), which holds each template with its placeholders.
+_ALL = [(s, t) for s in STAGES.values() for t in s.templates]
+# Placeholders each template may use: exactly the keys its builder provides.
+TEMPLATE_VARS: dict[str, frozenset[str]] = {t.name: t.placeholders for _, t in _ALL}
+# What every run of the benchmark reads; a narrator method adds its own (its class's `TEMPLATES`).
+TEMPLATES: tuple[str, ...] = tuple(t.name for s, t in _ALL if s.role != "builder" and s.method is None)
+BUILD_TEMPLATES: tuple[str, ...] = tuple(t.name for s, t in _ALL if s.role == "builder")
+# A template a pack may leave out because another stands in for it.
+FALLBACK: dict[str, str] = {t.name: t.fallback for _, t in _ALL if t.fallback}
+
+# The reference repository's layout: file -> the rig's template name.
+OFFICIAL_PROMPTS = Path("src/ncpbench/prompts")
+OFFICIAL_FILES: dict[str, str] = {
+    "opening.txt": "opening",
+    "adversarial_input.txt": "player_adversarial",
+    "natural_input.txt": "player_natural",
+    "fact_update.txt": "fact_update",
+    "conflict_check.txt": "conflict_check",
+    "conflict_double_check.txt": "double_check",
+    "trajectory_check.txt": "trajectory_check",
+    "status_check.txt": "status_check",
+    "specification_trajectory.txt": "build_trajectory",
+    "specification_commitments.txt": "build_commitments",
+    "specification_initial_facts.txt": "build_facts",
+}
+OFFICIAL_METHOD_FILE = "method_response_generate_user.txt"
+OFFICIAL_METHODS: dict[str, str] = {"baseline": "narrate", "hiagent": "hiagent_narrate"}
+# Templates the reference does not publish: an official pack takes the rig's own.
+RIG_ONLY: tuple[str, ...] = tuple(n for n in TEMPLATE_VARS
+                                  if n not in {*OFFICIAL_FILES.values(), *OFFICIAL_METHODS.values()})
+
+
+def _official_root(path: Path) -> Path | None:
+    """The clone's root when `path` is a reference clone or its prompts folder."""
+    if (path / OFFICIAL_PROMPTS).is_dir():
+        return path
+    if (path / "conflict_double_check.txt").is_file() or (path / "adversarial_input.txt").is_file():
+        parts = path.resolve().parts
+        return Path(*parts[:-3]) if parts[-3:] == OFFICIAL_PROMPTS.parts else path
+    return None
+
+
+def _official_files(root: Path) -> dict[str, Path]:
+    prompts = root / OFFICIAL_PROMPTS if (root / OFFICIAL_PROMPTS).is_dir() else root
+    files = {name: prompts / f for f, name in OFFICIAL_FILES.items() if (prompts / f).exists()}
+    for method, name in OFFICIAL_METHODS.items():
+        found = sorted((root / "reference-methods" / method / "src").glob(f"*/prompts/{OFFICIAL_METHOD_FILE}"))
+        if found:
+            files[name] = found[0]
+    return files
+
+
+def _missing_name(name: str, official: bool) -> str:
+    if not official:
+        return f"{name}.txt"
+    for f, n in OFFICIAL_FILES.items():
+        if n == name:
+            return f"{OFFICIAL_PROMPTS}/{f}"
+    method = next((m for m, n in OFFICIAL_METHODS.items() if n == name), name)
+    return f"reference-methods/{method}/src/*/prompts/{OFFICIAL_METHOD_FILE}"
+
+
+def _read_template(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, "prompts.dir", f"cannot read: {exc.strerror}") from None
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise InputError(path, "prompts.dir", f"template larger than {MAX_TEMPLATE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(path, "prompts.dir", "not UTF-8 text") from None
+    if "\0" in text:
+        raise InputError(path, "prompts.dir", "not a text file (NUL bytes)")
+    if not text.strip():
+        raise InputError(path, "prompts.dir", "empty template")
+    return text
+
+
+def placeholders(path: Path, text: str) -> set[str]:
+    """The placeholder names of a `str.format` template; anything but a plain name is refused."""
+    names = set()
+    try:
+        fields = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise InputError(path, "prompts.dir", f"not a str.format template: {exc} (write a literal brace as {{{{ or }}}})") \
+            from None
+    for _, field, spec, conversion in fields:
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conversion:
+            shown = field[:40] if field else "(empty)"
+            raise InputError(path, "prompts.dir", f"placeholder {{{shown}}} is not a plain name "
+                            "(write a literal brace as {{ or }})")
+        names.add(field)
+    return names
+
+
+@dataclass(frozen=True)
+class PromptPack:
+    root: Path
+    templates: Mapping[str, str]
+    official: bool = False
+    files: Mapping[str, str] = field(default_factory=dict)  # template -> the file it came from
+
+    @classmethod
+    def load(cls, root: str | Path | None = None, required: Iterable[str] = TEMPLATES) -> "PromptPack":
+        path = Path(root).expanduser() if root else DEFAULT_DIR
+        if not path.is_dir():
+            raise InputError(path, "prompts.dir", "not a directory")
+        official_root = _official_root(path)
+        if official_root is not None:
+            files = _official_files(official_root)
+            for name in RIG_ONLY:
+                files.setdefault(name, DEFAULT_DIR / f"{name}.txt")
+        else:
+            files = {f.stem: f for f in sorted(path.glob("*.txt")) if f.stem in TEMPLATE_VARS}
+        needed = list(dict.fromkeys(required))
+        missing = [n for n in needed if n not in files and FALLBACK.get(n) not in files]
+        if missing:
+            shown = ", ".join(_missing_name(m, official_root is not None) for m in missing)
+            # A misspelt file name is the usual cause: name the files no stage reads.
+            unread = [f.name for f in sorted(path.glob("*.txt")) if f.stem not in TEMPLATE_VARS]
+            hint = f" (no stage reads {', '.join(unread[:5])}: misspelt?)" if unread and official_root is None else ""
+            raise InputError(official_root or path, "prompts.dir", f"missing template(s): {shown}{hint}")
+        templates: dict[str, str] = {}
+        # Every template the pack has is checked (a broken one fails now, not
+        # mid-run), plus the fallbacks standing in for required ones.
+        standing_in = [n for n, src in FALLBACK.items() if n not in files and src in files]
+        for name in dict.fromkeys([*files, *needed, *standing_in]):
+            source = name if name in files else FALLBACK[name]
+            f = files[source]
+            text = _read_template(f)
+            unknown = sorted(placeholders(f, text) - TEMPLATE_VARS[name])
+            if unknown:
+                allowed = ", ".join(sorted(TEMPLATE_VARS[name]))
+                raise InputError(f, "prompts.dir", f"placeholder {{{unknown[0]}}} is not provided to the {name} stage "
+                                f"(it provides: {allowed})")
+            templates[name] = text
+        base = official_root or path
+        shown = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}
+        return cls(base, templates, official_root is not None, shown)
+
+    @property
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        for name in sorted(self.templates):
+            h.update(name.encode() + b"\0" + self.templates[name].encode() + b"\0")
+        return h.hexdigest()
+
+    def render(self, template: str, variables: Mapping[str, str], feedback: str = "",
+               extra: str | None = None) -> tuple[Message, ...]:
+        """One user message; `extra` names a second template appended after the first."""
+        text = self.templates[template].format_map(variables).strip()
+        if extra is not None:
+            text += "\n\n" + self.templates[extra].format_map(variables).strip()
+        if feedback:
+            # A re-ask after a failed cross-check goes last, after the item itself.
+            text += f"\n\nYOUR PREVIOUS ANSWER WAS REJECTED. Fix these problems:\n{feedback}"
+        return (Message("user", text),)
+
+
+def _shown(f: Path, base: Path) -> str:
+    try:
+        return str(f.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return f"(rig) {f.name}"
+
+
+# ---- formatting of state into placeholder values -------------------------
+
+NONE = "(none)"
+
+
+def format_facts(facts: Iterable[FactEntry]) -> str:
+    lines = [f"- [{f.id}] {f.text}" for f in facts if f.active]
+    return "\n".join(lines) or NONE
+
+
+def format_commitments(spec: Spec, status: Mapping[str, str] | None) -> str:
+    """Each commitment with its conditions; with its status inline when `status` is given."""
+    def head(cid: str, ctype: str) -> str:
+        return f"({ctype}, status: {status.get(cid, 'pending')})" if status is not None else f"({ctype})"
+    blocks = [f"[{c.id}] {head(c.id, c.type)} {c.description}\n  satisfied when: {c.satisfaction_condition}\n"
+              f"  violated when: {c.violation_condition}" for c in spec.commitments]
+    return "\n".join(blocks) or NONE
+
+
+def format_commitment_statuses(spec: Spec, state: EpisodeState) -> str:
+    status = state.status_map
+    return ", ".join(f"{c.id}: {status.get(c.id, 'pending')}" for c in spec.commitments) or NONE
+
+
+def _node_lines(n: Node, with_description: bool = True) -> str:
+    head = f"[{n.id}] {n.description}" if with_description else f"[{n.id}]"
+    return f"{head}\n  trigger: {n.trigger_event}\n  delta: {n.key_delta}"
+
+
+def format_nodes(spec: Spec) -> str:
+    """Every story beat with its trigger and delta (auditors only; never the narrator)."""
+    return "\n".join(_node_lines(n) for n in spec.trajectory) or NONE
+
+
+def format_flags(spec: Spec, occurred: tuple[bool, ...]) -> str:
+    return ", ".join(f"{n.id}: {'occurred' if done else 'pending'}" for n, done in zip(spec.trajectory, occurred))
+
+
+def format_trajectory(spec: Spec, occurred: tuple[bool, ...]) -> str:
+    """The whole trajectory ledger: status, description, trigger and delta per node."""
+    return "\n".join(f"[{n.id}] (status: {'occurred' if done else 'pending'}) {n.description}\n"
+                     f"  trigger: {n.trigger_event}\n  delta: {n.key_delta}"
+                     for n, done in zip(spec.trajectory, occurred)) or NONE
+
+
+def format_node(spec: Spec, index: int, with_description: bool = True) -> str:
+    return _node_lines(spec.trajectory[index], with_description)
+
+
+def format_history(opening: str, exchanges: Iterable[tuple[str, str]]) -> str:
+    parts = [f"NARRATOR: {opening}"]
+    for player_input, response in exchanges:
+        parts.append(f"PLAYER: {player_input}")
+        parts.append(f"NARRATOR: {response}")
+    return "\n\n".join(parts)
+
+
+def first_line(text: str) -> str:
+    return text.strip().split("\n", 1)[0].strip()
+
+
+def format_responses(opening: str, responses: Iterable[str], cut_to_first_line: bool = False) -> str:
+    """The narrator's own passages, numbered; the reference's narrator sees each cut to its first line."""
+    texts = [opening, *responses]
+    if cut_to_first_line:
+        texts = [first_line(t) for t in texts]
+    return "\n\n".join(f"[{i}] {r}" for i, r in enumerate(texts))
+
+
+def format_update(update: FactUpdate, facts: Iterable[FactEntry]) -> str:
+    text = {f.id: f.text for f in facts}
+    lines = [f"+ add: {a}" for a in update.add_facts if a.strip()]
+    lines += [f"- negate [{i}] {text.get(i, '(unknown)')}" for i in update.negate_facts]
+    return "\n".join(lines) or NONE
+
+
+def to_json(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, indent=1)
+
+
+# ---- what each stage sees (PROTOCOL section 3) ----------------------------
+# Each builder returns exactly the placeholder values of its stage
+# (TEMPLATE_VARS); templates pick what they use. History strings only ever
+# grow at the end between turns.
+
+
+def _commitments(spec: Spec, state: EpisodeState) -> dict[str, str]:
+    return {"narrative_commitments": format_commitments(spec, state.status_map),
+            "commitment_definitions": format_commitments(spec, None),
+            "commitment_statuses": format_commitment_statuses(spec, state)}
+
+
+def _audit_story(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) -> dict[str, str]:
+    return {**_commitments(spec, state), "trajectory_progress": format_trajectory(spec, occurred),
+            "trajectory_nodes": format_nodes(spec), "trajectory_flags": format_flags(spec, occurred)}
+
+
+def opening_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
+    # The first node only: never a later beat.
+    facts = format_facts(state.facts)
+    return {"player_role": spec.meta.player_role, "current_node": format_node(spec, 0),
+            **_commitments(spec, state), "pre_turn_facts": facts, "facts": facts}
+
+
+def narrate_vars(spec: Spec, state: EpisodeState, player_input: str, first_line_history: bool = False) -> dict[str, str]:
+    """The baseline narrator's information set: the current node only, its own past passages (not the
+    player's past inputs), commitments with status, the committed facts, the pending updates, this input."""
+    facts = format_facts(state.facts)
+    return {
+        "player_role": spec.meta.player_role,
+        "current_node": format_node(spec, current_node(state.node_occurred)),
+        **_commitments(spec, state),
+        "pre_turn_facts": facts, "facts": facts,
+        "pending_fact_updates": format_update(state.pending, state.facts),
+        "system_response_history": format_responses(state.opening, (e.response for e in state.exchanges),
+                                                    cut_to_first_line=first_line_history),
+        "user_input": player_input,
+    }
+
+
+def player_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
+    # The player sees its role and the visible history, nothing else.
+    return {
+        "player_role": spec.meta.player_role,
+        "history_text": format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges)),
+    }
+
+
+def fact_update_vars(spec: Spec, projected: tuple[FactEntry, ...], response: str) -> dict[str, str]:
+    # No history and no player input: the auditor judges the passage alone.
+    facts = format_facts(projected)
+    return {"player_role": spec.meta.player_role, "pre_turn_facts": facts, "facts": facts, "response_text": response}
+
+
+def conflict_vars(spec: Spec, state: EpisodeState, projected: tuple[FactEntry, ...], player_input: str,
+                  response: str, update: FactUpdate) -> dict[str, str]:
+    facts = format_facts(projected)
+    return {
+        "player_role": spec.meta.player_role,
+        "system_response_history": format_responses(state.opening, (e.response for e in state.exchanges)),
+        "user_input": player_input,
+        "response_text": response,
+        "candidate_fact_updates": format_update(update, projected),
+        **_audit_story(spec, state, state.node_occurred),
+        "current_node": format_node(spec, current_node(state.node_occurred)),
+        "pre_turn_facts": facts, "facts": facts,
+    }
+
+
+def end_of_turn_history(state: EpisodeState, player_input: str, response: str) -> str:
+    pairs = [(e.player_input, e.response) for e in state.exchanges] + [(player_input, response)]
+    return format_history(state.opening, pairs)
+
+
+def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], history: str) -> dict[str, str]:
+    # The node is shown without its description: only trigger and delta count.
+    return {"player_role": spec.meta.player_role, "history_text": history, "facts": format_facts(facts),
+            "current_node": format_node(spec, node_index, with_description=False)}
+
+
+def status_vars(spec: Spec, state: EpisodeState, facts: tuple[FactEntry, ...], occurred: tuple[bool, ...],
+                history: str) -> dict[str, str]:
+    return {"player_role": spec.meta.player_role, "history_text": history, "facts": format_facts(facts),
+            **_audit_story(spec, state, occurred)}

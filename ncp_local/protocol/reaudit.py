@@ -1,0 +1,48 @@
+"""The re-audit's records: a recorded turn judged again by another auditor (PROTOCOL section 3,
+steps 3-5, on the state the turn was told in), and an episode's judged turns."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from .episode import CallFailed, FactUpdateRecord, audit_response
+from .replay import TurnView
+from .spec import Spec
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TurnAudit(_Record):
+    turn: int
+    fact_update: FactUpdateRecord | None = None
+    conflict_check: dict[str, Any] | None = None
+    double_check: dict[str, Any] | None = None
+    conflicts: tuple[dict[str, Any], ...] = ()  # what stands after the double-check
+    error: str = ""  # a call stayed invalid: the turn is left out of the agreement
+
+    @property
+    def judged(self) -> bool:
+        return not self.error
+
+
+class ReauditResult(_Record):
+    spec_id: str
+    source_termination: str
+    turns: tuple[TurnAudit, ...]
+
+
+Ask = Callable[..., Awaitable[Any]]
+
+
+async def audit_turn(spec: Spec, view: TurnView, ask: Ask) -> TurnAudit:
+    """PROTOCOL section 3, steps 3-5, on a recorded turn and the state before it."""
+    rec = view.record
+    try:
+        audit = await audit_response(spec, view.before, view.projected, rec.player_input, rec.response, ask)
+    except CallFailed as exc:
+        return TurnAudit(turn=rec.turn, error=str(exc))
+    return TurnAudit(turn=rec.turn, **audit.record_fields())

@@ -1,0 +1,148 @@
+"""An episode's state turn by turn, rebuilt from its records through `ledger`.
+
+Results store every turn's decisions (fact updates, node completed, the
+statuses) but only the final state; replaying the decisions through the
+same pure transitions the episode used gives the state before each turn,
+which both the transcript pages and the re-audit need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import ledger
+from .episode import EpisodeResult, TurnRecord, to_update
+from .ledger import EpisodeState, Exchange, FactEntry, Status
+from .spec import Spec
+from .stages import INTERNAL_ID, PLAYER_INPUT_ID
+
+# The ids of conflicts that name no fact or commitment are the stages' (PROTOCOL section 4); a record
+# written before may say `player_input` for `input`: both are read as one.
+INTERNAL_LABEL = "internal contradiction in the narration"
+
+
+@dataclass(frozen=True)
+class LedgerDiff:
+    added: tuple[FactEntry, ...] = ()
+    negated: tuple[FactEntry, ...] = ()  # as they were before (active)
+
+    @property
+    def empty(self) -> bool:
+        return not self.added and not self.negated
+
+
+def diff(before: tuple[FactEntry, ...], after: tuple[FactEntry, ...]) -> LedgerDiff:
+    old = {f.id: f for f in before}
+    added = tuple(f for f in after if f.id not in old)
+    negated = tuple(old[f.id] for f in after if f.id in old and old[f.id].active and not f.active)
+    return LedgerDiff(added, negated)
+
+
+@dataclass(frozen=True)
+class TurnView:
+    record: TurnRecord
+    before: EpisodeState  # committed state before the turn
+    projected: tuple[FactEntry, ...]  # committed + pending: the ledger the audit saw
+    pending: LedgerDiff  # the opening's updates, applied when turn 0 commits
+    update: LedgerDiff  # this turn's own updates (candidates only, on a turn that did not commit)
+    after: EpisodeState | None  # None: the turn did not commit (a conflict)
+
+    @property
+    def committed(self) -> bool:
+        return self.after is not None
+
+
+@dataclass(frozen=True)
+class Replay:
+    spec: Spec
+    result: EpisodeResult
+    opening_state: EpisodeState  # after the opening: its updates pending
+    turns: tuple[TurnView, ...]
+    final: EpisodeState
+    problems: tuple[str, ...]  # where the records and the stored final state disagree
+
+
+def _statuses(rec: TurnRecord, before: EpisodeState) -> tuple[tuple[str, Status], ...]:
+    if rec.status_check is None:
+        return before.statuses
+    return tuple((e["id"], "satisfied" if e["status"] == "SATISFIED" else "pending") for e in rec.status_check)
+
+
+def replay(spec: Spec, result: EpisodeResult) -> Replay:
+    problems: list[str] = []
+    state = ledger.initial_state(spec).model_copy(update={
+        "opening": result.opening, "pending": to_update(result.opening_update)})
+    opening_state = state
+    node_index = {n.id: i for i, n in enumerate(spec.trajectory)}
+    views = []
+    for rec in result.turns:
+        projected = ledger.projected_facts(state)
+        pending = diff(state.facts, projected)
+        update = to_update(rec.fact_update)
+        candidate = diff(projected, ledger.apply_update(projected, update))
+        if rec.conflicts:
+            views.append(TurnView(rec, state, projected, pending, candidate, None))
+            if rec is not result.turns[-1]:
+                problems.append(f"turn {rec.turn}: a standing conflict that did not end the episode")
+            break
+        occurred = state.node_occurred
+        if rec.node_completed is not None:
+            if rec.node_completed in node_index:
+                occurred = ledger.complete_node(occurred, node_index[rec.node_completed])
+            else:
+                problems.append(f"turn {rec.turn}: completed node {rec.node_completed} is not in the spec")
+        after = ledger.commit_turn(state, update, occurred, _statuses(rec, state),
+                                   Exchange(player_input=rec.player_input, response=rec.response))
+        views.append(TurnView(rec, state, projected, pending, candidate, after))
+        state = after
+    stored = result.final_state
+    if (state.facts, state.node_occurred, state.statuses) != (stored.facts, stored.node_occurred, stored.statuses):
+        problems.append("replayed final state differs from the stored one (spec changed since the run?)")
+    return Replay(spec, result, opening_state, tuple(views), state, tuple(problems))
+
+
+def conflict_key(conflict: dict[str, Any]) -> tuple[str, str]:
+    """(type, id) with the player-input aliases made one, to match a first-check conflict to its review."""
+    ctype, cid = str(conflict.get("type", "")), str(conflict.get("id", ""))
+    return (ctype, PLAYER_INPUT_ID) if ctype == "player_input" else (ctype, cid)
+
+
+def is_internal(conflict: dict[str, Any]) -> bool:
+    return conflict.get("type") == "fact" and conflict.get("id") == INTERNAL_ID
+
+
+def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord | None = None) -> list[dict[str, Any]]:
+    """Each standing conflict with its target's text and the reasons before and after the double-check.
+
+    Without the spec (or its replay) only the targets that need none are
+    resolved: the player input, and an internal contradiction.
+    """
+    rec = view.record if view is not None else rec
+    if rec is None:
+        raise ValueError("conflict_details: give a turn view or a turn record")
+    facts = {f.id: f.text for f in view.projected} if view is not None else {}
+    commitments = {c.id: c.description for c in spec.commitments} if spec is not None else {}
+    missing = "(spec not available)" if spec is None or view is None else None
+    first = {conflict_key(c): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
+    review = rec.double_check or {}
+    out = []
+    for c in rec.conflicts:
+        ctype, cid = conflict_key(c)
+        internal = is_internal(c)
+        if internal:
+            target = INTERNAL_LABEL
+        elif ctype == "fact":
+            target = missing or facts.get(cid, "(unknown fact)")
+        elif ctype == "commitment":
+            target = missing or commitments.get(cid, "(unknown commitment)")
+        else:
+            target = rec.player_input
+        out.append({
+            "type": ctype, "id": cid, "internal": internal, "target_text": target,
+            "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
+            "reason_reviewed": c.get("reason", ""),
+            "review_reason": review.get("review_reason", ""),
+            "confirmed": review.get("confirmed"),
+        })
+    return out
