@@ -45,10 +45,13 @@ demo: model
 	$(PY) run.py
 
 # Here the embedded model is installed: an engine test that cannot find it fails, never skips.
+# The layer contracts first (pyproject.toml [tool.importlinter]): a second, then the tests.
 test: model
+	$(VENV)/bin/lint-imports
 	NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest
 
 test-fast: install
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -m "not engine"
 
 lint: install

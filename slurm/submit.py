@@ -337,7 +337,6 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
-
 def sbatch_command(args: argparse.Namespace, todo: list[int], name: str, log_dir: Path, task_args: list[str]) -> list[str]:
     """The sbatch call for array tasks `todo`, the job script and its run.py arguments."""
     array = compress(todo) + (f"%{args.parallel}" if args.parallel else "")

@@ -359,6 +359,7 @@ def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple
 # A damaged file is moved to quarantine/ with one warning line and its episode
 # played again: exit 0, the run whole again, and the damaged bytes kept.
 
+
 RESULT = f"run/results/{SPEC_ID}.json"
 
 

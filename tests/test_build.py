@@ -68,7 +68,7 @@ def test_build_gives_up_after_rounds(tmp_path: Path) -> None:
 
 def test_bad_sources_file(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a/b", "title": "t", "genres": ["x"],
-                                                                   "player_role": "p", "synopsis": "s"}]}))
+                                                                  "player_role": "p", "synopsis": "s"}]}))
     with pytest.raises(InputError, match=r"sources\[0\]\.id"):
         load_sources(tmp_path / "s.yaml")
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a", "title": "t"}]}))

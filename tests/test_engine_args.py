@@ -36,6 +36,7 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 
 from ncp_local.engines.base import Message, Request  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
+from ncp_local.execution.preflight import check_engines  # noqa: E402
 from ncp_local.engines.vllm import (  # noqa: E402
     GPU_STEP_TOKENS, _engine_args, engine_arg_names, engine_args_problem, engine_env, engine_kwargs,
     sampling_params,
@@ -77,30 +78,30 @@ def test_devices_must_match_tensor_parallel(devices: list[int], tp: int, ok: boo
             config_mod.validate(raw)
 
 
-def _engines_with(role: str, **engine_args: Any) -> EnginePool:
+def _check_with(role: str, **engine_args: Any) -> None:
     raw = _compose()[1]
     raw[role]["model"]["engine_args"] = engine_args
-    return EnginePool(config_mod.validate(raw))
+    check_engines(config_mod.validate(raw))
 
 
 def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
     with pytest.raises(ConfigError) as err:
-        _engines_with("auditor", max_num_batched_tokenz=8192).check()
+        _check_with("auditor", max_num_batched_tokenz=8192)
     assert err.value.field == "auditor.model.engine_args.max_num_batched_tokenz"
     assert "not an engine argument of vLLM" in err.value.message and "max_num_batched_tokens" in err.value.message
     # A key the rig sets from its own field points at that field.
     with pytest.raises(ConfigError) as err:
-        _engines_with("narrator", max_model_len=1024).check()
+        _check_with("narrator", max_model_len=1024)
     assert err.value.field == "narrator.model.engine_args.max_model_len" and "`max_model_len`" in err.value.message
     with pytest.raises(ConfigError, match="devices"):
-        _engines_with("player", device_ids=[1]).check()
+        _check_with("player", device_ids=[1])
     # The CPU build's crash with seeded chunked prefill is caught here too.
     with pytest.raises(ConfigError, match=r"enable_chunked_prefill: .*CPU build"):
-        _engines_with("player", enable_chunked_prefill=True).check()
+        _check_with("player", enable_chunked_prefill=True)
     # No check needed (and none made) for engines that are not vLLM.
     raw = _compose("engine=scripted")[1]
     raw["narrator"]["model"]["engine_args"] = {"nope": 1}
-    EnginePool(config_mod.validate(raw)).check()
+    check_engines(config_mod.validate(raw))
 
 
 @pytest.mark.parametrize("key, value", [
@@ -188,7 +189,7 @@ def test_every_shipped_model_builds_real_engine_args(stem: str, tmp_path: Path) 
     assert engine_args_problem(cfg) is None
     names = engine_arg_names()
     assert names == {f.name for f in dataclasses.fields(AsyncEngineArgs)} - {"_api_process_count",
-                                                                            "_api_process_rank"}
+                                                                             "_api_process_rank"}
     for on_cpu in (True, False):
         kw = engine_kwargs(cfg, tmp_path, on_cpu=on_cpu)
         assert set(kw) <= names, set(kw) - names

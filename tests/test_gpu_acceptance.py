@@ -35,5 +35,5 @@ def test_acceptance_script_runs_every_step(tmp_path: Path) -> None:
     assert "ratios: rig/ceiling=" in rows[("bench", "smollm2", "ok")]
     # Each step's full output is kept.
     assert {p.name for p in (out / "logs").iterdir()} == {"plan.log", "plan-smollm2.log", "run-smollm2.log",
-                                                           "again-smollm2.log", "bench-smollm2.log"}
+                                                          "again-smollm2.log", "bench-smollm2.log"}
     assert (out / "smollm2" / "a" / "results").is_dir() and (out / "smollm2" / "b" / "results").is_dir()

@@ -69,7 +69,7 @@ def test_commit_applies_pending_before_turn_updates() -> None:
     new = ledger.commit_turn(state, FactUpdate(add_facts=("from turn 0",), negate_facts=("f_2",)),
                              state.node_occurred, state.statuses, ledger.Exchange(player_input="p", response="r"))
     assert [(f.id, f.text, f.active) for f in new.facts[2:]] == [("f_2", "from opening", False),
-                                                                  ("f_3", "from turn 0", True)]
+                                                                 ("f_3", "from turn 0", True)]
     assert new.pending.empty and len(new.exchanges) == 1
     assert state.pending.add_facts == ("from opening",)  # the old state is untouched
 

@@ -144,7 +144,7 @@ def test_conflict_ids_of_the_reference() -> None:
 
 def test_bound_hits_counted_per_episode_and_run() -> None:
     hit = _result("a", "max_turns", 3, bound_hits={0: ("narrate:text_chars",),
-                                                  2: ("fact_update:add_facts_items", "narrate:text_chars")})
+                                                   2: ("fact_update:add_facts_items", "narrate:text_chars")})
     old = _result("b", "max_turns", 3)  # a record without the field
     ms = [episode_metrics(hit), episode_metrics(old)]
     assert [m.bound_hits for m in ms] == [3, 0]

@@ -307,7 +307,7 @@ def readme_gpu_commands() -> list[list[str]]:
         tokens = shlex.split(line.split("run.py", 1)[1].split("#", 1)[0])
         # Not what is planned: the mode, other modes' inputs, and the hardware (the test gives its own).
         tokens = [t for t in tokens if "=" in t and not t.startswith(("mode=", "runs=", "out_dir=", "review.",
-                                                                       "plan.gpus="))]
+                                                                      "plan.gpus="))]
         roles = [t for t in tokens if re.match(r"(narrator|player|auditor)=", t)]
         if roles and any(not t.endswith("=smollm2") for t in roles):
             out.extend(_expand(tokens))
@@ -389,7 +389,7 @@ def test_overflow_turn_is_found_and_the_plan_says_what_to_change(tmp_path: Path)
     g, limit = row.growth, row.window - row.need
     assert g.prompt_at(row.first_over) > limit and (row.first_over == 1 or g.prompt_at(row.first_over - 1) <= limit)
     code, text = plan_mod.verdict(p)
-    assert code == plan_mod.EXIT_OVERFLOW and f"at turn {row.first_over}" in text
+    assert code == plan_mod.OVERFLOW and f"at turn {row.first_over}" in text
     assert f"max_turns={row.first_over - 1}" in text  # the model holds no more than 8192
 
 
@@ -443,7 +443,7 @@ def test_readme_paper_command_is_caught(official_dataset: Path, tmp_path: Path) 
     # With the player on Qwen3 too (the issue's must-show): go, nothing overflows by turn 100.
     p = plan_mod.full(planned(cfg_for(base + ["player=qwen3"])))
     code, text = plan_mod.verdict(p)
-    assert code == plan_mod.EXIT_GO and p.overflow is None, text
+    assert code == plan_mod.GO and p.overflow is None, text
     assert p.growth is not None and "movie" in p.growth.source
 
 

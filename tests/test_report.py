@@ -135,7 +135,7 @@ def censored_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("censored")
     root = make_run(base / "run", write_dataset(base / "dataset"), rules=censoring_rules)
     for sid, edit in (("e", lambda d: d["turns"][1].update(bound_hits=["narrate:text_chars",
-                                                                        "fact_update:new_facts"])),
+                                                                       "fact_update:new_facts"])),
                       ("a", lambda d: d.update(opening_bound_hits=["opening:text_chars"]))):
         path = root / "results" / f"{sid}.json"
         data = json.loads(path.read_text())

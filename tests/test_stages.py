@@ -168,7 +168,7 @@ def test_an_update_may_negate_a_fact_it_adds() -> None:
     jsonschema.validate(answer, schema)  # the grammar offers the ids the additions get
     after = apply_update(facts, FactUpdate(add_facts=tuple(answer["add_facts"]), negate_facts=("f_3",)))
     assert [(f.id, f.text, f.active) for f in after][2:] == [("f_2", "the door is open", True),
-                                                            ("f_3", "the lamp is lit", False)]
+                                                             ("f_3", "the lamp is lit", False)]
 
 
 def test_counts_are_derived_and_double_check_semantics() -> None:

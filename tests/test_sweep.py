@@ -19,7 +19,9 @@ from omegaconf import OmegaConf
 from ncp_local import config as config_mod
 from ncp_local.launch import sweep
 from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.execution import preflight as preflight_mod
 from ncp_local.execution.engine_pool import EnginePool
+from ncp_local.execution.sweep_index import read_index
 from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution.progress import Progress
 from ncp_local.report.labels import by_difference, from_template
@@ -220,7 +222,7 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
     # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor set to 0.9 of GPU 1.
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
-    monkeypatch.setattr(EnginePool, "check", lambda self: None)  # no weights here; the plan uses built-in facts
+    monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)  # no weights here; the plan uses built-in facts
     monkeypatch.setattr(EnginePool, "start_model", lambda self, model: fake(self, model))
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
             "progress=false", "auditor.model.gpu_memory_utilization=0.9"]
@@ -247,7 +249,7 @@ def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypat
     # Shares left to the plan (the model files' null): the 8B auditors fit GPU 1 together, the 12B and 24B
     # ones need it alone; each group's engines get the plan's shares for that group.
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(EnginePool, "check", lambda self: None)
+    monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
     pool = sweep.SharedEngines(lambda line: None)
@@ -264,7 +266,7 @@ def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypat
 
 def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(EnginePool, "check", lambda self: None)
+    monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
     share = "auditor.model.gpu_memory_utilization="
     points = _points([*base, "auditor=qwen3", share + "0.45"], [*base, "auditor=llama3_1_8b", share + "0.45"],
@@ -410,7 +412,7 @@ def test_sharded_batched_tasks_write_their_own_index(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in (tmp_path / "sw").glob("index*.json"))
     assert names == ["index-shard-000-of-002.json", "index-shard-001-of-002.json"]
-    rows = sweep.read_index(tmp_path / "sw")
+    rows = read_index(tmp_path / "sw")
     assert len({r["run_dir"] for r in rows}) == 2 and all("shard_dir" in r for r in rows)
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr

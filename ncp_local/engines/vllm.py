@@ -17,7 +17,6 @@ import dataclasses
 import difflib
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from . import watchdog
 from .base import Completion, ContextOverflow, EngineDead, Message, Request
 from .embedded import ensure_embedded_model
 from .grammar import adapt_schema
@@ -216,62 +218,6 @@ def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool):
     return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
 
 
-# The engine runs in child processes that outlive a parent killed by SIGKILL
-# (or by SIGTERM without a handler): vLLM's own cleanup never runs then. A
-# tiny watchdog process holds the read end of a pipe whose only write end is
-# in the parent; when the parent is gone the pipe reads EOF (or the watchdog
-# is re-parented) and it ends the engine processes it was told about:
-# SIGTERM, a grace period for vLLM's own shutdown, then SIGKILL. It is given
-# (pid, create_time) pairs so a recycled pid is never hit.
-_WATCHDOG_CODE = r"""
-import os, select, signal, sys, time
-import psutil
-try:
-    import setproctitle
-    setproctitle.setproctitle("ncp-local::engine-watchdog")
-except ImportError:
-    pass
-parent = os.getppid()
-line = sys.stdin.readline().split()
-targets = []
-for item in line:
-    pid, created = item.split(":")
-    try:
-        p = psutil.Process(int(pid))
-        if abs(p.create_time() - float(created)) < 0.01:
-            targets.append(p)
-    except psutil.Error:
-        pass
-while True:
-    ready, _, _ = select.select([sys.stdin], [], [], 1.0)
-    if ready and not os.read(sys.stdin.fileno(), 4096):
-        break
-    if os.getppid() != parent:
-        break
-def running(p):
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-alive = [p for p in targets if running(p)]
-for p in alive:
-    try:
-        p.send_signal(signal.SIGTERM)
-    except psutil.Error:
-        pass
-deadline = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < deadline and any(running(p) for p in alive):
-    time.sleep(0.2)
-alive = [p for p in alive if running(p)]
-for p in alive:
-    try:
-        p.kill()
-    except psutil.Error:
-        pass
-psutil.wait_procs(alive, timeout=5)
-"""
-
-
 def _engine_core_processes(engine: Any) -> list[Any]:
     """The engine core processes (multiprocessing.Process objects) vLLM started."""
     try:
@@ -282,7 +228,6 @@ def _engine_core_processes(engine: Any) -> list[Any]:
 
 def _engine_processes(engine: Any) -> list[Any]:
     """The engine's processes (psutil): engine core(s) and their workers."""
-    import psutil
 
     procs = []
     for core in _engine_core_processes(engine):
@@ -295,22 +240,6 @@ def _engine_processes(engine: Any) -> list[Any]:
         except psutil.Error:
             pass
     return procs
-
-
-def _start_watchdog(procs: list[Any], grace_s: float = 10.0):
-    if not procs:
-        return None
-    wd = subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG_CODE, str(grace_s)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        # Its own session: a Ctrl-C aimed at the run must not kill the watchdog first.
-        start_new_session=True,
-    )
-    assert wd.stdin is not None
-    wd.stdin.write(" ".join(f"{p.pid}:{p.create_time()!r}" for p in procs).encode() + b"\n")
-    wd.stdin.flush()
-    return wd
 
 
 def _already_shut_down(*args: Any, **kwargs: Any) -> None:
@@ -349,7 +278,7 @@ class VLLMEngine:
         """
         backend = await asyncio.to_thread(cls._start_blocking, cfg)
         try:
-            backend._watchdog = _start_watchdog(_engine_processes(backend._engine))
+            backend._watchdog = watchdog.start(_engine_processes(backend._engine))
         except Exception:
             await backend.close()
             raise

@@ -41,6 +41,7 @@ from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
 from ..protocol.spec import parse_yaml
+from . import layout
 from .provenance import rig_version
 
 FORMAT = 1  # bump when the parts change shape: older identities then read as "recorded by an earlier rig"
@@ -307,16 +308,9 @@ class RerunError(InputError):
 
 def _read_manifest(source: Path) -> tuple[Path, dict[str, Any]]:
     """The manifest to repeat: the run's own, or shard 0's for a sharded run."""
-    candidates = [source / "manifest.json", *sorted(source.glob("shard-*-of-*/manifest.json"))]
-    for path in candidates:
+    for path in (part / layout.MANIFEST for part in layout.parts(source)):
         if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise RerunError(path, f"cannot read the manifest: {exc}") from None
-            if isinstance(data, dict):
-                return path, data
-            raise RerunError(path, "the manifest is not a JSON object")
+            return path, layout.read_manifest(path, "from")
     raise RerunError(source, "no manifest.json here (not a run directory)")
 
 
@@ -416,7 +410,6 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
         if found != path:
             model["path"] = found
             raw["models_root"] = new_root
-
 
     cfg = validate(raw)
     got = of_run(cfg, raw)

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from . import provenance
-from .layout import shard_dirs
+from .layout import MANIFEST, read_manifest, shard_dirs
 from .store import RunDir, atomic_write, check_result
 
 MERGED = "merged"
@@ -61,12 +62,12 @@ def shard_state(path: Path) -> str:
 
 
 def _manifest(path: Path) -> dict[str, Any]:
+    if not (path / MANIFEST).is_file():
+        raise MergeError(f"{path}: no manifest.json (the task never started; re-submit it)")
     try:
-        return json.loads((path / "manifest.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MergeError(f"{path}: no manifest.json (the task never started; re-submit it)") from None
-    except json.JSONDecodeError as exc:
-        raise MergeError(f"{path / 'manifest.json'}: not JSON ({exc})") from None
+        return read_manifest(path / MANIFEST)
+    except InputError as exc:
+        raise MergeError(str(exc)) from None
 
 
 def _few(items: list[str], k: int = 5) -> str:

@@ -408,13 +408,13 @@ def check_place(root: Path) -> None:
     for parent in resolved.parents:
         if (parent / "manifest.json").is_file() and (parent / "results").is_dir():
             raise InputError(root, "out_dir", f"inside the run directory {parent} (a run never writes into "
-                            "another; use a folder of its own)")
+                             "another; use a folder of its own)")
     if resolved.is_dir():
         names = {p.name for p in resolved.iterdir()}
         if names and not names.intersection(RUN_MARKERS) and not names <= {".lock", "calls.jsonl", "checkpoints", "quarantine"}:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
             raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
-                            "use an empty or new folder")
+                             "use an empty or new folder")
     elif resolved.exists():
         raise InputError(root, "out_dir", "exists and is not a directory")
 

@@ -14,20 +14,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..config import REPO_ROOT
+from ..modes import MODES
 from ..protocol import ROLES
 
-MODES: tuple[tuple[str, str], ...] = (
-    ("run", "play episodes and write a run directory (the default; the same command resumes)"),
-    ("plan", "will the config fit its GPUs and windows? memory shares, devices, prompt growth (no model loads)"),
-    ("lint", "check a dataset (dataset.path=DIR) and print its counts"),
-    ("build", "specs from synopses: sources=FILE.yaml out=DIR"),
-    ("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
-    ("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
-    ("reaudit", "judge a run's turns again with another auditor: runs=[DIR]; several re-audits: the auditor table"),
-    ("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
-    ("merge", "join a sharded run's shards: out_dir=DIR"),
-    ("rerun", "repeat a finished run from its manifest: from=DIR"),
-)
 # Groups chosen through a role rather than by themselves, and how.
 ROLE_GROUPS = {"model": ROLES}
 GROUP_NOTES = {
@@ -59,8 +48,8 @@ def groups_text(conf: Path = REPO_ROOT / "conf") -> str:
 
 
 def modes_text() -> str:
-    width = max(len(m) for m, _ in MODES)
-    return "\n".join(f"  mode={m:<{width}}  {what}" for m, what in MODES)
+    width = max(len(m.name) for m in MODES)
+    return "\n".join(f"  mode={m.name:<{width}}  {m.help}" for m in MODES)
 
 
 def help_text() -> str:

@@ -39,7 +39,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -76,6 +76,7 @@ from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..report.labels import by_difference, from_template
 
 # ---- points -------------------------------------------------------------------------
+
 
 @dataclass
 class Point:
@@ -179,7 +180,7 @@ class SharedEngines:
             e = self.engines.get(key)
             if e is None:
                 e = self.engines[key] = SharedEngine(key, f"e{len(self.engines) + 1}", getattr(p.cfg, role).model,
-                                               p.engines, p.engines.role_key[role])
+                                                     p.engines, p.engines.role_key[role])
             e.points.add(p.num)
             e.roles.add(role)
             e.max_tokens = max(e.max_tokens, int(getattr(p.cfg, role).max_tokens))
@@ -370,7 +371,7 @@ class Sweep:
             for g in self.groups:
                 await self._group(g)
         except asyncio.CancelledError:
-            code = EXIT_SIGNAL.get(self.stopped[0] if self.stopped else "SIGINT", 130)
+            code = EXIT_SIGNAL[self.stopped[0] if self.stopped else "SIGINT"]
             for p in runnable:
                 if p.status in ("waiting", "running", "stopped"):
                     p.status, p.code = "stopped", code
@@ -597,10 +598,6 @@ def mark_swept(points: Sequence[Point]) -> None:
     varying = {k for k in keys if len({g.get(k) for g in given}) > 1}
     for p in points:
         p.swept = tuple(o for o in p.overrides if o.partition("=")[0] in varying)
-
-
-def points_from(overrides: Iterable[Sequence[str]], tasks: Iterable[Any], first: int = 0) -> list[Point]:
-    return [Point(first + i, tuple(o), task=t) for i, (o, t) in enumerate(zip(overrides, tasks))]
 
 
 def expand(overrides: Sequence[str]) -> list[list[str]]:

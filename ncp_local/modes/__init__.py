@@ -41,7 +41,7 @@ MODES: tuple[Mode, ...] = (
     Mode("reaudit", "judge a run's turns again with another auditor: runs=[DIR]; several re-audits: the auditor table"),
     Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
     Mode("merge", "join a sharded run's shards: out_dir=DIR"),
-    Mode("rerun", "repeat a finished run from its manifest: from=DIR"),
+    Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)"),
 )
 BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 

@@ -22,6 +22,7 @@ from ..errors import InputError
 from ..execution import identity, provenance
 from ..execution.calls import CallService, bindings
 from ..execution.engine_pool import EnginePool
+from ..execution.exits import EXIT_FAILED, EXIT_OK
 from ..execution.preflight import preflight
 from ..execution.store import RunDir, atomic_write
 from ..protocol.episode import CallFailed
@@ -91,13 +92,13 @@ class Builder:
         feedback = ""
         for round_ in range(ROUNDS):
             out = await self.calls.ask(source.id, 0, stage, stage, variables, role="auditor",
-                                        key=f"round{round_}" if round_ else "", feedback=feedback)
+                                       key=f"round{round_}" if round_ else "", feedback=feedback)
             items, errors = check(out)
             if not errors:
                 return items
             feedback = "\n".join(f"- {e}" for e in errors)
             self.calls.store.log_call({"spec_id": source.id, "stage": stage, "round": round_,
-                                        "cross_check_errors": errors})
+                                       "cross_check_errors": errors})
         raise InputError(source.id, stage, f"still invalid after {ROUNDS} rounds: {feedback}")
 
     async def build(self, source: Source) -> dict[str, Any]:
@@ -146,7 +147,7 @@ async def build_all(calls: CallService, sources: list[Source], out: Path) -> dic
             status[src.id] = f"failed: {exc}"
             return
         atomic_write(out / "specs" / f"{src.id}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True,
-                                                                       width=100))
+                                                                      width=100))
         status[src.id] = "ok"
 
     await asyncio.gather(*(one(s) for s in sources))
@@ -189,4 +190,4 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     for sid, st in status.items():
         print(f"{sid}: {st}")
     print(f"specs written to {out} (check with: python run.py mode=lint dataset.path={out})")
-    return 0 if all(st == "ok" for st in status.values()) else 1
+    return EXIT_OK if all(st == "ok" for st in status.values()) else EXIT_FAILED

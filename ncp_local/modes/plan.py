@@ -7,11 +7,15 @@ its window before `max_turns`; 2 it cannot start as configured.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ..config import RunConfig
+from ..execution.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from ..execution.preflight import preflight
 from ..execution.projection import measured, play
-from ..plan import EXIT_CANNOT, Plan, check, project, render, verdict
+from ..plan import CANNOT, GO, OVERFLOW, Plan, check, project, render, verdict
+
+EXITS = {GO: EXIT_OK, OVERFLOW: EXIT_FAILED, CANNOT: EXIT_BAD_INPUT}
 
 
 def full(cfg: RunConfig) -> Plan:
@@ -31,14 +35,14 @@ def full(cfg: RunConfig) -> Plan:
     return plan
 
 
-def main(cfg: RunConfig) -> int:
+def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     """`mode=plan`: print the plan; the exit code is the verdict (see the module doc)."""
     plan = full(cfg)
     for line in render(plan):
         print(line)
-    code, text = verdict(plan)
+    how, text = verdict(plan)
     print(text, flush=True)
-    if code == EXIT_CANNOT:
+    if how == CANNOT:
         p = plan.fatal[0]
         print(f"error: config: {p.field}: plan: {p.message}", file=sys.stderr)
-    return code
+    return EXITS[how]

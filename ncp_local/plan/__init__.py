@@ -1,16 +1,18 @@
-"""`mode=plan`: will this config fit its GPUs and its context windows, before anything loads?
+"""The memory, KV and window plan: will this config fit its GPUs and its context windows, before
+anything loads? (vLLM's own sizing rules; `mode=plan` prints it, modes/plan.py.)
 
 For the resolved config the plan shows each engine (model, the roles that
 share it, devices, tensor parallel, memory share), its weights and KV cache
 per token, the KV capacity in tokens and in episodes at once, the prompt
 length each stage reaches by turn, the first turn a call no longer fits its
-window, and a verdict. `mode=run` makes the same memory and window checks
-first (`preflight`, no prompt play, fast) and starts the engines with the
-planned shares and devices.
+window, and a verdict. Every job's pre-flight (execution/preflight.py) makes
+the same memory and window checks first (`planned`, no prompt play, fast)
+and starts the engines with the planned shares and devices.
 
-Exit codes of `mode=plan`: 0 go; 1 it would start, but some call outgrows
-its window before `max_turns` (those episodes end `context_limit`); 2 it
-cannot start as configured (the one line says what to change).
+Verdicts: 0 go; 1 it would start, but some call outgrows its window before
+`max_turns` (those episodes end `context_limit`); 2 it cannot start as
+configured (the one line says what to change). May import config, protocol
+and engines.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from .memory import (
 __all__ = ["Line", "fit_line", "Plan", "planned", "check", "render", "verdict", "project", "inventory", "parse_gpu", "Gpu",
            "ModelFacts", "model_facts", "share_is_planned"]
 
-EXIT_GO, EXIT_OVERFLOW, EXIT_CANNOT = 0, 1, 2
+# Verdicts (`mode=plan` exits with EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT for them: modes/plan.py).
+GO, OVERFLOW, CANNOT = "go", "overflow", "cannot"
 # Below this many episodes in flight at max_turns the plan notes that the run is KV-bound.
 KV_BOUND_EPISODES = 8
 
@@ -163,18 +166,18 @@ def _round_up(needed: int, cap: int) -> int:
     return min(cap, int(math.ceil(needed / 1024) * 1024))
 
 
-def verdict(plan: Plan) -> tuple[int, str]:
+def verdict(plan: Plan) -> tuple[str, str]:
     if plan.fatal:
-        return EXIT_CANNOT, f"verdict: no-go: {plan.fatal[0].message}"
+        return CANNOT, f"verdict: no-go: {plan.fatal[0].message}"
     row = plan.overflow
     if row is not None and row.engine is not None:
-        return EXIT_OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
+        return OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
                                f"{row.engine.name}) outgrows its {row.window}-token window at turn {row.first_over}, "
                                f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}")
     where = (plan.inventory.describe() if plan.cfg.engine.name == "vllm" else f"engine={plan.cfg.engine.name}")
     if plan.cfg.engine.name == "scripted":
-        return EXIT_GO, "verdict: go: engine=scripted loads no model; nothing to fit"
-    return EXIT_GO, (f"verdict: go: {len(plan.engines)} engine(s) on {where}; every call fits its window "
+        return GO, "verdict: go: engine=scripted loads no model; nothing to fit"
+    return GO, (f"verdict: go: {len(plan.engines)} engine(s) on {where}; every call fits its window "
                      f"through turn {plan.cfg.max_turns}")
 
 

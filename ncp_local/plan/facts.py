@@ -95,6 +95,8 @@ BUILT_IN: dict[str, ModelFacts] = {
     "smollm2-135m-instruct": ModelFacts(layers=30, kv_heads=3, head_dim=64, weights_bytes=269_030_016,
                                         stored_dtype_bytes=2, native_window=8192),
 }
+
+
 def built_in(name: str, path: str) -> ModelFacts | None:
     # By the record's name, else by its directory's name (the HF repo name, lower-cased).
     for key in (name.lower(), Path(path).name.lower()):

@@ -260,7 +260,7 @@ def longest_specs(specs: Sequence[Any], k: int) -> tuple[Any, ...]:
 
 
 def fit(prompts: dict[str, dict[int, int]], need: dict[str, int], role_of: dict[str, str], source: str,
-         tokenizers: dict[str, str]) -> Growth:
+        tokenizers: dict[str, str]) -> Growth:
     stages = {}
     for stage, by_turn in prompts.items():
         later = {t: float(v) for t, v in by_turn.items() if t >= 1}

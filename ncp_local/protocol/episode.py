@@ -92,10 +92,6 @@ class Checkpoint(_Record):
     narrator_state: dict[str, Any]
     opening_bound_hits: tuple[str, ...] = ()
 
-    @property
-    def next_turn(self) -> int:
-        return len(self.turns)
-
 
 class CallFailed(Exception):
     """A call stayed invalid after every attempt; ends this episode only."""

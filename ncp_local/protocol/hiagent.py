@@ -29,7 +29,7 @@ from .ledger import EpisodeState, Exchange
 from .narrators import NarratorOptions
 from .prompts import PromptPack, format_history, narrate_vars, opening_vars
 from .spec import Spec
-from .stages import AuditIds, HiAgentStep, Narration, Summary
+from .stages import AuditIds, HiAgentStep, Narration, Summary, method_templates
 
 DEFAULT_BUDGET = 2048
 
@@ -50,7 +50,7 @@ def _same(a: str, b: str) -> bool:
 
 
 class HiAgentNarrator:
-    TEMPLATES = ("hiagent_narrate", "hiagent_memory", "hiagent_summarize")
+    TEMPLATES = method_templates("hiagent")  # its stages in the registry (protocol/stages.py)
     Options = HiAgentOptions
 
     def __init__(self, pack: PromptPack, roles: dict[str, Any] | None = None, budget_tokens: int = DEFAULT_BUDGET,

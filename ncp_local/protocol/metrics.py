@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from scipy import stats
@@ -104,9 +104,6 @@ class Aggregate:
     survival_lo: tuple[float, ...]  # its confidence band, same t
     survival_hi: tuple[float, ...]
     bound_hits: int = 0  # over every episode's committed turns, invalid ones included
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _mean(xs: list[float]) -> float:

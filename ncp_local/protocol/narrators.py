@@ -72,7 +72,7 @@ class BaselineNarrator:
 
 
 METHODS: dict[str, str] = {"baseline": "ncp_local.protocol.narrators:BaselineNarrator",
-                            "hiagent": "ncp_local.protocol.hiagent:HiAgentNarrator"}
+                           "hiagent": "ncp_local.protocol.hiagent:HiAgentNarrator"}
 
 
 def narrator_factory(method: str) -> type:
@@ -80,7 +80,7 @@ def narrator_factory(method: str) -> type:
     target = METHODS.get(method, method)
     if ":" not in target:
         raise InputError("config", "method.name", f"unknown narrator method {method!r} "
-                        f"(known: {', '.join(METHODS)}; or give package.module:Class)")
+                         f"(known: {', '.join(METHODS)}; or give package.module:Class)")
     module, _, name = target.partition(":")
     try:
         cls = getattr(importlib.import_module(module), name)
@@ -91,7 +91,7 @@ def narrator_factory(method: str) -> type:
     missing = [m for m in ("opening", "respond", "save", "restore") if not callable(getattr(cls, m, None))]
     if not inspect.isclass(cls) or missing:
         raise InputError("config", "method.name", f"{target!r} is not a narrator class "
-                        f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'})")
+                         f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'})")
     return cls
 
 

@@ -141,7 +141,7 @@ def placeholders(path: Path, text: str) -> set[str]:
         if not field.isidentifier() or spec or conversion:
             shown = field[:40] if field else "(empty)"
             raise InputError(path, "prompts.dir", f"placeholder {{{shown}}} is not a plain name "
-                            "(write a literal brace as {{ or }})")
+                             "(write a literal brace as {{ or }})")
         names.add(field)
     return names
 
@@ -185,7 +185,7 @@ class PromptPack:
             if unknown:
                 allowed = ", ".join(sorted(TEMPLATE_VARS[name]))
                 raise InputError(f, "prompts.dir", f"placeholder {{{unknown[0]}}} is not provided to the {name} stage "
-                                f"(it provides: {allowed})")
+                                 f"(it provides: {allowed})")
             templates[name] = text
         base = official_root or path
         shown = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}

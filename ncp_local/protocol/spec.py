@@ -28,6 +28,7 @@ ID_RULE = "1-64 characters from A-Z a-z 0-9 _ . -, not starting with . or -"
 MAX_YAML_BYTES = 16 * 1024 * 1024
 MAX_YAML_DEPTH = 32
 
+
 @dataclass(frozen=True)
 class Meta:
     id: str

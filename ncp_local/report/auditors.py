@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..execution.layout import read_manifest
+from ..execution.layout import MANIFEST, read_manifest
 from ..execution.store import check_result
 from ..protocol.reaudit import ReauditResult
 from ..protocol.stages import CONFLICT_TYPES
@@ -75,7 +75,7 @@ def of_run(run: Any) -> Auditor:
 
 def of_reaudit(path: Path, source: Any) -> Auditor:
     """A re-audit directory's auditor, on its source run's recorded turns."""
-    manifest = read_manifest(path / "manifest.json")
+    manifest = read_manifest(path / MANIFEST)
     cfg = manifest.get("config") or {}
     name = ((manifest.get("models") or {}).get("auditor") or {}).get("name") or \
         ((cfg.get("auditor") or {}).get("model") or {}).get("name") or path.name
@@ -104,7 +104,7 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
     reaudits: list[tuple[Path, str]] = []
     for p in paths:
         root = Path(p).expanduser().resolve()
-        manifest = read_manifest(root / "manifest.json")
+        manifest = read_manifest(root / MANIFEST)
         if manifest.get("kind") == REAUDIT_KIND:
             src = (manifest.get("source") or {}).get("path")
             if not src or not Path(src).is_dir():
@@ -121,7 +121,7 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
     configs = []
     for root, src in reaudits:
         auditors.append(of_reaudit(root, runs[src]))
-        configs.append(read_manifest(root / "manifest.json").get("config") or {})
+        configs.append(read_manifest(root / MANIFEST).get("config") or {})
     # Re-audits with the same auditor model (other seeds, temperatures, prompts): named by what differs.
     names = [a.label for a in auditors[-len(reaudits):]] if reaudits else []
     if len(set(names)) < len(names):
@@ -133,7 +133,7 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
             a.label = f"{a.label} #{i + 1}"
     if len(auditors) < 2:
         raise InputError(paths[0] if paths else "runs", "runs", "the auditor table needs two auditors at least "
-                        "(a run and its re-audits, several re-audits, or runs that differ in their auditor)")
+                         "(a run and its re-audits, several re-audits, or runs that differ in their auditor)")
     return auditors
 
 

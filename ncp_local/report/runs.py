@@ -91,7 +91,7 @@ def load_run(path: str | Path) -> Run:
         raise InputError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
     manifest: dict[str, Any] = {}
     for part in parts:
-        if (part / "manifest.json").is_file():
+        if (part / MANIFEST).is_file():
             manifest = read_manifest(part / MANIFEST)
             break
     if manifest.get("kind") == REAUDIT_KIND:

@@ -1,8 +1,9 @@
 """Small statistics for reports: bootstrap intervals, agreement, correlation.
 
-numpy only: the few formulas needed here are short. The one estimate with
-enough subtlety to take from a library, Kaplan-Meier survival with its
-confidence band under censoring, is scipy's (`metrics.km_survival`).
+Correlations and ranks are scipy's, as is Kaplan-Meier survival with its
+confidence band (`protocol/metrics.km_survival`); the bootstrap draws whole
+episodes with one shared index per resample (numpy), and Cohen's kappa is
+its two-line formula.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -80,31 +82,23 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     """NaN when either side has no variance (the coefficient is undefined)."""
     if len(x) != len(y):
         raise ValueError("pearson: lengths differ")
-    if len(x) < 2:
+    if len(x) < 2 or np.ptp(np.asarray(x, dtype=float)) == 0 or np.ptp(np.asarray(y, dtype=float)) == 0:
         return math.nan
-    u = np.asarray(x, dtype=float) - np.mean(x)
-    v = np.asarray(y, dtype=float) - np.mean(y)
-    den = math.sqrt(float(u @ u) * float(v @ v))
-    return float(u @ v) / den if den > 0 else math.nan
+    return float(stats.pearsonr(np.asarray(x, dtype=float), np.asarray(y, dtype=float)).statistic)
 
 
 def ranks(x: Sequence[float]) -> np.ndarray:
     """1-based ranks, ties given their average rank."""
-    arr = np.asarray(x, dtype=float)
-    order = np.argsort(arr, kind="mergesort")
-    out = np.empty(len(arr), dtype=float)
-    i = 0
-    while i < len(arr):
-        j = i
-        while j + 1 < len(arr) and arr[order[j + 1]] == arr[order[i]]:
-            j += 1
-        out[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
+    return stats.rankdata(np.asarray(x, dtype=float), method="average")
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return pearson(ranks(x), ranks(y))
+    """Pearson's r of the ranks (ties at their average rank); NaN when either side is constant."""
+    if len(x) != len(y):
+        raise ValueError("spearman: lengths differ")
+    if len(x) < 2 or np.ptp(np.asarray(x, dtype=float)) == 0 or np.ptp(np.asarray(y, dtype=float)) == 0:
+        return math.nan
+    return float(stats.spearmanr(np.asarray(x, dtype=float), np.asarray(y, dtype=float)).statistic)
 
 
 def bootstrap_stat(n: int, stat: Callable[[np.ndarray], float], resamples: int = 2000, seed: int = 0,

@@ -217,4 +217,3 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
 def write(path: Path, text: str) -> Path:
     atomic_write(path, text)
     return path
-

@@ -103,4 +103,3 @@ def engine(embedded_model_path: Path):
         loop.close()
     # Clean shutdown: nothing of the engine may outlive close().
     assert not alive_after(pids, timeout=15), f"engine processes left after close(): {pids}"
-

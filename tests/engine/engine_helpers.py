@@ -89,7 +89,7 @@ def ask_all(engine_session, service, spec_id: str, calls, timeout: float = 1500)
     async def go() -> list:
         return await asyncio.gather(*(
             service.ask(spec_id, 0, stage, template, variables, ids=ids, key=template, extra=extra,
-                       role="auditor" if stage.startswith("build_") else None)
+                        role="auditor" if stage.startswith("build_") else None)
             for stage, template, variables, ids, extra in calls))
 
     return engine_session.run(go(), timeout=timeout)

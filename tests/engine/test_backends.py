@@ -39,8 +39,8 @@ def test_one_call_per_stage_parses_under_backend(backend: str, embedded_model_pa
     from ncp_local.engines.vllm import VLLMEngine
 
     cfg = ModelSettings(name=f"smollm2-{backend}", path=str(embedded_model_path), max_model_len=4096,
-                            kv_cache_memory_bytes=1 << 29, max_num_seqs=16, enforce_eager=True, cpu_reserved_cores=0,
-                            dtype="float32", seed=0, structured_outputs_backend=backend)
+                        kv_cache_memory_bytes=1 << 29, max_num_seqs=16, enforce_eager=True, cpu_reserved_cores=0,
+                        dtype="float32", seed=0, structured_outputs_backend=backend)
     loop = asyncio.new_event_loop()
     session = _Session(loop)
     engine = session.run(VLLMEngine.start(cfg), timeout=600)

@@ -1,0 +1,47 @@
+"""The modes table is the one list of modes: run.py dispatches through it, --help prints it, the README
+shows it, and every mode's module has the entry the table loads."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ncp_local import modes
+from ncp_local.config import ConfigError
+from ncp_local.launch.help import modes_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_mode_module_is_in_the_table_and_has_its_entry() -> None:
+    files = {p.stem for p in (ROOT / "ncp_local" / "modes").glob("*.py") if p.stem != "__init__"}
+    assert files == {m.name for m in modes.MODES}
+    for m in modes.MODES:
+        tree = ast.parse((ROOT / "ncp_local" / "modes" / f"{m.name}.py").read_text(encoding="utf-8"))
+        main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+        assert [a.arg for a in main.args.args] == ["cfg", "raw"], m.name
+
+
+def test_the_readme_lists_the_table() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Modes"):text.index("### Exit codes")]
+    rows = re.findall(r"^\| `([a-z]+)` \| (.+) \|$", section, re.M)
+    assert rows == [(m.name, m.help) for m in modes.MODES]
+
+
+def test_help_prints_the_table() -> None:
+    text = modes_text()
+    assert [line.split()[0] for line in text.splitlines()] == [f"mode={m.name}" for m in modes.MODES]
+    out = subprocess.run([sys.executable, "run.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and text in out.stdout
+
+
+def test_an_unknown_mode_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as err:
+        modes.find("bogus")
+    assert err.value.field == "mode" and ", ".join(m.name for m in modes.MODES) in err.value.message
