@@ -10,7 +10,7 @@ import math
 import sys
 from typing import Any, NoReturn
 
-from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, STOPPED_BY_SIGNAL
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, STOPPED_BY_SIGNAL
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # A sweep up to this many points is checked point by point before the first

@@ -22,7 +22,7 @@ from .protocol.stages import Bounds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity
-# (ncp_local/identity.py): where things lie (paths, models_root: content is
+# (ncp_local/execution/identity.py): where things lie (paths, models_root: content is
 # hashed instead), how fast or where it runs, other modes' settings. `limit` is
 # out too: episodes are independent, a resume with another limit keeps them.
 _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
@@ -65,7 +65,7 @@ class VLLMEngineCfg(_Cfg):
 
 
 class ScriptedEngineCfg(_Cfg):
-    """`engine=scripted`: seeded schema-valid answers (llm/scripted.py RandomPolicy)."""
+    """`engine=scripted`: seeded schema-valid answers (engines/scripted.py RandomPolicy)."""
 
     name: Literal["scripted"]
     conflict_rate: float = Field(0.1, ge=0, le=1)
@@ -77,7 +77,7 @@ class ScriptedEngineCfg(_Cfg):
 
 
 class OpenAIEngineCfg(_Cfg):
-    """`engine=openai`: an OpenAI-compatible endpoint (llm/openai_backend.py).
+    """`engine=openai`: an OpenAI-compatible endpoint (engines/openai.py).
 
     None leaves the endpoint's own default (OpenAIEndpointConfig) in place."""
 
@@ -172,7 +172,7 @@ class RunConfig(_Cfg):
     # A finished run with more than this share of its episodes invalid for one reason exits 5.
     max_invalid_share: float = Field(0.5, ge=0, le=1)
     progress: bool = True
-    # Without a terminal (Slurm logs, pipes): one plain progress line this often (ncp_local/progress.py).
+    # Without a terminal (Slurm logs, pipes): one plain progress line this often (ncp_local/execution/progress.py).
     progress_every_s: float = Field(30.0, gt=0)
     engine: EngineCfg
     dataset: DatasetCfg

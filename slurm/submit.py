@@ -35,9 +35,10 @@ sys.path.insert(0, str(REPO))
 
 from ncp_local import config as config_mod  # noqa: E402
 from ncp_local.errors import InputError  # noqa: E402
-from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_FAILED, EXIT_OK, exit_for  # noqa: E402
+from ncp_local.execution.failures import exit_for  # noqa: E402
 from ncp_local.execution.layout import shard_dirs  # noqa: E402
 from ncp_local.execution.store import DiskFull, atomic_write  # noqa: E402
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_FAILED, EXIT_OK  # noqa: E402
 
 TEMPLATE = REPO / "slurm" / "ncp_array.sbatch"
 STATE_FILE = "submit.json"  # in the run directory: shard count, identity, submitted jobs

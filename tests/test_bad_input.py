@@ -111,7 +111,7 @@ CASES = [
     Case("yaml-python-tag", (), (SPEC, "invalid YAML", "python/object"),
          setup=_edit(SPEC, lambda t: t.replace("synopsis: ", "synopsis: !!python/object/apply:os.system [\"touch pwned\"] #", 1))),
     Case("yaml-binary-spec", (), (SPEC, "cannot read"), setup=_write(SPEC, b"\xff\xfe\x00garbage")),
-    # -- prompt packs (checked at load: ncp_local/prompts.py) ----------------------
+    # -- prompt packs (checked at load: ncp_local/protocol/prompts.py) ----------------------
     Case("pack-missing-template", (), ("pack", "missing template", "narrate.txt"),
          setup=lambda tmp: (tmp / "pack" / "narrate.txt").unlink()),
     Case("pack-misspelt-placeholder", (), ("narrate.txt", "{factz}"),
@@ -355,7 +355,7 @@ def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "DONE").exists()  # the refused point wrote nothing
 
-# -- damaged run directories: recovered, not refused (ncp_local/store.py) ----------
+# -- damaged run directories: recovered, not refused (ncp_local/execution/store.py) ----------
 # A damaged file is moved to quarantine/ with one warning line and its episode
 # played again: exit 0, the run whole again, and the damaged bytes kept.
 

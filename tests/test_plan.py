@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
+from ncp_local.modes.plan import full as plan_full
 from ncp_local.config import ConfigError
 from ncp_local.plan.facts import BUILT_IN, model_facts, read_model_dir
 from ncp_local.plan.growth import Line, fit_line
@@ -219,7 +220,7 @@ def test_preflight_starts_engines_as_planned(models_root: Path) -> None:
                            f"models_root={models_root}"]))
     p = plan_mod.check(cfg)
     assert all(e.facts.on_disk and e.facts.weights_bytes == QWEN3[Path(e.model.path).name][3] for e in p.engines)
-    out = plan_mod.preflight(cfg)
+    out = plan_mod.planned(cfg)
     assert out.narrator.model == out.player.model  # still one engine for both
     assert out.auditor.model.devices == [0, 1] and out.narrator.model.devices in ([0], [1])
     assert out.narrator.model.gpu_memory_utilization + out.auditor.model.gpu_memory_utilization <= 0.9 + 1e-9
@@ -230,7 +231,7 @@ def test_one_gpu_refuses_tensor_parallel_two_in_one_line(models_root: Path) -> N
     cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(ONE)}]",
                            f"models_root={models_root}"]))
     with pytest.raises(ConfigError) as err:
-        plan_mod.preflight(cfg)
+        plan_mod.planned(cfg)
     text = str(err.value)
     assert "\n" not in text and text.startswith("config: auditor.model.tensor_parallel_size: plan: ")
     assert "qwen3-32b 61.0 GiB" in text and "more than 1 x 80.0 GiB" in text and "run on 2 GPUs" in text
@@ -269,13 +270,13 @@ def test_devices_beyond_the_inventory_are_refused() -> None:
 def test_output_reservation_without_prompt_room_is_refused() -> None:
     cfg = cfg_for(["player.max_tokens=8192"])  # the embedded model's window is 8192
     with pytest.raises(ConfigError, match=r"player\.max_tokens: plan: .*leaves no room for a prompt"):
-        plan_mod.preflight(cfg)
+        plan_mod.planned(cfg)
 
 
 def test_cpu_embedded_run_passes_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: the CPU
     cfg = cfg_for([])
-    assert plan_mod.preflight(cfg) == cfg
+    assert plan_mod.planned(cfg) == cfg
     p = plan_mod.check(cfg)
     assert p.inventory.kind == "cpu" and not p.device_lines
     # vLLM's CPU worker: the share of the node's RAM, less the weights and the worker's runtime, is KV cache.
@@ -355,8 +356,8 @@ def test_fit_line_and_first_turn_over() -> None:
 
 def test_projection_follows_the_rig_and_predicts_later_turns() -> None:
     # Fit on turns 1-3, then play 6 turns: the line must predict turn 6 closely.
-    short = plan_mod.full(cfg_for(["plan.fit_turns=3"]))
-    long = plan_mod.full(cfg_for(["plan.fit_turns=6"]))
+    short = plan_full(cfg_for(["plan.fit_turns=3"]))
+    long = plan_full(cfg_for(["plan.fit_turns=6"]))
     stages = set(short.growth.stages)
     assert {"opening", "narrate", "player", "fact_update", "conflict_check", "double_check", "status_check",
             "trajectory_check"} <= stages
@@ -375,15 +376,15 @@ def test_projection_comes_from_the_templates(tmp_path: Path) -> None:
     extra = " ".join(["lantern"] * 400)
     (pack / "narrate.txt").write_text((pack / "narrate.txt").read_text(encoding="utf-8") + "\n" + extra,
                                       encoding="utf-8")
-    base = plan_mod.full(cfg_for([])).growth.stages["narrate"].line
-    longer = plan_mod.full(cfg_for([f"prompts.dir={pack}"])).growth.stages["narrate"].line
+    base = plan_full(cfg_for([])).growth.stages["narrate"].line
+    longer = plan_full(cfg_for([f"prompts.dir={pack}"])).growth.stages["narrate"].line
     assert 390 <= longer.base - base.base <= 820  # the added words, in the tokenizer's tokens
     assert abs(longer.slope - base.slope) < 2  # same growth per turn
 
 
 def test_overflow_turn_is_found_and_the_plan_says_what_to_change(tmp_path: Path) -> None:
     cfg = cfg_for(["max_turns=60"])  # the embedded model's 8192 tokens do not hold 60 turns
-    p = plan_mod.full(cfg)
+    p = plan_full(cfg)
     row = p.overflow
     assert row is not None and 1 <= row.first_over <= 60
     g, limit = row.growth, row.window - row.need
@@ -397,13 +398,13 @@ def test_measured_growth_from_a_call_log(tmp_path: Path) -> None:
     calls = [{"spec_id": "a", "stage": "narrate", "role": "narrator", "turn": t, "prompt_tokens": 1000 + 300 * t,
               "generated_tokens": 180} for t in range(5)]
     (tmp_path / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
-    p = plan_mod.full(cfg_for([f"plan.measured={tmp_path}", "max_turns=30"]))
+    p = plan_full(cfg_for([f"plan.measured={tmp_path}", "max_turns=30"]))
     g = p.growth.stages["narrate"]
     assert round(g.line.slope) == 300 and g.need == 180
     # Call-log turn t is the plan's turn t + 1: 700 + 300 x turn + 180 > 8192 first at turn 25.
     assert p.rows[0].first_over == 25
     with pytest.raises(ConfigError, match="plan.measured"):
-        plan_mod.full(cfg_for([f"plan.measured={tmp_path / 'none'}"]))
+        plan_full(cfg_for([f"plan.measured={tmp_path / 'none'}"]))
 
 
 # ---- the entry point --------------------------------------------------------------------------------------
@@ -436,12 +437,12 @@ def test_readme_paper_command_is_caught(official_dataset: Path, tmp_path: Path) 
     """The README's paper command keeps the embedded player: 8192 tokens do not hold 100 turns."""
     base = ["experiment=paper", "dataset=ncp_bench", f"dataset.path={official_dataset}", "narrator=qwen3",
             "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]"]
-    p = plan_mod.full(planned(cfg_for(base)))
+    p = plan_full(planned(cfg_for(base)))
     assert not p.fatal
     row = p.overflow
     assert row is not None and row.role == "player" and row.first_over < 100
     # With the player on Qwen3 too (the issue's must-show): go, nothing overflows by turn 100.
-    p = plan_mod.full(planned(cfg_for(base + ["player=qwen3"])))
+    p = plan_full(planned(cfg_for(base + ["player=qwen3"])))
     code, text = plan_mod.verdict(p)
     assert code == plan_mod.GO and p.overflow is None, text
     assert p.growth is not None and "movie" in p.growth.source

@@ -18,7 +18,7 @@ from helpers import Scripted, make_spec
 
 from ncp_local import modes
 from ncp_local import config as config_mod
-from ncp_local.execution.exits import EXIT_DISK_FULL
+from ncp_local.exits import EXIT_DISK_FULL
 from ncp_local.execution.store import RunDir, RunMismatch, check_place, read_calls
 from ncp_local.errors import InputError
 ROOT = Path(__file__).resolve().parent.parent

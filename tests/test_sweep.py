@@ -1,4 +1,4 @@
-"""Batched sweeps (hydra/launcher=batched, ncp_local/sweep.py) on the scripted engine: one process,
+"""Batched sweeps (hydra/launcher=batched, ncp_local/launch/sweep.py) on the scripted engine: one process,
 shared engines, each point as it would be alone; failures isolated; the index; labels; grouping by
 the memory plan; progress; the auditor table; --help; the sweep bench. No vLLM here (one engine test
 is tests/engine/test_sweep_engine.py)."""
@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
 from ncp_local.launch import sweep
-from ncp_local.execution.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
 from ncp_local.execution import preflight as preflight_mod
 from ncp_local.execution.engine_pool import EnginePool
 from ncp_local.execution.sweep_index import read_index

@@ -1,1 +1,1 @@
-"""`hydra/launcher=batched`: every point of a sweep in one process, sharing its engines (ncp_local/sweep.py)."""
+"""`hydra/launcher=batched`: every point of a sweep in one process, sharing its engines (ncp_local/launch/sweep.py)."""

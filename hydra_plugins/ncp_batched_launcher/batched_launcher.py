@@ -1,7 +1,8 @@
-"""The batched launcher: Hydra composes the sweep's points, ncp_local.sweep runs them together.
+"""The batched launcher: Hydra composes the sweep's points, ncp_local.launch.sweep runs them together.
 
 Hydra imports every module under `hydra_plugins` when it starts (even for a
-single run), so this one imports nothing of the rig until it launches.
+single run), so this one imports nothing of the rig until it launches but
+the exit codes (a module of constants).
 
 Each point's config is composed exactly as Hydra's basic launcher composes
 it (`load_sweep_config`), so a point has the config, identity and run
@@ -26,6 +27,8 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from ncp_local.exits import EXIT_BAD_INPUT
 
 log = logging.getLogger(__name__)
 

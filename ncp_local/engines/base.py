@@ -1,6 +1,6 @@
-"""The one interface every model backend implements.
+"""The one interface every engine implements: `generate(request) -> completion`, `close()`.
 
-The backend knows engines, not the protocol: a request carries opaque tags
+An engine knows models, not the protocol: a request carries opaque tags
 (stage, episode, turn, attempt) only so that logs and scripted tests can key
 on them.
 """

@@ -135,7 +135,7 @@ def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
         env["VLLM_BATCH_INVARIANT"] = "1"
     # vLLM gives a grammar 5 s to compile (a guard against hostile regexes). The
     # rig's grammars are its own, and a loaded machine can take longer (xgrammar's
-    # player regex, outlines' bounded narration: llm/grammar.py): a timeout there
+    # player regex, outlines' bounded narration: engines/grammar.py): a timeout there
     # is an engine error, a retry with another seed, and a run that no longer
     # reproduces. So the rig's engines wait for their own grammars.
     env["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = str(GRAMMAR_COMPILE_TIMEOUT_S)
@@ -145,7 +145,7 @@ def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
 GRAMMAR_COMPILE_TIMEOUT_S = 600
 
 
-# EnginePool are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
+# Engines are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
 # VLLM_CPU_NUM_OF_RESERVED_CPU) is process-wide and read by the engine process
 # when it is spawned.
 _START_LOCK = threading.Lock()
@@ -480,7 +480,7 @@ def sampling_params(request: Request, max_tokens: int | None = None, backend: st
     """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's).
 
     The constraint is adapted to the engine's structured-output backend
-    (llm/grammar.py); what the adaptation drops is checked after parsing.
+    (engines/grammar.py); what the adaptation drops is checked after parsing.
     """
     from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from ..config import RunConfig
 from ..engines.base import Engine
+from ..exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC
 from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import aggregate, episode_metrics, results_table
@@ -25,7 +26,7 @@ from . import identity as identity_mod
 from . import layout, provenance
 from .calls import CallService, bindings, systematic_invalid
 from .engine_pool import EnginePool
-from .exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC, exit_for
+from .failures import exit_for
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings

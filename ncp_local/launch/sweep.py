@@ -7,8 +7,8 @@ hands every point's composed config here. Then:
    (config, plan, dataset, prompt pack, method options, model paths, run
    directory). A point that fails is named in one line and left out; the
    others run.
-2. EnginePool are keyed by model identity (engine settings + model settings,
-   as `llm.factory.EnginePool` keys them) and each is started once for all the
+2. Engines are keyed by model identity (engine settings + model settings,
+   as `execution.engine_pool.EnginePool` keys them) and each is started once for all the
    points that use it. Points whose engines do not fit the hardware
    together (`ncp_local.plan`) run in successive groups; an engine the next
    group also uses (the shared narrator) stays loaded.
@@ -55,20 +55,20 @@ from ..execution import layout, sweep_index
 from ..execution.calls import systematic_invalid
 from ..execution.engine_pool import EnginePool
 from ..execution.episodes import manifest, play, where
-from ..execution.exits import (
+from ..execution.failures import exit_for
+from ..execution.preflight import Ready, preflight
+from ..execution.progress import Progress
+from ..execution.provenance import command
+from ..execution.store import DiskFull, RunDir, RunLocked, RunMismatch, check_place
+from ..execution.sweep_index import INDEX
+from ..exits import (
     EXIT_BAD_INPUT,
     EXIT_ENGINE_DEAD,
     EXIT_FAILED,
     EXIT_SIGNAL,
     EXIT_SWEEP_FAILED,
     EXIT_SYSTEMATIC,
-    exit_for,
 )
-from ..execution.preflight import Ready, preflight
-from ..execution.progress import Progress
-from ..execution.provenance import command
-from ..execution.store import DiskFull, RunDir, RunLocked, RunMismatch, check_place
-from ..execution.sweep_index import INDEX
 from ..modes.reaudit import auditor_table, point_dir
 from ..plan import check
 from ..protocol import ROLES

@@ -14,7 +14,8 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, RunConfig, validate
-from ..execution.exits import EXIT_BAD_INPUT, exit_for
+from ..execution.failures import exit_for
+from ..exits import EXIT_BAD_INPUT
 
 
 @dataclass(frozen=True)

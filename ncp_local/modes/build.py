@@ -22,9 +22,9 @@ from ..errors import InputError
 from ..execution import identity, provenance
 from ..execution.calls import CallService, bindings
 from ..execution.engine_pool import EnginePool
-from ..execution.exits import EXIT_FAILED, EXIT_OK
 from ..execution.preflight import preflight
 from ..execution.store import RunDir, atomic_write
+from ..exits import EXIT_FAILED, EXIT_OK
 from ..protocol.episode import CallFailed
 from ..protocol.prompts import BUILD_TEMPLATES
 from ..protocol.spec import NODE_REF, Meta, _read_yaml, _Reader, _unique, lint_spec, parse_spec, parse_yaml, read_meta

@@ -7,9 +7,9 @@ from typing import Any
 
 from ..config import RunConfig
 from ..execution import identity, layout
-from ..execution.exits import EXIT_BAD_INPUT
 from ..execution.merge import MergeError, merge
 from ..execution.store import RunDir
+from ..exits import EXIT_BAD_INPUT
 from ..protocol.metrics import aggregate, episode_metrics, results_table
 
 

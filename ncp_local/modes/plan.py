@@ -10,9 +10,9 @@ import sys
 from typing import Any
 
 from ..config import RunConfig
-from ..execution.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from ..execution.preflight import preflight
 from ..execution.projection import measured, play
+from ..exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from ..plan import CANNOT, GO, OVERFLOW, Plan, check, project, render, verdict
 
 EXITS = {GO: EXIT_OK, OVERFLOW: EXIT_FAILED, CANNOT: EXIT_BAD_INPUT}

@@ -30,7 +30,7 @@ from ..execution import identity as identity_mod
 from ..execution import provenance
 from ..execution.calls import CallService, bindings
 from ..execution.engine_pool import EnginePool
-from ..execution.exits import exit_for
+from ..execution.failures import exit_for
 from ..execution.layout import require_finished
 from ..execution.preflight import preflight
 from ..execution.progress import Metered, Progress

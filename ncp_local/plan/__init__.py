@@ -86,7 +86,7 @@ class Plan:
 
 
 def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) -> Plan:
-    """EnginePool, devices, shares and window checks: the part `mode=run` needs, no prompt play.
+    """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play.
 
     `on_disk_only`: plan only the models whose files are here (mode=run: the others fail its path check)."""
     pc = cfg.plan

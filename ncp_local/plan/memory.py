@@ -1,9 +1,9 @@
-"""EnginePool on devices: which GPUs each engine gets, its memory share, its KV cache.
+"""Engines on devices: which GPUs each engine gets, its memory share, its KV cache.
 
 vLLM's `gpu_memory_utilization` is the fraction of each of its GPUs an
 engine may take (weights, activations and KV cache together), and an engine
 refuses to start when less than that is free, or when its KV cache cannot
-hold one sequence of `max_model_len` tokens. EnginePool that share a GPU must
+hold one sequence of `max_model_len` tokens. Engines that share a GPU must
 therefore get shares that add up to less than the whole: the plan gives each
 its weights plus the same number of full-window sequences of KV cache (the
 number the most crowded GPU allows), unless the user set the share.

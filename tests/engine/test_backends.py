@@ -2,7 +2,7 @@
 
 One engine per backend (the session engine is xgrammar's, covered by the
 other engine tests); one call per stage on real protocol state, all in
-flight at once. outlines gets adapted schemas (llm/grammar.py): without the
+flight at once. outlines gets adapted schemas (engines/grammar.py): without the
 adaptation every call fails before a token (its regex compiler times out on
 the bounded strings). Content quality is not asserted (a 135M model).
 """

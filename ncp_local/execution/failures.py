@@ -1,6 +1,5 @@
-"""The exit codes of every command, and the one mapping from a failure to its code and line
-(README "Exit codes" lists them). Every entry point (run.py, both sweep launchers, the Slurm
-submitter, merge) turns an exception into its exit this way."""
+"""The one mapping from a failure to its exit code and `error:` line, used by every entry point
+(run.py's modes, both sweep launchers, the Slurm submitter, merge)."""
 
 from __future__ import annotations
 
@@ -8,22 +7,9 @@ from dataclasses import dataclass
 
 from ..engines.base import EngineDead
 from ..errors import InputError
+from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_SYSTEMATIC
 from .calls import SystematicFailure
 from .store import DiskFull, RunLocked, RunMismatch
-
-EXIT_OK = 0
-EXIT_FAILED = 1  # mode=build with failed specs, mode=plan overflow, sbatch failed, or a bug (with its traceback)
-EXIT_BAD_INPUT = 2  # a config, override, spec, pack, model path or run directory refused before anything ran
-EXIT_ENGINE_DEAD = 3  # an engine died or failed to start: the same command resumes
-EXIT_DISK_FULL = 4  # disk full or quota while writing; every file written is whole
-# The run failed systematically: a stage's first calls failed the same engine-side way in every
-# episode tried (stopped early), or most finished episodes are invalid for one reason.
-EXIT_SYSTEMATIC = 5
-# A sweep (either launcher) ran every point it could and some failed (each said why).
-EXIT_SWEEP_FAILED = 6
-# 128 + signal number, as a shell reports it; Slurm requeues a preempted task.
-EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
-STOPPED_BY_SIGNAL = tuple(EXIT_SIGNAL.values())
 
 
 @dataclass(frozen=True)
