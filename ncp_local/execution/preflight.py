@@ -112,6 +112,7 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
                               "(set models_root or NCP_MODELS_ROOT, or override the path)")
     for role, model in models.items():
         _check_engine_args(role, model)
+        _check_format(role, model)
     for role in roles:
         _check_grammars(role, models[role].structured_outputs_backend, getattr(cfg, role).bounds or UNBOUNDED)
 
@@ -130,6 +131,34 @@ def _model_dir_problem(path: Path) -> str | None:
     except OSError as exc:
         return f"cannot be read ({exc.strerror})"
     return None
+
+
+# Mistral-format files in a model folder: vLLM 0.33 then picks its Mistral loaders on its own
+# (load_format, config_format and tokenizer_mode `auto`: consolidated*.safetensors, params.json and
+# tekken.json; default_loader.py, transformers_utils/config.py get_config, tokenizers/registry.py
+# resolve_tokenizer_args), while the rig renders and counts prompts with the Hugging Face tokenizer
+# and chat template in the same folder. So the format is pinned to Hugging Face's.
+MISTRAL_FILES = ("consolidated*.safetensors", "params.json", "tekken.json")
+HF_FORMAT = {"tokenizer_mode": "hf", "config_format": "hf", "load_format": "safetensors"}
+
+
+def _check_format(role: str, model: ModelSettings) -> None:
+    """A folder with Mistral-format files runs in Hugging Face format, as the rig's own prompts do."""
+    if model.path == EMBEDDED:
+        return
+    root = Path(model.path).expanduser()
+    found = sorted({f.name for pattern in MISTRAL_FILES for f in root.glob(pattern)})
+    if not found:
+        return
+    wrong = {k: v for k, v in HF_FORMAT.items() if model.engine_args.get(k) != v}
+    if wrong:
+        key = next(iter(wrong))
+        pinned = ", ".join(f"{k}: {v}" for k, v in HF_FORMAT.items())
+        raise ConfigError(f"{role}.model.engine_args.{key}",
+                          f"model {model.name!r}: {model.path} holds Mistral-format files ({', '.join(found[:3])}), "
+                          f"which vLLM would load in its own format while the rig renders prompts with the Hugging "
+                          f"Face tokenizer there; set engine_args {{{pinned}}} (conf/model/mistral_small_24b_instruct"
+                          ".yaml does)")
 
 
 def _check_engine_args(role: str, model: ModelSettings) -> None:
