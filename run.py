@@ -54,6 +54,7 @@ def check_overrides(argv: list[str]) -> str | None:
     from hydra.errors import HydraException
 
     from ncp_local.config import compose, hydra_error_line
+    from ncp_local.execution.layout import shared_run_dir
 
     args_parser = get_args_parser()
 
@@ -105,15 +106,22 @@ def check_overrides(argv: list[str]) -> str | None:
         # would refuse it anyway, in many lines, before any launcher starts.
         batched = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith(".BatchedLauncher")
         checker = _PointChecker(name)
+        placed: list[tuple[str, Any, str]] = []  # (point, run directory, identity) of points with an out_dir
         for point in _points(axes):
             if batched:
                 # The batched launcher runs the rig's checks on every point itself, before any starts.
                 compose(fixed + point, name)
                 continue
             try:
-                checker.check(fixed + point)
+                found = checker.check(fixed + point)
             except _BadPoint as exc:
                 print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)", file=sys.stderr)
+                continue
+            if found:
+                placed.append((" ".join(point) or "(no overrides)", *found))
+        shared = shared_run_dir(placed)
+        if shared:
+            return str(shared)
     except HydraException as exc:
         return f"config override{_at(point)}: {hydra_error_line(exc)}"
     except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
@@ -152,9 +160,12 @@ class _PointChecker:
         self.config_name = config_name
         self.datasets: dict[str, Any] = {}  # datasets already read (a sweep rarely varies it)
 
-    def check(self, overrides: list[str]) -> None:
+    def check(self, overrides: list[str]) -> tuple[Any, str] | None:
+        """Refuses a bad point (_BadPoint); for a run with a fixed `out_dir`, its run directory and
+        identity key (several points must not share one: `layout.shared_run_dir`)."""
         from ncp_local import config as config_mod
         from ncp_local.errors import InputError
+        from ncp_local.execution.episodes import where
         from ncp_local.execution.preflight import preflight
         from ncp_local.protocol import ROLES
 
@@ -168,9 +179,13 @@ class _PointChecker:
         try:
             cfg = config_mod.validate(raw)
             if cfg.mode not in ("run", "bench"):
-                return
+                return None
             # The same check the point's own job makes first (execution/preflight.py).
-            preflight(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES, datasets=self.datasets)
+            ready = preflight(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES, datasets=self.datasets)
+            if cfg.mode != "run" or not cfg.out_dir:
+                return None  # each identity has its own runs/<dataset>-<key>
+            _, ident, out = where(ready, raw)
+            return out, ident.key
         except InputError as exc:
             raise _BadPoint(str(exc)) from None
 

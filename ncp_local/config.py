@@ -233,6 +233,12 @@ def validate(raw: dict[str, Any]) -> RunConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found") and loc == ["engine"]:
+            # The tag is the engine's name: say so, and the names it can be (not the whole mapping).
+            tag = (err.get("ctx") or {}).get("tag")
+            got = f"{shown(tag)} is not an engine" if err["type"] == "union_tag_invalid" else "missing"
+            raise ConfigError("engine.name", f"{got}: one of {', '.join(ENGINES)} (engine=NAME picks "
+                              "conf/engine/NAME.yaml)") from None
         if len(loc) > 1 and loc[0] == "engine" and loc[1] in ENGINES:
             del loc[1]  # the union's tag: `engine.delay_s`, not `engine.scripted.delay_s`
         field = ".".join(loc)

@@ -33,6 +33,7 @@ import pytest
 
 from ncp_local import modes
 from ncp_local import config as config_mod
+from ncp_local.exits import EXIT_SYSTEMATIC
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"
@@ -87,6 +88,26 @@ def _unfinished(tmp: Path) -> None:
     # The finished run's results removed: a run directory with no finished episode.
     for f in (tmp / "run" / "results").glob("*.json"):
         f.unlink()
+
+
+def _manifest_edit(run: Path, **fields: object) -> None:
+    path = run / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), **fields}), encoding="utf-8")
+
+
+def _sources(tmp: Path) -> None:
+    # The first synopsis of specs/sources.yaml: a build that ran would call a model for it.
+    text = (ROOT / "specs" / "sources.yaml").read_text(encoding="utf-8")
+    (tmp / "sources.yaml").write_text(text, encoding="utf-8")
+
+
+def _shard_without_specs(tmp: Path) -> None:
+    # A sharded run of one shard whose manifest lost the dataset's spec list (hand-edited).
+    shard = tmp / "sharded" / "shard-000-of-001"
+    shutil.copytree(tmp / "run", shard)
+    m = json.loads((shard / "manifest.json").read_text(encoding="utf-8"))
+    del m["dataset"]["specs"]
+    (shard / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
 
 
 SPEC = f"data/specs/{SPEC_ID}.yaml"
@@ -152,7 +173,14 @@ CASES = [
     Case("cmdline-option-after-overrides", (*BASE[:3], "--multirun", *BASE[3:], "seed=1,2"),
          ("command line", "unrecognized arguments"), whole=True),
     # -- engines, dependencies and model paths (before the run directory exists) ----
-    Case("engine-vllm-not-installed", ("engine=vllm",), ("engine", "vllm package", "pip install"), hide=("vllm",)),
+    Case("engine-vllm-not-installed", ("engine=vllm",), ("engine", "vllm package", "make install",
+                                                         "pip install -e '.[cpu]'"), hide=("vllm",)),
+    # vLLM present but not importable: the engine and its install command, not the grammar check's package.
+    Case("engine-vllm-not-importable", ("engine=vllm",), ("engine=vllm", "not importable", "torch", "make install",
+                                                          "pip install -e '.[cpu]'"), hide=("torch",)),
+    Case("engine-vllm-grammar-package-missing", ("engine=vllm",), ("engine=vllm", "not importable", "xgrammar",
+                                                                   "make install"), hide=("xgrammar",)),
+    Case("engine-name-unknown", ("engine.name=foo",), ("engine.name", "'foo'", "vllm, scripted, openai")),
     Case("engine-openai-not-installed", ("engine=openai",), ("engine", "openai package", "pip install"),
          hide=("openai",)),
     Case("engine-openai-key-unset", ("engine=openai", "+engine.api_key_env=NCP_TEST_UNSET_KEY"),
@@ -164,6 +192,36 @@ CASES = [
     # -- out_dir --------------------------------------------------------------------
     Case("out-dir-is-a-file", ("out_dir={tmp}/afile",), ("afile", "out_dir", "not a directory"),
          setup=_write("afile", "x\n")),
+    Case("out-dir-read-only", ("out_dir=/proc/self/ncp-run",), ("ncp-run", "out_dir", "cannot be written")),
+    Case("out-dir-under-a-file", ("out_dir={tmp}/afile/run",), ("afile", "out_dir", "is a file"),
+         setup=_write("afile", "x\n")),
+    Case("report-out-is-a-file", ("mode=report", "runs=[{tmp}/run]", "report.out={tmp}/afile"),
+         ("afile", "report.out", "not a directory"), setup=_write("afile", "x\n")),
+    # -- run-directory parts of the wrong kind (ncp_local/execution/store.py check_place) ----
+    Case("rundir-checkpoints-a-file", (), ("run/checkpoints", "a file where the run keeps a folder", "move it away"),
+         setup=lambda tmp: (shutil.rmtree(tmp / "run" / "checkpoints"), _write("run/checkpoints", "x\n")(tmp))),
+    Case("rundir-results-a-file", (), ("run/results", "a file where the run keeps a folder"),
+         setup=lambda tmp: (shutil.rmtree(tmp / "run" / "results"), _write("run/results", "x\n")(tmp))),
+    Case("rundir-lock-a-directory", (), ("run/.lock", "a folder where the run keeps a file"),
+         setup=lambda tmp: _dir_instead("run/.lock")(tmp)),
+    # -- hand-edited files of the wrong shape -----------------------------------------
+    Case("report-manifest-config-a-string", ("mode=report", "runs=[{tmp}/run]"),
+         ("run/manifest.json", "config", "dictionary"), setup=lambda tmp: _manifest_edit(tmp / "run", config="x")),
+    Case("build-index-a-list", ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/built"),
+         ("built/index.yaml", "not a dataset index"),
+         setup=lambda tmp: (_sources(tmp), _write("built/index.yaml", "- a\n- b\n")(tmp))),
+    Case("build-out-a-file", ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/afile"),
+         ("afile", "out", "not a directory"), setup=lambda tmp: (_sources(tmp), _write("afile", "x\n")(tmp))),
+    Case("merge-manifest-without-spec-list", ("mode=merge", "out_dir={tmp}/sharded"),
+         ("shard-000-of-001/manifest.json", "dataset.specs", "missing"), setup=lambda tmp: _shard_without_specs(tmp)),
+    # A damaged result is left out of a re-audit only with the run's own re-run (exit 2, named): judging the
+    # rest would give agreement over other episodes than the run's report and mark the re-audit DONE.
+    Case("reaudit-truncated-result", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
+         (f"results/{SPEC_ID}.json", "not JSON", "left out of the re-audit", "re-run the source run"),
+         setup=lambda tmp: _truncate(RESULT)(tmp)),
+    # -- a sweep whose points would share one run directory (run.py's point checker) ----
+    Case("sweep-points-share-out-dir", ("-m", "seed=1,2", "out_dir={tmp}/fixed"),
+         ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2")),
     # -- reports of a run with no finished episode ----------------------------------
     Case("report-no-finished-episode", ("mode=report", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
          setup=_unfinished),
@@ -416,3 +474,70 @@ def test_damaged_run_directory_recovers(case: Case, workspace: Path) -> None:
             assert now.pop("resumes")[:len(was["resumes"])] == was.pop("resumes") and now == was, rel
         else:
             raise AssertionError(f"{rel} changed and its old bytes are not in quarantine/")
+
+
+def test_call_log_line_not_utf8_is_skipped_as_a_torn_line(workspace: Path) -> None:
+    """A call-log line with invalid UTF-8 (a torn write on a failing disk) costs that line, as a torn JSON
+    line does: the log records attempts, no result depends on it, and it is only ever appended to."""
+    log = workspace / "run" / "calls.jsonl"
+    old = log.read_bytes() + b'{"spec_id": "x\xff\xfe", "stage": "narrate"}\n' + b"[1, 2]\n"
+    log.write_bytes(old)
+    (workspace / RESULT).unlink()  # the episode is played again, appending to the damaged log
+    code, out, err = run_in_process("run", _command(Case("x", (), ()), workspace))
+    assert "Traceback" not in out + err, err
+    assert code == 0 and err == "", (code, err)
+    assert log.read_bytes().startswith(old) and "calls: " in out
+
+
+def _crlf_bom(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".yaml", ".txt"):
+            text = path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+            path.write_bytes(b"\xef\xbb\xbf" + text)
+
+
+def test_crlf_and_bom_give_the_results_of_lf(finished: Path, tmp_path: Path) -> None:
+    """Specs, index and prompt pack saved on Windows (CRLF, a UTF-8 BOM) run as the same files with LF:
+    the same identity and byte-identical results."""
+    for name in ("data", "pack"):
+        shutil.copytree(finished / name, tmp_path / name)
+    _crlf_bom(tmp_path)
+    assert (tmp_path / SPEC).read_bytes().startswith(b"\xef\xbb\xbf") and b"\r\n" in (tmp_path / SPEC).read_bytes()
+    runs = {}
+    for name, root in (("lf", finished), ("crlf", tmp_path)):
+        args = [a.replace("{tmp}", str(root)) for a in BASE if not a.startswith("out_dir")]
+        code, out, err = run_in_process("run", [*args, "max_turns=2", f"out_dir={tmp_path}/{name}"])
+        assert code == 0, err
+        runs[name] = snapshot(tmp_path / name / "results")
+    assert runs["lf"] == runs["crlf"] and runs["lf"]
+
+
+def test_a_run_that_measures_nothing_is_systematic(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every episode ends context_limit before its first committed turn (answers that fill the window:
+    the fact update after the opening has no room left): exit 5, one line naming the cause and the fix."""
+    from ncp_local.engines.base import ContextOverflow
+    from ncp_local.engines.scripted import ScriptedEngine
+
+    generate = ScriptedEngine.generate
+
+    async def no_room(self: ScriptedEngine, request: object) -> object:
+        if request.tags["stage"] == "fact_update" and request.tags["turn"] >= 0:  # type: ignore[attr-defined]
+            raise ContextOverflow("prompt of 8100 tokens leaves 92 for the output; the stage needs 256")
+        return await generate(self, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ScriptedEngine, "generate", no_room)
+    code, out, err = run_in_process("run", _command(Case("x", ("out_dir={tmp}/new",), ()), workspace))
+    line = assert_one_line(code, out, err, EXIT_SYSTEMATIC,
+                           ("1 of 1 episodes", "context_limit before their first committed turn", "fill the model's "
+                            "window", "bounds", "larger window", "max_invalid_share"))
+    assert "fact_update" in line
+
+
+def test_batched_sweep_points_sharing_a_run_directory_are_refused(finished: Path, tmp_path: Path) -> None:
+    """The batched launcher refuses them too, before any point starts (ncp_local/launch/sweep.py)."""
+    args = [a.replace("{tmp}", str(finished)) for a in BASE if not a.startswith("out_dir")]
+    proc = _popen(["-m", "hydra/launcher=batched", *args, "seed=1,2", f"out_dir={tmp_path}/fixed"], tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert_one_line(proc.returncode, out, err, RUN_PY.EXIT_BAD_INPUT,
+                    ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2", "none is started"))
+    assert not (tmp_path / "fixed").exists()

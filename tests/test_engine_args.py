@@ -8,7 +8,9 @@
 - GPU defaults (step budget, prefix caching, device_ids, batch invariance)
   and the CPU build's whole-prompt prefill;
 - each shipped model's window is one vLLM accepts for that model's config,
-  and Qwen3's YaRN file takes it from 40960 to 131072.
+  and Qwen3's YaRN file takes it from 40960 to 131072;
+- what one engine's start writes into os.environ (the rig's engine_env and
+  vLLM's own writes) is restored before the next engine starts.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from ncp_local.engines.base import Message, Request  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 from ncp_local.execution.preflight import check_engines  # noqa: E402
 from ncp_local.engines.vllm import (  # noqa: E402
-    GPU_STEP_TOKENS, _engine_args, engine_arg_names, engine_args_problem, engine_env, engine_kwargs,
-    sampling_params,
+    GPU_STEP_TOKENS, _engine_args, _engine_environ, engine_arg_names, engine_args_problem, engine_env,
+    engine_kwargs, sampling_params,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -275,3 +277,91 @@ def test_shipped_windows() -> None:
     assert windows["qwen3_8b_yarn"] == windows["qwen3_32b_yarn"] == 131072
     assert windows["mistral_small_24b_instruct"] == 32768
     assert _model("gemma3_12b_it").engine_args == {"language_model_only": True}
+
+
+# -- one engine's environment never reaches the next ----------------------------------
+
+def test_vllms_own_config_build_leaves_os_environ_as_it_was(tmp_path: Path) -> None:
+    # The CPU build writes its settings into the parent (VLLM_WORKER_MULTIPROC_METHOD,
+    # LD_PRELOAD, thread counts) while it builds an engine's config, as the GPU build
+    # writes VLLM_USE_BREAKABLE_CUDAGRAPH under batch invariance.
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_CONFIG))
+    cfg = ModelSettings(**BASE, cpu_reserved_cores=0)
+    env = engine_env(cfg, on_cpu=True)
+    before = dict(os.environ)
+    with _engine_environ(env) as restored:
+        assert all(os.environ[k] == v for k, v in env.items())
+        AsyncEngineArgs(**engine_kwargs(cfg, tmp_path, on_cpu=True), skip_tokenizer_init=True).create_engine_config()
+        written = {k for k in os.environ.keys() | before.keys() if os.environ.get(k) != before.get(k)}
+    assert dict(os.environ) == before
+    assert set(restored) == written and set(env) <= written
+    assert "VLLM_WORKER_MULTIPROC_METHOD" in written - set(env)  # one of vLLM's own
+
+
+class _FakeAsyncLLM:
+    """Stands in for AsyncLLM.from_engine_args on a GPU: what vLLM 0.33 does to the
+    parent's environment (config/vllm.py `_maybe_enable_breakable_cudagraph`)."""
+
+    seen: list[dict[str, str | None]] = []
+
+    @classmethod
+    def from_engine_args(cls, args: Any) -> Any:
+        keys = ("VLLM_BATCH_INVARIANT", "VLLM_USE_BREAKABLE_CUDAGRAPH", "VLLM_REGEX_COMPILATION_TIMEOUT_S")
+        cls.seen.append({k: os.environ.get(k) for k in keys})
+        if os.environ.get("VLLM_BATCH_INVARIANT") == "1" and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in os.environ:
+            os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1"
+        if args.served_model_name in ("fails", ["fails"]):
+            raise RuntimeError("engine core failed to start")
+        return type("Engine", (), {"model_config": type("MC", (), {"max_model_len": args.max_model_len})})()
+
+
+def _fake_gpu_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import transformers
+    from vllm.v1.engine import async_llm
+
+    import ncp_local.engines.vllm as vllm_backend
+
+    tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tokenizer)
+    monkeypatch.setattr(async_llm, "AsyncLLM", _FakeAsyncLLM)
+    monkeypatch.setattr(vllm_backend, "resolved_path", lambda cfg: tmp_path)
+    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: False)
+    _FakeAsyncLLM.seen = []
+
+
+def test_a_deterministic_engine_leaves_nothing_for_the_next(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ncp_local.engines.vllm import VLLMEngine
+
+    _fake_gpu_start(monkeypatch, tmp_path)
+    for key in ("VLLM_BATCH_INVARIANT", "VLLM_USE_BREAKABLE_CUDAGRAPH"):
+        monkeypatch.delenv(key, raising=False)
+    before = dict(os.environ)
+    first = VLLMEngine._start_blocking(ModelSettings(**BASE, deterministic=True))
+    assert dict(os.environ) == before
+    assert set(first.env_restored) == {"VLLM_BATCH_INVARIANT", "VLLM_USE_BREAKABLE_CUDAGRAPH",
+                                       "VLLM_REGEX_COMPILATION_TIMEOUT_S"}
+    second = VLLMEngine._start_blocking(ModelSettings(**BASE))
+    assert _FakeAsyncLLM.seen == [
+        {"VLLM_BATCH_INVARIANT": "1", "VLLM_USE_BREAKABLE_CUDAGRAPH": None, "VLLM_REGEX_COMPILATION_TIMEOUT_S": "600"},
+        # The next engine gets full CUDA graphs again, and no batch invariance.
+        {"VLLM_BATCH_INVARIANT": None, "VLLM_USE_BREAKABLE_CUDAGRAPH": None, "VLLM_REGEX_COMPILATION_TIMEOUT_S": "600"},
+    ]
+    # A start that fails restores the environment too.
+    with pytest.raises(RuntimeError, match="failed to start"):
+        VLLMEngine._start_blocking(ModelSettings(**{**BASE, "name": "fails"}, deterministic=True))
+    assert dict(os.environ) == before
+    for backend in (first, second):
+        backend._tok_pool.shutdown()
+
+
+def test_a_users_own_setting_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ncp_local.engines.vllm import VLLMEngine
+
+    _fake_gpu_start(monkeypatch, tmp_path)
+    monkeypatch.setenv("VLLM_USE_BREAKABLE_CUDAGRAPH", "0")  # vLLM's documented opt-out
+    monkeypatch.setenv("VLLM_REGEX_COMPILATION_TIMEOUT_S", "5")
+    backend = VLLMEngine._start_blocking(ModelSettings(**BASE, deterministic=True))
+    assert _FakeAsyncLLM.seen[0]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0"
+    assert os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" and os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "5"
+    assert "VLLM_BATCH_INVARIANT" not in os.environ
+    backend._tok_pool.shutdown()

@@ -33,6 +33,8 @@ def test_acceptance_script_runs_every_step(tmp_path: Path) -> None:
     assert "1 episodes: " in rows[("run", "smollm2", "ok")]
     assert "1 episodes identical" in rows[("determinism", "smollm2", "ok")]
     assert "ratios: rig/ceiling=" in rows[("bench", "smollm2", "ok")]
+    # The memory table beside the plan (no vLLM engine on engine=scripted: nothing measured).
+    assert ("memory", "smollm2", "n/a") in rows and (out / "memory.md").is_file()
     # Each step's full output is kept.
     assert {p.name for p in (out / "logs").iterdir()} == {"plan.log", "plan-smollm2.log", "run-smollm2.log",
                                                           "again-smollm2.log", "bench-smollm2.log"}

@@ -55,8 +55,18 @@ def test_the_model_file_pins_the_hugging_face_format(tmp_path: Path) -> None:
 
 def test_a_folder_left_to_auto_is_refused_in_one_line(tmp_path: Path) -> None:
     _download(tmp_path)
-    cfg = _cfg(tmp_path, "auditor.model.engine_args={}")
+    cfg = _cfg(tmp_path, "auditor.model.engine_args.tokenizer_mode=auto")
     with pytest.raises(ConfigError) as err:
         check_engines(cfg, ("auditor",))
     assert err.value.field == "auditor.model.engine_args.tokenizer_mode"
     assert "consolidated.safetensors" in err.value.message and "\n" not in str(err.value)
+
+
+def test_the_rigs_tokenizer_fixes_mistrals_regex_and_no_other(tmp_path: Path) -> None:
+    from ncp_local.engines.vllm import tokenizer_kwargs
+
+    assert tokenizer_kwargs(_download(tmp_path)) == {"fix_mistral_regex": True}
+    other = tmp_path / "qwen"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    assert tokenizer_kwargs(other) == {}

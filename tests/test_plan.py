@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -10,6 +11,7 @@ import shlex
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +20,17 @@ from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
-from ncp_local.modes.plan import full as plan_full
 from ncp_local.config import ConfigError
+from ncp_local.modes.plan import full as plan_full
 from ncp_local.plan.facts import BUILT_IN, model_facts, read_model_dir
 from ncp_local.plan.growth import Line, fit_line
 from ncp_local.plan.hardware import GIB, inventory, parse_gpu
+from ncp_local.plan.kv import (
+    GPU_STEP_TOKENS,
+    KvSizing,
+    kv_heads_per_device,
+    steps_in_flight,
+)
 from ncp_local.plan.memory import CPU_RUNTIME_BYTES, engines_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,9 +136,13 @@ def test_gemma3_sliding_layers_are_capped_at_their_window(tmp_path: Path) -> Non
         "hidden_size": 3840, "sliding_window": 1024, "max_position_embeddings": 131072}}))
     f = read_model_dir(tmp_path)
     assert (f.head_dim, f.sliding_window, f.sliding_layers) == (256, 1024, 40)  # every 6th layer is global
-    per_layer = 2 * 8 * 256 * 2
-    assert f.sequence_kv_bytes(50_000, 2) == per_layer * (8 * 50_000 + 40 * 1024)
-    assert f.sequence_kv_bytes(500, 2) == per_layer * 48 * 500  # shorter than the window: every layer holds it all
+    # As vLLM holds it (plan/kv.py): 16-token blocks; the 8 global layers keep every token, the 40 sliding
+    # ones at most their window - 1 plus the tokens in flight (2 steps of 16384) and one block.
+    kv = KvSizing(full_layers=8, sliding_layers=40, sliding_window=1024, kv_heads=8, head_dim=256, dtype_bytes=2,
+                  block_size=16, max_model_len=131072, step_tokens=16384, steps_in_flight=2)
+    page = 16 * 2 * 8 * 256 * 2  # one block of one layer
+    assert kv.held_bytes(50_000) == page * (8 * 3125 + 40 * (-(-(1023 + 32768) // 16) + 1))
+    assert kv.held_bytes(500) == page * 48 * 32  # shorter than the window: every layer holds it all
     # An explicit layer_types list wins over the pattern.
     (tmp_path / "config.json").write_text(json.dumps({
         "model_type": "gemma3_text", "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -165,6 +177,153 @@ def test_yarn_override_extends_the_window() -> None:
     yarn = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
     assert f.extended_window(None) == 40960
     assert f.extended_window(yarn) == 131072
+
+
+# ---- KV sizing by vLLM's own rules --------------------------------------------------------------------
+
+# Gemma-3-12B on one GPU at the rig's 16384-token step budget (vLLM 0.33's rules, written out): 16-token
+# blocks of 16 x 8 KV heads x (256 + 256) x 2 bytes = 128 KiB per layer; 8 global layers hold all
+# 131072 tokens (8192 blocks), 40 sliding layers min(1024 - 1 + 2 x 16384, 131072) = 33791 tokens
+# (2112 blocks + 1); vLLM groups them 8 layers a group (1 full, 5 sliding), so one request takes
+# (8192 + 5 x 2113) blocks of 8 pages = 19,668,140,032 bytes (18.3 GiB). The old plan's 8.3 GiB counted
+# 1024 tokens per sliding layer.
+GEMMA3_12B_REQUEST = (8192 + 5 * 2113) * 8 * 16 * 8 * 512 * 2
+
+
+def _gemma_engine(gpus: str = "[H100-80GB]", *extra: str) -> Any:
+    p = plan_mod.check(planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=gemma3_12b", f"plan.gpus={gpus}",
+                                        *extra])))
+    return p, next(e for e in p.engines if e.name == "gemma-3-12b-it")
+
+
+def _vllm_layer_specs(kv: KvSizing) -> dict[str, Any]:
+    """Gemma 3's 48 layers as vLLM's own spec objects (every 6th global), as its attention layers make them."""
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    common = dict(block_size=kv.block_size, num_kv_heads=kv.kv_heads, head_size=kv.head_dim, dtype=torch.bfloat16)
+    return {f"model.layers.{i}.self_attn": (FullAttentionSpec(**common) if (i + 1) % 6 == 0 else
+                                            SlidingWindowSpec(**common, sliding_window=kv.sliding_window))
+            for i in range(kv.layers)}
+
+
+def _vllm_config(kv: KvSizing) -> Any:
+    """What vLLM's KV planning reads of a VllmConfig, for this layout (no model, no GPU)."""
+    from types import SimpleNamespace as NS
+
+    from vllm.v1.kv_cache_interface import KVCacheLayout
+
+    return NS(model_config=NS(max_model_len=kv.max_model_len), parallel_config=NS(decode_context_parallel_size=1),
+              max_in_flight_tokens=kv.in_flight_tokens, speculative_config=None,
+              scheduler_config=NS(disable_hybrid_kv_cache_manager=False), attention_config=NS(hisparse_config=None),
+              cache_config=NS(get_resolved_kv_cache_layout=lambda: KVCacheLayout.LBHNC, num_gpu_blocks_override=None))
+
+
+def test_gemma3_12b_request_is_vllms_own_figure() -> None:
+    p, e = _gemma_engine()
+    kv = e.kv
+    assert (kv.full_layers, kv.sliding_layers, kv.sliding_window, kv.step_tokens, kv.steps_in_flight) == (
+        8, 40, 1024, 16384, 2)
+    assert kv.sliding_tokens == 33791 and kv.request_bytes() == GEMMA3_12B_REQUEST
+    assert f"{kv.request_bytes() / GIB:.1f}" == "18.3"
+    assert e.window_kv() == GEMMA3_12B_REQUEST + 8 * 16 * 8 * 512 * 2  # and the block vLLM holds back
+    # The same through the formulas, without vLLM.
+    assert replace(kv, use_vllm=False).request_bytes() == GEMMA3_12B_REQUEST
+    # vLLM's own planning on its own spec objects: the grouping, the request's bytes, the start-up check.
+    utils = pytest.importorskip("vllm.v1.core.kv_cache_utils")
+    if not hasattr(utils, "_max_memory_usage_bytes_from_groups"):
+        pytest.skip("this vLLM plans the KV cache elsewhere (0.33: kv_cache_planning, with a builder)")
+    specs, config = _vllm_layer_specs(kv), _vllm_config(kv)
+    groups = utils.get_kv_cache_groups(config, dict(specs))
+    assert sorted(len(g.layer_names) for g in groups) == [8] * 6 and kv.groups() == (8, 1, 5)
+    assert utils._max_memory_usage_bytes_from_groups(config, groups) == GEMMA3_12B_REQUEST
+    utils.check_enough_kv_cache_memory(config, specs, e.window_kv())
+    with pytest.raises(ValueError, match="To serve at least one request"):
+        utils.check_enough_kv_cache_memory(config, specs, e.window_kv() - 1)
+
+
+def test_qwen3_and_gemma3_on_one_gpu_follow_from_that_figure() -> None:
+    """The issue's command: on one H100-80GB the plan goes and each engine's KV cache holds one request;
+    on one A100-40GB it refuses in one line naming the key to change (it used to end in a traceback)."""
+    p, e = _gemma_engine()
+    assert not p.fatal, [f.message for f in p.fatal]
+    assert all(x.kv_bytes >= x.window_kv() for x in p.engines)
+    assert sum(x.share for x in p.engines) <= 0.9 + 1e-9
+    p, _ = _gemma_engine("[A100-40GB]")
+    first = p.fatal[0]
+    assert first.field == "auditor.model.tensor_parallel_size" and "\n" not in first.message
+    assert "gemma-3-12b-it 44.0 GiB" in first.message and "auditor.model.tensor_parallel_size=2" in first.message
+
+
+def test_mode_plan_on_one_a100_ends_in_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`mode=plan narrator=qwen3 player=qwen3 auditor=gemma3_12b plan.gpus=[A100-40GB]`: exit 2, one line."""
+    from ncp_local.modes import plan as plan_mode
+
+    cfg = cfg_for(["mode=plan", "narrator=qwen3", "player=qwen3", "auditor=gemma3_12b", "plan.gpus=[A100-40GB]"])
+    assert plan_mode.main(cfg, {}) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("error: config: auditor.model.tensor_parallel_size: plan: GPU 0 ")
+    assert out.strip().splitlines()[-1].startswith("verdict: no-go: GPU 0 (A100, 40.0 GiB) cannot hold")
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
+def test_kv_formulas_are_vllms_specs(name: str) -> None:
+    """The formulas the plan falls back to give what the installed vLLM's spec objects give."""
+    pytest.importorskip("vllm.v1.kv_cache_interface")
+    f = BUILT_IN[name]
+    sliding = f.sliding_layers if f.sliding_window else 0
+    for tp, nbytes, window, step, steps in itertools.product((1, 2, 8, 16), (2, 1), (8192, 32768, 131072),
+                                                              (2048, 16384), (1, 2)):
+        kv = KvSizing(full_layers=f.layers - sliding, sliding_layers=sliding, sliding_window=f.sliding_window,
+                      kv_heads=kv_heads_per_device(f.kv_heads, tp), head_dim=f.head_dim, dtype_bytes=nbytes,
+                      block_size=16, max_model_len=window, step_tokens=step, steps_in_flight=steps)
+        formula = replace(kv, use_vllm=False)
+        assert kv.rules.startswith("vLLM") and "reproduced" in formula.rules
+        assert (kv.page_bytes(), kv.request_bytes(), kv.startup_bytes(), kv.held_bytes(5000)) == (
+            formula.page_bytes(), formula.request_bytes(), formula.startup_bytes(), formula.held_bytes(5000))
+
+
+def test_tokens_in_flight_and_kv_heads_follow_vllms_config() -> None:
+    """Steps in flight (`VllmConfig.max_concurrent_batches`, async scheduling on by default, model runner V2),
+    tokens in flight, and KV heads per GPU (`ModelConfig.get_num_kv_heads`) as the installed vLLM computes them."""
+    from types import SimpleNamespace as NS
+
+    vllm_config = pytest.importorskip("vllm.config")
+    for pp, async_scheduling in itertools.product((1, 2), (None, True, False)):
+        ours = steps_in_flight({"pipeline_parallel_size": pp, "async_scheduling": async_scheduling})
+        resolved = async_scheduling is not False  # vLLM turns it on when the user leaves it unset
+        theirs = vllm_config.VllmConfig.max_concurrent_batches.fget(NS(
+            parallel_config=NS(pipeline_parallel_size=pp), scheduler_config=NS(async_scheduling=resolved),
+            use_v2_model_runner=True))
+        assert ours == theirs, (pp, async_scheduling)
+    assert vllm_config.VllmConfig.max_in_flight_tokens.fget(NS(
+        max_concurrent_batches=2, scheduler_config=NS(max_num_batched_tokens=GPU_STEP_TOKENS))) == 2 * GPU_STEP_TOKENS
+    for kv_heads, tp in itertools.product((1, 3, 8), (1, 2, 4, 8, 16)):
+        theirs = vllm_config.ModelConfig.get_num_kv_heads(NS(use_mla=False, model_arch_config=NS(
+            total_num_kv_heads=kv_heads)), NS(tensor_parallel_size=tp))
+        assert kv_heads_per_device(kv_heads, tp) == theirs
+
+
+def test_the_kv_plan_follows_the_engine_settings() -> None:
+    """kv_cache_dtype, tensor parallel past the KV heads, the step budget and async scheduling move the figure."""
+    _, e = _gemma_engine()
+    _, fp8 = _gemma_engine("[H100-80GB]", "+auditor.model.engine_args.kv_cache_dtype=fp8")
+    assert fp8.kv.request_bytes() * 2 == e.kv.request_bytes()
+    _, tp16 = _gemma_engine("[" + ",".join(["H100-80GB"] * 16) + "]", "auditor.model.tensor_parallel_size=16")
+    assert tp16.kv.kv_heads == 1 and tp16.kv.request_bytes() * 8 == e.kv.request_bytes()  # 8 heads, replicated
+    _, small = _gemma_engine("[H100-80GB]", "+auditor.model.engine_args.max_num_batched_tokens=2048",
+                             "+auditor.model.engine_args.async_scheduling=false")
+    assert small.kv.sliding_tokens == 1023 + 2048
+    _, whole = _gemma_engine("[H100-80GB]", "+auditor.model.engine_args.disable_hybrid_kv_cache_manager=true")
+    assert whole.kv.sliding_layers == 0 and whole.kv.request_bytes() == 48 * 131072 * 8 * 512 * 2
+
+
+def test_tensor_parallel_must_split_the_heads() -> None:
+    cfg = cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3", "plan.gpus=[H100-80GB,H100-80GB,H100-80GB]",
+                   "narrator.model.tensor_parallel_size=3", "player.model.tensor_parallel_size=3",
+                   "auditor.model.tensor_parallel_size=3"])
+    first = plan_mod.check(cfg).fatal[0]
+    assert first.field == "narrator.model.tensor_parallel_size" and "32 attention heads and 8 KV heads" in first.message
 
 
 # ---- inventory ---------------------------------------------------------------------------
@@ -245,10 +404,10 @@ def test_explicit_shares_over_one_gpu_are_refused_with_the_plans_split() -> None
     msg = p.fatal[0].message
     assert "more than a whole GPU" in msg and "GPU 0 1.80" in msg
     split = dict(re.findall(r"(\w+)\.model\.gpu_memory_utilization=([\d.]+)", msg))
-    assert set(split) == {"narrator", "auditor"}
+    assert set(split) == {"narrator", "player", "auditor"}  # every role of an engine, so they keep sharing it
+    assert split["narrator"] == split["player"]
     # The split it suggests is a plan that works.
-    fixed = over + [f"{r}.model.gpu_memory_utilization={v}" for r, v in split.items()] + \
-        [f"player.model.gpu_memory_utilization={split['narrator']}"]
+    fixed = over + [f"{r}.model.gpu_memory_utilization={v}" for r, v in split.items()]
     assert not plan_mod.check(cfg_for(fixed)).fatal
 
 
@@ -258,7 +417,7 @@ def test_explicit_share_too_small_for_one_window_is_refused() -> None:
                    "auditor.model.gpu_memory_utilization=0.2"])
     msg = plan_mod.check(cfg).fatal[0].message
     # 15.3 GiB of weights + 3 GiB overhead + one 40960-token window (5.6 GiB) of 80 GiB: 0.2986, rounded up.
-    assert "less than one 40960-token sequence" in msg and "to at least 0.30," in msg
+    assert "less than one 40960-token request" in msg and "gpu_memory_utilization=0.30 or more" in msg
 
 
 def test_devices_beyond_the_inventory_are_refused() -> None:

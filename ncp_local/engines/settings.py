@@ -14,6 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 # `path` value that means: the embedded SmolLM2 model (engines/embedded.py).
 EMBEDDED = "embedded"
+# vLLM's per-step token budget on GPU when `engine_args` leaves `max_num_batched_tokens` unset: its
+# own default for AsyncLLM is 2048, and this workload is long prefills (a prompt is 5-36k tokens),
+# so a larger step feeds the GPU in fewer chunks. The engine starts with it and the plan sizes
+# sliding-window KV and activations by it.
+GPU_STEP_TOKENS = 16384
 
 
 class ModelSettings(BaseModel):
@@ -83,3 +88,42 @@ def share_engines(models: Mapping[str, ModelSettings]) -> dict[str, tuple[ModelS
         first, users = groups.get(model.engine_key, (model, ()))
         groups[model.engine_key] = (first, (*users, user))
     return groups
+
+
+# Under `deterministic` an engine runs at most this many sequences at once.
+# Batch invariance (VLLM_BATCH_INVARIANT=1) is meant to make a request's tokens
+# independent of its batch neighbours, but vLLM users report batch-invariant runs
+# that still differ at about 44 sequences in flight and agree again with fewer
+# (issue 22). 32 keeps a margin below that; the rest of the episodes wait in the
+# engine's queue, which costs throughput, not results. A smaller `max_num_seqs`
+# is kept as set. `scripts/gpu_acceptance.sh` checks the result at the run's
+# own concurrency on the GPU at hand.
+DETERMINISTIC_MAX_NUM_SEQS = 32
+
+
+def engine_max_num_seqs(model: ModelSettings) -> int:
+    """The max_num_seqs the engine runs with: the model's, capped under `deterministic`.
+
+    `model` is the record the engine starts with (the run-wide
+    `engine.deterministic` already applied, as execution/engine_pool does).
+    """
+    if model.deterministic:
+        return min(model.max_num_seqs, DETERMINISTIC_MAX_NUM_SEQS)
+    return model.max_num_seqs
+
+
+def max_num_seqs_note(model: ModelSettings) -> str | None:
+    """One line saying the cap lowered this model's max_num_seqs, or None when it did not."""
+    capped = engine_max_num_seqs(model)
+    if capped == model.max_num_seqs:
+        return None
+    return (f"model '{model.name}': max_num_seqs {model.max_num_seqs} -> {capped} under deterministic=true "
+            f"(batch-invariant runs are reported to differ at about 44 sequences in flight; "
+            f"at most {DETERMINISTIC_MAX_NUM_SEQS} run at once, the rest wait)")
+
+
+def with_run_switches(model: ModelSettings, deterministic: bool) -> ModelSettings:
+    """The record an engine starts with: the run-wide `engine.deterministic` applied to the model's own."""
+    if deterministic and not model.deterministic:
+        return model.model_copy(update={"deterministic": True})
+    return model

@@ -6,21 +6,26 @@ and tokenized here with the model's own tokenizer and chat template, so the
 context guard is exact and the engine receives token ids (nothing is
 tokenized twice).
 
-vLLM starts its engine core in a spawned process: a script that starts an
-engine needs the `if __name__ == "__main__":` guard.
+vLLM's CPU build starts its engine core in a spawned process (a script that
+starts an engine needs the `if __name__ == "__main__":` guard); on CUDA it forks
+it. Either way each engine's processes are its own: the per-engine environment
+is in place while they start and restored right after (`_engine_environ`), and
+the watchdog's pipe is closed in forked children (engines/watchdog.py), so
+closing one engine leaves the others untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import difflib
+import json
 import os
-import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,7 @@ from . import watchdog
 from .base import Completion, ContextOverflow, EngineDead, Message, Request
 from .embedded import ensure_embedded_model
 from .grammar import adapt_schema
-from .settings import EMBEDDED, ModelSettings
+from .settings import EMBEDDED, GPU_STEP_TOKENS, ModelSettings, engine_max_num_seqs, max_num_seqs_note
 
 # Must be in the environment before vllm (and huggingface_hub) are imported,
 # and are inherited by the engine process.
@@ -41,10 +46,6 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # probes a public address to pick the host's interface IP.
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 
-# vLLM's per-step token budget on GPU when `engine_args` leaves it unset: its
-# own default for AsyncLLM is 2048, and this workload is long prefills (a
-# prompt is 5-36k tokens), so a larger step feeds the GPU in fewer chunks.
-GPU_STEP_TOKENS = 16384
 
 # Engine arguments the rig derives from its own model fields (it reads them
 # itself: the window guard, the plan, the environment, the manifest), with the
@@ -146,9 +147,43 @@ GRAMMAR_COMPILE_TIMEOUT_S = 600
 
 
 # Engines are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
-# VLLM_CPU_NUM_OF_RESERVED_CPU) is process-wide and read by the engine process
-# when it is spawned.
+# VLLM_CPU_NUM_OF_RESERVED_CPU, and what vLLM writes itself) is process-wide and
+# read by the engine processes when they are spawned or forked.
 _START_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _engine_environ(env: Mapping[str, str]) -> Iterator[list[str]]:
+    """os.environ with `env` added for one engine start, then exactly as before.
+
+    vLLM writes into the parent's environment while it builds an engine's config
+    (VLLM_USE_BREAKABLE_CUDAGRAPH=1 under batch invariance, the CPU build's
+    VLLM_WORKER_MULTIPROC_METHOD and thread counts, ...). The engine's processes
+    inherit it when they start, which is inside this block; left in place it
+    would reach every later engine of the process (a deterministic engine would
+    take full CUDA graphs from the ones after it). So everything that changed,
+    ours or vLLM's, is put back. The names restored are yielded (filled on exit).
+    Only one start at a time may use this (`_START_LOCK`).
+    """
+    before = dict(os.environ)
+    restored: list[str] = []
+    os.environ.update(env)
+    try:
+        yield restored
+    finally:
+        restored.extend(_restore_environ(before))
+
+
+def _restore_environ(before: Mapping[str, str]) -> list[str]:
+    """Put os.environ back to `before`; the names that had changed, sorted."""
+    now = dict(os.environ)
+    changed = sorted(k for k in now.keys() | before.keys() if now.get(k) != before.get(k))
+    for key in changed:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    return changed
 
 
 def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> dict[str, Any]:
@@ -173,7 +208,8 @@ def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> d
         **({} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
         tensor_parallel_size=cfg.tensor_parallel_size,
         enforce_eager=cfg.enforce_eager,
-        max_num_seqs=cfg.max_num_seqs,
+        # Capped under `deterministic` (settings.DETERMINISTIC_MAX_NUM_SEQS says why).
+        max_num_seqs=engine_max_num_seqs(cfg),
         seed=cfg.seed,
         # The rig reuses each turn's prompt prefix (prompts put what changes last).
         enable_prefix_caching=True,
@@ -203,7 +239,7 @@ def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> d
             raise ValueError(f"model '{cfg.name}': engine_args.enable_chunked_prefill: {_CPU_CHUNKED_PREFILL}")
         extra["enable_chunked_prefill"] = False
         extra["max_num_batched_tokens"] = max(
-            extra.get("max_num_batched_tokens") or 0, cfg.max_model_len + cfg.max_num_seqs
+            extra.get("max_num_batched_tokens") or 0, cfg.max_model_len + kwargs["max_num_seqs"]
         )
     else:
         # Chunked prefill with seeded requests is safe on CUDA; vLLM decides it.
@@ -216,6 +252,22 @@ def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool):
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
+
+
+# Mistral's Hugging Face tokenizer files carry a pre-tokenizer regex that transformers corrects only
+# when asked (it warns otherwise); the rig encodes every prompt itself, so it asks.
+MISTRAL_MODEL_TYPES = ("mistral", "mistral3")
+
+
+def tokenizer_kwargs(model_path: Path) -> dict[str, Any]:
+    """Extra arguments for the rig's own tokenizer of this model folder."""
+    try:
+        model_type = json.loads((model_path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    if model_type in MISTRAL_MODEL_TYPES or (model_path / "params.json").is_file():
+        return {"fix_mistral_regex": True}
+    return {}
 
 
 def _engine_core_processes(engine: Any) -> list[Any]:
@@ -258,7 +310,13 @@ class VLLMEngine:
         self._tokenizer = tokenizer
         # What the engine actually runs with (the guard must match it exactly).
         self.max_model_len: int = engine.model_config.max_model_len
-        self._watchdog = None
+        self._watchdog: watchdog.Watchdog | None = None
+        # What the engine runs with that differs from the model's settings, one
+        # line each, for the run to print: max_num_seqs capped under deterministic.
+        self.notes: tuple[str, ...] = tuple(n for n in (max_num_seqs_note(cfg),) if n)
+        # Environment variables that this engine's start changed and that were
+        # put back before the next engine (`_engine_environ`).
+        self.env_restored: tuple[str, ...] = ()
         # Prompt rendering + tokenization off the event loop (long prompts take
         # tens of ms); the lock keeps the tokenizer to one thread at a time
         # (count_tokens may be called from any thread).
@@ -295,28 +353,20 @@ class VLLMEngine:
         from transformers import AutoTokenizer
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True, **tokenizer_kwargs(model_path))
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"model '{cfg.name}' at {model_path} has no chat template")
         on_cpu = _on_cpu()
         args = _engine_args(cfg, model_path, on_cpu=on_cpu)
         started = time.monotonic()
-        env = engine_env(cfg, on_cpu)
-        with _START_LOCK:
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
-                # Builds the engine config (which reads the environment too),
-                # spawns the engine process (which inherits it), loads the
-                # weights, profiles memory.
-                engine = AsyncLLM.from_engine_args(args)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
-        return cls(cfg, engine, tokenizer, model_path, time.monotonic() - started)
+        with _START_LOCK, _engine_environ(engine_env(cfg, on_cpu)) as restored:
+            # Builds the engine config (which reads the environment and writes
+            # into it), starts the engine processes (which inherit it), loads
+            # the weights, profiles memory.
+            engine = AsyncLLM.from_engine_args(args)
+        backend = cls(cfg, engine, tokenizer, model_path, time.monotonic() - started)
+        backend.env_restored = tuple(restored)
+        return backend
 
     async def close(self) -> None:
         """Shut the engine down and wait for its processes to exit. Idempotent."""
@@ -338,12 +388,9 @@ class VLLMEngine:
         self._tok_pool.shutdown(wait=False, cancel_futures=True)
         wd, self._watchdog = self._watchdog, None
         if wd is not None:
-            # EOF tells it the parent is done; it reaps anything left over.
-            wd.stdin.close()
-            try:
-                await asyncio.to_thread(wd.wait, 30)
-            except subprocess.TimeoutExpired:
-                wd.kill()
+            # `stop` tells it the engine is closed (EOF alone is not enough: it
+            # needs every copy of the write end closed); it reaps anything left over.
+            await asyncio.to_thread(wd.stop, 30)
 
     async def __aenter__(self) -> "VLLMEngine":
         return self
@@ -372,6 +419,11 @@ class VLLMEngine:
     def max_num_seqs(self) -> int | None:
         """How many sequences the engine runs at once (the rest wait in its queue)."""
         return self._engine_setting("scheduler_config", "max_num_seqs")
+
+    @property
+    def watchdog_pid(self) -> int | None:
+        """The pid of this engine's watchdog (None when closed), for leak checks."""
+        return self._watchdog.pid if self._watchdog is not None else None
 
     @property
     def engine_pids(self) -> list[int]:

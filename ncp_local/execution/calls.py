@@ -79,15 +79,25 @@ def failure_kind(error: str) -> str | None:
 
 
 def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
-    """One line when more than `share` of the finished episodes are `invalid` for the same reason."""
+    """One line when more than `share` of the finished episodes measured nothing for one cause: `invalid`
+    for the same reason, or `context_limit` before their first committed turn (each is censored
+    honestly, but a run of them measured nothing: the answers fill the window)."""
     results = list(results)
-    reasons = Counter(_generic(r.reason) for r in results if r.termination == "invalid")
-    if not results or not reasons:
+    causes = Counter(("invalid", _generic(r.reason)) if r.termination == "invalid" else ("context_limit", "")
+                     for r in results
+                     if r.termination == "invalid" or (r.termination == "context_limit" and not r.turns))
+    if not results or not causes:
         return None
-    reason, n = reasons.most_common(1)[0]
+    (cause, reason), n = causes.most_common(1)[0]
     if n / len(results) <= share:
         return None
-    return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
+    if cause == "invalid":
+        return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
+    stages = Counter(_generic(r.reason) for r in results if r.termination == "context_limit" and not r.turns)
+    return (f"{n} of {len(results)} episodes ended context_limit before their first committed turn "
+            f"(e.g. {stages.most_common(1)[0][0]}): the answers fill the model's window, so the next call has no "
+            "room; set the roles' output bounds (<role>.bounds, e.g. text_chars) or use a model with a larger "
+            "window")
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 from ..config import RunConfig
 from ..engines.base import Engine, EngineDead
 from ..engines.scripted import RandomPolicy, ScriptedEngine
-from ..engines.settings import ModelSettings, share_engines
+from ..engines.settings import ModelSettings, share_engines, with_run_switches
 from ..protocol import ROLES
 from .identity import digest
 
@@ -31,10 +31,7 @@ class EnginePool:
 
     def model_for(self, key: str) -> ModelSettings:
         """The model record an engine starts with: the run-wide `engine.deterministic` applied."""
-        model = self.models[key]
-        if getattr(self.cfg.engine, "deterministic", False) and not model.deterministic:
-            return model.model_copy(update={"deterministic": True})
-        return model
+        return with_run_switches(self.models[key], getattr(self.cfg.engine, "deterministic", False))
 
     def key_of(self, role: str) -> str:
         """One engine per distinct (engine settings, model settings): the same key across runs and points."""

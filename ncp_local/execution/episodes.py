@@ -161,7 +161,7 @@ def call_summary(calls_path: str | Path) -> list[str]:
     calls = read_calls(calls_path)
     by_stage: dict[str, dict[str, int]] = {}
     for c in calls:
-        s = by_stage.setdefault(c["stage"], {"calls": 0, "failed": 0, "length": 0})
+        s = by_stage.setdefault(str(c.get("stage")), {"calls": 0, "failed": 0, "length": 0})
         s["calls"] += 1
         s["failed"] += c.get("error") is not None
         s["length"] += c.get("finish_reason") == "length"

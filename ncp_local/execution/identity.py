@@ -40,7 +40,7 @@ from ..engines.settings import EMBEDDED
 from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
-from ..protocol.spec import parse_yaml
+from ..protocol.spec import parse_yaml, text_bytes
 from . import layout
 from .provenance import rig_version
 
@@ -85,7 +85,7 @@ def dataset_files(root: str | Path) -> dict[str, str]:
     root = Path(root).expanduser()
     index = root / "index.yaml"
     try:
-        data = index.read_bytes()
+        data = text_bytes(index.read_bytes())
         ids = (parse_yaml(data.decode("utf-8")) or {}).get("specs") or []
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
         raise InputError(index, "dataset.path", f"cannot read the dataset index: {exc}".splitlines()[0]) from None
@@ -93,7 +93,7 @@ def dataset_files(root: str | Path) -> dict[str, str]:
     for sid in ids:
         path = root / "specs" / f"{sid}.yaml"
         try:
-            out[f"specs/{sid}.yaml"] = sha256_bytes(path.read_bytes())
+            out[f"specs/{sid}.yaml"] = sha256_bytes(text_bytes(path.read_bytes()))
         except OSError as exc:
             raise InputError(path, "dataset.path", f"cannot read: {exc.strerror}") from None
     return out
@@ -228,7 +228,7 @@ def of_reaudit(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], s
 
 def of_build(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], sources: str | Path) -> Identity:
     try:
-        text = Path(sources).read_bytes()
+        text = text_bytes(Path(sources).read_bytes())
     except OSError as exc:
         raise InputError(sources, "sources", f"cannot read: {exc.strerror}") from None
     return Identity({"format": FORMAT, "kind": "build", "rig": rig_version(),

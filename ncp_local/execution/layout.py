@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import Any, Iterable, Sequence, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import ConfigError, RunConfig
-from ..errors import InputError
+from ..errors import InputError, shown
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -67,6 +69,43 @@ def parts(root: Path) -> list[Path]:
         else []
 
 
+class _DatasetRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    path: str | None = None
+    sha256: str | None = None
+    specs: list[str] | None = None
+    files: dict[str, str] | None = None
+
+
+class ManifestShape(BaseModel):
+    """The parts of a manifest that readers use, and the shape each must have (written by
+    `execution/episodes.manifest`, the re-audit, the build and the merge; other keys are free)."""
+
+    model_config = ConfigDict(extra="allow")
+    identity: str | None = None
+    identity_parts: dict[str, Any] | None = None
+    kind: str | None = None
+    config: dict[str, Any] | None = None
+    dataset: _DatasetRecord | None = None
+    prompts: dict[str, Any] | None = None
+    models: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
+    resumes: list[Any] | None = None
+
+
+def manifest_problem(data: Any) -> str | None:
+    """Why a parsed manifest is not one (its first wrong field), or None."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    try:
+        ManifestShape.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return f"{where}: {err['msg'].lower()} (got {shown(err.get('input'))}): edited or damaged"
+    return None
+
+
 def read_manifest(path: Path, field: str = "") -> dict[str, Any]:
     """A run's manifest for readers: {} when absent, a one-line InputError (naming `field`) when damaged."""
     path = Path(path)
@@ -76,8 +115,10 @@ def read_manifest(path: Path, field: str = "") -> dict[str, Any]:
         data = json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(path, field, f"cannot read the manifest: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(path, field, "the manifest is not a JSON object")
+    problem = manifest_problem(data)
+    if problem:
+        raise InputError(path, field, f"not a run manifest: {problem}; re-running the run's own command "
+                         "moves it to quarantine/ and writes a new one")
     return data
 
 
@@ -90,3 +131,21 @@ def require_finished(runs: Sequence[str]) -> None:
         if any((p / RESULTS).is_dir() for p in found) and not any(any(p.glob(f"{RESULTS}/*.json")) for p in found):
             raise InputError(root, "runs", "no finished episode (results/ is empty): nothing to report; "
                              "finish the run first (its own command resumes it)")
+
+
+def shared_run_dir(points: Iterable[tuple[str, Path, str]]) -> InputError | None:
+    """Sweep points (name, run directory, identity key) that would share one run directory although
+    they are different experiments: the second would be refused as "another config" only after the
+    first ran. None when every directory holds one experiment (points of one experiment, e.g. other
+    `limit`s, may share theirs: they run one after the other)."""
+    seen: dict[Path, dict[str, str]] = {}
+    for name, out, key in points:
+        keys = seen.setdefault(Path(out).expanduser().resolve(), {})
+        keys.setdefault(key, name)
+        if len(keys) > 1:
+            first, second = keys.values()
+            return InputError(out, "out_dir", f"one run directory for several sweep points of different "
+                              f"experiments ({first}; {second}): none is started; drop out_dir (each point "
+                              "gets runs/<dataset>-<hash>) or make it differ by point, e.g. "
+                              "out_dir=runs/x-${seed}")
+    return None

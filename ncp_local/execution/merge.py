@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import InputError
 from . import provenance
 from .layout import MANIFEST, read_manifest, shard_dirs
-from .store import RunDir, atomic_write, check_result
+from .store import RunDir, atomic_write, check_destination, check_result
 
 MERGED = "merged"
 
@@ -90,13 +90,18 @@ def merge(root: str | Path) -> Merged:
     manifests = {i: _manifest(shards[i]) for i in range(count)}
     first = manifests[0]
     for i, m in manifests.items():
+        if not (m.get("dataset") or {}).get("specs"):
+            # Without it the merge cannot know which results make the run: it would "succeed" with none.
+            raise MergeError(f"{shards[i] / 'manifest.json'}: dataset.specs: missing or empty (not a manifest "
+                             "a run wrote, or edited); restore it, or move it aside and re-run that shard's task "
+                             "(it writes a new one and keeps the sealed results)")
         if m.get("identity") != first.get("identity"):
             raise MergeError(f"{shards[i] / 'manifest.json'}: identity: {m.get('identity')} differs from shard 0's "
                              f"{first.get('identity')} (shards of different configs)")
-        if m.get("dataset", {}).get("specs") != first.get("dataset", {}).get("specs"):
+        if m["dataset"]["specs"] != first["dataset"]["specs"]:
             raise MergeError(f"{shards[i] / 'manifest.json'}: dataset.specs differs from shard 0's "
                              "(different dataset or limit)")
-    expected: list[str] = list(first.get("dataset", {}).get("specs", []))
+    expected: list[str] = list(first["dataset"]["specs"])
     wanted = set(expected)
     source: dict[str, int] = {}
     duplicated: list[str] = []
@@ -127,6 +132,7 @@ def merge(root: str | Path) -> Merged:
         raise MergeError(f"{root}: {len(missing)} of {len(expected)} spec(s) have no result ({_few(missing)}); "
                          f"shards not done: {states or 'none'}{bad}; re-submit to finish them")
 
+    check_destination(root / MERGED, "out_dir")
     out = RunDir(root / MERGED)
     for spec in expected:
         src = RunDir(shards[source[spec]]).result_path(spec)

@@ -31,9 +31,15 @@ from ..protocol.stages import STAGES, UNBOUNDED, AuditIds, Bounds, schema_for
 
 # The package each engine imports when it starts, and how to install it (pyproject extras).
 ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", "pip install -e '.[cpu]' (CPU; torch first, see README) or -e '.[gpu]' (GPU)"),
+    "vllm": ("vllm", ("make install, or pip install -e '.[cpu]' (CPU; torch first, see README); on a GPU node "
+                      "make install-gpu")),
     "openai": ("openai", "pip install -e '.[openai]'"),
 }
+# What vLLM itself imports to run (its tensors, and each structured-output backend's compiler): a
+# missing one means vLLM is not importable, which is what the line must say (not the grammar check's
+# "xgrammar is not installed", which would send the user after the wrong package).
+ENGINE_DEPENDENCIES: dict[str, tuple[str, ...]] = {"vllm": ("torch",)}
+BACKEND_PACKAGES = {"xgrammar": "xgrammar", "guidance": "llguidance", "outlines": "outlines_core"}
 
 
 @dataclass(frozen=True)
@@ -94,10 +100,18 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
     vLLM takes), and every stage's grammar on its structured-output backend."""
     kind = cfg.engine.name
     if kind in ENGINE_PACKAGES:
+        # First, before anything that needs the engine's packages (the grammar check below).
         package, install = ENGINE_PACKAGES[kind]
         if importlib.util.find_spec(package) is None:
             raise ConfigError("engine", f"engine={kind} needs the {package} package, which is not "
                               f"installed: {install}")
+        needed = ENGINE_DEPENDENCIES.get(kind, ()) + tuple(
+            BACKEND_PACKAGES.get(getattr(cfg, role).model.structured_outputs_backend, "") for role in roles
+            if kind == "vllm")
+        missing = [name for name in dict.fromkeys(needed) if name and importlib.util.find_spec(name) is None]
+        if missing:
+            raise ConfigError("engine", f"engine={kind}: the {package} package is not importable (its dependency "
+                              f"{missing[0]} is not installed): {install}")
     if kind == "openai":
         key_env = getattr(cfg.engine, "api_key_env", None)
         if key_env and not os.environ.get(key_env):

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InputError
 from ..protocol.episode import Checkpoint, EpisodeResult
 from .identity import Identity, differences, summary
+from .layout import manifest_problem
 from .provenance import now, resume_entry
 
 SEAL = "seal"
@@ -204,6 +205,11 @@ class RunDir:
                 raise DiskFull(self.root, str(getattr(exc, "strerror", ""))) from None
             if isinstance(exc, DiskFull):
                 raise DiskFull(self.root, exc.detail) from None
+            if isinstance(exc, OSError):
+                # What check_place cannot see ahead (a mount that refuses writes, a pseudo-filesystem).
+                where = exc.filename or self.root
+                raise InputError(where, "out_dir", f"cannot write the run directory here ({exc.strerror}); "
+                                 "give a folder you can write") from None
             raise
 
     def _open(self, manifest: dict[str, Any], key: str, parts: dict[str, Any] | None,
@@ -251,9 +257,10 @@ class RunDir:
             return None
         try:
             data = json.loads(self.manifest_path.read_bytes())
-            if isinstance(data, dict) and "identity" in data:
+            shape = manifest_problem(data)
+            if shape is None and "identity" in data:
                 return data
-            problem = "not a run manifest"
+            problem = f"not a run manifest ({shape})" if shape else "not a run manifest"
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             problem = "not JSON (truncated or damaged)"
         # The seals say which run each result belongs to, so a damaged manifest
@@ -400,8 +407,32 @@ class RunDir:
                 yield record
 
 
+# The parts of a run directory and the kind each must be (a wrong kind is refused, never worked around).
+RUN_FOLDERS = ("results", "checkpoints", "quarantine")
+RUN_FILES = (".lock", "calls.jsonl", "DONE")
+
+
+def check_destination(path: str | Path, field: str) -> Path:
+    """A folder the rig is about to write into: a folder or nothing yet, and writable (its nearest
+    existing ancestor when it does not exist yet). The resolved path; an InputError naming `field`."""
+    resolved = Path(path).expanduser().resolve()
+    if resolved.exists() and not resolved.is_dir():
+        raise InputError(path, field, "exists and is not a directory; give a folder (new or existing)")
+    existing = resolved
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(path, field, f"{existing} is a file, so no folder can be made under it; give another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == resolved else f" ({existing} is the nearest existing folder)"
+        raise InputError(path, field, f"cannot be written{where}: read-only or no permission; "
+                         "give a folder you can write")
+    return resolved
+
+
 def check_place(root: Path) -> None:
-    """Where a run may write: never `/`, a folder of something else, or inside another run."""
+    """Where a run may write: never `/`, a folder of something else, inside another run, a place that
+    cannot be written, or a run directory whose parts are of the wrong kind."""
     resolved = Path(root).expanduser().resolve()
     if resolved == Path(resolved.anchor):
         raise InputError(root, "out_dir", "the filesystem root is never a run directory")
@@ -415,19 +446,32 @@ def check_place(root: Path) -> None:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
             raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
                              "use an empty or new folder")
+        for name in RUN_FOLDERS:
+            if (resolved / name).exists() and not (resolved / name).is_dir():
+                raise InputError(Path(root) / name, "out_dir", "a file where the run keeps a folder; move it "
+                                 "away (a run never deletes it), then re-run")
+        for name in RUN_FILES:
+            if (resolved / name).is_dir():
+                raise InputError(Path(root) / name, "out_dir", "a folder where the run keeps a file; move it "
+                                 "away (a run never deletes it), then re-run")
     elif resolved.exists():
         raise InputError(root, "out_dir", "exists and is not a directory")
+    check_destination(root, "out_dir")
 
 
 def read_calls(path: str | Path) -> list[dict[str, Any]]:
-    """The call log, skipping a last line cut short by a kill."""
+    """The call log, skipping a line that is not a whole record: cut short by a kill, or torn by a
+    full or failing disk (not JSON, not UTF-8, not an object). The log is a record of attempts, one
+    line each, that no result depends on, so a damaged line costs that line only."""
     out = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for line in f:
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
+            if isinstance(record, dict):
+                out.append(record)
     return out
 
 

@@ -552,6 +552,12 @@ def run_sweep(points: list[Point], sweep_dir: Path) -> int:
     for p in points:
         if p.status == "waiting" and p.cfg is None:
             prepare(p)
+    shared = layout.shared_run_dir((p.name, p.out, p.ident.key) for p in points
+                                   if p.status == "waiting" and p.out is not None and p.ident is not None)
+    if shared:
+        # Several experiments, one run directory: the second would be refused only after the first ran.
+        say(f"error: {shared}")
+        return EXIT_BAD_INPUT
     bad = [p for p in points if p.status == "failed"]
     for p in bad:
         say(f"error: sweep point {p.name}: {p.message} (it will not run; the other points do)")

@@ -18,16 +18,27 @@ from typing import Any
 import yaml
 
 from ..config import ConfigError, RunConfig
-from ..errors import InputError
+from ..errors import InputError, shown
 from ..execution import identity, provenance
 from ..execution.calls import CallService, bindings
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import preflight
-from ..execution.store import RunDir, atomic_write
+from ..execution.store import RunDir, atomic_write, check_destination
 from ..exits import EXIT_FAILED, EXIT_OK
 from ..protocol.episode import CallFailed
 from ..protocol.prompts import BUILD_TEMPLATES
-from ..protocol.spec import NODE_REF, Meta, _read_yaml, _Reader, _unique, lint_spec, parse_spec, parse_yaml, read_meta
+from ..protocol.spec import (
+    ID_RULE,
+    NODE_REF,
+    Meta,
+    _read_yaml,
+    _Reader,
+    _unique,
+    is_plain_id,
+    lint_spec,
+    parse_spec,
+    read_meta,
+)
 from ..protocol.stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
 
 ROUNDS = 3
@@ -135,6 +146,31 @@ class Builder:
         return doc
 
 
+def existing_index(out: Path) -> list[str]:
+    """The spec ids an earlier build put in `out/index.yaml` ([] for a new folder); the folder is
+    checked first (a folder, writable, `specs/` a folder, the index a dataset index), so a build
+    that could not write its output is refused before its first model call."""
+    check_destination(out, "out")
+    if (out / "specs").exists() and not (out / "specs").is_dir():
+        raise InputError(out / "specs", "out", "a file where the build writes its specs folder; move it away")
+    index_path = out / "index.yaml"
+    if not index_path.exists():
+        return []
+    if not index_path.is_file():
+        raise InputError(index_path, "out", "a folder where the build writes its index; move it away")
+    data = _read_yaml(index_path)
+    what = "not a dataset index (`specs: [id, ...]`); give out= a new folder or one a build wrote"
+    if not isinstance(data, dict):
+        raise InputError(index_path, "out", f"{what} (the file holds a {type(data).__name__})")
+    ids = data.get("specs", [])
+    if not isinstance(ids, list):
+        raise InputError(index_path, "specs", f"{what} (specs is a {type(ids).__name__})")
+    for i, sid in enumerate(ids):
+        if not isinstance(sid, str) or not is_plain_id(sid):
+            raise InputError(index_path, f"specs[{i}]", f"{shown(sid)} is not a plain spec id ({ID_RULE})")
+    return ids
+
+
 async def build_all(calls: CallService, sources: list[Source], out: Path) -> dict[str, str]:
     """Builds every source; writes each spec as it completes, the index last."""
     builder = Builder(calls)
@@ -153,7 +189,7 @@ async def build_all(calls: CallService, sources: list[Source], out: Path) -> dic
     await asyncio.gather(*(one(s) for s in sources))
     # Keep what an earlier build put in the index, then add this build's specs.
     index_path = out / "index.yaml"
-    old = (parse_yaml(index_path.read_text(encoding="utf-8")) or {}).get("specs", []) if index_path.exists() else []
+    old = existing_index(out)
     built = [s.id for s in sources if status[s.id] == "ok"]
     ids = list(dict.fromkeys([i for i in old if (out / "specs" / f"{i}.yaml").exists()] + built))
     atomic_write(index_path, yaml.safe_dump({"specs": ids}, sort_keys=False))
@@ -170,7 +206,8 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     ready = preflight(cfg, episodes=False, templates=BUILD_TEMPLATES)
     cfg, pack = ready.cfg, ready.pack
     engines = EnginePool(cfg)
-    out = Path(cfg.out)
+    out = Path(cfg.out).expanduser()
+    existing_index(out)  # before anything is written or any model called
     store = RunDir(out / ".build")
     store.open({"config": raw, "sources": str(cfg.sources), **provenance.environment()},
                identity.of_build(cfg, raw, pack.templates, cfg.sources))

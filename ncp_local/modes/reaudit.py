@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 from ..config import ConfigError, RunConfig
 from ..engines.base import EngineDead
+from ..errors import InputError
 from ..execution import identity as identity_mod
 from ..execution import provenance
 from ..execution.calls import CallService, bindings
@@ -123,6 +124,14 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         raise ConfigError("runs", "reaudit takes one run directory to judge again (runs=[DIR]), or several "
                           "re-audits / runs for the auditor table (runs=[A,B,...] or a sweep folder)")
     source = load_run(runs[0])
+    if source.damaged:
+        # Judging the rest would give agreement over other episodes than the run's own report
+        # counts, in a re-audit marked DONE: refused, as a run with no finished episode is.
+        path, why = source.damaged[0]
+        more = f" (and {len(source.damaged) - 1} more file(s))" if len(source.damaged) > 1 else ""
+        raise InputError(path, "runs", f"{why}{more}: its episode would be left out of the re-audit; re-run the "
+                         "source run's own command first (it moves the file to quarantine/ and plays the "
+                         "episode again)")
     attach_specs(source, cfg.report.dataset, required=True)
     # Only the auditor is needed: point the other roles at its model so that
     # the pool starts exactly one engine.

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..execution.layout import require_finished
+from ..execution.store import check_destination
 from ..report import build_report, default_out, runs_of
 
 
@@ -13,6 +14,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
     require_finished(cfg.runs)
     runs = runs_of(cfg)
     out = Path(cfg.report.out).expanduser() if cfg.report.out else default_out(cfg, runs, "report")
+    check_destination(out, "report.out")  # before any file is written
     rep = build_report(runs, out, cfg.report.resamples, cfg.report.seed, cfg.report.level, cfg.report.html)
     print(rep["summary_md"])
     for note in rep["notes"]:

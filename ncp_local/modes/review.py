@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..execution.layout import require_finished
+from ..execution.store import check_destination
 from ..report import default_out, runs_of
 from ..report.review import disputed_summary, export_sheet, read_sheet, summary_csv, summary_markdown
 from ..report.tables import write
@@ -18,6 +19,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
     if rc.sheet:
         sheet = Path(rc.sheet).expanduser()
         summary = disputed_summary(read_sheet(sheet))
+        check_destination(sheet.parent, "review.sheet")  # its summaries go beside it
         md = summary_markdown(summary)
         write(sheet.with_name(sheet.stem + "_summary.md"), "# Human review: disputed conflicts\n\n" + md + "\n")
         write(sheet.with_name(sheet.stem + "_summary.csv"), summary_csv(summary))
@@ -26,6 +28,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
         return 0
     runs = runs_of(cfg)
     out = Path(rc.out).expanduser() if rc.out else default_out(cfg, runs, "review")
+    check_destination(out, "review.out")
     csv_path, html_path, n = export_sheet(runs, out, rc.n, rc.seed)
     pool = sum(r.termination == "conflict" for run in runs for r in run.results.values())
     print(f"review sheet: {n} conflict(s) from {min(rc.n, pool)} of {pool} conflict terminations "

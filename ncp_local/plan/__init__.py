@@ -26,7 +26,9 @@ from ..protocol import ROLES
 from .facts import ModelFacts, model_facts
 from .growth import Growth, Line, StageGrowth, fit_line
 from .hardware import GIB, Gpu, Inventory, inventory, parse_gpu
+from .kv import describe
 from .memory import (
+    CPU_RUNTIME_BYTES,
     EnginePlan,
     Problem,
     apply,
@@ -96,7 +98,7 @@ def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) 
     if kind == "scripted":
         return Plan(cfg, inv, [], problems)
     engines = engines_of(cfg, roles)
-    read_facts(engines, problems, on_disk_only)
+    read_facts(engines, problems, on_disk_only, on_gpu=inv.kind == "gpu")
     check_windows(cfg, engines, problems)
     lines: list[str] = []
     if kind == "vllm":
@@ -213,18 +215,14 @@ def render(plan: Plan) -> list[str]:
             out.append("  model facts unknown: memory not planned")
             continue
         out.append(f"  weights {_gib(e.weights_bytes)} ({f.source})")
-        slide = (f", {f.sliding_layers} of them capped at a {f.sliding_window}-token sliding window"
-                 if f.sliding_layers and f.sliding_window else "")
-        longest = f.extended_window(e.engine_arg("hf_overrides"))
-        scaled = f", {longest} with its rope scaling" if longest != f.native_window else ""
-        out.append(f"  KV cache {f.kv_bytes_per_token(e.kv_dtype_bytes) / 1024:.0f} KiB/token ({f.layers} layers x "
-                   f"{f.kv_heads} KV heads x {f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); "
-                   f"window {e.window} (model: {f.native_window}{scaled})")
-        if cfg.engine.name != "vllm":
+        out.append(_kv_line(e, f))
+        if cfg.engine.name != "vllm" or e.kv is None:
             continue
         per = "per GPU" if plan.inventory.kind == "gpu" else "in RAM"
+        out.append(f"  {describe(e.kv, per)}")
+        out.append(_assumed(plan, e))
         line = (f"  KV capacity {_gib(e.kv_bytes)} {per} = {e.capacity_tokens():,} tokens = "
-                f"{e.kv_bytes / e.window_kv():.1f} full windows" if e.window_kv() else "  KV capacity unknown")
+                f"{e.windows():.1f} full windows" if e.window_kv() else "  KV capacity unknown")
         seq = _sequence_at(plan, e, T)
         if seq:
             at_once = e.sequences_at(seq)
@@ -259,6 +257,35 @@ def render(plan: Plan) -> list[str]:
     for p in plan.fatal[1:]:
         out.append(f"also: {p.message}")
     return out
+
+
+def _kv_line(e: EnginePlan, f: ModelFacts) -> str:
+    """The KV cache per token on one device, as vLLM lays it out, and the window."""
+    kv = e.kv
+    heads = kv.kv_heads if kv else f.kv_heads
+    split = (f" per GPU ({f.kv_heads} over tensor parallel {e.tp}"
+             f"{', replicated' if f.kv_heads < e.tp else ''})" if e.tp > 1 else "")
+    slide = (f", {kv.sliding_layers} of them sliding-window layers of {kv.sliding_window} tokens"
+             if kv and kv.sliding_layers else "")
+    per_token = kv.bytes_per_token() if kv else f.kv_bytes_per_token(e.kv_dtype_bytes, e.tp)
+    longest = f.extended_window(e.engine_arg("hf_overrides"))
+    scaled = f", {longest} with its rope scaling" if longest != f.native_window else ""
+    return (f"  KV cache {per_token / 1024:.0f} KiB/token ({f.layers} layers x {heads} KV heads{split} x "
+            f"{f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); window {e.window} "
+            f"(model: {f.native_window}{scaled})")
+
+
+def _assumed(plan: Plan, e: EnginePlan) -> str:
+    """What the memory plan takes on trust, and the setting that changes it."""
+    assert e.kv is not None
+    if plan.inventory.kind != "gpu":
+        return (f"  assumed: {_gib(CPU_RUNTIME_BYTES)} of worker runtime beside the weights (measured on vLLM 0.32's "
+                "CPU worker)")
+    overhead = float(plan.cfg.plan.overhead_gib)
+    return (f"  assumed: {overhead:g} GiB per GPU beyond weights and KV cache (plan.overhead_gib) for the activation "
+            f"peak of a {e.kv.step_tokens}-token step ({e.path}.engine_args.max_num_batched_tokens), CUDA graphs "
+            "(inside the share in vLLM 0.33) and NCCL and attention buffers; not measured on a GPU: the engine's "
+            "'Available KV cache memory' log line gives the real figure")
 
 
 def _sequence_at(plan: Plan, e: EnginePlan, turn: int) -> int:

@@ -37,24 +37,20 @@ class ModelFacts:
     sliding_window: int | None = None  # layers with local attention hold at most this many tokens
     sliding_layers: int = 0
     rope_scaling: dict[str, Any] | None = None
+    heads: int = 0  # attention heads (0: unknown); tensor parallel must divide them
     source: str = ""  # where these facts came from, said in the plan
     on_disk: bool = False  # read from the model's own directory (else the built-in table)
 
     def layer_bytes_per_token(self, kv_dtype_bytes: int, tensor_parallel: int = 1) -> int:
-        """K and V of one layer for one token, on one device (KV heads split over tensor parallel)."""
+        """K and V of one layer for one token, on one device (KV heads split over tensor parallel,
+        replicated below one per device)."""
         heads = max(1, self.kv_heads // tensor_parallel)
         return 2 * heads * self.head_dim * kv_dtype_bytes
 
     def kv_bytes_per_token(self, kv_dtype_bytes: int, tensor_parallel: int = 1) -> int:
-        """Every layer, as for a sequence shorter than the sliding window."""
+        """Every layer, as for a sequence shorter than the sliding window (what vLLM holds per token is
+        plan/kv.py's: it knows blocks, sliding windows and the tokens in flight)."""
         return self.layers * self.layer_bytes_per_token(kv_dtype_bytes, tensor_parallel)
-
-    def sequence_kv_bytes(self, tokens: int, kv_dtype_bytes: int, tensor_parallel: int = 1) -> int:
-        """One sequence of `tokens` on one device; sliding-window layers keep only their window."""
-        per = self.layer_bytes_per_token(kv_dtype_bytes, tensor_parallel)
-        full = self.layers - self.sliding_layers
-        capped = min(tokens, self.sliding_window) if self.sliding_window else tokens
-        return per * (full * tokens + self.sliding_layers * capped)
 
     def extended_window(self, hf_overrides: dict[str, Any] | None) -> int:
         """The window the model supports under its rope scaling (YaRN via `hf_overrides`), else native."""
@@ -79,20 +75,21 @@ class ModelFacts:
 # (`metadata.total_size`), or from the parameter count the architecture
 # gives where noted.
 BUILT_IN: dict[str, ModelFacts] = {
-    "qwen3-8b": ModelFacts(layers=36, kv_heads=8, head_dim=128, weights_bytes=16_381_470_720, stored_dtype_bytes=2,
-                           native_window=40960),
-    "qwen3-32b": ModelFacts(layers=64, kv_heads=8, head_dim=128, weights_bytes=65_524_246_528, stored_dtype_bytes=2,
-                            native_window=40960),
-    "llama-3.1-8b-instruct": ModelFacts(layers=32, kv_heads=8, head_dim=128, weights_bytes=16_060_522_496,
+    "qwen3-8b": ModelFacts(layers=36, heads=32, kv_heads=8, head_dim=128, weights_bytes=16_381_470_720,
+                           stored_dtype_bytes=2, native_window=40960),
+    "qwen3-32b": ModelFacts(layers=64, heads=64, kv_heads=8, head_dim=128, weights_bytes=65_524_246_528,
+                            stored_dtype_bytes=2, native_window=40960),
+    "llama-3.1-8b-instruct": ModelFacts(layers=32, heads=32, kv_heads=8, head_dim=128, weights_bytes=16_060_522_496,
                                         stored_dtype_bytes=2, native_window=131072),
     # 48 layers, every 6th global; the others attend to the last 1024 tokens.
     # Weights: language model and vision tower, 12.19 B parameters (from the architecture).
-    "gemma-3-12b-it": ModelFacts(layers=48, kv_heads=8, head_dim=256, weights_bytes=24_374_650_080,
+    "gemma-3-12b-it": ModelFacts(layers=48, heads=16, kv_heads=8, head_dim=256, weights_bytes=24_374_650_080,
                                  stored_dtype_bytes=2, native_window=131072, sliding_window=1024, sliding_layers=40),
     # 23.57 B parameters (from the architecture).
-    "mistral-small-24b-instruct-2501": ModelFacts(layers=40, kv_heads=8, head_dim=128, weights_bytes=47_144_806_400,
-                                                  stored_dtype_bytes=2, native_window=32768),
-    "smollm2-135m-instruct": ModelFacts(layers=30, kv_heads=3, head_dim=64, weights_bytes=269_030_016,
+    "mistral-small-24b-instruct-2501": ModelFacts(layers=40, heads=32, kv_heads=8, head_dim=128,
+                                                  weights_bytes=47_144_806_400, stored_dtype_bytes=2,
+                                                  native_window=32768),
+    "smollm2-135m-instruct": ModelFacts(layers=30, heads=9, kv_heads=3, head_dim=64, weights_bytes=269_030_016,
                                         stored_dtype_bytes=2, native_window=8192),
 }
 
@@ -209,7 +206,8 @@ def read_model_dir(path: Path) -> ModelFacts:
             weights, stored = weights_from_headers(files)
     sliding_window, sliding_layers = _sliding(cfg, layers)
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    return ModelFacts(layers=layers, kv_heads=int(kv_heads), head_dim=int(head_dim), weights_bytes=weights,
+    return ModelFacts(layers=layers, heads=int(heads or kv_heads), kv_heads=int(kv_heads), head_dim=int(head_dim),
+                      weights_bytes=weights,
                       stored_dtype_bytes=stored, native_window=window, sliding_window=sliding_window,
                       sliding_layers=sliding_layers, rope_scaling=scaling if isinstance(scaling, dict) else None,
                       source=f"read from {path}", on_disk=True)

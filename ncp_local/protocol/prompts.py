@@ -41,7 +41,7 @@ from typing import Iterable, Mapping
 from ..chat import Message
 from ..errors import InputError
 from .ledger import EpisodeState, FactEntry, FactUpdate, current_node
-from .spec import Node, Spec
+from .spec import Node, Spec, plain_text
 from .stages import STAGES
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "prompts"  # the repository's prompts/
@@ -117,7 +117,7 @@ def _read_template(path: Path) -> str:
     if len(data) > MAX_TEMPLATE_BYTES:
         raise InputError(path, "prompts.dir", f"template larger than {MAX_TEMPLATE_BYTES} bytes")
     try:
-        text = data.decode("utf-8")
+        text = plain_text(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise InputError(path, "prompts.dir", "not UTF-8 text") from None
     if "\0" in text:

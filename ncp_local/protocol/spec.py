@@ -92,7 +92,7 @@ class Dataset:
     sha256: str  # over the index and every spec file, in index order
 
 
-def _is_plain_id(value: str) -> bool:
+def is_plain_id(value: str) -> bool:
     return ID_PATTERN.fullmatch(value) is not None
 
 
@@ -127,7 +127,7 @@ class _Reader:
 
     def ident(self, parent: dict[str, Any], key: str, field: str) -> str:
         value = self.text(parent, key, field)
-        if not _is_plain_id(value):
+        if not is_plain_id(value):
             raise self.fail(field, f"{shown(value)} is not a plain id ({ID_RULE})")
         return value
 
@@ -182,12 +182,28 @@ def parse_yaml(text: str) -> Any:
         loader.dispose()
 
 
+def plain_text(text: str) -> str:
+    """Text as the rig reads every file it is given (specs, indexes, prompt packs, build sources):
+    a leading UTF-8 BOM dropped and universal newlines (CRLF and CR are LF), so a file saved on
+    Windows reads, runs and hashes as the same file with LF line ends."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def text_bytes(data: bytes) -> bytes:
+    """A text file's bytes as they are hashed (identity, seals, digests): its `plain_text` in UTF-8;
+    bytes that are not UTF-8 as they are (loading refuses them)."""
+    try:
+        return plain_text(data.decode("utf-8")).encode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
 def _read_yaml(path: Path) -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_YAML_BYTES:
             raise InputError(path, "", f"{size} bytes: larger than the {MAX_YAML_BYTES} a spec file may be")
-        text = path.read_text(encoding="utf-8")
+        text = plain_text(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise InputError(path, "", "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -342,7 +358,7 @@ def load_dataset(root: str | Path, limit: int | None = None) -> Dataset:
     specs: list[Spec] = []
     warnings: list[LintWarning] = []
     for i, sid in enumerate(ids):
-        if not isinstance(sid, str) or not _is_plain_id(sid):
+        if not isinstance(sid, str) or not is_plain_id(sid):
             raise r.fail(f"specs[{i}]", f"{shown(sid)} is not a plain spec id ({ID_RULE})")
         if sid in seen:
             raise r.fail(f"specs[{i}]", f"duplicate spec id {shown(sid)}")
@@ -350,13 +366,13 @@ def load_dataset(root: str | Path, limit: int | None = None) -> Dataset:
         path = root / "specs" / f"{sid}.yaml"
         if not path.is_file():
             raise r.fail(f"specs[{i}]", f"{shown(sid)} has no file {path}")
-        spec_bytes.append(path.read_bytes())
+        spec_bytes.append(text_bytes(path.read_bytes()))
         spec = load_spec(path)
         specs.append(spec)
         warnings.extend(lint_spec(spec, path))
     if limit is not None:
         specs = specs[:limit]
-    return Dataset(root, tuple(specs), tuple(warnings), dataset_digest(index_path.read_bytes(), spec_bytes))
+    return Dataset(root, tuple(specs), tuple(warnings), dataset_digest(text_bytes(index_path.read_bytes()), spec_bytes))
 
 
 def dataset_summary(ds: Dataset) -> str:

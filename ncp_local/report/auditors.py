@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..execution.layout import MANIFEST, read_manifest
-from ..execution.store import check_result
+from ..execution.store import check_destination, check_result
 from ..protocol.reaudit import ReauditResult
 from ..protocol.stages import CONFLICT_TYPES
 from .labels import by_difference
@@ -230,6 +230,7 @@ def main(paths: Sequence[str], out: Path | None, resamples: int, seed: int, leve
     if t["episodes"] == 0:
         raise InputError(paths[0], "runs", "no episode was judged by every auditor: nothing to compare")
     target = out or (auditors[-1].path / "auditors")
+    check_destination(target, "report.out")
     print(write_table(target, t))
     print(f"auditor table: {target} (auditors.md/.json/.csv, auditor_pairs.csv)")
     return 0

@@ -19,7 +19,7 @@ from ..execution.store import check_result
 from ..execution.sweep_index import read_index
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
-from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml
+from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml, text_bytes
 from .labels import by_difference, from_template
 
 REAUDIT_KIND = "reaudit"
@@ -34,6 +34,7 @@ class Run:
     shards: tuple[Path, ...] = ()
     unfinished: tuple[str, ...] = ()  # a checkpoint but no result yet
     notes: list[str] = field(default_factory=list)
+    damaged: tuple[tuple[Path, str], ...] = ()  # result files that failed their check, and why: not counted
     specs: dict[str, Spec] = field(default_factory=dict)  # filled by `attach_specs`
 
     @property
@@ -108,11 +109,13 @@ def load_run(path: str | Path) -> Run:
                          + ", ".join(f"{i:03d}" for i in missing) + ")")
     found: dict[str, EpisodeResult] = {}
     unfinished: set[str] = set()
+    damaged: list[tuple[Path, str]] = []
     for part in parts:
         for f in sorted((part / "results").glob("*.json")):
             result, why = _read_result(f, manifest)
             if result is None:
                 notes.append(f"{f}: {why}: not counted")  # a failing file is named, never counted
+                damaged.append((f, why))
                 continue
             if result.spec_id in found:
                 notes.append(f"{result.spec_id}: result in more than one shard; kept the first ({f} ignored)")
@@ -127,7 +130,7 @@ def load_run(path: str | Path) -> Run:
     if unfinished:
         notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
     return Run(path=root, label=label_from_manifest(manifest, root.name), manifest=manifest, results=ordered,
-               shards=tuple(shards), unfinished=tuple(sorted(unfinished)), notes=notes)
+               shards=tuple(shards), unfinished=tuple(sorted(unfinished)), notes=notes, damaged=tuple(damaged))
 
 
 GLOB_CHARS = set("*?[")
@@ -188,8 +191,9 @@ def _dataset_digest(root: Path) -> str | None:
     """The same digest as `spec.load_dataset` (index, then each spec in index order)."""
     index = root / "index.yaml"
     try:
-        ids = (parse_yaml(index.read_text(encoding="utf-8")) or {}).get("specs") or []
-        return dataset_digest(index.read_bytes(), ((root / "specs" / f"{sid}.yaml").read_bytes() for sid in ids))
+        data = text_bytes(index.read_bytes())
+        ids = (parse_yaml(data.decode("utf-8")) or {}).get("specs") or []
+        return dataset_digest(data, (text_bytes((root / "specs" / f"{sid}.yaml").read_bytes()) for sid in ids))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
         return None
 
