@@ -19,6 +19,16 @@ from ..errors import InputError, shown
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
+CHECKPOINTS = "checkpoints"
+QUARANTINE = "quarantine"
+CALLS = "calls.jsonl"
+DONE = "DONE"
+LOCK = ".lock"
+# The kind each part must have (a wrong kind is refused, never worked around).
+RUN_FOLDERS = (RESULTS, CHECKPOINTS, QUARANTINE)
+RUN_FILES = (LOCK, CALLS, DONE)
+# What makes a folder a run directory: a non-empty folder with neither is someone else's.
+RUN_MARKERS = (MANIFEST, RESULTS)
 SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")
 T = TypeVar("T")
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InputError
 from . import provenance
-from .layout import MANIFEST, read_manifest, shard_dirs
+from .layout import DONE, LOCK, MANIFEST, RESULTS, read_manifest, shard_dirs
 from .store import RunDir, atomic_write, check_destination, check_result
 
 MERGED = "merged"
@@ -47,9 +47,9 @@ class Merged:
 
 def shard_state(path: Path) -> str:
     """done, running (a process holds its lock) or unfinished."""
-    if (path / "DONE").exists():
+    if (path / DONE).exists():
         return "done"
-    lock = path / ".lock"
+    lock = path / LOCK
     if lock.exists():
         fd = os.open(lock, os.O_RDONLY)
         try:
@@ -108,7 +108,7 @@ def merge(root: str | Path) -> Merged:
     problems: list[str] = []
     ignored = 0
     for i in range(count):
-        for path in sorted((shards[i] / "results").glob("*.json")):
+        for path in sorted((shards[i] / RESULTS).glob("*.json")):
             spec = path.stem
             # The run's own check (seal, spec, identity, dataset): a failing file is
             # named and left out; re-submitting its shard plays the episode again.

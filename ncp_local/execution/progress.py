@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, TextIO
 from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
+from .layout import CHECKPOINTS, RESULTS
 
 POINT_STATES = ("waiting", "running", "done", "failed")
 
@@ -81,13 +82,13 @@ class Progress:
         """Register a run's episodes; finished ones and checkpoints already on disk count as done work."""
         ep = self.runs.setdefault(key, _Episodes())
         for sid in spec_ids:
-            done = root / "results" / f"{sid}.json" if root is not None else None
+            done = root / RESULTS / f"{sid}.json" if root is not None else None
             if done is not None and done.exists():
                 n = _turns_in_file(done)
                 ep.committed[sid] = ep.possible[sid] = n
                 ep.finished.add(sid)
                 continue
-            cp = root / "checkpoints" / f"{sid}.json" if root is not None else None
+            cp = root / CHECKPOINTS / f"{sid}.json" if root is not None else None
             ep.committed[sid] = _turns_in_file(cp) if cp is not None and cp.exists() else 0
             ep.possible[sid] = max_turns
 

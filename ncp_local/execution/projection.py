@@ -18,6 +18,7 @@ from ..engines.scripted import ScriptedEngine
 from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
 from ..protocol import ROLES
 from .calls import CallService, RoleBinding, Sampling
+from .layout import CALLS
 from .scheduler import EpisodeScheduler, EpisodeSettings
 from .store import RunDir, read_calls
 
@@ -75,7 +76,7 @@ def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type,
 
 def measured(run_dir: str | Path) -> Growth:
     """The same fit from a real run's call log (prompt and generated tokens per stage and turn)."""
-    path = Path(run_dir).expanduser() / "calls.jsonl"
+    path = Path(run_dir).expanduser() / CALLS
     if not path.is_file():
         raise ConfigError("plan.measured", f"no call log at {path} (give a run directory of mode=run or mode=bench)")
     prompts: dict[str, dict[int, int]] = {}

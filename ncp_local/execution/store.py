@@ -40,14 +40,23 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InputError
 from ..protocol.episode import Checkpoint, EpisodeResult
 from .identity import Identity, differences, summary
-from .layout import manifest_problem
+from .layout import (
+    CALLS,
+    CHECKPOINTS,
+    DONE,
+    LOCK,
+    MANIFEST,
+    QUARANTINE,
+    RESULTS,
+    RUN_FILES,
+    RUN_FOLDERS,
+    RUN_MARKERS,
+    manifest_problem,
+)
 from .provenance import now, resume_entry
 
 SEAL = "seal"
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-# What a run directory may hold; a non-empty folder with neither a manifest nor
-# results/ is someone else's and is never written into.
-RUN_MARKERS = ("manifest.json", "results")
 
 
 class RunLocked(RuntimeError):
@@ -167,14 +176,14 @@ def check_file(path: Path, model: type[BaseModel], run: str | None,
 
 
 class RunDir:
-    def __init__(self, root: str | Path, calls_name: str = "calls.jsonl",
+    def __init__(self, root: str | Path, calls_name: str = CALLS,
                  record: type[BaseModel] = EpisodeResult) -> None:
         self.root = Path(root)
-        self.results = self.root / "results"
-        self.checkpoints = self.root / "checkpoints"
-        self.quarantine = self.root / "quarantine"
+        self.results = self.root / RESULTS
+        self.checkpoints = self.root / CHECKPOINTS
+        self.quarantine = self.root / QUARANTINE
         self.calls_path = self.root / calls_name
-        self.manifest_path = self.root / "manifest.json"
+        self.manifest_path = self.root / MANIFEST
         self.record = record  # what results/ holds (a re-audit keeps its own records there)
         self.identity = ""
         self.spec_hashes: dict[str, str] | None = None
@@ -215,7 +224,7 @@ class RunDir:
     def _open(self, manifest: dict[str, Any], key: str, parts: dict[str, Any] | None,
               warn: Callable[[str], None]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -341,7 +350,7 @@ class RunDir:
 
     def mark_done(self, n_episodes: int) -> None:
         """A marker that every episode of this (shard's) run has its result."""
-        self._write(self.root / "DONE", f"{n_episodes}\n")
+        self._write(self.root / DONE, f"{n_episodes}\n")
 
     def log_call(self, record: dict[str, Any]) -> None:
         assert self._calls_fd is not None, "run directory not open"
@@ -385,7 +394,7 @@ class RunDir:
             return None
         cp, problem = check_file(path, Checkpoint, self.identity, self.spec_hashes)
         if problem:
-            moved = self._move_aside(path, "checkpoints")
+            moved = self._move_aside(path, CHECKPOINTS)
             line = f"{path}: {problem}: moved to {moved}; the episode is played again from the start"
             self.quarantined.append(line)
             print(f"warning: {line}", file=sys.stderr, flush=True)
@@ -407,9 +416,6 @@ class RunDir:
                 yield record
 
 
-# The parts of a run directory and the kind each must be (a wrong kind is refused, never worked around).
-RUN_FOLDERS = ("results", "checkpoints", "quarantine")
-RUN_FILES = (".lock", "calls.jsonl", "DONE")
 
 
 def check_destination(path: str | Path, field: str) -> Path:
@@ -437,12 +443,12 @@ def check_place(root: Path) -> None:
     if resolved == Path(resolved.anchor):
         raise InputError(root, "out_dir", "the filesystem root is never a run directory")
     for parent in resolved.parents:
-        if (parent / "manifest.json").is_file() and (parent / "results").is_dir():
+        if (parent / MANIFEST).is_file() and (parent / RESULTS).is_dir():
             raise InputError(root, "out_dir", f"inside the run directory {parent} (a run never writes into "
                              "another; use a folder of its own)")
     if resolved.is_dir():
         names = {p.name for p in resolved.iterdir()}
-        if names and not names.intersection(RUN_MARKERS) and not names <= {".lock", "calls.jsonl", "checkpoints", "quarantine"}:
+        if names and not names.intersection(RUN_MARKERS) and not names <= {LOCK, CALLS, CHECKPOINTS, QUARANTINE}:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
             raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
                              "use an empty or new folder")

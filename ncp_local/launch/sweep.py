@@ -36,7 +36,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
@@ -56,6 +56,7 @@ from ..execution.calls import systematic_invalid
 from ..execution.engine_pool import EnginePool
 from ..execution.episodes import manifest, play, where
 from ..execution.failures import exit_for
+from ..execution.layout import RESULTS
 from ..execution.preflight import Ready, preflight
 from ..execution.progress import Progress
 from ..execution.provenance import command
@@ -326,7 +327,7 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
 
 def _todo(p: Point) -> bool:
     assert p.out is not None
-    return not all((p.out / "results" / f"{s.id}.json").exists() for s in p.specs)
+    return not all((p.out / RESULTS / f"{s.id}.json").exists() for s in p.specs)
 
 
 class Sweep:
@@ -464,9 +465,7 @@ class Sweep:
             engines = {role: await self.pool.get(p.keys[role]) for role in ROLES}
             # The point as it would run alone, on the sweep's shared engines (its own config, not the
             # group's placement: placement never changes what a run computes).
-            p.results = await play(Ready(cfg, p.ready.pack, p.ready.dataset, p.ready.narrator_cls,
-                                         p.ready.narrator_kwargs, p.ready.player),
-                                   p.specs, engines, store, self.progress, p.name)
+            p.results = await play(replace(p.ready, cfg=cfg), p.specs, engines, store, self.progress, p.name)
             store.mark_done(len(p.specs))
             broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
             if broken:

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..execution.layout import MANIFEST, read_manifest
+from ..execution.layout import MANIFEST, RESULTS, read_manifest
 from ..execution.store import check_destination, check_result
 from ..protocol.reaudit import ReauditResult
 from ..protocol.stages import CONFLICT_TYPES
@@ -81,7 +81,7 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
         ((cfg.get("auditor") or {}).get("model") or {}).get("name") or path.name
     aud = Auditor(str(name), path, str((manifest.get("source") or {}).get("identity") or source.path.resolve()))
     aud.label += f" (seed {cfg.get('seed', 0)})" if cfg.get("seed") not in (None, 0) else ""
-    for f in sorted((path / "results").glob("*.json")):
+    for f in sorted((path / RESULTS).glob("*.json")):
         re_, problem = check_result(f, manifest, ReauditResult)
         if re_ is None:
             continue
@@ -108,7 +108,7 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
         if manifest.get("kind") == REAUDIT_KIND:
             src = (manifest.get("source") or {}).get("path")
             if not src or not Path(src).is_dir():
-                raise InputError(root / "manifest.json", "source.path", f"the re-audited run {src!r} is not found")
+                raise InputError(root / MANIFEST, "source.path", f"the re-audited run {src!r} is not found")
             reaudits.append((root, str(Path(src).resolve())))
             sources.append(str(Path(src).resolve()))
         else:

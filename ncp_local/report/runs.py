@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from ..errors import InputError
-from ..execution.layout import MANIFEST, SHARD, read_manifest
+from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..execution.store import check_result
 from ..execution.sweep_index import read_index
 from ..protocol.episode import EpisodeResult
@@ -85,9 +85,9 @@ def load_run(path: str | Path) -> Run:
     root = Path(path).expanduser()
     if not root.is_dir():
         raise InputError(root, "runs", "no such run directory")
-    shards = sorted((d for d in root.iterdir() if d.is_dir() and SHARD.match(d.name) and (d / "results").is_dir()),
+    shards = sorted((d for d in root.iterdir() if d.is_dir() and SHARD.match(d.name) and (d / RESULTS).is_dir()),
                     key=lambda d: d.name)
-    parts = ([root] if (root / "results").is_dir() else []) + shards
+    parts = ([root] if (root / RESULTS).is_dir() else []) + shards
     if not parts:
         raise InputError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
     manifest: dict[str, Any] = {}
@@ -111,7 +111,7 @@ def load_run(path: str | Path) -> Run:
     unfinished: set[str] = set()
     damaged: list[tuple[Path, str]] = []
     for part in parts:
-        for f in sorted((part / "results").glob("*.json")):
+        for f in sorted((part / RESULTS).glob("*.json")):
             result, why = _read_result(f, manifest)
             if result is None:
                 notes.append(f"{f}: {why}: not counted")  # a failing file is named, never counted
@@ -121,8 +121,8 @@ def load_run(path: str | Path) -> Run:
                 notes.append(f"{result.spec_id}: result in more than one shard; kept the first ({f} ignored)")
                 continue
             found[result.spec_id] = result
-        if (part / "checkpoints").is_dir():
-            unfinished.update(f.stem for f in (part / "checkpoints").glob("*.json"))
+        if (part / CHECKPOINTS).is_dir():
+            unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
     unfinished -= set(found)
     order = list((manifest.get("dataset") or {}).get("specs") or [])
     rank = {sid: i for i, sid in enumerate(order)}
@@ -138,7 +138,7 @@ GLOB_CHARS = set("*?[")
 
 def is_sweep_folder(root: Path) -> bool:
     """A sweep's folder (hydra.sweep.dir with the sweep's index), not a run directory."""
-    return root.is_dir() and not (root / "results").is_dir() and any(root.glob("index*.json"))
+    return root.is_dir() and not (root / RESULTS).is_dir() and any(root.glob("index*.json"))
 
 
 def expand_runs(paths: list[str]) -> list[str]:
@@ -209,7 +209,7 @@ def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -
     if not where:
         msg = "the manifest names no dataset (pass report.dataset=DIR)"
         if required:
-            raise InputError(run.path / "manifest.json", "dataset.path", msg)
+            raise InputError(run.path / MANIFEST, "dataset.path", msg)
         run.notes.append(f"specs not loaded: {msg}")
         return
     root = Path(where).expanduser()
