@@ -227,6 +227,10 @@ CASES = [
          setup=_unfinished),
     Case("review-no-finished-episode", ("mode=review", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
          setup=_unfinished),
+    # The re-audit loads the auditor alone: its missing model is named as the auditor's, not the narrator's.
+    Case("reaudit-auditor-model-missing", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra", "engine=vllm",
+                                           "auditor.model.path={tmp}/nomodel"),
+         ("auditor.model.path", "no such path")),
     Case("reaudit-no-finished-episode", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
          ("run", "runs", "no finished episode"), setup=_unfinished),
     # -- Slurm submit (no cluster needed: each fails before sbatch) --------------------

@@ -180,6 +180,15 @@ def test_cli_reaudit(tmp_path: Path) -> None:
     assert other.returncode == 0, other.stderr
     assert json.loads((tmp_path / "other" / "agreement.json").read_text())["per_turn"]["conflict"]["kappa"] < 1.0
 
+    # Without out_dir the re-audit lands beside its source run, whatever directory it was started from.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    beside = _run("mode=reaudit", f"runs=[{src}]", "engine=scripted", cwd=elsewhere)
+    assert beside.returncode == 0, beside.stderr
+    landed = [p.name for p in tmp_path.glob("reaudit-*") if (p / "DONE").exists()]
+    assert len(landed) == 1 and landed[0].startswith("reaudit-"), sorted(p.name for p in tmp_path.iterdir())
+    assert not list(elsewhere.iterdir())  # nothing written into the working directory
+
     into_source = _run("mode=reaudit", f"runs=[{src}]", "engine=scripted", f"out_dir={src}", cwd=tmp_path)
     assert into_source.returncode == 2 and "another config" in into_source.stderr  # never writes into the run
     with pytest.raises(InputError, match="re-audit directory"):  # mode=report refuses it: not a run

@@ -103,9 +103,11 @@ def auditor_table(cfg: Any, paths: Sequence[str]) -> int:
 
 
 def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
-    """The re-audit's directory (`out_dir`, else runs/reaudit-<source>-<identity>) and its identity."""
+    """The re-audit's directory (`out_dir`, else reaudit-<source>-<identity> beside the source run, so
+    where it lands does not depend on the directory the command was started from) and its identity."""
     ident = _identity(cfg, raw, pack, source)
-    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else Path("runs") / f"reaudit-{source.key}-{ident.key}"
+    beside = source.path.expanduser().resolve().parent
+    out = Path(cfg.out_dir).expanduser() if cfg.out_dir else beside / f"reaudit-{source.key}-{ident.key}"
     return out, ident
 
 
@@ -136,7 +138,9 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     # Only the auditor is needed: point the other roles at its model so that
     # the pool starts exactly one engine.
     acfg = cfg.model_copy(update={"narrator": cfg.auditor, "player": cfg.auditor})
-    ready = preflight(acfg, episodes=False)  # the auditor's memory share as mode=run plans it
+    # Checked as the auditor alone, so that a missing model is named auditor.model.path (the copies
+    # in narrator/player would otherwise be the first to be refused, under their own names).
+    ready = preflight(acfg, roles=("auditor",), episodes=False)
     acfg, pack = ready.cfg, ready.pack
     engines = EnginePool(acfg)
     out, ident = out_dir(cfg, raw, source, pack)
