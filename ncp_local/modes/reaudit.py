@@ -106,7 +106,7 @@ def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tup
     """The re-audit's directory (`out_dir`, else reaudit-<source>-<identity> beside the source run, so
     where it lands does not depend on the directory the command was started from) and its identity."""
     ident = _identity(cfg, raw, pack, source)
-    beside = source.path.expanduser().resolve().parent
+    beside = source.path.resolve().parent  # load_run has expanded `~` already
     out = Path(cfg.out_dir).expanduser() if cfg.out_dir else beside / f"reaudit-{source.key}-{ident.key}"
     return out, ident
 
@@ -135,13 +135,11 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
                          "source run's own command first (it moves the file to quarantine/ and plays the "
                          "episode again)")
     attach_specs(source, cfg.report.dataset, required=True)
-    # Only the auditor is needed: point the other roles at its model so that
-    # the pool starts exactly one engine.
-    acfg = cfg.model_copy(update={"narrator": cfg.auditor, "player": cfg.auditor})
-    # Checked as the auditor alone, so that a missing model is named auditor.model.path (the copies
-    # in narrator/player would otherwise be the first to be refused, under their own names).
-    ready = preflight(acfg, roles=("auditor",), episodes=False)
-    acfg, pack = ready.cfg, ready.pack
+    # Only the auditor is needed: it alone is planned and checked (a missing model is named
+    # auditor.model.path), then the other roles point at its model so the pool starts one engine.
+    ready = preflight(cfg, roles=("auditor",), episodes=False)
+    acfg = ready.cfg.model_copy(update={"narrator": ready.cfg.auditor, "player": ready.cfg.auditor})
+    pack = ready.pack
     engines = EnginePool(acfg)
     out, ident = out_dir(cfg, raw, source, pack)
     src_root = source.path.resolve()
