@@ -11,6 +11,7 @@ format (index + specs/), so `mode=lint` accepts it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,13 +147,19 @@ class Builder:
         return doc
 
 
-def existing_index(out: Path) -> list[str]:
+def existing_index(out: Path, sources: Sequence[Source] = ()) -> list[str]:
     """The spec ids an earlier build put in `out/index.yaml` ([] for a new folder); the folder is
-    checked first (a folder, writable, `specs/` a folder, the index a dataset index), so a build
-    that could not write its output is refused before its first model call."""
+    checked first (a folder, writable, `specs/` a folder, each source's spec file not a folder,
+    the index a dataset index), so a build that could not write its output is refused before
+    its first model call."""
     check_destination(out, "out")
     if (out / "specs").exists() and not (out / "specs").is_dir():
         raise InputError(out / "specs", "out", "a file where the build writes its specs folder; move it away")
+    for src in sources:
+        target = out / "specs" / f"{src.id}.yaml"
+        if target.is_dir():
+            # Found after the model calls, this would lose the built spec at its atomic write.
+            raise InputError(target, "out", "a folder where the build writes this spec; move it away")
     index_path = out / "index.yaml"
     if not index_path.exists():
         return []
@@ -207,7 +214,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     cfg, pack = ready.cfg, ready.pack
     engines = EnginePool(cfg)
     out = Path(cfg.out).expanduser()
-    existing_index(out)  # before anything is written or any model called
+    existing_index(out, sources)  # before anything is written or any model called
     store = RunDir(out / ".build")
     store.open({"config": raw, "sources": str(cfg.sources), **provenance.environment()},
                identity.of_build(cfg, raw, pack.templates, cfg.sources))
