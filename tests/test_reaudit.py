@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,17 @@ def test_cli_reaudit(tmp_path: Path) -> None:
     assert into_source.returncode == 2 and "another config" in into_source.stderr  # never writes into the run
     with pytest.raises(InputError, match="re-audit directory"):  # mode=report refuses it: not a run
         load_run(tmp_path / "same")
+
+    # An unfinished episode (checkpoint, no result) is not judged: the re-audit and the review sheet say so.
+    part = tmp_path / "part"
+    shutil.copytree(src, part)
+    first = sorted((part / "results").glob("*.json"))[0]
+    (part / "checkpoints").mkdir(exist_ok=True)
+    first.rename(part / "checkpoints" / first.name)
+    partial = _run("mode=reaudit", f"runs=[{part}]", "engine=scripted", f"out_dir={tmp_path / 'partial'}", cwd=tmp_path)
+    assert partial.returncode == 0, partial.stderr
+    assert "note: " in partial.stdout and "1 episode(s) unfinished (checkpoint, no result): left out" in partial.stdout
+    assert len(list((tmp_path / "partial" / "results").glob("*.json"))) == 2
+    sheet = _run("mode=review", f"runs=[{part}]", f"review.out={tmp_path / 'sheet'}", cwd=tmp_path)
+    assert sheet.returncode == 0, sheet.stderr
+    assert "1 episode(s) unfinished" in sheet.stdout

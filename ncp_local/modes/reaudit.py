@@ -42,6 +42,7 @@ from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
 from ..report.agreement import agreement, write_agreement
+from ..report import run_notes
 from ..report.auditors import main as table_main
 from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
 
@@ -158,6 +159,8 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
         "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
     }, ident)
+    for line in run_notes([source]):  # e.g. unfinished episodes: not judged, and not in the agreement
+        print(f"note: {line}")
     try:
         done = _load_done(store)
         todo = [(source.specs[sid], r) for sid, r in source.results.items() if sid not in done]

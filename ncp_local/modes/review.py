@@ -7,7 +7,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..execution.layout import require_finished
 from ..execution.store import check_destination
-from ..report import default_out, runs_of
+from ..report import default_out, run_notes, runs_of
 from ..report.review import disputed_summary, export_sheet, read_sheet, summary_csv, summary_markdown
 from ..report.tables import write
 
@@ -30,6 +30,8 @@ def main(cfg: RunConfig, raw: dict) -> int:
     out = Path(rc.out).expanduser() if rc.out else default_out(cfg, runs, "review")
     check_destination(out, "review.out")
     csv_path, html_path, n = export_sheet(runs, out, rc.n, rc.seed)
+    for line in run_notes(runs):  # a damaged or unfinished episode is not sampled: say so
+        print(f"note: {line}")
     pool = sum(r.termination == "conflict" for run in runs for r in run.results.values())
     print(f"review sheet: {n} conflict(s) from {min(rc.n, pool)} of {pool} conflict terminations "
           f"(seed {rc.seed})\n  {csv_path}\n  {html_path}\n"

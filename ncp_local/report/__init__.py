@@ -46,7 +46,7 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
     rows = summary_rows(runs, resamples, seed, level)
     summary_md = results_markdown(rows, level)
     genres_md = genre_markdown(runs)
-    notes = [f"- {r.label}: {n}" for r in runs for n in r.notes]
+    notes = [f"- {line}" for line in run_notes(runs)]
     doc = "# NCP results\n\n" + summary_md + "\n\n## Per genre\n\n" + genres_md + "\n"
     if notes:
         doc += "\n## Notes\n\n" + "\n".join(notes) + "\n"
@@ -62,6 +62,11 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
     if html:
         files.append(write_html(runs, rows, out, inline_svg(svg), level))
     return {"rows": rows, "summary_md": summary_md, "genres_md": genres_md, "notes": notes, "files": files}
+
+
+def run_notes(runs: list[Run]) -> list[str]:
+    """What a reader of these runs must know (files not counted, unfinished episodes left out), one line each."""
+    return [f"{r.label}: {n}" for r in runs for n in r.notes]
 
 
 def default_out(cfg: Any, runs: list[Run], name: str) -> Path:
