@@ -31,7 +31,7 @@ NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress
                 "review",
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
                 "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "out", "bench",
-                "sources",
+                "sources", "export",
                 *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT))
 
 
@@ -121,6 +121,15 @@ class ReportCfg(_Cfg):
     # Row labels: null names each run by what differs between the compared runs' configs
     # (report/labels.py); a template names them explicitly, e.g. "{narrator.temperature}/{seed}".
     label: str | None = None
+    # The price of one GPU-hour: the cost table then prices each stage's share of the engines' busy time.
+    gpu_hour_cost: float | None = Field(None, ge=0)
+
+
+class ExportCfg(_Cfg):
+    """`mode=export`: the runs as logs another tool reads."""
+
+    format: Literal["inspect"] = "inspect"  # Inspect's .eval log (inspect_ai, the `inspect` extra)
+    out: str | None = None  # null: <first run>/inspect (a sweep folder: <folder>/inspect)
 
 
 class ReviewCfg(_Cfg):
@@ -188,6 +197,7 @@ class RunConfig(_Cfg):
     sources: str | None = None  # mode=build: the synopsis sources file
     out: str | None = None  # mode=build: where the built specs go
     report: ReportCfg = ReportCfg()
+    export: ExportCfg = ExportCfg()
     review: ReviewCfg = ReviewCfg()
     plan: PlanCfg = PlanCfg()
     models_root: str | None = None  # interpolated into model paths (conf/model/*.yaml)

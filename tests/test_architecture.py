@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ncp_local"
 # Packages an import inside a function may defer (heavy, optional, or only on an engine's path).
 DEFERRED = ("vllm", "torch", "transformers", "openai", "xgrammar", "llguidance", "outlines_core", "setproctitle",
-            "psutil", "ncp_local.engines.vllm", "ncp_local.engines.openai", "..engines.vllm", "..engines.openai")
+            "psutil", "inspect_ai", "ncp_local.engines.vllm", "ncp_local.engines.openai", "..engines.vllm", "..engines.openai")
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:

@@ -216,7 +216,7 @@ class CallService:
             self.store.log_call({
                 **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
                 "generated_tokens": completion.generated_tokens, "max_tokens_sent": completion.max_tokens_sent,
-                "latency_s": round(completion.latency_s, 4),
+                "latency_s": round(completion.latency_s, 4), "done_at": round(time.time(), 3),
                 "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
                 "error": error, "output": completion.text if error else None,
                 **({"bound_hits": list(reached)} if reached else {}),
@@ -235,7 +235,7 @@ class CallService:
 
     def _out_of_room(self, log: dict[str, Any], reason: str) -> NoReturn:
         """The call cannot fit the window: logged, watched for a systematic cause, the episode censored."""
-        self.store.log_call({**log, "error": reason})
+        self.store.log_call({**log, "error": reason, "done_at": round(time.time(), 3)})
         if self.watch:
             self.watch.failed_call(log["stage"], log["model"], log["spec_id"], reason)
         raise ContextLimit(log["stage"], log["turn"], reason)

@@ -44,6 +44,8 @@ MODES: tuple[Mode, ...] = (
     Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
     Mode("merge", "join a sharded run's shards: out_dir=DIR"),
     Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)"),
+    Mode("export", "runs as Inspect logs: runs=[DIR,...] export.format=inspect, one `.eval` per run in "
+         "`<first run>/inspect` or `export.out` (`inspect view --log-dir DIR` opens them)"),
 )
 BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from .cost import cost_markdown, cost_rows_csv, cost_table
 from .html import write_html
 from .plots import inline_svg, write_survival
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
+    csv_text,
     genre_csv,
     genre_markdown,
     summary_rows,
@@ -41,13 +43,16 @@ def runs_of(cfg: Any) -> list[Run]:
 
 
 def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 0, level: float = 0.95,
-                 html: bool = True) -> dict[str, Any]:
+                 html: bool = True, gpu_hour_cost: float | None = None) -> dict[str, Any]:
     """Write every report file into `out`; returns the tables' text and the paths written."""
     rows = summary_rows(runs, resamples, seed, level)
     summary_md = results_markdown(rows, level)
     genres_md = genre_markdown(runs)
+    costs = [cost_table(r, gpu_hour_cost) for r in runs]
+    cost_md = cost_markdown(costs)
     notes = [f"- {line}" for line in run_notes(runs)]
-    doc = "# NCP results\n\n" + summary_md + "\n\n## Per genre\n\n" + genres_md + "\n"
+    doc = ("# NCP results\n\n" + summary_md + "\n\n## Per genre\n\n" + genres_md
+           + "\n\n## Cost by role and stage\n\n" + cost_md + "\n")
     if notes:
         doc += "\n## Notes\n\n" + "\n".join(notes) + "\n"
     files = [
@@ -56,12 +61,14 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
         write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
         write(out / "genres.csv", genre_csv(runs)),
         write(out / "survival.csv", survival_csv(runs, level)),
+        write(out / "cost.csv", csv_text(*cost_rows_csv(costs))),
     ]
     png, svg = write_survival(runs, out, level)
     files += [png, svg]
     if html:
-        files.append(write_html(runs, rows, out, inline_svg(svg), level))
-    return {"rows": rows, "summary_md": summary_md, "genres_md": genres_md, "notes": notes, "files": files}
+        files.append(write_html(runs, rows, out, inline_svg(svg), level, costs))
+    return {"rows": rows, "summary_md": summary_md, "genres_md": genres_md, "cost_md": cost_md, "costs": costs,
+            "notes": notes, "files": files}
 
 
 def run_notes(runs: list[Run]) -> list[str]:

@@ -20,6 +20,7 @@ from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
+from .cost import COST_COLUMNS, PER_TURN_NOTE, CostTable, cells, headers, rows_of
 from .runs import Run
 from .tables import METRICS, TERMINATIONS, Row
 
@@ -82,7 +83,7 @@ figure svg{max-width:100%;height:auto}
 .metrics div{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:6px 12px}
 .metrics b{display:block;font-size:16px}
 .scroll{overflow-x:auto}.summary td:first-child{min-width:220px}.terms{white-space:nowrap;line-height:1.35}
-.ending{font-weight:600;color:var(--bad)}.summary .small{white-space:nowrap}
+.ending{font-weight:600;color:var(--bad)}tr.cost.total td{font-weight:600}.summary .small{white-space:nowrap}
 """
 
 INDEX_JS = """
@@ -223,7 +224,28 @@ def _episode_table(i: int, run: Run) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float) -> str:
+def _cost_html(tables: Sequence[CostTable]) -> str:
+    """Per run: the cost table, run figures then per episode-turn, each header defined in its tooltip."""
+    parts = [f"<p class='muted small'>{esc(PER_TURN_NOTE)}.</p>"]
+    tips = {h: d for _, h, d in COST_COLUMNS}
+    for t in tables:
+        with_cost = t.gpu_hour_cost is not None
+        head = "<tr><th>per</th><th>role</th><th>stage</th>" + "".join(
+            f"<th class=num title=\"{esc(tips[h])}\">{esc(h)}</th>" for h in headers(with_cost)) + "</tr>"
+        body = "".join(
+            f"<tr class=\"cost{' total' if role == 'all' else ''}\" data-per=\"{esc(per)}\"><td>{esc(per)}</td>"
+            f"<td>{esc(role)}</td><td>{esc(stage)}</td>"
+            + "".join(f"<td class=num>{esc(c)}</td>" for c in cells(per, values, with_cost)) + "</tr>"
+            for per, role, stage, values in rows_of(t))
+        note = f"{t.episode_turns} episode-turns" + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if with_cost else
+                                                     "; set report.gpu_hour_cost= for a cost figure")
+        parts.append(f"<h3>{esc(t.label)}</h3><p class='muted small'>{esc(note)}</p><div class=scroll>"
+                     f"<table class='cost'><thead>{head}</thead><tbody>{body}</tbody></table></div>")
+    return "".join(parts)
+
+
+def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float,
+               costs: Sequence[CostTable] = ()) -> str:
     parts = ["<h1>NCP report</h1>",
              f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
              f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out. "
@@ -233,6 +255,8 @@ def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float)
              "<h2>Results</h2>", _summary_html(rows)]
     if svg:
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
+    if costs:
+        parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
     for i, run in enumerate(runs):
         parts.append(f"<h2 id=\"run-{i}\">{esc(run.label)}</h2><p class='muted small'>{esc(run.path)}"
                      + (f" &middot; {len(run.shards)} shard(s)" if run.shards else "") + "</p>")
@@ -460,11 +484,12 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     return page(title, "\n".join(parts))
 
 
-def write_html(runs: Sequence[Run], rows: Sequence[Row], out: Path, svg: str, level: float) -> Path:
+def write_html(runs: Sequence[Run], rows: Sequence[Row], out: Path, svg: str, level: float,
+               costs: Sequence[CostTable] = ()) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level))
+    atomic_write(index, index_page(runs, rows, svg, level, costs))
     return index

@@ -12,6 +12,8 @@ model's prompts grow only some 30-90 tokens a turn, so a window that lets
 turn 0 fit and stops turn 2 would be a few dozen tokens wide: too brittle to
 pin here; censoring after committed turns is pinned on scripted runs
 (tests/test_report.py) and by hand (tests/test_metrics.py).
+
+The same real run checks the report's cost table against its call log (`check_cost_table`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ncp_local.protocol.metrics import aggregate, episode_metrics, survival
@@ -122,7 +126,40 @@ def check_forced_run(res: subprocess.CompletedProcess[str], out: Path, cwd: Path
     assert tuple(float(r[run.label]) for r in surv) == expected
     # Censored after t = 1 (its 0 turns, plus the opening under way).
     assert [int(r[f"{run.label} censored"]) for r in surv] == [0, 1] + [0] * (MAX_TURNS - 1)
+    check_cost_table(_csv(report / "cost.csv"), calls)
     index = (report / "index.html").read_text()
     assert "1 censored</div>" in index and f'data-termination="context_limit" data-spec="{CROWDED}"' in index
     page = next((report / "episodes").glob(f"*/{CROWDED}.html")).read_text()
     assert 'class="warn censored"' in page and "context_overflow" in page
+
+
+def _union_seconds(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def check_cost_table(rows: list[dict[str, str]], calls: list[dict]) -> None:
+    """The report's cost table on this real run is its call log summed by role and stage; the busy time
+    it shares out adds up to each engine's busy wall-clock time (tests/test_cost.py has the shares by hand)."""
+    run_rows = {(r["role"], r["stage"]): r for r in rows if r["per"] == "run"}
+    groups = {(c["role"], c["stage"]) for c in calls}
+    assert set(run_rows) == groups | {("all", "all")}
+    for group in groups:
+        mine = [c for c in calls if (c["role"], c["stage"]) == group]
+        row = run_rows[group]
+        assert int(row["attempts"]) == len(mine)
+        assert int(row["calls"]) == sum(c["attempt"] == 0 for c in mine)
+        for key in ("prompt_tokens", "cached_tokens", "generated_tokens"):
+            assert int(row[key]) == sum(c.get(key, 0) for c in mine), (group, key)
+        assert float(row["engine_s"]) == pytest.approx(sum(c.get("latency_s", 0.0) for c in mine), abs=1e-4)
+    total = run_rows[("all", "all")]
+    assert int(total["prompt_tokens"]) == sum(c.get("prompt_tokens", 0) for c in calls) > 0
+    assert int(total["cached_tokens"]) == sum(c.get("cached_tokens", 0) for c in calls)
+    # One model, one engine: its busy time is the union of the calls' time in the engine.
+    busy = _union_seconds([(c["done_at"] - c.get("latency_s", 0.0), c["done_at"]) for c in calls])
+    assert float(total["busy_s"]) == pytest.approx(busy, abs=1e-3)
+    assert 0 < busy <= float(total["engine_s"]) + 1e-3

@@ -1,0 +1,79 @@
+"""The cost table: sums over the call log by role and stage, busy time shared among calls in flight, a price."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from test_report import make_run, write_dataset
+
+from ncp_local.report import build_report
+from ncp_local.report.cost import busy_shares, cost_table
+from ncp_local.report.runs import load_run
+
+
+def _call(role: str, stage: str, start: float, end: float, attempt: int = 0, model: str = "m", **kw: Any) -> dict:
+    return {"spec_id": "a", "turn": 0, "role": role, "stage": stage, "model": model, "attempt": attempt,
+            "prompt_tokens": 100, "cached_tokens": 40, "generated_tokens": 10, "latency_s": end - start,
+            "done_at": end, **kw}
+
+
+def test_busy_time_is_shared_among_calls_in_flight() -> None:
+    # narrate alone 0-2; narrate and fact_update together 2-4 (1 s each); fact_update alone 4-5;
+    # nothing 5-7; status alone 7-8. Busy 6 s of the 8; the summed latencies are 8.
+    calls = [_call("narrator", "narrate", 0, 4), _call("auditor", "fact_update", 2, 5),
+             _call("auditor", "status_check", 7, 8)]
+    shares = busy_shares(calls, lambda c: c["stage"])
+    assert shares == {"narrate": 3.0, "fact_update": 2.0, "status_check": 1.0}
+    # A call ending as another starts is not in flight with it.
+    assert busy_shares([_call("a", "x", 0, 1), _call("a", "y", 1, 2)], lambda c: c["stage"]) == {"x": 1.0, "y": 1.0}
+    # An older log (no done_at): unknown, not guessed.
+    assert busy_shares([{**calls[0], "done_at": None}], lambda c: c["stage"]) is None
+
+
+def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path / "run", write_dataset(tmp_path / "dataset"), ids=["a"])
+    # Replace the scripted log by one whose every figure is known: two models (engines), a retry.
+    calls = [_call("narrator", "narrate", 0, 4), _call("auditor", "fact_update", 2, 5, model="aud"),
+             _call("auditor", "fact_update", 5, 6, attempt=1, model="aud"),
+             _call("narrator", "narrate", 3, 4)]
+    (run_dir / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["config"]["auditor"]["model"]["tensor_parallel_size"] = 2
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    run = load_run(run_dir)
+    t = cost_table(run, gpu_hour_cost=3.6)
+    narrate, fact = t.rows[("narrator", "narrate")], t.rows[("auditor", "fact_update")]
+    assert (fact.calls, fact.attempts, fact.prompt_tokens, fact.cached_tokens, fact.generated_tokens) == \
+        (1, 2, 200, 80, 20)
+    assert (narrate.calls, narrate.attempts) == (2, 2)
+    assert math.isclose(narrate.engine_s, 5.0) and math.isclose(fact.engine_s, 4.0)
+    # Each model is its own engine: narrate busy 0-4 (two calls overlap 3-4), fact_update 2-6.
+    assert math.isclose(narrate.busy_s or 0, 4.0) and math.isclose(fact.busy_s or 0, 4.0)
+    assert math.isclose(t.costs[("narrator", "narrate")] or 0, 4 / 3600 * 1 * 3.6)
+    assert math.isclose(t.costs[("auditor", "fact_update")] or 0, 4 / 3600 * 2 * 3.6)  # two GPUs
+    assert t.episode_turns == len(run.results["a"].turns) == 2
+
+    out = tmp_path / "report"
+    rep = build_report([run], out, resamples=50, gpu_hour_cost=3.6)
+    rows = list(csv.DictReader(io.StringIO((out / "cost.csv").read_text())))
+    total = next(r for r in rows if r["per"] == "run" and r["stage"] == "all")
+    assert (total["calls"], total["attempts"], total["prompt_tokens"]) == ("3", "4", "400")
+    assert float(total["cache_hit_pct"]) == 40.0 and math.isclose(float(total["cost"]), (4 + 8) / 3600 * 3.6,
+                                                                    rel_tol=1e-5)
+    per_turn = next(r for r in rows if r["per"] == "episode-turn" and r["stage"] == "all")
+    assert float(per_turn["prompt_tokens"]) == 200.0 and float(per_turn["attempts"]) == 2.0
+    assert "| run | all | all | 3 | 4 | 400 | 160 | 40 | 40.0 | 9.0 | 8.0 | 0.0120 |" in rep["cost_md"]
+    index = (out / "index.html").read_text()
+    assert "Cost by role and stage" in index and 'title="cached tokens as a share of prompt tokens"' in index
+
+    # Without a price there is no cost column; a log without done_at has no busy time.
+    (run_dir / "calls.jsonl").write_text("".join(json.dumps({**c, "done_at": None}) + "\n" for c in calls))
+    t = cost_table(load_run(run_dir), gpu_hour_cost=3.6)
+    assert t.total.busy_s is None and t.total_cost is None
+    md = build_report([load_run(run_dir)], tmp_path / "r2", resamples=50)["cost_md"]
+    assert "| cost |" not in md and "n/a" in md
