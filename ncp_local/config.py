@@ -123,6 +123,8 @@ class ReportCfg(_Cfg):
     label: str | None = None
     # The price of one GPU-hour: the cost table then prices each stage's share of the engines' busy time.
     gpu_hour_cost: float | None = Field(None, ge=0)
+    # mode=plan's prompt projection beside the measured tokens (plays the plan on each run's recorded config).
+    plan: bool = False
 
 
 class ExportCfg(_Cfg):

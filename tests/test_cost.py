@@ -9,10 +9,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
 from test_report import make_run, write_dataset
 
+from ncp_local.config import compose
+from ncp_local.execution.store import read_calls
 from ncp_local.report import build_report
-from ncp_local.report.cost import busy_shares, cost_table
+from ncp_local.report.cost import busy_shares, cost_table, plan_projection
 from ncp_local.report.runs import load_run
 
 
@@ -77,3 +80,37 @@ def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
     assert t.total.busy_s is None and t.total_cost is None
     md = build_report([load_run(run_dir)], tmp_path / "r2", resamples=50)["cost_md"]
     assert "| cost |" not in md and "n/a" in md
+
+
+def test_plan_projection_beside_the_measured_tokens(tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path / "dataset")
+    run_dir = make_run(tmp_path / "run", dataset, ids=["a", "c"])
+    manifest_path = run_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    # A scripted run is not projected, and says why.
+    manifest["config"]["engine"] = {"name": "scripted"}
+    manifest_path.write_text(json.dumps(manifest))
+    t = cost_table(load_run(run_dir), plan=True)
+    assert t.projected is None and "scripted" in t.projection_note
+    # The same calls under the default (embedded-model) config as a run records it: projected per stage.
+    manifest["config"] = OmegaConf.to_container(compose(["max_turns=4"]), resolve=True)
+    manifest_path.write_text(json.dumps(manifest))
+    run = load_run(run_dir)
+    projected, source = plan_projection(run)
+    assert projected is not None and "played" in source
+    calls = read_calls(run_dir / "calls.jsonl")
+    assert set(projected) == {(c["role"], c["stage"]) for c in calls}
+    # Each call is read off the plan's growth at its own turn: the two openings at one size, and a
+    # narration prompt (which holds the story so far) above an opening's.
+    openings = [c for c in calls if c["stage"] == "opening"]
+    assert len(openings) == 2
+    narrate = [c for c in calls if c["stage"] == "narrate"]
+    assert projected[("narrator", "narrate")] / len(narrate) > projected[("narrator", "opening")] / 2 > 0
+
+    out = tmp_path / "report"
+    md = build_report([run], out, resamples=20, plan=True)["cost_md"]
+    assert "| plan prompt tok |" in md and f"plan: {source}" in md
+    rows = list(csv.DictReader(io.StringIO((out / "cost.csv").read_text())))
+    total = next(r for r in rows if r["per"] == "run" and r["stage"] == "all")
+    assert abs(float(total["plan_prompt_tokens"]) - sum(projected.values())) <= 1
+    assert total["prompt_tokens"] == str(sum(c["prompt_tokens"] for c in calls))  # measured, beside it

@@ -25,8 +25,8 @@ from test_report import make_run, write_dataset
 
 from ncp_local.execution.store import read_calls
 from ncp_local.protocol.metrics import episode_metrics
-from ncp_local.report.inspect_log import conflict_label, write_log
-from ncp_local.report.runs import attach_specs, load_run
+from ncp_local.report.inspect_log import conflict_label
+from ncp_local.report.runs import load_run
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,10 +16,9 @@ def main(cfg: RunConfig, raw: dict) -> int:
     require_finished(cfg.runs)
     runs = runs_of(cfg)
     out = Path(cfg.export.out).expanduser() if cfg.export.out else default_out(cfg, runs, "inspect")
-    for run in runs:
-        build_log(run)  # every log builds (inspect_ai is there, every run reads) before a file is written
+    logs = [build_log(run) for run in runs]  # every log builds (inspect_ai is there) before a file is written
     check_destination(out, "export.out")
-    for run in runs:
-        print(f"{run.label}: {write_log(run, out)}")
+    for run, log in zip(runs, logs):
+        print(f"{run.label}: {write_log(log, run, out)}")
     print(f"inspect logs: {out} (inspect view --log-dir {out})")
     return 0

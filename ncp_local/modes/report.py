@@ -16,7 +16,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
     out = Path(cfg.report.out).expanduser() if cfg.report.out else default_out(cfg, runs, "report")
     check_destination(out, "report.out")  # before any file is written
     rep = build_report(runs, out, cfg.report.resamples, cfg.report.seed, cfg.report.level, cfg.report.html,
-                       cfg.report.gpu_hour_cost)
+                       cfg.report.gpu_hour_cost, cfg.report.plan, cfg.report.dataset)
     print(rep["summary_md"])
     print("\ncost by role and stage:\n" + rep["cost_md"])
     for note in rep["notes"]:

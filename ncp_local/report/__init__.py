@@ -43,12 +43,13 @@ def runs_of(cfg: Any) -> list[Run]:
 
 
 def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 0, level: float = 0.95,
-                 html: bool = True, gpu_hour_cost: float | None = None) -> dict[str, Any]:
+                 html: bool = True, gpu_hour_cost: float | None = None, plan: bool = False,
+                 dataset: str | None = None) -> dict[str, Any]:
     """Write every report file into `out`; returns the tables' text and the paths written."""
     rows = summary_rows(runs, resamples, seed, level)
     summary_md = results_markdown(rows, level)
     genres_md = genre_markdown(runs)
-    costs = [cost_table(r, gpu_hour_cost) for r in runs]
+    costs = [cost_table(r, gpu_hour_cost, plan, dataset) for r in runs]
     cost_md = cost_markdown(costs)
     notes = [f"- {line}" for line in run_notes(runs)]
     doc = ("# NCP results\n\n" + summary_md + "\n\n## Per genre\n\n" + genres_md

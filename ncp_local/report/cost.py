@@ -15,11 +15,16 @@ README's glossary and the HTML tooltips use the same text).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from ..config import validate
+from ..errors import InputError
 from ..execution.layout import CALLS, parts
+from ..execution.preflight import preflight
+from ..execution.projection import play
 from ..execution.store import read_calls
 from .runs import Run
 from .tables import markdown_table
@@ -29,6 +34,8 @@ COST_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("calls", "calls", "questions the stage asked a model; a question retried after an invalid answer counts once"),
     ("attempts", "attempts", "requests sent to the engine, retries included (one line of calls.jsonl each)"),
     ("prompt_tokens", "prompt tok", "prompt tokens of every attempt, the cached ones included"),
+    ("plan_prompt_tokens", "plan prompt tok", "the same calls' prompt tokens as mode=plan projects them (its "
+                                              "prompt growth played on the run's recorded config; report.plan=true)"),
     ("cached_tokens", "cached tok", "prompt tokens the engine's prefix cache served instead of computing them"),
     ("generated_tokens", "generated tok", "tokens the model generated, over every attempt"),
     ("cache_hit_pct", "cache hit %", "cached tokens as a share of prompt tokens"),
@@ -83,6 +90,8 @@ class CostTable:
     episode_turns: int = 0
     gpu_hour_cost: float | None = None
     costs: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    projected: dict[tuple[str, str], float] | None = None  # the plan's prompt tokens for these calls
+    projection_note: str = ""  # where the projection came from, or why there is none
 
     @property
     def total(self) -> Usage:
@@ -132,15 +141,51 @@ def busy_shares(calls: Sequence[dict[str, Any]], key: Any) -> dict[Any, float] |
     return shares
 
 
+def plan_projection(run: Run, dataset: str | None = None) -> tuple[dict[tuple[str, str], float] | None, str]:
+    """mode=plan's prompt projection for the run's own calls: each call's stage and turn read off the plan's
+    fitted growth, summed by role and stage; or None and why not. The plan is played on the config the
+    manifest recorded, with the dataset and prompt pack the run used (`dataset` overrides the path)."""
+    raw = copy.deepcopy(run.manifest.get("config") or {})
+    if not raw:
+        return None, "not projected: the manifest records no config"
+    if (raw.get("engine") or {}).get("name") == "scripted":
+        return None, "not projected: a scripted run (no model, no window)"
+    raw.setdefault("dataset", {})["path"] = dataset or (run.manifest.get("dataset") or {}).get("path")
+    if (run.manifest.get("prompts") or {}).get("path"):
+        raw.setdefault("prompts", {})["dir"] = run.manifest["prompts"]["path"]
+    try:
+        cfg = validate(raw)
+        ready = preflight(cfg, models=False)
+        assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
+        growth = play(cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs,
+                      ready.player)
+    except InputError as exc:
+        return None, f"not projected: {exc}"
+    out: dict[tuple[str, str], float] = {}
+    for c in run_calls(run):
+        g = growth.stages.get(str(c.get("stage")))
+        if g is None:
+            continue
+        key = (str(c.get("role", "")), str(c.get("stage", "")))
+        # Records count the opening as turn -1 and the first player turn as 0; the plan's growth
+        # counts the opening as 0 and the first player turn as 1.
+        out[key] = out.get(key, 0.0) + max(0.0, g.prompt_at(int(c.get("turn", 0)) + 1))
+    return out, growth.source
+
+
 def _gpus(manifest: dict[str, Any], role: str) -> int:
     model = ((manifest.get("config") or {}).get(role) or {}).get("model") or {}
     return max(1, int(model.get("tensor_parallel_size") or 1))
 
 
-def cost_table(run: Run, gpu_hour_cost: float | None = None) -> CostTable:
+def cost_table(run: Run, gpu_hour_cost: float | None = None, plan: bool = False,
+               dataset: str | None = None) -> CostTable:
+    """The run's cost by role and stage; with `plan`, mode=plan's projection of the same calls beside it."""
     calls = run_calls(run)
     table = CostTable(run.label, gpu_hour_cost=gpu_hour_cost,
                       episode_turns=sum(len(r.turns) for r in run.results.values()))
+    if plan:
+        table.projected, table.projection_note = plan_projection(run, dataset)
     for c in calls:
         table.rows.setdefault((str(c.get("role", "")), str(c.get("stage", ""))), Usage()).add(c)
     # One engine per distinct model: its calls share its busy time.
@@ -167,61 +212,84 @@ def cost_table(run: Run, gpu_hour_cost: float | None = None) -> CostTable:
 
 # ---- rendering ---------------------------------------------------------------------
 
+# Decimals of each column: (the run's figures, per episode-turn).
+DECIMALS: dict[str, tuple[int, int]] = {
+    "calls": (0, 2), "attempts": (0, 2), "prompt_tokens": (0, 0), "plan_prompt_tokens": (0, 0),
+    "cached_tokens": (0, 0), "generated_tokens": (0, 0), "cache_hit_pct": (1, 1), "engine_s": (1, 2),
+    "busy_s": (1, 2), "cost": (4, 6)}
+
+
+def columns(table: CostTable) -> list[str]:
+    """The keys shown: `cost` only with a price, the plan's projection only when there is one."""
+    return [k for k, _, _ in COST_COLUMNS
+            if (k != "cost" or table.gpu_hour_cost is not None) and (k != "plan_prompt_tokens" or table.projected)]
+
+
+def _values(u: Usage, cost: float | None, projected: float | None, per: float) -> dict[str, float | None]:
+    """The row's figures divided by `per` (1 for the run's own figures: counts stay integers)."""
+    def d(x: float | None) -> float | None:
+        return None if x is None else x if per == 1 else x / per
+
+    return {"calls": d(u.calls), "attempts": d(u.attempts), "prompt_tokens": d(u.prompt_tokens),
+            "plan_prompt_tokens": d(None if projected is None else round(projected)),
+            "cached_tokens": d(u.cached_tokens), "generated_tokens": d(u.generated_tokens),
+            "cache_hit_pct": u.cache_hit_pct, "engine_s": u.engine_s / per, "busy_s": d(u.busy_s), "cost": d(cost)}
+
+
+def rows_of(table: CostTable) -> Iterable[tuple[str, str, str, dict[str, float | None]]]:
+    """(per, role, stage, values) for the run's figures, then per episode-turn."""
+    total = table.total
+    proj = table.projected or {}
+    for per, div in (("run", 1.0), ("episode-turn", float(table.episode_turns))):
+        if not div:
+            continue
+        for key, u in table.rows.items():
+            yield per, key[0], key[1], _values(u, table.costs.get(key), proj.get(key), div)
+        yield per, "all", "all", _values(total, table.total_cost, sum(proj.values()) if proj else None, div)
+
+
+def headers(table: CostTable) -> list[str]:
+    names = {k: h for k, h, _ in COST_COLUMNS}
+    return [names[k] for k in columns(table)]
+
+
 def _num(x: float | None, d: int) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{d}f}"
 
 
-def _values(u: Usage, cost: float | None, per: float) -> list[float | None]:
-    """The row's figures divided by `per` (1 for the run's own figures: counts stay integers)."""
-    def d(x: float) -> float:
-        return x if per == 1 else x / per
-
-    return [d(u.calls), d(u.attempts), d(u.prompt_tokens), d(u.cached_tokens), d(u.generated_tokens),
-            u.cache_hit_pct, u.engine_s / per, None if u.busy_s is None else u.busy_s / per,
-            None if cost is None else cost / per]
+def cells(table: CostTable, per: str, values: dict[str, float | None]) -> list[str]:
+    i = 0 if per == "run" else 1
+    return [_num(values[k], DECIMALS[k][i]) for k in columns(table)]
 
 
-DECIMALS = {"run": (0, 0, 0, 0, 0, 1, 1, 1, 4), "episode-turn": (2, 2, 0, 0, 0, 1, 2, 2, 6)}
-
-
-def rows_of(table: CostTable) -> Iterable[tuple[str, str, str, list[float | None]]]:
-    """(per, role, stage, values) for the run's figures, then per episode-turn."""
-    total = table.total
-    for per, div in (("run", 1.0), ("episode-turn", float(table.episode_turns))):
-        if not div:
-            continue
-        for (role, stage), u in table.rows.items():
-            yield per, role, stage, _values(u, table.costs.get((role, stage)), div)
-        yield per, "all", "all", _values(total, table.total_cost, div)
-
-
-def headers(with_cost: bool) -> list[str]:
-    return [h for k, h, _ in COST_COLUMNS if with_cost or k != "cost"]
-
-
-def cells(per: str, values: list[float | None], with_cost: bool) -> list[str]:
-    shown = [_num(v, d) for v, d in zip(values, DECIMALS[per])]
-    return shown if with_cost else shown[:-1]
+def table_note(t: CostTable) -> str:
+    return (f"{t.episode_turns} episode-turns"
+            + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if t.gpu_hour_cost is not None else "")
+            + ("; busy time unknown (a call log without done_at)" if t.total.busy_s is None else "")
+            + (f"; plan: {t.projection_note}" if t.projection_note else ""))
 
 
 def cost_markdown(tables: Sequence[CostTable]) -> str:
-    parts_: list[str] = []
+    out: list[str] = []
     for t in tables:
-        with_cost = t.gpu_hour_cost is not None
-        body = [[per, role, stage, *cells(per, v, with_cost)] for per, role, stage, v in rows_of(t)]
-        parts_.append(f"### {t.label}\n\n" + markdown_table(["per", "role", "stage", *headers(with_cost)], body, 3)
-                      + f"\n\n{t.episode_turns} episode-turns"
-                      + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if with_cost else "")
-                      + (("; busy time unknown (a call log without done_at)" if t.total.busy_s is None else "")))
-    return "\n\n".join(parts_)
+        body = [[per, role, stage, *cells(t, per, v)] for per, role, stage, v in rows_of(t)]
+        out.append(f"### {t.label}\n\n" + markdown_table(["per", "role", "stage", *headers(t)], body, 3)
+                   + f"\n\n{table_note(t)}")
+    return "\n\n".join(out)
+
+
+def _csv_value(v: float | None) -> Any:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 6)
 
 
 def cost_rows_csv(tables: Sequence[CostTable]) -> tuple[list[str], list[list[Any]]]:
+    """Every column for every run (empty where a run has no figure), so runs share one header."""
     header = ["label", "per", "role", "stage", *(k for k, _, _ in COST_COLUMNS), "episode_turns", "gpu_hour_cost"]
     body: list[list[Any]] = []
     for t in tables:
+        shown = set(columns(t))
         for per, role, stage, values in rows_of(t):
             body.append([t.label, per, role, stage,
-                         *("" if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 6)
-                           for v in values), t.episode_turns, "" if t.gpu_hour_cost is None else t.gpu_hour_cost])
+                         *(_csv_value(values[k]) if k in shown else "" for k, _, _ in COST_COLUMNS),
+                         t.episode_turns, "" if t.gpu_hour_cost is None else t.gpu_hour_cost])
     return header, body

@@ -20,7 +20,8 @@ from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
-from .cost import COST_COLUMNS, PER_TURN_NOTE, CostTable, cells, headers, rows_of
+from .cost import COST_DEFINITIONS, PER_TURN_NOTE, CostTable, headers, rows_of, table_note
+from .cost import cells as cost_cells
 from .runs import Run
 from .tables import METRICS, TERMINATIONS, Row
 
@@ -227,18 +228,15 @@ def _episode_table(i: int, run: Run) -> str:
 def _cost_html(tables: Sequence[CostTable]) -> str:
     """Per run: the cost table, run figures then per episode-turn, each header defined in its tooltip."""
     parts = [f"<p class='muted small'>{esc(PER_TURN_NOTE)}.</p>"]
-    tips = {h: d for _, h, d in COST_COLUMNS}
     for t in tables:
-        with_cost = t.gpu_hour_cost is not None
         head = "<tr><th>per</th><th>role</th><th>stage</th>" + "".join(
-            f"<th class=num title=\"{esc(tips[h])}\">{esc(h)}</th>" for h in headers(with_cost)) + "</tr>"
+            f"<th class=num title=\"{esc(COST_DEFINITIONS[h])}\">{esc(h)}</th>" for h in headers(t)) + "</tr>"
         body = "".join(
             f"<tr class=\"cost{' total' if role == 'all' else ''}\" data-per=\"{esc(per)}\"><td>{esc(per)}</td>"
             f"<td>{esc(role)}</td><td>{esc(stage)}</td>"
-            + "".join(f"<td class=num>{esc(c)}</td>" for c in cells(per, values, with_cost)) + "</tr>"
+            + "".join(f"<td class=num>{esc(c)}</td>" for c in cost_cells(t, per, values)) + "</tr>"
             for per, role, stage, values in rows_of(t))
-        note = f"{t.episode_turns} episode-turns" + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if with_cost else
-                                                     "; set report.gpu_hour_cost= for a cost figure")
+        note = table_note(t) + ("" if t.gpu_hour_cost is not None else "; set report.gpu_hour_cost= for a cost figure")
         parts.append(f"<h3>{esc(t.label)}</h3><p class='muted small'>{esc(note)}</p><div class=scroll>"
                      f"<table class='cost'><thead>{head}</thead><tbody>{body}</tbody></table></div>")
     return "".join(parts)

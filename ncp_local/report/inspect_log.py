@@ -284,13 +284,11 @@ def build_log(run: Run) -> Any:
                    results=results, stats=stats, samples=samples)
 
 
-def write_log(run: Run, out: Path) -> Path:
-    """One `.eval` file for the run in `out`, through inspect_ai's `write_eval_log`."""
+def write_log(log: Any, run: Run, out: Path) -> Path:
+    """The run's log (`build_log`) as one `.eval` file in `out`, through inspect_ai's `write_eval_log`."""
     from inspect_ai.log import write_eval_log
 
-    log = build_log(run)
-    stamp = log.eval.created.replace(":", "-") if isinstance(log.eval.created, str) else \
-        log.eval.created.isoformat().replace(":", "-")
-    path = out / f"{stamp}_{TASK}_{run.key}.eval"
+    created = log.eval.created if isinstance(log.eval.created, str) else log.eval.created.isoformat()
+    path = out / f"{created.replace(':', '-')}_{TASK}_{run.key}.eval"
     write_eval_log(log, str(path))
     return path
