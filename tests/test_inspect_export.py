@@ -187,7 +187,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def test_inspect_view_opens_the_log(exported: tuple[Path, Path], tmp_path: Path) -> None:
     pytest.importorskip("websockets.sync.client", reason="websockets (a uvicorn extra) is not installed")
     inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or "inspect"
-    _, log = exported
+    run_dir, log = exported
     port, devtools = _free_port(), _free_port()
     view = subprocess.Popen([inspect, "view", "--log-dir", str(log.parent), "--host", "127.0.0.1", "--port",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -213,6 +213,11 @@ def test_inspect_view_opens_the_log(exported: tuple[Path, Path], tmp_path: Path)
             page.wait_for(("ncp", "scripted/no-model", "Story a; the player is a visitor"), 120)
             page.wait_for(("max_turns", "all_resolved", "invalid", "5 Samples"), 60)
             shot = base64.b64decode(page.call("Page.captureScreenshot", format="png")["data"])
+            # An episode's own page: its transcript (the record's opening and player input) and its model calls.
+            a = load_run(run_dir).results["a"]
+            page.call("Page.navigate", url=f"http://127.0.0.1:{port}/#/logs/{log.name}/samples/sample/a/1")
+            text = page.wait_for((a.opening, a.turns[0].player_input, "Story a; the player is a visitor"), 120)
+            assert text.upper().count("MODEL CALL (NARRATOR)") >= 2 and "MODEL CALL (AUDITOR)" in text.upper()
         SHOT.write_bytes(shot)
         assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 20_000
     finally:

@@ -95,7 +95,8 @@ def accepted_output(result: EpisodeResult, stage: str, turn: int) -> str | None:
 
 def _turn_label(turn: int) -> str:
     # Records keep the reference's turn_id (the opening is -1, the first player turn 0); people read turn 1.
-    return "opening" if turn < 0 else f"turn {turn + 1}"
+    # The viewer shows a span as "TYPE: NAME", so "turn: 1", "turn: opening".
+    return "opening" if turn < 0 else str(turn + 1)
 
 
 def build_log(run: Run) -> Any:
