@@ -114,3 +114,15 @@ def test_plan_projection_beside_the_measured_tokens(tmp_path: Path) -> None:
     total = next(r for r in rows if r["per"] == "run" and r["stage"] == "all")
     assert abs(float(total["plan_prompt_tokens"]) - sum(projected.values())) <= 1
     assert total["prompt_tokens"] == str(sum(c["prompt_tokens"] for c in calls))  # measured, beside it
+
+
+def test_shards_are_timed_apart(tmp_path: Path) -> None:
+    # Two shards of one run, each its own process and engine, working at the same time: busy 4 s each.
+    dataset = write_dataset(tmp_path / "dataset")
+    root = tmp_path / "sharded"
+    for i, sid in enumerate(("a", "c")):
+        part = make_run(root / f"shard-00{i}-of-002", dataset, [sid])
+        (part / "calls.jsonl").write_text(json.dumps(_call("narrator", "narrate", 0, 4)) + "\n")
+    t = cost_table(load_run(root))
+    narrate = t.rows[("narrator", "narrate")]
+    assert (narrate.attempts, narrate.engine_s, narrate.busy_s) == (2, 8.0, 8.0)

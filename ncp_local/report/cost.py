@@ -7,7 +7,10 @@ overlap, so that sum exceeds the time the engine was working. The cost figure
 moment at least one call of a model was in flight, shared equally among the calls
 in flight then, times the GPUs the model's engine holds (tensor_parallel_size).
 Logs written before calls carried `done_at` have no busy time: their cost is shown
-as unknown, never guessed.
+as unknown, never guessed. Each shard ran its own engines, so each is timed apart. The
+points of a batched sweep shared their engines in one process, but each point's call log
+holds its own calls only: a point's busy time counts the moments it shared with other
+points as its own (the sum over the points exceeds the engines' busy time).
 
 `COST_COLUMNS` holds each column's header and its one-sentence definition (the
 README's glossary and the HTML tooltips use the same text).
@@ -106,13 +109,15 @@ class CostTable:
         return None if not got or any(c is None for c in got) else sum(c for c in got if c is not None)
 
 
+def part_calls(run: Run) -> list[list[dict[str, Any]]]:
+    """The attempts logged by each part of the run (the run directory, then each shard's): a part ran
+    in its own process, on engines of its own."""
+    return [read_calls(part / CALLS) for part in parts(run.path) if (part / CALLS).is_file()]
+
+
 def run_calls(run: Run) -> list[dict[str, Any]]:
     """Every attempt logged by the run and its shards."""
-    out: list[dict[str, Any]] = []
-    for part in parts(run.path):
-        if (part / CALLS).is_file():
-            out += read_calls(part / CALLS)
-    return out
+    return [c for calls in part_calls(run) for c in calls]
 
 
 def busy_shares(calls: Sequence[dict[str, Any]], key: Any) -> dict[Any, float] | None:
@@ -181,17 +186,20 @@ def _gpus(manifest: dict[str, Any], role: str) -> int:
 def cost_table(run: Run, gpu_hour_cost: float | None = None, plan: bool = False,
                dataset: str | None = None) -> CostTable:
     """The run's cost by role and stage; with `plan`, mode=plan's projection of the same calls beside it."""
-    calls = run_calls(run)
+    by_part = part_calls(run)
+    calls = [c for part in by_part for c in part]
     table = CostTable(run.label, gpu_hour_cost=gpu_hour_cost,
                       episode_turns=sum(len(r.turns) for r in run.results.values()))
     if plan:
         table.projected, table.projection_note = plan_projection(run, dataset)
     for c in calls:
         table.rows.setdefault((str(c.get("role", "")), str(c.get("stage", ""))), Usage()).add(c)
-    # One engine per distinct model: its calls share its busy time.
-    by_model: dict[str, list[dict[str, Any]]] = {}
-    for c in calls:
-        by_model.setdefault(str(c.get("model", "")), []).append(c)
+    # One engine per distinct model and process (a shard is a process of its own): its calls share its
+    # busy time.
+    by_model: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for i, part in enumerate(by_part):
+        for c in part:
+            by_model.setdefault((i, str(c.get("model", ""))), []).append(c)
     unknown = False
     for group in by_model.values():
         shares = busy_shares(group, lambda c: (str(c.get("role", "")), str(c.get("stage", ""))))
