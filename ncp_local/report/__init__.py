@@ -1,5 +1,6 @@
-"""Reports over finished runs: tables, survival plot, per-genre tables, HTML
-transcripts, the human review sheet and the auditor agreement tables.
+"""Reports over finished runs: tables, survival plot, per-genre tables, cost by role and
+stage, HTML transcripts, the human review sheet, the auditor agreement tables, and the
+runs as Inspect logs (`inspect_log.py`, loaded only by `mode=export`).
 
 Reads run directories only; never writes into a run's own files (the report
 goes to `<first run>/report/` or `report.out`). May import protocol and execution, never a mode.
