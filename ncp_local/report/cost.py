@@ -43,7 +43,7 @@ COST_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("generated_tokens", "generated tok", "tokens the model generated, over every attempt"),
     ("cache_hit_pct", "cache hit %", "cached tokens as a share of prompt tokens"),
     ("engine_s", "engine s", "seconds the attempts spent in the engine, summed; calls batched together each count "
-                             "their own time, so this exceeds the time the engine was busy"),
+                             "their own time, so under batching this exceeds the time the engine was busy"),
     ("busy_s", "busy s", "the engine's busy wall-clock seconds charged to this stage: each moment a model's engine "
                          "worked is shared equally among the calls in flight then"),
     ("cost", "cost", "busy hours x the GPUs of the model's engine (tensor_parallel_size) x report.gpu_hour_cost"),
