@@ -44,11 +44,24 @@ class ModelSettings(BaseModel):
     # An explicit KV cache size; overrides the share above.
     kv_cache_memory_bytes: int | None = Field(None, gt=0)
     tensor_parallel_size: int = Field(1, ge=1)
+    # Replicas of the model inside the one engine (vLLM's data_parallel_size: AsyncLLM starts one engine
+    # core per replica and spreads the requests over them), each on tensor_parallel_size GPUs of the node.
+    data_parallel_size: int = Field(1, ge=1)
+    # MoE layers split by expert over the tensor_parallel_size x data_parallel_size GPUs instead of
+    # slicing every expert (vLLM's enable_expert_parallel); attention stays tensor parallel.
+    enable_expert_parallel: bool = False
     # Indices into the visible GPUs (vLLM's device_ids: under Slurm, into its
-    # CUDA_VISIBLE_DEVICES allocation); [] = the first tensor_parallel_size visible.
+    # CUDA_VISIBLE_DEVICES allocation), tensor_parallel_size x data_parallel_size of them, replica r
+    # on the r-th run of tensor_parallel_size; [] = the first ones visible.
     devices: list[int] = []
     # Passed to the chat template, e.g. {"enable_thinking": False} for Qwen3.
     chat_template_kwargs: dict[str, Any] = {}
+    # The model's own code from its folder (tokenizer, config): off unless the model file turns it on.
+    trust_remote_code: bool = False
+    # Think before answering (the thought separated by vLLM's reasoning parser below); off by default.
+    thinking: bool = False
+    # vLLM's reasoning-parser name for the family (qwen3, deepseek_v3, kimi_k2), used when thinking is on.
+    reasoning_parser: str | None = None
     structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
     enforce_eager: bool = False
     max_num_seqs: int = Field(64, ge=1)
@@ -68,12 +81,19 @@ class ModelSettings(BaseModel):
     def _devices_fit_tensor_parallel(cls, v: list[int], info: ValidationInfo) -> list[int]:
         if len(set(v)) != len(v) or any(d < 0 for d in v):
             raise ValueError(f"devices must be distinct non-negative indices into the visible GPUs, got {v}")
-        # tensor_parallel_size is declared above devices, so it is validated (and here) first.
-        tp = info.data.get("tensor_parallel_size")
-        if v and tp is not None and len(v) != tp:
-            raise ValueError(f"{len(v)} device(s) {v} for tensor_parallel_size={tp}: give exactly {tp} "
+        # tensor_parallel_size and data_parallel_size are declared above devices, so they are validated
+        # (and here) first.
+        tp, dp = info.data.get("tensor_parallel_size"), info.data.get("data_parallel_size", 1)
+        if v and tp is not None and dp is not None and len(v) != tp * dp:
+            layout = f"tensor_parallel_size={tp}" + (f" x data_parallel_size={dp}" if dp > 1 else "")
+            raise ValueError(f"{len(v)} device(s) {v} for {layout}: give exactly {tp * dp} "
                              "(or devices=[] for the first visible ones)")
         return v
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs this model's engine takes: tensor parallel x data parallel."""
+        return self.tensor_parallel_size * self.data_parallel_size
 
     @property
     def engine_key(self) -> str:

@@ -67,7 +67,8 @@ _RIG_OWNED_ARGS: dict[str, str] = {
     "structured_outputs_config": "set the model's `structured_outputs_backend`",
     "generation_config": "sampling comes from each request, never from generation_config.json",
     "pipeline_parallel_size": "not supported: one engine per model, split only by tensor parallel",
-    "data_parallel_size": "not supported: one engine per model, split only by tensor parallel",
+    "data_parallel_size": "set the model's `data_parallel_size` (replicas inside one engine, one node)",
+    "enable_expert_parallel": "set the model's `enable_expert_parallel`",
 }
 
 
@@ -207,6 +208,10 @@ def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> d
         # None only when no plan ran (the planner fills it in): vLLM's own default.
         **({} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
         tensor_parallel_size=cfg.tensor_parallel_size,
+        # Replicas inside this one engine (AsyncLLM runs an engine core each and balances requests
+        # over them), and MoE experts split over all tensor_parallel_size x data_parallel_size GPUs.
+        data_parallel_size=cfg.data_parallel_size,
+        enable_expert_parallel=cfg.enable_expert_parallel,
         enforce_eager=cfg.enforce_eager,
         # Capped under `deterministic` (settings.DETERMINISTIC_MAX_NUM_SEQS says why).
         max_num_seqs=engine_max_num_seqs(cfg),

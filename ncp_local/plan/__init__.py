@@ -214,7 +214,7 @@ def render(plan: Plan) -> list[str]:
         if f is None:
             out.append("  model facts unknown: memory not planned")
             continue
-        out.append(f"  weights {_gib(e.weights_bytes)} ({f.source})")
+        out.append(f"  weights {_gib(e.weights_bytes)}{_size(e, f)} ({f.source})")
         out.append(_kv_line(e, f))
         if cfg.engine.name != "vllm" or e.kv is None:
             continue
@@ -262,17 +262,45 @@ def render(plan: Plan) -> list[str]:
 def _kv_line(e: EnginePlan, f: ModelFacts) -> str:
     """The KV cache per token on one device, as vLLM lays it out, and the window."""
     kv = e.kv
+    longest = f.extended_window(e.engine_arg("hf_overrides"))
+    scaled = f", {longest} with its rope scaling" if longest != f.native_window else ""
+    window = f"window {e.window} (model: {f.native_window}{scaled})"
+    if f.latent_dim:
+        return f"  KV cache {_per_token(e, f)}; {window}"
     heads = kv.kv_heads if kv else f.kv_heads
     split = (f" per GPU ({f.kv_heads} over tensor parallel {e.tp}"
              f"{', replicated' if f.kv_heads < e.tp else ''})" if e.tp > 1 else "")
     slide = (f", {kv.sliding_layers} of them sliding-window layers of {kv.sliding_window} tokens"
              if kv and kv.sliding_layers else "")
     per_token = kv.bytes_per_token() if kv else f.kv_bytes_per_token(e.kv_dtype_bytes, e.tp)
-    longest = f.extended_window(e.engine_arg("hf_overrides"))
-    scaled = f", {longest} with its rope scaling" if longest != f.native_window else ""
     return (f"  KV cache {per_token / 1024:.0f} KiB/token ({f.layers} layers x {heads} KV heads{split} x "
-            f"{f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); window {e.window} "
-            f"(model: {f.native_window}{scaled})")
+            f"{f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); {window}")
+
+
+def _per_token(e: EnginePlan, f: ModelFacts) -> str:
+    """MLA's cache per token and GPU: one latent vector a layer, the same on every tensor-parallel rank."""
+    kv = e.kv
+    per_token = kv.bytes_per_token() if kv else f.kv_bytes_per_token(e.kv_dtype_bytes, e.tp)
+    latent = (f"{e.kv_state_bytes}-byte packed latent (kv_cache_dtype {e.engine_arg('kv_cache_dtype')})"
+              if e.kv_state_bytes else f"{f.latent_dim} latent elements x {e.kv_dtype_bytes} bytes")
+    indexer = f" + {f.indexer_bytes} bytes of indexer keys" if f.indexer_bytes else ""
+    every = f", whole on each of the {e.tp} GPUs (MLA: tensor parallel does not split it)" if e.tp > 1 else ""
+    return f"{per_token / 1024:.1f} KiB/token (MLA: {f.layers} layers x ({latent}{indexer}){every})"
+
+
+def _size(e: EnginePlan, f: ModelFacts) -> str:
+    """Parameters, active parameters and the checkpoint's quantization, where known."""
+    parts = []
+    if f.params:
+        parts.append(f"{f.params / 1e9:.1f} B parameters")
+    if f.experts:
+        active = f", {f.active_params / 1e9:.1f} B active" if f.active_params else ""
+        parts.append(f"MoE: {f.active_experts} of {f.experts} experts per token{active}")
+    if f.quantization:
+        parts.append(f"stored {f.quantization}, loaded as stored")
+    if e.tp > 1:
+        parts.append(f"{_gib(e.weights_bytes / e.tp)} per GPU")
+    return f": {'; '.join(parts)}" if parts else ""
 
 
 def _assumed(plan: Plan, e: EnginePlan) -> str:

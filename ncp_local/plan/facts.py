@@ -40,10 +40,36 @@ class ModelFacts:
     heads: int = 0  # attention heads (0: unknown); tensor parallel must divide them
     source: str = ""  # where these facts came from, said in the plan
     on_disk: bool = False  # read from the model's own directory (else the built-in table)
+    # Multi-head latent attention (DeepSeek-V3 family, Kimi-K2): each layer caches one latent vector of
+    # kv_lora_rank + qk_rope_head_dim elements per token, one "head" that tensor parallel does not split.
+    latent_dim: int = 0  # 0: not MLA (K and V per KV head)
+    # DeepSeek-V3.2's sparse-attention indexer: per layer and token, index_head_dim fp8 values and one
+    # float32 scale per 128 of them (vLLM's DeepseekV32IndexerCache: 128 + 4 = 132 bytes, uint8).
+    indexer_bytes: int = 0
+    # Mixture of experts: routed experts, and how many each token uses.
+    experts: int = 0
+    active_experts: int = 0
+    params: int = 0  # parameters of the checkpoint (0: unknown), MTP layers included
+    active_params: int = 0  # parameters one token uses (0: unknown; dense models: all)
+    # Multi-token-prediction layers the checkpoint holds beyond num_hidden_layers. vLLM's main model
+    # skips their weights (deepseek_v2.py `load_weights`: "skip spec decode layers for main model")
+    # and allocates them no KV cache unless speculative decoding is on.
+    mtp_layers: int = 0
+    mtp_bytes: int = 0  # of weights_bytes, the MTP layers' (estimated: see `_mtp_bytes`)
+    # The checkpoint's own quantization (`quantization_config.quant_method`, e.g. fp8,
+    # compressed-tensors): vLLM loads such weights as stored, so memory = checkpoint bytes.
+    quantization: str | None = None
+
+    @property
+    def loaded_bytes(self) -> int:
+        """The weights vLLM loads without speculative decoding: the checkpoint less its MTP layers."""
+        return self.weights_bytes - self.mtp_bytes
 
     def layer_bytes_per_token(self, kv_dtype_bytes: int, tensor_parallel: int = 1) -> int:
         """K and V of one layer for one token, on one device (KV heads split over tensor parallel,
-        replicated below one per device)."""
+        replicated below one per device; MLA's one latent vector on every device)."""
+        if self.latent_dim:
+            return self.latent_dim * kv_dtype_bytes + self.indexer_bytes
         heads = max(1, self.kv_heads // tensor_parallel)
         return 2 * heads * self.head_dim * kv_dtype_bytes
 
@@ -89,6 +115,45 @@ BUILT_IN: dict[str, ModelFacts] = {
     "mistral-small-24b-instruct-2501": ModelFacts(layers=40, heads=32, kv_heads=8, head_dim=128,
                                                   weights_bytes=47_144_806_400, stored_dtype_bytes=2,
                                                   native_window=32768),
+    # ---- mixture-of-experts models (conf/model/qwen3_*_a*b*.yaml, deepseek_v3_2.yaml, kimi_k2_5.yaml) ----
+    # Parameters computed from each config.json's shapes (attention, routed experts, embedding and an untied
+    # head; norms left out) agree with the published totals; weights not read from a safetensors index
+    # are those parameters at the checkpoint's bytes, an estimate the plan replaces with the index's
+    # metadata.total_size once the model is on disk.
+    # Qwen3-235B-A22B (Qwen3MoeForCausalLM): 94 layers, 64 heads, 4 KV heads x 128, 128 experts, 8 per
+    # token, max_position_embeddings 40960; 235.09 B parameters, 22.14 B active.
+    "qwen3-235b-a22b": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=470_185_672_704,
+                                  stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
+                                  params=235_092_836_352, active_params=22_140_682_240),
+    # The same in Qwen's FP8 (quantization_config fp8, 128 x 128 weight blocks with a float32 scale each);
+    # embedding, head and norms in bf16: about 236 GB (estimate: 233.85 B one-byte weights, 2.49 B
+    # two-byte ones, 0.06 GB of scales).
+    "qwen3-235b-a22b-fp8": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=236_400_000_000,
+                                      stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
+                                      params=235_092_836_352, active_params=22_140_682_240, quantization="fp8"),
+    # Qwen3-30B-A3B: 48 layers, 32 heads, 4 KV heads x 128, 128 experts, 8 per token; 30.53 B
+    # parameters, 3.34 B active; about 61 GB in bf16: one 80 GB GPU.
+    "qwen3-30b-a3b": ModelFacts(layers=48, heads=32, kv_heads=4, head_dim=128, weights_bytes=61_063_823_360,
+                                stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
+                                params=30_531_911_680, active_params=3_340_238_848),
+    # DeepSeek-V3.2 (DeepseekV32ForCausalLM): 61 layers, 128 heads, MLA (kv_lora_rank 512 + qk_rope_head_dim
+    # 64 = 576 cached elements a layer), the sparse-attention indexer (index_head_dim 128: 132 bytes),
+    # 256 experts + 1 shared, 8 per token, first 3 layers dense, 1 MTP layer, max_position_embeddings
+    # 163840, FP8 weights (quantization_config fp8, 128 x 128 blocks). 671 B parameters + 14 B MTP
+    # (DeepSeek-V3's report; the indexer adds about 0.9 B), 37 B active. Weights about 690 GB: DeepSeek's
+    # figure for the FP8 release, not read from V3.2's own index here (no copy of it was at hand).
+    "deepseek-v3.2": ModelFacts(layers=61, heads=128, kv_heads=1, head_dim=576, weights_bytes=690_000_000_000,
+                                stored_dtype_bytes=2, native_window=163840, latent_dim=576, indexer_bytes=132,
+                                experts=256, active_experts=8, params=685_000_000_000, active_params=37_000_000_000,
+                                mtp_layers=1, mtp_bytes=690_000_000_000 // 59, quantization="fp8"),
+    # Kimi-K2.5 (KimiK25ForConditionalGeneration; its language model is DeepSeek-V3's): 61 layers, 64
+    # heads, MLA 512 + 64, 384 experts + 1 shared, 8 per token, window 262144, no MTP layer (not
+    # verified), routed experts in INT4 (compressed-tensors, groups of 32). About 1.04 T parameters,
+    # 32 B active (Moonshot's figures); about 595 GB on disk (estimate, not read from its index).
+    "kimi-k2.5": ModelFacts(layers=61, heads=64, kv_heads=1, head_dim=576, weights_bytes=595_000_000_000,
+                            stored_dtype_bytes=2, native_window=262144, latent_dim=576, experts=384,
+                            active_experts=8, params=1_040_000_000_000, active_params=32_000_000_000,
+                            quantization="compressed-tensors"),
     "smollm2-135m-instruct": ModelFacts(layers=30, heads=9, kv_heads=3, head_dim=64, weights_bytes=269_030_016,
                                         stored_dtype_bytes=2, native_window=8192),
 }
@@ -206,11 +271,57 @@ def read_model_dir(path: Path) -> ModelFacts:
             weights, stored = weights_from_headers(files)
     sliding_window, sliding_layers = _sliding(cfg, layers)
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    shape = _moe_mla(cfg, layers, weights, stored)
+    if shape["latent_dim"]:
+        kv_heads, head_dim = 1, shape["latent_dim"]  # one latent "head" a layer (vLLM: num_kv_heads=1)
     return ModelFacts(layers=layers, heads=int(heads or kv_heads), kv_heads=int(kv_heads), head_dim=int(head_dim),
                       weights_bytes=weights,
                       stored_dtype_bytes=stored, native_window=window, sliding_window=sliding_window,
                       sliding_layers=sliding_layers, rope_scaling=scaling if isinstance(scaling, dict) else None,
-                      source=f"read from {path}", on_disk=True)
+                      source=f"read from {path}", on_disk=True, **shape)
+
+
+# DeepSeek-V3.2's indexer keeps its keys in fp8 with one float32 scale per this many values
+# (0.33 deepseek_v2.py `Indexer.quant_block_size`).
+INDEXER_QUANT_BLOCK = 128
+
+
+def _moe_mla(cfg: dict[str, Any], layers: int, weights: int, stored: int) -> dict[str, Any]:
+    """What config.json says about MLA, the indexer, experts, MTP layers and the checkpoint's quantization."""
+    latent = 0
+    if cfg.get("kv_lora_rank"):
+        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)
+    indexer = 0
+    if cfg.get("index_topk") and cfg.get("index_head_dim"):
+        d = int(cfg["index_head_dim"])
+        indexer = d + d // INDEXER_QUANT_BLOCK * 4
+    experts = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+    active = int(cfg.get("num_experts_per_tok") or 0) if experts else 0
+    quant = cfg.get("quantization_config")
+    method = str(quant.get("quant_method") or "quantized") if isinstance(quant, dict) else None
+    mtp = int(cfg.get("num_nextn_predict_layers") or 0)
+    moe_layers = max(1, layers - int(cfg.get("first_k_dense_replace") or 0)) if experts else layers
+    params = 0 if method else weights // max(stored, 1)
+    return dict(latent_dim=latent, indexer_bytes=indexer, experts=experts, active_experts=active, params=params,
+                active_params=_active_params(cfg, params, experts, active, moe_layers) if params else 0,
+                mtp_layers=mtp, mtp_bytes=_mtp_bytes(weights, mtp, moe_layers), quantization=method)
+
+
+def _mtp_bytes(weights: int, mtp: int, moe_layers: int) -> int:
+    """An MTP layer is one more MoE decoder layer (plus a small projection): its share of the checkpoint,
+    counted as one MoE layer's. An estimate on the low side, so the plan counts the loaded weights high."""
+    return weights * mtp // (moe_layers + mtp) if mtp else 0
+
+
+def _active_params(cfg: dict[str, Any], params: int, experts: int, active: int, moe_layers: int) -> int:
+    """Parameters one token uses: all, less the routed experts it does not use (3 matrices of
+    hidden x moe_intermediate_size each)."""
+    if not experts or not active:
+        return params
+    hidden = int(cfg.get("hidden_size") or 0)
+    inter = int(cfg.get("moe_intermediate_size") or 0)
+    routed = moe_layers * experts * 3 * hidden * inter
+    return max(0, params - routed * (experts - active) // experts)
 
 
 def model_dir(path: str) -> Path:

@@ -13,6 +13,10 @@ from ..config import ConfigError
 
 GIB = 2**30
 _OVERRIDE = re.compile(r"^\s*(?P<name>.*?)[-_ ]?(?P<size>\d+(?:\.\d+)?)\s*(?:GB|GiB|G)\s*$", re.IGNORECASE)
+# `8xH200-141GB`: a count of identical GPUs (a node), the same as listing the GPU 8 times.
+_COUNT = re.compile(r"^\s*(?P<count>\d+)\s*[x*]\s*(?P<gpu>.+)$", re.IGNORECASE)
+# More GPUs than any one node holds: a count above this is a typo, not an inventory.
+MAX_GPU_COUNT = 64
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,21 @@ def parse_gpu(text: str, field: str = "plan.gpus") -> Gpu:
     """`H100-80GB` -> a GPU named H100 with 80 GiB (what the card reports is a little under that)."""
     m = _OVERRIDE.match(str(text))
     if not m:
-        raise ConfigError(field, f"cannot read GPU {text!r}: write NAME-<N>GB, e.g. H100-80GB or A100-40GB")
+        raise ConfigError(field, f"cannot read GPU {text!r}: write NAME-<N>GB, e.g. H100-80GB or A100-40GB "
+                          "(8 of them: 8xH100-80GB)")
     return Gpu(name=m.group("name") or "GPU", total_bytes=int(float(m.group("size")) * GIB))
+
+
+def parse_gpus(text: str, field: str = "plan.gpus") -> list[Gpu]:
+    """One entry of `plan.gpus`: `H100-80GB` (one GPU) or `8xH200-141GB` (eight)."""
+    m = _COUNT.match(str(text))
+    if not m:
+        return [parse_gpu(text, field)]
+    count = int(m.group("count"))
+    if not 1 <= count <= MAX_GPU_COUNT:
+        raise ConfigError(field, f"cannot read GPU count {count} in {text!r}: write 1 to {MAX_GPU_COUNT}, "
+                          "e.g. 8xH200-141GB")
+    return [parse_gpu(m.group("gpu"), field)] * count
 
 
 NODE0_MEMINFO = "/sys/devices/system/node/node0/meminfo"
@@ -107,7 +124,7 @@ def nvidia_smi() -> list[Gpu] | None:
 
 def inventory(gpus: list[str] | None) -> Inventory:
     if gpus is not None:
-        parsed = tuple(parse_gpu(g, f"plan.gpus[{i}]") for i, g in enumerate(gpus))
+        parsed = tuple(g for i, text in enumerate(gpus) for g in parse_gpus(text, f"plan.gpus[{i}]"))
         if not parsed:
             return Inventory("cpu", (), ram_bytes(), "plan.gpus=[]")
         return Inventory("gpu", parsed, ram_bytes(), "from plan.gpus")

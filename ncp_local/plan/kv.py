@@ -82,6 +82,14 @@ class KvSizing:
     step_tokens: int  # max_num_batched_tokens
     steps_in_flight: int
     use_vllm: bool = True  # ask the installed vLLM's spec objects (else the formulas below)
+    # MLA (0.33 `MLAAttention.get_kv_cache_spec`): one latent vector of `latent_dim` elements per layer and
+    # token (num_kv_heads=1, max_tp_shards=1: every tensor-parallel rank holds it whole, no V).
+    latent_dim: int = 0
+    # A packed per-token layout in place of latent_dim x dtype_bytes: `fp8_ds_mla` 656 bytes (512 fp8
+    # values, 4 float32 scales, 64 bf16 RoPE values), `nvfp4_ds_mla` 352 (`state_content_bytes` there).
+    state_bytes: int | None = None
+    # DeepSeek-V3.2's indexer cache beside each MLA layer (`DeepseekV32IndexerCache`: uint8, one head).
+    indexer_bytes: int = 0
 
     @property
     def layers(self) -> int:
@@ -104,9 +112,16 @@ class KvSizing:
         """Whose numbers these are: the installed vLLM's spec objects, or the formulas below."""
         return self._counts[3]
 
+    def token_bytes(self) -> int:
+        """One layer's cache for one token on one device: K and V of its KV heads, or MLA's latent vector
+        (and the indexer's keys beside it)."""
+        if self.latent_dim:
+            return (self.state_bytes or self.latent_dim * self.dtype_bytes) + self.indexer_bytes
+        return 2 * self.kv_heads * self.head_dim * self.dtype_bytes
+
     def bytes_per_token(self) -> int:
-        """Every layer's K and V of one token, as for a request shorter than the sliding window."""
-        return self.layers * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
+        """Every layer's cache of one token, as for a request shorter than the sliding window."""
+        return self.layers * self.token_bytes()
 
     # ---- vLLM's numbers (computed once per layout: the plan asks them often) -----------------
 
@@ -201,8 +216,10 @@ def _block_counts(s: KvSizing) -> tuple[int, int, int, str]:
 
 
 def _counts_formula(s: KvSizing) -> tuple[int, int, int]:
-    # 0.33 AttentionSpec.page_size_bytes: block_size x KV heads x (K + V head size) x dtype size.
-    page = s.block_size * s.kv_heads * 2 * s.head_dim * s.dtype_bytes
+    # 0.33 AttentionSpec.page_size_bytes: block_size x KV heads x (K + V head size) x dtype size; MLA:
+    # block_size x (latent x dtype size, or the packed state), and the indexer's page, a layer of the
+    # same group (its pages add up: `UniformTypeKVCacheSpecs.page_size_bytes`).
+    page = s.block_size * s.token_bytes()
     # 0.33 FullAttentionSpec.max_memory_usage_bytes: cdiv(max_model_len, block_size) pages.
     full = cdiv(s.max_model_len, s.block_size)
     # 0.33 SlidingWindowSpec.max_admission_blocks_per_request:
@@ -217,6 +234,8 @@ class _Vllm:
     full: Any  # FullAttentionSpec
     sliding: Any  # SlidingWindowSpec
     torch: Any
+    mla: Any = None  # MLAAttentionSpec
+    indexer_role: Any = None  # SparseCacheRole.INDEXER
 
 
 @functools.cache
@@ -228,7 +247,12 @@ def _vllm() -> _Vllm | None:
         from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
     except Exception:  # not installed, or a broken install: the formulas give the same numbers
         return None
-    return _Vllm(str(getattr(vllm, "__version__", "?")), FullAttentionSpec, SlidingWindowSpec, torch)
+    try:
+        from vllm.v1.kv_cache_interface import MLAAttentionSpec, SparseCacheRole
+    except ImportError:  # a vLLM without them: MLA by the formulas
+        MLAAttentionSpec = SparseCacheRole = None
+    return _Vllm(str(getattr(vllm, "__version__", "?")), FullAttentionSpec, SlidingWindowSpec, torch,
+                 MLAAttentionSpec, getattr(SparseCacheRole, "INDEXER", None))
 
 
 def _torch_dtype(torch: Any, nbytes: int) -> Any:
@@ -243,6 +267,8 @@ def _counts_vllm(s: KvSizing, v: _Vllm) -> tuple[int, int, int]:
     config = SimpleNamespace(model_config=SimpleNamespace(max_model_len=s.max_model_len),
                              parallel_config=SimpleNamespace(decode_context_parallel_size=1),
                              max_in_flight_tokens=s.in_flight_tokens)
+    if s.latent_dim:
+        return _counts_vllm_mla(s, v, config)
     full = v.full(block_size=s.block_size, num_kv_heads=s.kv_heads, head_size=s.head_dim, dtype=dtype)
     page = int(full.page_size_bytes)
     full_blocks = cdiv(int(full.max_memory_usage_bytes(config)), page)
@@ -252,6 +278,24 @@ def _counts_vllm(s: KvSizing, v: _Vllm) -> tuple[int, int, int]:
                             sliding_window=s.sliding_window)
         sliding_blocks = cdiv(int(sliding.max_memory_usage_bytes(config)), int(sliding.page_size_bytes))
     return page, full_blocks, sliding_blocks
+
+
+def _counts_vllm_mla(s: KvSizing, v: _Vllm, config: Any) -> tuple[int, int, int]:
+    """MLA layers (and V3.2's indexer) as their layers describe them to vLLM (0.33
+    `MLAAttention.get_kv_cache_spec`, `DeepseekV32IndexerCache.get_kv_cache_spec`)."""
+    if v.mla is None:
+        raise TypeError("this vLLM has no MLAAttentionSpec")
+    latent = v.mla(block_size=s.block_size, num_kv_heads=1, max_tp_shards=1, head_size=s.latent_dim,
+                   dtype=_torch_dtype(v.torch, s.dtype_bytes), state_content_bytes=s.state_bytes)
+    page = int(latent.page_size_bytes)
+    blocks = cdiv(int(latent.max_memory_usage_bytes(config)), page)
+    if s.indexer_bytes:
+        if v.indexer_role is None:
+            raise TypeError("this vLLM has no indexer cache role")
+        indexer = v.mla(block_size=s.block_size, num_kv_heads=1, max_tp_shards=1, head_size=s.indexer_bytes,
+                        dtype=v.torch.uint8, cache_role=v.indexer_role)
+        page += int(indexer.page_size_bytes)
+    return page, blocks, 0
 
 
 def gib(n: float) -> str:

@@ -50,6 +50,7 @@ class EnginePlan:
     model: Any  # the ModelSettings of these roles
     facts: ModelFacts | None
     tp: int
+    dp: int = 1  # replicas inside the engine (data_parallel_size), each on `tp` GPUs of its own
     reserved: int = 0  # the largest max_tokens among its roles: the window must hold more
     devices: tuple[int, ...] = ()
     devices_planned: bool = False
@@ -58,6 +59,7 @@ class EnginePlan:
     weights_bytes: int = 0  # in memory, the whole model
     compute_bytes: int = 2
     kv_dtype_bytes: int = 2
+    kv_state_bytes: int | None = None  # a packed MLA cache layout (fp8_ds_mla), bytes per token and layer
     kv: KvSizing | None = None  # the KV cache layout per device, by vLLM's rules
     kv_bytes: int = 0  # the KV cache, per device (per process on a CPU)
     notes: list[str] = field(default_factory=list)
@@ -89,6 +91,11 @@ class EnginePlan:
         plus = "+" if new_key else ""
         return " ".join(f"{plus}{role}.model.{key}={value}" for role in self.roles)
 
+    @property
+    def gpus(self) -> int:
+        """The GPUs the engine takes: tensor parallel x data parallel."""
+        return self.tp * self.dp
+
     def device_weights(self, overhead: int) -> int:
         return self.weights_bytes // self.tp + overhead
 
@@ -110,15 +117,15 @@ class EnginePlan:
         if self.kv is None or tokens <= 0:
             return 0.0
         usable = max(0, self.kv_bytes - self.kv.block_bytes())
-        return usable / self.kv.held_bytes(min(tokens, self.window))
+        return self.dp * usable / self.kv.held_bytes(min(tokens, self.window))
 
     def windows(self) -> float:
-        """`max_model_len` requests at once (vLLM's "Maximum concurrency")."""
-        return self.kv.max_concurrency(self.kv_bytes) if self.kv else 0.0
+        """`max_model_len` requests at once (vLLM's "Maximum concurrency"), over all replicas."""
+        return self.dp * self.kv.max_concurrency(self.kv_bytes) if self.kv else 0.0
 
     def capacity_tokens(self) -> int:
-        """vLLM's "KV cache size: N tokens"."""
-        return self.kv.capacity_tokens(self.kv_bytes) if self.kv else 0
+        """vLLM's "KV cache size: N tokens" (each replica logs its own; here their sum)."""
+        return self.dp * self.kv.capacity_tokens(self.kv_bytes) if self.kv else 0
 
 
 def share_is_planned(value: Any) -> bool:
@@ -136,6 +143,7 @@ def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
         note = max_num_seqs_note(with_run_switches(model, deterministic))
         plans.append(EnginePlan(index=i, roles=users, model=model, facts=None,
                                 tp=int(getattr(model, "tensor_parallel_size", 1) or 1),
+                                dp=int(getattr(model, "data_parallel_size", 1) or 1),
                                 reserved=max(int(getattr(getattr(cfg, r), "max_tokens", 0) or 0) for r in users),
                                 notes=[note] if note else []))
     return plans
@@ -164,20 +172,51 @@ def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only:
                                     "facts for this model: its memory is not planned", fatal=False))
             continue
         e.compute_bytes = dtype_bytes(str(getattr(e.model, "dtype", "auto")), e.facts)
-        params = e.facts.weights_bytes / e.facts.stored_dtype_bytes
-        if e.engine_arg("quantization"):
-            # Quantized on load: the checkpoint's size is the honest upper bound we know.
-            e.weights_bytes = e.facts.weights_bytes
-            e.notes.append(f"quantization={e.engine_arg('quantization')}: weights counted at checkpoint size")
-        else:
-            e.weights_bytes = int(params * e.compute_bytes)
+        e.weights_bytes = loaded_weights(e, e.facts)
         kv = str(e.engine_arg("kv_cache_dtype", "auto") or "auto").lower()
         e.kv_dtype_bytes = e.compute_bytes if kv == "auto" else DTYPE_BYTES.get(kv, 1 if kv.startswith("fp8") else 2)
-        if any(k in kv for k in _KV_FORMATS_NOT_MODELLED):
+        e.kv_state_bytes = mla_state_bytes(kv, e.facts)
+        if e.kv_state_bytes is None and any(k in kv for k in _KV_FORMATS_NOT_MODELLED):
             e.notes.append(f"kv_cache_dtype={kv}: sized at one byte an element; its scales and packing are "
                            "not modelled")
             e.kv_dtype_bytes = 1
         e.kv = sizing(e, e.facts, on_gpu)
+
+
+def loaded_weights(e: EnginePlan, f: ModelFacts) -> int:
+    """The weights the engine holds in all: a quantized checkpoint as stored (vLLM keeps FP8 and INT4
+    weights as they are), else its parameters at the engine's dtype; MTP layers left out (not loaded
+    without speculative decoding)."""
+    if f.mtp_bytes:
+        e.notes.append(f"{f.mtp_layers} multi-token-prediction layer(s) in the checkpoint, "
+                       f"{_gib(f.mtp_bytes)} (estimated), not loaded: vLLM loads them only for speculative "
+                       "decoding, which the rig does not turn on")
+    if f.quantization:
+        return f.loaded_bytes
+    if e.engine_arg("quantization"):
+        # Quantized on load: the checkpoint's size is the honest upper bound we know.
+        e.notes.append(f"quantization={e.engine_arg('quantization')}: weights counted at checkpoint size")
+        return f.loaded_bytes
+    return int(f.loaded_bytes / f.stored_dtype_bytes * e.compute_bytes)
+
+
+# 0.33 `MLAAttention.get_kv_cache_spec` `state_content_bytes`: packed MLA layouts, bytes per token and layer.
+DS_MLA_STATE_BYTES = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}
+
+
+def mla_state_bytes(kv_cache_dtype: str, f: ModelFacts) -> int | None:
+    """The packed per-token size of an MLA layer's cache, when the cache dtype packs it; None otherwise.
+
+    DeepSeek-V3.2 runs sparse MLA (FlashMLA sparse on Hopper), which serves any other fp8 cache dtype
+    as `fp8_ds_mla` (0.33 `_canonicalize_sparse_mla_kv_cache_dtype`); dense MLA (Kimi-K2.5) keeps fp8 at
+    one byte an element."""
+    if not f.latent_dim:
+        return None
+    if kv_cache_dtype in DS_MLA_STATE_BYTES:
+        return DS_MLA_STATE_BYTES[kv_cache_dtype]
+    if f.indexer_bytes and kv_cache_dtype.startswith("fp8"):
+        return DS_MLA_STATE_BYTES["fp8_ds_mla"]
+    return None
 
 
 def sizing(e: EnginePlan, f: ModelFacts, on_gpu: bool) -> KvSizing:
@@ -193,7 +232,8 @@ def sizing(e: EnginePlan, f: ModelFacts, on_gpu: bool) -> KvSizing:
                     dtype_bytes=e.kv_dtype_bytes, block_size=int(args.get("block_size") or DEFAULT_BLOCK_SIZE),
                     max_model_len=e.window,
                     step_tokens=step_tokens(args, e.window, int(getattr(e.model, "max_num_seqs", 1)), on_gpu),
-                    steps_in_flight=steps_in_flight(args))
+                    steps_in_flight=steps_in_flight(args), latent_dim=f.latent_dim, state_bytes=e.kv_state_bytes,
+                    indexer_bytes=f.indexer_bytes)
 
 
 def check_windows(cfg: Any, engines: list[EnginePlan], problems: list[Problem]) -> None:
@@ -294,15 +334,16 @@ def _place(engines: list[EnginePlan], n: int, overhead: int, problems: list[Prob
             problems.append(Problem(f"{e.path}.devices", f"{e.label}: devices {list(given)} name GPU(s) {bad}, but "
                                     f"{n} GPU(s) are visible (indices 0-{n - 1}): fix {e.path}.devices"))
             given = tuple(d for d in given if d < n)
-        if len(given) != e.tp:
+        if len(given) != e.gpus:
+            layout = f"tensor_parallel_size={e.tp}" + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
             problems.append(Problem(f"{e.path}.devices", f"{e.label}: {len(given)} device(s) for "
-                                    f"tensor_parallel_size={e.tp}: give {e.tp} or none"))
+                                    f"{layout}: give {e.gpus} or none"))
         e.devices = given
         for d in given:
             load[d] += e.device_need(overhead)
-    order = sorted((e for e in engines if not e.devices), key=lambda e: (-e.tp, -e.weights_bytes, e.index))
+    order = sorted((e for e in engines if not e.devices), key=lambda e: (-e.gpus, -e.weights_bytes, e.index))
     for e in order:
-        k = min(e.tp, n)
+        k = min(e.gpus, n)
         chosen = sorted(sorted(range(n), key=lambda d: (load[d], d))[:k])
         e.devices, e.devices_planned = tuple(chosen), True
         for d in chosen:
@@ -312,16 +353,20 @@ def _place(engines: list[EnginePlan], n: int, overhead: int, problems: list[Prob
 def _tp_problem(e: EnginePlan, engines: list[EnginePlan], inv: Inventory, pc: Any, overhead: int) -> Problem:
     n = len(inv.gpus)
     cap = pc.max_device_share * sum(g.total_bytes for g in inv.gpus)
-    need = sum(x.weights_bytes + overhead * min(x.tp, n) + x.window_kv() * min(x.tp, n) for x in engines)
+    need = sum(x.weights_bytes * x.dp + (overhead + x.window_kv()) * min(x.gpus, n) for x in engines)
     others = [x for x in engines if x is not e]
-    what = f"{e.label} has tensor_parallel_size={e.tp} but {n} GPU(s) are visible"
+    what = (f"{e.label} has tensor_parallel_size={e.tp}" + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
+            + f" but {n} GPU(s) are visible")
+    if e.dp > 1 and e.tp <= n:
+        return Problem(f"{e.path}.data_parallel_size", f"{what}: set {e.setting('data_parallel_size', n // e.tp)}, "
+                       f"or run on {e.gpus} GPUs")
     if need > cap:
         held = " + ".join(f"{x.name} {_gib(x.weights_bytes)}" for x in [e, *others])
         return Problem(f"{e.path}.tensor_parallel_size",
                        f"{what}, and the weights alone ({held}) plus one max_model_len request of KV cache each need "
                        f"{_gib(need)}, "
                        f"more than {n} x {_gib(inv.gpus[0].total_bytes)} x {pc.max_device_share} = {_gib(cap)}: "
-                       f"run on {e.tp} GPUs (plan.gpus or the allocation), or choose a smaller {e.roles[0]} model")
+                       f"run on {e.gpus} GPUs (plan.gpus or the allocation), or choose a smaller {e.roles[0]} model")
     return Problem(f"{e.path}.tensor_parallel_size",
                    f"{what}: set {e.setting('tensor_parallel_size', n)}, or run on {e.tp} GPUs")
 
@@ -403,9 +448,41 @@ def _crowded_problem(gpu: _Gpu, engines: list[EnginePlan], n: int, overhead: int
     head = (f"GPU {gpu.index} ({gpu.name}, {_gib(gpu.size)}) cannot hold {parts} (weights, plan.overhead_gib="
             f"{pc.overhead_gib:g} and one max_model_len request of KV cache each) = {_gib(gpu.need)} within "
             f"plan.max_device_share={pc.max_device_share} x {_gib(gpu.size)} = {_gib(gpu.room)}")
-    return (_fix_by_window(gpu, head, overhead) or _fix_by_gpus(gpu, engines, n, head, overhead)
+    return (_fix_by_spreading(gpu, engines, n, head, overhead) or _fix_by_window(gpu, head, overhead)
+            or _fix_by_gpus(gpu, engines, n, head, overhead, pc)
             or Problem("plan.gpus", f"{head}: run on more GPUs (plan.gpus, or the job's allocation), or choose "
                        "smaller models"))
+
+
+def _need_at_tp(e: EnginePlan, tp: int, overhead: int) -> int:
+    """What the engine needs per GPU (weights, overhead, one request) at tensor parallel `tp`."""
+    assert e.kv is not None and e.facts is not None
+    kv = replace(e.kv, kv_heads=kv_heads_per_device(e.facts.kv_heads, tp))
+    return e.weights_bytes // tp + overhead + kv.startup_bytes()
+
+
+def _fix_by_spreading(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int) -> Problem | None:
+    """A smaller engine crowding a large one (an auditor on 2 of the 8 GPUs a tensor-parallel-8 narrator
+    takes): the same engine at a larger tensor parallel, spread over the least loaded GPUs, may fit
+    beside it on every GPU (the widest such spread is named: it crowds each GPU least). Only engines
+    the plan places (devices not set) are moved."""
+    for x in sorted(gpu.engines, key=lambda e: (e.gpus, e.index)):
+        if x.devices_planned is False or x.facts is None or x.kv is None or x.dp > 1:
+            continue
+        others = [0] * n
+        for e in engines:
+            if e is not x and e.facts is not None and e.kv is not None:
+                for d in e.devices:
+                    others[d] += e.device_need(overhead)
+        for tp in (8, 4, 2):  # the widest first: it leaves the most room on each GPU
+            if tp <= x.tp or tp > n or (x.facts.heads and not _tp_fits_heads(x.facts, tp)):
+                continue
+            least = sorted(range(n), key=lambda d: (others[d], d))[:tp]
+            if all(others[d] + _need_at_tp(x, tp, overhead) <= gpu.room for d in least):
+                return Problem(f"{x.path}.tensor_parallel_size",
+                               f"{head}: set {x.setting('tensor_parallel_size', tp)} (its weights spread over {tp} "
+                               f"GPUs beside the others), or run on more GPUs")
+    return None
 
 
 def _fix_by_window(gpu: _Gpu, head: str, overhead: int) -> Problem | None:
@@ -425,12 +502,28 @@ def _fix_by_window(gpu: _Gpu, head: str, overhead: int) -> Problem | None:
                    f"window that fits){alt}, or run on more GPUs")
 
 
-def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int) -> Problem | None:
+# GPUs to name when a model's weights fit none of the inventory's: (plan.gpus spelling, GiB).
+LARGER_GPUS = (("H100-80GB", 80), ("H200-141GB", 141), ("B200-192GB", 192))
+# The most GPUs one node holds (one engine's tensor parallel stays inside a node).
+NODE_GPUS = 8
+
+
+def _what_would(e: EnginePlan, overhead: int, pc: Any) -> str:
+    """The smallest 8-GPU node that holds the engine alone, in plan.gpus spelling; or the serving setup."""
+    for name, size in LARGER_GPUS:
+        room = int(pc.max_device_share * size * GIB) - size * GIB // 1000
+        if _alone_at_tp(e, room, overhead) is not None:
+            return f"{NODE_GPUS} x {name} would (plan.gpus=[{NODE_GPUS}x{name}])"
+    return "no 8-GPU node here would"
+
+
+def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int,
+                 pc: Any) -> Problem | None:
     """An engine on GPUs of its own: how many GPUs that takes, and the tensor parallel (or window) the first
     engine that does not fit one GPU alone needs."""
     room = gpu.room - gpu.size // 1000  # less the rounding of shares
     alone = {e.index: _alone_at_tp(e, room, overhead) for e in engines}
-    count = sum(alone[e.index] or e.tp for e in engines)
+    count = sum((alone[e.index] or e.tp) * e.dp for e in engines)
     misfit = next((e for e in gpu.engines if alone[e.index] != e.tp), None)
     if misfit is None:
         if count > n:
@@ -448,6 +541,14 @@ def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhe
         if window:
             return Problem(f"{misfit.path}.max_model_len", f"{head}: set {misfit.setting('max_model_len', window)} "
                            f"and give it a GPU of its own, or {smaller}")
+        if misfit.weights_bytes // NODE_GPUS + overhead > room:
+            # Not even the weights: say it plainly, and what would hold them.
+            return Problem(misfit.roles[0], f"{misfit.label}: its weights ({_gib(misfit.weights_bytes)}, "
+                           f"{_gib(misfit.weights_bytes / NODE_GPUS)} a GPU at tensor parallel {NODE_GPUS}, plus "
+                           f"plan.overhead_gib={pc.overhead_gib:g}) do not fit GPUs of {_gib(gpu.size)} "
+                           f"({_gib(room)} usable at plan.max_device_share={pc.max_device_share}): "
+                           f"{_what_would(misfit, overhead, pc)}; two nodes are for a multi-node vLLM server "
+                           f"(engine=openai); or {smaller}")
         return Problem(misfit.roles[0], f"{head}: {misfit.label} does not fit GPUs of {_gib(gpu.size)} even alone "
                        f"with tensor parallel up to 8: {smaller} (or larger GPUs)")
     where = (f"on {tp} GPUs (plan.gpus or the job's allocation)" if len(engines) == 1 else
@@ -464,14 +565,17 @@ def plan_gpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
     cap = float(pc.max_device_share)
     known = [e for e in engines if e.facts is not None]
     for e in known:
-        if e.tp > n:
+        if e.gpus > n:
             problems.append(_tp_problem(e, known, inv, pc, overhead))
     check_heads(known, problems)
     _place(known, n, overhead, problems)
     size = [g.total_bytes for g in inv.gpus]
     gpus = _gpus(known, inv, size, overhead, cap)
     crowded = [g for g in gpus if g.least_shares > cap + 1e-9]
-    problems.extend(_crowded_problem(g, known, n, overhead, pc) for g in crowded)
+    for g in crowded:  # several GPUs crowded the same way say it once
+        p = _crowded_problem(g, known, n, overhead, pc)
+        if all(p.message != q.message for q in problems):
+            problems.append(p)
     said = {e.index for g in crowded for e in g.engines}  # engines a fatal line already names
     # Shares the user set are taken as they are.
     given = {e.index: float(e.model.gpu_memory_utilization) for e in known
