@@ -121,21 +121,21 @@ BUILT_IN: dict[str, ModelFacts] = {
     # are those parameters at the checkpoint's bytes, an estimate the plan replaces with the index's
     # metadata.total_size once the model is on disk.
     # Qwen3-235B-A22B (Qwen3MoeForCausalLM): 94 layers, 64 heads, 4 KV heads x 128, 128 experts, 8 per
-    # token, max_position_embeddings 40960; 235.09 B parameters, 22.14 B active.
+    # token, max_position_embeddings 40960; 235.09 B parameters, 22.19 B active (the router included).
     "qwen3-235b-a22b": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=470_185_672_704,
                                   stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                  params=235_092_836_352, active_params=22_140_682_240),
+                                  params=235_092_836_352, active_params=22_189_965_312),
     # The same in Qwen's FP8 (quantization_config fp8, 128 x 128 weight blocks with a float32 scale each);
     # embedding, head and norms in bf16: about 236 GB (estimate: 233.85 B one-byte weights, 2.49 B
     # two-byte ones, 0.06 GB of scales).
     "qwen3-235b-a22b-fp8": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=236_400_000_000,
                                       stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                      params=235_092_836_352, active_params=22_140_682_240, quantization="fp8"),
+                                      params=235_092_836_352, active_params=22_189_965_312, quantization="fp8"),
     # Qwen3-30B-A3B: 48 layers, 32 heads, 4 KV heads x 128, 128 experts, 8 per token; 30.53 B
-    # parameters, 3.34 B active; about 61 GB in bf16: one 80 GB GPU.
+    # parameters, 3.35 B active; about 61 GB in bf16: one 80 GB GPU.
     "qwen3-30b-a3b": ModelFacts(layers=48, heads=32, kv_heads=4, head_dim=128, weights_bytes=61_063_823_360,
                                 stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                params=30_531_911_680, active_params=3_340_238_848),
+                                params=30_531_911_680, active_params=3_352_821_760),
     # DeepSeek-V3.2 (DeepseekV32ForCausalLM): 61 layers, 128 heads, MLA (kv_lora_rank 512 + qk_rope_head_dim
     # 64 = 576 cached elements a layer), the sparse-attention indexer (index_head_dim 128: 132 bytes),
     # 256 experts + 1 shared, 8 per token, first 3 layers dense, 1 MTP layer, max_position_embeddings
