@@ -24,7 +24,7 @@ from ncp_local.config import ConfigError
 from ncp_local.modes.plan import full as plan_full
 from ncp_local.plan.facts import BUILT_IN, model_facts, read_model_dir
 from ncp_local.plan.growth import Line, fit_line
-from ncp_local.plan.hardware import GIB, inventory, parse_gpu
+from ncp_local.plan.hardware import GIB, inventory, parse_gpu, parse_gpus
 from ncp_local.plan.kv import (
     GPU_STEP_TOKENS,
     KvSizing,
@@ -465,6 +465,10 @@ def readme_gpu_commands() -> list[list[str]]:
         if "run.py" not in line or line.lstrip().startswith(("#", "`python")):
             continue
         tokens = shlex.split(line.split("run.py", 1)[1].split("#", 1)[0])
+        # A command for a larger node (8 x H200) is planned on its own hardware by test_presets_plan.py.
+        hardware = [t.partition("=")[2].strip("[]") for t in tokens if t.startswith("plan.gpus=")]
+        if hardware and sum(len(parse_gpus(g)) for g in hardware[0].split(",")) > len(TWO):
+            continue
         # Not what is planned: the mode, other modes' inputs, and the hardware (the test gives its own).
         tokens = [t for t in tokens if "=" in t and not t.startswith(("mode=", "runs=", "out_dir=", "review.",
                                                                       "plan.gpus="))]
