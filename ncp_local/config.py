@@ -26,6 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # hashed instead), how fast or where it runs, other modes' settings. `limit` is
 # out too: episodes are independent, a resume with another limit keeps them.
 _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
+              "data_parallel_size", "enable_expert_parallel",
               "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
 NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress", "progress_every_s", "hydra", "limit", "runs", "report",
                 "review",

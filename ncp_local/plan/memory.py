@@ -513,8 +513,8 @@ def _what_would(e: EnginePlan, overhead: int, pc: Any) -> str:
     for name, size in LARGER_GPUS:
         room = int(pc.max_device_share * size * GIB) - size * GIB // 1000
         if _alone_at_tp(e, room, overhead) is not None:
-            return f"{NODE_GPUS} x {name} would (plan.gpus=[{NODE_GPUS}x{name}])"
-    return "no 8-GPU node here would"
+            return f"run on {NODE_GPUS} x {name} (plan.gpus=[{NODE_GPUS}x{name}]), which holds them,"
+    return f"run on GPUs larger than {LARGER_GPUS[-1][0]}"
 
 
 def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int,
@@ -547,8 +547,8 @@ def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhe
                            f"{_gib(misfit.weights_bytes / NODE_GPUS)} a GPU at tensor parallel {NODE_GPUS}, plus "
                            f"plan.overhead_gib={pc.overhead_gib:g}) do not fit GPUs of {_gib(gpu.size)} "
                            f"({_gib(room)} usable at plan.max_device_share={pc.max_device_share}): "
-                           f"{_what_would(misfit, overhead, pc)}; two nodes are for a multi-node vLLM server "
-                           f"(engine=openai); or {smaller}")
+                           f"{_what_would(misfit, overhead, pc)} or across two nodes through a multi-node vLLM "
+                           f"server (engine=openai); or {smaller}")
         return Problem(misfit.roles[0], f"{head}: {misfit.label} does not fit GPUs of {_gib(gpu.size)} even alone "
                        f"with tensor parallel up to 8: {smaller} (or larger GPUs)")
     where = (f"on {tp} GPUs (plan.gpus or the job's allocation)" if len(engines) == 1 else
