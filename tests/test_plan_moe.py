@@ -294,3 +294,17 @@ def test_the_plan_lays_out_tensor_x_data_parallel_as_vllm_slices_it() -> None:
     bad = plan_mod.check(cfg_for(one + ["narrator.model.data_parallel_size=4", "player.model.data_parallel_size=4",
                                         "auditor.model.data_parallel_size=4", "plan.gpus=[2xH100-80GB]"]))
     assert bad.fatal[0].field.endswith("data_parallel_size") and "=2" in bad.fatal[0].message
+
+
+def test_the_mtp_layer_is_one_vllm_skips_without_speculative_decoding() -> None:
+    """vLLM's DeepSeek model loads num_hidden_layers layers and skips every weight its own helper names as
+    a speculative-decoding layer (layer 61 of V3.2); the plan leaves exactly those out."""
+    utils = pytest.importorskip("vllm.model_executor.models.utils")
+    config = NS(num_hidden_layers=61, num_nextn_predict_layers=1)
+    assert utils.get_spec_layer_idx_from_weight_name(config, "model.layers.61.mlp.experts.0.gate_proj.weight") == 61
+    assert utils.get_spec_layer_idx_from_weight_name(config, "model.layers.60.mlp.experts.0.gate_proj.weight") is None
+    f = BUILT_IN["deepseek-v3.2"]
+    _, e = engine(DEEPSEEK + [H200])
+    assert (f.layers, f.mtp_layers) == (61, 1) and e.kv.layers == 61
+    assert e.weights_bytes == f.weights_bytes - f.mtp_bytes
+    assert any("multi-token-prediction" in n for n in e.notes)
