@@ -11,6 +11,7 @@
 - `8xH200-141GB` is eight GPUs;
 - the README's DeepSeek-V3.2 command goes on 8 x H200; on 8 x H100-80GB it stops in one line saying the
   weights do not fit and what would; Qwen3-235B-A22B and Kimi-K2.5 go on 8 x H200;
+- block-FP8 experts sliced past whole blocks are refused where vLLM's own load check refuses them;
 - data parallel inside one engine: vLLM's own engine arguments and parallel config take the rig's
   settings, the plan gives tensor parallel x data parallel devices and counts every replica's KV cache,
   and vLLM slices the devices per replica as the plan laid them out.
@@ -183,6 +184,7 @@ def test_a_quantized_mla_folder_is_read_and_loaded_as_stored(tmp_path: Path) -> 
     assert (f.latent_dim, f.indexer_bytes, f.kv_heads, f.heads, f.experts, f.active_experts) == (576, 132, 1, 128,
                                                                                                   256, 8)
     assert (f.quantization, f.mtp_layers, f.native_window, f.weights_bytes) == ("fp8", 1, 163840, total)
+    assert (f.moe_intermediate, f.weight_block) == (2048, 128)
     assert f.mtp_bytes == total // 59 and f.loaded_bytes == total - total // 59  # one MoE layer's share of 58 + 1
     _, e = engine(DEEPSEEK + [H200, f"narrator.model.path={d}", f"player.model.path={d}"])
     # FP8 weights stay FP8: the stored bytes (less the MTP layer), not the parameters at bf16.
@@ -308,3 +310,32 @@ def test_the_mtp_layer_is_one_vllm_skips_without_speculative_decoding() -> None:
     assert (f.layers, f.mtp_layers) == (61, 1) and e.kv.layers == 61
     assert e.weights_bytes == f.weights_bytes - f.mtp_bytes
     assert any("multi-token-prediction" in n for n in e.notes)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_fp8_experts_sliced_past_their_blocks_need_expert_parallel(tp: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen3-235B-A22B-FP8 without expert parallel: its 1536-column experts in 128-wide FP8 blocks load at
+    tensor parallel 2 and 4 and not at 8, by vLLM's own check; the plan refuses exactly where vLLM would,
+    in one line naming enable_expert_parallel."""
+    fp8_utils = pytest.importorskip("vllm.model_executor.layers.quantization.utils.fp8_utils")
+    import vllm.distributed
+
+    monkeypatch.setattr(vllm.distributed, "get_tensor_model_parallel_world_size", lambda: tp)
+    try:
+        fp8_utils.validate_fp8_block_shape_moe(1536 // tp, [128, 128])
+        vllm_loads = True
+    except ValueError:
+        vllm_loads = False
+    off = [f"{r}.model.{k}" for r in ("narrator", "player") for k in ("enable_expert_parallel=false",
+                                                                      f"tensor_parallel_size={tp}")]
+    p = plan_mod.check(cfg_for(["experiment=paper", "narrator=qwen3_235b_a22b_fp8", "player=qwen3_235b_a22b_fp8",
+                                "auditor=qwen3_32b", "auditor.model.tensor_parallel_size=8", H200] + off))
+    refused = [x for x in p.fatal if x.field.endswith("enable_expert_parallel")]
+    assert bool(refused) == (not vllm_loads) == (tp == 8)
+    if refused:
+        assert "set narrator.model.enable_expert_parallel=true player.model.enable_expert_parallel=true" in \
+            refused[0].message
+    # With expert parallel (the file's setting) each GPU holds whole experts: nothing to refuse.
+    on = plan_mod.check(cfg_for(["experiment=paper", "narrator=qwen3_235b_a22b_fp8", "player=qwen3_235b_a22b_fp8",
+                                 "auditor=qwen3_32b", "auditor.model.tensor_parallel_size=8", H200]))
+    assert not on.fatal

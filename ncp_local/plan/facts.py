@@ -59,6 +59,9 @@ class ModelFacts:
     # The checkpoint's own quantization (`quantization_config.quant_method`, e.g. fp8,
     # compressed-tensors): vLLM loads such weights as stored, so memory = checkpoint bytes.
     quantization: str | None = None
+    # Block-quantized FP8: an expert's gate/up columns on each GPU must be whole blocks (below).
+    moe_intermediate: int = 0  # moe_intermediate_size
+    weight_block: int = 0  # quantization_config.weight_block_size[0] (0: not block-quantized)
 
     @property
     def loaded_bytes(self) -> int:
@@ -130,7 +133,8 @@ BUILT_IN: dict[str, ModelFacts] = {
     # two-byte ones, 0.06 GB of scales).
     "qwen3-235b-a22b-fp8": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=236_400_000_000,
                                       stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                      params=235_092_836_352, active_params=22_189_965_312, quantization="fp8"),
+                                      params=235_092_836_352, active_params=22_189_965_312, quantization="fp8",
+                                      moe_intermediate=1536, weight_block=128),
     # Qwen3-30B-A3B: 48 layers, 32 heads, 4 KV heads x 128, 128 experts, 8 per token; 30.53 B
     # parameters, 3.35 B active; about 61 GB in bf16: one 80 GB GPU.
     "qwen3-30b-a3b": ModelFacts(layers=48, heads=32, kv_heads=4, head_dim=128, weights_bytes=61_063_823_360,
@@ -145,7 +149,8 @@ BUILT_IN: dict[str, ModelFacts] = {
     "deepseek-v3.2": ModelFacts(layers=61, heads=128, kv_heads=1, head_dim=576, weights_bytes=690_000_000_000,
                                 stored_dtype_bytes=2, native_window=163840, latent_dim=576, indexer_bytes=132,
                                 experts=256, active_experts=8, params=685_000_000_000, active_params=37_000_000_000,
-                                mtp_layers=1, mtp_bytes=690_000_000_000 // 59, quantization="fp8"),
+                                mtp_layers=1, mtp_bytes=690_000_000_000 // 59, quantization="fp8",
+                                moe_intermediate=2048, weight_block=128),
     # Kimi-K2.5 (KimiK25ForConditionalGeneration; its language model is DeepSeek-V3's): 61 layers, 64
     # heads, MLA 512 + 64, 384 experts + 1 shared, 8 per token, window 262144, no MTP layer (not
     # verified), routed experts in INT4 (compressed-tensors, groups of 32). About 1.04 T parameters,
@@ -300,11 +305,14 @@ def _moe_mla(cfg: dict[str, Any], layers: int, weights: int, stored: int) -> dic
     quant = cfg.get("quantization_config")
     method = str(quant.get("quant_method") or "quantized") if isinstance(quant, dict) else None
     mtp = int(cfg.get("num_nextn_predict_layers") or 0)
+    block = quant.get("weight_block_size") if isinstance(quant, dict) else None
     moe_layers = max(1, layers - int(cfg.get("first_k_dense_replace") or 0)) if experts else layers
     params = 0 if method else weights // max(stored, 1)
     return dict(latent_dim=latent, indexer_bytes=indexer, experts=experts, active_experts=active, params=params,
                 active_params=_active_params(cfg, params, experts, active, moe_layers) if params else 0,
-                mtp_layers=mtp, mtp_bytes=_mtp_bytes(weights, mtp, moe_layers), quantization=method)
+                mtp_layers=mtp, mtp_bytes=_mtp_bytes(weights, mtp, moe_layers), quantization=method,
+                moe_intermediate=int(cfg.get("moe_intermediate_size") or 0) if experts else 0,
+                weight_block=int(block[0]) if isinstance(block, list) and block else 0)
 
 
 def _mtp_bytes(weights: int, mtp: int, moe_layers: int) -> int:

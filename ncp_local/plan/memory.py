@@ -273,6 +273,24 @@ def check_heads(engines: list[EnginePlan], problems: list[Problem]) -> None:
                                 f"{e.setting('tensor_parallel_size', max(ok))} (it takes {ok})"))
 
 
+def check_expert_split(engines: list[EnginePlan], problems: list[Problem]) -> None:
+    """Block-quantized FP8 experts sliced by tensor parallel must keep whole blocks on each GPU: vLLM
+    refuses to load otherwise (0.33 fp8_utils.py `validate_fp8_block_shape_moe`: "not divisible by weight
+    quantization block_n"). Without expert parallel the MoE layers are sliced over tensor parallel x data
+    parallel ranks; with it each GPU holds whole experts."""
+    for e in engines:
+        f = e.facts
+        if f is None or not f.weight_block or not f.moe_intermediate or e.engine_arg("enable_expert_parallel"):
+            continue
+        ranks = e.gpus
+        if ranks > 1 and (f.moe_intermediate // ranks) % f.weight_block:
+            problems.append(Problem(f"{e.path}.enable_expert_parallel",
+                                    f"{e.label}: its FP8 experts ({f.moe_intermediate} columns in "
+                                    f"{f.weight_block}-wide blocks) sliced over {ranks} GPUs give "
+                                    f"{f.moe_intermediate // ranks} a GPU, not whole blocks (vLLM refuses to load "
+                                    f"them): set {e.setting('enable_expert_parallel', 'true')}"))
+
+
 def _tp_fits_heads(f: ModelFacts, tp: int) -> bool:
     kv_ok = (tp % f.kv_heads == 0) if tp >= f.kv_heads else (f.kv_heads % tp == 0)
     return f.heads % tp == 0 and kv_ok
@@ -568,6 +586,7 @@ def plan_gpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
         if e.gpus > n:
             problems.append(_tp_problem(e, known, inv, pc, overhead))
     check_heads(known, problems)
+    check_expert_split(known, problems)
     _place(known, n, overhead, problems)
     size = [g.total_bytes for g in inv.gpus]
     gpus = _gpus(known, inv, size, overhead, cap)
