@@ -277,16 +277,20 @@ def test_data_parallel_builds_vllms_own_arguments_and_parallel_config(tmp_path: 
 
 
 def test_the_plan_lays_out_tensor_x_data_parallel_as_vllm_slices_it() -> None:
-    """Qwen3-30B-A3B, 4 replicas on 4 x H100: the plan takes 4 GPUs, gives each its weights and KV cache,
-    counts the 4 caches, and vLLM hands replica r the r-th run of tensor_parallel_size devices."""
+    """Qwen3-30B-A3B, 4 replicas on 4 x H100: the plan takes 4 GPUs, gives each the dense weights whole and a
+    quarter of the experts (vLLM shards MoE layers over all 4) and its own KV cache, counts the 4 caches,
+    and vLLM hands replica r the r-th run of tensor_parallel_size devices."""
     utils = pytest.importorskip("vllm.v1.engine.utils")
     one = ["experiment=paper", "narrator=qwen3_30b_a3b", "player=qwen3_30b_a3b", "auditor=qwen3_30b_a3b"]
     _, single = engine(one + ["plan.gpus=[H100-80GB]"])
     p, e = engine(one + ["narrator.model.data_parallel_size=4", "player.model.data_parallel_size=4",
                          "auditor.model.data_parallel_size=4", "plan.gpus=[4xH100-80GB]"])
     assert not p.fatal and e.devices == (0, 1, 2, 3) and e.gpus == 4
-    assert e.weights_bytes == single.weights_bytes and e.kv_bytes == single.kv_bytes  # per GPU, as alone
-    assert e.capacity_tokens() == 4 * single.capacity_tokens()
+    f = BUILT_IN["qwen3-30b-a3b"]
+    assert e.weights_bytes == single.weights_bytes == f.weights_bytes
+    assert e.weights_at(1) == f.weights_bytes - f.expert_bytes + f.expert_bytes // 4 < single.weights_at(1)
+    assert e.kv_bytes > single.kv_bytes  # the experts' room goes to each replica's KV cache
+    assert e.capacity_tokens() == 4 * e.kv.capacity_tokens(e.kv_bytes)
     planned = apply(p.cfg, p.engines).narrator.model
     assert planned.devices == [0, 1, 2, 3]
     for r in range(4):
@@ -339,3 +343,21 @@ def test_fp8_experts_sliced_past_their_blocks_need_expert_parallel(tp: int, monk
     on = plan_mod.check(cfg_for(["experiment=paper", "narrator=qwen3_235b_a22b_fp8", "player=qwen3_235b_a22b_fp8",
                                  "auditor=qwen3_32b", "auditor.model.tensor_parallel_size=8", H200]))
     assert not on.fatal
+
+
+def test_data_parallel_experts_shard_over_every_gpu() -> None:
+    """DeepSeek-V3.2 as eight expert-parallel replicas (tensor parallel 1, data parallel 8), the layout
+    vLLM's DeepSeek recipes also use: each GPU holds the attention and dense weights whole and an eighth
+    of the routed experts, and its own replica's KV cache."""
+    f = BUILT_IN["deepseek-v3.2"]
+    dp = [f"{r}.model.{k}" for r in ("narrator", "player")
+          for k in ("tensor_parallel_size=1", "data_parallel_size=8", "enable_expert_parallel=true")]
+    p, e = engine(["experiment=paper", "narrator=deepseek_v3_2", "player=deepseek_v3_2", "auditor=qwen3_32b",
+                   "auditor.model.tensor_parallel_size=8", H200] + dp)
+    assert not p.fatal, [x.message for x in p.fatal]
+    assert e.devices == tuple(range(8)) and (e.tp, e.dp) == (1, 8)
+    dense = f.loaded_bytes - f.expert_bytes
+    assert e.weights_at(1) == dense + f.expert_bytes // 8  # not the whole 632 GiB on one GPU
+    assert e.capacity_tokens() == 8 * e.kv.capacity_tokens(e.kv_bytes)
+    _, tp8 = engine(DEEPSEEK + [H200])
+    assert e.weights_at(1) > tp8.weights_at(8)  # replicated attention costs memory

@@ -298,8 +298,8 @@ def _size(e: EnginePlan, f: ModelFacts) -> str:
         parts.append(f"MoE: {f.active_experts} of {f.experts} experts per token{active}")
     if f.quantization:
         parts.append(f"stored {f.quantization}, loaded as stored")
-    if e.tp > 1:
-        parts.append(f"{_gib(e.weights_bytes / e.tp)} per GPU")
+    if e.gpus > 1:
+        parts.append(f"{_gib(e.weights_at(e.tp))} per GPU")
     return f": {'; '.join(parts)}" if parts else ""
 
 

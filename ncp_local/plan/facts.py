@@ -62,6 +62,11 @@ class ModelFacts:
     # Block-quantized FP8: an expert's gate/up columns on each GPU must be whole blocks (below).
     moe_intermediate: int = 0  # moe_intermediate_size
     weight_block: int = 0  # quantization_config.weight_block_size[0] (0: not block-quantized)
+    # Of weights_bytes, the routed experts' (layers x experts x 3 x hidden x moe_intermediate_size at the
+    # checkpoint's bytes a parameter): vLLM shards MoE layers over tensor parallel x data parallel GPUs
+    # (0.33 fused_moe/config.py `flatten_tp_across_dp_and_pcp`, or by expert with expert parallel), the
+    # rest over tensor parallel only.
+    expert_bytes: int = 0
 
     @property
     def loaded_bytes(self) -> int:
@@ -127,19 +132,19 @@ BUILT_IN: dict[str, ModelFacts] = {
     # token, max_position_embeddings 40960; 235.09 B parameters, 22.19 B active (the router included).
     "qwen3-235b-a22b": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=470_185_672_704,
                                   stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                  params=235_092_836_352, active_params=22_189_965_312),
+                                  params=235_092_836_352, active_params=22_189_965_312, expert_bytes=454_192_791_552),
     # The same in Qwen's FP8 (quantization_config fp8, 128 x 128 weight blocks with a float32 scale each);
     # embedding, head and norms in bf16: about 236 GB (estimate: 233.85 B one-byte weights, 2.49 B
     # two-byte ones, 0.06 GB of scales).
     "qwen3-235b-a22b-fp8": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=236_400_000_000,
                                       stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
                                       params=235_092_836_352, active_params=22_189_965_312, quantization="fp8",
-                                      moe_intermediate=1536, weight_block=128),
+                                      moe_intermediate=1536, weight_block=128, expert_bytes=227_096_395_776),
     # Qwen3-30B-A3B: 48 layers, 32 heads, 4 KV heads x 128, 128 experts, 8 per token; 30.53 B
     # parameters, 3.35 B active; about 61 GB in bf16: one 80 GB GPU.
     "qwen3-30b-a3b": ModelFacts(layers=48, heads=32, kv_heads=4, head_dim=128, weights_bytes=61_063_823_360,
                                 stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                params=30_531_911_680, active_params=3_352_821_760),
+                                params=30_531_911_680, active_params=3_352_821_760, expert_bytes=57_982_058_496),
     # DeepSeek-V3.2 (DeepseekV32ForCausalLM): 61 layers, 128 heads, MLA (kv_lora_rank 512 + qk_rope_head_dim
     # 64 = 576 cached elements a layer), the sparse-attention indexer (index_head_dim 128: 132 bytes),
     # 256 experts + 1 shared, 8 per token, first 3 layers dense, 1 MTP layer, max_position_embeddings
@@ -150,7 +155,7 @@ BUILT_IN: dict[str, ModelFacts] = {
                                 stored_dtype_bytes=2, native_window=163840, latent_dim=576, indexer_bytes=132,
                                 experts=256, active_experts=8, params=685_000_000_000, active_params=37_000_000_000,
                                 mtp_layers=1, mtp_bytes=690_000_000_000 // 59, quantization="fp8",
-                                moe_intermediate=2048, weight_block=128),
+                                moe_intermediate=2048, weight_block=128, expert_bytes=653_908_770_816),
     # Kimi-K2.5 (KimiK25ForConditionalGeneration; its language model is DeepSeek-V3's): 61 layers, 64
     # heads, MLA 512 + 64, 384 experts + 1 shared, 8 per token, window 262144, no MTP layer (not
     # verified), routed experts in INT4 (compressed-tensors, groups of 32). About 1.04 T parameters,
@@ -158,7 +163,9 @@ BUILT_IN: dict[str, ModelFacts] = {
     "kimi-k2.5": ModelFacts(layers=61, heads=64, kv_heads=1, head_dim=576, weights_bytes=595_000_000_000,
                             stored_dtype_bytes=2, native_window=262144, latent_dim=576, experts=384,
                             active_experts=8, params=1_040_000_000_000, active_params=32_000_000_000,
-                            quantization="compressed-tensors"),
+                            quantization="compressed-tensors",
+                            # INT4 with a bf16 scale per group of 32: 0.5625 bytes a parameter.
+                            expert_bytes=570_760_888_320),
     "smollm2-135m-instruct": ModelFacts(layers=30, heads=9, kv_heads=3, head_dim=64, weights_bytes=269_030_016,
                                         stored_dtype_bytes=2, native_window=8192),
 }
@@ -312,7 +319,25 @@ def _moe_mla(cfg: dict[str, Any], layers: int, weights: int, stored: int) -> dic
                 active_params=_active_params(cfg, params, experts, active, moe_layers) if params else 0,
                 mtp_layers=mtp, mtp_bytes=_mtp_bytes(weights, mtp, moe_layers), quantization=method,
                 moe_intermediate=int(cfg.get("moe_intermediate_size") or 0) if experts else 0,
-                weight_block=int(block[0]) if isinstance(block, list) and block else 0)
+                weight_block=int(block[0]) if isinstance(block, list) and block else 0,
+                expert_bytes=_expert_bytes(cfg, experts, moe_layers, method, stored, weights))
+
+
+# Bytes a parameter of a quantized checkpoint's experts: FP8 one; other methods (INT4 compressed-tensors,
+# AWQ, GPTQ) four bits with a 16-bit scale per group of 32, unless the config says its bits.
+_FP8_BYTES = 1.0
+_INT4_BYTES = 0.5 + 2 / 32
+
+
+def _expert_bytes(cfg: dict[str, Any], experts: int, moe_layers: int, method: str | None, stored: int,
+                  weights: int) -> int:
+    """The routed experts' bytes: their shapes at the checkpoint's bytes a parameter (an estimate for
+    quantized checkpoints), never more than the checkpoint."""
+    if not experts:
+        return 0
+    params = moe_layers * experts * 3 * int(cfg.get("hidden_size") or 0) * int(cfg.get("moe_intermediate_size") or 0)
+    per = float(stored) if not method else (_FP8_BYTES if "fp8" in method else _INT4_BYTES)
+    return min(weights, int(params * per))
 
 
 def _mtp_bytes(weights: int, mtp: int, moe_layers: int) -> int:

@@ -57,6 +57,7 @@ class EnginePlan:
     share: float | None = None
     share_planned: bool = False
     weights_bytes: int = 0  # in memory, the whole model
+    expert_bytes: int = 0  # of weights_bytes, the routed experts' (sharded over every GPU of the engine)
     compute_bytes: int = 2
     kv_dtype_bytes: int = 2
     kv_state_bytes: int | None = None  # a packed MLA cache layout (fp8_ds_mla), bytes per token and layer
@@ -96,8 +97,14 @@ class EnginePlan:
         """The GPUs the engine takes: tensor parallel x data parallel."""
         return self.tp * self.dp
 
+    def weights_at(self, tp: int) -> int:
+        """Weights on each GPU at tensor parallel `tp`: the routed experts over every GPU of the engine
+        (tensor x data parallel), the rest over tensor parallel (each replica holds it)."""
+        experts = min(self.expert_bytes, self.weights_bytes)
+        return (self.weights_bytes - experts) // tp + experts // (tp * self.dp)
+
     def device_weights(self, overhead: int) -> int:
-        return self.weights_bytes // self.tp + overhead
+        return self.weights_at(self.tp) + overhead
 
     def window_kv(self) -> int:
         """KV bytes per device vLLM must find to start: one `max_model_len` request and its null block."""
@@ -173,6 +180,8 @@ def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only:
             continue
         e.compute_bytes = dtype_bytes(str(getattr(e.model, "dtype", "auto")), e.facts)
         e.weights_bytes = loaded_weights(e, e.facts)
+        # Scaled as the weights are (a bf16 checkpoint run in float32 doubles both).
+        e.expert_bytes = int(e.facts.expert_bytes * e.weights_bytes / max(e.facts.loaded_bytes, 1))
         kv = str(e.engine_arg("kv_cache_dtype", "auto") or "auto").lower()
         e.kv_dtype_bytes = e.compute_bytes if kv == "auto" else DTYPE_BYTES.get(kv, 1 if kv.startswith("fp8") else 2)
         e.kv_state_bytes = mla_state_bytes(kv, e.facts)
@@ -371,7 +380,7 @@ def _place(engines: list[EnginePlan], n: int, overhead: int, problems: list[Prob
 def _tp_problem(e: EnginePlan, engines: list[EnginePlan], inv: Inventory, pc: Any, overhead: int) -> Problem:
     n = len(inv.gpus)
     cap = pc.max_device_share * sum(g.total_bytes for g in inv.gpus)
-    need = sum(x.weights_bytes * x.dp + (overhead + x.window_kv()) * min(x.gpus, n) for x in engines)
+    need = sum((x.device_weights(overhead) + x.window_kv()) * min(x.gpus, n) for x in engines)
     others = [x for x in engines if x is not e]
     what = (f"{e.label} has tensor_parallel_size={e.tp}" + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
             + f" but {n} GPU(s) are visible")
@@ -448,7 +457,7 @@ def _alone_at_tp(e: EnginePlan, room: int, overhead: int) -> int | None:
         if tp < e.tp or (e.facts.heads and not _tp_fits_heads(e.facts, tp)):
             continue
         kv = replace(e.kv, kv_heads=kv_heads_per_device(e.facts.kv_heads, tp))
-        if e.weights_bytes // tp + overhead + kv.startup_bytes() <= room:
+        if e.weights_at(tp) + overhead + kv.startup_bytes() <= room:
             return tp
     return None
 
@@ -476,7 +485,7 @@ def _need_at_tp(e: EnginePlan, tp: int, overhead: int) -> int:
     """What the engine needs per GPU (weights, overhead, one request) at tensor parallel `tp`."""
     assert e.kv is not None and e.facts is not None
     kv = replace(e.kv, kv_heads=kv_heads_per_device(e.facts.kv_heads, tp))
-    return e.weights_bytes // tp + overhead + kv.startup_bytes()
+    return e.weights_at(tp) + overhead + kv.startup_bytes()
 
 
 def _fix_by_spreading(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int) -> Problem | None:
@@ -559,10 +568,10 @@ def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhe
         if window:
             return Problem(f"{misfit.path}.max_model_len", f"{head}: set {misfit.setting('max_model_len', window)} "
                            f"and give it a GPU of its own, or {smaller}")
-        if misfit.weights_bytes // NODE_GPUS + overhead > room:
+        if misfit.weights_at(NODE_GPUS) + overhead > room:
             # Not even the weights: say it plainly, and what would hold them.
             return Problem(misfit.roles[0], f"{misfit.label}: its weights ({_gib(misfit.weights_bytes)}, "
-                           f"{_gib(misfit.weights_bytes / NODE_GPUS)} a GPU at tensor parallel {NODE_GPUS}, plus "
+                           f"{_gib(misfit.weights_at(NODE_GPUS))} a GPU at tensor parallel {NODE_GPUS}, plus "
                            f"plan.overhead_gib={pc.overhead_gib:g}) do not fit GPUs of {_gib(gpu.size)} "
                            f"({_gib(room)} usable at plan.max_device_share={pc.max_device_share}): "
                            f"{_what_would(misfit, overhead, pc)} or across two nodes through a multi-node vLLM "
@@ -697,7 +706,7 @@ def _window_problem(e: EnginePlan, gpus: list[_Gpu], given: dict[int, float], sm
                     pc: Any) -> Problem:
     """An engine whose share leaves less KV cache than one max_model_len request (vLLM would not start)."""
     head = (f"{e.label}: a share of {e.share or 0.0:.3f} x {_gib(smallest)} leaves {_gib(max(e.kv_bytes, 0))} of KV "
-            f"cache per GPU after {_gib(e.weights_bytes / e.tp)} of weights and {pc.overhead_gib:g} GiB overhead, less "
+            f"cache per GPU after {_gib(e.weights_at(e.tp))} of weights and {pc.overhead_gib:g} GiB overhead, less "
             f"than one {e.window}-token request ({_gib(e.window_kv())}; vLLM refuses to start)")
     if e.engine_arg("kv_cache_memory_bytes"):
         return Problem(f"{e.path}.kv_cache_memory_bytes",
