@@ -106,6 +106,11 @@ class EnginePlan:
     def device_weights(self, overhead: int) -> int:
         return self.weights_at(self.tp) + overhead
 
+    def total_weights(self) -> int:
+        """Weights over all the engine's GPUs: every replica's dense weights, the experts once."""
+        experts = min(self.expert_bytes, self.weights_bytes)
+        return (self.weights_bytes - experts) * self.dp + experts
+
     def window_kv(self) -> int:
         """KV bytes per device vLLM must find to start: one `max_model_len` request and its null block."""
         return self.kv.startup_bytes() if self.kv else 0
@@ -380,7 +385,7 @@ def _place(engines: list[EnginePlan], n: int, overhead: int, problems: list[Prob
 def _tp_problem(e: EnginePlan, engines: list[EnginePlan], inv: Inventory, pc: Any, overhead: int) -> Problem:
     n = len(inv.gpus)
     cap = pc.max_device_share * sum(g.total_bytes for g in inv.gpus)
-    need = sum((x.device_weights(overhead) + x.window_kv()) * min(x.gpus, n) for x in engines)
+    need = sum(x.total_weights() + (overhead + x.window_kv()) * min(x.gpus, n) for x in engines)
     others = [x for x in engines if x is not e]
     what = (f"{e.label} has tensor_parallel_size={e.tp}" + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
             + f" but {n} GPU(s) are visible")
