@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
               "data_parallel_size", "enable_expert_parallel",
               "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "max_invalid_share", "progress", "progress_every_s", "hydra", "limit", "runs", "report",
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress", "progress_every_s", "hydra", "limit", "runs", "report",
                 "review",
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
                 "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "out", "bench",
@@ -181,6 +181,9 @@ class RunConfig(_Cfg):
     limit: int | None = Field(None, ge=1)
     out_dir: str | None = None
     concurrency: int = Field(64, ge=1)
+    # Ask the next turn's player while this turn's audits run: same results, one call less on each
+    # surviving turn's chain; the answers of turns that never happen are logged `speculative`.
+    speculative_player: bool = True
     # A finished run with more than this share of its episodes invalid for one reason exits 5.
     max_invalid_share: float = Field(0.5, ge=0, le=1)
     progress: bool = True

@@ -72,9 +72,11 @@ class Scripted:
     def __init__(self, root: Path, specs: list[Any], rules: Callable[[Request], Any] | None = None,
                  max_turns: int = 4, seed: int = 0, policy: RandomPolicy = QUIET, condition: str = "adversarial",
                  concurrency: int = 64, narrator: Callable[[PromptPack, dict], Any] | None = None,
-                 pack_dir: Path | None = None, play_through: bool = False, bounds: dict[str, Any] | None = None) -> None:
+                 pack_dir: Path | None = None, play_through: bool = False, bounds: dict[str, Any] | None = None,
+                 speculative_player: bool = False) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
         self.play_through = play_through
+        self.speculative_player = speculative_player
         self.concurrency = concurrency
         self.backend = ScriptedEngine(rules=rules, policy=policy)
         self.condition = condition
@@ -92,7 +94,8 @@ class Scripted:
         scheduler = EpisodeScheduler(
             specs=tuple(self.specs), calls=CallService(roles=roles, pack=pack, store=store, seed=self.seed),
             store=store, settings=EpisodeSettings(max_turns=self.max_turns, concurrency=self.concurrency,
-                                                  play_through=self.play_through),
+                                                  play_through=self.play_through,
+                                                  speculative_player=self.speculative_player),
             make_narrator=lambda: self.narrator(pack, roles), player=Player(self.condition))
         try:
             return asyncio.run(scheduler.run())

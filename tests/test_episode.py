@@ -341,3 +341,78 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
     (pack / "status_chek.txt").write_text("{facts}")
     with pytest.raises(InputError, match=r"status_check\.txt \(no stage reads status_chek\.txt: misspelt\?\)$"):
         PromptPack.load(pack)
+
+
+def _both_orders(tmp_path: Path, specs: list[Any], policy: Any, max_turns: int,
+                 rules: Any = None) -> tuple[Scripted, Scripted]:
+    runs = []
+    for on in (False, True):
+        run = Scripted(tmp_path / f"speculative-{on}", specs, rules, max_turns=max_turns, policy=policy,
+                       speculative_player=on)
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+def test_speculative_player_gives_byte_identical_results(tmp_path: Path) -> None:
+    """The next turn's player asked during the audits: the same results, file for file, as asked after;
+    the turns that never happened (conflict, all_resolved) leave their player call marked speculative."""
+    from helpers import RandomPolicy
+
+    specs = [make_spec(f"e{i}", n_nodes=4) for i in range(12)]
+    busy = RandomPolicy(conflict_rate=0.1, node_rate=0.4, satisfy_rate=0.12, add_fact_rate=0.6, negate_fact_rate=0.2)
+    seq, spec = _both_orders(tmp_path, specs, busy, max_turns=6)
+    a, b = seq.run(), spec.run()
+    assert _results_json(a) == _results_json(b)
+    for sid in a:
+        assert (seq.root / "results" / f"{sid}.json").read_bytes() == (spec.root / "results" / f"{sid}.json").read_bytes()
+    ends = {r.termination for r in a.values()}
+    assert ends == {"conflict", "all_resolved", "max_turns"}, ends  # dropped both ways, and none to drop
+
+    def key(c: dict[str, Any]) -> tuple[Any, ...]:
+        return c["spec_id"], c["turn"], c["stage"], c["attempt"], c["seed"]
+
+    used = [c for c in spec.calls() if not c.get("speculative")]
+    dropped = [c for c in spec.calls() if c.get("speculative")]
+    # The calls that were used are the sequential order's calls, same seeds, each episode's in the same order.
+    assert sorted(map(key, used)) == sorted(map(key, seq.calls()))
+    for sid in a:
+        assert [key(c) for c in used if c["spec_id"] == sid] == [key(c) for c in seq.calls() if c["spec_id"] == sid]
+    # A dropped call is the player of the turn after a conflict or all_resolved, never at max_turns.
+    early_ends = {(sid, len(r.turns)) for sid, r in a.items()
+                  if r.termination in ("conflict", "all_resolved") and len(r.turns) < 6}
+    assert dropped and {(c["spec_id"], c["turn"]) for c in dropped} == early_ends
+    assert all(c["stage"] == "player" for c in dropped)
+    # Turn t+1's player was asked before turn t's audits ended.
+    order = [tag(r) for r in spec.backend.requests if tag(r)[1] == "e0"]
+    if len(a["e0"].turns) > 1:
+        assert order.index(("player", "e0", 1, 0)) < order.index(("conflict_check", "e0", 0, 0))
+
+
+def test_speculative_player_failure_counts_only_when_used(tmp_path: Path) -> None:
+    """An invalid speculative answer ends the episode as it would have asked in order; one that was
+    never needed (the turn ended by conflict) does not."""
+    spec = make_spec()
+
+    def rules(req: Request) -> Any:
+        stage, _, turn, _ = tag(req)
+        return "" if stage == "player" and turn == 1 else None  # empty: invalid on every attempt
+
+    seq, spec_run = _both_orders(tmp_path / "used", [spec], None, max_turns=3, rules=rules)
+    a, b = seq.run(), spec_run.run()
+    assert _results_json(a) == _results_json(b) and a["tiny"].termination == "invalid"
+    assert not any(c.get("speculative") for c in spec_run.calls())
+
+    def conflict_at_0(req: Request) -> Any:
+        stage, _, turn, _ = tag(req)
+        if stage == "player" and turn == 1:
+            return ""
+        if stage in ("conflict_check", "double_check") and turn == 0:
+            return conflicts([("fact", "f_0")], **({"confirmed": True, "review_reason": "r"}
+                                                  if stage == "double_check" else {}))
+        return None
+
+    seq, spec_run = _both_orders(tmp_path / "dropped", [spec], None, max_turns=3, rules=conflict_at_0)
+    a, b = seq.run(), spec_run.run()
+    assert _results_json(a) == _results_json(b) and a["tiny"].termination == "conflict"
+    dropped = [c for c in spec_run.calls() if c.get("speculative")]
+    assert len(dropped) == 3 and all(c["stage"] == "player" and c["turn"] == 1 and c["error"] for c in dropped)

@@ -123,18 +123,41 @@ class FailureWatch:
             raise SystematicFailure(stage, model, error, len(episodes))
 
 
+Effect = tuple[str, Any]  # ("log", call log entry) | ("ok", stage) | ("failed", (stage, model, spec id, error))
+
+
 @dataclass
 class TurnAsk:
     """The `Ask` of one episode's turn: calls bound to (spec, turn), and the
-    output bounds their answers reached (for the turn record)."""
+    output bounds their answers reached (for the turn record).
+
+    A speculative ask (the next turn's player, asked before this turn's audits
+    end) holds its side effects, the call log lines and the fail-fast watch's
+    counts, until the episode settles it: used, they happen as if the call had
+    been made in order; dropped, only the log lines are written, marked
+    `speculative`. So a run's call log and fail-fast decisions do not depend
+    on whether the player was asked early."""
 
     calls: "CallService"
     spec_id: str
     turn: int
     hits: list[str] = field(default_factory=list)
+    held: list[Effect] | None = None
 
     async def __call__(self, stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
-        return await self.calls.ask(self.spec_id, self.turn, stage, template, variables, hits=self.hits, **kw)
+        return await self.calls.ask(self.spec_id, self.turn, stage, template, variables, hits=self.hits,
+                                    held=self.held, **kw)
+
+    def hold(self) -> None:
+        self.held = []
+
+    def settle(self, used: bool) -> None:
+        held, self.held = self.held or [], None
+        for kind, what in held:
+            if used:
+                self.calls.effect(kind, what)
+            elif kind == "log":
+                self.calls.effect(kind, {**what, "speculative": True})
 
 
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
@@ -156,12 +179,20 @@ class CallService:
 
     async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
                   ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
-                  feedback: str = "", extra: str | None = None, hits: list[str] | None = None) -> Any:
+                  feedback: str = "", extra: str | None = None, hits: list[str] | None = None,
+                  held: list[Effect] | None = None) -> Any:
         """One call with up to `attempts` tries on the same inputs; logs every attempt.
 
         `extra` appends a second template to the prompt (HiAgent's memory);
-        `hits` collects the output bounds the accepted answer reached.
+        `hits` collects the output bounds the accepted answer reached; `held`, when given, collects
+        the call's side effects instead of making them (a speculative call, see `TurnAsk`).
         """
+        def effect(kind: str, what: Any) -> None:
+            if held is None:
+                self.effect(kind, what)
+            else:
+                held.append((kind, what))
+
         info = STAGES[stage]
         binding = self.roles[role or info.role]
         prepared = time.perf_counter()
@@ -185,7 +216,7 @@ class CallService:
                 completion = await binding.backend.generate(request)
             except ContextOverflow as exc:
                 # Same inputs would overflow again: no retry.
-                self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}")
+                self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}", effect)
             checked = time.perf_counter()
             error = None
             out: Any = None
@@ -203,7 +234,7 @@ class CallService:
                                        "generated_tokens": completion.generated_tokens, "max_tokens_sent": sent,
                                        "finish_reason": "length"},
                                       f"context_overflow: the window left {sent} of "
-                                      f"max_tokens={binding.sampling.max_tokens} and the answer did not fit")
+                                      f"max_tokens={binding.sampling.max_tokens} and the answer did not fit", effect)
                 error = f"cut off at max_tokens={sent}"
             else:
                 try:
@@ -213,7 +244,7 @@ class CallService:
                 except InvalidOutput as exc:
                     error = str(exc)
             overhead += time.perf_counter() - checked
-            self.store.log_call({
+            effect("log", {
                 **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
                 "generated_tokens": completion.generated_tokens, "max_tokens_sent": completion.max_tokens_sent,
                 "latency_s": round(completion.latency_s, 4), "done_at": round(time.time(), 3),
@@ -224,20 +255,28 @@ class CallService:
             if error is None:
                 if hits is not None:
                     hits.extend(reached)
-                if self.watch:
-                    self.watch.ok(stage)
+                effect("ok", stage)
                 return out
             last = error
             overhead = 0.0
-        if self.watch:
-            self.watch.failed_call(stage, binding.model, spec_id, last)
+        effect("failed", (stage, binding.model, spec_id, last))
         raise CallFailed(stage, turn, f"invalid after {self.attempts} attempts: {last}")
 
-    def _out_of_room(self, log: dict[str, Any], reason: str) -> NoReturn:
+    def effect(self, kind: str, what: Any) -> None:
+        """A call's side effect: a call log line, or an accepted or failed stage for the fail-fast watch."""
+        if kind == "log":
+            self.store.log_call(what)
+        elif self.watch is None:
+            return
+        elif kind == "ok":
+            self.watch.ok(what)
+        else:
+            self.watch.failed_call(*what)
+
+    def _out_of_room(self, log: dict[str, Any], reason: str, effect: Callable[[str, Any], None]) -> NoReturn:
         """The call cannot fit the window: logged, watched for a systematic cause, the episode censored."""
-        self.store.log_call({**log, "error": reason, "done_at": round(time.time(), 3)})
-        if self.watch:
-            self.watch.failed_call(log["stage"], log["model"], log["spec_id"], reason)
+        effect("log", {**log, "error": reason, "done_at": round(time.time(), 3)})
+        effect("failed", (log["stage"], log["model"], log["spec_id"], reason))
         raise ContextLimit(log["stage"], log["turn"], reason)
 
     def ask_for(self, spec_id: str) -> Callable[[int], TurnAsk]:

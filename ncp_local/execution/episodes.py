@@ -143,7 +143,8 @@ async def play(ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engi
     assert ready.player is not None
     scheduler = EpisodeScheduler(
         specs=specs, calls=calls, store=store,
-        settings=EpisodeSettings(max_turns=cfg.max_turns, concurrency=cfg.concurrency),
+        settings=EpisodeSettings(max_turns=cfg.max_turns, concurrency=cfg.concurrency,
+                                 speculative_player=cfg.speculative_player),
         make_narrator=lambda: ready.make_narrator(roles), player=ready.player,
         on_result=lambda r: bar.result(name, r.spec_id, len(r.turns)),
         on_turn=lambda sid, n: bar.turn(name, sid, n))

@@ -25,6 +25,7 @@ class EpisodeSettings:
     max_turns: int = 100
     concurrency: int = 64
     play_through: bool = False  # benchmarks only: see Episode.play_through
+    speculative_player: bool = False  # ask the next turn's player during the audits (see Speculation)
 
 
 @dataclass
@@ -53,7 +54,8 @@ class EpisodeScheduler:
                     self.on_turn(spec.id, len(cp.turns))
 
             episode = Episode(spec, self.make_narrator(), self.player, self.calls.ask_for(spec.id),
-                              self.settings.max_turns, on_commit, play_through=self.settings.play_through)
+                              self.settings.max_turns, on_commit, play_through=self.settings.play_through,
+                              speculative_player=self.settings.speculative_player)
             result = await episode.run(checkpoint)
             self.store.write_result(result)
             self.results[spec.id] = result

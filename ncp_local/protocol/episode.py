@@ -7,6 +7,7 @@ through `ledger`'s pure functions, and only when a turn commits.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal
 
@@ -198,10 +199,56 @@ async def audit_response(spec: Spec, state: EpisodeState, projected: tuple[ledge
     return Audit(fu, first, reviewed)
 
 
+class Speculation:
+    """The next turn's player call, started as soon as this turn's narration exists.
+
+    The player sees only the visible history (PROTOCOL section 3), so its prompt for turn t+1 is known
+    once turn t's narration is; asking it while the audits run takes one call off each surviving
+    turn's chain. Its `Ask` is the one turn t+1 would have made (same turn, hence same seeds) and,
+    when the runner's Ask can (`hold`/`settle`), keeps the call's log lines and fail-fast counts until
+    the turn is decided: used, they happen in order as if asked after the audits; dropped (the
+    turn ended the episode), the log lines are kept, marked speculative.
+    """
+
+    def __init__(self, turn: int, ask: Ask, visible: EpisodeState, task: asyncio.Task[str]) -> None:
+        self.turn, self.ask, self.visible, self.task = turn, ask, visible, task
+
+    async def _done(self) -> None:
+        try:
+            await asyncio.wait([self.task])  # never raises the call's own exception
+        except BaseException:
+            self.task.cancel()
+            raise
+
+    def _settle(self, used: bool) -> None:
+        settle = getattr(self.ask, "settle", None)
+        if settle is not None:
+            settle(used)
+
+    async def take(self) -> str:
+        """The answer, as if asked now (a failed call raises as it would have)."""
+        await self._done()
+        self._settle(True)
+        return self.task.result()
+
+    async def drop(self) -> None:
+        """Not used: waits for it (its log lines are written whole) and keeps only an engine's failure."""
+        await self._done()
+        self._settle(False)
+        exc = self.task.exception()
+        if exc is not None and not isinstance(exc, CallFailed):
+            raise exc
+
+
 class Episode:
     def __init__(self, spec: Spec, narrator: Narrator, player: Player, ask_for: AskFactory,
-                 max_turns: int, on_commit: OnCommit, play_through: bool = False) -> None:
+                 max_turns: int, on_commit: OnCommit, play_through: bool = False,
+                 speculative_player: bool = False) -> None:
         self.spec = spec
+        # Ask the next turn's player while this turn's audits run (Speculation); the results are
+        # the same either way, only the calls' order and timing differ.
+        self.speculative_player = speculative_player
+        self._next: Speculation | None = None
         # Benchmarks only (mode=bench): a standing conflict or all_resolved is
         # recorded but does not end the episode, and the turn commits as if no
         # conflict stood, so every episode plays max_turns and every way of
@@ -215,10 +262,20 @@ class Episode:
         self.commitment_ids = tuple(c.id for c in spec.commitments)
 
     async def run(self, checkpoint: Checkpoint | None = None) -> EpisodeResult:
+        try:
+            return await self._run(checkpoint)
+        finally:
+            # Only an exception that ends the run (a dead engine, a kill) leaves one pending.
+            if self._next is not None:
+                self._next.task.cancel()
+                self._next = None
+
+    async def _run(self, checkpoint: Checkpoint | None) -> EpisodeResult:
         if checkpoint is None:
             try:
                 checkpoint = await self._open()
             except CallFailed as exc:
+                await self._drop_next()
                 state = ledger.initial_state(self.spec)
                 empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(),
                                    narrator_state={})
@@ -230,11 +287,13 @@ class Episode:
             # A checkpoint is only written for a turn that committed, so the
             # episode may already be over by all_resolved (never by conflict).
             if turns and self._resolved(state):
+                await self._drop_next()
                 return self._result("all_resolved", state, turns, checkpoint)
             for t in range(len(turns), self.max_turns):
                 record, new_state = await self._turn(t, state)
                 turns.append(record)
                 if new_state is None:
+                    await self._drop_next()
                     return self._result("conflict", state, turns, checkpoint)
                 state = new_state
                 checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
@@ -242,10 +301,41 @@ class Episode:
                                         opening_bound_hits=checkpoint.opening_bound_hits)
                 await self.on_commit(checkpoint)
                 if self._resolved(state):
+                    # Only known after the status check: the next turn's player was asked for nothing.
+                    await self._drop_next()
                     return self._result("all_resolved", state, turns, checkpoint)
         except CallFailed as exc:
+            await self._drop_next()
             return self._result(exc.termination, state, turns, checkpoint, reason=str(exc))
         return self._result("max_turns", state, turns, checkpoint)
+
+    def _speculate(self, turn: int, visible: EpisodeState) -> None:
+        """Start turn `turn`'s player on `visible` (the history once this turn's exchange is in),
+        unless that turn cannot happen (max_turns)."""
+        if not self.speculative_player or turn >= self.max_turns:
+            return
+        ask = self.ask_for(turn)
+        hold = getattr(ask, "hold", None)
+        if hold is not None:
+            hold()
+        self._next = Speculation(turn, ask, visible, asyncio.ensure_future(self.player.act(self.spec, visible, ask)))
+
+    async def _drop_next(self) -> None:
+        early, self._next = self._next, None
+        if early is not None:
+            await early.drop()
+
+    async def _player(self, t: int, state: EpisodeState) -> tuple[Ask, str]:
+        """Turn t's player input and the turn's Ask: the speculative answer when it was asked on what
+        the player sees now (always, for the protocol's player), else asked now."""
+        early, self._next = self._next, None
+        if early is not None and early.turn == t and \
+                self.player.sees(self.spec, early.visible) == self.player.sees(self.spec, state):
+            return early.ask, await early.take()
+        if early is not None:
+            await early.drop()
+        ask = self.ask_for(t)
+        return ask, await self.player.act(self.spec, state, ask)
 
     def _resolved(self, state: EpisodeState) -> bool:
         return not self.play_through and ledger.all_resolved(self.spec, state.statuses)
@@ -260,6 +350,7 @@ class Episode:
         state = ledger.initial_state(self.spec)
         ask = self.ask_for(OPENING_TURN)
         text = await self.narrator.opening(self.spec, state, ask)
+        self._speculate(0, state.model_copy(update={"opening": text}))
         fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(self.spec, state.facts, text),
                                       ids=audit_ids(self.spec, state.facts))
         rec = fu_record(fu)
@@ -272,9 +363,10 @@ class Episode:
 
     async def _turn(self, t: int, state: EpisodeState) -> tuple[TurnRecord, EpisodeState | None]:
         """Steps 1-9; returns the record and the new state (None: conflict, nothing commits)."""
-        ask = self.ask_for(t)
-        player_input = await self.player.act(self.spec, state, ask)
+        ask, player_input = await self._player(t, state)
         response = await self.narrator.respond(self.spec, state, player_input, ask)
+        self._speculate(t + 1, state.model_copy(update={"exchanges": state.exchanges + (Exchange(
+            player_input=player_input, response=response),)}))
 
         projected = ledger.projected_facts(state)
         audit = await audit_response(self.spec, state, projected, player_input, response, ask)

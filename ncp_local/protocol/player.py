@@ -20,8 +20,12 @@ class Player:
             raise InputError("config", "condition", f"unknown condition {condition!r} (known: {', '.join(CONDITIONS)})")
         self.template = f"player_{condition}"
 
+    def sees(self, spec: Spec, state: EpisodeState) -> dict[str, str]:
+        """Everything the player's prompt is made of: two states it sees alike get the same call."""
+        return player_vars(spec, state)
+
     async def act(self, spec: Spec, state: EpisodeState, ask: Ask) -> str:
         # The answer arrives cleaned (a leading label removed, quotes kept) and
         # non-empty: stages.parse retries an answer that is only a label.
-        text: str = await ask("player", self.template, player_vars(spec, state))
+        text: str = await ask("player", self.template, self.sees(spec, state))
         return text
