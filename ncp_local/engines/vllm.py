@@ -421,6 +421,13 @@ class VLLMEngine:
         return self._engine_setting("cache_config", "block_size")
 
     @property
+    def kv_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds (its blocks x block size, as vLLM resolved them at start):
+        what the scheduler admits episodes against (execution/admission.py)."""
+        blocks, size = self._engine_setting("cache_config", "num_gpu_blocks"), self.block_size
+        return blocks * size if blocks and size else None
+
+    @property
     def max_num_seqs(self) -> int | None:
         """How many sequences the engine runs at once (the rest wait in its queue)."""
         return self._engine_setting("scheduler_config", "max_num_seqs")

@@ -145,7 +145,7 @@ async def play(ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engi
         specs=specs, calls=calls, store=store,
         settings=EpisodeSettings(max_turns=cfg.max_turns, concurrency=cfg.concurrency,
                                  speculative_player=cfg.speculative_player),
-        make_narrator=lambda: ready.make_narrator(roles), player=ready.player,
+        make_narrator=lambda: ready.make_narrator(roles), player=ready.player, engines=engines,
         on_result=lambda r: bar.result(name, r.spec_id, len(r.turns)),
         on_turn=lambda sid, n: bar.turn(name, sid, n))
     try:

@@ -1,7 +1,8 @@
 """Many episodes at once: checkpoints, resume, fail fast.
 
-Every episode is a coroutine; all run concurrently (up to a cap) so the
-engine sees every request in flight and batches them. The scheduler never
+Every episode is a coroutine; they run concurrently so the engine sees every
+request in flight and batches them, as many at once as each engine's KV cache
+holds with their prefixes resident (`admission.py`), at most `concurrency`. The scheduler never
 special-cases a narrator method: it only hands each episode an `Ask` from the
 call service.
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from ..protocol.episode import Checkpoint, Episode, EpisodeResult
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
 from ..protocol.spec import Spec
+from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
 from .store import RunDir
 
@@ -40,10 +42,14 @@ class EpisodeScheduler:
     # (spec id, turns committed so far): after each checkpoint, and once when a checkpoint is resumed
     # (progress counts turns, not episodes: a 100-turn episode is hours of work).
     on_turn: Callable[[str, int], None] | None = None
+    # role -> its engine (unwrapped): the admission reads each engine's `kv_tokens`; none: no cache bound.
+    engines: Mapping[str, Any] = field(default_factory=dict)
     results: dict[str, EpisodeResult] = field(default_factory=dict)
+    admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
 
-    async def _one(self, spec: Spec, gate: asyncio.Semaphore) -> None:
-        async with gate:
+    async def _one(self, spec: Spec, gate: Admission) -> None:
+        await gate.enter(spec.id)
+        try:
             checkpoint = self.store.load_checkpoint(spec.id)
             if checkpoint is not None and self.on_turn:
                 self.on_turn(spec.id, len(checkpoint.turns))
@@ -52,6 +58,7 @@ class EpisodeScheduler:
                 self.store.write_checkpoint(cp)
                 if self.on_turn:
                     self.on_turn(spec.id, len(cp.turns))
+                await gate.turn_done(spec.id)
 
             episode = Episode(spec, self.make_narrator(), self.player, self.calls.ask_for(spec.id),
                               self.settings.max_turns, on_commit, play_through=self.settings.play_through,
@@ -61,6 +68,8 @@ class EpisodeScheduler:
             self.results[spec.id] = result
             if self.on_result:
                 self.on_result(result)
+        finally:
+            gate.leave(spec.id)
 
     async def run(self) -> dict[str, EpisodeResult]:
         """Run every spec without a result; returns all results in spec order."""
@@ -70,7 +79,10 @@ class EpisodeScheduler:
         todo = [s for s in self.specs if s.id not in self.results]
         if self.calls.watch is None:
             self.calls.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
-        gate = asyncio.Semaphore(max(1, self.settings.concurrency))
+        gate = self.admission = self.admission or Admission.for_engines(self.engines, self.settings.concurrency)
+        gate.register([s.id for s in todo])
+        if self.calls.observe is None:
+            self.calls.observe = gate.observe
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.
         async with asyncio.TaskGroup() as tg:

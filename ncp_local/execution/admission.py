@@ -1,0 +1,159 @@
+"""Admission by cache capacity: how many episodes are in flight on each engine.
+
+A surviving episode comes back to its engine every few seconds with a prompt
+that extends the one before; vLLM's prefix cache spares the recompute only if
+that prefix is still resident. When the episodes in flight hold more than the
+engine's KV cache, vLLM evicts each one's prefix before its next call and
+every call recomputes its whole prompt (thrashing). So an episode is admitted
+only while every in-flight episode's prefix fits beside it:
+
+  - an episode's footprint on an engine is the sum over its stages of the last
+    prompt (+ answer) tokens it sent there: every stage's prefix resident,
+    counted without the blocks stages share (an upper bound: it errs towards
+    fewer in flight, never towards eviction);
+  - the head of the queue (episodes in spec order) starts when its footprint
+    (its own, if it ran before; else the smallest footprint a fresh episode
+    has had after its first turn; before any has, one episode runs alone) fits every engine beside those in flight, or when nothing is in
+    flight; `concurrency` stays an upper bound; nobody overtakes the head;
+  - prompts grow: at its turn boundary, an episode that finds an engine over
+    capacity steps back into the queue (at its place in spec order) until the
+    cache holds it again, unless it is the oldest in flight (a call in flight
+    cannot be paused, so the rest step back at their own boundaries).
+
+No starvation: the oldest episode in flight is never paused, so it finishes;
+then the next oldest is the oldest, and so on; the queue is served in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass
+class _Episode:
+    order: int
+    footprint: dict[str, dict[str, int]] = field(default_factory=dict)  # engine -> stage -> tokens
+    started: bool = False  # its footprint has counted towards `fresh`
+    commits: int = 0
+
+    def on(self, engine: str) -> int:
+        return sum(self.footprint.get(engine, {}).values())
+
+
+@dataclass
+class Admission:
+    """Episodes in flight under each engine's KV capacity (tokens; None: unbounded) and `limit`."""
+
+    capacity: dict[str, int | None]  # engine key -> KV tokens
+    limit: int
+    engine_of: dict[str, str]  # role -> engine key
+    episodes: dict[str, _Episode] = field(default_factory=dict)
+    in_flight: set[str] = field(default_factory=set)
+    waiting: list[str] = field(default_factory=list)  # kept in spec order
+    fresh: dict[str, int] = field(default_factory=dict)  # engine -> smallest first-turn footprint seen
+    peak: int = 0  # most episodes in flight at once (reported by the bench)
+    pauses: int = 0
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def for_engines(cls, engines: Mapping[str, Any], limit: int) -> "Admission":
+        """Roles sharing one engine share its capacity: the engine's `kv_tokens` (absent: unbounded)."""
+        engine_of = {role: f"engine{id(engine)}" for role, engine in engines.items()}
+        capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}
+        return cls(capacity=capacity, limit=max(1, limit), engine_of=engine_of)
+
+    def register(self, episode_ids: list[str]) -> None:
+        for order, eid in enumerate(episode_ids, start=len(self.episodes)):
+            self.episodes[eid] = _Episode(order)
+
+    # ---- what an episode holds ------------------------------------------------------------
+
+    def observe(self, episode_id: str, role: str, stage: str, tokens: int) -> None:
+        """A call of `episode_id` reached `tokens` (prompt + answer) on its role's engine."""
+        ep = self.episodes.get(episode_id)
+        if ep is None:
+            return
+        engine = self.engine_of.get(role, role)
+        ep.footprint.setdefault(engine, {})[stage] = tokens
+
+    def need(self, episode_id: str) -> dict[str, int]:
+        """What the episode would hold on each engine: its own footprint, or a fresh one's."""
+        ep = self.episodes[episode_id]
+        if ep.footprint:
+            return {e: ep.on(e) for e in self.capacity}
+        return {e: self.fresh.get(e, 0) for e in self.capacity}
+
+    def holds(self, episode_id: str, engine: str) -> int:
+        """Tokens an in-flight episode holds or will soon: a fresh one is reserved a fresh footprint."""
+        ep = self.episodes[episode_id]
+        return ep.on(engine) if ep.started else max(ep.on(engine), self.fresh.get(engine, 0))
+
+    def held(self, engine: str) -> int:
+        return sum(self.holds(e, engine) for e in self.in_flight)
+
+    def fits(self, episode_id: str) -> bool:
+        if not self.in_flight:
+            return True  # one episode always runs, even one larger than the cache
+        if len(self.in_flight) >= self.limit:
+            return False
+        if not self.episodes[episode_id].footprint and any(
+                cap is not None and e not in self.fresh for e, cap in self.capacity.items()):
+            return False  # nothing known yet of what an episode holds: one first, until its opening commits
+        need = self.need(episode_id)
+        return all(cap is None or self.held(e) + need[e] <= cap for e, cap in self.capacity.items())
+
+    def over(self) -> bool:
+        return any(cap is not None and self.held(e) > cap for e, cap in self.capacity.items())
+
+    # ---- entering, leaving, stepping back --------------------------------------------------
+
+    def _admit_head(self) -> None:
+        while self.waiting and self.fits(self.waiting[0]):
+            self.in_flight.add(self.waiting.pop(0))
+            self.peak = max(self.peak, len(self.in_flight))
+        self._wake.set()
+
+    def _queue(self, episode_id: str) -> None:
+        self.waiting.append(episode_id)
+        self.waiting.sort(key=lambda e: self.episodes[e].order)
+        self._admit_head()
+
+    async def _until_admitted(self, episode_id: str) -> None:
+        while episode_id not in self.in_flight:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def enter(self, episode_id: str) -> None:
+        self._queue(episode_id)
+        await self._until_admitted(episode_id)
+
+    def leave(self, episode_id: str) -> None:
+        self.in_flight.discard(episode_id)
+        ep = self.episodes.get(episode_id)
+        if ep is not None and ep.footprint and not ep.started:
+            self._fresh(ep)
+        self._admit_head()
+
+    def _fresh(self, ep: _Episode) -> None:
+        ep.started = True
+        for e in self.capacity:
+            if ep.on(e):
+                self.fresh[e] = min(self.fresh.get(e, ep.on(e)), ep.on(e))
+
+    def oldest(self) -> str:
+        return min(self.in_flight, key=lambda e: self.episodes[e].order)
+
+    async def turn_done(self, episode_id: str) -> None:
+        """A turn committed: step back if an engine is over capacity, unless this is the oldest in flight."""
+        ep = self.episodes[episode_id]
+        ep.commits += 1
+        if not ep.started and ep.commits >= 2:  # the opening and turn 0: every stage has been asked
+            self._fresh(ep)
+            self._admit_head()
+        if len(self.in_flight) <= 1 or not self.over() or self.oldest() == episode_id:
+            return
+        self.pauses += 1
+        self.in_flight.discard(episode_id)
+        await self.enter(episode_id)
