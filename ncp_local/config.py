@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator
 
 from .engines.settings import ModelSettings
 from .errors import InputError, shown
@@ -154,6 +154,17 @@ class BenchCfg(_Cfg):
     # A sweep to bench instead: {config key: [values]}, its points run batched (one engine) and
     # point by point (an engine each), e.g. {narrator.temperature: [0.2, 0.6], seed: [0, 1]}.
     sweep: dict[str, list[Any]] | None = None
+    # The long-horizon bench (modes/bench_long.py): `episodes` played to `at_turn` on scripted answers,
+    # then `turns` more on the engine, whose KV cache holds `kv_tokens` (null: as planned), at each of
+    # `levels` episodes in flight and with admission by cache capacity.
+    long_horizon: bool = False
+    at_turn: int = Field(12, ge=1)
+    kv_tokens: int | None = Field(None, ge=1)
+    levels: list[PositiveInt] = Field([1, 2, 4, 8], min_length=1)
+    # The next turn's player asked after the audits and during them: turn latency both ways, on the
+    # first `speculative_episodes` episodes x `turns` (before the long-horizon bench, if both are on).
+    speculative: bool = False
+    speculative_episodes: int = Field(2, ge=1)
 
 
 class PlanCfg(_Cfg):

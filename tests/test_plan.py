@@ -623,3 +623,28 @@ def test_acceptance_script_skips_models_without_weights_and_fails_when_none_ran(
     assert re.search(r"\| run \| qwen3 \| skip \| \d+ \| weights not found at \S*Qwen3-8B", table)
     assert "| determinism | - | fail | 0 | no model ran" in table
     assert not (out / "qwen3").exists()  # nothing started for it
+
+
+def test_plan_says_what_admission_by_cache_runs_and_what_offload_would_hold() -> None:
+    """Per engine and listed turn: the episodes whose prefixes the KV cache holds (capacity over every
+    stage's prompt + answer there, as execution/admission.py counts), what admission runs, and beyond
+    max_turns' fit, the recompute without admission and the offload size that would hold the rest."""
+    cfg = planned(cfg_for(["experiment=paper", "narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "max_turns=100",
+                           f"plan.gpus=[{','.join(TWO)}]"]))
+    plan = plan_full(cfg)
+    lines = plan_mod.render(plan)
+    for e in plan.engines:
+        adm = next(line for line in lines[lines.index(next(x for x in lines if x.startswith(f"engine {e.index + 1}:"))):]
+                   if line.startswith("  admission by cache"))
+        cells = re.findall(r"turn (\d+): ([\d.]+) fit, (\d+) admitted", adm)
+        assert [int(t) for t, _, _ in cells] == [0, 1, 10, 25, 50, 100]
+        for t, fit, admitted in cells:
+            expect = e.capacity_tokens() / plan_mod.footprint_at(plan, e, int(t))
+            assert float(fit) == pytest.approx(expect, abs=0.06)
+            assert int(admitted) == max(1, min(64, int(expect)))
+        fits = [float(f) for _, f, _ in cells[1:]]
+        assert fits == sorted(fits, reverse=True) and fits[-1] < 8  # prompts grow; at turn 100 few fit
+    text = "\n".join(lines)
+    assert re.search(r"without offload: admission keeps \d+ of 64 episodes in flight at turn 100", text)
+    sizes = [int(g) for g in re.findall(r"kv_offloading_size=(\d+) \(GiB", text)]
+    assert len(sizes) == len(plan.engines) and all(g > 0 for g in sizes)

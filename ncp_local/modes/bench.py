@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import itertools
 import random
 import statistics
@@ -49,12 +48,16 @@ from ..execution.engine_pool import EnginePool
 from ..execution.preflight import Ready, preflight
 from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ..execution.store import RunDir, read_calls
-from ..plan.growth import fit_line
+from ..plan.facts import dtype_bytes, model_facts
+from ..plan.growth import Sizes, fit_line
 from ..protocol import ROLES
 from ..protocol.player import Player
 from ..protocol.prompts import PromptPack
 from ..protocol.spec import Meta, Spec
 from ..protocol.stages import UNBOUNDED, Bounds
+from .bench_long import long_horizon
+from .bench_speculative import speculative_bench
+from .cache_sim import unbounded_cache_hit
 
 # The paper's grid, for the cost projection.
 PAPER_NARRATORS = 6
@@ -256,33 +259,6 @@ async def engine_scaling(backend: Engine, k: int, seed: int, prompt_words: int =
     if cap and cap > k:
         decode_cap = await rate([req(1000 + i, 8, decode_tokens, long_regex) for i in range(cap)], "generated_tokens")
     return Scaling(k, prefill_1, prefill_k, decode_1, decode_k, cap if decode_cap else None, decode_cap)
-
-
-def unbounded_cache_hit(requests: list[Request], tokenize: Any, block: int) -> dict[int, tuple[int, int]]:
-    """(prompt, hit) tokens by turn if the prefix cache kept every full block it ever computed.
-
-    Requests in the order they reached the engine; a block hits when the same
-    token prefix through that block was seen before (vLLM's block hashing).
-    """
-    seen: set[bytes] = set()
-    by_turn: dict[int, tuple[int, int]] = {}
-    for r in requests:
-        ids = tokenize(r.messages)
-        h = hashlib.sha256()
-        hit, hitting = 0, True
-        for start in range(0, len(ids) - len(ids) % block, block):
-            h.update(repr(ids[start:start + block]).encode())
-            key = h.digest()
-            if hitting and key in seen:
-                hit += block
-            else:
-                hitting = False
-                seen.add(key)
-        # vLLM always computes at least the last prompt token itself.
-        hit = min(hit, max(0, len(ids) - 1) // block * block)
-        p, c = by_turn.get(r.tags.get("turn", 0), (0, 0))
-        by_turn[r.tags.get("turn", 0)] = (p + len(ids), c + hit)
-    return by_turn
 
 
 def hits_text(by_turn: dict[int, tuple[int, int]]) -> str:
@@ -543,6 +519,8 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     """`mode=bench`: one workload three ways on the narrator's model; `bench.sweep`: a sweep two ways."""
     if cfg.bench.sweep:
         return _main_sweep(cfg)
+    if cfg.bench.long_horizon or cfg.bench.speculative:
+        return _main_long(cfg)
     ready = preflight(cfg, roles=("narrator",))  # memory shares and windows as mode=run plans them
     cfg = ready.cfg
     assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
@@ -558,6 +536,58 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
                                ready.dataset.specs, ready.pack, ready.narrator_cls, ready.player, cfg.seed,
                                b.episodes, b.turns, b.throughput, b.sequential, b.sequential_episodes,
                                bounds={r: getattr(cfg, r).bounds for r in ROLES}, note=_say)
+        finally:
+            await engines.close()
+
+    for line in asyncio.run(go()):
+        print(line)
+    return 0
+
+
+def with_kv_tokens(cfg: RunConfig, tokens: int) -> RunConfig:
+    """The narrator's model with a KV cache of `tokens` (its KV bytes per token, from the model's files)."""
+    m = cfg.narrator.model
+    facts = model_facts(m.name, m.path)
+    if facts is None:
+        raise ConfigError("bench.kv_tokens", f"no model facts for {m.name} ({m.path}): cannot size its KV cache")
+    per_token = facts.kv_bytes_per_token(dtype_bytes(m.dtype, facts))
+    model = m.model_copy(update={"kv_cache_memory_bytes": tokens * per_token})
+    return cfg.model_copy(update={"narrator": cfg.narrator.model_copy(update={"model": model})})
+
+
+def _main_long(cfg: RunConfig) -> int:
+    """`bench.speculative` and/or `bench.long_horizon`, on one engine (the narrator's model)."""
+    b, pc = cfg.bench, cfg.plan
+    if b.kv_tokens and b.long_horizon:
+        cfg = with_kv_tokens(cfg, b.kv_tokens)
+    ready = preflight(cfg, roles=("narrator",))
+    cfg = ready.cfg
+    assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
+    specs = workload(ready.dataset.specs, b.episodes)
+    facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
+    sizes = Sizes(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn,
+                  max(1, round(sum(facts) / len(facts))) if facts else 12)
+    if b.long_horizon:
+        print(f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
+              f"then {b.turns} turns on {cfg.narrator.model.name} at {b.levels} in flight and by cache admission",
+              flush=True)
+    engines = EnginePool(cfg, roles=("narrator",))
+    rc = cfg.narrator
+
+    async def go() -> list[str]:
+        backend = (await engines.start())["narrator"]
+        lines: list[str] = []
+        try:
+            if b.speculative:
+                roles = {r: RoleBinding(backend, Sampling(rc.temperature, rc.top_p, rc.max_tokens), rc.model.name,
+                                        getattr(cfg, r).bounds) for r in ROLES}
+                lines += await speculative_bench(backend, roles, specs[:b.speculative_episodes], ready.pack,
+                                                 ready.narrator_cls, ready.player, cfg.seed, b.turns, note=_say)
+            if b.long_horizon:
+                lines += await long_horizon(backend, specs, ready.pack, ready.narrator_cls, ready.player,
+                                            cfg.seed, b.at_turn, b.turns, list(b.levels), sizes,
+                                            {r: UNBOUNDED for r in ROLES}, note=_say)
+            return lines
         finally:
             await engines.close()
 

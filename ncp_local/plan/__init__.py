@@ -40,7 +40,7 @@ from .memory import (
     share_is_planned,
 )
 
-__all__ = ["Line", "fit_line", "Plan", "planned", "check", "render", "verdict", "project", "inventory", "parse_gpu", "Gpu",
+__all__ = ["Line", "fit_line", "Plan", "footprint_at", "planned", "check", "render", "verdict", "project", "inventory", "parse_gpu", "Gpu",
            "ModelFacts", "model_facts", "share_is_planned"]
 
 # Verdicts (`mode=plan` exits with EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT for them: modes/plan.py).
@@ -229,10 +229,11 @@ def render(plan: Plan) -> list[str]:
             line += (f"; episodes at once at turn {T}: {min(at_once, cfg.concurrency):.1f} "
                      f"({seq:,}-token calls; concurrency={cfg.concurrency})")
             if at_once < min(cfg.concurrency, KV_BOUND_EPISODES) and e.kv_bytes:
-                e.notes.append(f"the KV cache holds {at_once:.1f} of the {cfg.concurrency} episodes at turn {T}: "
-                               "the rest wait (slower, not wrong); more or larger GPUs, "
+                e.notes.append(f"the KV cache holds {at_once:.1f} of the {cfg.concurrency} episodes' calls at turn "
+                               f"{T}: the rest wait in the engine's queue; more or larger GPUs, "
                                "engine_args.kv_cache_dtype=fp8 or a lower max_model_len raise it")
         out.append(line)
+        out.extend(_admission_lines(plan, e))
         out.extend(f"  note: {n}" for n in e.notes)
     out.extend(plan.device_lines)
     if plan.growth is not None:
@@ -256,6 +257,47 @@ def render(plan: Plan) -> list[str]:
             out.append(f"note: {p.message}")
     for p in plan.fatal[1:]:
         out.append(f"also: {p.message}")
+    return out
+
+
+def footprint_at(plan: Plan, e: EnginePlan, turn: int) -> int:
+    """An episode's resident prefix on engine `e` at `turn`, as the admission counts it
+    (execution/admission.py): every stage's prompt + answer there, shared blocks not subtracted."""
+    return int(sum(min(e.window, r.growth.prompt_at(turn) + r.need) for r in plan.rows
+                   if r.engine is e and r.growth.runs_at(turn)))
+
+
+def _admission_lines(plan: Plan, e: EnginePlan) -> list[str]:
+    """Per listed turn: the episodes whose prefixes the cache holds, what admission runs at once, and
+    what running `concurrency` anyway would recompute; the offload size that would hold the rest."""
+    cfg, cap = plan.cfg, e.capacity_tokens()
+    if not cap or not plan.rows:
+        return []
+    n = int(cfg.concurrency)
+    cells, last = [], None
+    for t in _turns(plan):
+        fp = footprint_at(plan, e, t)
+        if fp:
+            fit = cap / fp
+            cells.append(f"turn {t}: {fit:.1f} fit, {max(1, min(n, int(fit)))} admitted")
+            last = (t, fp, fit)
+    if last is None:
+        return []
+    out = [f"  admission by cache (every in-flight episode's prefixes resident): {'; '.join(cells)} "
+           f"(concurrency={n} is the most)"]
+    t, fp, fit = last
+    if fit < n:
+        prompts = int(sum(r.growth.prompt_at(t) for r in plan.rows if r.engine is e and r.growth.runs_at(t)))
+        per_token = e.kv.bytes_per_token() * e.tp if e.kv else 0
+        kept = max(1, int(fit))
+        rest = (n - kept) * fp * per_token
+        out.append(f"  without offload: admission keeps {kept} of {n} episodes in flight at turn {t} and "
+                   f"recomputes nothing it can keep; all {n} at once would evict each other's prefixes and "
+                   f"recompute ~{prompts:,} prompt tokens per episode-turn (every call's whole prompt)")
+        if per_token:
+            out.append(f"  offload: engine_args.kv_offloading_size={math.ceil(rest / GIB)} (GiB of host RAM, vLLM "
+                       f"0.33) would keep the other {n - kept} episodes' prefixes at turn {t} in host memory; "
+                       "the node needs that much RAM free beside the engines")
     return out
 
 

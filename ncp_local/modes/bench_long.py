@@ -1,0 +1,187 @@
+"""`mode=bench bench.long_horizon=true`: the prefix cache when the episodes in flight outgrow it.
+
+The paper's runs reach turn 100 with 25-38k-token prompts; a GPU's cache
+then holds a few of the 64 episodes in flight, and an episode whose prefix
+was evicted recomputes its whole prompt at its next call. The 4-turn bench
+never gets there. This one does, cheaply, in three steps:
+
+  1. the state: K episodes played to turn `bench.at_turn` on scripted answers
+     of realistic size (the plan's: `plan.narration_words`, ...), no model;
+  2. from that state, `bench.turns` more turns per episode with the real
+     engine reading every prompt (the exact prompts a run sends, tokenized by
+     the engine) under a KV cache of `bench.kv_tokens`: once per concurrency
+     level in `bench.levels` (fixed: that many episodes in flight) and once
+     with admission by cache capacity (execution/admission.py);
+  3. the hit rate an unbounded cache would give on the same requests.
+
+The engine computes the prompt and one token; the answer is the scripted one,
+so every way makes the same calls and only the cache differs. Decoding is
+left out on purpose: it does not touch the prefix cache, and on two CPU cores
+it would make the bench hours long. The first replayed turn of an episode
+meets a cold cache in every way (its history was built without the engine),
+so the hit rate is counted from the second one.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ..engines.base import Completion, Engine, Request
+from ..engines.scripted import ScriptedEngine
+from ..execution.calls import CallService, RoleBinding, Sampling
+from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ..execution.store import RunDir, read_calls
+from ..plan.growth import Sizes, _words, sized_answers
+from ..protocol import ROLES
+from ..protocol.episode import Checkpoint, EpisodeResult
+from ..protocol.player import Player
+from ..protocol.prompts import PromptPack
+from ..protocol.spec import Spec
+from ..protocol.stages import Bounds
+from .cache_sim import unbounded_cache_hit
+
+
+class PrefillOnly:
+    """The real engine reads each prompt (prefill + one token); the answer is the scripted one."""
+
+    def __init__(self, inner: Engine, answer: Callable[[Request], str], kv_tokens: int | None) -> None:
+        self.inner, self.answer = inner, answer
+        self.kv_tokens = kv_tokens  # what the admission reads (None: the fixed levels, no admission)
+        self.requests: list[Request] = []
+
+    async def generate(self, request: Request) -> Completion:
+        self.requests.append(request)
+        out = await self.inner.generate(replace(request, max_tokens=1, min_room=1))
+        return Completion(text=self.answer(request), finish_reason="stop", prompt_tokens=out.prompt_tokens,
+                          cached_tokens=out.cached_tokens, generated_tokens=out.generated_tokens,
+                          latency_s=out.latency_s)
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class Level:
+    name: str
+    wall_s: float = 0.0
+    prompt: int = 0  # all replayed turns
+    warm_prompt: int = 0  # from the second replayed turn on
+    warm_cached: int = 0
+    peak: int = 0
+    pauses: int = 0
+
+    @property
+    def hit(self) -> float:
+        return self.warm_cached / self.warm_prompt if self.warm_prompt else 0.0
+
+    @property
+    def recomputed(self) -> int:
+        return self.warm_prompt - self.warm_cached
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.prompt / self.wall_s if self.wall_s else 0.0
+
+
+def _checkpoint(r: EpisodeResult) -> Checkpoint:
+    # A played-through result is the state after its last turn (the baseline narrator keeps no state).
+    return Checkpoint(spec_id=r.spec_id, state=r.final_state, opening_update=r.opening_update, turns=r.turns,
+                      narrator_state={}, opening_bound_hits=r.opening_bound_hits)
+
+
+async def _play(specs: tuple[Spec, ...], engine: Any, pack: PromptPack, narrator_cls: type, player: Player,
+                seed: int, max_turns: int, concurrency: int, root: Path, bounds: dict[str, Bounds],
+                start: list[Checkpoint] | None = None, admit: bool = False) -> tuple[EpisodeScheduler, float]:
+    store = RunDir(root)
+    store.open({"bench": root.name}, root.name)
+    for cp in start or []:
+        store.write_checkpoint(cp)
+    roles = {r: RoleBinding(engine, Sampling(), "bench", bounds[r]) for r in ROLES}
+    scheduler = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
+                                 store=store, settings=EpisodeSettings(max_turns=max_turns, concurrency=concurrency,
+                                                                       play_through=True),
+                                 make_narrator=lambda: narrator_cls(pack=pack, roles=roles), player=player,
+                                 engines={r: engine for r in ROLES} if admit else {})
+    started = time.perf_counter()
+    try:
+        await scheduler.run()
+    finally:
+        store.close()
+    return scheduler, time.perf_counter() - started
+
+
+async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
+                       player: Player, seed: int, at_turn: int, turns: int, levels: list[int], sizes: Sizes,
+                       bounds: dict[str, Bounds], note: Callable[[str], None]) -> list[str]:
+    """Each level and the admission on the same long-horizon state; the table and the closing line."""
+    answer = sized_answers(sizes, _words(specs), bounds, lambda *_: None)
+    kv = getattr(backend, "kv_tokens", None)
+    rows: list[Level] = []
+    first_warm = at_turn + 1
+    with tempfile.TemporaryDirectory(prefix="ncp-bench-long-") as tmp:
+        root = Path(tmp)
+        built, _ = await _play(specs, ScriptedEngine(rules=answer), pack, narrator_cls, player, seed, at_turn,
+                               len(specs), root / "state", bounds)
+        state = [_checkpoint(built.results[s.id]) for s in specs]
+        note(f"bench: {len(specs)} episodes played to turn {at_turn} on scripted answers")
+        last: PrefillOnly | None = None
+        fixed = sorted({min(n, len(specs)) for n in levels})  # more in flight than episodes is all of them
+        ways = [(f"{n} in flight", n, False) for n in fixed] + [("admission by cache", max(fixed), True)]
+        for i, (name, concurrency, admit) in enumerate(ways):
+            engine = PrefillOnly(backend, answer, kv if admit else None)
+            reset = getattr(backend, "reset_prefix_cache", None)
+            if reset is not None:
+                await reset()
+            sched, wall = await _play(specs, engine, pack, narrator_cls, player, seed, at_turn + turns, concurrency,
+                                      root / f"way{i}", bounds, start=state, admit=admit)
+            row = Level(name, wall_s=wall)
+            for c in read_calls(root / f"way{i}" / "calls.jsonl"):
+                if "prompt_tokens" not in c:
+                    continue
+                row.prompt += c["prompt_tokens"]
+                if c["turn"] >= first_warm:
+                    row.warm_prompt += c["prompt_tokens"]
+                    row.warm_cached += c["cached_tokens"]
+            adm = sched.admission
+            row.peak, row.pauses = (adm.peak, adm.pauses) if adm else (0, 0)
+            rows.append(row)
+            last = engine
+            note(f"bench: {name} done in {wall:.0f} s (hit {row.hit:.2f})")
+    unbounded = _unbounded_hit(backend, last.requests if last else [], first_warm)
+    return _lines(rows, unbounded, kv, len(specs), at_turn, turns)
+
+
+def _unbounded_hit(backend: Any, requests: list[Request], first_warm: int) -> float | None:
+    tokenize, block = getattr(backend, "tokenize", None), getattr(backend, "block_size", None)
+    if tokenize is None or not block:
+        return None
+    by_turn = unbounded_cache_hit(requests, tokenize, block)
+    p = sum(v[0] for t, v in by_turn.items() if t >= first_warm)
+    return sum(v[1] for t, v in by_turn.items() if t >= first_warm) / p if p else None
+
+
+def _lines(rows: list[Level], unbounded: float | None, kv: int | None, episodes: int, at_turn: int,
+           turns: int) -> list[str]:
+    fixed = [r for r in rows[:-1]]
+    adaptive = rows[-1]
+    best = max(fixed, key=lambda r: r.tokens_per_s)
+    ideal = unbounded if unbounded is not None else float("nan")
+    out = [f"long-horizon: {episodes} episodes from turn {at_turn}, {turns} turns each on the real engine "
+           f"(prompt + 1 token per call), KV cache {kv or '?'} tokens; hit rate and recompute from turn "
+           f"{at_turn + 1} on",
+           "| way | wall s | prompt tok/s | hit rate | unbounded hit | prefill recomputed (tokens) "
+           "| most in flight | stepped back |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        most = str(r.peak) if r is adaptive else r.name.split()[0]
+        out.append(f"| {r.name} | {r.wall_s:.1f} | {r.tokens_per_s:.0f} | {r.hit:.2f} | {ideal:.2f} "
+                   f"| {r.recomputed:,} | {most} | {r.pauses if r is adaptive else '-'} |")
+    out.append(f"best fixed level: {best.name} ({best.tokens_per_s:.0f} tok/s)")
+    out.append(f"long-horizon: adaptive_hit={adaptive.hit:.2f} unbounded_hit={ideal:.2f} "
+               f"adaptive/best_fixed={adaptive.tokens_per_s / best.tokens_per_s if best.tokens_per_s else float('nan'):.2f}")
+    return out
+
