@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ncp_local.modes.bench import Scaling, Way, late_hit, projection, unbounded_cache_hit, workload
@@ -68,3 +70,73 @@ def test_best_speedup_is_amdahl_over_prefill_and_decode() -> None:
     assert s.best_speedup(uncached_prompt=0, generated=100) == 10  # decode only: the decode gain
     assert s.best_speedup(uncached_prompt=1000, generated=0) == 1  # prefill only: no gain here
     assert abs(s.best_speedup(uncached_prompt=9000, generated=10) - (9 + 1) / (9 + 0.1)) < 1e-9
+
+
+class LruPrefixCache:
+    """A fake engine with vLLM's prefix cache in miniature: blocks of a chained hash, least recently
+    used evicted first, `kv_tokens` of room; answers are the scripted engine's."""
+
+    block_size = 16
+
+    def __init__(self, kv_tokens: int) -> None:
+        from collections import OrderedDict
+
+        from ncp_local.engines.scripted import ScriptedEngine
+
+        self.kv_tokens = kv_tokens
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+        self.answers = ScriptedEngine()
+
+    def tokenize(self, messages: Any) -> list[str]:
+        text = "".join(m.content for m in messages)
+        return [text[i:i + 4] for i in range(0, len(text), 4)]
+
+    async def reset_prefix_cache(self) -> None:
+        self.blocks.clear()
+
+    async def generate(self, request: Any) -> Any:
+        ids = self.tokenize(request.messages)
+        out = await self.answers.generate(request)
+        h, hit, hitting = 0, 0, True
+        for start in range(0, len(ids) - len(ids) % self.block_size, self.block_size):
+            h = hash((h, tuple(ids[start:start + self.block_size])))
+            if hitting and h in self.blocks:
+                hit += self.block_size
+            else:
+                hitting = False
+            self.blocks[h] = None
+            self.blocks.move_to_end(h)
+            while len(self.blocks) * self.block_size > self.kv_tokens:
+                self.blocks.popitem(last=False)
+        return replace(out, prompt_tokens=len(ids), cached_tokens=min(hit, max(0, len(ids) - 1)))
+
+    async def close(self) -> None:
+        return None
+
+
+def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
+    """On a fake engine whose cache holds about two episodes' prefixes: many in flight evict each other
+    (the hit falls), admission by cache keeps the hit of an unbounded cache."""
+    from ncp_local.modes.bench_long import long_horizon
+    from ncp_local.plan.growth import Sizes
+    from ncp_local.protocol.narrators import BaselineNarrator
+    from ncp_local.protocol.player import Player
+    from ncp_local.protocol.prompts import PromptPack
+    from ncp_local.protocol.stages import UNBOUNDED
+
+    specs = workload(load_dataset(ROOT / "specs").specs, 6)
+    sizes = Sizes(150, 50, 20, 1, 12)
+    pack = PromptPack.load(None)
+    engine = LruPrefixCache(2 * 15_000)
+    lines = asyncio.run(long_horizon(engine, specs, pack, BaselineNarrator, Player("adversarial"), 0, 6, 2,
+                                     [1, 2, 6], sizes, {r: UNBOUNDED for r in ("narrator", "player", "auditor")},
+                                     lambda _: None))
+    rows = {line.split("|")[1].strip(): line.split("|") for line in lines if line.startswith("| ") and "way" not in line}
+    hit = {name: float(cells[4]) for name, cells in rows.items()}
+    last = re.fullmatch(r"long-horizon: adaptive_hit=([\d.]+) unbounded_hit=([\d.]+) adaptive/best_fixed=([\d.]+)",
+                        lines[-1])
+    assert last, lines[-1]
+    adaptive, unbounded = float(last[1]), float(last[2])
+    assert hit["6 in flight"] < unbounded - 0.1  # thrashing: six episodes' prefixes do not fit
+    assert adaptive >= unbounded - 0.05 and adaptive == hit["admission by cache"]
+    assert int(rows["admission by cache"][7]) < 6  # it held fewer in flight than all six

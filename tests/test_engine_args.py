@@ -365,3 +365,21 @@ def test_a_users_own_setting_is_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" and os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "5"
     assert "VLLM_BATCH_INVARIANT" not in os.environ
     backend._tok_pool.shutdown()
+
+
+def test_kv_offloading_size_reaches_vllms_offloading_connector(tmp_path: Path) -> None:
+    """By contract (no GPU): `engine_args.kv_offloading_size` (GiB, what mode=plan recommends) is a real
+    engine argument, and vLLM's own config turns it into its CPU offloading connector with that many bytes.
+    The installed CPU build has the same field; whether offloading pays on a GPU never ran here."""
+    from types import SimpleNamespace
+
+    from vllm.config import CacheConfig, VllmConfig
+
+    args = _engine_args(ModelSettings(**BASE, engine_args={"kv_offloading_size": 24}), tmp_path, on_cpu=False)
+    assert args.kv_offloading_size == 24
+    cfg = SimpleNamespace(cache_config=CacheConfig(kv_offloading_size=args.kv_offloading_size),
+                          kv_transfer_config=None)
+    VllmConfig._post_init_kv_transfer_config(cfg)  # type: ignore[arg-type]
+    assert cfg.kv_transfer_config.kv_connector in ("OffloadingConnector", "SimpleCPUOffloadConnector")
+    assert cfg.kv_transfer_config.kv_connector_extra_config["cpu_bytes_to_use"] == 24 * 2**30
+    assert cfg.kv_transfer_config.kv_role == "kv_both"
