@@ -32,13 +32,14 @@ ROLES = embedded_roles()
 
 
 def _runner(engine: Any, root: Path, specs: tuple, method: type = BaselineNarrator, condition: str = "adversarial",
-            turns: int = 2, seed: int = 0) -> tuple[EpisodeScheduler, RunDir]:
+            turns: int = 2, seed: int = 0, speculative: bool = False) -> tuple[EpisodeScheduler, RunDir]:
     pack = PromptPack.load(required=TEMPLATES + getattr(method, "TEMPLATES", ()))
     store = RunDir(root)
     store.open({"test": True}, "engine-test")
     roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}
     runner = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-                              store=store, settings=EpisodeSettings(max_turns=turns, concurrency=8),
+                              store=store, settings=EpisodeSettings(max_turns=turns, concurrency=8,
+                                                       speculative_player=speculative),
                               make_narrator=lambda: method(pack=pack, roles=roles), player=Player(condition))
     return runner, store
 
@@ -121,6 +122,15 @@ def test_two_specs_two_turns_log_every_call(engine: Any, tmp_path: Path) -> None
         assert c["prompt_tokens"] > 0 and c["generated_tokens"] > 0
         assert c["error"] is None or "cut off" in c["error"], c
     assert sum(c["cached_tokens"] for c in calls) > 0  # prefixes shared between calls are reused
+    # The next turn's player asked while the audits run: the same results, byte for byte, on the
+    # embedded model (other batch neighbours for every call of the turn).
+    early, early_calls = _run(engine, tmp_path / "speculative", specs, speculative=True)
+    assert {k: v.model_dump_json() for k, v in early.items()} == {k: v.model_dump_json() for k, v in first.items()}
+    def order(log: list[dict], sid: str) -> list[tuple]:
+        return [(c["turn"], c["stage"], c["attempt"], c["seed"]) for c in log
+                if c["spec_id"] == sid and not c.get("speculative")]
+
+    assert all(order(early_calls, sid) == order(calls, sid) for sid in first)
 
 
 def test_hiagent_natural(engine: Any, tmp_path: Path) -> None:
