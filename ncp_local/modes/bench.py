@@ -586,7 +586,8 @@ def _main_long(cfg: RunConfig) -> int:
             if b.long_horizon:
                 lines += await long_horizon(backend, specs, ready.pack, ready.narrator_cls, ready.player,
                                             cfg.seed, b.at_turn, b.turns, list(b.levels), sizes,
-                                            {r: UNBOUNDED for r in ROLES}, note=_say)
+                                            {r: UNBOUNDED for r in ROLES}, note=_say,
+                                            grammar=cfg.engine.name == "scripted")
             return lines
         finally:
             await engines.close()

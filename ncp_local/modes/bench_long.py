@@ -48,14 +48,20 @@ from .cache_sim import unbounded_cache_hit
 class PrefillOnly:
     """The real engine reads each prompt (prefill + one token); the answer is the scripted one."""
 
-    def __init__(self, inner: Engine, answer: Callable[[Request], str], kv_tokens: int | None) -> None:
-        self.inner, self.answer = inner, answer
+    def __init__(self, inner: Engine, answer: Callable[[Request], str], kv_tokens: int | None,
+                 grammar: bool) -> None:
+        self.inner, self.answer, self.grammar = inner, answer, grammar
         self.kv_tokens = kv_tokens  # what the admission reads (None: the fixed levels, no admission)
         self.requests: list[Request] = []
 
     async def generate(self, request: Request) -> Completion:
         self.requests.append(request)
-        out = await self.inner.generate(replace(request, max_tokens=1, min_room=1))
+        # One token needs no grammar, and compiling each call's schema (its ids change every turn) would
+        # cost more than the prefill measured here; the scripted backend answers from the schema.
+        sent = replace(request, max_tokens=1, min_room=1)
+        if not self.grammar:
+            sent = replace(sent, json_schema=None, regex=None)
+        out = await self.inner.generate(sent)
         return Completion(text=self.answer(request), finish_reason="stop", prompt_tokens=out.prompt_tokens,
                           cached_tokens=out.cached_tokens, generated_tokens=out.generated_tokens,
                           latency_s=out.latency_s)
@@ -116,7 +122,7 @@ async def _play(specs: tuple[Spec, ...], engine: Any, pack: PromptPack, narrator
 
 async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
                        player: Player, seed: int, at_turn: int, turns: int, levels: list[int], sizes: Sizes,
-                       bounds: dict[str, Bounds], note: Callable[[str], None]) -> list[str]:
+                       bounds: dict[str, Bounds], note: Callable[[str], None], grammar: bool = False) -> list[str]:
     """Each level and the admission on the same long-horizon state; the table and the closing line."""
     answer = sized_answers(sizes, _words(specs), bounds, lambda *_: None)
     kv = getattr(backend, "kv_tokens", None)
@@ -132,7 +138,7 @@ async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, 
         fixed = sorted({min(n, len(specs)) for n in levels})  # more in flight than episodes is all of them
         ways = [(f"{n} in flight", n, False) for n in fixed] + [("admission by cache", max(fixed), True)]
         for i, (name, concurrency, admit) in enumerate(ways):
-            engine = PrefillOnly(backend, answer, kv if admit else None)
+            engine = PrefillOnly(backend, answer, kv if admit else None, grammar)
             reset = getattr(backend, "reset_prefix_cache", None)
             if reset is not None:
                 await reset()
