@@ -117,7 +117,7 @@ class LruPrefixCache:
 def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     """On a fake engine whose cache holds about two episodes' prefixes: many in flight evict each other
     (the hit falls), admission by cache keeps the hit of an unbounded cache."""
-    from ncp_local.modes.bench_long import long_horizon
+    from ncp_local.modes.benches.long_horizon import long_horizon
     from ncp_local.plan.growth import Sizes
     from ncp_local.protocol.narrators import BaselineNarrator
     from ncp_local.protocol.player import Player

@@ -55,9 +55,9 @@ from ..protocol.player import Player
 from ..protocol.prompts import PromptPack
 from ..protocol.spec import Meta, Spec
 from ..protocol.stages import UNBOUNDED, Bounds
-from .bench_long import long_horizon
-from .bench_speculative import speculative_bench
-from .cache_sim import unbounded_cache_hit
+from .benches.long_horizon import long_horizon
+from .benches.speculative import speculative_bench
+from .benches.cache_sim import unbounded_cache_hit
 
 # The paper's grid, for the cost projection.
 PAPER_NARRATORS = 6

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..execution.calls import CallService, RoleBinding
-from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ..execution.store import RunDir, read_calls
-from ..protocol.player import Player
-from ..protocol.prompts import PromptPack
-from ..protocol.spec import Spec
+from ...execution.calls import CallService, RoleBinding
+from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ...execution.store import RunDir, read_calls
+from ...protocol.player import Player
+from ...protocol.prompts import PromptPack
+from ...protocol.spec import Spec
 
 
 async def _way(roles: dict[str, RoleBinding], specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,

@@ -30,18 +30,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..engines.base import Completion, Engine, Request
-from ..engines.scripted import ScriptedEngine
-from ..execution.calls import CallService, RoleBinding, Sampling
-from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ..execution.store import RunDir, read_calls
-from ..plan.growth import Sizes, _words, sized_answers
-from ..protocol import ROLES
-from ..protocol.episode import Checkpoint, EpisodeResult
-from ..protocol.player import Player
-from ..protocol.prompts import PromptPack
-from ..protocol.spec import Spec
-from ..protocol.stages import Bounds
+from ...engines.base import Completion, Engine, Request
+from ...engines.scripted import ScriptedEngine
+from ...execution.calls import CallService, RoleBinding, Sampling
+from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ...execution.store import RunDir, read_calls
+from ...plan.growth import Sizes, _words, sized_answers
+from ...protocol import ROLES
+from ...protocol.episode import Checkpoint, EpisodeResult
+from ...protocol.player import Player
+from ...protocol.prompts import PromptPack
+from ...protocol.spec import Spec
+from ...protocol.stages import Bounds
 from .cache_sim import unbounded_cache_hit
 
 

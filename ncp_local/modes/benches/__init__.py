@@ -1,0 +1,1 @@
+"""`mode=bench`'s further workloads (modes/bench.py runs them): the long horizon, the speculative player."""
