@@ -14,19 +14,23 @@ from ncp_local.engines.grammar import adapt_schema
 Oracle = Callable[[str], bool]
 
 
-def oracle(backend: str, schema: dict[str, Any], alphabet: Iterable[str]) -> Oracle:
-    """A function text -> admitted?, for one schema on one backend (the grammar compiled once).
-    `alphabet`: every character the texts asked about may hold (outlines' vocabulary)."""
-    text = json.dumps(adapt_schema(schema, backend))
-    return {"xgrammar": _xgrammar, "guidance": _guidance, "outlines": _outlines}[backend](text, alphabet)
+def oracle(backend: str, schema: dict[str, Any] | None, alphabet: Iterable[str], regex: str | None = None) -> Oracle:
+    """A function text -> admitted?, for one schema (or a plain-text `regex`) on one backend (the
+    grammar compiled once). `alphabet`: every character the texts asked about may hold (outlines'
+    vocabulary)."""
+    text = json.dumps(adapt_schema(schema, backend)) if schema is not None else None
+    return {"xgrammar": _xgrammar, "guidance": _guidance, "outlines": _outlines}[backend](text, alphabet, regex)
 
 
-def _xgrammar(schema: str, alphabet: Iterable[str]) -> Oracle:
+def _xgrammar(schema: str | None, alphabet: Iterable[str], regex: str | None) -> Oracle:
     import xgrammar
     from xgrammar.testing import _get_matcher_from_grammar
 
     # As vLLM compiles it with disable_any_whitespace (engines/vllm.py engine_kwargs).
-    grammar = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, separators=(",", ":"))
+    if schema is None:
+        grammar = xgrammar.Grammar.from_regex(regex)
+    else:
+        grammar = xgrammar.Grammar.from_json_schema(schema, any_whitespace=False, separators=(",", ":"))
     matcher = _get_matcher_from_grammar(grammar)  # compiled once, reset per text
 
     def admits(s: str) -> bool:
@@ -48,12 +52,15 @@ class _ByteTokenizer:
         return list(s if isinstance(s, bytes) else s.encode())
 
 
-def _guidance(schema: str, alphabet: Iterable[str]) -> Oracle:
+def _guidance(schema: str | None, alphabet: Iterable[str], regex: str | None) -> Oracle:
     import llguidance
 
     tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
     # As vLLM compiles it with disable_any_whitespace (vllm/v1/structured_output/backend_guidance.py).
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+    if schema is None:
+        grammar = llguidance.LLMatcher.grammar_from_regex(regex)
+    else:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
 
     def admits(s: str) -> bool:
         matcher = llguidance.LLMatcher(tokenizer, grammar)
@@ -63,12 +70,13 @@ def _guidance(schema: str, alphabet: Iterable[str]) -> Oracle:
     return admits
 
 
-def _outlines(schema: str, alphabet: Iterable[str]) -> Oracle:
+def _outlines(schema: str | None, alphabet: Iterable[str], regex: str | None) -> Oracle:
     import outlines_core
     import outlines_core.json_schema as outlines_schema
 
     # As vLLM builds it (vllm/v1/structured_output/backend_outlines.py): default whitespace.
-    regex = outlines_schema.build_regex_from_schema(schema)
+    if schema is not None:
+        regex = outlines_schema.build_regex_from_schema(schema)
     chars = sorted(set(alphabet))
     token = {c: i for i, c in enumerate(chars)}
     index = outlines_core.Index(regex, outlines_core.Vocabulary(len(chars), {c: [i] for c, i in token.items()}))

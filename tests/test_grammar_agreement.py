@@ -25,7 +25,9 @@ import pytest
 from grammar_oracles import oracle
 
 from ncp_local.engines.grammar import BACKENDS, id_form
-from ncp_local.protocol.stages import BLANK_CHARS, STAGES, TIGHT, AuditIds, InvalidOutput, check_bounds, parse, schema_for
+from ncp_local.protocol.stages import (
+    BLANK_CHARS, STAGES, TIGHT, AuditIds, InvalidOutput, check_bounds, parse, regex_for, schema_for,
+)
 
 IDS = AuditIds(fact_ids=("f_0", "f_1", "f_12"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_13",))
 JSON_STAGES = tuple(s.name for s in STAGES.values() if s.json)
@@ -197,3 +199,22 @@ def test_grammar_admits_nothing_the_parser_rejects(backend: str, stage: str) -> 
     # Blank strings are refused, however they are written.
     blank = {key for key in admitted if "blank" in key[0] and "trailing" not in key[0]}
     assert not blank, blank
+
+
+# The player's bounded line: a label alone is the one answer its regex admits and the parser
+# rejects (stages.regex_for says why; engines/grammar.DIFFERENCES lists it).
+LABEL_ONLY = ("Action:", "PLAYER:", "input: ", "Player input: '")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_player_line_admits_nothing_the_parser_rejects_but_a_label_alone(backend: str) -> None:
+    most = TIGHT.player_chars
+    texts = [*(b * 2 for b in BLANKS), *(f"{b}I run" for b in BLANKS if b), *(f"{q}I run{q}" for q in "\"'`"),
+             '""', "''", "``", "I run", "x", "x" * most, "x" * (most + 1), "é" * most, "\U0001F600" * most,
+             "I run\nI hide", "Action: I run", "action:I run", *LABEL_ONLY, "Actions speak", "input", "I"]
+    regex = regex_for("player", TIGHT)
+    admits = oracle(backend, None, {c for t in texts for c in t}, regex=regex)
+    wrong = [t for t in texts if admits(t) and verdict("player", t) is not None and t not in LABEL_ONLY]
+    assert not wrong, wrong
+    assert all(admits(t) for t in ("I run", "x", "x" * most, "Action: I run", "Actions speak", "I")), regex
+    assert not any(admits(t) for t in ("x" * (most + 1), " I run", '"I run"', "I run\nI hide"))

@@ -7,11 +7,15 @@ stage is one entry here plus its template file in `prompts/`.
 
 Each JSON schema is built per call by walking the stage's output model, whose
 fields say which bound caps them and which ids of the call they may name
-(`Bound`, `Names`, ...): whatever a grammar admits is valid wherever JSON
-Schema can say it (fact and commitment ids, conflict types and statuses are
-enums, `status_check` has exactly one entry per commitment in spec order,
-strings and lists are bounded). What a schema cannot say is checked after
-parsing; any failure is an `InvalidOutput`, i.e. one failed attempt.
+(`Bound`, `Names`, ...): whatever a grammar admits is valid in form wherever
+JSON Schema can say it (conflict types and statuses are enums, `status_check`
+has exactly one entry per commitment in spec order, strings and lists are
+bounded, free text starts with a character the parser would not strip). Ids
+are enums of the state under audit, or, as the engine layer chooses for a
+backend that compiles slowly, patterns of their shapes (`IdForm`): the schema
+is then the same on every call and the parser's existence check rejects an id
+that does not exist. What a schema cannot say is checked after parsing; any
+failure is an `InvalidOutput`, i.e. one failed attempt.
 """
 
 from __future__ import annotations
@@ -78,8 +82,10 @@ BLANK_CHARS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\
                "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 # JSON Schema `pattern` (a search): the first character is not blank. Written with \u escapes, which
 # Python's re, xgrammar, llguidance and outlines all read.
-NON_BLANK_START = ("^[^\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029"
-                   "\\u202f\\u205f\\u3000]")
+_BLANK_CLASS = ("\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
+                "\\u205f\\u3000")
+NON_BLANK_START = f"^[^{_BLANK_CLASS}]"
+_QUOTES = "\"'`"  # what the player's clean-up strips besides blanks
 
 
 class InvalidOutput(ValueError):
@@ -628,10 +634,15 @@ def min_room(stage: str, ids: AuditIds) -> int:
 
 
 def regex_for(stage: str, bounds: Bounds = UNBOUNDED) -> str | None:
-    """Plain-text stages: under a bound, one line of bounded length, so a small model must stop."""
+    """Plain-text stages: under a bound, one line of bounded length, so a small model must stop.
+    Its first character is neither blank nor a quote, which the player's clean-up would strip
+    (clean_player_text); a label alone ("Action:") is still admitted and rejected after parsing:
+    excluding it takes a branch per label prefix, each with its own length counter."""
     s = _stage(stage)
     limit = getattr(bounds, s.plain_bound) if s.plain_bound else None
-    return rf"[^\n]{{1,{limit}}}" if s.output is None and limit is not None else None
+    if s.output is not None or limit is None:
+        return None
+    return rf"[^\n{_BLANK_CLASS}{_QUOTES}][^\n]{{0,{limit - 1}}}"
 
 
 def schema_for(stage: str, ids: AuditIds = AuditIds(), bounds: Bounds = UNBOUNDED,
