@@ -2,9 +2,10 @@
 
 One engine per backend (the session engine is xgrammar's, whose episodes are
 tests/engine/test_rig_engine.py's); one spec, two turns, the embedded model
-with the embedded role files' bounds, and the ids in the backend's form
+with the embedded role files' sampling, and the ids in the backend's form
 (engines/grammar.id_form: outlines gets patterns, so each stage's schema is
-the same on every call and compiled once). Content quality is not asserted (a
+the same on every call and compiled once), the auditor's bounds smaller than
+its role file's (AUDITOR_BOUNDS). Content quality is not asserted (a
 135M model): what is asserted is that the grammar never lets through an
 answer the parser rejects for its form, and, under outlines, that no stage's
 grammar is compiled twice.
@@ -30,6 +31,13 @@ from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
+# outlines compiles each schema into an automaton over the vocabulary, and its cost grows with item
+# counts times string bounds (scripts/outlines_compile_cost.py: minutes per audit stage on the role
+# file's 8 facts of 300 characters). The mechanism under test does not depend on the sizes, so the
+# auditor's bounds here are small enough to keep the compile within the CI budget.
+AUDITOR_BOUNDS = ROLES["auditor"][1].model_copy(update={"reason_chars": 60, "fact_chars": 80, "new_facts": 2,
+                                                        "negations": 2, "conflicts": 2})
+ROLES = {**ROLES, "auditor": (ROLES["auditor"][0], AUDITOR_BOUNDS)}
 # What may make an attempt invalid although the grammar held: an id of the right shape that does not
 # exist (ids as patterns; the parser checks existence). Nothing of form: no bad JSON, no schema or
 # bound failure, no answer cut off, no engine error.
