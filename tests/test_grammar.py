@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from ncp_local.engines.grammar import BACKENDS, adapt_schema, unsupported
-from ncp_local.protocol.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, parse, schema_for
+from ncp_local.protocol.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, check_bounds, parse, schema_for
 
 IDS = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
 STAGES = ("opening", "narrate", "fact_update", "conflict_check", "double_check", "trajectory_check", "status_check",
@@ -22,15 +22,55 @@ def test_every_stage_schema_compiles_for_every_backend(backend: str) -> None:
         assert not any(problems.values()), problems
 
 
-def test_outlines_loses_item_counts_keeps_string_bounds_the_others_keep_all() -> None:
-    schema = schema_for("conflict_check", IDS, TIGHT)
-    assert adapt_schema(schema, "xgrammar") is schema and adapt_schema(schema, "guidance") is schema
+def test_outlines_keeps_item_counts_and_string_bounds_guidance_gets_the_schema_as_is() -> None:
+    schema = schema_for("conflict_check", IDS, TIGHT, "pattern")
+    assert adapt_schema(schema, "guidance") is schema
     adapted = adapt_schema(schema, "outlines")
-    assert "maxItems" not in json.dumps(adapted) and 160 in counted(adapted)
-    # Unadapted, the 6 conflicts multiply the regex six times over.
-    assert len(json.dumps(counted(schema))) >= len(json.dumps(counted(adapted)))
+    assert adapted["properties"]["conflicts"]["maxItems"] == 6
+    # 6 conflicts: the first and up to 5 more; each reason a first character and up to 159 more.
+    assert {5, 159} <= set(counted(adapted))
     narration = adapt_schema(schema_for("hiagent_narrate", IDS, TIGHT), "outlines")["properties"]
-    assert narration["text"]["maxLength"] == 1000 and narration["subgoal"]["maxLength"] == 200
+    assert narration["text"]["pattern"].endswith("{0,999}") and narration["subgoal"]["pattern"].endswith("{0,199}")
+    assert "maxLength" not in narration["text"] and "minLength" not in narration["text"]
+
+
+def test_xgrammar_gets_lengths_folded_into_the_non_blank_pattern() -> None:
+    reason = adapt_schema(schema_for("trajectory_check", IDS, TIGHT), "xgrammar")["properties"]["trigger"]
+    pattern = reason["properties"]["reason"]["pattern"]
+    assert pattern.endswith("{0,159}") and "|" not in pattern  # no escapes: xgrammar produces none here
+    unbounded = adapt_schema(schema_for("trajectory_check", IDS, UNBOUNDED), "xgrammar")["properties"]["trigger"]
+    assert unbounded["properties"]["reason"]["pattern"].endswith("*")
+
+
+@pytest.mark.parametrize("stage", ("fact_update", "conflict_check", "double_check", "status_check"))
+def test_outlines_audit_schemas_are_the_same_call_after_call(stage: str) -> None:
+    """Ids as patterns: the state under audit grows (facts added, negated, new ids) and the
+    schema does not, so vLLM compiles it once; as enums it changes with every fact."""
+    early = AuditIds(fact_ids=("f_0", "f_1", "f_2"), commitment_ids=("c_0", "c_1"), new_fact_ids=("f_3",))
+    later = AuditIds(fact_ids=("f_1", "f_2", "f_5", "f_11", "f_12"), commitment_ids=("c_0", "c_1"),
+                     new_fact_ids=("f_13", "f_14"))
+    assert schema_for(stage, early, TIGHT, "pattern") == schema_for(stage, later, TIGHT, "pattern")
+    if stage != "status_check":  # one entry per commitment: the same either way
+        assert schema_for(stage, early, TIGHT) != schema_for(stage, later, TIGHT)
+
+
+def test_negations_are_capped_by_the_bound_and_under_enums_by_the_ids() -> None:
+    ids = AuditIds(fact_ids=tuple(f"f_{i}" for i in range(12)))
+    negations = lambda form, b: schema_for("fact_update", ids, b, form)["properties"]["negate_facts"]  # noqa: E731
+    assert negations("enum", TIGHT)["maxItems"] == 8 and negations("enum", UNBOUNDED)["maxItems"] == 12
+    assert negations("pattern", TIGHT)["maxItems"] == 8 and "maxItems" not in negations("pattern", UNBOUNDED)
+    assert negations("pattern", TIGHT)["items"] == {"type": "string", "pattern": "^(f_[0-9]+)$"}
+    with pytest.raises(InvalidOutput, match="negations 9 is over its bound 8"):
+        check_bounds("fact_update", parse("fact_update", json.dumps(
+            {"add_facts": [], "negate_facts": [f"f_{i}" for i in range(9)], "reason": "r"}), ids), TIGHT)
+
+
+def test_an_id_of_the_right_shape_that_does_not_exist_is_an_invalid_attempt() -> None:
+    answer = {"conflicts": [{"type": "fact", "id": "f_99", "reason": "r"}]}
+    schema = schema_for("conflict_check", IDS, TIGHT, "pattern")
+    jsonschema.validate(answer, schema)  # the pattern admits it ...
+    with pytest.raises(InvalidOutput, match="unknown id 'f_99'"):  # ... the parser does not
+        parse("conflict_check", json.dumps(answer), IDS)
 
 
 def counted(schema: dict) -> list[int]:

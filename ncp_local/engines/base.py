@@ -47,6 +47,9 @@ class Completion:
     # The output budget the engine was given (max_tokens clamped to the room
     # the prompt left in the window); None when the backend does not know it.
     max_tokens_sent: int | None = None
+    # Whether this engine had not been sent this grammar before, so that it compiled it for this
+    # call (its compile time is then inside latency_s); None when the backend does not know.
+    grammar_new: bool | None = None
 
 
 class ContextOverflow(Exception):

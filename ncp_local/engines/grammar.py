@@ -1,56 +1,121 @@
 """The rig's JSON schemas as each structured-output backend can take them.
 
-The stage schemas (stages.schema_for) use bounded strings and arrays,
-`prefixItems`, `anyOf` with `const`, and enums built from the state under
-audit. xgrammar and guidance compile all of it. outlines turns a schema into
-a regular expression and then into an automaton over the whole vocabulary,
-which has two consequences:
+The stage schemas (stages.schema_for) use bounded strings whose first
+character is not blank (`minLength`, `maxLength` and a `pattern`), bounded
+arrays, `prefixItems`, `anyOf` with `const`, and ids either as enums of the
+state under audit or as patterns of their shapes. What each compiler does
+with them, and what this module changes so that a grammar never admits an
+answer the parser rejects for its form (tests/test_grammar_agreement.py):
 
-- a counted repetition takes it long to compile (a 1000-character narration
-  about 20 s on a loaded 2-core machine), longer than vLLM's 5 s default, so
-  every call failed before a token was generated. The rig's engines get a
-  long compile timeout (engines/vllm.py engine_env) and vLLM caches each
-  compiled grammar, so constant schemas (narration, player, builders) pay
-  once; schemas built from the state (the audits' ids) pay on most calls:
-  outlines is correct here, and slower than xgrammar;
-- `maxItems` on an array of objects multiplies the regex by the count, and
-  `prefixItems` followed by an `items` schema is read as "exactly the
-  prefix". So item counts leave the grammar (the runner checks the role's
-  bounds after parsing, `stages.check_bounds`, and `stages.parse` the built
-  specs' list sizes), and a `prefixItems` + `items` array becomes a plain
-  `items` array (only `build_commitments` has one, to say "at least one
-  achievement", which the build's cross-check checks anyway).
+- guidance (llguidance) reads all of it as JSON Schema means it: the schema
+  goes as it is.
+- xgrammar and outlines drop the lengths of a string that has a `pattern`
+  (xgrammar says so in a warning; outlines ignores the pattern beside a
+  length). So a bounded non-blank string becomes one pattern holding both:
+  a first character that is not blank, then up to `maxLength - 1` more.
+  Both read a string's pattern as the raw text between the quotes: xgrammar
+  then produces no escape at all (no `"`, `\\` or newline in such a string),
+  outlines pastes the pattern into its own regex, so
+  its pattern spells the JSON escapes itself and keeps them.
+- outlines builds an automaton over the whole vocabulary for each new
+  schema: about 11 s for a double-check schema on the embedded tokenizer,
+  34 s with its item counts (issue 26). Ids as enums of the current state
+  make nearly every audit call a new schema, so outlines gets ids as
+  patterns (`ID_FORM`): each stage's schema is then the same on every call
+  of a run (the status check's: on every call of a spec), vLLM's grammar
+  cache serves every call after the first, and item counts stay in the
+  grammar. `prefixItems` followed by an `items` schema is read by outlines
+  as "exactly the prefix", so such an array becomes a plain `items` array
+  (only `build_commitments` has one, to say "at least one achievement",
+  which the build's cross-check checks anyway).
 
-Every backend thus answers to the same contract.
+Where a grammar is stricter than the parser (it never admits a leading
+blank, xgrammar no escapes) is listed in `DIFFERENCES`; the parser and
+`stages.check_bounds` remain the contract for every backend, and for an
+endpoint with no grammar.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 BACKENDS: tuple[str, ...] = ("xgrammar", "guidance", "outlines")
 
-_COUNTS = ("maxItems",)
+# How each backend's schemas name ids (stages.IdForm): xgrammar and guidance compile an enum of
+# the current ids in milliseconds, so they keep the exact enum; outlines compiles for seconds per
+# new schema, so it gets the ids' shapes and one schema per stage.
+ID_FORM: dict[str, str] = {"xgrammar": "enum", "guidance": "enum", "outlines": "pattern"}
+
+# Where a backend's grammar and the parser differ, and why: the grammar admits less (never more),
+# but for the two answers marked "admitted", which the parser rejects after parsing.
+_EVERY_BACKEND = ("admitted: the player's line may be a label alone (`Action:`), which the player's clean-up "
+                  "empties; excluding it takes a branch per label prefix, each with its own length counter "
+                  "(stages.regex_for)",)
+DIFFERENCES: dict[str, tuple[str, ...]] = {
+    "xgrammar": ("a string never starts with a blank character (the parser strips it)",
+                 "a bounded string holds no JSON escape (no \", \\ or newline): xgrammar produces none "
+                 "inside a pattern",
+                 "ids as enums: only ids of the state under audit", *_EVERY_BACKEND),
+    "guidance": ("a string never starts with a blank character (the parser strips it)",
+                 "ids as enums: only ids of the state under audit", *_EVERY_BACKEND),
+    "outlines": ("a string never starts with a blank character (the parser strips it)",
+                 "admitted: an id of the right shape that does not exist (ids as patterns of their shapes, "
+                 "so that the schema is constant); the parser rejects it, an invalid attempt",
+                 *_EVERY_BACKEND),
+}
+
+# A JSON string's raw characters as the text between its quotes (outlines' own string class): no
+# quote, backslash, control character, DEL or C1 control (outlines leaves those last out too).
+_RAW = r'"\\\x00-\x1f\x7f-\x9f'
+# The two-character escapes outlines admits; decoded, each is one character.
+_ESCAPE = r'\\["\\/bfnrt]'
+_ESCAPE_NOT_BLANK = r'\\["\\/b]'  # \f \n \r \t decode to blanks
+# A protocol string pattern this module can fold lengths into: "the first character is none of ...".
+_FIRST_NOT = re.compile(r"\^\[\^(.+)\]")
+
+
+def id_form(backend: str) -> str:
+    """How `backend`'s schemas name ids (an unknown backend: the exact enum)."""
+    return ID_FORM.get(backend, "enum")
 
 
 def adapt_schema(schema: dict[str, Any], backend: str) -> dict[str, Any]:
     """The schema to hand to `backend` (a copy; the original is what answers are checked against)."""
-    if backend != "outlines":
+    if backend == "guidance":
         return schema
-    return _for_outlines(schema)
+    return _adapt(schema, backend)
 
 
-def _for_outlines(node: Any) -> Any:
+def _adapt(node: Any, backend: str) -> Any:
     if isinstance(node, list):
-        return [_for_outlines(v) for v in node]
+        return [_adapt(v, backend) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _for_outlines(v) for k, v in node.items() if k not in _COUNTS}
-    if "prefixItems" in out and isinstance(out.get("items"), dict):
+    out = {k: _adapt(v, backend) for k, v in node.items()}
+    if out.get("type") == "string" and "pattern" in out:
+        out = _fold_lengths(out, escapes=backend == "outlines")
+    if backend == "outlines" and "prefixItems" in out and isinstance(out.get("items"), dict):
         # Any item may be a prefix item or a later one: admitted, then checked after parsing.
         out["items"] = {"anyOf": [*out.pop("prefixItems"), out["items"]]}
     return out
+
+
+def _fold_lengths(node: dict[str, Any], escapes: bool) -> dict[str, Any]:
+    """A "first character is none of ..." string with lengths, as one full-match pattern over the
+    raw text between the quotes (with `escapes`, JSON escapes spelled out, each one character)."""
+    first = _FIRST_NOT.fullmatch(node["pattern"])
+    if first is None or "minLength" not in node:
+        return node  # an id pattern: no lengths to keep, the compilers read it as it is
+    most = node.get("maxLength")
+    more = "*" if most is None else f"{{0,{most - 1}}}"
+    head = f"[^{_RAW}{first.group(1)}]"
+    unit = f"[^{_RAW}]"
+    if escapes:
+        head, unit = f"({head}|{_ESCAPE_NOT_BLANK})", f"({unit}|{_ESCAPE})"
+    rest = {k: v for k, v in node.items() if k not in ("minLength", "maxLength", "pattern")}
+    return {**rest, "pattern": f"{head}{unit}{more}"}
 
 
 def unsupported(schema: dict[str, Any], backend: str) -> str | None:

@@ -328,6 +328,10 @@ class VLLMEngine:
         self._tok_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tok-{cfg.name}")
         self._tok_lock = threading.RLock()
         self._closed = False
+        # The grammars sent so far (`grammar_key`): vLLM compiles a grammar the first time it
+        # sees it and serves it from its cache after, so a call's `grammar_new` says whether
+        # its latency holds a compile (the measure of issue 26: outlines compiles per schema).
+        self._grammars: set[str] = set()
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -504,8 +508,13 @@ class VLLMEngine:
 
         request_id = f"{self.cfg.name}-{uuid.uuid4().hex}"
         final = None
+        grammar_new: bool | None = None
         try:
             params = sampling_params(request, budget, self.cfg.structured_outputs_backend)
+            grammar = grammar_key(params)
+            grammar_new = None if grammar is None else grammar not in self._grammars
+            if grammar is not None:
+                self._grammars.add(grammar)
             async for out in engine.generate(tokens_input(ids), params, request_id):
                 final = out
         except asyncio.CancelledError:
@@ -519,7 +528,7 @@ class VLLMEngine:
             # engine that is gone ends the run.
             if engine.errored:
                 raise EngineDead(f"engine '{self.cfg.name}' died: {e!r}") from e
-            return failed(_error_text(e))
+            return dataclasses.replace(failed(_error_text(e)), grammar_new=grammar_new)
         if final is None or not final.outputs:
             return failed(f"engine '{self.cfg.name}' returned no output for {request_id}")
 
@@ -537,7 +546,19 @@ class VLLMEngine:
             latency_s=time.monotonic() - started,
             error=error,
             max_tokens_sent=budget,
+            grammar_new=grammar_new,
         )
+
+
+def grammar_key(params: Any) -> str | None:
+    """The constraint of a request as vLLM keys its compiled grammars (the JSON schema's text, or
+    the regex), or None when the request is unconstrained."""
+    structured = params.structured_outputs
+    if structured is None:
+        return None
+    if structured.json is not None:
+        return "json:" + json.dumps(structured.json)
+    return f"regex:{structured.regex}"
 
 
 def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar"):

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NoReturn
 
+from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol.episode import CallFailed, ContextLimit, EpisodeResult
 from ..protocol.prompts import PromptPack
@@ -23,6 +24,7 @@ from ..protocol.stages import (
     UNBOUNDED,
     AuditIds,
     Bounds,
+    IdForm,
     InvalidOutput,
     bound_hits,
     check_bounds,
@@ -53,6 +55,8 @@ class RoleBinding:
     sampling: Sampling
     model: str
     bounds: Bounds = UNBOUNDED
+    # How the engine's grammars name ids (stages.IdForm; engines/grammar.id_form picks it per backend).
+    id_form: IdForm = "enum"
 
 
 class SystematicFailure(Exception):
@@ -199,7 +203,7 @@ class CallService:
         binding = self.roles[role or info.role]
         prepared = time.perf_counter()
         messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
-        schema = schema_for(stage, ids, binding.bounds) if info.json else None
+        schema = schema_for(stage, ids, binding.bounds, binding.id_form) if info.json else None
         regex, room = regex_for(stage, binding.bounds), min_room(stage, ids)
         # The rig's own time per call (render, schema, parse, log), apart from the engine's.
         overhead = time.perf_counter() - prepared
@@ -255,6 +259,8 @@ class CallService:
                 "latency_s": round(completion.latency_s, 4), "done_at": round(time.time(), 3),
                 "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
                 "error": error, "output": completion.text if error else None,
+                # Whether the engine had not seen this grammar before (it compiled it for this call).
+                **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
                 **({"bound_hits": list(reached)} if reached else {}),
             })
             if error is None:
@@ -297,5 +303,6 @@ def bindings(cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str],
         rc = getattr(cfg, role)
         engine = engines[role]
         out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=rc.model.name,
-                                sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds)
+                                sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds,
+                                id_form=grammar.id_form(rc.model.structured_outputs_backend))
     return out

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 from .. import plan
 from ..config import ConfigError, RunConfig, dataset_path
-from ..engines.grammar import unsupported
+from ..engines.grammar import id_form, unsupported
 from ..engines.settings import EMBEDDED, ModelSettings
 from ..protocol import ROLES
 from ..protocol.narrators import narrator_factory, narrator_options
@@ -205,4 +205,4 @@ def stage_unsupported(stage: str, backend: str, bounds: Bounds) -> str | None:
     """`unsupported` for a stage's schema on a sample state (the features matter, not the ids);
     cached, since every point of a sweep checks the same combinations before anything starts."""
     ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
-    return unsupported(schema_for(stage, ids, bounds), backend)
+    return unsupported(schema_for(stage, ids, bounds, id_form(backend)), backend)

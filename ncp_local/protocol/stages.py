@@ -7,20 +7,25 @@ stage is one entry here plus its template file in `prompts/`.
 
 Each JSON schema is built per call by walking the stage's output model, whose
 fields say which bound caps them and which ids of the call they may name
-(`Bound`, `Names`, ...): whatever a grammar admits is valid wherever JSON
-Schema can say it (fact and commitment ids, conflict types and statuses are
-enums, `status_check` has exactly one entry per commitment in spec order,
-strings and lists are bounded). What a schema cannot say is checked after
-parsing; any failure is an `InvalidOutput`, i.e. one failed attempt.
+(`Bound`, `Names`, ...): whatever a grammar admits is valid in form wherever
+JSON Schema can say it (conflict types and statuses are enums, `status_check`
+has exactly one entry per commitment in spec order, strings and lists are
+bounded, free text starts with a character the parser would not strip). Ids
+are enums of the state under audit, or, as the engine layer chooses for a
+backend that compiles slowly, patterns of their shapes (`IdForm`): the schema
+is then the same on every call and the parser's existence check rejects an id
+that does not exist. What a schema cannot say is checked after parsing; any
+failure is an `InvalidOutput`, i.e. one failed attempt.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import types
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Annotated, Any, Callable, Iterator, Literal, Mapping, Union, get_args, get_origin
+from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -51,6 +56,7 @@ class Bounds(BaseModel):
     reason_chars: int | None = Field(None, gt=0)  # every reason / review_reason
     fact_chars: int | None = Field(None, gt=0)  # one new fact
     new_facts: int | None = Field(None, ge=0)  # new facts per update (the opening's included)
+    negations: int | None = Field(None, ge=0)  # fact ids negated per update
     conflicts: int | None = Field(None, ge=1)  # conflicts per check
     subgoal_chars: int | None = Field(None, gt=0)
     summary_chars: int | None = Field(None, gt=0)
@@ -59,8 +65,27 @@ class Bounds(BaseModel):
 
 UNBOUNDED = Bounds()
 # The embedded 135M model's bounds: 150 words is about 900 characters, 50 about 300.
-TIGHT = Bounds(text_chars=1000, player_chars=350, reason_chars=160, fact_chars=300, new_facts=8, conflicts=6,
-               subgoal_chars=200, summary_chars=600, build_chars=240)
+TIGHT = Bounds(text_chars=1000, player_chars=350, reason_chars=160, fact_chars=300, new_facts=8, negations=8,
+               conflicts=6, subgoal_chars=200, summary_chars=600, build_chars=240)
+
+# How a schema names the ids of the call (fact and commitment ids, `input`, `response_internal`):
+# "enum" lists exactly those of the state under audit (the grammar admits only ids that exist,
+# but nearly every call has a new schema); "pattern" gives their shapes (`f_[0-9]+`), so a stage's
+# schema stays the same call after call and a backend that compiles slowly compiles it once.
+# Either way the parser checks that a named id exists. The engine layer picks the form per backend.
+IdForm = Literal["enum", "pattern"]
+ID_FORMS: tuple[str, ...] = get_args(IdForm)
+
+# What Python's str.strip() removes (every character with str.isspace()): the parser's notion of a
+# blank reason or narration, so the grammar's "starts with a non-blank character" is the same set.
+BLANK_CHARS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+               "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+# JSON Schema `pattern` (a search): the first character is not blank. Written with \u escapes, which
+# Python's re, xgrammar, llguidance and outlines all read.
+_BLANK_CLASS = ("\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
+                "\\u205f\\u3000")
+NON_BLANK_START = f"^[^{_BLANK_CLASS}]"
+_QUOTES = "\"'`"  # what the player's clean-up strips besides blanks
 
 
 class InvalidOutput(ValueError):
@@ -167,7 +192,7 @@ class Narration(_Out):
 
 class FactUpdateOut(_Out):
     add_facts: Annotated[tuple[Annotated[str, Bound("fact_chars")], ...], Bound("new_facts")]
-    negate_facts: tuple[Annotated[str, Names(_negatable)], ...]
+    negate_facts: Annotated[tuple[Annotated[str, Names(_negatable)], ...], Bound("negations")]
     reason: Reason
 
     @field_validator("negate_facts")
@@ -347,11 +372,12 @@ def _field(f: FieldInfo) -> tuple[Any, tuple[Any, ...]]:
 
 
 def _str(max_len: int | None) -> dict[str, Any]:
-    """Free text: never empty, capped by its bound."""
+    """Free text: never blank (its first character is not one str.strip() removes), capped by its bound."""
     s: dict[str, Any] = {"type": "string"}
     if max_len is not None:
         s["maxLength"] = max_len
     s["minLength"] = 1
+    s["pattern"] = NON_BLANK_START
     return s
 
 
@@ -359,31 +385,39 @@ def _obj(props: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def _object(model: type[_Out], ids: AuditIds, b: Bounds, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Call:
+    """What one call's schema is built from: the ids it may name, the role's bounds, how ids are written."""
+
+    ids: AuditIds
+    bounds: Bounds
+    form: IdForm = "enum"
+
+
+def _object(model: type[_Out], c: _Call, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An output model's schema; `given` fixes some fields' schemas (a pinned id, a branch's type)."""
     given = given or {}
     fields = _asked(model)
     for name, f in fields.items():
         per = _marker(_field(f)[1], NamesPer)
         if per is not None and name not in given:
-            return {"anyOf": _branches(model, name, per, ids, b, given)}
-    return _obj({name: given[name] if name in given else _schema(*_field(f), ids, b) for name, f in fields.items()})
+            return {"anyOf": _branches(model, name, per, c, given)}
+    return _obj({name: given[name] if name in given else _schema(*_field(f), c) for name, f in fields.items()})
 
 
-def _branches(model: type[_Out], name: str, per: NamesPer, ids: AuditIds, b: Bounds,
-              given: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _branches(model: type[_Out], name: str, per: NamesPer, c: _Call, given: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One object per value of `per.by`, naming only what that kind offers; a kind with nothing
     to name (no commitments) has no branch."""
-    offered = per.of(ids)
+    offered = per.of(c.ids)
     kinds = get_args(_asked(model)[per.by].annotation)
-    return [_object(model, ids, b, {**given, per.by: {"const": kind}, name: {"enum": list(offered[kind])}})
+    return [_object(model, c, {**given, per.by: {"const": kind}, name: _names(str, offered[kind], c.form)})
             for kind in kinds if offered[kind]]
 
 
-def _schema(tp: Any, meta: tuple[Any, ...], ids: AuditIds, b: Bounds) -> dict[str, Any]:
+def _schema(tp: Any, meta: tuple[Any, ...], c: _Call) -> dict[str, Any]:
     names = _marker(meta, Names)
     if names is not None:
-        return _names(tp, names.of(ids))
+        return _names(tp, names.of(c.ids), c.form)
     if tp is bool:
         return {"type": "boolean"}
     if get_origin(tp) is Literal:
@@ -392,54 +426,72 @@ def _schema(tp: Any, meta: tuple[Any, ...], ids: AuditIds, b: Bounds) -> dict[st
         bound = _marker(meta, Bound)
         if bound is None:  # so that a role's bounds reach every free string
             raise TypeError("a free string needs a Bound")
-        return _str(getattr(b, bound.name))
+        return _str(getattr(c.bounds, bound.name))
     if get_origin(tp) is tuple:
-        return _array(get_args(tp)[0], meta, ids, b)
+        return _array(get_args(tp)[0], meta, c)
     if isinstance(tp, type) and issubclass(tp, _Out):
-        return _object(tp, ids, b)
+        return _object(tp, c)
     raise TypeError(f"no schema for {tp!r}")
 
 
-def _names(tp: Any, offered: tuple[Any, ...]) -> dict[str, Any]:
-    """An id of the call: an enum of what it may name (an empty enum is no valid schema)."""
-    enum = {"enum": list(offered)}
+def id_pattern(ids: Iterable[str]) -> str:
+    """The shapes of these ids as one anchored pattern: each run of digits stands for any number
+    (`f_3`, `f_12` -> `f_[0-9]+`), every other character for itself. Plain ids (spec.ID_PATTERN)
+    hold only letters, digits and `_.-`, so `.` and `-` are the only characters to quote."""
+    shapes = sorted({re.sub(r"[0-9]+", "[0-9]+", re.sub(r"[.-]", lambda m: f"[{m.group()}]", i)) for i in ids})
+    return f"^({'|'.join(shapes)})$"
+
+
+def _names(tp: Any, offered: tuple[Any, ...], form: IdForm = "enum") -> dict[str, Any]:
+    """An id of the call: an enum of what it may name, or (form "pattern", string ids) their shapes.
+    An empty enum is no valid schema."""
+    if form == "pattern" and offered and all(isinstance(o, str) for o in offered):
+        named: dict[str, Any] = {"type": "string", "pattern": id_pattern(offered)}
+    else:
+        named = {"enum": list(offered)}
     if _is_optional(tp):
-        return {"anyOf": [{"type": "null"}, enum]} if offered else {"type": "null"}
+        return {"anyOf": [{"type": "null"}, named]} if offered else {"type": "null"}
     # Nothing to name: only the empty string (its list then takes no item).
-    return enum if offered else {"type": "string", "maxLength": 0}
+    return named if offered else {"type": "string", "maxLength": 0}
 
 
-def _array(item_tp: Any, meta: tuple[Any, ...], ids: AuditIds, b: Bounds) -> dict[str, Any]:
+def _array(item_tp: Any, meta: tuple[Any, ...], c: _Call) -> dict[str, Any]:
     per = _marker(meta, OnePerName)
     if per is not None:
-        return _one_per_name(item_tp, per.field, ids, b)
+        return _one_per_name(item_tp, per.field, c)
     item, item_meta = _unwrap(item_tp)
-    a: dict[str, Any] = {"type": "array", "items": _schema(item, item_meta, ids, b)}
+    a: dict[str, Any] = {"type": "array", "items": _schema(item, item_meta, c)}
     first, size = _marker(meta, FirstIs), _marker(meta, Size)
     if first is not None:
-        a["prefixItems"] = [_object(item, ids, b, {first.field: {"const": first.value}})]
+        a["prefixItems"] = [_object(item, c, {first.field: {"const": first.value}})]
     if size is not None:
         a["minItems"] = size.lo
-    most = _most_items(meta, item_meta, ids, b)
+    most = _most_items(meta, item_meta, c)
     if most is not None:
         a["maxItems"] = most
     return a
 
 
-def _most_items(meta: tuple[Any, ...], item_meta: tuple[Any, ...], ids: AuditIds, b: Bounds) -> int | None:
+def _most_items(meta: tuple[Any, ...], item_meta: tuple[Any, ...], c: _Call) -> int | None:
     size, bound, names = _marker(meta, Size), _marker(meta, Bound), _marker(item_meta, Names)
     if size is not None:
         return size.hi
+    capped = getattr(c.bounds, bound.name) if bound is not None else None
+    if names is not None:
+        offered = len(names.of(c.ids))
+        if c.form == "enum" or not offered:  # each id at most once: no more items than ids
+            return offered if capped is None else min(offered, capped)
+        return capped  # the shapes say nothing of how many ids exist: only the role's bound
     if bound is not None:
-        return getattr(b, bound.name)
-    if names is not None:  # each id at most once: no more items than ids
-        return len(names.of(ids))
+        return capped
     raise TypeError("a list needs a Bound, a Size or named items")
 
 
-def _one_per_name(item: type[_Out], field: str, ids: AuditIds, b: Bounds) -> dict[str, Any]:
-    names = _marker(_field(_asked(item)[field])[1], Names).of(ids)
-    entries = [_object(item, ids, b, {field: {"const": n}}) for n in names]
+def _one_per_name(item: type[_Out], field: str, c: _Call) -> dict[str, Any]:
+    # One entry per commitment, each id a constant: the same schema for every call on a spec,
+    # whatever the id form.
+    names = _marker(_field(_asked(item)[field])[1], Names).of(c.ids)
+    entries = [_object(item, c, {field: {"const": n}}) for n in names]
     n = len(entries)
     return {"type": "array", "prefixItems": entries, "items": False, "minItems": n, "maxItems": n}
 
@@ -582,16 +634,23 @@ def min_room(stage: str, ids: AuditIds) -> int:
 
 
 def regex_for(stage: str, bounds: Bounds = UNBOUNDED) -> str | None:
-    """Plain-text stages: under a bound, one line of bounded length, so a small model must stop."""
+    """Plain-text stages: under a bound, one line of bounded length, so a small model must stop.
+    Its first character is neither blank nor a quote, which the player's clean-up would strip
+    (clean_player_text); a label alone ("Action:") is still admitted and rejected after parsing:
+    excluding it takes a branch per label prefix, each with its own length counter."""
     s = _stage(stage)
     limit = getattr(bounds, s.plain_bound) if s.plain_bound else None
-    return rf"[^\n]{{1,{limit}}}" if s.output is None and limit is not None else None
+    if s.output is not None or limit is None:
+        return None
+    return rf"[^\n{_BLANK_CLASS}{_QUOTES}][^\n]{{0,{limit - 1}}}"
 
 
-def schema_for(stage: str, ids: AuditIds = AuditIds(), bounds: Bounds = UNBOUNDED) -> dict[str, Any] | None:
-    """The grammar for one call: only what is valid, within the role's bounds."""
+def schema_for(stage: str, ids: AuditIds = AuditIds(), bounds: Bounds = UNBOUNDED,
+               id_form: IdForm = "enum") -> dict[str, Any] | None:
+    """The grammar for one call: only what is valid in form, within the role's bounds; ids as
+    `id_form` says (an id that does not exist is then the parser's to reject)."""
     s = _stage(stage)
-    return _object(s.output, ids, bounds) if s.output is not None else None
+    return _object(s.output, _Call(ids, bounds, id_form)) if s.output is not None else None
 
 
 # ---- parsing and checks ---------------------------------------------------

@@ -1,65 +1,91 @@
-"""Every structured-output backend the model configs offer runs every stage's schema on the real engine.
+"""Every structured-output backend the model configs offer plays an episode on the real engine.
 
-One engine per backend (the session engine is xgrammar's, covered by the
-other engine tests); one call per stage on real protocol state, all in
-flight at once. outlines gets adapted schemas (engines/grammar.py): without the
-adaptation every call fails before a token (its regex compiler times out on
-the bounded strings). Content quality is not asserted (a 135M model).
+One engine per backend (the session engine is xgrammar's, whose episodes are
+tests/engine/test_rig_engine.py's); one spec, two turns, the embedded model
+with the embedded role files' sampling, and the ids in the backend's form
+(engines/grammar.id_form: outlines gets patterns, so each stage's schema is
+the same on every call and compiled once), the auditor's bounds smaller than
+its role file's (AUDITOR_BOUNDS). Content quality is not asserted (a
+135M model): what is asserted is that the grammar never lets through an
+answer the parser rejects for its form, and, under outlines, that no stage's
+grammar is compiled twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
-from engine_helpers import ask_all, embedded_roles, stage_calls
+from engine_helpers import embedded_roles
 
-from ncp_local.protocol.prompts import PromptPack
+from ncp_local.engines.grammar import id_form
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.protocol.spec import load_dataset
+from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.protocol.narrators import BaselineNarrator
+from ncp_local.protocol.player import Player
+from ncp_local.protocol.prompts import TEMPLATES, PromptPack
+from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
-
-
-class _Session:
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-
-    def run(self, coro: Any, timeout: float = 900) -> Any:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+# outlines compiles each schema into an automaton over the vocabulary, and its cost grows with item
+# counts times string bounds (scripts/outlines_compile_cost.py: minutes per audit stage on the role
+# file's 8 facts of 300 characters). The mechanism under test does not depend on the sizes, so the
+# auditor's bounds here are small enough to keep the compile within the CI budget.
+AUDITOR_BOUNDS = ROLES["auditor"][1].model_copy(update={"reason_chars": 60, "fact_chars": 80, "new_facts": 2,
+                                                        "negations": 2, "conflicts": 2})
+ROLES = {**ROLES, "auditor": (ROLES["auditor"][0], AUDITOR_BOUNDS)}
+# What may make an attempt invalid although the grammar held: an id of the right shape that does not
+# exist (ids as patterns; the parser checks existence), and an answer cut off at the role's
+# max_tokens (the role files' token budgets are below their character bounds' worst case: the
+# player's 192 tokens for 350 characters, the narrator's 512 for 1000). Nothing of form: no bad
+# JSON, no schema or bound failure, no engine error.
+NOT_FORM = ("names unknown id", "cut off at max_tokens")
 
 
 @pytest.mark.parametrize("backend", ["guidance", "outlines"])
-def test_one_call_per_stage_parses_under_backend(backend: str, embedded_model_path: Path, tmp_path: Path) -> None:
+def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path, tmp_path: Path) -> None:
     from ncp_local.engines.settings import ModelSettings
     from ncp_local.engines.vllm import VLLMEngine
 
-    cfg = ModelSettings(name=f"smollm2-{backend}", path=str(embedded_model_path), max_model_len=4096,
+    cfg = ModelSettings(name=f"smollm2-{backend}", path=str(embedded_model_path), max_model_len=8192,
                         kv_cache_memory_bytes=1 << 29, max_num_seqs=16, enforce_eager=True, cpu_reserved_cores=0,
                         dtype="float32", seed=0, structured_outputs_backend=backend)
     loop = asyncio.new_event_loop()
-    session = _Session(loop)
-    engine = session.run(VLLMEngine.start(cfg), timeout=600)
+    engine = loop.run_until_complete(asyncio.wait_for(VLLMEngine.start(cfg), 600))
     spec = load_dataset(ROOT / "specs").specs[0]
+    pack = PromptPack.load(required=TEMPLATES)
     store = RunDir(tmp_path)
     store.open({"test": True}, f"backend-{backend}")
-    roles = {r: RoleBinding(engine, s, cfg.name, b) for r, (s, b) in ROLES.items()}
-    calls_ = CallService(roles=roles, pack=PromptPack.load(), store=store, seed=0)
+    roles = {r: RoleBinding(engine, s, cfg.name, b, id_form(backend)) for r, (s, b) in ROLES.items()}
+    runner = EpisodeScheduler(specs=(spec,), calls=CallService(roles=roles, pack=pack, store=store, seed=0),
+                              store=store, settings=EpisodeSettings(max_turns=2, concurrency=1),
+                              make_narrator=lambda: BaselineNarrator(pack=pack, roles=roles),
+                              player=Player("adversarial"))
     try:
-        # The spec builders add no schema feature but prefixItems + items, which build_commitments
-        # has; the other two would only spend minutes writing 15 bounded nodes.
-        calls = [c for c in stage_calls(spec) if c[0] not in ("build_trajectory", "build_facts")]
-        answers = ask_all(session, calls_, spec.id, calls)
+        results = loop.run_until_complete(asyncio.wait_for(runner.run(), 1500))
     finally:
         store.close()
         loop.run_until_complete(engine.close())
         loop.close()
-    assert all(a is not None for a in answers)
-    logged = read_calls(tmp_path / "calls.jsonl")
-    # No attempt failed on the engine's side: the backend compiled every grammar it was given.
-    assert not [c for c in logged if (c.get("error") or "").startswith("engine error")], logged
-    assert {c["key"] for c in logged if c.get("error") is None} == {t for _, t, *_ in calls}
+    result = results[spec.id]
+    calls = read_calls(tmp_path / "calls.jsonl")
+    assert result.termination != "invalid", (result.reason, [c for c in calls if c["error"]])
+    assert result.turns, result
+    failed = [(c["stage"], c["error"], c.get("output")) for c in calls
+              if c["error"] and not any(why in c["error"] for why in NOT_FORM)]
+    assert not failed, failed
+    # Every constrained call says whether the engine compiled its grammar for it.
+    assert all(isinstance(c.get("grammar_new"), bool) for c in calls), calls
+    if id_form(backend) == "pattern":
+        new = Counter(c["stage"] for c in calls if c["grammar_new"])
+        assert max(new.values()) == 1, new  # no stage's grammar compiled twice
+        audits = [s for s in ("fact_update", "conflict_check", "trajectory_check", "status_check")
+                  if sum(c["stage"] == s for c in calls) > 1]
+        assert audits, "the episode never called an audit stage twice"
+        for stage in audits:
+            assert [c["grammar_new"] for c in calls if c["stage"] == stage][1:] == [False] * (
+                sum(c["stage"] == stage for c in calls) - 1), stage
