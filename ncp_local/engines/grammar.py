@@ -9,14 +9,18 @@ answer the parser rejects for its form (tests/test_grammar_agreement.py):
 
 - guidance (llguidance) reads all of it as JSON Schema means it: the schema
   goes as it is.
-- xgrammar and outlines drop the lengths of a string that has a `pattern`
-  (xgrammar says so in a warning; outlines ignores the pattern beside a
-  length). So a bounded non-blank string becomes one pattern holding both:
-  a first character that is not blank, then up to `maxLength - 1` more.
-  Both read a string's pattern as the raw text between the quotes: xgrammar
-  then produces no escape at all (no `"`, `\\` or newline in such a string),
-  outlines pastes the pattern into its own regex, so
-  its pattern spells the JSON escapes itself and keeps them.
+- outlines ignores a string's pattern beside its lengths. So a bounded
+  non-blank string becomes one pattern holding both: a first character that
+  is not blank, then up to `maxLength - 1` more. outlines pastes the pattern
+  into its own regex as the raw text between the quotes, so the pattern
+  spells the JSON escapes itself and keeps them.
+- xgrammar writes no JSON escape in a string that has a pattern or any
+  length bound: a non-blank pattern or `minLength` would forbid straight
+  quotes, backslashes and newlines in every narration. So under xgrammar
+  free text keeps only a `maxLength` a role sets (the embedded model's
+  bounds; none under experiment=paper), and a blank string is admitted,
+  which the parser then rejects (an invalid attempt, retried; listed in
+  DIFFERENCES).
 - outlines builds an automaton over the whole vocabulary for each new
   schema: about 11 s for a double-check schema on the embedded tokenizer,
   34 s with its item counts (issue 26). Ids as enums of the current state
@@ -29,8 +33,8 @@ answer the parser rejects for its form (tests/test_grammar_agreement.py):
   (only `build_commitments` has one, to say "at least one achievement",
   which the build's cross-check checks anyway).
 
-Where a grammar is stricter than the parser (it never admits a leading
-blank, xgrammar no escapes) is listed in `DIFFERENCES`; the parser and
+Where a grammar differs from the parser (guidance and outlines never admit
+a leading blank; xgrammar admits a blank string) is listed in `DIFFERENCES`; the parser and
 `stages.check_bounds` remain the contract for every backend, and for an
 endpoint with no grammar.
 """
@@ -53,10 +57,15 @@ ID_FORM: dict[str, str] = {"xgrammar": "enum", "guidance": "enum", "outlines": "
 _EVERY_BACKEND = ("admitted: the player's line may be a label alone (`Action:`), which the player's clean-up "
                   "empties; excluding it takes a branch per label prefix, each with its own length counter "
                   "(stages.regex_for)",)
+XGRAMMAR_BLANK = ("admitted: a blank or whitespace-only string (and one that starts with a blank): xgrammar writes "
+                  "no JSON escape in a string with a pattern or a minimum length, so either would forbid "
+                  "straight quotes, backslashes and newlines in every narration, fact and reason; the parser "
+                  "rejects a blank string, an invalid attempt (retried)")
 DIFFERENCES: dict[str, tuple[str, ...]] = {
-    "xgrammar": ("a string never starts with a blank character (the parser strips it)",
-                 "a bounded string holds no JSON escape (no \", \\ or newline): xgrammar produces none "
-                 "inside a pattern",
+    "xgrammar": (XGRAMMAR_BLANK,
+                 "a string with a length bound (`maxLength`: only where a role sets output bounds, as the "
+                 "embedded model's do; none under experiment=paper) holds no JSON escape: xgrammar's "
+                 "counted string admits none",
                  "ids as enums: only ids of the state under audit", *_EVERY_BACKEND),
     "guidance": ("a string never starts with a blank character (the parser strips it)",
                  "ids as enums: only ids of the state under audit", *_EVERY_BACKEND),
@@ -95,16 +104,32 @@ def _adapt(node: Any, backend: str) -> Any:
         return node
     out = {k: _adapt(v, backend) for k, v in node.items()}
     if out.get("type") == "string" and "pattern" in out:
-        out = _fold_lengths(out, escapes=backend == "outlines")
+        if backend == "xgrammar":
+            out = _without_blank_pattern(out)
+        else:
+            out = _fold_lengths(out)
     if backend == "outlines" and "prefixItems" in out and isinstance(out.get("items"), dict):
         # Any item may be a prefix item or a later one: admitted, then checked after parsing.
         out["items"] = {"anyOf": [*out.pop("prefixItems"), out["items"]]}
     return out
 
 
-def _fold_lengths(node: dict[str, Any], escapes: bool) -> dict[str, Any]:
+def _without_blank_pattern(node: dict[str, Any]) -> dict[str, Any]:
+    """xgrammar: a free-text string loses its non-blank pattern and its `minLength`, and keeps a
+    `maxLength` when a role sets one. xgrammar writes no JSON escape in a string that has a
+    pattern or any length bound (measured on xgrammar 0.2.8, tests/test_grammar_agreement.py):
+    either would forbid every straight quote, backslash and newline in a capable narrator's
+    dialogue and paragraphs, which changes the measurement. Unbounded text (experiment=paper)
+    therefore keeps every character; a blank answer stays admitted and the parser rejects it (an
+    invalid attempt, retried). Both are listed in DIFFERENCES."""
+    if _FIRST_NOT.fullmatch(node["pattern"]) is None or "minLength" not in node:
+        return node  # an id pattern: kept as it is
+    return {k: v for k, v in node.items() if k not in ("pattern", "minLength")}
+
+
+def _fold_lengths(node: dict[str, Any]) -> dict[str, Any]:
     """A "first character is none of ..." string with lengths, as one full-match pattern over the
-    raw text between the quotes (with `escapes`, JSON escapes spelled out, each one character)."""
+    raw text between the quotes, JSON escapes spelled out (each one character)."""
     first = _FIRST_NOT.fullmatch(node["pattern"])
     if first is None or "minLength" not in node:
         return node  # an id pattern: no lengths to keep, the compilers read it as it is
@@ -112,8 +137,7 @@ def _fold_lengths(node: dict[str, Any], escapes: bool) -> dict[str, Any]:
     more = "*" if most is None else f"{{0,{most - 1}}}"
     head = f"[^{_RAW}{first.group(1)}]"
     unit = f"[^{_RAW}]"
-    if escapes:
-        head, unit = f"({head}|{_ESCAPE_NOT_BLANK})", f"({unit}|{_ESCAPE})"
+    head, unit = f"({head}|{_ESCAPE_NOT_BLANK})", f"({unit}|{_ESCAPE})"
     rest = {k: v for k, v in node.items() if k not in ("minLength", "maxLength", "pattern")}
     return {**rest, "pattern": f"{head}{unit}{more}"}
 
