@@ -262,6 +262,8 @@ class CallService:
                 # Whether the engine had not seen this grammar before (it compiled it for this call).
                 **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
                 **({"bound_hits": list(reached)} if reached else {}),
+                # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
+                **({"transport_errors": list(completion.transport_errors)} if completion.transport_errors else {}),
             })
             if error is None:
                 if hits is not None:
