@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..config import ConfigError, role_endpoint, role_engine
 from ..engines.openai import EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
@@ -72,12 +72,14 @@ def _first_turn(growth: Growth, role: str) -> tuple[int, str]:
     return best, stage
 
 
-def check(cfg: Any, roles: tuple[str, ...], growth: Growth | None,
+def check(cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None],
           cache: dict[str, Endpoint] | None = None) -> dict[str, Endpoint]:
     """Each remote role's endpoint, waited for and checked (see the module doc); ConfigError when not.
 
-    `cache`: endpoints already checked, by settings (a sweep's points share them)."""
+    `growth`: the prompt projection, played only when a server reports a window to check (None: no
+    episodes to play). `cache`: endpoints already checked, by settings (a sweep's points share them)."""
     out: dict[str, Endpoint] = {}
+    played: list[Growth | None] = []
     for role in remote_roles(cfg, roles):
         ep = role_endpoint(cfg, role)
         key = _key(ep)
@@ -100,8 +102,10 @@ def check(cfg: Any, roles: tuple[str, ...], growth: Growth | None,
             print(f"{role}: endpoint {conf.base_url} answered after {time.monotonic() - started:.0f} s", flush=True)
         endpoint = Endpoint(conf, report)
         window = report.window(conf.model)
-        if growth is not None and window is not None:
-            need, stage = _first_turn(growth, role)
+        if window is not None and not played:
+            played.append(growth())
+        if window is not None and played[0] is not None:
+            need, stage = _first_turn(played[0], role)
             if need > window:
                 raise ConfigError(field, f"health check: {conf.base_url} serves '{conf.model}' with a {window}-token "
                                   f"window, which does not hold the first turn ({stage} needs about {need} tokens "

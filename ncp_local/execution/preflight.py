@@ -88,11 +88,12 @@ def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool 
         check_engines(cfg, roles)
         remote = endpoints_mod.remote_roles(cfg, roles)
         if remote:
-            # The window check plays the opening and turn 1 with the rig's prompts (as mode=plan does).
-            growth = None
-            if dataset is not None and narrator_cls is not None and player is not None:
-                growth = play(cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls,
-                              kwargs, player)
+            def growth() -> Any:
+                # The window check plays the opening and turn 1 with the rig's prompts (as mode=plan does).
+                if dataset is None or narrator_cls is None or player is None:
+                    return None
+                return play(cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls,
+                            kwargs, player)
             served = endpoints_mod.check(cfg, remote, growth)
     return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served)
 
