@@ -10,9 +10,8 @@ Nothing here imports vLLM.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .settings import ModelSettings
 from .vllm import engine_env, plain_engine_kwargs
@@ -20,20 +19,6 @@ from .vllm import engine_env, plain_engine_kwargs
 # Engine arguments the server takes otherwise (or not at all): the model is positional, devices come
 # from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags.
 _NOT_FLAGS = ("model", "device_ids", "served_model_name")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How one served model spreads: tensor parallel inside a node, and across `nodes` either
-    pipeline parallel over a Ray cluster or vLLM's own multi-node data parallel."""
-
-    nodes: int = 1
-    tensor_parallel: int = 1  # GPUs per node the model's layers are split over
-    across: Literal["pipeline", "data"] = "pipeline"
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.tensor_parallel
 
 
 def flag(key: str, value: Any) -> list[str]:
@@ -48,33 +33,20 @@ def flag(key: str, value: Any) -> list[str]:
 
 def serve_args(model: ModelSettings, model_path: str | Path, *, served_name: str | None = None,
                host: str = "0.0.0.0", port: int = 8000, on_cpu: bool = False,
-               layout: Layout = Layout()) -> list[str]:
-    """The arguments after `vllm serve`: the model, the rig's engine arguments for it, the server's flags
-    and the layout's parallel flags. With one node the model's own `tensor_parallel_size` is kept unless
-    the layout sets more."""
+               tensor_parallel: int | None = None) -> list[str]:
+    """The arguments after `vllm serve` on one node: the model, the rig's engine arguments for it
+    (`tensor_parallel`: GPUs per node, default the model's own) and the server's flags. Across nodes
+    slurm/serve.sbatch adds vLLM's own: pipeline parallel over a Ray cluster, or data parallel."""
     kwargs = plain_engine_kwargs(model, model_path, on_cpu)
-    tp = layout.tensor_parallel if layout.tensor_parallel > 1 or layout.nodes > 1 else kwargs.get(
-        "tensor_parallel_size", 1)
-    kwargs["tensor_parallel_size"] = tp
+    if tensor_parallel is not None:
+        kwargs["tensor_parallel_size"] = tensor_parallel
     args = [str(model_path), "--served-model-name", served_name or model.name, "--host", host, "--port", str(port)]
     for key, value in kwargs.items():
         if key not in _NOT_FLAGS and value is not None:
             args += flag(key, value)
-    if layout.nodes > 1 and layout.across == "pipeline":
-        # Ray: the head runs on the first node, workers join from the others (slurm/serve.sbatch).
-        args += ["--pipeline-parallel-size", str(layout.nodes), "--distributed-executor-backend", "ray"]
-    elif layout.nodes > 1:
-        args += ["--data-parallel-size", str(layout.nodes), "--data-parallel-size-local", "1"]
     # The server reports cached prompt tokens (the call log's cache hit) and keeps its log to errors.
     args += ["--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
     return args
-
-
-def data_parallel_args(rank: int, head: str, rpc_port: int) -> list[str]:
-    """Multi-node data parallel: every node names the head's address and RPC port; a node past the
-    first (`rank` > 0) serves no HTTP, it runs its engine for the head (`--headless`)."""
-    own = ["--data-parallel-address", head, "--data-parallel-rpc-port", str(rpc_port)]
-    return own if rank == 0 else [*own, "--headless", "--data-parallel-start-rank", str(rank)]
 
 
 def serve_env(model: ModelSettings, on_cpu: bool = False) -> dict[str, str]:

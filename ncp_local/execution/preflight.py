@@ -64,12 +64,13 @@ class Ready:
 
 def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool = True,
               templates: Iterable[str] = TEMPLATES, models: bool = True,
-              datasets: dict[str, Dataset] | None = None) -> Ready:
+              datasets: dict[str, Dataset] | None = None, endpoints: bool = True) -> Ready:
     """Everything a job would refuse at its start, checked without starting anything.
 
     `episodes`: the job plays episodes (dataset, narrator method, player); `models`: check
     the plan and the engines (the Slurm submitter skips them when the models live on the
-    compute nodes only); `datasets`: a cache by path, for a sweep that checks many points.
+    compute nodes only); `datasets`: a cache by path, for a sweep that checks many points;
+    `endpoints`: ask the roles' servers (the Slurm submitter queues the server it would ask).
     """
     if models:
         cfg = plan.planned(cfg, roles)
@@ -87,7 +88,7 @@ def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool 
     if models:
         check_engines(cfg, roles)
         remote = endpoints_mod.remote_roles(cfg, roles)
-        if remote:
+        if remote and endpoints:
             def growth() -> Any:
                 # The window check plays the opening and turn 1 with the rig's prompts (as mode=plan does).
                 if dataset is None or narrator_cls is None or player is None:
