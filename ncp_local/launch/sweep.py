@@ -162,7 +162,8 @@ class SharedEngine:
         return model.model_copy(update=self.placement) if self.placement else model
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model.name, "engine": self.factory.kind, "roles": sorted(self.roles),
+        return {"id": self.id, "model": self.model.name, "engine": self.factory.kinds[self.role_key],
+                "roles": sorted(self.roles),
                 "points": sorted(self.points), "starts": self.starts, "start_s": round(self.start_s, 1),
                 **({"placement": self.placement} if self.placement else {})}
 
@@ -195,7 +196,7 @@ class SharedEngines:
                 e.engine = await e.factory.start_model(e.started_model(), e.role_key)
                 e.start_s += time.perf_counter() - started
                 e.starts += 1
-                self.log(f"sweep: engine {e.id} ({e.model.name}, {e.factory.kind}) started in "
+                self.log(f"sweep: engine {e.id} ({e.model.name}, {e.factory.kinds[e.role_key]}) started in "
                          f"{time.perf_counter() - started:.1f} s for point(s) {', '.join(f'#{n}' for n in sorted(e.points))}")
         assert e.engine is not None
         return e.engine
