@@ -94,7 +94,10 @@ def check(cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None],
         file = None if ep.get("base_url") else ep["file"]
         started = time.monotonic()
         try:
-            conf, report = wait_for_endpoint(file, None if file else endpoint_config(cfg, role), float(ep["wait_s"]),
+            # Only an endpoint file is waited for (its server job may still be starting); a configured
+            # URL must answer now.
+            conf, report = wait_for_endpoint(file, None if file else endpoint_config(cfg, role),
+                                             float(ep["wait_s"]) if file else 0.0,
                                              make=lambda url, role=role: endpoint_config(cfg, role, url))
         except EndpointProblem as exc:
             raise ConfigError(field, f"health check: {exc}") from None
