@@ -22,6 +22,8 @@ import logging
 import os
 import re
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -313,30 +315,31 @@ def _root(base_url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+def _get_json(url: str, headers: dict[str, str], timeout_s: float) -> Any:
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout_s) as r:
+        return json.loads(r.read().decode("utf-8"))
+
+
 def probe(cfg: OpenAIEndpointConfig, timeout_s: float = 10.0) -> EndpointReport:
     """The server's `/v1/models` (it must serve `cfg.model`) and `/version`; EndpointProblem when not."""
-    import httpx  # with the openai package (the openai extra)
-
-    headers = {}
+    headers = {"Accept": "application/json"}
     if cfg.api_key_env:
         headers["Authorization"] = f"Bearer {os.environ.get(cfg.api_key_env, '')}"
+    url = cfg.base_url.rstrip("/") + "/models"
     try:
-        with httpx.Client(timeout=timeout_s, headers=headers) as http:
-            r = http.get(cfg.base_url.rstrip("/") + "/models")
-            if r.status_code != 200:
-                raise EndpointProblem(f"{cfg.base_url}/models answered HTTP {r.status_code}: {r.text[:200]}")
-            models = tuple(m for m in (r.json().get("data") or []) if isinstance(m, dict))
-            version = None
-            try:
-                v = http.get(_root(cfg.base_url) + "/version")
-                if v.status_code == 200:
-                    version = str(v.json().get("version"))
-            except (httpx.HTTPError, ValueError, AttributeError):
-                pass  # a hosted API has no /version
-    except httpx.HTTPError as exc:
-        raise EndpointProblem(f"{cfg.base_url} does not answer ({type(exc).__name__}: {exc})") from None
+        data = _get_json(url, headers, timeout_s)
+        models = tuple(m for m in (data.get("data") or []) if isinstance(m, dict))
+    except urllib.error.HTTPError as exc:
+        raise EndpointProblem(f"{url} answered HTTP {exc.code}: {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise EndpointProblem(f"{cfg.base_url} does not answer ({getattr(exc, 'reason', exc)})") from None
     except (ValueError, AttributeError) as exc:
-        raise EndpointProblem(f"{cfg.base_url}/models is not an OpenAI model list ({exc})") from None
+        raise EndpointProblem(f"{url} is not an OpenAI model list ({exc})") from None
+    try:
+        version: str | None = str(_get_json(_root(cfg.base_url) + "/version", headers, timeout_s)["version"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        version = None  # a hosted API has no /version
     report = EndpointReport(cfg.base_url, models, version)
     if report.card(cfg.model) is None:
         served = ", ".join(str(m.get("id")) for m in models) or "nothing"
