@@ -21,7 +21,7 @@ DEEPSEEK = ModelSettings(name="deepseek-v3.2", path="/models/deepseek-ai/DeepSee
                          engine_args={"kv_cache_dtype": "fp8"})
 ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3.2", "--host", "0.0.0.0", "--port",
         "8000", "--dtype", "auto", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
-        "--tensor-parallel-size", "8", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
+        "--tensor-parallel-size", "8", "--data-parallel-size", "1", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
         "--enable-prefix-caching", "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--generation-config", "vllm", "--disable-log-stats", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens",
         "16384", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
