@@ -41,7 +41,7 @@ def _results(d: Path) -> dict[str, dict]:
     out = {}
     for p in sorted((d / "results").glob("*.json")):
         data = json.loads(p.read_text())
-        data["_seal"].pop("run")
+        data["seal"].pop("run")  # store.SEAL
         out[p.name] = data
     return out
 
