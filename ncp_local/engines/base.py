@@ -50,6 +50,10 @@ class Completion:
     # Whether this engine had not been sent this grammar before, so that it compiled it for this
     # call (its compile time is then inside latency_s); None when the backend does not know.
     grammar_new: bool | None = None
+    # A thinking model's thought, split off by the engine's reasoning parser: `text` is
+    # then the answer after it. Its tokens are among `generated_tokens`.
+    thought: str | None = None
+    thought_tokens: int = 0
 
 
 class ContextOverflow(Exception):
