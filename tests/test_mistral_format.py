@@ -63,7 +63,7 @@ def test_a_folder_left_to_auto_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 def test_the_rigs_tokenizer_fixes_mistrals_regex_and_no_other(tmp_path: Path) -> None:
-    from ncp_local.engines.vllm import tokenizer_kwargs
+    from ncp_local.engines.chat_format import tokenizer_kwargs
 
     assert tokenizer_kwargs(_download(tmp_path)) == {"fix_mistral_regex": True}
     other = tmp_path / "qwen"

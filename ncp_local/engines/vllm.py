@@ -106,6 +106,25 @@ def engine_args_problem(cfg: ModelSettings) -> tuple[str, str] | None:
     return None
 
 
+def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
+    """Why this model's thinking settings cannot run on vLLM: (key, why), else None."""
+    if not cfg.thinking and cfg.reasoning_parser is None:
+        return None
+    if cfg.reasoning_parser is None:
+        return "reasoning_parser", ("thinking is on but no reasoning parser is named: set vLLM's parser for the "
+                                    "family (qwen3, deepseek_v3, kimi_k2, ...), or thinking: false")
+    from vllm.reasoning import ReasoningParserManager
+
+    names = ReasoningParserManager.list_registered()
+    if cfg.reasoning_parser not in names:
+        import vllm
+
+        close = difflib.get_close_matches(cfg.reasoning_parser, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return "reasoning_parser", f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}"
+    return None
+
+
 def _on_cpu() -> bool:
     from vllm.platforms import current_platform
 
@@ -368,7 +387,7 @@ class VLLMEngine:
             # the weights, profiles memory.
             engine = AsyncLLM.from_engine_args(args)
         # The mode the engine resolved is the truth; "auto" left the choice to the registry, as here.
-        resolved = str(engine.model_config.tokenizer_mode)
+        resolved = str(getattr(engine.model_config, "tokenizer_mode", "auto"))
         if resolved not in ("auto", chat.mode):
             chat = ChatFormat.load(model_path, cfg, mode=resolved)
         backend = cls(cfg, engine, chat, model_path, time.monotonic() - started)

@@ -89,5 +89,7 @@ def measured(run_dir: str | Path) -> Growth:
         role_of[stage] = str(c.get("role", ""))
         by_turn = prompts.setdefault(stage, {})
         by_turn[turn] = max(by_turn.get(turn, 0), int(c["prompt_tokens"]))
-        need[stage] = max(need.get(stage, 0), int(c.get("generated_tokens", 0)))
+        # The answer alone: a thinking model's thought is reserved apart (its thinking_budget).
+        answer = int(c.get("generated_tokens", 0)) - int(c.get("thought_tokens", 0))
+        need[stage] = max(need.get(stage, 0), answer)
     return fit(prompts, need, role_of, f"measured in {path}", {})

@@ -129,7 +129,7 @@ def project(plan: Plan, growth: Growth) -> None:
         role = g.role if g.role in ROLES else ""
         e = plan.engine_for(role) if role else None
         max_tokens = int(getattr(cfg, role).max_tokens) if role else 0
-        need = min(g.need, max_tokens) if max_tokens else g.need
+        need = (min(g.need, max_tokens) if max_tokens else g.need) + thinking_reserve(cfg, role)
         first = None
         if e is not None:
             limit = e.window - need
@@ -141,6 +141,16 @@ def project(plan: Plan, growth: Growth) -> None:
         if max_tokens and g.need > max_tokens:
             plan.problems.append(Problem(f"{role}.max_tokens", f"{stage}: its answer took {g.need} tokens, above "
                                          f"{role}.max_tokens={max_tokens}: answers would be cut", fatal=False))
+
+
+def thinking_reserve(cfg: Any, role: str) -> int:
+    """Output tokens a role's calls reserve for thinking: its model's thinking_budget when it thinks.
+
+    A thought is generated in its own call and never shown in a later prompt (the prompt lines
+    hold none), so it counts in the window of the turn it is generated only, as the engine
+    reserves it (engines/vllm.output_budget)."""
+    model = getattr(cfg, role).model if role else None
+    return int(model.thinking_budget) if model is not None and getattr(model, "thinking", False) else 0
 
 
 def _tokens_needed(plan: Plan, row: StageRow) -> int:
