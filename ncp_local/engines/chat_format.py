@@ -2,13 +2,14 @@
 
 vLLM does not render every model with a Jinja chat template: DeepSeek-V3.2 has a
 Python encoder, a Mistral folder may load Mistral's own tokenizer, a model may
-ship its tokenizer as remote code. So the rig takes the tokenizer from vLLM's
-own registry (`vllm.tokenizers.get_tokenizer`, the call behind vLLM's
+ship its tokenizer as remote code. So the rig renders with vLLM's own pieces:
+a running engine's renderer (`AsyncLLM.renderer`, the chat path vLLM's server
+takes: template resolution, message content format, template arguments) turns
+the messages into token ids; without an engine (`mode=plan`) the tokenizer
+comes from vLLM's registry (`vllm.tokenizers.get_tokenizer`, the call behind
 `cached_tokenizer_from_config`) in the mode vLLM would pick, and renders through
-that tokenizer's `apply_chat_template` as vLLM's renderers do. A running engine
-hands over its own tokenizer instance (`ChatFormat(engine.tokenizer, ...)`);
-`mode=plan` loads the same class from the model folder. The engine receives the
-token ids counted here, so the context guard and the plan count what it runs.
+its `apply_chat_template`, as vLLM's renderers call it. The engine receives the
+token ids made here, so the context guard and the plan count what it runs.
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ ARCHITECTURE_TOKENIZER_MODES: dict[str, str] = {
 # a template that knows neither ignores them.
 THINKING_TEMPLATE_KEYS = ("enable_thinking", "thinking")
 
-# Mistral's Hugging Face tokenizer files carry a pre-tokenizer regex that transformers corrects only
-# when asked (it warns otherwise); the rig encodes every prompt itself, so it asks.
-MISTRAL_MODEL_TYPES = ("mistral", "mistral3")
-
 
 def template_kwargs(cfg: ModelSettings) -> dict[str, Any]:
     """The chat-template arguments a request renders with: the model's, thinking set by its switch."""
@@ -57,13 +54,6 @@ def _config_json(model_path: Path) -> Mapping[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def tokenizer_kwargs(model_path: Path) -> dict[str, Any]:
-    """Extra arguments for this model folder's Hugging Face tokenizer."""
-    if _config_json(model_path).get("model_type") in MISTRAL_MODEL_TYPES or (model_path / "params.json").is_file():
-        return {"fix_mistral_regex": True}
-    return {}
 
 
 def tokenizer_mode(model_path: Path, cfg: ModelSettings) -> str:
@@ -90,6 +80,8 @@ class ChatFormat:
     tokenizer: Any
     mode: str  # vLLM's tokenizer mode: hf, mistral, deepseek_v32, ...
     kwargs: dict[str, Any]  # chat-template arguments (thinking set by the model's switch)
+    # A running engine's renderer (vLLM's chat path); None: the tokenizer renders (mode=plan).
+    renderer: Any = None
 
     def __post_init__(self) -> None:
         # vLLM's Hugging Face renderer refuses a chat request when the tokenizer has no template
@@ -98,34 +90,60 @@ class ChatFormat:
             raise NoChatTemplate("has no chat template")
 
     @classmethod
-    def load(cls, model_path: Path, cfg: ModelSettings, mode: str | None = None) -> "ChatFormat":
-        """The tokenizer vLLM's registry loads for this folder, in the mode vLLM would pick
-        (or `mode`: the one a running engine resolved)."""
+    def load(cls, model_path: Path, cfg: ModelSettings) -> "ChatFormat":
+        """The tokenizer vLLM's registry loads for this folder, in the mode vLLM would pick."""
         from vllm.tokenizers import get_tokenizer
 
-        mode = mode or tokenizer_mode(model_path, cfg)
+        mode = tokenizer_mode(model_path, cfg)
         # Runs are offline; Mistral's own tokenizer class takes no Hugging Face loading arguments.
+        # Nothing else is added: vLLM loads it the same way (no fix_mistral_regex, for one).
         extra = {} if mode == "mistral" else {"local_files_only": True}
-        if mode == "hf":
-            extra.update(tokenizer_kwargs(model_path))
         tokenizer = get_tokenizer(str(model_path), tokenizer_mode=mode, trust_remote_code=cfg.trust_remote_code,
                                   **extra)
         return cls(tokenizer, mode, template_kwargs(cfg))
 
+    @classmethod
+    def of_engine(cls, engine: Any, cfg: ModelSettings) -> "ChatFormat":
+        """A running AsyncLLM's own renderer and tokenizer."""
+        renderer = engine.renderer
+        return cls(renderer.get_tokenizer(), str(engine.model_config.tokenizer_mode), template_kwargs(cfg),
+                   renderer=renderer)
+
+    @staticmethod
+    def _conversation(messages: Sequence[Message]) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.content} for m in messages]
+
+    def _rendered(self, messages: Sequence[Message]) -> Mapping[str, Any]:
+        """vLLM's renderer output for one chat request, as its server builds it: text or token ids."""
+        from vllm.renderers.params import ChatParams
+
+        params = ChatParams(chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False,
+                                                  **self.kwargs})
+        _, prompt = self.renderer.render_messages(self._conversation(messages), params)
+        return prompt
+
     def _apply(self, messages: Sequence[Message], tokenize: bool) -> Any:
-        return self.tokenizer.apply_chat_template(
-            [{"role": m.role, "content": m.content} for m in messages],
-            add_generation_prompt=True, tokenize=tokenize, return_dict=False, **self.kwargs)
+        return self.tokenizer.apply_chat_template(self._conversation(messages), add_generation_prompt=True,
+                                                  tokenize=tokenize, return_dict=False, **self.kwargs)
 
     def render(self, messages: Sequence[Message]) -> str:
         """The prompt text (for reading; the engine gets `tokenize`'s ids)."""
-        return str(self._apply(messages, tokenize=False))
+        if self.renderer is None:
+            return str(self._apply(messages, tokenize=False))
+        prompt = self._rendered(messages)
+        if "prompt" in prompt:
+            return str(prompt["prompt"])
+        return str(self.tokenizer.decode(prompt["prompt_token_ids"]))
 
     def tokenize(self, messages: Sequence[Message]) -> list[int]:
-        """The prompt's token ids as vLLM's renderer makes them: the template already holds any BOS
-        or special tokens, so none are added again."""
-        ids = self._apply(messages, tokenize=True)
-        if isinstance(ids, str):  # a tokenizer that only renders text
+        """The prompt's token ids as vLLM's chat path makes them: a text prompt is encoded without
+        adding special tokens (the template holds any BOS), as vLLM's chat tokenization does."""
+        if self.renderer is not None:
+            prompt = self._rendered(messages)
+            ids = prompt["prompt_token_ids"] if "prompt_token_ids" in prompt else str(prompt["prompt"])
+        else:
+            ids = self._apply(messages, tokenize=True)
+        if isinstance(ids, str):
             return list(self.tokenizer.encode(ids, add_special_tokens=False))
         return [int(i) for i in ids]
 

@@ -386,10 +386,9 @@ class VLLMEngine:
             # into it), starts the engine processes (which inherit it), loads
             # the weights, profiles memory.
             engine = AsyncLLM.from_engine_args(args)
-        # The mode the engine resolved is the truth; "auto" left the choice to the registry, as here.
-        resolved = str(getattr(engine.model_config, "tokenizer_mode", "auto"))
-        if resolved not in ("auto", chat.mode):
-            chat = ChatFormat.load(model_path, cfg, mode=resolved)
+        # From here on prompts go through the engine's own renderer (vLLM's chat path).
+        if getattr(engine, "renderer", None) is not None:
+            chat = ChatFormat.of_engine(engine, cfg)
         backend = cls(cfg, engine, chat, model_path, time.monotonic() - started)
         backend.env_restored = tuple(restored)
         return backend
