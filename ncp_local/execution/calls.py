@@ -310,7 +310,7 @@ def bindings(cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str],
     for role in roles:
         rc = getattr(cfg, role)
         engine = engines[role]
-        out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=rc.model.name,
+        out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=cfg.model_name(role),
                                 sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds,
                                 id_form=grammar.id_form(rc.model.structured_outputs_backend))
     return out

@@ -8,7 +8,8 @@ own tokenizer, and fits a line per stage: tokens = a + b x turn. A changed
 template, narrator or dataset changes the fit by itself. `plan.measured`
 fits the same line to a real run's call log instead.
 
-Turns count from 1; the opening is turn 0.
+Turns count as people read them (protocol/turns.py): the opening is 0, then 1, 2, ... (turn N is
+the N-th player turn, turn id N-1 in the call log).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from .stages import (
     StatusOut,
     TrajectoryOut,
 )
+from .turns import at as said_at
 
 # `context_limit`: the episode could not go on because a call no longer fits the
 # model's window; it is censored at its last committed turn (PROTOCOL section 5
@@ -119,7 +120,7 @@ class CallFailed(Exception):
     termination: Termination = "invalid"
 
     def __init__(self, stage: str, turn: int, reason: str) -> None:
-        super().__init__(f"{stage} at turn {turn}: {reason}")
+        super().__init__(f"{stage} {said_at(turn)}: {reason}")
         self.stage, self.turn, self.reason = stage, turn, reason
 
 
