@@ -148,6 +148,9 @@ def quiet(verbose: bool, mode: str) -> Iterator[None]:
         yield
         return
     _flush()
+    # vLLM's log handler takes the stream named here when vllm is first imported; sys.stdout would be
+    # the terminal side by then, sys.__stdout__ is descriptor 1: the log (in the engine core too).
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.__stdout__")
     tmp_fd, tmp_name = tempfile.mkstemp(prefix=f"ncp-{mode}-", suffix=".log")
     saved = (os.dup(1), os.dup(2))
     made: list[TextIO] = []
