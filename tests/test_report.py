@@ -471,7 +471,7 @@ def test_context_limit_and_conflict_ids_in_html(censored_dir: Path, tmp_path: Pa
     assert f"<div class=target>{html_escape(player)}</div>" in block.group(1)
 
     e = (out / "episodes" / "00-run" / "e.html").read_text()
-    assert 'class="card turn bound-hit" id="t1"' in e and 'class="card turn" id="t0"' in e
+    assert 'class="card turn bound-hit" id="t2"' in e and 'class="card turn" id="t1"' in e  # turn ids 1, 0
     assert "narrate:text_chars" in e and "fact_update:new_facts" in e
     assert re.search(r'data-spec="e">.*?<td class=num>2</td></tr>', index)  # e's bound hits in its row
 
