@@ -169,16 +169,22 @@ def call_summary(calls_path: str | Path) -> list[str]:
     by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in calls:
         by_stage.setdefault(str(c.get("stage")), []).append(c)
-    lines = [f"calls: {len(calls)} (" + ", ".join(f"{k} {len(v)}" for k, v in by_stage.items()) + ")"]
+    # A call is a question to a model; its retries are further attempts of the same call (as in the
+    # report's cost table), said apart below.
+    lines = [f"calls: {_asked(calls)} (" + ", ".join(f"{k} {_asked(v)}" for k, v in by_stage.items()) + ")"]
     for stage, cs in by_stage.items():
         said = _stage_events(cs)
         if said:
-            lines.append(f"  {stage}: {_count(len(cs), 'call')}, " + ", ".join(said))
+            lines.append(f"  {stage}: {_count(_asked(cs), 'call')}, " + ", ".join(said))
     prompt = sum(c.get("prompt_tokens", 0) for c in calls)
     cached = sum(c.get("cached_tokens", 0) for c in calls)
     lines.append(f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
                  + (f" cache_hit={cached / prompt:.2f}" if prompt else ""))
     return lines
+
+
+def _asked(calls: list[dict[str, Any]]) -> int:
+    return sum(int(c.get("attempt") or 0) == 0 for c in calls)
 
 
 def _count(n: int, noun: str) -> str:
