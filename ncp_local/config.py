@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
               "data_parallel_size", "enable_expert_parallel",
               "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress", "progress_every_s", "hydra", "limit", "runs", "report",
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress", "progress_every_s", "verbose", "hydra", "limit", "runs", "report",
                 "review",
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
                 "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "engine.file",
@@ -40,6 +40,9 @@ NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_inv
                 # (execution/identity.py: the engine when it differs from `engine`, the served model and
                 # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
                 *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")))
+
+
+SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"
 
 
 class ConfigError(InputError):
@@ -235,6 +238,9 @@ class RunConfig(_Cfg):
     progress: bool = True
     # Without a terminal (Slurm logs, pipes): one plain progress line this often (ncp_local/execution/progress.py).
     progress_every_s: float = Field(30.0, gt=0)
+    # false: engine and library output goes to engine.log, the terminal shows the rig's lines
+    # (ncp_local/execution/engine_log.py); true: it streams to the terminal as well.
+    verbose: bool = False
     engine: EngineCfg
     dataset: DatasetCfg
     narrator: RoleCfg
@@ -263,6 +269,10 @@ class RunConfig(_Cfg):
     def method_options(self) -> dict[str, Any]:
         """Everything under `method` except its name goes to the narrator's constructor."""
         return {k: v for k, v in self.method.items() if k != "name"}
+
+    def model_name(self, role: str) -> str:
+        """What played `role`: its model's name, or `scripted` when no model ran (engine=scripted)."""
+        return SCRIPTED if role_engine(self, role) == SCRIPTED else getattr(self, role).model.name
 
     @property
     def condition_name(self) -> str:

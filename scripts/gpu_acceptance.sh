@@ -312,8 +312,9 @@ for m in $MODELS; do
     detail="$(summarise "$OUT/$m/a")"
     status=$?
     row run "$m" "$([[ $status == 0 ]] && echo ok || echo warn)" "$SECS" "$detail"
-    # What vLLM reserved beside what the plan said (the same overrides, so the same plan).
-    detail="$(memory "$OUT/logs/plan-$m.log" "$OUT/logs/run-$m.log" "$m" "$OUT/memory.md")"
+    # What vLLM reserved beside what the plan said (the same overrides, so the same plan); vLLM's
+    # own lines are in the run directory's engine.log (the terminal log holds the rig's lines).
+    detail="$(memory "$OUT/logs/plan-$m.log" "$OUT/$m/a/engine.log" "$m" "$OUT/memory.md")"
     case $? in
         0) row memory "$m" ok 0 "$detail" ;;
         3) row memory "$m" warn 0 "$detail: the plan promised more KV than vLLM gave" ;;

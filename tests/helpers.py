@@ -23,7 +23,13 @@ QUIET = RandomPolicy(conflict_rate=0, node_rate=0, satisfy_rate=0, add_fact_rate
 
 def make_spec(spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3,
               types: tuple[str, ...] = ("ordering", "achievement")) -> Any:
-    doc = {
+    return parse_spec(spec_doc(spec_id, n_facts, n_nodes, types), Path(f"{spec_id}.yaml"), expected_id=spec_id)
+
+
+def spec_doc(spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3,
+             types: tuple[str, ...] = ("ordering", "achievement")) -> dict[str, Any]:
+    """The spec file's content (what `make_spec` parses)."""
+    return {
         "meta": {"id": spec_id, "title": f"Tiny {spec_id}", "genres": ["drama", "mystery"],
                  "player_role": "a curious visitor"},
         "synopsis": "A visitor explores an old house.",
@@ -35,7 +41,6 @@ def make_spec(spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3,
         "trajectory": [{"id": f"s_{i}", "description": f"node {i} description", "trigger_event": f"trigger {i}",
                         "key_delta": f"delta {i}"} for i in range(n_nodes)],
     }
-    return parse_spec(doc, Path(f"{spec_id}.yaml"), expected_id=spec_id)
 
 
 def tag(req: Request) -> tuple[str, str, int, int]:

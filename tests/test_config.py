@@ -60,10 +60,14 @@ def test_role_option_composes_and_validates(option: str) -> None:
 def test_model_files_have_every_field(model: str) -> None:
     doc = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{model}.yaml"))
     fields = {"name", "path", "dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "devices",
-              "chat_template_kwargs", "structured_outputs_backend", "enforce_eager", "max_num_seqs"}
+              "chat_template_kwargs", "structured_outputs_backend", "enforce_eager", "max_num_seqs",
+              "trust_remote_code", "thinking", "reasoning_parser", "thinking_budget"}
     assert fields <= set(doc), fields - set(doc)  # type: ignore[arg-type]
     if model.startswith("qwen3"):
         assert doc["chat_template_kwargs"] == {"enable_thinking": False}  # type: ignore[index]
+        assert doc["reasoning_parser"] == "qwen3"  # type: ignore[index]
+    assert doc["thinking"] is False  # thinking is off in every file (the paper's settings)
+    assert doc["trust_remote_code"] is (model == "kimi_k2_5")  # only where the tokenizer is the model's own code
     if model != "smollm2":
         assert doc["path"].startswith("${models_root}/") and "revision" in doc  # type: ignore[index, operator]
 

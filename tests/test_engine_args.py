@@ -316,13 +316,13 @@ class _FakeAsyncLLM:
 
 
 def _fake_gpu_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import transformers
     from vllm.v1.engine import async_llm
 
     import ncp_local.engines.vllm as vllm_backend
+    from ncp_local.engines.chat_format import ChatFormat
 
     tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tokenizer)
+    monkeypatch.setattr(ChatFormat, "load", classmethod(lambda cls, *a, **k: cls(tokenizer, "hf", {})))
     monkeypatch.setattr(async_llm, "AsyncLLM", _FakeAsyncLLM)
     monkeypatch.setattr(vllm_backend, "resolved_path", lambda cfg: tmp_path)
     monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: False)

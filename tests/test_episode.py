@@ -178,7 +178,7 @@ def test_exhausted_retries_end_one_episode_only(tmp_path: Path) -> None:
     results = run.run()
     assert results["a"].termination == "max_turns" and results["c"].termination == "max_turns"
     b = results["b"]
-    assert b.termination == "invalid" and "status_check at turn 1" in b.reason and "bad JSON" in b.reason
+    assert b.termination == "invalid" and "status_check at turn 2" in b.reason and "bad JSON" in b.reason
     assert len(b.turns) == 1  # only the committed turn 0
     log = [c for c in run.calls() if c["spec_id"] == "b" and c["stage"] == "status_check" and c["turn"] == 1]
     assert [c["attempt"] for c in log] == [0, 1, 2] and all(c["error"].startswith("bad JSON") for c in log)
@@ -252,7 +252,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path: Path) -> None:
 def test_opening_failure_is_invalid(tmp_path: Path) -> None:
     run = Scripted(tmp_path, [make_spec()], lambda r: '{"text": ""}' if tag(r)[0] == "opening" else None)
     result = run.run()["tiny"]
-    assert result.termination == "invalid" and "opening at turn -1" in result.reason and result.turns == ()
+    assert result.termination == "invalid" and "opening at the opening" in result.reason and result.turns == ()
 
 
 def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:

@@ -62,11 +62,10 @@ def test_a_folder_left_to_auto_is_refused_in_one_line(tmp_path: Path) -> None:
     assert "consolidated.safetensors" in err.value.message and "\n" not in str(err.value)
 
 
-def test_the_rigs_tokenizer_fixes_mistrals_regex_and_no_other(tmp_path: Path) -> None:
-    from ncp_local.engines.vllm import tokenizer_kwargs
+def test_the_rigs_chat_format_takes_the_mode_vllm_takes(tmp_path: Path) -> None:
+    from ncp_local.engines.chat_format import tokenizer_mode
 
-    assert tokenizer_kwargs(_download(tmp_path)) == {"fix_mistral_regex": True}
-    other = tmp_path / "qwen"
-    other.mkdir()
-    (other / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
-    assert tokenizer_kwargs(other) == {}
+    d = _download(tmp_path)
+    model = _cfg(tmp_path).auditor.model
+    assert tokenizer_mode(d, model) == "hf"  # as pinned
+    assert tokenizer_mode(d, model.model_copy(update={"engine_args": {}})) == "mistral"  # vLLM's own choice

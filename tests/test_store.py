@@ -82,7 +82,7 @@ def test_refused_places(tmp_path: Path) -> None:
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
     assert _results(src) == before and sorted(p.name for p in src.iterdir()) == [
-        ".lock", "DONE", "calls.jsonl", "checkpoints", "manifest.json", "results"]
+        ".lock", "DONE", "calls.jsonl", "checkpoints", "engine.log", "manifest.json", "results"]
     assert sorted(p.name for p in dataset.iterdir()) == ["index.yaml", "sources.yaml", "specs"]
     check_place(tmp_path / "new" / "deeper")  # a new folder is fine
     check_place(src)  # so is the run's own

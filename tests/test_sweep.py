@@ -116,7 +116,8 @@ def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, sub
     glob = _run("mode=report", "runs=[runs/local-*]", "report.resamples=50", "report.html=false",
                 "report.label='{seed}@{narrator.temperature}'", f"report.out={work / 'globrep'}", cwd=work)
     assert glob.returncode == 0, glob.stderr
-    assert sorted(line.split("|")[1].strip() for line in glob.stdout.splitlines() if "@0." in line) == \
+    assert sorted(line.split("|")[1].strip() for line in glob.stdout.splitlines()
+                  if line.startswith("| ") and "@0." in line) == \
         ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
 
 

@@ -29,6 +29,7 @@ from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError  # noqa: E402
 
 from ncp_local.engines.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
+from ncp_local.engines.chat_format import ChatFormat  # noqa: E402
 from ncp_local.engines.settings import ModelSettings
 from ncp_local.engines.vllm import VLLMEngine  # noqa: E402
 
@@ -78,7 +79,7 @@ class FakeEngine:
 
 def _backend(engine: FakeEngine) -> VLLMEngine:
     cfg = ModelSettings(name="fake", path="embedded", max_model_len=WINDOW)
-    return VLLMEngine(cfg, engine, WordTokenizer(), Path("/nonexistent"), 0.0)
+    return VLLMEngine(cfg, engine, ChatFormat(WordTokenizer(), "hf", {}), Path("/nonexistent"), 0.0)
 
 
 def _request(prompt_words: int, max_tokens: int, **kw: Any) -> Request:

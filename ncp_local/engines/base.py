@@ -52,6 +52,10 @@ class Completion:
     grammar_new: bool | None = None
     # Transport failures retried before this answer (an endpoint's connection errors, timeouts, 429/5xx).
     transport_errors: tuple[str, ...] = ()
+    # A thinking model's thought, split off by the engine's reasoning parser: `text` is
+    # then the answer after it. Its tokens are among `generated_tokens`.
+    thought: str | None = None
+    thought_tokens: int = 0
 
 
 class ContextOverflow(Exception):

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Completion, ContextOverflow, EngineDead, Request
+from .chat_format import THINKING_TEMPLATE_KEYS
 
 # How servers say the prompt + max_tokens does not fit (vLLM, OpenAI).
 _OVERFLOW = re.compile(
@@ -115,6 +116,10 @@ class OpenAIEngine:
             "model": get(engine, "model") or get(model, "name"),
             "chat_template_kwargs": dict(get(model, "chat_template_kwargs") or {}),
         }
+        if get(model, "thinking"):
+            # The server's reasoning parser (vllm serve --reasoning-parser) splits the thought off;
+            # the template's switch is turned on here, as the in-process engine does.
+            fields["chat_template_kwargs"].update({key: True for key in THINKING_TEMPLATE_KEYS})
         for key in ("api_key_env", "timeout_s", "max_retries", "backoff_s", "max_concurrency", "schema_name",
                     "use_max_completion_tokens", "extra_body", "vllm_extensions"):
             value = get(engine, key)
@@ -256,7 +261,12 @@ class OpenAIEngine:
                     f"only {usage.completion_tokens} of max_tokens {request.max_tokens}, below the {need} "
                     f"this call needs (tags: {request.tags})"
                 )
+        # A thinking model's thought, as vLLM's server returns it beside the answer.
+        thought = getattr(choice.message, "reasoning_content", None) or getattr(choice.message, "reasoning", None)
+        details = getattr(usage, "completion_tokens_details", None) if usage is not None else None
         return Completion(
+            thought=thought,
+            thought_tokens=int(getattr(details, "reasoning_tokens", 0) or 0) if thought else 0,
             text=choice.message.content or "",
             finish_reason=choice.finish_reason or "error",
             prompt_tokens=usage.prompt_tokens if usage else 0,

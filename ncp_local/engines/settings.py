@@ -54,14 +54,19 @@ class ModelSettings(BaseModel):
     # CUDA_VISIBLE_DEVICES allocation), tensor_parallel_size x data_parallel_size of them, replica r
     # on the r-th run of tensor_parallel_size; [] = the first ones visible.
     devices: list[int] = []
-    # Passed to the chat template, e.g. {"enable_thinking": False} for Qwen3.
+    # Passed to the chat template; `thinking` below sets the family's thinking switch in it.
     chat_template_kwargs: dict[str, Any] = {}
-    # The model's own code from its folder (tokenizer, config): off unless the model file turns it on.
+    # Load the tokenizer (and model) code the checkpoint ships, as vLLM's trust_remote_code.
+    # Off unless a model file says so: it runs code from the model folder.
     trust_remote_code: bool = False
-    # Think before answering (the thought separated by vLLM's reasoning parser below); off by default.
+    # The model thinks before it answers. The template's thinking switch follows it; vLLM's
+    # `reasoning_parser` separates the thought, and the grammar applies only to the answer after it.
     thinking: bool = False
-    # vLLM's reasoning-parser name for the family (qwen3, deepseek_v3, kimi_k2), used when thinking is on.
+    # vLLM's reasoning-parser name for the family (qwen3, deepseek_v3, kimi_k2, ...); needed when thinking.
     reasoning_parser: str | None = None
+    # Tokens a thought may take (vLLM's thinking_token_budget ends it there). The output reservation of
+    # every call of a thinking model is its stage's answer plus this.
+    thinking_budget: int = Field(4096, ge=1)
     structured_outputs_backend: Literal["xgrammar", "guidance", "outlines"] = "xgrammar"
     enforce_eager: bool = False
     max_num_seqs: int = Field(64, ge=1)

@@ -2,9 +2,9 @@
 
 Every concurrent `generate` call becomes one engine request; the engine
 batches whatever is in flight (continuous batching). Prompts are rendered
-and tokenized here with the model's own tokenizer and chat template, so the
-context guard is exact and the engine receives token ids (nothing is
-tokenized twice).
+and tokenized here with the tokenizer vLLM itself uses for the model
+(engines/chat_format.py), so the context guard is exact and the engine
+receives token ids (nothing is tokenized twice).
 
 vLLM's CPU build starts its engine core in a spawned process (a script that
 starts an engine needs the `if __name__ == "__main__":` guard); on CUDA it forks
@@ -34,6 +34,7 @@ import psutil
 
 from . import watchdog
 from .base import Completion, ContextOverflow, EngineDead, Message, Request
+from .chat_format import ChatFormat, NoChatTemplate
 from .embedded import ensure_embedded_model
 from .grammar import adapt_schema
 from .settings import EMBEDDED, GPU_STEP_TOKENS, ModelSettings, engine_max_num_seqs, max_num_seqs_note
@@ -53,6 +54,8 @@ os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 _RIG_OWNED_ARGS: dict[str, str] = {
     "model": "set the model's `path`",
     "tokenizer": "the rig renders prompts with the tokenizer in the model's `path`",
+    "trust_remote_code": "set the model's `trust_remote_code` (the rig's tokenizer loads with it too)",
+    "reasoning_parser": "set the model's `reasoning_parser` (used when `thinking` is on)",
     "served_model_name": "set the model's `name`",
     "revision": "set the model's `revision` (recorded; runs load local paths)",
     "dtype": "set the model's `dtype`",
@@ -100,6 +103,25 @@ def engine_args_problem(cfg: ModelSettings) -> tuple[str, str] | None:
             return key, f"not an engine argument of vLLM {vllm.__version__}{hint}"
         if key == "enable_chunked_prefill" and value and _on_cpu():
             return key, _CPU_CHUNKED_PREFILL
+    return None
+
+
+def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
+    """Why this model's thinking settings cannot run on vLLM: (key, why), else None."""
+    if not cfg.thinking and cfg.reasoning_parser is None:
+        return None
+    if cfg.reasoning_parser is None:
+        return "reasoning_parser", ("thinking is on but no reasoning parser is named: set vLLM's parser for the "
+                                    "family (qwen3, deepseek_v3, kimi_k2, ...), or thinking: false")
+    from vllm.reasoning import ReasoningParserManager
+
+    names = ReasoningParserManager.list_registered()
+    if cfg.reasoning_parser not in names:
+        import vllm
+
+        close = difflib.get_close_matches(cfg.reasoning_parser, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return "reasoning_parser", f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}"
     return None
 
 
@@ -212,6 +234,7 @@ def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool
     kwargs: dict[str, Any] = dict(
         model=str(model_path),
         served_model_name=cfg.name,
+        trust_remote_code=cfg.trust_remote_code,
         dtype=cfg.dtype,
         max_model_len=cfg.max_model_len,
         # None only when no plan ran (the planner fills it in): vLLM's own default.
@@ -233,6 +256,11 @@ def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool
         generation_config="vllm",
         disable_log_stats=True,
     )
+    if cfg.thinking:
+        # vLLM's reasoning parser in the engine: the structured-output manager holds the grammar
+        # back until the thought has ended (enable_in_reasoning stays off), and the thinking budget
+        # (thinking_token_budget per request) ends a thought that runs too long.
+        kwargs["reasoning_parser"] = cfg.reasoning_parser
     if cfg.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
     if cfg.devices and not on_cpu:
@@ -268,22 +296,6 @@ def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool):
     return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
 
 
-# Mistral's Hugging Face tokenizer files carry a pre-tokenizer regex that transformers corrects only
-# when asked (it warns otherwise); the rig encodes every prompt itself, so it asks.
-MISTRAL_MODEL_TYPES = ("mistral", "mistral3")
-
-
-def tokenizer_kwargs(model_path: Path) -> dict[str, Any]:
-    """Extra arguments for the rig's own tokenizer of this model folder."""
-    try:
-        model_type = json.loads((model_path / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        model_type = None
-    if model_type in MISTRAL_MODEL_TYPES or (model_path / "params.json").is_file():
-        return {"fix_mistral_regex": True}
-    return {}
-
-
 def _engine_core_processes(engine: Any) -> list[Any]:
     """The engine core processes (multiprocessing.Process objects) vLLM started."""
     try:
@@ -315,13 +327,13 @@ def _already_shut_down(*args: Any, **kwargs: Any) -> None:
 class VLLMEngine:
     """A running in-process vLLM engine. Create with `await VLLMEngine.start(cfg)`."""
 
-    def __init__(self, cfg: ModelSettings, engine: Any, tokenizer: Any, model_path: Path,
+    def __init__(self, cfg: ModelSettings, engine: Any, chat: ChatFormat, model_path: Path,
                  start_seconds: float) -> None:
         self.cfg = cfg
         self.model_path = model_path
         self.start_seconds = start_seconds
         self._engine = engine
-        self._tokenizer = tokenizer
+        self.chat = chat
         # What the engine actually runs with (the guard must match it exactly).
         self.max_model_len: int = engine.model_config.max_model_len
         self._watchdog: watchdog.Watchdog | None = None
@@ -368,12 +380,13 @@ class VLLMEngine:
     @classmethod
     def _start_blocking(cls, cfg: ModelSettings) -> "VLLMEngine":
         model_path = resolved_path(cfg)
-        from transformers import AutoTokenizer
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True, **tokenizer_kwargs(model_path))
-        if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"model '{cfg.name}' at {model_path} has no chat template")
+        # Before the weights load: a model vLLM could not render a chat for fails here.
+        try:
+            chat = ChatFormat.load(model_path, cfg)
+        except NoChatTemplate as exc:
+            raise ValueError(f"model '{cfg.name}' at {model_path} {exc}") from None
         on_cpu = _on_cpu()
         args = _engine_args(cfg, model_path, on_cpu=on_cpu)
         started = time.monotonic()
@@ -382,7 +395,10 @@ class VLLMEngine:
             # into it), starts the engine processes (which inherit it), loads
             # the weights, profiles memory.
             engine = AsyncLLM.from_engine_args(args)
-        backend = cls(cfg, engine, tokenizer, model_path, time.monotonic() - started)
+        # From here on prompts go through the engine's own renderer (vLLM's chat path).
+        if getattr(engine, "renderer", None) is not None:
+            chat = ChatFormat.of_engine(engine, cfg)
+        backend = cls(cfg, engine, chat, model_path, time.monotonic() - started)
         backend.env_restored = tuple(restored)
         return backend
 
@@ -458,20 +474,14 @@ class VLLMEngine:
     # ---- prompts ---------------------------------------------------------
 
     def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text: the model's chat template with the generation prompt."""
+        """The prompt text, with the generation prompt (engines/chat_format.py)."""
         with self._tok_lock:
-            return self._tokenizer.apply_chat_template(
-                [{"role": m.role, "content": m.content} for m in messages],
-                tokenize=False,
-                add_generation_prompt=True,
-                **self.cfg.chat_template_kwargs,
-            )
+            return self.chat.render(messages)
 
     def tokenize(self, messages: Sequence[Message]) -> list[int]:
-        # The template already holds any BOS / special tokens; adding them
-        # again would double them (this matches vLLM's own chat path).
+        """The token ids the engine is sent for these messages."""
         with self._tok_lock:
-            return self._tokenizer.encode(self.render(messages), add_special_tokens=False)
+            return self.chat.tokenize(messages)
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Prompt tokens the engine would see for these messages."""
@@ -480,18 +490,10 @@ class VLLMEngine:
     # ---- generation ------------------------------------------------------
 
     def output_budget(self, prompt_tokens: int, request: Request) -> int:
-        """The max_tokens to send: the request's, clamped to the room the prompt
-        leaves in the window. ContextOverflow when that room is below what the
-        call needs (min(max_tokens, min_room))."""
-        limit = self.max_model_len
-        room = limit - prompt_tokens
-        need = max(1, min(request.max_tokens, request.min_room))
-        if room < need:
-            raise ContextOverflow(
-                f"model '{self.cfg.name}': prompt of {prompt_tokens} tokens leaves {max(room, 0)} of "
-                f"max_model_len {limit} for output, below the {need} this call needs (tags: {request.tags})"
-            )
-        return min(request.max_tokens, room)
+        """The max_tokens to send: the request's (plus the thinking budget of a thinking
+        model), clamped to the room the prompt leaves in the window. ContextOverflow when
+        that room is below what the call needs (min(max_tokens, min_room), plus the budget)."""
+        return output_budget(self.cfg, self.max_model_len, prompt_tokens, request)
 
     async def generate(self, request: Request) -> Completion:
         from vllm.inputs import tokens_input
@@ -518,13 +520,17 @@ class VLLMEngine:
         request_id = f"{self.cfg.name}-{uuid.uuid4().hex}"
         final = None
         grammar_new: bool | None = None
+        # The engine's reasoning parser reads the template switch per request, as vLLM's server passes it.
+        thinking = {"reasoning_parser_kwargs": {"chat_template_kwargs": dict(self.chat.kwargs)}} if self.cfg.thinking \
+            else {}
         try:
-            params = sampling_params(request, budget, self.cfg.structured_outputs_backend)
+            params = sampling_params(request, budget, self.cfg.structured_outputs_backend,
+                                     thinking_budget=self.cfg.thinking_budget if self.cfg.thinking else None)
             grammar = grammar_key(params)
             grammar_new = None if grammar is None else grammar not in self._grammars
             if grammar is not None:
                 self._grammars.add(grammar)
-            async for out in engine.generate(tokens_input(ids), params, request_id):
+            async for out in engine.generate(tokens_input(ids), params, request_id, **thinking):
                 final = out
         except asyncio.CancelledError:
             raise
@@ -546,8 +552,14 @@ class VLLMEngine:
         error = None
         if finish == "error":
             error = f"engine finished the request with an error (stop_reason={choice.stop_reason!r})"
+        text, thought, thought_tokens = choice.text, None, 0
+        if self.cfg.thinking:
+            split = split_thought(self.cfg, self.chat, choice.text, list(choice.token_ids))
+            text, thought, thought_tokens = split.answer, split.thought, split.thought_tokens
         return Completion(
-            text=choice.text,
+            text=text,
+            thought=thought,
+            thought_tokens=thought_tokens,
             finish_reason=finish,
             prompt_tokens=len(final.prompt_token_ids or ids),
             cached_tokens=final.num_cached_tokens or 0,
@@ -570,8 +582,54 @@ def grammar_key(params: Any) -> str | None:
     return f"regex:{structured.regex}"
 
 
-def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar"):
-    """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's).
+def output_budget(cfg: ModelSettings, max_model_len: int, prompt_tokens: int, request: Request) -> int:
+    """The max_tokens a request is sent with: its own, plus the thinking budget when the model
+    thinks (the thought comes out of the same max_tokens), clamped to the window's room.
+    ContextOverflow when the room is below what the call needs: its answer's minimum room,
+    plus the thinking budget."""
+    thinking = cfg.thinking_budget if cfg.thinking else 0
+    room = max_model_len - prompt_tokens
+    need = max(1, min(request.max_tokens, request.min_room)) + thinking
+    if room < need:
+        spent = f" ({thinking} of them for thinking)" if thinking else ""
+        raise ContextOverflow(
+            f"model '{cfg.name}': prompt of {prompt_tokens} tokens leaves {max(room, 0)} of "
+            f"max_model_len {max_model_len} for output, below the {need}{spent} this call needs "
+            f"(tags: {request.tags})"
+        )
+    return min(request.max_tokens + thinking, room)
+
+
+@dataclasses.dataclass(frozen=True)
+class Thought:
+    answer: str
+    thought: str | None
+    thought_tokens: int
+
+
+def split_thought(cfg: ModelSettings, chat: ChatFormat, text: str, token_ids: Sequence[int]) -> Thought:
+    """A thinking model's output split by vLLM's own reasoning parser for the family.
+
+    In-process there is no serving layer to do it: the parser class the server would use is
+    run on the finished text, with the same template switch the prompt rendered with. No
+    thought found: the whole text is the answer.
+    """
+    from vllm.reasoning import ReasoningParserManager
+
+    parser = ReasoningParserManager.get_reasoning_parser(cfg.reasoning_parser)(
+        chat.tokenizer, chat_template_kwargs=dict(chat.kwargs))
+    thought, answer = parser.extract_reasoning(text, None)
+    if not thought:
+        return Thought(answer=text if answer is None else answer, thought=None, thought_tokens=0)
+    # Parsers that cannot count report 0: count the thought's own text then.
+    tokens = parser.count_reasoning_tokens(token_ids) or chat.count_text(thought)
+    return Thought(answer=answer or "", thought=thought, thought_tokens=tokens)
+
+
+def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar",
+                    thinking_budget: int | None = None):
+    """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's;
+    thinking_budget: vLLM's thinking_token_budget, for a thinking model).
 
     The constraint is adapted to the engine's structured-output backend
     (engines/grammar.py); what the adaptation drops is checked after parsing.
@@ -591,6 +649,7 @@ def sampling_params(request: Request, max_tokens: int | None = None, backend: st
         seed=request.seed,
         structured_outputs=structured,
         output_kind=RequestOutputKind.FINAL_ONLY,
+        **({} if thinking_budget is None else {"thinking_token_budget": thinking_budget}),
     )
 
 

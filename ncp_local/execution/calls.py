@@ -147,10 +147,12 @@ class TurnAsk:
     turn: int
     hits: list[str] = field(default_factory=list)
     held: list[Effect] | None = None
+    # Tokens the accepted answers of thinking models spent thinking (the thoughts stay in the call log).
+    thought_tokens: list[int] = field(default_factory=list)
 
     async def __call__(self, stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
         return await self.calls.ask(self.spec_id, self.turn, stage, template, variables, hits=self.hits,
-                                    held=self.held, **kw)
+                                    held=self.held, thoughts=self.thought_tokens, **kw)
 
     def hold(self) -> None:
         self.held = []
@@ -186,12 +188,13 @@ class CallService:
     async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
                   ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
                   feedback: str = "", extra: str | None = None, hits: list[str] | None = None,
-                  held: list[Effect] | None = None) -> Any:
+                  held: list[Effect] | None = None, thoughts: list[int] | None = None) -> Any:
         """One call with up to `attempts` tries on the same inputs; logs every attempt.
 
         `extra` appends a second template to the prompt (HiAgent's memory);
         `hits` collects the output bounds the accepted answer reached; `held`, when given, collects
-        the call's side effects instead of making them (a speculative call, see `TurnAsk`).
+        the call's side effects instead of making them (a speculative call, see `TurnAsk`); `thoughts` the tokens
+        its thought took (a thinking model's).
         """
         def effect(kind: str, what: Any) -> None:
             if held is None:
@@ -264,10 +267,15 @@ class CallService:
                 **({"bound_hits": list(reached)} if reached else {}),
                 # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
                 **({"transport_errors": list(completion.transport_errors)} if completion.transport_errors else {}),
+                # A thinking model's thought: kept whole here, only its size goes into the episode.
+                **({"thought_tokens": completion.thought_tokens, "thought": completion.thought}
+                   if completion.thought is not None else {}),
             })
             if error is None:
                 if hits is not None:
                     hits.extend(reached)
+                if thoughts is not None and completion.thought is not None:
+                    thoughts.append(completion.thought_tokens)
                 effect("ok", stage)
                 return out
             last = error
@@ -304,7 +312,7 @@ def bindings(cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str],
     for role in roles:
         rc = getattr(cfg, role)
         engine = engines[role]
-        out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=rc.model.name,
+        out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=cfg.model_name(role),
                                 sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds,
                                 id_form=grammar.id_form(rc.model.structured_outputs_backend))
     return out

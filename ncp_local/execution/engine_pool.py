@@ -17,10 +17,23 @@ from typing import Any, Mapping
 from ..config import RunConfig, role_engine
 from ..engines.base import Engine, EngineDead
 from ..engines.scripted import RandomPolicy, ScriptedEngine
-from ..engines.settings import ModelSettings, share_engines, with_run_switches
+from ..engines.settings import EMBEDDED, ModelSettings, share_engines, with_run_switches
 from ..protocol import ROLES
 from .endpoints import Endpoint, endpoint_config
 from .identity import digest
+
+
+# Said once per run that the embedded model plays: it is there to exercise the pipeline.
+EMBEDDED_NOTE = ("note: the embedded SmolLM2-135M plays {roles}: it only exercises the pipeline, and its verdicts "
+                 "measure nothing (real models: see README \"Models, GPUs, offline use\")")
+
+
+def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:
+    """The one-line note when the embedded model plays a role on a real engine, else None."""
+    if cfg.engine.name == SCRIPTED:
+        return None
+    playing = [r for r in roles if getattr(cfg, r).model.path == EMBEDDED]
+    return EMBEDDED_NOTE.format(roles=", ".join(playing)) if playing else None
 
 
 class EnginePool:
@@ -79,7 +92,7 @@ class EnginePool:
         out = {}
         for role in self.roles:
             m = self.models[self.role_key[role]]
-            out[role] = {"name": m.name, "path": m.path, "revision": m.revision, "engine": self.kind_of(role)}
+            out[role] = {"name": self.cfg.model_name(role), "path": m.path, "revision": m.revision, "engine": self.kind_of(role)}
             if role in self.endpoints:
                 out[role]["endpoint"] = self.endpoints[role].manifest()
         return out
@@ -107,10 +120,15 @@ class EnginePool:
             raise
         except Exception as exc:
             # vLLM logs the root cause (e.g. not enough free memory for the KV share) and
-            # raises a generic error: one line for the user, the log above has the detail.
+            # raises a generic error: one line for the user; the log has the detail (its last
+            # relevant lines follow the error line: failures.exit_for).
+            log = engine_log.current()
+            where = f"the cause is in {log}" if log else "the cause is in the log above"
             raise EngineDead(f"model {model.name!r} ({kind}): the engine failed to start: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''} "
-                             "(the cause is in the log above; mode=plan checks memory first)") from None
+                             f"({where}; mode=plan checks memory first)") from None
+        finally:
+            engine_log.settle()  # the engine's libraries set up their loggers: to the log, not the terminal
 
     async def _start(self, model: ModelSettings, kind: str, key: str | None) -> Engine:
         # Each engine's package is imported only when it starts (vllm and openai are optional extras).

@@ -23,9 +23,9 @@ from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..protocol.spec import Dataset, Spec
 from . import identity as identity_mod
-from . import layout, provenance
+from . import engine_log, layout, provenance
 from .calls import CallService, bindings, systematic_invalid
-from .engine_pool import EnginePool
+from .engine_pool import EnginePool, embedded_note
 from .failures import exit_for
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
@@ -69,8 +69,12 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     assert ready.dataset is not None
     specs, ident, out = where(ready, raw)
     engines = EnginePool(cfg, endpoints=ready.endpoints)
+    note = embedded_note(cfg)
+    if note:
+        print(note)
     store = RunDir(out)
     store.open(manifest(cfg, raw, ready.dataset, ready, engines, ident), ident)
+    engine_log.place(out / layout.ENGINE_LOG)
     stopped: list[str] = []
     try:
         if all(store.has_result(s.id) for s in specs):
@@ -87,7 +91,7 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
         known = exit_for(exc, resume_hint("every committed turn is checkpointed", out))
         if known is None or known.code not in (EXIT_ENGINE_DEAD, EXIT_SYSTEMATIC):
             raise
-        print(f"error: {known.message}", file=sys.stderr)
+        known.print()
         return known.code
     finally:
         store.close()
@@ -156,19 +160,51 @@ async def play(ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engi
 
 
 def call_summary(calls_path: str | Path) -> list[str]:
-    """Calls per stage (failed, cut) and tokens (prompt, cached, generated, hit rate) of a call log."""
+    """The call log in words: calls per stage, then, for a stage where something happened, how many
+    answers were cut at their token bound (and after how long), failed otherwise, or were retried;
+    then tokens (prompt, cached, generated, hit rate)."""
     if not Path(calls_path).exists():
         return []
     calls = read_calls(calls_path)
-    by_stage: dict[str, dict[str, int]] = {}
+    by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in calls:
-        s = by_stage.setdefault(str(c.get("stage")), {"calls": 0, "failed": 0, "length": 0})
-        s["calls"] += 1
-        s["failed"] += c.get("error") is not None
-        s["length"] += c.get("finish_reason") == "length"
+        by_stage.setdefault(str(c.get("stage")), []).append(c)
+    # A call is a question to a model; its retries are further attempts of the same call (as in the
+    # report's cost table), said apart below.
+    lines = [f"calls: {_asked(calls)} (" + ", ".join(f"{k} {_asked(v)}" for k, v in by_stage.items()) + ")"]
+    for stage, cs in by_stage.items():
+        said = _stage_events(cs)
+        if said:
+            lines.append(f"  {stage}: {_count(_asked(cs), 'call')}, " + ", ".join(said))
     prompt = sum(c.get("prompt_tokens", 0) for c in calls)
     cached = sum(c.get("cached_tokens", 0) for c in calls)
-    return ["calls: " + " ".join(f"{k}={v['calls']}(failed {v['failed']}, cut {v['length']})"
-                                 for k, v in sorted(by_stage.items())),
-            f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
-            + (f" cache_hit={cached / prompt:.2f}" if prompt else "")]
+    lines.append(f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
+                 + (f" cache_hit={cached / prompt:.2f}" if prompt else ""))
+    return lines
+
+
+def _asked(calls: list[dict[str, Any]]) -> int:
+    return sum(int(c.get("attempt") or 0) == 0 for c in calls)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _stage_events(calls: list[dict[str, Any]]) -> list[str]:
+    """What went other than plainly for one stage's calls, in words ([] when nothing did)."""
+    said = []
+    cut = [c for c in calls if c.get("finish_reason") == "length"]
+    if cut:
+        bounds = sorted({int(c.get("max_tokens_sent") or 0) for c in cut})
+        bound = f"{bounds[0]}-token bound" if len(bounds) == 1 and bounds[0] else "token bound"
+        secs = sum(float(c.get("latency_s") or 0) for c in cut)
+        said.append(f"1 cut at its {bound} after {secs:.0f} s" if len(cut) == 1
+                    else f"{len(cut)} cut at their {bound} after {secs:.0f} s in all")
+    failed = sum(c.get("error") is not None and c.get("finish_reason") != "length" for c in calls)
+    if failed:
+        said.append(f"{failed} failed")
+    retried = sum(int(c.get("attempt") or 0) > 0 for c in calls)
+    if retried:
+        said.append(f"{retried} {'retry' if retried == 1 else 'retries'}")
+    return said

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from ..engines.base import EngineDead
 from ..errors import InputError
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_SYSTEMATIC
+from . import engine_log
 from .calls import SystematicFailure
 from .store import DiskFull, RunLocked, RunMismatch
 
@@ -16,6 +18,13 @@ from .store import DiskFull, RunLocked, RunMismatch
 class Exit:
     code: int
     message: str  # the `error:` line's text, without the prefix
+    detail: tuple[str, ...] = ()  # lines under it: an engine failure's last relevant lines of engine.log
+
+    def print(self) -> None:
+        """The `error:` line, then its detail, on stderr."""
+        print(f"error: {self.message}", file=sys.stderr)
+        for line in self.detail:
+            print(line, file=sys.stderr)
 
 
 def exit_for(exc: BaseException, resume: str = "") -> Exit | None:
@@ -29,7 +38,8 @@ def exit_for(exc: BaseException, resume: str = "") -> Exit | None:
     if isinstance(exc, DiskFull):
         return Exit(EXIT_DISK_FULL, str(exc))
     if isinstance(exc, EngineDead):
-        return Exit(EXIT_ENGINE_DEAD, f"engine died: {exc}" + (f"; {resume}" if resume else ""))
+        return Exit(EXIT_ENGINE_DEAD, f"engine died: {exc}" + (f"; {resume}" if resume else ""),
+                    tuple(engine_log.failure_lines()))
     if isinstance(exc, SystematicFailure):
         return Exit(EXIT_SYSTEMATIC, f"{exc}; the run stopped early (fix the cause, then re-run)")
     return None

@@ -1,7 +1,7 @@
 """The run directory's layout, in one place: where a run lives, its shards, its manifest.
 
     runs/<dataset>-<identity key>/       (or `out_dir`)
-      manifest.json  results/  checkpoints/  calls.jsonl  .lock
+      manifest.json  results/  checkpoints/  calls.jsonl  engine.log  .lock
       shard-iii-of-nnn/                  (a Slurm array task's part, the same inside)
 """
 
@@ -24,9 +24,10 @@ QUARANTINE = "quarantine"
 CALLS = "calls.jsonl"
 DONE = "DONE"
 LOCK = ".lock"
+ENGINE_LOG = "engine.log"  # the engine's and libraries' output (execution/engine_log.py)
 # The kind each part must have (a wrong kind is refused, never worked around).
 RUN_FOLDERS = (RESULTS, CHECKPOINTS, QUARANTINE)
-RUN_FILES = (LOCK, CALLS, DONE)
+RUN_FILES = (LOCK, CALLS, DONE, ENGINE_LOG)
 # What makes a folder a run directory: a non-empty folder with neither is someone else's.
 RUN_MARKERS = (MANIFEST, RESULTS)
 SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")

@@ -147,6 +147,7 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
                               "(set models_root or NCP_MODELS_ROOT, or override the path)")
     for role, model in models.items():
         _check_engine_args(role, model)
+        _check_thinking(role, model)
         _check_format(role, model)
     for role in models:
         _check_grammars(role, models[role].structured_outputs_backend, getattr(cfg, role).bounds or UNBOUNDED)
@@ -209,6 +210,17 @@ def _check_engine_args(role: str, model: ModelSettings) -> None:
                           f"({exc}); install the cpu or gpu extra") from None
     if problem is not None:
         raise ConfigError(f"{role}.model.engine_args.{problem[0]}", f"model {model.name!r}: {problem[1]}")
+
+
+def _check_thinking(role: str, model: ModelSettings) -> None:
+    """A thinking model names a reasoning parser vLLM has (it separates the thought from the answer)."""
+    if not model.thinking and model.reasoning_parser is None:
+        return
+    from ..engines.vllm import thinking_problem
+
+    problem = thinking_problem(model)
+    if problem is not None:
+        raise ConfigError(f"{role}.model.{problem[0]}", f"model {model.name!r}: {problem[1]}")
 
 
 def _check_grammars(role: str, backend: str, bounds: Bounds) -> None:

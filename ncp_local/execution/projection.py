@@ -17,6 +17,7 @@ from ..config import ConfigError
 from ..engines.scripted import ScriptedEngine
 from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
 from ..protocol import ROLES
+from ..protocol.turns import shown as shown_turn
 from .calls import CallService, RoleBinding, Sampling
 from .layout import CALLS
 from .scheduler import EpisodeScheduler, EpisodeSettings
@@ -63,7 +64,7 @@ def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type,
     for r in roles:
         for req in backends[r].requests:
             stage = str(req.tags.get("stage"))
-            turn = int(req.tags.get("turn", 0)) + 1
+            turn = shown_turn(int(req.tags.get("turn", 0)))  # the plan counts as people do: opening 0
             role_of[stage] = str(req.tags.get("role", r))
             n = counts[role_of[stage]].prompt(req.messages)
             by_turn = prompts.setdefault(stage, {})
@@ -85,9 +86,11 @@ def measured(run_dir: str | Path) -> Growth:
     for c in read_calls(path):
         if "prompt_tokens" not in c:
             continue
-        stage, turn = str(c["stage"]), int(c.get("turn", 0)) + 1
+        stage, turn = str(c["stage"]), shown_turn(int(c.get("turn", 0)))
         role_of[stage] = str(c.get("role", ""))
         by_turn = prompts.setdefault(stage, {})
         by_turn[turn] = max(by_turn.get(turn, 0), int(c["prompt_tokens"]))
-        need[stage] = max(need.get(stage, 0), int(c.get("generated_tokens", 0)))
+        # The answer alone: a thinking model's thought is reserved apart (its thinking_budget).
+        answer = int(c.get("generated_tokens", 0)) - int(c.get("thought_tokens", 0))
+        need[stage] = max(need.get(stage, 0), answer)
     return fit(prompts, need, role_of, f"measured in {path}", {})

@@ -44,6 +44,7 @@ from .layout import (
     CALLS,
     CHECKPOINTS,
     DONE,
+    ENGINE_LOG,
     LOCK,
     MANIFEST,
     QUARANTINE,
@@ -448,7 +449,7 @@ def check_place(root: Path) -> None:
                              "another; use a folder of its own)")
     if resolved.is_dir():
         names = {p.name for p in resolved.iterdir()}
-        if names and not names.intersection(RUN_MARKERS) and not names <= {LOCK, CALLS, CHECKPOINTS, QUARANTINE}:
+        if names and not names.intersection(RUN_MARKERS) and not names <= {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE}:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
             raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
                              "use an empty or new folder")

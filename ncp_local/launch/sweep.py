@@ -50,6 +50,7 @@ from .. import modes
 from ..engines.base import Engine, EngineDead
 from ..engines.settings import ModelSettings
 from ..errors import InputError
+from ..execution import engine_log
 from ..execution import identity as identity_mod
 from ..execution import layout, sweep_index
 from ..execution.calls import systematic_invalid
@@ -547,7 +548,16 @@ def run_other(p: Point) -> None:
 
 
 def run_sweep(points: list[Point], sweep_dir: Path) -> int:
-    """Check every point, run the valid ones (batched), print the table and the summary; the exit code."""
+    """Check every point, run the valid ones (batched), print the table and the summary; the exit code.
+
+    The engines serve every point, so their log is the sweep folder's `engine.log`."""
+    verbose = any(bool((p.raw or {}).get("verbose")) for p in points)
+    with engine_log.quiet(verbose, "sweep"):
+        engine_log.place(sweep_dir / layout.ENGINE_LOG)
+        return _run_sweep(points, sweep_dir)
+
+
+def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     mark_swept(points)
     for p in points:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import ConfigError, RunConfig, validate
+from ..execution import engine_log
 from ..execution.failures import exit_for
 from ..exits import EXIT_BAD_INPUT
 
@@ -69,10 +70,13 @@ def main(dcfg: DictConfig) -> int:
         return fail(f"config: {exc}".splitlines()[0])
     try:
         cfg = validate(raw)
-        return find(cfg.mode).load()(cfg, raw)
+        mode = find(cfg.mode)
+        # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
+        with engine_log.quiet(cfg.verbose, mode.name):
+            return mode.load()(cfg, raw)
     except Exception as exc:
         known = exit_for(exc)
         if known is None:
             raise
-        print(f"error: {known.message}", file=sys.stderr)
+        known.print()
         return known.code

@@ -55,6 +55,7 @@ from ..protocol.player import Player
 from ..protocol.prompts import PromptPack
 from ..protocol.spec import Meta, Spec
 from ..protocol.stages import UNBOUNDED, Bounds
+from ..protocol.turns import shown as shown_turn
 from .benches.long_horizon import long_horizon
 from .benches.speculative import speculative_bench
 from .benches.cache_sim import unbounded_cache_hit
@@ -262,8 +263,9 @@ async def engine_scaling(backend: Engine, k: int, seed: int, prompt_words: int =
 
 
 def hits_text(by_turn: dict[int, tuple[int, int]]) -> str:
-    """`t0=0.59 t1=0.63 ...`: cached / prompt tokens per turn."""
-    return " ".join(f"t{t}={h / p:.2f}" for t, (p, h) in sorted(by_turn.items()) if p)
+    """`opening=0.73 t1=0.59 t2=0.63 ...`: cached / prompt tokens per turn (by turn id; shown as people count)."""
+    return " ".join(f"{'opening' if t < 0 else f't{shown_turn(t)}'}={h / p:.2f}"
+                    for t, (p, h) in sorted(by_turn.items()) if p)
 
 
 def late_hit(by_turn: dict[int, tuple[int, int]], first: int = 2) -> float:
@@ -283,8 +285,9 @@ def projection(rig: Way, throughput: float) -> list[str]:
     hit = rig.cached_tokens / rig.prompt_tokens if rig.prompt_tokens else 0.0
     hours = total / throughput / 3600
     return [
-        f"projection: prompt tokens/turn = {base:.0f} + {slope:.0f} x turn (measured over turns "
-        f"{pts[0][0] if pts else 0}-{pts[-1][0] if pts else 0}), {gen_per_turn:.0f} generated/turn",
+        f"projection: prompt tokens/turn = {base:.0f} + {slope:.0f} x turn id (measured over turns "
+        f"{shown_turn(pts[0][0]) if pts else 0}-{shown_turn(pts[-1][0]) if pts else 0}), "
+        f"{gen_per_turn:.0f} generated/turn",
         f"projection: paper grid {PAPER_NARRATORS} narrators x {PAPER_SPECS} specs x {PAPER_TURNS} turns "
         f"(upper bound: no early ends) = {total / 1e9:.2f} G tokens; at {throughput:.0f} tok/s per GPU: "
         f"{hours:.0f} GPU-hours ({hours * (1 - hit):.0f} if the {hit:.0%} cache hit rate saves its prefill)",
@@ -353,7 +356,7 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
     if tokenize is not None and block:
         ideal = unbounded_cache_hit(recorder.requests, tokenize, block)
         lines.append(f"cache hit by turn if nothing were evicted (block {block}): {hits_text(ideal)}; "
-                     f"from turn 2 on: {late_hit(ideal):.2f}")
+                     f"from turn {shown_turn(2)} on: {late_hit(ideal):.2f}")
     lines.extend(projection(a, throughput or a.tokens_per_s))
     rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
     lines.append(f"ratios: rig/ceiling={a.tokens_per_s / c.tokens_per_s:.2f} rig/sequential={rig_seq:.2f} "

@@ -27,12 +27,13 @@ from typing import Any, Callable, Sequence
 from ..config import ConfigError, RunConfig
 from ..engines.base import EngineDead
 from ..errors import InputError
+from ..execution import engine_log
 from ..execution import identity as identity_mod
 from ..execution import provenance
 from ..execution.calls import CallService, bindings
 from ..execution.engine_pool import EnginePool
 from ..execution.failures import exit_for
-from ..execution.layout import require_finished
+from ..execution.layout import ENGINE_LOG, require_finished
 from ..execution.preflight import preflight
 from ..execution.progress import Metered, Progress
 from ..execution.store import RunDir, resume_hint
@@ -162,6 +163,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     }, ident)
     for line in run_notes([source]):  # e.g. unfinished episodes: not judged, and not in the agreement
         print(f"note: {line}")
+    engine_log.place(out / ENGINE_LOG)
     try:
         done = _load_done(store)
         todo = [(source.specs[sid], r) for sid, r in source.results.items() if sid not in done]
@@ -173,7 +175,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     except EngineDead as exc:
         known = exit_for(exc, resume_hint("finished episodes are saved", out))
         assert known is not None
-        print(f"error: {known.message}", file=sys.stderr)
+        known.print()
         return known.code
     finally:
         store.close()

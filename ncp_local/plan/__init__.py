@@ -23,6 +23,9 @@ from typing import Any
 
 from ..config import ConfigError, role_engine
 from ..protocol import ROLES
+from ..protocol.turns import at as said_at
+from ..protocol.turns import id_of as turn_id_of
+from ..protocol.turns import label as turn_label
 from .facts import ModelFacts, model_facts
 from .growth import Growth, Line, StageGrowth, fit_line
 from .hardware import GIB, Gpu, Inventory, inventory, parse_gpu
@@ -132,7 +135,7 @@ def project(plan: Plan, growth: Growth) -> None:
         role = g.role if g.role in ROLES else ""
         e = plan.engine_for(role) if role else None
         max_tokens = int(getattr(cfg, role).max_tokens) if role else 0
-        need = min(g.need, max_tokens) if max_tokens else g.need
+        need = (min(g.need, max_tokens) if max_tokens else g.need) + thinking_reserve(cfg, role)
         first = None
         if e is not None:
             limit = e.window - need
@@ -144,6 +147,16 @@ def project(plan: Plan, growth: Growth) -> None:
         if max_tokens and g.need > max_tokens:
             plan.problems.append(Problem(f"{role}.max_tokens", f"{stage}: its answer took {g.need} tokens, above "
                                          f"{role}.max_tokens={max_tokens}: answers would be cut", fatal=False))
+
+
+def thinking_reserve(cfg: Any, role: str) -> int:
+    """Output tokens a role's calls reserve for thinking: its model's thinking_budget when it thinks.
+
+    A thought is generated in its own call and never shown in a later prompt (the prompt lines
+    hold none), so it counts in the window of the turn it is generated only, as the engine
+    reserves it (engines/vllm.output_budget)."""
+    model = getattr(cfg, role).model if role else None
+    return int(model.thinking_budget) if model is not None and getattr(model, "thinking", False) else 0
 
 
 def _tokens_needed(plan: Plan, row: StageRow) -> int:
@@ -177,7 +190,7 @@ def verdict(plan: Plan) -> tuple[str, str]:
     row = plan.overflow
     if row is not None and row.engine is not None:
         return OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
-                               f"{row.engine.name}) outgrows its {row.window}-token window at turn {row.first_over}, "
+                               f"{row.engine.name}) outgrows its {row.window}-token window {_at(row.first_over)}, "
                                f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}")
     if not plan.engines and not plan.remote:
         return GO, "verdict: go: engine=scripted loads no model; nothing to fit"
@@ -188,6 +201,15 @@ def verdict(plan: Plan) -> tuple[str, str]:
               if plan.remote else "")
     return GO, (f"verdict: go: {len(plan.engines)} engine(s) on {plan.inventory.describe()}; every call fits its "
                 f"window through turn {plan.cfg.max_turns}{remote}")
+
+
+def _turn_name(t: int) -> str:
+    """The plan counts turns as people do (opening 0, then 1, 2, ...): protocol/turns.py."""
+    return turn_label(turn_id_of(t))
+
+
+def _at(t: int) -> str:
+    return said_at(turn_id_of(t))
 
 
 def _gib(n: float) -> str:
@@ -253,15 +275,16 @@ def render(plan: Plan) -> list[str]:
             out.append("tokens counted with: " + "; ".join(f"{r} {t}" for r, t in plan.growth.tokenizers.items()))
         turns = _turns(plan)
         out.append("| stage | role | model | window | answer | tokens by turn | "
-                   + " | ".join(f"turn {t}" for t in turns) + " | first turn over |")
+                   + " | ".join(_turn_name(t) for t in turns) + " | first turn over |")
         out.append("|---|---|---|---:|---:|---|" + "---:|" * len(turns) + "---|")
         for r in plan.rows:
             cells = " | ".join(f"{r.growth.prompt_at(t) + r.need:,.0f}" if r.growth.runs_at(t) else "-"
                                for t in turns)
-            over = "-" if r.first_over is None else str(r.first_over)
+            over = "-" if r.first_over is None else _turn_name(r.first_over)
             out.append(f"| {r.stage} | {r.role} | {r.engine.name if r.engine else '-'} | {r.window or '-'} | "
                        f"{r.need} | {r.growth.line.text()} | {cells} | {over} |")
-        out.append("(cells: prompt + answer tokens; turn 0 is the opening; 'first turn over': the first turn "
+        out.append("(cells: prompt + answer tokens; turn N is the N-th player turn, after the opening; "
+                   "'first turn over': the first turn "
                    "whose call does not fit its window)")
     for p in plan.problems:
         if not p.fatal:

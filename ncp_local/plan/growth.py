@@ -8,7 +8,8 @@ own tokenizer, and fits a line per stage: tokens = a + b x turn. A changed
 template, narrator or dataset changes the fit by itself. `plan.measured`
 fits the same line to a real run's call log instead.
 
-Turns count from 1; the opening is turn 0.
+Turns count as people read them (protocol/turns.py): the opening is 0, then 1, 2, ... (turn N is
+the N-th player turn, turn id N-1 in the call log).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..engines.base import Message, Request
+from ..engines.chat_format import ChatFormat
 from ..engines.scripted import RandomPolicy
+from ..engines.settings import ModelSettings
 from .facts import model_dir
 
 
@@ -98,64 +101,61 @@ class Growth:
 
 
 class Counter:
-    """Prompt tokens as the engine would count them: the chat template, then the tokenizer."""
+    """Prompt tokens as the engine counts them: engines/chat_format.py, the one place that renders."""
 
-    def __init__(self, tokenizer: Any | None, template_kwargs: Mapping[str, Any], label: str) -> None:
-        self.tokenizer = tokenizer
-        self.kwargs = dict(template_kwargs)
+    def __init__(self, chat: ChatFormat | None, label: str) -> None:
+        self.chat = chat
         self.label = label
 
     def prompt(self, messages: Sequence[Message]) -> int:
-        if self.tokenizer is None:
+        if self.chat is None:
             # No tokenizer on this machine at all: about 4 characters a token for English.
             return sum(len(m.content) for m in messages) // 4 + 8
-        text = self.tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
-                                                  tokenize=False, add_generation_prompt=True, **self.kwargs)
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return self.chat.count(messages)
 
     def answer(self, text: str) -> int:
-        if self.tokenizer is None:
+        if self.chat is None:
             return len(text) // 4 + 1
-        return len(self.tokenizer.encode(text, add_special_tokens=False)) + 1  # and the end-of-turn token
+        return self.chat.count_text(text) + 1  # and the end-of-turn token
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return self.prompt(messages)
 
 
-def _load_tokenizer(path: Path) -> Any | None:
-    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
+def _load_chat(path: Path, model: ModelSettings) -> ChatFormat | None:
+    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
+            or any(path.glob("tekken*.json"))):
         return None
     try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except Exception:  # a broken or partial download: fall back, and say so
+        return ChatFormat.load(path, model)
+    except Exception:  # a broken or partial download, no template, vLLM not importable: fall back, and say so
         return None
-    return tok if getattr(tok, "chat_template", None) else None
 
 
 def counters(cfg: Any, roles: Sequence[str]) -> dict[str, Counter]:
     """Each role's model tokenizer; where absent, the embedded SmolLM2's (a stand-in, said in the plan)."""
-    cache: dict[Path, Any] = {}
+    cache: dict[tuple[Path, str], ChatFormat | None] = {}
 
-    def tok(path: Path) -> Any | None:
-        if path not in cache:
-            cache[path] = _load_tokenizer(path)
-        return cache[path]
+    def chat(path: Path, model: ModelSettings) -> ChatFormat | None:
+        key = (path, model.engine_key)
+        if key not in cache:
+            cache[key] = _load_chat(path, model)
+        return cache[key]
 
     out = {}
     for role in roles:
         m = getattr(cfg, role).model
         where = model_dir(str(m.path))
-        t = tok(where)
-        if t is not None:
-            out[role] = Counter(t, m.chat_template_kwargs, f"{m.name}'s own")
+        c = chat(where, m)
+        if c is not None:
+            out[role] = Counter(c, f"{m.name}'s own")
             continue
         proxy = model_dir("embedded")
-        t = tok(proxy)
-        label = (f"SmolLM2's as a stand-in (no tokenizer at {where})" if t is not None else
+        stand_in = ModelSettings(name="stand-in", path="embedded")
+        c = chat(proxy, stand_in)
+        label = (f"SmolLM2's as a stand-in (no tokenizer at {where})" if c is not None else
                  f"about 4 characters a token (no tokenizer at {where}, nor the embedded model's)")
-        out[role] = Counter(t, {}, label)
+        out[role] = Counter(c, label)
     return out
 
 

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from . import ledger
 from .ledger import EpisodeState, Exchange, FactUpdate, Status
@@ -35,6 +35,7 @@ from .stages import (
     StatusOut,
     TrajectoryOut,
 )
+from .turns import at as said_at
 
 # `context_limit`: the episode could not go on because a call no longer fits the
 # model's window; it is censored at its last committed turn (PROTOCOL section 5
@@ -43,8 +44,22 @@ from .stages import (
 Termination = Literal["conflict", "max_turns", "all_resolved", "invalid", "context_limit"]
 
 
+# Counts added after runs were first written: left out of a record while zero, so a record of a
+# model that does not think serializes (and seals) byte for byte as before.
+_OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens")
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_serializer(mode="wrap")
+    def _omit_zero_counts(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in _OMITTED_WHEN_ZERO:
+                if data.get(name) == 0:
+                    del data[name]
+        return data
 
 
 class FactUpdateRecord(_Record):
@@ -69,6 +84,9 @@ class TurnRecord(_Record):
     # Answers of this turn that reached an output bound ("stage:bound"); empty
     # on a compliant model under loose bounds (PROTOCOL section 6).
     bound_hits: tuple[str, ...] = ()
+    # Tokens this turn's accepted answers spent thinking (thinking models; the thoughts themselves
+    # stay in the call log). They were generated, never carried into a later prompt.
+    thought_tokens: int = 0
 
 
 class EpisodeResult(_Record):
@@ -81,6 +99,7 @@ class EpisodeResult(_Record):
     final_state: EpisodeState
     max_turns: int
     opening_bound_hits: tuple[str, ...] = ()
+    opening_thought_tokens: int = 0
 
 
 class Checkpoint(_Record):
@@ -92,6 +111,7 @@ class Checkpoint(_Record):
     turns: tuple[TurnRecord, ...]
     narrator_state: dict[str, Any]
     opening_bound_hits: tuple[str, ...] = ()
+    opening_thought_tokens: int = 0
 
 
 class CallFailed(Exception):
@@ -100,7 +120,7 @@ class CallFailed(Exception):
     termination: Termination = "invalid"
 
     def __init__(self, stage: str, turn: int, reason: str) -> None:
-        super().__init__(f"{stage} at turn {turn}: {reason}")
+        super().__init__(f"{stage} {said_at(turn)}: {reason}")
         self.stage, self.turn, self.reason = stage, turn, reason
 
 
@@ -298,7 +318,8 @@ class Episode:
                 state = new_state
                 checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
                                         turns=tuple(turns), narrator_state=self.narrator.save(),
-                                        opening_bound_hits=checkpoint.opening_bound_hits)
+                                        opening_bound_hits=checkpoint.opening_bound_hits,
+                                        opening_thought_tokens=checkpoint.opening_thought_tokens)
                 await self.on_commit(checkpoint)
                 if self._resolved(state):
                     # Only known after the status check: the next turn's player was asked for nothing.
@@ -344,7 +365,8 @@ class Episode:
                 cp: Checkpoint, reason: str = "") -> EpisodeResult:
         return EpisodeResult(spec_id=self.spec.id, termination=how, reason=reason, opening=state.opening,
                              opening_update=cp.opening_update, turns=tuple(turns), final_state=state,
-                             max_turns=self.max_turns, opening_bound_hits=cp.opening_bound_hits)
+                             max_turns=self.max_turns, opening_bound_hits=cp.opening_bound_hits,
+                             opening_thought_tokens=cp.opening_thought_tokens)
 
     async def _open(self) -> Checkpoint:
         state = ledger.initial_state(self.spec)
@@ -357,7 +379,8 @@ class Episode:
         # The opening's updates are held as pending until turn 0 commits.
         state = state.model_copy(update={"opening": text, "pending": to_update(rec)})
         cp = Checkpoint(spec_id=self.spec.id, state=state, opening_update=rec, turns=(),
-                        narrator_state=self.narrator.save(), opening_bound_hits=_hits(ask))
+                        narrator_state=self.narrator.save(), opening_bound_hits=_hits(ask),
+                        opening_thought_tokens=_thought_tokens(ask))
         await self.on_commit(cp)
         return cp
 
@@ -372,7 +395,7 @@ class Episode:
         audit = await audit_response(self.spec, state, projected, player_input, response, ask)
         base = dict(turn=t, player_input=player_input, response=response, **audit.record_fields())
         if audit.standing and not self.play_through:
-            return TurnRecord(**base, bound_hits=_hits(ask)), None
+            return TurnRecord(**base, bound_hits=_hits(ask), thought_tokens=_thought_tokens(ask)), None
 
         update = to_update(audit.fact_update)
 
@@ -402,7 +425,7 @@ class Episode:
             **base, trajectory_check=traj, node_completed=node_done, status_check=status_payload,
             newly_satisfied=tuple(cid for cid, s in statuses if s == "satisfied" and before[cid] != "satisfied"),
             back_to_pending=tuple(cid for cid, s in statuses if s == "pending" and before[cid] == "satisfied"),
-            bound_hits=_hits(ask),
+            bound_hits=_hits(ask), thought_tokens=_thought_tokens(ask),
         )
         new_state = ledger.commit_turn(state, update, occurred, statuses, Exchange(
             player_input=player_input, response=response))
@@ -412,6 +435,11 @@ class Episode:
 def _hits(ask: Ask) -> tuple[str, ...]:
     """The bounds this turn's answers reached, as the runner's Ask collected them."""
     return tuple(getattr(ask, "hits", ()))
+
+
+def _thought_tokens(ask: Ask) -> int:
+    """Tokens this turn's accepted answers spent thinking, as the runner's Ask counted them."""
+    return sum(getattr(ask, "thought_tokens", ()))
 
 
 def _status(s: str) -> Status:

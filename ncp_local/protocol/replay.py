@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import ledger
+from . import ledger, turns
 from .episode import EpisodeResult, TurnRecord, to_update
 from .ledger import EpisodeState, Exchange, FactEntry, Status
 from .spec import Spec
@@ -84,14 +84,14 @@ def replay(spec: Spec, result: EpisodeResult) -> Replay:
         if rec.conflicts:
             views.append(TurnView(rec, state, projected, pending, candidate, None))
             if rec is not result.turns[-1]:
-                problems.append(f"turn {rec.turn}: a standing conflict that did not end the episode")
+                problems.append(f"{turns.label(rec.turn)}: a standing conflict that did not end the episode")
             break
         occurred = state.node_occurred
         if rec.node_completed is not None:
             if rec.node_completed in node_index:
                 occurred = ledger.complete_node(occurred, node_index[rec.node_completed])
             else:
-                problems.append(f"turn {rec.turn}: completed node {rec.node_completed} is not in the spec")
+                problems.append(f"{turns.label(rec.turn)}: completed node {rec.node_completed} is not in the spec")
         after = ledger.commit_turn(state, update, occurred, _statuses(rec, state),
                                    Exchange(player_input=rec.player_input, response=rec.response))
         views.append(TurnView(rec, state, projected, pending, candidate, after))

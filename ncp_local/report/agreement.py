@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from ..protocol.episode import EpisodeResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.turns import shown as shown_turn
 from .stats import cohen_kappa, confusion, pearson, spearman
 from .tables import csv_text, markdown_table, write
 
@@ -28,7 +29,7 @@ def turn_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[dic
             a = audits.get(rec.turn)
             if a is None or not a.judged:
                 continue
-            rows.append({"spec_id": src.spec_id, "turn": rec.turn,
+            rows.append({"spec_id": src.spec_id, "turn": shown_turn(rec.turn),
                          "original": _types(rec.conflicts), "reaudit": _types(a.conflicts),
                          "original_first": bool(rec.conflict_check.get("conflicts")),
                          "reaudit_first": bool((a.conflict_check or {}).get("conflicts"))})

@@ -15,15 +15,16 @@ from typing import Any, Sequence
 from urllib.parse import quote
 
 from ..execution.store import atomic_write
-from ..protocol import ledger
+from ..protocol import ledger, turns
 from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
 from .cost import COST_DEFINITIONS, PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
+from .glossary import define, plain
 from .runs import Run
-from .tables import METRICS, TERMINATIONS, Row
+from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
 
 
 def esc(value: Any) -> str:
@@ -137,6 +138,19 @@ def episode_href(key: str, spec_id: str) -> str:
     return f"episodes/{quote(key)}/{quote(spec_id)}.html"
 
 
+def _th(column: str, cls: str = "", text: str | None = None) -> str:
+    """A column header with its glossary definition as the tooltip (report/glossary.py)."""
+    klass = f" class={cls}" if cls else ""
+    return f"<th{klass} title=\"{esc(plain(define(column)))}\">{esc(text or column)}</th>"
+
+
+def _with_interval(iv: Any, d: int, scored: int) -> str:
+    """A cell's value, and its interval below it when there are 2 or more scored episodes."""
+    if scored < MIN_FOR_INTERVAL or iv.lo != iv.lo:
+        return f"{iv.point:.{d}f}"
+    return f"{iv.point:.{d}f}<div class='muted small'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div>"
+
+
 def _badge(text: str, cls: str = "") -> str:
     return f'<span class="badge {esc(cls)}">{esc(text)}</span>'
 
@@ -148,7 +162,8 @@ def _conflict_badges(m: EpisodeMetrics) -> str:
 def _turns_cell(m: EpisodeMetrics) -> str:
     """Turns; a censored episode's count is a lower bound (`n+`)."""
     if m.censored:
-        return (f"<td class=num data-v=\"{m.turns}\" title=\"censored: the window filled during turn {m.turns}\">"
+        return (f"<td class=num data-v=\"{m.turns}\" title=\"censored: the window filled during "
+                f"{turns.label(m.turns)}\">"
                 f"{m.turns}+</td>")
     return f"<td class=num>{m.turns}</td>"
 
@@ -169,9 +184,8 @@ def _overturned(result: EpisodeResult) -> int:
 # ---- index -------------------------------------------------------------------
 
 def _summary_html(rows: Sequence[Row]) -> str:
-    head = ("<tr><th>run</th><th class=num>episodes</th>" + "".join(f"<th class=num>{esc(h)}</th>" for _, h, _ in METRICS)
-            + "<th class=num>conflict-free</th><th>terminations</th>"
-            + "<th class=num title=\"outputs that reached a configured length or count bound\">bound hits</th></tr>")
+    head = ("<tr><th>run</th>" + _th("episodes", "num") + "".join(_th(h, "num") for _, h, _ in METRICS)
+            + _th("conflict-free", "num") + "<th>terminations</th>" + _th("bound hits", "num") + "</tr>")
     body = []
     for r in rows:
         # Censored episodes are in the averages at their committed turns: say how many, beside the count.
@@ -184,12 +198,11 @@ def _summary_html(rows: Sequence[Row]) -> str:
             if iv.point != iv.point:  # NaN: no scored episode
                 cells.append("<td class=num>n/a</td>")
             else:
-                cells.append(f"<td class=num>{iv.point:.{d}f}<div class='muted small'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div></td>")
-        cf = r.ci["conflict_free"]
-        cf_ci = "" if cf.lo != cf.lo else f"<div class='muted small'>[{cf.lo:.0f}, {cf.hi:.0f}]</div>"
-        cells.append(f"<td class=num>{r.agg.conflict_free}{cf_ci}</td>")
+                cells.append(f"<td class=num>{_with_interval(iv, d, r.agg.scored)}</td>")
+        cells.append(f"<td class=num>{_with_interval(r.ci['conflict_free'], 0, r.agg.scored)}</td>")
         cells.append("<td class='small terms'>" + "<br>".join(
-            f"{t}&nbsp;<b>{r.agg.terminations[t]}</b>" for t in TERMINATIONS)
+            f"<span title=\"{esc(plain(define(t)))}\">{t}</span>&nbsp;<b>{r.agg.terminations[t]}</b>"
+            for t in TERMINATIONS)
             + (f"<br>unfinished&nbsp;<b>{r.unfinished}</b>" if r.unfinished else "") + "</td>")
         cells.append(f"<td class=num>{r.agg.bound_hits}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -219,9 +232,8 @@ def _episode_table(i: int, run: Run) -> str:
             f"<input type=\"search\" placeholder=\"filter episodes\" aria-label=\"filter\">"
             f"<span class=\"count muted small\">{len(rows)} episodes</span></div>"
             f"<table class=\"sortable episodes\" id=\"{tid}\"><thead><tr><th>episode</th><th>title</th><th>genres</th>"
-            f"<th>termination</th><th class=num>turns</th><th class=num>traj %</th><th class=num>sat %</th>"
-            f"<th>conflict</th><th class=num title=\"first-check conflicts the double-check cleared\">overturned</th>"
-            f"<th class=num title=\"outputs that reached a configured bound\">bound hits</th></tr></thead>"
+            f"<th>termination</th>{_th('turns', 'num')}{_th('traj %', 'num')}{_th('sat %', 'num')}"
+            f"<th>conflict</th>{_th('overturned', 'num')}{_th('bound hits', 'num')}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -302,7 +314,7 @@ def _conflict_block(details: list[dict[str, Any]], turn: int) -> str:
     blocks = []
     for d in details:
         blocks.append(
-            f"<div class=\"conflict\" data-type=\"{esc(d['type'])}\"><b>Conflict</b> at turn {turn}: "
+            f"<div class=\"conflict\" data-type=\"{esc(d['type'])}\"><b>Conflict</b> {turns.at(turn)}: "
             f"{_badge(d['type'], d['type'])} {target_tag(d['type'], d['id'])}"
             + f"<div class=target>{esc(d['target_text'])}</div><dl>"
             f"<dt>first check</dt><dd>{esc(d['reason_initial'])}</dd>"
@@ -339,7 +351,7 @@ def _turn_card(rec: TurnRecord, view: TurnView | None, spec: Any) -> str:
     ended = bool(rec.conflicts)
     hits = turn_bound_hits(rec)
     cls = "card turn" + (" conflict-turn" if ended else "") + (" bound-hit" if hits else "")
-    parts = [f"<article class=\"{cls}\" id=\"t{rec.turn}\"><h3>Turn {rec.turn}</h3>",
+    parts = [f"<article class=\"{cls}\" id=\"t{turns.shown(rec.turn)}\"><h3>{turns.label(rec.turn).capitalize()}</h3>",
              f"<div class=player><span class=who>player</span>{esc(rec.player_input)}</div>",
              f"<div class=narrator><span class=who>narrator</span>{esc(rec.response)}</div>"]
     if view is not None:
@@ -371,9 +383,9 @@ def _fact_table(rp: Replay) -> str:
         for f in v.pending.negated:
             negated_at[f.id] = "opening"
         for f in v.update.added:
-            origin[f.id] = f"turn {v.record.turn}"
+            origin[f.id] = turns.label(v.record.turn)
         for f in v.update.negated:
-            negated_at[f.id] = f"turn {v.record.turn}"
+            negated_at[f.id] = turns.label(v.record.turn)
     rows = []
     for f in rp.final.facts:
         rows.append(f"<tr class=\"{'active' if f.active else 'inactive'}\"><td><span class=fid>{esc(f.id)}</span></td>"
@@ -392,7 +404,7 @@ def _node_table(rp: Replay) -> str:
     done = {v.record.node_completed: v.record.turn for v in rp.turns if v.committed and v.record.node_completed}
     rows = []
     for n, occurred in zip(rp.spec.trajectory, rp.final.node_occurred):
-        at = f"turn {done[n.id]}" if n.id in done else ("yes" if occurred else "")
+        at = turns.label(done[n.id]) if n.id in done else ("yes" if occurred else "")
         rows.append(f"<tr><td><span class=fid>{esc(n.id)}</span></td><td>{esc(n.description)}</td>"
                     f"<td class=small>{esc(n.trigger_event)}</td><td class=small>{esc(n.key_delta)}</td>"
                     f"<td>{esc(at)}</td></tr>")
@@ -406,9 +418,9 @@ def _commitment_table(rp: Replay) -> str:
     for c in rp.spec.commitments:
         strip = "".join(
             f"<span class=\"{'s' if v.after is not None and v.after.status_map.get(c.id) == 'satisfied' else 'p'}\" "
-            f"title=\"turn {v.record.turn}\"></span>" for v in committed)
-        sat = [str(v.record.turn) for v in committed if c.id in v.record.newly_satisfied]
-        back = [str(v.record.turn) for v in committed if c.id in v.record.back_to_pending]
+            f"title=\"{turns.label(v.record.turn)}\"></span>" for v in committed)
+        sat = [str(turns.shown(v.record.turn)) for v in committed if c.id in v.record.newly_satisfied]
+        back = [str(turns.shown(v.record.turn)) for v in committed if c.id in v.record.back_to_pending]
         rows.append(f"<tr class=\"commitment status-{esc(final.get(c.id, 'pending'))}\"><td><span class=fid>{esc(c.id)}</span>"
                     f"</td><td>{esc(c.type)}</td><td>{esc(c.description)}</td>"
                     f"<td>{_badge(final.get(c.id, 'pending'), 't-all_resolved' if final.get(c.id) == 'satisfied' else '')}</td>"
@@ -438,7 +450,7 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     if result.reason:
         parts.append(f"<div class=warn>{esc(result.termination)}: {esc(result.reason)}</div>")
     if m.censored:
-        where = "the opening" if not result.turns and not result.opening else f"turn {m.turns}"
+        where = "the opening" if not result.turns and not result.opening else turns.label(m.turns)
         parts.append(f"<div class=\"warn censored\">Censored: a call of {where} no longer fit the model's window, "
                      f"so this story's length is only known to exceed {m.turns} turns. The averages count its "
                      f"{m.turns} committed turns; S(t) counts it as running through t = {m.turns + 1}, then "
@@ -455,7 +467,7 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     if last is not None and last.conflicts:
         kinds = ", ".join(sorted({c["type"] for c in last.conflicts}))
         parts.append(f"<p class=ending>Ended by a {esc(kinds)} conflict at "
-                     f"<a href=\"#t{last.turn}\">turn {last.turn} &darr;</a></p>")
+                     f"<a href=\"#t{turns.shown(last.turn)}\">{turns.label(last.turn)} &darr;</a></p>")
 
     parts.append("<h2>Transcript</h2>")
     o_hits = opening_bound_hits(result)
@@ -463,14 +475,14 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
                f"<div class=narrator><span class=who>narrator</span>{esc(result.opening)}</div>", _bound_note(o_hits)]
     ou = result.opening_update
     if ou and (ou.add_facts or ou.negate_facts):
-        if rp is not None:  # ids and texts as they will be when turn 0 commits
+        if rp is not None:  # ids and texts as they will be when the first turn commits
             pending = diff(rp.opening_state.facts, ledger.projected_facts(rp.opening_state))
             items = [f"<li class=add>+ {_fact(f)}</li>" for f in pending.added]
             items += [f"<li class=neg>&minus; {_fact(f)}</li>" for f in pending.negated]
         else:
             items = [f"<li class=add>+ {esc(a)}</li>" for a in ou.add_facts if a.strip()]
             items += [f"<li class=neg>&minus; <span class=fid>{esc(i)}</span></li>" for i in ou.negate_facts]
-        opening.append("<div class='muted small'>fact updates, held pending until turn 0 commits:</div>"
+        opening.append(f"<div class='muted small'>fact updates, held pending until {turns.label(0)} commits:</div>"
                        f"<ul class=changes>{''.join(items)}</ul>")
     opening.append("</article>")
     parts.append("".join(opening))

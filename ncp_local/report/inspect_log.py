@@ -31,6 +31,8 @@ from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.turns import OPENING
+from ..protocol.turns import shown as shown_turn
 from .cost import run_calls
 from .runs import Run
 
@@ -94,9 +96,9 @@ def accepted_output(result: EpisodeResult, stage: str, turn: int) -> str | None:
 
 
 def _turn_label(turn: int) -> str:
-    # Records keep the reference's turn_id (the opening is -1, the first player turn 0); people read turn 1.
+    # Records keep the reference's turn_id; people read the paper's count (protocol/turns.py).
     # The viewer shows a span as "TYPE: NAME", so "turn: 1", "turn: opening".
-    return "opening" if turn < 0 else str(turn + 1)
+    return "opening" if turn <= OPENING else str(shown_turn(turn))
 
 
 def build_log(run: Run) -> Any:

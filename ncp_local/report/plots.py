@@ -57,8 +57,10 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
     ax.set_xlim(-0.25, max(horizon, 1) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
     ax.set_ylim(0, 102)
-    ax.set_xlabel("turn t")
-    ax.set_ylabel("episodes with turns ≥ t (%)")
+    # t counts player turns as the paper does (protocol/turns.py): an episode ended by a conflict at
+    # turn 3 played 3 turns, so it is in S(3) and leaves the curve after t = 3.
+    ax.set_xlabel("t: player turns played")
+    ax.set_ylabel("episodes that played t turns or more (%)")
     ax.set_title(f"Survival S(t), Kaplan-Meier with {level:.0%} band"
                  + (" (+ censored: context_limit)" if any_censored else ""))
     ax.grid(True, alpha=0.3)

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from ..execution.store import atomic_write
+from ..protocol.turns import shown as shown_turn
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
 from .html import esc, page, target_tag
@@ -44,7 +45,7 @@ def sample_conflicts(runs: Sequence[Run], n: int, seed: int) -> list[dict[str, A
         for d in details:
             rows.append({
                 "item": f"{len(rows) + 1:03d}", "run": run.label, "run_dir": str(run.path), "spec_id": result.spec_id,
-                "turn": rec.turn, "type": d["type"], "target_id": d["id"], "target_text": d["target_text"],
+                "turn": shown_turn(rec.turn), "type": d["type"], "target_id": d["id"], "target_text": d["target_text"],
                 "player_input": rec.player_input, "response": rec.response, "reason_initial": d["reason_initial"],
                 "reason_reviewed": d["reason_reviewed"], "review_reason": d["review_reason"], "verdict": "",
                 "note": "",

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from ..config import SCRIPTED
 from ..errors import InputError
 from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..execution.store import check_result
@@ -71,6 +72,8 @@ def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
     models = manifest.get("models") or {}
 
     def model(role: str) -> str | None:
+        if (cfg.get("engine") or {}).get("name") == SCRIPTED:
+            return SCRIPTED  # no model ran: never label it as one
         name = ((cfg.get(role) or {}).get("model") or {}).get("name")
         return name or (models.get(role) or {}).get("name")
 

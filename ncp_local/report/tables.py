@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from ..execution.store import atomic_write
 from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
+from .glossary import define
 from .runs import Run
 from .stats import Interval, bootstrap
 
@@ -62,9 +63,15 @@ def _num(x: float, d: int) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{d}f}"
 
 
-def _cell(iv: Interval, d: int) -> str:
+# One episode leaves no spread to estimate: its bootstrap "interval" would be the point itself.
+MIN_FOR_INTERVAL = 2
+
+
+def _cell(iv: Interval, d: int, scored: int) -> str:
     if math.isnan(iv.point):
         return "n/a"
+    if scored < MIN_FOR_INTERVAL or math.isnan(iv.lo):
+        return _num(iv.point, d)
     return f"{_num(iv.point, d)} [{_num(iv.lo, d)}, {_num(iv.hi, d)}]"
 
 
@@ -94,11 +101,11 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
     body = []
     for r in rows:
         t = r.agg.terminations
-        cf = r.ci["conflict_free"]
-        cf_cell = f"{r.agg.conflict_free}" + ("" if math.isnan(cf.lo) else f" [{cf.lo:.0f}, {cf.hi:.0f}]")
-        body.append([r.label, r.agg.episodes, *(_cell(r.ci[k], d) for k, _, d in METRICS), cf_cell,
+        body.append([r.label, r.agg.episodes, *(_cell(r.ci[k], d, r.agg.scored) for k, _, d in METRICS),
+                     _cell(r.ci["conflict_free"], 0, r.agg.scored),
                      *(t[k] for k in TERMINATIONS), r.agg.bound_hits])
-    note = (f"Point estimate [{level:.0%} bootstrap interval over episodes]; averages and rates leave "
+    note = (f"Point estimate [{level:.0%} bootstrap interval over episodes; none with fewer than "
+            f"{MIN_FOR_INTERVAL} scored episodes]; averages and rates leave "
             "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type; "
             "`context_limit` episodes (the window was full) are averaged at their committed turns and censored "
             "in S(t) (Kaplan-Meier); bound hits: outputs that reached a configured length or count bound.")
@@ -114,18 +121,24 @@ def summary_csv(rows: Sequence[Row]) -> str:
     body = []
     for r in rows:
         line: list[Any] = [r.label, r.path, r.agg.episodes, r.agg.scored, r.agg.censored]
+        few = r.agg.scored < MIN_FOR_INTERVAL  # no interval for fewer than 2 scored episodes
         for k, _, _ in METRICS:
             iv = r.ci[k]
-            line += [_round(iv.point), _round(iv.lo), _round(iv.hi)]
+            line += [_round(iv.point), "" if few else _round(iv.lo), "" if few else _round(iv.hi)]
         cf = r.ci["conflict_free"]
-        line += [r.agg.conflict_free, _round(cf.lo), _round(cf.hi), *(r.agg.terminations[k] for k in TERMINATIONS),
+        line += [r.agg.conflict_free, "" if few else _round(cf.lo), "" if few else _round(cf.hi),
+                 *(r.agg.terminations[k] for k in TERMINATIONS),
                  r.agg.bound_hits, r.unfinished]
         body.append(line)
     return csv_text(header, body)
 
 
 def _round(x: float) -> Any:
-    return "" if math.isnan(x) else round(x, 6)
+    """A CSV number: blank for NaN, an integer printed as one (3, not 3.0), else 6 decimals."""
+    if math.isnan(x):
+        return ""
+    r = round(x, 6)
+    return int(r) if float(r).is_integer() else r
 
 
 # ---- per genre (the paper's Table 7) ---------------------------------------
@@ -161,8 +174,11 @@ def _genre_cells(r: GenreRow) -> list[Any]:
             f"{a.fact_pct:.1f}", f"{a.commitment_pct:.1f}", f"{a.player_input_pct:.1f}"]
 
 
+GENRE_NOTE = f"Per genre, {define('genre rows')}."
+
+
 def genre_markdown(runs: Sequence[Run]) -> str:
-    parts = []
+    parts = [GENRE_NOTE]
     for run in runs:
         parts.append(f"### {run.label}\n\n" + markdown_table(GENRE_HEADER, [_genre_cells(r) for r in genre_rows(run)]))
     return "\n\n".join(parts)
@@ -208,7 +224,7 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
             line += ([_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
                      if inside else ["", "", "", ""])
         body.append(line)
-    header = ["t"]
+    header = ["turns_played"]  # t, as people count turns: S(t) = share of episodes that played t turns or more
     for r in runs:
         header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} censored"]
     return csv_text(header, body)

@@ -111,3 +111,26 @@ def test_context_overflow_is_raised_before_the_engine(engine) -> None:
 def test_render_uses_the_models_chat_template(engine) -> None:
     text = engine.backend.render((Message("system", "S"), Message("user", "U")))
     assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_the_token_ids_sent_are_the_engines_own_tokenization(engine, embedded_model_path) -> None:
+    """The rig's prompt (engines/chat_format.py) is vLLM's own chat path, token for token, and
+    mode=plan's way (vLLM's tokenizer registry from the folder, no engine) counts the same."""
+    from vllm.renderers.params import ChatParams
+
+    from ncp_local.engines.chat_format import ChatFormat
+
+    backend = engine.backend
+    msgs = (Message("system", "You narrate. Facts:\n- f_0: the door is shut"),
+            Message("user", "I open the door — slowly — and call: \"Anyone?\" 42 times!"))
+    sent = backend.tokenize(msgs)
+    # What vLLM's server does with the same chat request: its renderer, its tokenization.
+    _, prompts = backend._engine.renderer.render_chat(
+        [[{"role": m.role, "content": m.content} for m in msgs]],
+        ChatParams(chat_template_kwargs={"add_generation_prompt": True}))
+    assert sent == list(prompts[0]["prompt_token_ids"])
+    assert backend.chat.renderer is backend._engine.renderer
+    assert ChatFormat.load(embedded_model_path, backend.cfg).tokenize(msgs) == sent
+    # One cheap call: the engine ran exactly these tokens.
+    out = engine.run(backend.generate(Request(messages=msgs, temperature=0.0, top_p=1.0, max_tokens=1, seed=3)))
+    assert out.prompt_tokens == len(sent) and out.finish_reason == "length"

@@ -1,0 +1,48 @@
+"""What every report column means, in one place.
+
+The HTML report shows these texts as the columns' tooltips, and the README's "Columns" table is
+held to them word for word by `tests/test_glossary.py`. A new column is defined by adding its row
+here (then the README row the test asks for).
+"""
+
+from __future__ import annotations
+
+# (column as headed in the tables, its definition). Order: as the tables show them.
+GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("episodes", "finished episodes of the run, `invalid` ones included"),
+    ("avg turns", "mean player turns an episode played, the turn that ended it in a conflict included "
+                  "(turn N is the N-th player turn; the opening is not a turn)"),
+    ("turns", "player turns one episode played, the conflicting one included; `n+`: censored, more than n"),
+    ("traj %", "mean share of the spec's story beats (trajectory nodes) the episode completed"),
+    ("sat %", "mean share of the spec's commitments satisfied at the episode's end"),
+    ("fact %", "share of episodes ended by a fact conflict: the narration contradicted an active fact or itself"),
+    ("commit %", "share of episodes ended by a commitment conflict: the narration broke a narrative commitment"),
+    ("player %", "share of episodes ended by a player-input conflict: the narration contradicted what the "
+                 "player did"),
+    ("conflict-free", "episodes that did not end in a conflict"),
+    ("conflict", "episodes ended by a conflict the double-check confirmed"),
+    ("max_turns", "episodes that played every turn allowed (`max_turns`) without a conflict"),
+    ("all_resolved", "episodes that ended early because every achievement commitment was satisfied"),
+    ("context_limit", "episodes stopped because a call no longer fit the model's window: their length is "
+                      "only known from below (censored)"),
+    ("invalid", "episodes a model's answers left unusable after every retry; counted, never averaged"),
+    ("censored", "`context_limit` episodes: averaged at their committed turns, censored in S(t)"),
+    ("bound hits", "answers that reached a configured output bound (length or count); none on real models"),
+    ("overturned", "conflicts the first check raised and the double-check cleared"),
+    ("S(t)", "share of episodes that played t turns or more (Kaplan-Meier when some are censored)"),
+    ("[lo, hi]", "the `report.level` bootstrap interval over episodes; not shown for fewer than 2 scored "
+                 "episodes"),
+    ("genre rows", "an episode counts once under each genre of its spec (two each in NCP-Bench), so a "
+                   "run's genre rows add up to more episodes than it has"),
+)
+_BY_NAME = dict(GLOSSARY)
+
+
+def define(column: str) -> str:
+    """The definition of a column (KeyError for a column nobody defined: add it above)."""
+    return _BY_NAME[column]
+
+
+def plain(text: str) -> str:
+    """A definition without its Markdown backticks (HTML tooltips show plain text)."""
+    return text.replace("`", "")
