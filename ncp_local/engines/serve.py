@@ -19,6 +19,8 @@ from .vllm import engine_env, plain_engine_kwargs
 # Engine arguments the server takes otherwise (or not at all): the model is positional, devices come
 # from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags.
 _NOT_FLAGS = ("model", "device_ids", "served_model_name")
+# Switches vLLM leaves off unless given: only an explicit `true` is passed (remote code runs only when asked).
+_OFF_BY_DEFAULT = ("trust_remote_code",)
 
 
 def flag(key: str, value: Any) -> list[str]:
@@ -42,8 +44,9 @@ def serve_args(model: ModelSettings, model_path: str | Path, *, served_name: str
         kwargs["tensor_parallel_size"] = tensor_parallel
     args = [str(model_path), "--served-model-name", served_name or model.name, "--host", host, "--port", str(port)]
     for key, value in kwargs.items():
-        if key not in _NOT_FLAGS and value is not None:
-            args += flag(key, value)
+        if key in _NOT_FLAGS or value is None or (key in _OFF_BY_DEFAULT and value is False):
+            continue
+        args += flag(key, value)
     # The server reports cached prompt tokens (the call log's cache hit) and keeps its log to errors.
     args += ["--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
     return args

@@ -19,6 +19,7 @@ from ..engines.base import Engine, EngineDead
 from ..engines.scripted import RandomPolicy, ScriptedEngine
 from ..engines.settings import EMBEDDED, ModelSettings, share_engines, with_run_switches
 from ..protocol import ROLES
+from . import engine_log
 from .endpoints import Endpoint, endpoint_config
 from .identity import digest
 
@@ -30,9 +31,8 @@ EMBEDDED_NOTE = ("note: the embedded SmolLM2-135M plays {roles}: it only exercis
 
 def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:
     """The one-line note when the embedded model plays a role on a real engine, else None."""
-    if cfg.engine.name == SCRIPTED:
-        return None
-    playing = [r for r in roles if getattr(cfg, r).model.path == EMBEDDED]
+    # Only roles that run the embedded model on vLLM (not scripted, not behind an endpoint).
+    playing = [r for r in roles if role_engine(cfg, r) == "vllm" and getattr(cfg, r).model.path == EMBEDDED]
     return EMBEDDED_NOTE.format(roles=", ".join(playing)) if playing else None
 
 
