@@ -73,15 +73,17 @@ def _chat(folder: Path, cfg: ModelSettings) -> ChatFormat:
 
 # -- engine arguments and sampling parameters ----------------------------------------------------------------
 
-def test_a_thinking_model_starts_with_vllms_reasoning_parser_and_the_grammar_after_the_thought() -> None:
-    args = AsyncEngineArgs(**engine_kwargs(_thinking(), "/models/thinker", on_cpu=False))
+def test_a_thinking_model_starts_with_vllms_reasoning_parser_and_the_grammar_after_the_thought(tmp_path: Path) -> None:
+    # A folder that exists: under HF_HUB_OFFLINE=1 (make test) vLLM resolves any other path as a hub repo id.
+    folder = str(tmp_path)
+    args = AsyncEngineArgs(**engine_kwargs(_thinking(), folder, on_cpu=False))
     assert args.reasoning_parser == "qwen3"
     # The structured-output manager applies the grammar only once the parser saw the thought end.
     assert args.structured_outputs_config.enable_in_reasoning is False
     assert args.trust_remote_code is False
-    plain = AsyncEngineArgs(**engine_kwargs(ModelSettings(name="p", path="/m"), "/m", on_cpu=False))
+    plain = AsyncEngineArgs(**engine_kwargs(ModelSettings(name="p", path=folder), folder, on_cpu=False))
     assert plain.reasoning_parser == ""  # off by default: no parser, the grammar from the first token
-    remote = engine_kwargs(ModelSettings(name="k", path="/m", trust_remote_code=True), "/m", on_cpu=False)
+    remote = engine_kwargs(ModelSettings(name="k", path=folder, trust_remote_code=True), folder, on_cpu=False)
     assert AsyncEngineArgs(**remote).trust_remote_code is True
 
 
