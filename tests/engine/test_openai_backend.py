@@ -14,6 +14,8 @@ from served import SERVED_NAME
 from ncp_local.engines.base import ContextOverflow, Engine, Message, Request
 
 SERVER_MAX_MODEL_LEN = 8192  # the model file's window, as the rig's engine runs it
+# An 8k-token prefill on 2 busy cores: minutes, not the 2 minutes a short call gets.
+PREFILL_S = 900.0
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +113,7 @@ def test_context_overflow_maps(client) -> None:
     req = Request(messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7,
                   min_room=100)
     with pytest.raises(ContextOverflow, match="left room for only"):
-        run(backend.generate(req))
+        run(backend.generate(req), timeout=PREFILL_S)
 
 
 def _counting_prompt(backend, run, tokens: int) -> str:
@@ -120,7 +122,7 @@ def _counting_prompt(backend, run, tokens: int) -> str:
     while True:
         text = "Count from 1 to 10000, separated by commas: " + ", ".join(str(i) for i in range(1, n)) + ","
         c = run(backend.generate(Request(messages=(Message("user", text),), temperature=0.0, top_p=1.0,
-                                         max_tokens=1, seed=7)))
+                                         max_tokens=1, seed=7)), timeout=PREFILL_S)
         if c.prompt_tokens >= tokens:
             return text
         n = int(n * tokens / c.prompt_tokens) + 5
