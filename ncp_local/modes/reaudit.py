@@ -20,7 +20,6 @@ Pearson / Spearman of per-episode metrics between the two auditors.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
