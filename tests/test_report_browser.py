@@ -57,7 +57,7 @@ def test_report_renders(tmp_path: Path) -> None:
     conflict = re.search(r'<div class="conflict" data-type="fact">(.*?)</dl></div>', dom, re.S)
     assert conflict, "the conflict that ended the episode is highlighted"
     assert "initial fact 0 of a" in conflict.group(1) and "confirmed on review" in conflict.group(1)
-    assert 'class="card turn conflict-turn" id="t1"' in dom
+    assert 'class="card turn conflict-turn" id="t2"' in dom  # turn id 1 = turn 2, the paper's count
 
     _, dom = render(out / "episodes" / "00-run" / "b.html", tmp_path, "escaped")
     assert "<script>alert" not in dom and "&lt;script&gt;alert" in dom  # model text stays text
