@@ -370,7 +370,7 @@ def test_help_lists_modes_groups_and_model_where_usable(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for mode in ("run", "plan", "lint", "build", "bench", "report", "reaudit", "review", "merge", "rerun"):
         assert f"mode={mode} " in proc.stdout
-    assert "auditor=OPTION: gemma3_12b," in proc.stdout and "hydra/launcher=OPTION" in proc.stdout
+    assert "auditor=OPTION: deepseek_v3_2, gemma3_12b," in proc.stdout and "hydra/launcher=OPTION" in proc.stdout
     assert "batched" in proc.stdout
     assert "model@<role>.model=OPTION" in proc.stdout and "\n  model=OPTION" not in proc.stdout
     assert "--multirun,-m" in proc.stdout  # Hydra's flags still listed
