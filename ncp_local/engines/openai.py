@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Completion, ContextOverflow, EngineDead, Request
 from .chat_format import THINKING_TEMPLATE_KEYS
+from .grammar import adapt_schema
 
 # How servers say the prompt + max_tokens does not fit (vLLM, OpenAI).
 _OVERFLOW = re.compile(
@@ -161,7 +162,11 @@ class OpenAIEngine:
         if request.json_schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": self.cfg.schema_name, "schema": request.json_schema, "strict": True},
+                # Free text without the non-blank pattern and minimum length (engines/grammar.py):
+                # a vLLM server's xgrammar refuses the pattern (400) and writes no escape beside
+                # either; the parser still holds every answer to the full schema.
+                "json_schema": {"name": self.cfg.schema_name, "schema": adapt_schema(request.json_schema, "xgrammar"),
+                                "strict": True},
             }
         extra = dict(self.cfg.extra_body)
         if request.regex is not None and self.cfg.vllm_extensions:
