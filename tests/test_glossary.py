@@ -14,7 +14,8 @@ import yaml
 
 from helpers import Scripted, make_spec, spec_doc
 from ncp_local.report import build_report
-from ncp_local.report.glossary import GLOSSARY, define, plain
+from ncp_local.report.cost import COST_COLUMNS
+from ncp_local.report.glossary import COST_GLOSSARY, GLOSSARY, define, plain
 from ncp_local.report.runs import attach_specs, load_run
 from ncp_local.report.tables import METRICS
 
@@ -26,6 +27,15 @@ def test_the_readme_defines_every_column_as_the_code_does() -> None:
     section = text[text.index("### Columns"):text.index("## Sweeps")]
     rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, re.M)
     assert rows == list(GLOSSARY)
+
+
+def test_the_readme_defines_every_cost_column_as_the_code_does() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("**Cost by role and stage.**"):text.index("`cost` appears with")]
+    rows = re.findall(r"^\| ([^|`]+) \| (.+) \|$", section, re.M)
+    assert rows[2:] == list(COST_GLOSSARY)  # after the header row and its rule
+    # every column the cost table can show has its one definition, and nothing else is defined
+    assert sorted(h for _, h in COST_COLUMNS) == sorted(h for h, _ in COST_GLOSSARY)
 
 
 def _run(root: Path, ids: list[str]) -> Path:

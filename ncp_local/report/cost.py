@@ -12,8 +12,8 @@ points of a batched sweep shared their engines in one process, but each point's 
 holds its own calls only: a point's busy time counts the moments it shared with other
 points as its own (the sum over the points exceeds the engines' busy time).
 
-`COST_COLUMNS` holds each column's header and its one-sentence definition (the
-README's glossary and the HTML tooltips use the same text).
+`COST_COLUMNS` holds each column's key and header; what each header means is defined once, in
+`glossary.COST_GLOSSARY` (the README's cost table and the HTML tooltips show that text).
 """
 
 from __future__ import annotations
@@ -32,23 +32,19 @@ from ..execution.store import read_calls
 from .runs import Run
 from .tables import markdown_table
 
-# (key, header, definition): the definitions are the glossary's and the HTML's tooltips.
-COST_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("calls", "calls", "questions the stage asked a model; a question retried after an invalid answer counts once"),
-    ("attempts", "attempts", "requests sent to the engine, retries included (one line of calls.jsonl each)"),
-    ("prompt_tokens", "prompt tok", "prompt tokens of every attempt, the cached ones included"),
-    ("plan_prompt_tokens", "plan prompt tok", "the same calls' prompt tokens as mode=plan projects them (its "
-                                              "prompt growth played on the run's recorded config; report.plan=true)"),
-    ("cached_tokens", "cached tok", "prompt tokens the engine's prefix cache served instead of computing them"),
-    ("generated_tokens", "generated tok", "tokens the model generated, over every attempt"),
-    ("cache_hit_pct", "cache hit %", "cached tokens as a share of prompt tokens"),
-    ("engine_s", "engine s", "seconds the attempts spent in the engine, summed; calls batched together each count "
-                             "their own time, so under batching this exceeds the time the engine was busy"),
-    ("busy_s", "busy s", "the engine's busy wall-clock seconds charged to this stage: each moment a model's engine "
-                         "worked is shared equally among the calls in flight then"),
-    ("cost", "cost", "busy hours x the GPUs of the model's engine (tensor_parallel_size) x report.gpu_hour_cost"),
+# (key in the figures and cost.csv, header in the tables); each header's definition is in glossary.py.
+COST_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("calls", "calls"),
+    ("attempts", "attempts"),
+    ("prompt_tokens", "prompt tok"),
+    ("plan_prompt_tokens", "plan prompt tok"),
+    ("cached_tokens", "cached tok"),
+    ("generated_tokens", "generated tok"),
+    ("cache_hit_pct", "cache hit %"),
+    ("engine_s", "engine s"),
+    ("busy_s", "busy s"),
+    ("cost", "cost"),
 )
-COST_DEFINITIONS: dict[str, str] = {h: d for _, h, d in COST_COLUMNS}
 PER_TURN_NOTE = ("per episode-turn: the run's figures divided by its episode-turns (the turns recorded in its "
                  "finished episodes); the opening's calls and any unfinished episode's are in the run's figures")
 
@@ -229,7 +225,7 @@ DECIMALS: dict[str, tuple[int, int]] = {
 
 def columns(table: CostTable) -> list[str]:
     """The keys shown: `cost` only with a price, the plan's projection only when there is one."""
-    return [k for k, _, _ in COST_COLUMNS
+    return [k for k, _ in COST_COLUMNS
             if (k != "cost" or table.gpu_hour_cost is not None) and (k != "plan_prompt_tokens" or table.projected)]
 
 
@@ -257,7 +253,7 @@ def rows_of(table: CostTable) -> Iterable[tuple[str, str, str, dict[str, float |
 
 
 def headers(table: CostTable) -> list[str]:
-    names = {k: h for k, h, _ in COST_COLUMNS}
+    names = dict(COST_COLUMNS)
     return [names[k] for k in columns(table)]
 
 
@@ -292,12 +288,12 @@ def _csv_value(v: float | None) -> Any:
 
 def cost_rows_csv(tables: Sequence[CostTable]) -> tuple[list[str], list[list[Any]]]:
     """Every column for every run (empty where a run has no figure), so runs share one header."""
-    header = ["label", "per", "role", "stage", *(k for k, _, _ in COST_COLUMNS), "episode_turns", "gpu_hour_cost"]
+    header = ["label", "per", "role", "stage", *(k for k, _ in COST_COLUMNS), "episode_turns", "gpu_hour_cost"]
     body: list[list[Any]] = []
     for t in tables:
         shown = set(columns(t))
         for per, role, stage, values in rows_of(t):
             body.append([t.label, per, role, stage,
-                         *(_csv_value(values[k]) if k in shown else "" for k, _, _ in COST_COLUMNS),
+                         *(_csv_value(values[k]) if k in shown else "" for k, _ in COST_COLUMNS),
                          t.episode_turns, "" if t.gpu_hour_cost is None else t.gpu_hour_cost])
     return header, body

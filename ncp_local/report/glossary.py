@@ -1,8 +1,9 @@
 """What every report column means, in one place.
 
 The HTML report shows these texts as the columns' tooltips, and the README's "Columns" table is
-held to them word for word by `tests/test_glossary.py`. A new column is defined by adding its row
-here (then the README row the test asks for).
+held to them word for word by `tests/test_glossary.py` (the results columns under "Columns", the cost
+columns under "Cost by role and stage"). A new column is defined by adding its row here (then the
+README row the test asks for).
 """
 
 from __future__ import annotations
@@ -35,12 +36,34 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("genre rows", "an episode counts once under each genre of its spec (two each in NCP-Bench), so a "
                    "run's genre rows add up to more episodes than it has"),
 )
+# The cost table's columns (report/cost.py), in the README's order under "Cost by role and stage".
+COST_GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("calls", "questions the stage asked a model; a question retried after an invalid answer counts once"),
+    ("attempts", "requests sent to the engine, retries included (one line of calls.jsonl each)"),
+    ("prompt tok", "prompt tokens of every attempt, the cached ones included"),
+    ("cached tok", "prompt tokens the engine's prefix cache served instead of computing them"),
+    ("generated tok", "tokens the model generated, over every attempt"),
+    ("cache hit %", "cached tokens as a share of prompt tokens"),
+    ("engine s", "seconds the attempts spent in the engine, summed; calls batched together each count their "
+                 "own time, so under batching this exceeds the time the engine was busy"),
+    ("busy s", "the engine's busy wall-clock seconds charged to this stage: each moment a model's engine "
+               "worked is shared equally among the calls in flight then"),
+    ("cost", "busy hours x the GPUs of the model's engine (tensor_parallel_size) x report.gpu_hour_cost"),
+    ("plan prompt tok", "the same calls' prompt tokens as mode=plan projects them (its prompt growth played "
+                        "on the run's recorded config; report.plan=true)"),
+)
 _BY_NAME = dict(GLOSSARY)
+_COST_BY_NAME = dict(COST_GLOSSARY)
 
 
 def define(column: str) -> str:
-    """The definition of a column (KeyError for a column nobody defined: add it above)."""
+    """The definition of a results column (KeyError for a column nobody defined: add it above)."""
     return _BY_NAME[column]
+
+
+def define_cost(column: str) -> str:
+    """The definition of a cost table column (its header, as report/cost.py shows it)."""
+    return _COST_BY_NAME[column]
 
 
 def plain(text: str) -> str:

@@ -20,9 +20,9 @@ from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
-from .cost import COST_DEFINITIONS, PER_TURN_NOTE, CostTable, headers, rows_of, table_note
+from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
-from .glossary import define, plain
+from .glossary import define, define_cost, plain
 from .runs import Run
 from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
 
@@ -242,7 +242,7 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
     parts = [f"<p class='muted small'>{esc(PER_TURN_NOTE)}.</p>"]
     for t in tables:
         head = "<tr><th>per</th><th>role</th><th>stage</th>" + "".join(
-            f"<th class=num title=\"{esc(COST_DEFINITIONS[h])}\">{esc(h)}</th>" for h in headers(t)) + "</tr>"
+            f"<th class=num title=\"{esc(plain(define_cost(h)))}\">{esc(h)}</th>" for h in headers(t)) + "</tr>"
         body = "".join(
             f"<tr class=\"cost{' total' if role == 'all' else ''}\" data-per=\"{esc(per)}\"><td>{esc(per)}</td>"
             f"<td>{esc(role)}</td><td>{esc(stage)}</td>"
