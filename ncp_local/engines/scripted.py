@@ -38,13 +38,13 @@ class RandomPolicy:
         schema = request.json_schema or {}
         turn = request.tags.get("turn", 0)
         if stage == "player":
-            return f"I look around carefully and try something new (move {turn}, roll {rng.randint(1, 99)})."
+            return f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
         if stage in ("opening", "narrate"):
-            return json.dumps({"text": f"You stand in the scene as it unfolds (turn {turn}, beat {rng.randint(1, 99)})."})
+            return json.dumps({"text": f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."})
         if stage == "hiagent_narrate":
             # A new subgoal every other turn, so summaries get exercised.
             return json.dumps({"subgoal": f"subgoal {max(turn, 0) // 2}", "retrieve": None,
-                               "text": f"You press on (turn {turn}, beat {rng.randint(1, 99)})."})
+                               "text": f"You press on (turn id {turn}, beat {rng.randint(1, 99)})."})
         if stage == "hiagent_summarize":
             return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
         if stage == "build_trajectory":
@@ -60,7 +60,7 @@ class RandomPolicy:
             return json.dumps({"initial_facts": [{"content": f"fact {i}"} for i in range(3)]})
         if stage == "fact_update":
             enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
-            adds = [f"Something new is established at turn {turn}."] if rng.random() < self.add_fact_rate else []
+            adds = [f"Something new is established at turn id {turn}."] if rng.random() < self.add_fact_rate else []
             negs = [rng.choice(enum)] if enum and rng.random() < self.negate_fact_rate else []
             return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": "scripted"})
         if stage in ("conflict_check", "double_check"):
