@@ -51,9 +51,9 @@ def test_role_option_composes_and_validates(option: str) -> None:
         m = role.model
         assert m.path == "embedded" or m.path.startswith("/m/"), m.path
         assert m.name and m.max_model_len > 0
-        # GPU models leave their share to the plan (None); the embedded model sets its RAM share.
-        assert (m.gpu_memory_utilization is None) == (m.path != "embedded"), m
-        assert m.gpu_memory_utilization is None or 0 < m.gpu_memory_utilization <= 1
+        # Every model file leaves its share to the plan (None): a fixed share in a model file would
+        # take that share of every GPU it lands on (the embedded player beside a GPU narrator).
+        assert m.gpu_memory_utilization is None, m
 
 
 @pytest.mark.parametrize("model", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))

@@ -432,10 +432,13 @@ def test_output_reservation_without_prompt_room_is_refused() -> None:
         plan_mod.planned(cfg)
 
 
-def test_cpu_embedded_run_passes_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_embedded_run_gets_the_ram_share(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: the CPU
     cfg = cfg_for([])
-    assert plan_mod.planned(cfg) == cfg
+    # The one engine the three roles share gets plan.cpu_share of the RAM; nothing else changes.
+    shared = {r: getattr(cfg, r).model_copy(update={"model": getattr(cfg, r).model.model_copy(
+        update={"gpu_memory_utilization": cfg.plan.cpu_share})}) for r in ("narrator", "player", "auditor")}
+    assert plan_mod.planned(cfg) == cfg.model_copy(update=shared)
     p = plan_mod.check(cfg)
     assert p.inventory.kind == "cpu" and not p.device_lines
     # vLLM's CPU worker: the share of the node's RAM, less the weights and the worker's runtime, is KV cache.
