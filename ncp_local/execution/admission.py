@@ -11,10 +11,15 @@ only while every in-flight episode's prefix fits beside it:
     prompt (+ answer) tokens it sent there: every stage's prefix resident,
     counted without the blocks stages share (an upper bound: it errs towards
     fewer in flight, never towards eviction);
+  - before an episode has played a whole turn, its footprint is estimated
+    (footprint.py: the opening prompt, plus a resumed episode's history, once
+    per stage), rescaled by the mean ratio of measured to estimated footprint
+    of the episodes that have played one; until then it holds the larger of
+    the estimate and what its calls measured. So at start-up every episode the
+    cache holds is admitted at once, up to `concurrency`;
   - the head of the queue (episodes in spec order) starts when its footprint
-    (its own, if it ran before; else the smallest footprint a fresh episode
-    has had after its first turn; before any has, one episode runs alone) fits every engine beside those in flight, or when nothing is in
-    flight; `concurrency` stays an upper bound; nobody overtakes the head;
+    fits every engine beside those in flight, or when nothing is in flight;
+    `concurrency` stays an upper bound; nobody overtakes the head;
   - prompts grow: at its turn boundary, an episode that finds an engine over
     capacity steps back into the queue (at its place in spec order) until the
     cache holds it again, unless it is the oldest in flight (a call in flight
@@ -34,8 +39,10 @@ from typing import Any, Mapping
 @dataclass
 class _Episode:
     order: int
+    estimate: dict[str, int] = field(default_factory=dict)  # engine -> tokens, before its first whole turn
+    to_know: int = 2  # commits until every stage has been asked: opening and turn 0, or 1 turn on resume
     footprint: dict[str, dict[str, int]] = field(default_factory=dict)  # engine -> stage -> tokens
-    started: bool = False  # its footprint has counted towards `fresh`
+    known: bool = False  # a whole turn measured: the footprint replaces the estimate
     commits: int = 0
 
     def on(self, engine: str) -> int:
@@ -52,7 +59,7 @@ class Admission:
     episodes: dict[str, _Episode] = field(default_factory=dict)
     in_flight: set[str] = field(default_factory=set)
     waiting: list[str] = field(default_factory=list)  # kept in spec order
-    fresh: dict[str, int] = field(default_factory=dict)  # engine -> smallest first-turn footprint seen
+    ratios: dict[str, list[float]] = field(default_factory=dict)  # engine -> measured / estimated footprints
     peak: int = 0  # most episodes in flight at once (reported by the bench)
     pauses: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -64,9 +71,15 @@ class Admission:
         capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}
         return cls(capacity=capacity, limit=max(1, limit), engine_of=engine_of)
 
-    def register(self, episode_ids: list[str]) -> None:
+    def register(self, episode_ids: list[str], estimates: Mapping[str, Mapping[str, int]] | None = None,
+                 resumed: frozenset[str] | set[str] = frozenset()) -> None:
+        """Episodes in queue order, each with its estimated tokens per role (footprint.estimate)."""
         for order, eid in enumerate(episode_ids, start=len(self.episodes)):
-            self.episodes[eid] = _Episode(order)
+            per_engine: dict[str, int] = {}
+            for role, tokens in (estimates or {}).get(eid, {}).items():
+                engine = self.engine_of.get(role, role)
+                per_engine[engine] = per_engine.get(engine, 0) + tokens
+            self.episodes[eid] = _Episode(order, estimate=per_engine, to_know=1 if eid in resumed else 2)
 
     # ---- what an episode holds ------------------------------------------------------------
 
@@ -78,17 +91,20 @@ class Admission:
         engine = self.engine_of.get(role, role)
         ep.footprint.setdefault(engine, {})[stage] = tokens
 
-    def need(self, episode_id: str) -> dict[str, int]:
-        """What the episode would hold on each engine: its own footprint, or a fresh one's."""
-        ep = self.episodes[episode_id]
-        if ep.footprint:
-            return {e: ep.on(e) for e in self.capacity}
-        return {e: self.fresh.get(e, 0) for e in self.capacity}
+    def guess(self, episode_id: str, engine: str) -> int:
+        """The estimate, rescaled by what the episodes that played a whole turn measured against theirs."""
+        ratios = self.ratios.get(engine)
+        scale = sum(ratios) / len(ratios) if ratios else 1.0
+        return round(self.episodes[episode_id].estimate.get(engine, 0) * scale)
 
     def holds(self, episode_id: str, engine: str) -> int:
-        """Tokens an in-flight episode holds or will soon: a fresh one is reserved a fresh footprint."""
+        """Tokens the episode holds, or will once it has played a turn (its measured footprint after that)."""
         ep = self.episodes[episode_id]
-        return ep.on(engine) if ep.started else max(ep.on(engine), self.fresh.get(engine, 0))
+        return ep.on(engine) if ep.known else max(ep.on(engine), self.guess(episode_id, engine))
+
+    def need(self, episode_id: str) -> dict[str, int]:
+        """What the episode would hold on each engine, were it admitted."""
+        return {e: self.holds(episode_id, e) for e in self.capacity}
 
     def held(self, engine: str) -> int:
         return sum(self.holds(e, engine) for e in self.in_flight)
@@ -98,9 +114,6 @@ class Admission:
             return True  # one episode always runs, even one larger than the cache
         if len(self.in_flight) >= self.limit:
             return False
-        if not self.episodes[episode_id].footprint and any(
-                cap is not None and e not in self.fresh for e, cap in self.capacity.items()):
-            return False  # nothing known yet of what an episode holds: one first, until its opening commits
         need = self.need(episode_id)
         return all(cap is None or self.held(e) + need[e] <= cap for e, cap in self.capacity.items())
 
@@ -131,16 +144,14 @@ class Admission:
 
     def leave(self, episode_id: str) -> None:
         self.in_flight.discard(episode_id)
-        ep = self.episodes.get(episode_id)
-        if ep is not None and ep.footprint and not ep.started:
-            self._fresh(ep)
         self._admit_head()
 
-    def _fresh(self, ep: _Episode) -> None:
-        ep.started = True
+    def _measured(self, ep: _Episode) -> None:
+        """A whole turn measured: its footprint replaces its estimate and rescales everyone else's."""
+        ep.known = True
         for e in self.capacity:
-            if ep.on(e):
-                self.fresh[e] = min(self.fresh.get(e, ep.on(e)), ep.on(e))
+            if ep.on(e) and ep.estimate.get(e):
+                self.ratios.setdefault(e, []).append(ep.on(e) / ep.estimate[e])
 
     def oldest(self) -> str:
         return min(self.in_flight, key=lambda e: self.episodes[e].order)
@@ -149,9 +160,9 @@ class Admission:
         """A turn committed: step back if an engine is over capacity, unless this is the oldest in flight."""
         ep = self.episodes[episode_id]
         ep.commits += 1
-        if not ep.started and ep.commits >= 2:  # the opening and turn 0: every stage has been asked
-            self._fresh(ep)
-            self._admit_head()
+        if not ep.known and ep.commits >= ep.to_know:  # every stage has been asked
+            self._measured(ep)
+        self._admit_head()  # footprints changed: a smaller measure than the guess may make room
         if len(self.in_flight) <= 1 or not self.over() or self.oldest() == episode_id:
             return
         self.pauses += 1

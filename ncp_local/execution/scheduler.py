@@ -19,6 +19,7 @@ from ..protocol.player import Player
 from ..protocol.spec import Spec
 from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
+from .footprint import counter, estimate
 from .store import RunDir
 
 
@@ -47,10 +48,9 @@ class EpisodeScheduler:
     results: dict[str, EpisodeResult] = field(default_factory=dict)
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
 
-    async def _one(self, spec: Spec, gate: Admission) -> None:
+    async def _one(self, spec: Spec, gate: Admission, checkpoint: Checkpoint | None) -> None:
         await gate.enter(spec.id)
         try:
-            checkpoint = self.store.load_checkpoint(spec.id)
             if checkpoint is not None and self.on_turn:
                 self.on_turn(spec.id, len(checkpoint.turns))
 
@@ -80,12 +80,19 @@ class EpisodeScheduler:
         if self.calls.watch is None:
             self.calls.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
         gate = self.admission = self.admission or Admission.for_engines(self.engines, self.settings.concurrency)
-        gate.register([s.id for s in todo])
+        checkpoints = {s.id: self.store.load_checkpoint(s.id) for s in todo}
+        # What each episode will hold before it has run (a resumed one from its checkpoint), for the
+        # engines with a cache bound only: the admission's start-up guess.
+        counts = {role: counter(engine) for role, engine in self.engines.items()
+                  if gate.capacity.get(gate.engine_of[role]) is not None}
+        gate.register([s.id for s in todo],
+                      {s.id: estimate(s, checkpoints[s.id], self.calls.pack, counts) for s in todo} if counts else None,
+                      resumed={sid for sid, cp in checkpoints.items() if cp is not None})
         if self.calls.observe is None:
             self.calls.observe = gate.observe
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.
         async with asyncio.TaskGroup() as tg:
             for spec in todo:
-                tg.create_task(self._one(spec, gate))
+                tg.create_task(self._one(spec, gate, checkpoints[spec.id]))
         return {s.id: self.results[s.id] for s in self.specs}

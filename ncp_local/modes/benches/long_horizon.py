@@ -53,6 +53,9 @@ class PrefillOnly:
         self.inner, self.answer, self.grammar = inner, answer, grammar
         self.kv_tokens = kv_tokens  # what the admission reads (None: the fixed levels, no admission)
         self.requests: list[Request] = []
+        count = getattr(inner, "count_tokens", None)
+        if count is not None:
+            self.count_tokens = count  # the admission's start-up estimate counts with the engine's tokenizer
 
     async def generate(self, request: Request) -> Completion:
         self.requests.append(request)
