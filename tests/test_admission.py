@@ -11,7 +11,9 @@ from helpers import RandomPolicy, make_spec
 from ncp_local.execution.admission import Admission
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ncp_local.execution.footprint import counter, estimate
 from ncp_local.execution.store import RunDir
+from ncp_local.protocol.episode import Checkpoint
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import PromptPack
@@ -24,29 +26,38 @@ CALM = RandomPolicy(conflict_rate=0.0, node_rate=0.3, satisfy_rate=0.0)
 class Watched(Admission):
     """Records every decision: who is in flight after each admission and each turn boundary."""
 
-    log: list[tuple[str, str, bool, int, int, str]] = field(default_factory=list)  # (event, episode, _, held, n, oldest)
+    # (event, episode, what it holds, what all in flight hold, how many, the oldest in flight, turns committed)
+    log: list[tuple[str, str, int, int, int, str, int]] = field(default_factory=list)
 
     def _admit_head(self) -> None:
         before = set(self.in_flight)
         super()._admit_head()
         for e in sorted(self.in_flight - before, key=lambda e: self.episodes[e].order):
-            self.log.append(("admit", e, True, self._total(), len(self.in_flight), self.oldest()))
+            self._record("admit", e)
 
     def _total(self) -> int:
         return sum(self.held(e) for e in self.capacity)
 
+    def _record(self, event: str, e: str) -> None:
+        own = sum(self.holds(e, c) for c in self.capacity)
+        commits = sum(ep.commits for ep in self.episodes.values())
+        self.log.append((event, e, own, self._total(), len(self.in_flight), self.oldest(), commits))
+
     async def turn_done(self, episode_id: str) -> None:
         await super().turn_done(episode_id)
         # (recorded once it is back in flight, if it stepped back)
-        self.log.append(("turn", episode_id, True, self._total(), len(self.in_flight), self.oldest()))
+        self._record("turn", episode_id)
 
 
-def _run(root: Path, kv_tokens: int | None, concurrency: int, episodes: int = 8, turns: int = 6) -> tuple[dict, Watched]:
+def _run(root: Path, kv_tokens: int | None, concurrency: int, episodes: int = 8, turns: int = 6,
+         start: dict[str, Checkpoint] | None = None) -> tuple[dict, Watched]:
     engine = ScriptedEngine(policy=CALM, delay_s=0.001)
     engine.kv_tokens = kv_tokens  # type: ignore[attr-defined]
     pack = PromptPack.load(None)
     store = RunDir(root)
     store.open({"test": True}, identity="test")
+    for cp in (start or {}).values():
+        store.write_checkpoint(cp)
     roles = {r: RoleBinding(engine, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
     specs = tuple(make_spec(f"e{i}", n_nodes=4) for i in range(episodes))
     sched = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=3),
@@ -73,7 +84,7 @@ def test_admission_keeps_in_flight_within_the_cache_and_starves_nobody(tmp_path:
     assert bound == free and len(bound) == 8
     assert unbounded.peak == 8 and unbounded.pauses == 0  # no cache bound: concurrency is the bound
     admits = [x for x in watched.log if x[0] == "admit"]
-    for event, episode, _, held, n, oldest in watched.log:
+    for event, episode, _, held, n, oldest, _ in watched.log:
         # After every decision, what is in flight fits the cache, unless a lone episode (or the
         # oldest, which is never paused: that is what makes everyone finish) holds it.
         assert held <= cap or n == 1 or episode == oldest, (event, episode, held, cap, n)
@@ -85,8 +96,11 @@ def test_admission_keeps_in_flight_within_the_cache_and_starves_nobody(tmp_path:
     assert first == [f"e{i}" for i in range(8)]
     # It adapts: more in flight while prompts are short than when they are long; some stepped back.
     assert watched.peak > 2 and watched.pauses > 0
-    late = [n for event, _, _, held, n, _ in watched.log if event == "turn" and held > 0.8 * cap]
+    # Late turns (each episode near its longest: 0.35 x cap = 0.9 x the longest footprint) run at
+    # most three; at start-up the cache held more.
+    late = [n for event, _, own, _, n, _, _ in watched.log if event == "turn" and own > 0.35 * cap]
     assert late and max(late) <= 3
+    assert max(n for event, *_, n, _, commits in watched.log if commits == 0) >= 4
     # concurrency stays an upper bound.
     _, capped = _run(tmp_path / "capped", None, concurrency=3)
     assert capped.peak == 3
@@ -95,3 +109,35 @@ def test_admission_keeps_in_flight_within_the_cache_and_starves_nobody(tmp_path:
 def test_a_lone_episode_larger_than_the_cache_still_runs(tmp_path: Path) -> None:
     results, watched = _run(tmp_path, 10, concurrency=4, episodes=3, turns=2)
     assert len(results) == 3 and watched.peak == 1
+
+
+def test_at_start_up_every_episode_the_cache_holds_is_admitted_at_once(tmp_path: Path) -> None:
+    """Before any call: a large cache admits `concurrency` episodes, a small one as many estimated
+    footprints as it holds (not one alone until the first has played a turn)."""
+    _, large = _run(tmp_path / "large", 10**7, concurrency=6, turns=2)
+    assert [n for event, *_, n, _, commits in large.log if commits == 0][-1] == 6
+    one = sum(large.episodes["e0"].estimate.values())  # what the guess was before any turn
+    _, small = _run(tmp_path / "small", int(3.5 * one), concurrency=6, turns=2)
+    start = [(held, n) for event, *_, held, n, _, commits in small.log if commits == 0]
+    assert start[-1][1] == 3 and all(held <= int(3.5 * one) for held, _ in start)
+
+
+def test_a_resumed_episode_is_estimated_from_its_checkpoint(tmp_path: Path) -> None:
+    """A checkpoint's history makes every stage's prompt longer: a resumed episode is guessed larger
+    than a fresh one, and start-up admits fewer of them into the same cache."""
+    results, _ = _run(tmp_path / "played", None, concurrency=8, episodes=4, turns=5)
+    from ncp_local.protocol.episode import EpisodeResult
+    done = {k: EpisodeResult.model_validate_json(v) for k, v in results.items()}
+    start = {k: Checkpoint(spec_id=r.spec_id, state=r.final_state, opening_update=r.opening_update, turns=r.turns,
+                           narrator_state={}, opening_bound_hits=r.opening_bound_hits) for k, r in done.items()}
+    pack, count = PromptPack.load(None), counter(ScriptedEngine())
+    spec = make_spec("e0", n_nodes=4)
+    fresh = estimate(spec, None, pack, {"narrator": count, "player": count, "auditor": count})
+    resumed = estimate(spec, start["e0"], pack, {"narrator": count, "player": count, "auditor": count})
+    assert resumed["auditor"] > fresh["auditor"] and resumed["player"] > fresh["player"]
+    cap = int(2.5 * sum(resumed.values()))
+    _, cold = _run(tmp_path / "cold", cap, concurrency=4, episodes=4, turns=6)
+    _, warm = _run(tmp_path / "warm", cap, concurrency=4, episodes=4, turns=6, start=start)
+    first = {name: [n for event, *_, n, _, commits in w.log if commits == 0][-1] for name, w in
+             (("cold", cold), ("warm", warm))}
+    assert first["warm"] == 2 and first["cold"] > 2

@@ -94,8 +94,7 @@ class Admission:
     def guess(self, episode_id: str, engine: str) -> int:
         """The estimate, rescaled by what the episodes that played a whole turn measured against theirs."""
         ratios = self.ratios.get(engine)
-        scale = sum(ratios) / len(ratios) if ratios else 1.0
-        return round(self.episodes[episode_id].estimate.get(engine, 0) * scale)
+        return round(self.episodes[episode_id].estimate.get(engine, 0) * (sum(ratios) / len(ratios) if ratios else 1.0))
 
     def holds(self, episode_id: str, engine: str) -> int:
         """Tokens the episode holds, or will once it has played a turn (its measured footprint after that)."""
