@@ -7,10 +7,11 @@ engine's KV cache, vLLM evicts each one's prefix before its next call and
 every call recomputes its whole prompt (thrashing). So an episode is admitted
 only while every in-flight episode's prefix fits beside it:
 
-  - an episode's footprint on an engine is the sum over its stages of the last
-    prompt (+ answer) tokens it sent there: every stage's prefix resident,
-    counted without the blocks stages share (an upper bound: it errs towards
-    fewer in flight, never towards eviction);
+  - an episode's footprint on an engine is what its stages' last prompts and
+    answers there hold in a prefix cache: every stage's prompt + answer, less
+    the prefix it shares with another stage's prompt (vLLM keeps one copy of a
+    shared prefix; most stages start with the same story material and
+    history, PROTOCOL section 3), measured on the prompt texts;
   - before an episode has played a whole turn, its footprint is estimated
     (footprint.py: the opening prompt, plus a resumed episode's history, once
     per stage), rescaled by the mean ratio of measured to estimated footprint
@@ -41,12 +42,41 @@ class _Episode:
     order: int
     estimate: dict[str, int] = field(default_factory=dict)  # engine -> tokens, before its first whole turn
     to_know: int = 2  # commits until every stage has been asked: opening and turn 0, or 1 turn on resume
-    footprint: dict[str, dict[str, int]] = field(default_factory=dict)  # engine -> stage -> tokens
+    # engine -> stage -> (prompt tokens, answer tokens, prompt text) of its last call there
+    calls: dict[str, dict[str, tuple[int, int, str]]] = field(default_factory=dict)
+    footprint: dict[str, int] = field(default_factory=dict)  # engine -> resident tokens (of `calls`)
     known: bool = False  # a whole turn measured: the footprint replaces the estimate
     commits: int = 0
 
     def on(self, engine: str) -> int:
-        return sum(self.footprint.get(engine, {}).values())
+        return self.footprint.get(engine, 0)
+
+
+def _common(a: str, b: str) -> int:
+    """Length of the common prefix (a binary search over slice comparisons, which run in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def resident(calls: Mapping[str, tuple[int, int, str]]) -> int:
+    """Tokens these calls' prompts and answers hold in a prefix cache where a shared prefix is kept once.
+
+    In sorted order each prompt's longest common prefix with any other is with a neighbour, so the
+    prompts' union (as a prefix tree) is their sum less each one's common prefix with the one before;
+    characters convert to tokens at each prompt's own ratio.
+    """
+    total, before = 0, ""
+    for prompt, answer, text in sorted(calls.values(), key=lambda c: c[2]):
+        shared = _common(before, text) * prompt // len(text) if text else 0
+        total += prompt + answer - shared
+        before = text
+    return total
 
 
 @dataclass
@@ -83,13 +113,15 @@ class Admission:
 
     # ---- what an episode holds ------------------------------------------------------------
 
-    def observe(self, episode_id: str, role: str, stage: str, tokens: int) -> None:
-        """A call of `episode_id` reached `tokens` (prompt + answer) on its role's engine."""
+    def observe(self, episode_id: str, role: str, stage: str, prompt: int, answer: int, text: str) -> None:
+        """A call of `episode_id` on its role's engine: its prompt and answer tokens and prompt text."""
         ep = self.episodes.get(episode_id)
         if ep is None:
             return
         engine = self.engine_of.get(role, role)
-        ep.footprint.setdefault(engine, {})[stage] = tokens
+        calls = ep.calls.setdefault(engine, {})
+        calls[stage] = (prompt, answer, text)
+        ep.footprint[engine] = resident(calls)
 
     def guess(self, episode_id: str, engine: str) -> int:
         """The estimate, rescaled by what the episodes that played a whole turn measured against theirs."""

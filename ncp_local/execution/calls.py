@@ -182,8 +182,9 @@ class CallService:
     seed: int = 0
     attempts: int = ATTEMPTS
     watch: FailureWatch | None = None  # fail fast on a systematic engine-side failure (set by the scheduler)
-    # (spec id, role, stage, prompt + answer tokens) after each answered call: the admission's footprints.
-    observe: Callable[[str, str, str, int], None] | None = None
+    # (spec id, role, stage, prompt tokens, answer tokens, prompt text) after each answered call: the
+    # admission's footprints.
+    observe: Callable[[str, str, str, int, int, str], None] | None = None
 
     async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
                   ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
@@ -228,8 +229,8 @@ class CallService:
                 self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}", effect)
             checked = time.perf_counter()
             if self.observe is not None:
-                self.observe(spec_id, role or info.role, f"{stage}/{key}",
-                             completion.prompt_tokens + completion.generated_tokens)
+                self.observe(spec_id, role or info.role, f"{stage}/{key}", completion.prompt_tokens,
+                             completion.generated_tokens, "".join(f"{m.role}\n{m.content}\n" for m in messages))
             error = None
             out: Any = None
             reached: tuple[str, ...] = ()

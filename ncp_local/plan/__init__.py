@@ -284,8 +284,9 @@ def render(plan: Plan) -> list[str]:
 
 
 def footprint_at(plan: Plan, e: EnginePlan, turn: int) -> int:
-    """An episode's resident prefix on engine `e` at `turn`, as the admission counts it
-    (execution/admission.py): every stage's prompt + answer there, shared blocks not subtracted."""
+    """An episode's resident prefix on engine `e` at `turn`: every stage's prompt + answer there. An
+    upper bound of what the admission counts (execution/admission.py subtracts the prefixes stages
+    share, which it measures on the prompts a run sends; the projection has no prompt texts)."""
     return int(sum(min(e.window, r.growth.prompt_at(turn) + r.need) for r in plan.rows
                    if r.engine is e and r.growth.runs_at(turn)))
 
