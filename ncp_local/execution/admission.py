@@ -101,15 +101,18 @@ class Admission:
         capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}
         return cls(capacity=capacity, limit=max(1, limit), engine_of=engine_of)
 
-    def register(self, episode_ids: list[str], estimates: Mapping[str, Mapping[str, int]] | None = None,
+    def register(self, episode_ids: list[str],
+                 estimates: Mapping[str, Mapping[str, Mapping[str, tuple[int, int, str]]]] | None = None,
                  resumed: frozenset[str] | set[str] = frozenset()) -> None:
-        """Episodes in queue order, each with its estimated tokens per role (footprint.estimate)."""
+        """Episodes in queue order, each with the prompts its next turn would send, per role and stage
+        (footprint.estimate): what they would hold on each engine, shared prefixes once."""
         for order, eid in enumerate(episode_ids, start=len(self.episodes)):
-            per_engine: dict[str, int] = {}
-            for role, tokens in (estimates or {}).get(eid, {}).items():
-                engine = self.engine_of.get(role, role)
-                per_engine[engine] = per_engine.get(engine, 0) + tokens
-            self.episodes[eid] = _Episode(order, estimate=per_engine, to_know=1 if eid in resumed else 2)
+            per_engine: dict[str, dict[str, tuple[int, int, str]]] = {}
+            for role, stages in (estimates or {}).get(eid, {}).items():
+                for stage, call in stages.items():
+                    per_engine.setdefault(self.engine_of.get(role, role), {})[f"{role}/{stage}"] = call
+            self.episodes[eid] = _Episode(order, estimate={e: resident(c) for e, c in per_engine.items()},
+                                          to_know=1 if eid in resumed else 2)
 
     # ---- what an episode holds ------------------------------------------------------------
 

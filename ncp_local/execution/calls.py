@@ -33,6 +33,7 @@ from ..protocol.stages import (
     regex_for,
     schema_for,
 )
+from .footprint import text_of
 from .store import RunDir
 
 ATTEMPTS = 3
@@ -230,7 +231,7 @@ class CallService:
             checked = time.perf_counter()
             if self.observe is not None:
                 self.observe(spec_id, role or info.role, f"{stage}/{key}", completion.prompt_tokens,
-                             completion.generated_tokens, "".join(f"{m.role}\n{m.content}\n" for m in messages))
+                             completion.generated_tokens, text_of(messages))
             error = None
             out: Any = None
             reached: tuple[str, ...] = ()

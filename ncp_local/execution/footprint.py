@@ -1,14 +1,14 @@
 """What an episode will hold in each role's KV cache before it has made a call: admission's first guess.
 
-The admission (admission.py) counts what an in-flight episode holds from the
-calls it made. Before an episode's first turn there is nothing to count, yet
-the admission must decide at start-up how many episodes to run at once. The
-guess comes from what the rig can compute without running anything: the
-opening prompt (its template filled from the spec, or from the checkpoint's
-state on resume), plus the visible history a resumed episode carries, counted
-with the role's tokenizer, once for each stage the role is asked every turn.
-Most stages' prompts hold the story material and the history, so this is the
-right size; the admission rescales it by what the first turns measured.
+The admission (admission.py) measures what an in-flight episode holds from
+the calls it made. Before an episode's first turn there is nothing to measure,
+yet the admission must decide at start-up how many episodes to run at once.
+The guess comes from what the rig can compute without running anything: every
+stage a turn asks, its template filled with what the episode's state already
+holds (the spec's material, the facts, a resumed episode's history; this
+turn's passage and input left empty), counted with the role's tokenizer, a
+prefix that stages share counted once (admission.resident), as on the engine.
+The admission rescales it by what the first measured turns held.
 """
 
 from __future__ import annotations
@@ -18,19 +18,23 @@ from typing import Any, Callable, Mapping, Sequence
 from ..engines.base import Message
 from ..protocol.episode import Checkpoint
 from ..protocol.ledger import initial_state
-from ..protocol.prompts import PromptPack, format_history, opening_vars
+from ..protocol.prompts import (PromptPack, conflict_vars, format_history, narrate_vars, player_vars,
+                                status_vars)
 from ..protocol.spec import Spec
 from ..protocol.stages import STAGES
 
 Count = Callable[[Sequence[Message]], int]
+Call = tuple[int, int, str]  # prompt tokens, answer tokens, prompt text (as admission.observe records)
 
-# Stages every turn asks of each role: the narrator's narration, the player, the audits. The
-# double-check runs only when the conflict check finds one, a narrator method's own stages replace
-# or join the narration (the rescaling absorbs both).
-PER_TURN: dict[str, int] = {}
-for _s in STAGES.values():
-    if _s.method is None and _s.name not in ("opening", "double_check") and _s.role != "builder":
-        PER_TURN[_s.role] = PER_TURN.get(_s.role, 0) + 1
+# Stages every turn asks: the double-check runs only when the conflict check finds one, and a
+# narrator method's own stages replace or join the narration (the rescaling absorbs both).
+PER_TURN = tuple(s for s in STAGES.values()
+                 if s.method is None and s.role != "builder" and s.name not in ("opening", "double_check"))
+
+
+class _Blank(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> str:
+        return ""
 
 
 def counter(engine: Any) -> Count:
@@ -44,17 +48,26 @@ def counter(engine: Any) -> Count:
     return lambda messages: sum(len(m.content) for m in messages) // 4 + 1
 
 
+def text_of(messages: Sequence[Message]) -> str:
+    """A prompt as one string whose prefixes are the prompt's prefixes (what the prefix cache shares)."""
+    return "".join(f"{m.role}\n{m.content}\n" for m in messages)
+
+
 def estimate(spec: Spec, checkpoint: Checkpoint | None, pack: PromptPack,
-             counts: Mapping[str, Count]) -> dict[str, int]:
-    """Tokens the episode's prompts will hold per role (for the roles in `counts`) over its next turn:
-    a fresh one its opening and turn 0, a resumed one the turn after its checkpoint."""
+             counts: Mapping[str, Count]) -> dict[str, dict[str, Call]]:
+    """Per role (those in `counts`), the prompts its stages would send over the episode's next turn:
+    a fresh one's opening and turn 0, a resumed one's turn after its checkpoint."""
     state = checkpoint.state if checkpoint is not None else initial_state(spec)
-    opening = pack.render("opening", opening_vars(spec, state))
     history = format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges))
-    out: dict[str, int] = {}
-    for role, count in counts.items():
-        stages = PER_TURN.get(role, 0) + (1 if checkpoint is None and role == "narrator" else 0)
-        if stages:
-            per_stage = count(opening) + (count((Message("user", history),)) if history else 0)
-            out[role] = stages * per_stage
+    variables = _Blank({**narrate_vars(spec, state, ""), **player_vars(spec, state),
+                        **conflict_vars(spec, state, state.facts, "", "", state.pending),
+                        **status_vars(spec, state, state.facts, state.node_occurred, history)})
+    stages = PER_TURN + ((STAGES["opening"],) if checkpoint is None else ())
+    out: dict[str, dict[str, Call]] = {}
+    for stage in stages:
+        count = counts.get(stage.role)
+        if count is None or stage.templates[0].name not in pack.templates:
+            continue
+        messages = pack.render(stage.templates[0].name, variables)
+        out.setdefault(stage.role, {})[stage.name] = (count(messages), 0, text_of(messages))
     return out
