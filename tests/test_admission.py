@@ -116,7 +116,7 @@ def test_at_start_up_every_episode_the_cache_holds_is_admitted_at_once(tmp_path:
     footprints as it holds (not one alone until the first has played a turn)."""
     _, large = _run(tmp_path / "large", 10**7, concurrency=6, turns=2)
     assert [n for event, *_, n, _, commits in large.log if commits == 0][-1] == 6
-    one = sum(large.episodes["e0"].estimate.values())  # what the guess was before any turn
+    one = sum(large.estimate("e0").values())  # what the guess was before any turn
     _, small = _run(tmp_path / "small", int(3.5 * one), concurrency=6, turns=2)
     start = [(held, n) for event, *_, held, n, _, commits in small.log if commits == 0]
     assert start[-1][1] == 3 and all(held <= int(3.5 * one) for held, _ in start)

@@ -34,13 +34,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+# An episode -> the prompts its next turn would send: role -> stage -> (prompt, answer tokens, text).
+Estimator = Callable[[str], Mapping[str, Mapping[str, tuple[int, int, str]]]]
 
 
 @dataclass
 class _Episode:
     order: int
-    estimate: dict[str, int] = field(default_factory=dict)  # engine -> tokens, before its first whole turn
+    # engine -> tokens, before its first whole turn; None: not estimated yet (done when first needed,
+    # so a run of thousands of episodes does not tokenize them all at start)
+    estimated: dict[str, int] | None = None
     to_know: int = 2  # commits until every stage has been asked: opening and turn 0, or 1 turn on resume
     # engine -> stage -> (prompt tokens, answer tokens, prompt text) of its last call there
     calls: dict[str, dict[str, tuple[int, int, str]]] = field(default_factory=dict)
@@ -90,6 +95,7 @@ class Admission:
     in_flight: set[str] = field(default_factory=set)
     waiting: list[str] = field(default_factory=list)  # kept in spec order
     ratios: dict[str, list[float]] = field(default_factory=dict)  # engine -> measured / estimated footprints
+    estimator: Estimator | None = None
     peak: int = 0  # most episodes in flight at once (reported by the bench)
     pauses: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -101,18 +107,25 @@ class Admission:
         capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}
         return cls(capacity=capacity, limit=max(1, limit), engine_of=engine_of)
 
-    def register(self, episode_ids: list[str],
-                 estimates: Mapping[str, Mapping[str, Mapping[str, tuple[int, int, str]]]] | None = None,
+    def register(self, episode_ids: list[str], estimate: Estimator | None = None,
                  resumed: frozenset[str] | set[str] = frozenset()) -> None:
-        """Episodes in queue order, each with the prompts its next turn would send, per role and stage
-        (footprint.estimate): what they would hold on each engine, shared prefixes once."""
+        """Episodes in queue order; `estimate(episode)`: the prompts its next turn would send, per role
+        and stage (footprint.estimate), asked when the admission first needs that episode's size."""
+        if estimate is not None:
+            self.estimator = estimate
         for order, eid in enumerate(episode_ids, start=len(self.episodes)):
+            self.episodes[eid] = _Episode(order, to_know=1 if eid in resumed else 2)
+
+    def estimate(self, episode_id: str) -> dict[str, int]:
+        """What the episode would hold on each engine by its estimated prompts, shared prefixes once."""
+        ep = self.episodes[episode_id]
+        if ep.estimated is None:
             per_engine: dict[str, dict[str, tuple[int, int, str]]] = {}
-            for role, stages in (estimates or {}).get(eid, {}).items():
+            for role, stages in (self.estimator(episode_id) if self.estimator else {}).items():
                 for stage, call in stages.items():
                     per_engine.setdefault(self.engine_of.get(role, role), {})[f"{role}/{stage}"] = call
-            self.episodes[eid] = _Episode(order, estimate={e: resident(c) for e, c in per_engine.items()},
-                                          to_know=1 if eid in resumed else 2)
+            ep.estimated = {e: resident(c) for e, c in per_engine.items()}
+        return ep.estimated
 
     # ---- what an episode holds ------------------------------------------------------------
 
@@ -129,7 +142,7 @@ class Admission:
     def guess(self, episode_id: str, engine: str) -> int:
         """The estimate, rescaled by what the episodes that played a whole turn measured against theirs."""
         ratios = self.ratios.get(engine)
-        return round(self.episodes[episode_id].estimate.get(engine, 0) * (sum(ratios) / len(ratios) if ratios else 1.0))
+        return round(self.estimate(episode_id).get(engine, 0) * (sum(ratios) / len(ratios) if ratios else 1.0))
 
     def holds(self, episode_id: str, engine: str) -> int:
         """Tokens the episode holds, or will once it has played a turn (its measured footprint after that)."""
@@ -184,8 +197,9 @@ class Admission:
         """A whole turn measured: its footprint replaces its estimate and rescales everyone else's."""
         ep.known = True
         for e in self.capacity:
-            if ep.on(e) and ep.estimate.get(e):
-                self.ratios.setdefault(e, []).append(ep.on(e) / ep.estimate[e])
+            guessed = (ep.estimated or {}).get(e)
+            if ep.on(e) and guessed:
+                self.ratios.setdefault(e, []).append(ep.on(e) / guessed)
 
     def oldest(self) -> str:
         return min(self.in_flight, key=lambda e: self.episodes[e].order)

@@ -85,8 +85,9 @@ class EpisodeScheduler:
         # engines with a cache bound only: the admission's start-up guess.
         counts = {role: counter(engine) for role, engine in self.engines.items()
                   if gate.capacity.get(gate.engine_of[role]) is not None}
+        by_id = {s.id: s for s in todo}
         gate.register([s.id for s in todo],
-                      {s.id: estimate(s, checkpoints[s.id], self.calls.pack, counts) for s in todo} if counts else None,
+                      (lambda sid: estimate(by_id[sid], checkpoints[sid], self.calls.pack, counts)) if counts else None,
                       resumed={sid for sid, cp in checkpoints.items() if cp is not None})
         if self.calls.observe is None:
             self.calls.observe = gate.observe
