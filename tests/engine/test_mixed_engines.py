@@ -69,9 +69,10 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, err[-3000:]
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: engine died: endpoint 'smollm2-135m-instruct'") and "unreachable after 3 tries" in last
-    assert last.endswith(f"every committed turn is checkpointed in {mixed}; re-run the same command to resume"), last
+    # One error line (the engine log's last relevant lines follow it, indented).
+    (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert line.startswith("error: engine died: endpoint 'smollm2-135m-instruct'") and "unreachable after 3 tries" in line
+    assert line.endswith(f"every committed turn is checkpointed in {mixed}; re-run the same command to resume"), line
     assert not list((mixed / "results").glob("*.json")) and list((mixed / "checkpoints").glob("*.json"))
     # The retries before giving up were logged with their backoff (the run's engine.log: a quiet terminal).
     log = (mixed / "engine.log").read_text(errors="replace")
@@ -97,3 +98,30 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
     assert len(manifest["resumes"]) == 1
     calls = [json.loads(line) for line in (mixed / "calls.jsonl").read_text().splitlines() if line.strip()]
     assert {c["role"] for c in calls} == {"narrator", "player", "auditor"}
+
+
+def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_server(served, tmp_path: Path) -> None:
+    """Two narrator model files in one batched sweep (scripted, to stay cheap: the point is the auditor), the
+    auditor on the session's server: one endpoint client shared by both points (the sweep's engines), and
+    each point's auditor calls answered by it."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched", "narrator=smollm2,qwen3",
+                           "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=1",
+                           "progress=false", "seed=0", *_remote(served.url), f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    index = json.loads((sweep / "index.json").read_text())
+    rows = index["points"]
+    assert [r["status"] for r in rows] == ["done", "done"] and len({r["run_dir"] for r in rows}) == 2
+    remote = [e for e in index["engines"] if e["engine"] == "openai"]
+    assert len(remote) == 1 and remote[0]["roles"] == ["auditor"], index["engines"]
+    assert remote[0]["points"] == sorted(r["job"] for r in rows)
+    for row in rows:
+        run = Path(row["run_dir"])
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["models"]["auditor"]["endpoint"]["base_url"] == served.url
+        assert manifest["models"]["narrator"]["engine"] == "scripted"
+        calls = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines() if line.strip()]
+        audits = [c for c in calls if c["role"] == "auditor"]
+        # Answered by the server: none of its errors (a refused schema, a dead endpoint) in the call log.
+        assert audits and not [c["error"] for c in audits if "endpoint '" in (c["error"] or "")], audits
