@@ -17,7 +17,8 @@ With `--serve ROLE` the role's model is served by `vllm serve` in a job of its o
 (slurm/serve.sbatch: tensor parallel inside a node, across nodes pipeline parallel over a Ray
 cluster or vLLM's data parallel), the array depends on that job's start and its tasks reach the
 server through an endpoint file in the run directory (`ROLE.endpoint.file`, waited for, bounded),
-and a last job cancels the server when the array has ended (unless `--keep-server`).
+and a last job cancels the server when the array has ended (unless `--keep-server`). With a sweep
+(`-m`) the one server serves the role for every point (the role's model must be the same in each).
 
 Exit codes: 0 submitted (or nothing to do), 2 bad input (options, config,
 a garbled submit.json, no sbatch/squeue on PATH), 1 sbatch failed, 4 the job

@@ -10,6 +10,9 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ncp_local.engines.serve import serve_args
 from ncp_local.engines.settings import ModelSettings
@@ -21,7 +24,7 @@ DEEPSEEK = ModelSettings(name="deepseek-v3.2", path="/models/deepseek-ai/DeepSee
                          engine_args={"kv_cache_dtype": "fp8"})
 ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3.2", "--host", "0.0.0.0", "--port",
         "8000", "--dtype", "auto", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
-        "--tensor-parallel-size", "8", "--data-parallel-size", "1", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
+        "--tensor-parallel-size", "8", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
         "--enable-prefix-caching", "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--generation-config", "vllm", "--disable-log-stats", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens",
         "16384", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
@@ -63,6 +66,31 @@ def test_data_parallel_over_two_nodes(tmp_path: Path) -> None:
         ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu-b", "/venv/bin/vllm", "serve", *ARGS, *dp, "--headless",
          "--data-parallel-start-rank", "1"],
     ]
+
+
+def test_vllm_serve_reads_the_two_node_command_lines_as_meant(tmp_path: Path) -> None:
+    """What the Ray and data-parallel lines ask, as vLLM's own `vllm serve` parser reads them (the CPU build's
+    0.32 here; the flags are the same in the GPU build's 0.33 sources)."""
+    pytest.importorskip("vllm", reason="vllm is not installed")
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm")
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+
+    def served(line: list[str]) -> Any:
+        return parser.parse_args(line[line.index("serve"):])
+
+    ray = served(shlex.split(_sbatch(tmp_path, "pipeline")[2]))
+    assert (ray.model_tag, ray.served_model_name, ray.tensor_parallel_size, ray.pipeline_parallel_size,
+            ray.distributed_executor_backend) == (DEEPSEEK.path, ["deepseek-v3.2"], 8, 2, "ray")
+    assert (ray.max_model_len, ray.kv_cache_dtype, ray.structured_outputs_config.backend, ray.seed) == \
+        (131072, "fp8", "xgrammar", 0)
+    head, worker = (served(shlex.split(line)) for line in _sbatch(tmp_path, "data")[:2])
+    for rank, args in enumerate((head, worker)):
+        assert (args.data_parallel_size, args.data_parallel_size_local, args.data_parallel_address,
+                args.data_parallel_rpc_port, args.tensor_parallel_size) == (2, 1, "gpu-a", 13345, 8)
+        assert args.headless == (rank == 1) and (args.data_parallel_start_rank or 0) == rank
 
 
 def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ from .settings import ModelSettings
 from .vllm import engine_env, plain_engine_kwargs
 
 # Engine arguments the server takes otherwise (or not at all): the model is positional, devices come
-# from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags.
-_NOT_FLAGS = ("model", "device_ids", "served_model_name")
+# from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags, and
+# data parallel is the job's (slurm/serve.sbatch, across nodes; a model file has none).
+_NOT_FLAGS = ("model", "device_ids", "served_model_name", "data_parallel_size")
 # Switches vLLM leaves off unless given: only an explicit `true` is passed (remote code runs only when asked).
 _OFF_BY_DEFAULT = ("trust_remote_code",)
 
