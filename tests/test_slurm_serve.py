@@ -5,6 +5,7 @@ nodes here (README "Beyond one node")."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -139,6 +140,27 @@ def test_a_sweep_over_narrators_shares_one_served_auditor(tmp_path: Path) -> Non
     assert {"auditor.engine=openai", "auditor.endpoint.model=smollm2-135m-instruct",
             f"auditor.endpoint.file={endpoint}", "shard.count=2", f"hydra.sweep.dir={sweep_dir}"} <= set(task)
     assert "'scancel SERVER'" in lines["stop"]
+
+
+def test_a_served_sweep_resubmits_only_tasks_their_index_does_not_show_done(tmp_path: Path) -> None:
+    """The run directories are named by the server's report, so a re-submission reads the tasks' indexes."""
+    first = _sweep(tmp_path, "narrator=smollm2,qwen3")
+    sweep_dir = Path(next(x for x in first.stdout.splitlines() if x.startswith("sweep folder: "))
+                     .split(": ", 1)[1].split(" (")[0])
+    runs = [tmp_path / "runs" / name for name in ("a", "b")]
+    for run in runs:
+        (run / "shard-000-of-002").mkdir(parents=True)
+        (run / "shard-000-of-002" / "DONE").write_text("")
+    rows = [{"job": i, "status": "done", "run_dir": str(run), "shard_dir": str(run / "shard-000-of-002")}
+            for i, run in enumerate(runs)]
+    sweep_dir.mkdir(parents=True)
+    (sweep_dir / "index-shard-000-of-002.json").write_text(json.dumps({"kind": "ncp-sweep", "points": rows}))
+    (sweep_dir / "index-shard-001-of-002.json").write_text(json.dumps({"kind": "ncp-sweep", "points": [
+        {**rows[0], "shard_dir": str(runs[0] / "shard-001-of-002")}, {**rows[1], "status": "failed"}]}))
+    again = _sweep(tmp_path, "narrator=smollm2,qwen3")
+    assert again.returncode == 0, again.stderr
+    assert "shards: 2; done 1, queued or running 0, to submit 1" in again.stdout
+    assert "--array=1 " in next(x for x in again.stdout.splitlines() if x.startswith("array:"))
 
 
 def test_a_sweep_that_changes_the_served_model_is_refused(tmp_path: Path) -> None:

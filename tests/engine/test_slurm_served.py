@@ -61,7 +61,8 @@ def test_a_served_auditor_for_a_two_task_array_equals_one_process(slurm: None, e
         subprocess.run(["scontrol", "hold", stop], check=True, capture_output=True, timeout=60)
         deadline = time.monotonic() + WAIT_S
         while not endpoint.exists():
-            assert _state(server) in ("PENDING", "RUNNING"), (run_dir / "slurm").glob("serve-*.out")
+            assert _state(server) in ("PENDING", "RUNNING"), \
+                "\n".join(p.read_text()[-3000:] for p in (run_dir / "slurm").glob("serve-*.out"))
             assert time.monotonic() < deadline, "the server job wrote no endpoint file in time"
             time.sleep(2)
         url = endpoint.read_text().strip()
