@@ -31,9 +31,15 @@ _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_byte
 NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress", "progress_every_s", "verbose", "hydra", "limit", "runs", "report",
                 "review",
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
-                "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "out", "bench",
+                "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "engine.file",
+                "engine.wait_s", "engine.backoff_s", "engine.timeout_s", "engine.max_retries", "engine.max_concurrency",
+                "out", "bench",
                 "sources", "export",
-                *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT))
+                *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
+                # A role's engine and endpoint enter the identity as that role's model identity
+                # (execution/identity.py: the engine when it differs from `engine`, the served model and
+                # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
+                *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")))
 
 
 SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"
@@ -51,8 +57,34 @@ class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+ENGINES: tuple[str, ...] = ("vllm", "scripted", "openai")
+EngineName = Literal["vllm", "scripted", "openai"]
+
+
+class EndpointCfg(_Cfg):
+    """`<role>.endpoint`: the OpenAI-compatible server a role's calls go to when its engine is `openai`
+    (engines/openai.py). Unset fields fall back to the top-level `engine=openai` group's."""
+
+    base_url: str | None = None  # e.g. http://node12:8000/v1
+    # A file holding the base URL, written by the server job once /health answers (slurm/serve.sbatch):
+    # the run waits for it and for a healthy server, at most `wait_s` seconds.
+    file: str | None = None
+    wait_s: float = Field(900.0, ge=0)
+    model: str | None = None  # the served model name; None: the role's model name
+    api_key_env: str | None = None  # the environment variable holding the API key; None: no key
+    timeout_s: float | None = Field(None, gt=0)  # per request
+    # Connection errors, timeouts, 429 and 5xx: retried with exponential backoff, each try logged.
+    max_retries: int | None = Field(None, ge=0)
+    backoff_s: float | None = Field(None, ge=0)  # the first wait; doubled each retry (capped at 60 s)
+    max_concurrency: int | None = Field(None, ge=1)  # requests in flight to this endpoint from this process
+    vllm_extensions: bool | None = None  # the server is `vllm serve`: also constrain plain text (regex)
+
+
 class RoleCfg(_Cfg):
     model: ModelSettings
+    # `vllm`, `openai` or `scripted`; None: the top-level `engine`.
+    engine: EngineName | None = None
+    endpoint: EndpointCfg = EndpointCfg()
     temperature: float = Field(0.6, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(512, gt=0)
@@ -81,12 +113,16 @@ class ScriptedEngineCfg(_Cfg):
 
 
 class OpenAIEngineCfg(_Cfg):
-    """`engine=openai`: an OpenAI-compatible endpoint (engines/openai.py).
+    """`engine=openai`: an OpenAI-compatible endpoint (engines/openai.py), the default of every
+    role's `endpoint` (`<role>.endpoint.*` overrides it per role).
 
     None leaves the endpoint's own default (OpenAIEndpointConfig) in place."""
 
     name: Literal["openai"]
-    base_url: str
+    base_url: str | None = None
+    file: str | None = None
+    wait_s: float | None = Field(None, ge=0)
+    backoff_s: float | None = Field(None, ge=0)
     model: str | None = None  # the served model name; None: the role's model name
     api_key_env: str | None = None
     timeout_s: float | None = Field(None, gt=0)
@@ -100,7 +136,6 @@ class OpenAIEngineCfg(_Cfg):
 
 # Each engine declares its own options; `name` picks the schema.
 EngineCfg = Annotated[Union[VLLMEngineCfg, ScriptedEngineCfg, OpenAIEngineCfg], Field(discriminator="name")]
-ENGINES: tuple[str, ...] = ("vllm", "scripted", "openai")
 
 
 class DatasetCfg(_Cfg):
@@ -237,7 +272,7 @@ class RunConfig(_Cfg):
 
     def model_name(self, role: str) -> str:
         """What played `role`: its model's name, or `scripted` when no model ran (engine=scripted)."""
-        return SCRIPTED if self.engine.name == SCRIPTED else getattr(self, role).model.name
+        return SCRIPTED if role_engine(self, role) == SCRIPTED else getattr(self, role).model.name
 
     @property
     def condition_name(self) -> str:
@@ -262,6 +297,28 @@ class RunConfig(_Cfg):
             if v.get(key) is not None and not isinstance(v[key], str):
                 raise ValueError(f"{key} must be a string, got {shown(v[key])}")
         return v
+
+
+def role_engine(cfg: Any, role: str) -> str:
+    """The engine a role runs on: its own `<role>.engine`, else the top-level `engine`."""
+    return getattr(getattr(cfg, role), "engine", None) or cfg.engine.name
+
+
+# The endpoint settings a role's `endpoint` may take from the top-level `engine=openai` group.
+_ENDPOINT_KEYS = ("base_url", "file", "wait_s", "model", "api_key_env", "timeout_s", "max_retries", "backoff_s",
+                  "max_concurrency", "vllm_extensions")
+
+
+def role_endpoint(cfg: Any, role: str) -> dict[str, Any]:
+    """A role's endpoint settings that are set: `<role>.endpoint` over the top-level `engine=openai` group's.
+    The top-level group's other options (extra_body, schema_name, ...) come along."""
+    top = cfg.engine.model_dump(exclude={"name"}, exclude_none=True) if cfg.engine.name == "openai" else {}
+    own = getattr(getattr(cfg, role), "endpoint", None)
+    mine = own.model_dump(exclude_none=True, exclude_defaults=True) if own is not None else {}
+    merged = {**top, **mine}
+    if own is not None and "wait_s" not in merged:
+        merged["wait_s"] = own.wait_s
+    return merged
 
 
 def validate(raw: dict[str, Any]) -> RunConfig:

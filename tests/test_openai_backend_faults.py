@@ -32,7 +32,8 @@ def _answer(finish: str, prompt: int, completion: int) -> Any:
 
 def _generate(outcome: Any, request: Request):
     async def go():
-        backend = OpenAIEngine(OpenAIEndpointConfig(name="ep", base_url="http://127.0.0.1:9/v1", model="m"))
+        backend = OpenAIEngine(OpenAIEndpointConfig(name="ep", base_url="http://127.0.0.1:9/v1", model="m",
+                                                     max_retries=0))
 
         async def create(**body: Any) -> Any:
             if isinstance(outcome, BaseException):

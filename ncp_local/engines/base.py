@@ -50,6 +50,8 @@ class Completion:
     # Whether this engine had not been sent this grammar before, so that it compiled it for this
     # call (its compile time is then inside latency_s); None when the backend does not know.
     grammar_new: bool | None = None
+    # Transport failures retried before this answer (an endpoint's connection errors, timeouts, 429/5xx).
+    transport_errors: tuple[str, ...] = ()
     # A thinking model's thought, split off by the engine's reasoning parser: `text` is
     # then the answer after it. Its tokens are among `generated_tokens`.
     thought: str | None = None

@@ -2,16 +2,30 @@
 (a `vllm serve` on another node, or any compatible server).
 
 Structured outputs go as `response_format={"type": "json_schema", ...}` with
-`strict: true`; vLLM-specific knobs (e.g. `chat_template_kwargs` to turn
-Qwen3 thinking off) go in the request body as vLLM's extensions.
+`strict: true` (the server's own JSON-schema support: vLLM compiles it with its
+structured-output backend); vLLM-specific knobs (e.g. `chat_template_kwargs` to
+turn Qwen3 thinking off) go in the request body as vLLM's extensions.
+
+Transport failures (connection errors, timeouts, HTTP 429 and 5xx) are retried
+here, with exponential backoff, each failed try logged and returned with the
+completion (`Completion.transport_errors`, written to the call log). A server
+still unreachable after the retries is a dead engine (`EngineDead`: the run
+stops, exit 3, and resumes); a 429/5xx left after them is a failed attempt of
+that call. `probe` is the health check a run makes before any episode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import re
 import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +40,8 @@ _OVERFLOW = re.compile(
     r"|too many tokens|exceeds the model",
     re.IGNORECASE,
 )
+_log = logging.getLogger(__name__)
+BACKOFF_CAP_S = 60.0
 
 
 class OpenAIEndpointConfig(BaseModel):
@@ -40,8 +56,10 @@ class OpenAIEndpointConfig(BaseModel):
     # (local servers accept any placeholder).
     api_key_env: str | None = None
     timeout_s: float = Field(600.0, gt=0)
-    # Retries of transport errors and 429/5xx by the client itself.
-    max_retries: int = Field(2, ge=0)
+    # Retries of connection errors, timeouts, 429 and 5xx (by this engine, logged), the first after
+    # backoff_s, each next one after twice as long (capped at BACKOFF_CAP_S).
+    max_retries: int = Field(4, ge=0)
+    backoff_s: float = Field(1.0, ge=0)
     # Cap on requests in flight from this process (None = unlimited).
     max_concurrency: int | None = Field(None, ge=1)
     # vLLM extension: passed to the chat template, e.g. {"enable_thinking": False}.
@@ -72,7 +90,7 @@ class OpenAIEngine:
                 )
         self.cfg = cfg
         self._client = AsyncOpenAI(
-            base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout_s, max_retries=cfg.max_retries
+            base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout_s, max_retries=0
         )
         self._limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         self._closed = False
@@ -103,7 +121,7 @@ class OpenAIEngine:
             # The server's reasoning parser (vllm serve --reasoning-parser) splits the thought off;
             # the template's switch is turned on here, as the in-process engine does.
             fields["chat_template_kwargs"].update({key: True for key in THINKING_TEMPLATE_KEYS})
-        for key in ("api_key_env", "timeout_s", "max_retries", "max_concurrency", "schema_name",
+        for key in ("api_key_env", "timeout_s", "max_retries", "backoff_s", "max_concurrency", "schema_name",
                     "use_max_completion_tokens", "extra_body", "vllm_extensions"):
             value = get(engine, key)
             if value is not None:
@@ -178,6 +196,12 @@ class OpenAIEngine:
             body["extra_body"] = extra
         return body
 
+    async def _create(self, body: dict[str, Any]) -> Any:
+        if self._limit is None:
+            return await self._client.chat.completions.create(**body)
+        async with self._limit:
+            return await self._client.chat.completions.create(**body)
+
     async def generate(self, request: Request) -> Completion:
         import openai
 
@@ -185,25 +209,37 @@ class OpenAIEngine:
             raise EngineDead(f"endpoint '{self.cfg.name}' is closed")
         body = self._body(request)
         started = time.monotonic()
-        try:
-            if self._limit is not None:
-                async with self._limit:
-                    resp = await self._client.chat.completions.create(**body)
-            else:
-                resp = await self._client.chat.completions.create(**body)
-        except openai.BadRequestError as e:
-            if _OVERFLOW.search(str(e)):
-                raise ContextOverflow(f"endpoint '{self.cfg.name}': {e} (tags: {request.tags})") from e
-            # This request's own fault (e.g. a schema the server's grammar
-            # backend rejects): a failed attempt, not the end of the run.
-            return self._failed(request, started, e)
-        except (openai.UnprocessableEntityError, openai.InternalServerError) as e:
-            # Left after the client's own retries; other requests may still be served.
-            return self._failed(request, started, e)
-        except openai.APITimeoutError:
-            raise
-        except openai.APIConnectionError as e:
-            raise EngineDead(f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable: {e}") from e
+        tries: list[str] = []  # transport failures retried, in order
+        while True:
+            try:
+                resp = await self._create(body)
+                break
+            except openai.BadRequestError as e:
+                if _OVERFLOW.search(str(e)):
+                    raise ContextOverflow(f"endpoint '{self.cfg.name}': {e} (tags: {request.tags})") from e
+                # This request's own fault (e.g. a schema the server's grammar
+                # backend rejects): a failed attempt, not the end of the run.
+                return self._failed(request, started, e, tries)
+            except openai.UnprocessableEntityError as e:
+                return self._failed(request, started, e, tries)
+            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as e:
+                # APITimeoutError is an APIConnectionError. A server that is starting, overloaded
+                # or restarting answers again after a while: retried, each try counted and logged.
+                what = _transport_error(e)
+                if len(tries) < self.cfg.max_retries:
+                    wait = min(self.cfg.backoff_s * 2 ** len(tries), BACKOFF_CAP_S)
+                    tries.append(what)
+                    _log.warning("endpoint '%s' at %s: %s; retry %d of %d in %.1f s (%s)", self.cfg.name,
+                                 self.cfg.base_url, what, len(tries), self.cfg.max_retries, wait,
+                                 _tags(request))
+                    await asyncio.sleep(wait)
+                    continue
+                tries.append(what)
+                if isinstance(e, openai.APIConnectionError):
+                    raise EngineDead(f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable after "
+                                     f"{len(tries)} tries: {what}") from e
+                # Left after the retries; other requests may still be served.
+                return self._failed(request, started, e, tries)
 
         if not resp.choices:
             return self._failed(request, started, RuntimeError("the response has no choices"))
@@ -243,8 +279,123 @@ class OpenAIEngine:
             generated_tokens=usage.completion_tokens if usage else 0,
             latency_s=time.monotonic() - started,
             max_tokens_sent=sent,
+            transport_errors=tuple(tries),
         )
 
-    def _failed(self, request: Request, started: float, exc: Exception) -> Completion:
+    def _failed(self, request: Request, started: float, exc: Exception, tries: list[str]) -> Completion:
         return Completion(text="", finish_reason="error", error=f"endpoint '{self.cfg.name}': {exc}",
-                          max_tokens_sent=request.max_tokens, latency_s=time.monotonic() - started)
+                          max_tokens_sent=request.max_tokens, latency_s=time.monotonic() - started,
+                          transport_errors=tuple(tries))
+
+
+def _transport_error(exc: Exception) -> str:
+    status = getattr(exc, "status_code", None)
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}"
+
+
+def _tags(request: Request) -> str:
+    t = request.tags
+    return " ".join(f"{k}={t[k]}" for k in ("episode", "turn", "stage", "attempt") if k in t)
+
+
+# ---- before a run: the endpoint file and the health check ------------------------------
+
+
+class EndpointProblem(Exception):
+    """The endpoint cannot serve this run (not answering, wrong model, window too small)."""
+
+
+@dataclass(frozen=True)
+class EndpointReport:
+    """What a server said about itself: its `/v1/models` answer and its version (None if it has no /version)."""
+
+    base_url: str
+    models: tuple[dict[str, Any], ...]
+    version: str | None
+
+    def card(self, served: str) -> dict[str, Any] | None:
+        return next((m for m in self.models if m.get("id") == served), None)
+
+    def window(self, served: str) -> int | None:
+        """The served model's context window, when the server reports one (vLLM's `max_model_len`)."""
+        card = self.card(served) or {}
+        value = card.get("max_model_len")
+        return int(value) if isinstance(value, int) else None
+
+
+def _root(base_url: str) -> str:
+    """The server's root for /health and /version: the base URL without its trailing /v1."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _get_json(url: str, headers: dict[str, str], timeout_s: float) -> Any:
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout_s) as r:
+        return json.loads(r.read().decode("utf-8"))
+
+
+def probe(cfg: OpenAIEndpointConfig, timeout_s: float = 10.0) -> EndpointReport:
+    """The server's `/v1/models` (it must serve `cfg.model`) and `/version`; EndpointProblem when not."""
+    headers = {"Accept": "application/json"}
+    if cfg.api_key_env:
+        headers["Authorization"] = f"Bearer {os.environ.get(cfg.api_key_env, '')}"
+    url = cfg.base_url.rstrip("/") + "/models"
+    try:
+        data = _get_json(url, headers, timeout_s)
+        models = tuple(m for m in (data.get("data") or []) if isinstance(m, dict))
+    except urllib.error.HTTPError as exc:
+        raise EndpointProblem(f"{url} answered HTTP {exc.code}: {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise EndpointProblem(f"{cfg.base_url} does not answer ({getattr(exc, 'reason', exc)})") from None
+    except (ValueError, AttributeError) as exc:
+        raise EndpointProblem(f"{url} is not an OpenAI model list ({exc})") from None
+    try:
+        version: str | None = str(_get_json(_root(cfg.base_url) + "/version", headers, timeout_s)["version"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+        version = None  # a hosted API has no /version
+    report = EndpointReport(cfg.base_url, models, version)
+    if report.card(cfg.model) is None:
+        served = ", ".join(str(m.get("id")) for m in models) or "nothing"
+        raise EndpointProblem(f"{cfg.base_url} does not serve model '{cfg.model}' (it serves: {served})")
+    return report
+
+
+def read_endpoint_file(path: str | Path) -> str | None:
+    """The base URL a server job wrote (one line, or JSON with `base_url`); None while there is none."""
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if text.startswith("{"):
+        try:
+            return str(json.loads(text)["base_url"])
+        except (ValueError, KeyError, TypeError):
+            return None
+    return text or None
+
+
+def wait_for_endpoint(file: str | Path | None, cfg: OpenAIEndpointConfig | None, wait_s: float,
+                      make: Any = None, poll_s: float = 2.0) -> tuple[OpenAIEndpointConfig, EndpointReport]:
+    """Wait (at most `wait_s`) for the endpoint file, when there is one, and a healthy server.
+
+    `make(base_url)` builds the endpoint's settings once the URL is known. The last problem is raised
+    (EndpointProblem) when the time is up; with `wait_s=0` the first one is.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if file is not None:
+                url = read_endpoint_file(file)
+                if url is None:
+                    raise EndpointProblem(f"endpoint file {file} is not there yet (the server job writes it once "
+                                          "its /health answers)")
+                cfg = make(url)
+            assert cfg is not None
+            return cfg, probe(cfg)
+        except EndpointProblem as exc:
+            if time.monotonic() + poll_s > deadline:
+                waited = f" after waiting {wait_s:.0f} s" if wait_s else ""
+                raise EndpointProblem(f"{exc}{waited}") from None
+            time.sleep(poll_s)

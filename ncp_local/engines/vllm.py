@@ -217,6 +217,15 @@ def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> d
         problem = engine_args_problem(cfg)
         if problem is not None:
             raise ValueError(f"model '{cfg.name}': engine_args.{problem[0]}: {problem[1]}")
+    kwargs = plain_engine_kwargs(cfg, model_path, on_cpu)
+    kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
+    return kwargs
+
+
+def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> dict[str, Any]:
+    """`engine_kwargs` as plain values (the structured-output config a mapping), without importing vLLM:
+    what `vllm serve` is given for the same model (engines/serve.py), so a served model runs as the
+    in-process engine would."""
     so_config: dict[str, Any] = {"backend": cfg.structured_outputs_backend}
     # Without this the tiny model pads JSON with whitespace; vLLM only accepts
     # the flag for xgrammar and guidance.
@@ -241,7 +250,7 @@ def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> d
         seed=cfg.seed,
         # The rig reuses each turn's prompt prefix (prompts put what changes last).
         enable_prefix_caching=True,
-        structured_outputs_config=StructuredOutputsConfig(**so_config),
+        structured_outputs_config=so_config,
         # Sampling defaults come from each request, never from the model's
         # generation_config.json.
         generation_config="vllm",

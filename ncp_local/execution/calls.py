@@ -267,6 +267,8 @@ class CallService:
                 # Whether the engine had not seen this grammar before (it compiled it for this call).
                 **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
                 **({"bound_hits": list(reached)} if reached else {}),
+                # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
+                **({"transport_errors": list(completion.transport_errors)} if completion.transport_errors else {}),
                 # A thinking model's thought: kept whole here, only its size goes into the episode.
                 **({"thought_tokens": completion.thought_tokens, "thought": completion.thought}
                    if completion.thought is not None else {}),

@@ -58,7 +58,7 @@ def where(ready: Ready, raw: dict[str, Any]) -> tuple[tuple[Spec, ...], identity
     cfg, ds = ready.cfg, ready.dataset
     assert ds is not None
     specs = layout.shard_specs(cfg, ds.specs)
-    ident = identity_mod.of_run(cfg, raw, ds.root, ready.pack.templates)
+    ident = identity_mod.of_run(cfg, raw, ds.root, ready.pack.templates, ready.endpoints)
     return specs, ident, layout.shard_dir(cfg, layout.run_dir(cfg, ident.key))
 
 
@@ -68,7 +68,7 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     cfg = ready.cfg  # memory shares and devices as planned
     assert ready.dataset is not None
     specs, ident, out = where(ready, raw)
-    engines = EnginePool(cfg)
+    engines = EnginePool(cfg, endpoints=ready.endpoints)
     note = embedded_note(cfg)
     if note:
         print(note)

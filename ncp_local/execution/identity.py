@@ -13,7 +13,10 @@ It covers:
 - the dataset by content: a hash of `index.yaml` and of each spec file;
 - the prompt pack by content: a hash of each template;
 - each role's model: name and revision (in the settings) and a fingerprint
-  of its weights (see `weights_fingerprint`);
+  of its weights (see `weights_fingerprint`); for a role served by an
+  endpoint, the served model name and what the server reports of it (its id,
+  the model it loaded, its window), never the URL; a role whose engine is not
+  the top-level `engine` says its own;
 - the rig's version.
 
 `limit` is not in it: episodes are independent, so a run resumed with a
@@ -34,7 +37,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from ..config import NOT_IDENTITY, dataset_path, validate
+from ..config import NOT_IDENTITY, dataset_path, role_endpoint, role_engine, validate
 from ..engines import embedded as emb
 from ..engines.settings import EMBEDDED
 from ..errors import InputError
@@ -178,15 +181,42 @@ class Identity:
                 if name.startswith("specs/") and name.endswith(".yaml")}
 
 
-def _models(cfg: Any, roles: tuple[str, ...]) -> dict[str, Any]:
+def served_model(cfg: Any, role: str, endpoint: Any | None) -> dict[str, Any]:
+    """A role on an endpoint, identified by what is served: the served model name and revision as
+    configured, and the server's own record of it (`/v1/models`: id, the model it loaded, by name
+    and not by where it lies on the server, its window). `endpoint`: the health check's (None:
+    not asked, e.g. the Slurm submitter before the server runs)."""
+    model = getattr(cfg, role).model
+    out: dict[str, Any] = {"kind": "endpoint", "served_model": role_endpoint(cfg, role).get("model") or model.name,
+                           "revision": model.revision}
+    if endpoint is None:
+        out["reported"] = None
+        return out
+    card = endpoint.served
+    root = card.get("root")
+    if isinstance(root, str) and root.startswith("/"):
+        root = Path(root).name  # a folder on the server: its name, not its place
+    out["reported"] = {"id": card.get("id"), "root": root, "max_model_len": card.get("max_model_len"),
+                       "owned_by": card.get("owned_by")}
+    return out
+
+
+def _models(cfg: Any, roles: tuple[str, ...], endpoints: Mapping[str, Any] | None = None) -> dict[str, Any]:
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     out = {}
     for role in roles:
+        kind = role_engine(cfg, role)
         model = getattr(cfg, role).model
-        key = (cfg.engine.name, model.path)
-        if key not in seen:  # roles sharing a model fingerprint it once
-            seen[key] = model_weights(model, cfg.engine.name)
-        out[role] = seen[key]
+        if kind == "openai":
+            entry = served_model(cfg, role, (endpoints or {}).get(role))
+        else:
+            key = (kind, model.path)
+            if key not in seen:  # roles sharing a model fingerprint it once
+                seen[key] = model_weights(model, kind)
+            entry = seen[key]
+        # The top-level engine is in the settings; a role's own engine, when another, is said here
+        # (so a config with every role on the top-level engine keeps the identity it always had).
+        out[role] = entry if kind == cfg.engine.name else {**entry, "engine": kind}
     return out
 
 
@@ -200,8 +230,9 @@ def run_key(raw: Mapping[str, Any]) -> str:
 
 
 def of_run(cfg: Any, raw: Mapping[str, Any], dataset_root: str | Path | None = None,
-           templates: Mapping[str, str] | None = None) -> Identity:
-    """The identity of `mode=run` for this config (reads the dataset, prompts and model files)."""
+           templates: Mapping[str, str] | None = None, endpoints: Mapping[str, Any] | None = None) -> Identity:
+    """The identity of `mode=run` for this config (reads the dataset, prompts and model files;
+    `endpoints`: the health check's record of the roles served by an endpoint)."""
     root = dataset_root if dataset_root is not None else dataset_path(cfg)
     if templates is None:
         templates = _load_pack(cfg).templates
@@ -211,7 +242,7 @@ def of_run(cfg: Any, raw: Mapping[str, Any], dataset_root: str | Path | None = N
         "settings": settings(raw),
         "dataset": dataset_files(root),
         "prompts": prompt_files(templates),
-        "models": _models(cfg, ROLES),
+        "models": _models(cfg, ROLES, endpoints),
     })
 
 
@@ -219,21 +250,23 @@ def of_run(cfg: Any, raw: Mapping[str, Any], dataset_root: str | Path | None = N
 _JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition")
 
 
-def of_reaudit(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], source: str) -> Identity:
+def of_reaudit(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], source: str,
+               endpoints: Mapping[str, Any] | None = None) -> Identity:
     """A re-audit: its auditor, prompts and seed, and the source run's identity (not its path)."""
     return Identity({"format": FORMAT, "kind": "reaudit", "rig": rig_version(),
                      "settings": settings(raw, _JUDGE_ONLY), "prompts": prompt_files(templates),
-                     "models": _models(cfg, ("auditor",)), "source": source})
+                     "models": _models(cfg, ("auditor",), endpoints), "source": source})
 
 
-def of_build(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], sources: str | Path) -> Identity:
+def of_build(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], sources: str | Path,
+             endpoints: Mapping[str, Any] | None = None) -> Identity:
     try:
         text = text_bytes(Path(sources).read_bytes())
     except OSError as exc:
         raise InputError(sources, "sources", f"cannot read: {exc.strerror}") from None
     return Identity({"format": FORMAT, "kind": "build", "rig": rig_version(),
                      "settings": settings(raw, _JUDGE_ONLY + ("sources",)), "prompts": prompt_files(templates),
-                     "models": _models(cfg, ("auditor",)), "sources": sha256_bytes(text)})
+                     "models": _models(cfg, ("auditor",), endpoints), "sources": sha256_bytes(text)})
 
 
 # ---- telling two identities apart ------------------------------------------------
@@ -287,6 +320,10 @@ def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[s
             continue
         if wa.get("kind") != wb.get("kind"):
             out.append(f"{role} weights: {wa.get('kind')} -> {wb.get('kind')}")
+        elif wa.get("kind") == "endpoint" or wa.get("engine") != wb.get("engine"):
+            a2, b2 = dict(_flat(wa)), dict(_flat(wb))
+            out += [f"{role} {k} {_short(a2.get(k, _MISSING))} -> {_short(b2.get(k, _MISSING))}"
+                    for k in sorted(set(a2) | set(b2)) if a2.get(k, _MISSING) != b2.get(k, _MISSING)]
         else:
             out += _files(f"{role} weights: ", wa.get("files") or {}, wb.get("files") or {})
     for key in ("source", "sources"):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import plan
-from ..config import ConfigError, RunConfig, dataset_path
+from ..config import ConfigError, RunConfig, dataset_path, role_endpoint, role_engine
 from ..engines.grammar import id_form, unsupported
 from ..engines.settings import EMBEDDED, ModelSettings
 from ..protocol import ROLES
@@ -28,6 +28,8 @@ from ..protocol.player import Player
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.spec import Dataset, load_dataset
 from ..protocol.stages import STAGES, UNBOUNDED, AuditIds, Bounds, schema_for
+from . import endpoints as endpoints_mod
+from .projection import play
 
 # The package each engine imports when it starts, and how to install it (pyproject extras).
 ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
@@ -52,6 +54,8 @@ class Ready:
     narrator_cls: type | None = None
     narrator_kwargs: dict[str, Any] = field(default_factory=dict)  # the method's options, checked
     player: Player | None = None
+    # The roles on an OpenAI-compatible endpoint, health-checked: settings and the server's report.
+    endpoints: dict[str, endpoints_mod.Endpoint] = field(default_factory=dict)
 
     def make_narrator(self, roles: Any) -> Any:
         assert self.narrator_cls is not None
@@ -60,12 +64,13 @@ class Ready:
 
 def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool = True,
               templates: Iterable[str] = TEMPLATES, models: bool = True,
-              datasets: dict[str, Dataset] | None = None) -> Ready:
+              datasets: dict[str, Dataset] | None = None, endpoints: bool = True) -> Ready:
     """Everything a job would refuse at its start, checked without starting anything.
 
     `episodes`: the job plays episodes (dataset, narrator method, player); `models`: check
     the plan and the engines (the Slurm submitter skips them when the models live on the
-    compute nodes only); `datasets`: a cache by path, for a sweep that checks many points.
+    compute nodes only); `datasets`: a cache by path, for a sweep that checks many points;
+    `endpoints`: ask the roles' servers (the Slurm submitter queues the server it would ask).
     """
     if models:
         cfg = plan.planned(cfg, roles)
@@ -79,9 +84,19 @@ def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool 
         needed += tuple(getattr(narrator_cls, "TEMPLATES", ()))
         player = Player(cfg.condition_name)
     pack = PromptPack.load(cfg.prompts.get("dir"), required=needed)
+    served: dict[str, endpoints_mod.Endpoint] = {}
     if models:
         check_engines(cfg, roles)
-    return Ready(cfg, pack, dataset, narrator_cls, kwargs, player)
+        remote = endpoints_mod.remote_roles(cfg, roles)
+        if remote and endpoints:
+            def growth() -> Any:
+                # The window check plays the opening and turn 1 with the rig's prompts (as mode=plan does).
+                if dataset is None or narrator_cls is None or player is None:
+                    return None
+                return play(cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls,
+                            kwargs, player)
+            served = endpoints_mod.check(cfg, remote, growth)
+    return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served)
 
 
 def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:
@@ -96,29 +111,35 @@ def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:
 
 
 def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
-    """The engine's package and API key, every local model path, every `engine_args` key (one
-    vLLM takes), and every stage's grammar on its structured-output backend."""
-    kind = cfg.engine.name
-    if kind in ENGINE_PACKAGES:
+    """Each role's engine: its package and API key; for in-process roles every local model path,
+    every `engine_args` key (one vLLM takes) and every stage's grammar on its structured-output
+    backend. (Endpoints are asked what they serve afterwards: `endpoints.check`.)"""
+    kinds = {role: role_engine(cfg, role) for role in roles}
+    for kind in dict.fromkeys(kinds.values()):
+        if kind not in ENGINE_PACKAGES:
+            continue
         # First, before anything that needs the engine's packages (the grammar check below).
         package, install = ENGINE_PACKAGES[kind]
+        key = "engine" if cfg.engine.name == kind else f"{next(r for r in roles if kinds[r] == kind)}.engine"
         if importlib.util.find_spec(package) is None:
-            raise ConfigError("engine", f"engine={kind} needs the {package} package, which is not "
+            raise ConfigError(key, f"engine={kind} needs the {package} package, which is not "
                               f"installed: {install}")
         needed = ENGINE_DEPENDENCIES.get(kind, ()) + tuple(
             BACKEND_PACKAGES.get(getattr(cfg, role).model.structured_outputs_backend, "") for role in roles
-            if kind == "vllm")
+            if kind == "vllm" and kinds[role] == kind)
         missing = [name for name in dict.fromkeys(needed) if name and importlib.util.find_spec(name) is None]
         if missing:
-            raise ConfigError("engine", f"engine={kind}: the {package} package is not importable (its dependency "
+            raise ConfigError(key, f"engine={kind}: the {package} package is not importable (its dependency "
                               f"{missing[0]} is not installed): {install}")
-    if kind == "openai":
-        key_env = getattr(cfg.engine, "api_key_env", None)
+    for role in roles:
+        if kinds[role] != "openai":
+            continue
+        key_env = role_endpoint(cfg, role).get("api_key_env")
         if key_env and not os.environ.get(key_env):
-            raise ConfigError("engine.api_key_env", f"environment variable {key_env} is not set")
-    if kind != "vllm":
-        return
-    models = {role: getattr(cfg, role).model for role in roles}
+            field = "engine.api_key_env" if cfg.engine.name == "openai" and not getattr(
+                getattr(cfg, role), "endpoint").api_key_env else f"{role}.endpoint.api_key_env"
+            raise ConfigError(field, f"environment variable {key_env} is not set")
+    models = {role: getattr(cfg, role).model for role in roles if kinds[role] == "vllm"}
     for role, model in models.items():
         problem = None if model.path == EMBEDDED else _model_dir_problem(Path(model.path).expanduser())
         if problem:
@@ -128,7 +149,7 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
         _check_engine_args(role, model)
         _check_thinking(role, model)
         _check_format(role, model)
-    for role in roles:
+    for role in models:
         _check_grammars(role, models[role].structured_outputs_backend, getattr(cfg, role).bounds or UNBOUNDED)
 
 

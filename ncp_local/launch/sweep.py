@@ -130,7 +130,7 @@ def prepare(point: Point) -> Point:
         point.ready = preflight(cfg)
         point.specs, point.ident, point.out = where(point.ready, raw)
         check_place(point.out)
-        point.engines = EnginePool(cfg)
+        point.engines = EnginePool(cfg, endpoints=point.ready.endpoints)
         point.keys = {r: point.engines.key_of(r) for r in ROLES}
     except InputError as exc:
         point.fail(EXIT_BAD_INPUT, str(exc))
@@ -163,7 +163,8 @@ class SharedEngine:
         return model.model_copy(update=self.placement) if self.placement else model
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model.name, "engine": self.factory.kind, "roles": sorted(self.roles),
+        return {"id": self.id, "model": self.model.name, "engine": self.factory.kinds[self.role_key],
+                "roles": sorted(self.roles),
                 "points": sorted(self.points), "starts": self.starts, "start_s": round(self.start_s, 1),
                 **({"placement": self.placement} if self.placement else {})}
 
@@ -193,10 +194,10 @@ class SharedEngines:
         async with self._locks.setdefault(key, asyncio.Lock()):
             if e.engine is None:
                 started = time.perf_counter()
-                e.engine = await e.factory.start_model(e.started_model())
+                e.engine = await e.factory.start_model(e.started_model(), e.role_key)
                 e.start_s += time.perf_counter() - started
                 e.starts += 1
-                self.log(f"sweep: engine {e.id} ({e.model.name}, {e.factory.kind}) started in "
+                self.log(f"sweep: engine {e.id} ({e.model.name}, {e.factory.kinds[e.role_key]}) started in "
                          f"{time.perf_counter() - started:.1f} s for point(s) {', '.join(f'#{n}' for n in sorted(e.points))}")
         assert e.engine is not None
         return e.engine
@@ -227,7 +228,8 @@ def _plan_of(engines: list[SharedEngine], cfg: Any) -> Any:
     names = tuple(f"engine_{e.id}" for e in engines)
     fake = SimpleNamespace(engine=cfg.engine, plan=cfg.plan,
                            **{n: SimpleNamespace(model=(e.started_model() if e.engine is not None else e.model),
-                                                 max_tokens=e.max_tokens) for n, e in zip(names, engines)})
+                                                 max_tokens=e.max_tokens, engine=e.factory.kinds[e.role_key])
+                              for n, e in zip(names, engines)})
     return check(fake, names)
 
 

@@ -458,7 +458,7 @@ async def sweep_bench(points: list[tuple[str, Ready]], specs: tuple[Spec, ...], 
         try:
             per_point = []
             for num, (_, ready) in enumerate(points):
-                engines = EnginePool(ready.cfg)
+                engines = EnginePool(ready.cfg, endpoints=ready.endpoints)
                 backends = {}
                 for role in ROLES:
                     key = engines.key_of(role)
@@ -483,7 +483,7 @@ async def sweep_bench(points: list[tuple[str, Ready]], specs: tuple[Spec, ...], 
             seq = SweepWay("sequential (point by point, an engine each)")
             started = time.perf_counter()
             for num, (_, ready) in enumerate(points):
-                engines = EnginePool(ready.cfg)
+                engines = EnginePool(ready.cfg, endpoints=ready.endpoints)
                 t0 = time.perf_counter()
                 backends = await engines.start()
                 seq.start_s += time.perf_counter() - t0
@@ -530,7 +530,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     b, rc = cfg.bench, cfg.narrator
     print(f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
           f"max_tokens={rc.max_tokens}, seed={cfg.seed}", flush=True)
-    engines = EnginePool(cfg, roles=("narrator",))
+    engines = EnginePool(cfg, roles=("narrator",), endpoints=ready.endpoints)
 
     async def go() -> list[str]:
         started = await engines.start()

@@ -212,12 +212,12 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     sources = load_sources(cfg.sources)
     ready = preflight(cfg, episodes=False, templates=BUILD_TEMPLATES)
     cfg, pack = ready.cfg, ready.pack
-    engines = EnginePool(cfg)
+    engines = EnginePool(cfg, endpoints=ready.endpoints)
     out = Path(cfg.out).expanduser()
     existing_index(out, sources)  # before anything is written or any model called
     store = RunDir(out / ".build")
     store.open({"config": raw, "sources": str(cfg.sources), **provenance.environment()},
-               identity.of_build(cfg, raw, pack.templates, cfg.sources))
+               identity.of_build(cfg, raw, pack.templates, cfg.sources, ready.endpoints))
 
     async def go() -> dict[str, str]:
         started = await engines.start()

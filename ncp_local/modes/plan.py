@@ -21,8 +21,8 @@ EXITS = {GO: EXIT_OK, OVERFLOW: EXIT_FAILED, CANNOT: EXIT_BAD_INPUT}
 def full(cfg: RunConfig) -> Plan:
     """The whole plan: the checks, then the prompt projection from the rig's own templates."""
     plan = check(cfg)
-    if cfg.engine.name == "scripted":
-        return plan  # no model, no window: nothing to project
+    if not plan.engines and not plan.remote:
+        return plan  # engine=scripted: no model, no window, nothing to project
     if cfg.plan.measured:
         growth = measured(cfg.plan.measured)
     else:

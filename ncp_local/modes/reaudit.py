@@ -36,6 +36,7 @@ from ..execution.layout import ENGINE_LOG, require_finished
 from ..execution.preflight import preflight
 from ..execution.progress import Metered, Progress
 from ..execution.store import RunDir, resume_hint
+from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.prompts import PromptPack
 from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
@@ -141,7 +142,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     ready = preflight(cfg, roles=("auditor",), episodes=False)
     acfg = ready.cfg.model_copy(update={"narrator": ready.cfg.auditor, "player": ready.cfg.auditor})
     pack = ready.pack
-    engines = EnginePool(acfg)
+    engines = EnginePool(acfg, endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints})
     out, ident = out_dir(cfg, raw, source, pack)
     src_root = source.path.resolve()
     if src_root in out.resolve().parents:

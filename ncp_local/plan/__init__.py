@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, role_engine
 from ..protocol import ROLES
 from ..protocol.turns import at as said_at
 from ..protocol.turns import id_of as turn_id_of
@@ -76,6 +76,9 @@ class Plan:
     device_lines: list[str] = field(default_factory=list)
     growth: Growth | None = None
     rows: list[StageRow] = field(default_factory=list)
+    # Roles on an endpoint: not in this process, so not planned here (the run's health check asks the
+    # server what it serves and whether its window holds the first turn).
+    remote: tuple[str, ...] = ()
 
     @property
     def fatal(self) -> list[Problem]:
@@ -97,19 +100,19 @@ def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) 
     pc = cfg.plan
     inv = inventory(pc.gpus)
     problems: list[Problem] = []
-    kind = cfg.engine.name
-    if kind == "scripted":
-        return Plan(cfg, inv, [], problems)
-    engines = engines_of(cfg, roles)
+    remote = tuple(r for r in roles if role_engine(cfg, r) == "openai")
+    local = tuple(r for r in roles if role_engine(cfg, r) == "vllm")  # in this process: planned
+    if not local:
+        return Plan(cfg, inv, [], problems, remote=remote)
+    engines = engines_of(cfg, local)
     read_facts(engines, problems, on_disk_only, on_gpu=inv.kind == "gpu")
     check_windows(cfg, engines, problems)
-    lines: list[str] = []
-    if kind == "vllm":
-        if inv.kind == "gpu":
-            lines = plan_gpu(engines, inv, pc, problems)
-        else:
-            plan_cpu(engines, inv, pc, problems)
-    return Plan(cfg, inv, engines, problems, lines)
+    if inv.kind == "gpu":
+        lines = plan_gpu(engines, inv, pc, problems)
+    else:
+        lines = []
+        plan_cpu(engines, inv, pc, problems)
+    return Plan(cfg, inv, engines, problems, lines, remote=remote)
 
 
 def planned(cfg: Any, roles: tuple[str, ...] = ROLES) -> Any:
@@ -189,11 +192,15 @@ def verdict(plan: Plan) -> tuple[str, str]:
         return OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
                                f"{row.engine.name}) outgrows its {row.window}-token window {_at(row.first_over)}, "
                                f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}")
-    where = (plan.inventory.describe() if plan.cfg.engine.name == "vllm" else f"engine={plan.cfg.engine.name}")
-    if plan.cfg.engine.name == "scripted":
+    if not plan.engines and not plan.remote:
         return GO, "verdict: go: engine=scripted loads no model; nothing to fit"
-    return GO, (f"verdict: go: {len(plan.engines)} engine(s) on {where}; every call fits its window "
-                     f"through turn {plan.cfg.max_turns}")
+    if not plan.engines:
+        return GO, (f"verdict: go: no engine in this process ({', '.join(plan.remote)} on an endpoint: checked "
+                    "against the server when the run starts)")
+    remote = (f"; {', '.join(plan.remote)} on an endpoint (checked against the server when the run starts)"
+              if plan.remote else "")
+    return GO, (f"verdict: go: {len(plan.engines)} engine(s) on {plan.inventory.describe()}; every call fits its "
+                f"window through turn {plan.cfg.max_turns}{remote}")
 
 
 def _turn_name(t: int) -> str:
@@ -219,7 +226,11 @@ def render(plan: Plan) -> list[str]:
     out = [f"plan: {cfg.engine.name} engine(s), max_turns={cfg.max_turns}, concurrency={cfg.concurrency}, "
            f"dataset {cfg.dataset.name}, method {cfg.method.get('name', 'baseline')}, "
            f"condition {cfg.condition.get('name', '')}"]
-    if cfg.engine.name == "vllm":
+    for role in plan.remote:
+        out.append(f"remote: {role} on an OpenAI-compatible endpoint, not in this process: not planned here "
+                   "(the run's health check asks the server what it serves and whether its window holds the "
+                   "first turn)")
+    if plan.engines:
         if plan.inventory.kind == "cpu":
             out.append(f"hardware: {plan.inventory.describe()}: the plan is for the CPU (the share is of RAM, "
                        "for the KV cache); GPU checks skipped")
@@ -228,7 +239,7 @@ def render(plan: Plan) -> list[str]:
     T = int(cfg.max_turns)
     for e in plan.engines:
         dev = (f"devices {list(e.devices)}{' (planned)' if e.devices_planned else ''}"
-               if plan.inventory.kind == "gpu" and cfg.engine.name == "vllm" else "")
+               if plan.inventory.kind == "gpu" else "")
         share = ("" if e.share is None else f"share {e.share:.3f}{' (planned)' if e.share_planned else ''}")
         out.append(f"engine {e.index + 1}: {e.name} for {', '.join(e.roles)}; {dev + ', ' if dev else ''}"
                    f"tensor_parallel_size {e.tp}{', ' + share if share else ''}")
@@ -238,7 +249,7 @@ def render(plan: Plan) -> list[str]:
             continue
         out.append(f"  weights {_gib(e.weights_bytes)}{_size(e, f)} ({f.source})")
         out.append(_kv_line(e, f))
-        if cfg.engine.name != "vllm" or e.kv is None:
+        if e.kv is None:
             continue
         per = "per GPU" if plan.inventory.kind == "gpu" else "in RAM"
         out.append(f"  {describe(e.kv, per)}")

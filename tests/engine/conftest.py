@@ -77,6 +77,20 @@ def embedded_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def served(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The session's `vllm serve` of the embedded model (tests/engine/served.py), shared by every test
+    that needs an endpoint; a test that kills it starts it again."""
+    from served import ServedModel
+
+    server = ServedModel(embedded_model_path, tmp_path_factory.mktemp("vllm-serve"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def engine(embedded_model_path: Path):
     from ncp_local.engines.settings import ModelSettings
     from ncp_local.engines.vllm import VLLMEngine

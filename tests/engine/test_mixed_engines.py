@@ -1,0 +1,127 @@
+"""Each role on its own engine, on the real thing: narrator and player in-process on the embedded
+model, the auditor on the session's `vllm serve` of the same model (tests/engine/served.py).
+
+The mixed run's results are byte for byte those of the all-in-process run of the same config (seal
+aside: it names the run identity, which differs by the auditor's engine): the server runs the
+engine arguments the rig's engine runs (engines/serve.py), renders the same chat template, takes
+the same per-call seed and sampling, and compiles the same JSON schema with the same backend and
+whitespace rule; fp32 on the CPU build is batch-invariant. The server killed mid-run ends the run
+like an engine death (exit 3); started again, the same command resumes to the same results.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from served import SERVED_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
+KV = 1 << 30
+# One spec, two turns; the seed gives an episode that commits turn 0 and plays turn 1 (asserted), so
+# the server dies with a checkpoint on disk and the resume continues from it.
+COMMON = ("max_turns=2", "limit=1", "progress=false", "seed=0",
+          *(f"+{role}.model.kv_cache_memory_bytes={KV}" for role in ("narrator", "player", "auditor")))
+
+
+def _remote(url: str) -> tuple[str, ...]:
+    return ("auditor.engine=openai", f"auditor.endpoint.base_url={url}", f"auditor.endpoint.model={SERVED_NAME}",
+            "auditor.endpoint.max_retries=2", "auditor.endpoint.backoff_s=0.5")
+
+
+def _cmd(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), f"out_dir={out}", *COMMON, *extra]
+
+
+def _results(d: Path) -> dict[str, dict]:
+    """Each result as written, but for the seal's run identity."""
+    out = {}
+    for p in sorted((d / "results").glob("*.json")):
+        data = json.loads(p.read_text())
+        data["seal"].pop("run")  # store.SEAL
+        out[p.name] = data
+    return out
+
+
+def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_server_dies(served, tmp_path: Path) -> None:
+    ref = subprocess.run(_cmd(tmp_path / "ref"), capture_output=True, text=True, timeout=1800)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    expected = _results(tmp_path / "ref")
+    (result,) = expected.values()
+    assert len(result["turns"]) == 2, "the seed must give an episode that plays both turns (see COMMON)"
+
+    # The mixed run, with the server killed once turn 0 is committed (its checkpoint is on disk).
+    mixed = tmp_path / "mixed"
+    proc = subprocess.Popen(_cmd(mixed, *_remote(served.url)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 900
+        while not list((mixed / "checkpoints").glob("*.json")):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.2)
+        served.kill()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err[-3000:]
+    # One error line (the engine log's last relevant lines follow it, indented).
+    (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
+    assert line.startswith("error: engine died: endpoint 'smollm2-135m-instruct'") and "unreachable after 3 tries" in line
+    assert line.endswith(f"every committed turn is checkpointed in {mixed}; re-run the same command to resume"), line
+    assert not list((mixed / "results").glob("*.json")) and list((mixed / "checkpoints").glob("*.json"))
+    # The retries before giving up were logged with their backoff (the run's engine.log: a quiet terminal).
+    log = (mixed / "engine.log").read_text(errors="replace")
+    assert "retry 1 of 2 in 0.5 s" in log and "retry 2 of 2 in 1.0 s" in log, log[-3000:]
+
+    served.start()
+    again = subprocess.run(_cmd(mixed, *_remote(served.url)), capture_output=True, text=True, timeout=1800)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _results(mixed) == expected
+
+    manifest = json.loads((mixed / "manifest.json").read_text())
+    models = manifest["models"]
+    assert [models[r]["engine"] for r in ("narrator", "player", "auditor")] == ["vllm", "vllm", "openai"]
+    endpoint = models["auditor"]["endpoint"]
+    assert endpoint["base_url"] == served.url and endpoint["served_model"] == SERVED_NAME
+    assert [m["id"] for m in endpoint["models"]] == [SERVED_NAME] and endpoint["version"].startswith("0.")
+    # The identity names the served model by what the server reports, not by its address.
+    auditor = manifest["identity_parts"]["models"]["auditor"]
+    assert auditor["engine"] == "openai" and auditor["served_model"] == SERVED_NAME
+    assert auditor["reported"]["id"] == SERVED_NAME and auditor["reported"]["max_model_len"] == 8192
+    assert served.url not in json.dumps(manifest["identity_parts"])
+    # The resume was recorded, and the auditor's calls of the resumed run went to the server.
+    assert len(manifest["resumes"]) == 1
+    calls = [json.loads(line) for line in (mixed / "calls.jsonl").read_text().splitlines() if line.strip()]
+    assert {c["role"] for c in calls} == {"narrator", "player", "auditor"}
+
+
+def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_server(served, tmp_path: Path) -> None:
+    """Two narrator model files in one batched sweep (scripted, to stay cheap: the point is the auditor), the
+    auditor on the session's server: one endpoint client shared by both points (the sweep's engines), and
+    each point's auditor calls answered by it."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched", "narrator=smollm2,qwen3",
+                           "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=1",
+                           "progress=false", "seed=0", *_remote(served.url), f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    index = json.loads((sweep / "index.json").read_text())
+    rows = index["points"]
+    assert [r["status"] for r in rows] == ["done", "done"] and len({r["run_dir"] for r in rows}) == 2
+    remote = [e for e in index["engines"] if e["engine"] == "openai"]
+    assert len(remote) == 1 and remote[0]["roles"] == ["auditor"], index["engines"]
+    assert remote[0]["points"] == sorted(r["job"] for r in rows)
+    for row in rows:
+        run = Path(row["run_dir"])
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["models"]["auditor"]["endpoint"]["base_url"] == served.url
+        assert manifest["models"]["narrator"]["engine"] == "scripted"
+        calls = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines() if line.strip()]
+        audits = [c for c in calls if c["role"] == "auditor"]
+        # Answered by the server: none of its errors (a refused schema, a dead endpoint) in the call log.
+        assert audits and not [c["error"] for c in audits if "endpoint '" in (c["error"] or "")], audits
