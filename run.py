@@ -31,12 +31,11 @@ try:
     from omegaconf import DictConfig, OmegaConf
 
     from ncp_local.config import REPO_ROOT, bounded
-except KeyboardInterrupt:
+    from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
+except KeyboardInterrupt:  # every import the start-up makes is inside: a Ctrl-C during any is one line
     interrupted()
 
 OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
-from ncp_local.launch.help import register as register_help  # noqa: E402  (--help: conf/hydra/help/ncp.yaml)
-
 register_help()
 
 

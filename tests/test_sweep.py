@@ -224,7 +224,7 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
     monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)  # no weights here; the plan uses built-in facts
-    monkeypatch.setattr(EnginePool, "start_model", lambda self, model: fake(self, model))
+    monkeypatch.setattr(EnginePool, "start_model", lambda self, model, key=None: fake(self, model))
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
             "progress=false", "auditor.model.gpu_memory_utilization=0.9"]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
