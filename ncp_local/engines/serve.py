@@ -17,9 +17,12 @@ from .settings import ModelSettings
 from .vllm import engine_env, plain_engine_kwargs
 
 # Engine arguments the server takes otherwise (or not at all): the model is positional, devices come
-# from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags, and
-# data parallel is the job's (slurm/serve.sbatch, across nodes; a model file has none).
-_NOT_FLAGS = ("model", "device_ids", "served_model_name", "data_parallel_size")
+# from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags.
+_NOT_FLAGS = ("model", "device_ids", "served_model_name")
+# Settings passed only when they differ from vLLM's default: a model file's data_parallel_size of 1
+# says nothing, and across nodes slurm/serve.sbatch gives the job's own (one flag, not two); a
+# model's replicas inside one node (data_parallel_size > 1) still reach its server.
+_DEFAULTS = {"data_parallel_size": 1}
 # Switches vLLM leaves off unless given: only an explicit `true` is passed (remote code runs only when asked).
 _OFF_BY_DEFAULT = ("trust_remote_code",)
 
@@ -45,7 +48,8 @@ def serve_args(model: ModelSettings, model_path: str | Path, *, served_name: str
         kwargs["tensor_parallel_size"] = tensor_parallel
     args = [str(model_path), "--served-model-name", served_name or model.name, "--host", host, "--port", str(port)]
     for key, value in kwargs.items():
-        if key in _NOT_FLAGS or value is None or (key in _OFF_BY_DEFAULT and value is False):
+        if (key in _NOT_FLAGS or value is None or (key in _OFF_BY_DEFAULT and value is False)
+                or (key in _DEFAULTS and value == _DEFAULTS[key])):
             continue
         args += flag(key, value)
     # The server reports cached prompt tokens (the call log's cache hit) and keeps its log to errors.
