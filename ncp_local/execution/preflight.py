@@ -1,7 +1,7 @@
 """The one check before anything starts, for every entry point (run, sweeps, bench, build,
 re-audit, the Slurm submitter).
 
-In order: the memory and window plan (`ncp_local.plan`), the dataset, the
+In order: the `engine_args` keys, the memory and window plan (`ncp_local.plan`), the dataset, the
 narrator method and its options, the player condition, the prompt pack, and
 the engines (packages, API key, model paths, `engine_args`, every stage's
 grammar on its backend). A failure is an `InputError`: one line naming the
@@ -73,6 +73,11 @@ def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool 
     `endpoints`: ask the roles' servers (the Slurm submitter queues the server it would ask).
     """
     if models:
+        # The plan reads engine_args (the KV cache's size and dtype): a misspelt key is named
+        # before a plan made without it can refuse the run for another reason.
+        for role in roles:
+            if role_engine(cfg, role) == "vllm":
+                _check_engine_args(role, getattr(cfg, role).model)
         cfg = plan.planned(cfg, roles)
     dataset = narrator_cls = player = None
     kwargs: dict[str, Any] = {}
