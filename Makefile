@@ -1,5 +1,5 @@
 # ncp-local. `make demo` runs the main job on the embedded model (CPU);
-# `make test` runs the test suite (protocol tests + real vLLM CPU engine tests).
+# `make test` runs the test suite (protocol tests + real vLLM CPU engine tests; all tiers but `slow`).
 
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
@@ -14,7 +14,7 @@ export NCP_BENCH_REFERENCE
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install install-gpu model demo test test-fast lint clean
+.PHONY: install install-gpu model demo test test-all test-fast lint clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,13 +46,22 @@ demo: model
 
 # Here the embedded model is installed: an engine test that cannot find it fails, never skips.
 # The layer contracts first (pyproject.toml [tool.importlinter]): a second, then the tests.
+# Tiers (pyproject.toml markers; docs/dev/test-times.md keeps their measured times): `test` runs
+# every tier but `slow`, `test-all` runs everything, `test-fast` what starts no engine, server,
+# cluster or browser. Each prints the 40 slowest tests and the time spent in each tier.
+PYTEST  := NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest --durations=40
+
 test: model
 	$(VENV)/bin/lint-imports
-	NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest
+	$(PYTEST) -m "not slow"
+
+test-all: model
+	$(VENV)/bin/lint-imports
+	$(PYTEST)
 
 test-fast: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -m "not engine"
+	$(PY) -m pytest --durations=20 -m "not (engine or served or slurm or browser or slow)"
 
 lint: install
 	$(PY) run.py mode=lint

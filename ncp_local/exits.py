@@ -17,3 +17,6 @@ EXIT_SWEEP_FAILED = 6
 # 128 + signal number, as a shell reports it; Slurm requeues a preempted task.
 EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
 STOPPED_BY_SIGNAL = tuple(EXIT_SIGNAL.values())
+# Ctrl-C outside a run's own handler (start-up, re-audit, reports): every result is written whole
+# or not at all, so stopping loses nothing.
+INTERRUPTED_LINE = "error: stopped by SIGINT; run the same command again to resume"

@@ -1,6 +1,17 @@
+"""Shared fixtures, and the tiers: a test is marked by what it needs, read off its fixtures.
+
+`engine` (an in-process vLLM: the session's `engine` fixture, or a test that starts its own and says
+so with the marker), `served` (a `vllm serve`), `slurm` (the local Slurm cluster), `browser`
+(headless Chromium). A test that starts nothing carries none of them. `slow` is set by hand, only on
+a larger copy of a check that `make test` keeps at a smaller size. `make test` runs all but `slow`.
+"""
+
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,3 +35,63 @@ def official_prompts() -> Path:
     if not path or not (Path(path) / "src" / "ncpbench" / "prompts").is_dir():
         pytest.skip("official prompt files not available (set NCP_BENCH_REFERENCE to a reference clone)")
     return Path(path)
+
+
+# The fixture that puts a test in a tier (tests/engine/conftest.py defines `engine` and `served`).
+TIER_OF_FIXTURE = {"engine": "engine", "served": "served", "slurm": "slurm", "chromium": "browser"}
+# A test's tier for the time summary: the first of these it carries, else "none" (starts nothing).
+TIERS = ("slow", "served", "slurm", "engine", "browser")
+_SECONDS: dict[str, float] = {}
+_COUNT: dict[str, int] = {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        for fixture, tier in TIER_OF_FIXTURE.items():
+            if fixture in needs:
+                item.add_marker(tier)
+        # Carried on the item's reports, so the summary sees it also from pytest-xdist's workers.
+        item.user_properties.append(("tier", next((t for t in TIERS if item.get_closest_marker(t)), "none")))
+        if any(item.get_closest_marker(t) for t in ("engine", "served", "slurm")):
+            # Under pytest-xdist (`-n 2 --dist loadgroup`) all of these run in one worker, so the
+            # session's engine, server and reference run start once, and never two engines at once.
+            item.add_marker(pytest.mark.xdist_group("engines"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Setup, call and teardown: a session fixture's engine start counts in the first test that asks for it.
+    tier = dict(report.user_properties).get("tier", "none")
+    _SECONDS[tier] = _SECONDS.get(tier, 0.0) + report.duration
+    if report.when == "call":
+        _COUNT[tier] = _COUNT.get(tier, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line: where the time went, by tier (docs/dev/test-times.md keeps these figures)."""
+    if not _SECONDS:
+        return
+    parts = [f"{tier} {_COUNT.get(tier, 0)} tests {_SECONDS[tier] / 60:.1f} min"
+             for tier in (*TIERS, "none") if tier in _SECONDS]
+    terminalreporter.write_line("time by tier: " + ", ".join(parts))
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's headless Chromium (.ci/run installs it)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} not installed")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """The one-node Slurm cluster of scripts/start_slurm.sh (.ci/run starts it)."""
+    if not shutil.which("sinfo") or not shutil.which("sbatch"):
+        pytest.skip("Slurm client not installed (scripts/start_slurm.sh starts a local cluster)")
+    probe = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"no Slurm controller reachable: {probe.stderr.strip()}")

@@ -31,9 +31,9 @@ from typing import Callable
 
 import pytest
 
-from ncp_local import modes
 from ncp_local import config as config_mod
-from ncp_local.exits import EXIT_SYSTEMATIC
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED, EXIT_SYSTEMATIC
+from ncp_local.launch import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"
@@ -49,7 +49,6 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-RUN_PY = _load("ncp_run_entry", ROOT / "run.py")
 SUBMIT_PY = _load("ncp_slurm_submit", ROOT / "slurm" / "submit.py")
 
 
@@ -285,21 +284,20 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def run_in_process(tool: str, argv: list[str]) -> tuple[int, str, str]:
-    """run.py's (or submit.py's) `__main__` in this process: exit code, stdout, stderr."""
+    """run.py's (or submit.py's) entry point in this process: exit code, stdout, stderr."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
             if tool == "submit":
                 code = SUBMIT_PY.main(argv)
             else:
-                problem = RUN_PY.check_overrides(argv)
-                if problem:
-                    print(f"error: {config_mod.bounded(problem)}", file=sys.stderr)
-                    code = RUN_PY.EXIT_BAD_INPUT
-                elif "-m" in argv or "--multirun" in argv:
-                    code = 0  # the sweep would start
+                if "-m" in argv or "--multirun" in argv:  # checked up front; 0: the sweep would start
+                    problem = cli.check_overrides(argv)
+                    if problem:
+                        print(f"error: {config_mod.bounded(problem)}", file=sys.stderr)
+                    code = EXIT_BAD_INPUT if problem else 0
                 else:
-                    code = modes.main(config_mod.compose(argv))
+                    code = cli.main(argv)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # what the process would print: the test fails on it
@@ -408,7 +406,7 @@ def test_sweep_with_a_failed_point_runs_the_rest(tmp_path: Path) -> None:
     proc = _popen(args, tmp_path)
     out, err = proc.communicate(timeout=300)
     assert "Traceback" not in out + err
-    assert proc.returncode == RUN_PY.EXIT_SWEEP_FAILED, (proc.returncode, err)
+    assert proc.returncode == EXIT_SWEEP_FAILED, (proc.returncode, err)
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: sweep: 1 of 2 point(s) failed: #0 (exit 3)"), err
     runs = sorted((tmp_path / "runs").iterdir())
@@ -424,7 +422,7 @@ def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple
     proc = _popen(["-m", "engine=scripted", "limit=1", "progress=false", *args], tmp_path)
     out, err = proc.communicate(timeout=300)
     assert "Traceback" not in out + err
-    assert proc.returncode == RUN_PY.EXIT_SWEEP_FAILED, (proc.returncode, err)
+    assert proc.returncode == EXIT_SWEEP_FAILED, (proc.returncode, err)
     lines = err.strip().splitlines()
     assert refused in lines[0] and "the other points run" in lines[0], err  # before anything ran
     assert lines[-1].startswith("error: sweep: 1 of 2 point(s) failed: #1 (exit 2); fix the refused point(s)"), err
@@ -556,6 +554,6 @@ def test_batched_sweep_points_sharing_a_run_directory_are_refused(finished: Path
     args = [a.replace("{tmp}", str(finished)) for a in BASE if not a.startswith("out_dir")]
     proc = _popen(["-m", "hydra/launcher=batched", *args, "seed=1,2", f"out_dir={tmp_path}/fixed"], tmp_path)
     out, err = proc.communicate(timeout=300)
-    assert_one_line(proc.returncode, out, err, RUN_PY.EXIT_BAD_INPUT,
+    assert_one_line(proc.returncode, out, err, EXIT_BAD_INPUT,
                     ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2", "none is started"))
     assert not (tmp_path / "fixed").exists()

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 from ncp_local.modes.bench import Scaling, Way, late_hit, projection, unbounded_cache_hit, workload
 from ncp_local.engines.base import Message, Request
 from ncp_local.protocol.spec import load_dataset
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=bench", "engine=scripted", "bench.episodes=5",
-                           "bench.turns=2"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = run_cli("mode=bench", "engine=scripted", "bench.episodes=5", "bench.turns=2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split("|")[1].strip()[:2] for line in lines if line.startswith("| ") and "way" not in line] == \

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
+from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 ROLE_OPTIONS = sorted(p.stem for p in (CONF / "auditor").glob("*.yaml"))
 
 
-def _run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env={**os.environ, **(env or {})})
+def _run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> CliResult:
+    return run_cli(*args, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

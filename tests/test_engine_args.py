@@ -43,6 +43,7 @@ from ncp_local.engines.vllm import (  # noqa: E402
     GPU_STEP_TOKENS, _engine_args, _engine_environ, engine_arg_names, engine_args_problem, engine_env,
     engine_kwargs, sampling_params,
 )
+from cli_runner import run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_FILES = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
@@ -119,9 +120,8 @@ def test_the_settings_the_issue_names_pass_through(key: str, value: Any, tmp_pat
 
 
 def test_bad_engine_args_key_on_the_command_line_is_one_line_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "+narrator.model.engine_args.kv_cache_dtyp=fp8",
-                           "progress=false"], capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env={**os.environ, "NCP_BENCH_DATASET": ""})
+    proc = run_cli("+narrator.model.engine_args.kv_cache_dtyp=fp8", "progress=false", cwd=tmp_path,
+                   env={**os.environ, "NCP_BENCH_DATASET": ""})
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     err = proc.stderr.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in proc.stderr, proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import CliResult, run_cli
 from helpers import Scripted, make_spec, tag
 
 from ncp_local.engines.base import Completion, Request
@@ -20,9 +20,14 @@ from ncp_local.engines.base import Completion, Request
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _args(dataset: Path, out: Path, *extra: str) -> list[str]:
+    return ["engine=scripted", "dataset=ncp_bench", f"dataset.path={dataset}", "limit=20", "max_turns=8",
+            f"out_dir={out}", "progress=false", "engine.conflict_rate=0.05", *extra]
+
+
 def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run.py"), "engine=scripted", "dataset=ncp_bench", f"dataset.path={dataset}",
-            "limit=20", "max_turns=8", f"out_dir={out}", "progress=false", "engine.conflict_rate=0.05", *extra]
+    """The same run as a process (the tests whose subject is the process: kills, signals, a second process)."""
+    return [sys.executable, str(ROOT / "run.py"), *_args(dataset, out, *extra)]
 
 
 def _results(out: Path) -> dict[str, dict[str, Any]]:
@@ -46,12 +51,22 @@ def _wait_for(predicate: Any, timeout: float) -> bool:
     return False
 
 
-def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, tmp_path: Path) -> None:
-    reference = tmp_path / "reference"
-    subprocess.run(_cmd(official_dataset, reference), check=True, capture_output=True, timeout=300)
+@pytest.fixture(scope="module")
+def official_reference(official_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The results of the uninterrupted run, which every interrupted one must end with."""
+    reference = tmp_path_factory.mktemp("reference")
+    done = run_cli(*_args(official_dataset, reference))
+    assert done.returncode == 0, done.stderr
     expected = _results(reference)
     assert len(expected) == 20
+    return expected
 
+
+# 3 kills in `make test`; the 12-kill soak in `make test-all`.
+@pytest.mark.parametrize("wanted", [3, pytest.param(12, marks=pytest.mark.slow)])
+def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, official_reference: dict[str, Any],
+                                                       tmp_path: Path, wanted: int) -> None:
+    expected = official_reference
     out = tmp_path / "killed"
     slow = ("engine.delay_s=0.01", "concurrency=4")  # long enough to be killed mid-run
     rng = random.Random(1234)
@@ -67,10 +82,10 @@ def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, t
             kills += 1
         proc.wait(timeout=60)
         _assert_clean(out)
-        if kills >= 12 or len(_results(out)) == 20:
+        if kills >= wanted or len(_results(out)) == 20:
             break
-    assert kills >= 10, f"only {kills} kills landed"
-    final = subprocess.run(_cmd(official_dataset, out, *slow), capture_output=True, text=True, timeout=600)
+    assert kills >= wanted - wanted // 5, f"only {kills} kills landed"
+    final = run_cli(*_args(official_dataset, out, *slow))
     assert final.returncode == 0, final.stderr
     _assert_clean(out)
     assert _results(out) == expected
@@ -92,23 +107,21 @@ def test_sigterm_flushes_and_exit_status_resumes(official_dataset: Path, tmp_pat
     _assert_clean(out)
     assert list((out / "checkpoints").glob("*.json"))
     assert not (out / "DONE").exists()
-    again = subprocess.run(_cmd(official_dataset, out), capture_output=True, text=True, timeout=300)
+    again = run_cli(*_args(official_dataset, out))
     assert again.returncode == 0, again.stderr
     assert len(_results(out)) == 20 and (out / "DONE").exists()
 
 
-def test_dead_engine_stops_run_then_resume(official_dataset: Path, tmp_path: Path) -> None:
+def test_dead_engine_stops_run_then_resume(official_dataset: Path, official_reference: dict[str, Any],
+                                          tmp_path: Path) -> None:
     out = tmp_path / "dead"
-    dead = subprocess.run(_cmd(official_dataset, out, "engine.die_after_calls=300"), capture_output=True, text=True,
-                          timeout=300)
+    dead = run_cli(*_args(official_dataset, out, "engine.die_after_calls=300"))
     assert dead.returncode == 3
     assert "engine died" in dead.stderr and "re-run the same command to resume" in dead.stderr
     _assert_clean(out)
-    resumed = subprocess.run(_cmd(official_dataset, out), capture_output=True, text=True, timeout=300)
+    resumed = run_cli(*_args(official_dataset, out))
     assert resumed.returncode == 0, resumed.stderr
-    reference = tmp_path / "reference"
-    subprocess.run(_cmd(official_dataset, reference), check=True, capture_output=True, timeout=300)
-    assert _results(out) == _results(reference)
+    assert _results(out) == official_reference
 
 
 def test_second_process_on_same_run_dir_refused(official_dataset: Path, tmp_path: Path) -> None:
@@ -158,20 +171,20 @@ def test_misbehaving_model_ends_only_its_episode(tmp_path: Path, kind: str) -> N
     assert len({c["error"] for c in attempts}) == 1  # the same inputs fail the same way, each recorded
 
 
-def _local(out: Path, *extra: str) -> list[str]:
+def _local(out: Path, *extra: str) -> CliResult:
     """Our own three specs, one episode at a time, no conflicts: predictable lengths."""
-    return [sys.executable, str(ROOT / "run.py"), "engine=scripted", "max_turns=6", "concurrency=1",
-            "engine.conflict_rate=0", f"out_dir={out}", "progress=false", *extra]
+    return run_cli("engine=scripted", "max_turns=6", "concurrency=1", "engine.conflict_rate=0", f"out_dir={out}",
+                   "progress=false", *extra)
 
 
 def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path: Path) -> None:
     reference = tmp_path / "reference"
-    subprocess.run(_local(reference), check=True, capture_output=True, timeout=300)
+    assert _local(reference).returncode == 0
     expected = _results(reference)
 
     out = tmp_path / "damaged"
     # The engine dies mid-run: two episodes finished, the third checkpointed.
-    died = subprocess.run(_local(out, "engine.die_after_calls=100"), capture_output=True, text=True, timeout=300)
+    died = _local(out, "engine.die_after_calls=100")
     assert died.returncode == 3, died.stderr
     done = sorted((out / "results").glob("*.json"))
     (cp,) = (out / "checkpoints").glob("*.json")
@@ -185,9 +198,7 @@ def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path
     ghost.write_bytes(a_text.replace(a.stem.encode(), b"ghost_spec"))  # a spec the dataset lacks
 
     # mode=report names each failing file and counts none of them.
-    report = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=report", f"runs=[{out}]",
-                             f"report.out={tmp_path / 'report'}", "report.html=false"],
-                            capture_output=True, text=True, timeout=300)
+    report = run_cli("mode=report", f"runs=[{out}]", f"report.out={tmp_path / 'report'}", "report.html=false")
     assert report.returncode == 0, report.stderr
     named = [line for line in report.stdout.splitlines() if "not counted" in line]
     assert len(named) == 3, report.stdout
@@ -198,7 +209,7 @@ def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path
     assert row.split("|")[2].strip() == "0"  # episodes counted: none of the failing files
 
     # The next run quarantines all four (one line each), replays them, and ends as an untouched run.
-    resumed = subprocess.run(_local(out), capture_output=True, text=True, timeout=300)
+    resumed = _local(out)
     assert resumed.returncode == 0, resumed.stderr
     warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 4, resumed.stderr
@@ -208,5 +219,5 @@ def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path
     assert _results(out) == expected
     assert {p.name: p.read_bytes() for p in (out / "results").glob("*.json")} == {
         p.name: p.read_bytes() for p in (reference / "results").glob("*.json")}
-    again = subprocess.run(_local(out), capture_output=True, text=True, timeout=300)
+    again = _local(out)
     assert "warning" not in again.stderr and "nothing left to do" in again.stdout

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.protocol.prompts import OFFICIAL_FILES, TEMPLATE_VARS, PromptPack, placeholders
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.errors import InputError
+from cli_runner import run_cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -218,9 +217,8 @@ def test_broken_official_pack_stops_before_anything_runs(official_prompts: Path,
     else:
         target.write_text(target.read_text().replace("{pre_turn_facts}", "{pre_turn_facts.__class__}"))
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "engine=scripted", f"prompts.dir={pack}",
-                           "max_turns=1", f"out_dir={out}", "progress=false"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = run_cli("engine=scripted", f"prompts.dir={pack}", "max_turns=1", f"out_dir={out}", "progress=false",
+                   cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -7,7 +7,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,14 @@ from ncp_local import config as config_mod
 from ncp_local.execution import identity as identity_mod
 from ncp_local.execution.identity import Identity, differences, model_weights, of_run, weights_fingerprint
 from ncp_local.execution.provenance import hf_revision
+from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=2", "progress=false")
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+def _run(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def _results(d: Path) -> dict[str, bytes]:

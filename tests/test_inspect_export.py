@@ -27,10 +27,10 @@ from ncp_local.execution.store import read_calls
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.report.inspect_log import conflict_label
 from ncp_local.report.runs import load_run
+from cli_runner import run_cli
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 SHOT = Path("/tmp/inspect_view.png")
 
 
@@ -43,8 +43,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
                               player={"model": {"name": "smollm2-135m-instruct"}, "temperature": 0.6})
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     # Through the mode, as a user runs it (in-process: run.py's own dispatch).
-    res = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=export", f"runs=[{run_dir}]",
-                          f"export.out={base / 'logs'}"], capture_output=True, text=True, timeout=300, cwd=base)
+    res = run_cli("mode=export", f"runs=[{run_dir}]", f"export.out={base / 'logs'}", cwd=base)
     assert res.returncode == 0, res.stderr[-2000:]
     [log] = sorted((base / "logs").glob("*.eval"))
     assert str(log) in res.stdout and "inspect view --log-dir" in res.stdout
@@ -114,8 +113,7 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
 
 def test_unknown_format_is_one_line(tmp_path: Path) -> None:
     # `export.format` accepts only formats the rig writes.
-    res = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=export", "runs=[x]", "export.format=csv"],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    res = run_cli("mode=export", "runs=[x]", "export.format=csv", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("error: config: export.format:"), res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not any(tmp_path.iterdir())
 
@@ -182,9 +180,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(15)
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium not installed")
 @pytest.mark.timeout(300)
-def test_inspect_view_opens_the_log(exported: tuple[Path, Path], tmp_path: Path) -> None:
+def test_inspect_view_opens_the_log(chromium: Path, exported: tuple[Path, Path], tmp_path: Path) -> None:
     pytest.importorskip("websockets.sync.client", reason="websockets (a uvicorn extra) is not installed")
     inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or "inspect"
     run_dir, log = exported
@@ -195,7 +192,7 @@ def test_inspect_view_opens_the_log(exported: tuple[Path, Path], tmp_path: Path)
     try:
         _wait_http(f"http://127.0.0.1:{port}/", view, 120)
         browser = subprocess.Popen(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
              f"--remote-debugging-port={devtools}", "about:blank"],

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from ncp_local import modes
 from ncp_local.config import ConfigError
 from ncp_local.launch.help import modes_text
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +36,7 @@ def test_the_readme_lists_the_table() -> None:
 def test_help_prints_the_table() -> None:
     text = modes_text()
     assert [line.split()[0] for line in text.splitlines()] == [f"mode={m.name}" for m in modes.MODES]
-    out = subprocess.run([sys.executable, "run.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_cli("--help", cwd=ROOT)
     assert out.returncode == 0 and text in out.stdout
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import itertools
 import json
 import os
@@ -32,6 +31,7 @@ from ncp_local.plan.kv import (
     steps_in_flight,
 )
 from ncp_local.plan.memory import CPU_RUNTIME_BYTES, engines_of
+from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = ["H100-80GB", "H100-80GB"]
@@ -72,9 +72,8 @@ def models_root(tmp_path: Path) -> Path:
     return root
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+def _run(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 # ---- model facts ---------------------------------------------------------------------

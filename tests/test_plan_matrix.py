@@ -7,6 +7,9 @@ shares on a GPU fit it.
 `plan.check`, then the prompt projection (played once, on the paper's settings, and projected for every
 combination: only memory and windows vary here), then `plan.verdict`: what `mode=plan` does, with no
 subprocess. The counts are in SUMMARY (and printed: `pytest -rA` or `-s` shows them).
+
+`make test` judges a seeded sample of SAMPLE combinations (a different sample when the matrix
+changes, the same one run after run); the whole matrix is the `slow` tier's (`make test-all`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ VARIANTS = ("as_files", "shares", "devices", "tensor_parallel", "all_set")
 TRIPLES = 40  # of the 13 x 12 x 11 = 1716 distinct triples, a fixed sample
 PAIRS = 160  # of the 2 x 13 x 12 = 312 pairs both ways round, a fixed sample (the run time grows with the square)
 RENDERED = 7  # every 7th combination is also rendered whole (every line one line)
+SAMPLE = 3000  # of the 25,560 combinations, for `make test`
 ROLES = plan_mod.ROLES
 # A fatal line says what to change.
 SAYS_WHAT = re.compile(r": (set|run on|give|lower|raise|choose|fix|use) ")
@@ -168,7 +172,17 @@ def growth() -> Any:
                               "plan.gpus=[H100-80GB]"])).growth
 
 
+def test_a_seeded_sample_of_combinations_ends_in_a_verdict(growth: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    every = list(cases())
+    judge_all(random.Random(1).sample(every, min(SAMPLE, len(every))), growth, monkeypatch)
+
+
+@pytest.mark.slow
 def test_every_combination_ends_in_a_verdict(growth: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    judge_all(cases(), growth, monkeypatch)
+
+
+def judge_all(chosen: Any, growth: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A model's facts do not change during the test: read each model directory once, not per combination.
     monkeypatch.setattr(memory, "model_facts", functools.lru_cache(maxsize=None)(memory.model_facts))
     base = cfg_for(["experiment=paper"])
@@ -178,7 +192,7 @@ def test_every_combination_ends_in_a_verdict(growth: Any, monkeypatch: pytest.Mo
     tracebacks: list[str] = []
     wrong: list[str] = []
     total = 0
-    for case in cases():
+    for case in chosen:
         total += 1
         try:
             how, key, bad = judge(config(base, files, case), growth, rendered=total % RENDERED == 0)

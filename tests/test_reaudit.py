@@ -6,8 +6,6 @@ import asyncio
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.report.runs import load_run
 from ncp_local.errors import InputError
 from ncp_local.execution.store import RunDir, read_calls
+from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = RandomPolicy(conflict_rate=0.25, overturn_rate=0.3, node_rate=0.4, satisfy_rate=0.3)
@@ -151,9 +150,8 @@ def test_agreement_by_hand() -> None:
     assert agr["per_episode"]["turns"]["pearson"] == pytest.approx(1.0)
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+def _run(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_cli_reaudit(tmp_path: Path) -> None:

@@ -10,8 +10,6 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
 from html import escape as html_escape
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from ncp_local.report.stats import bootstrap, cohen_kappa, confusion, pearson, r
 from ncp_local.report.tables import genre_rows, summary_markdown, summary_rows
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.errors import InputError
+from cli_runner import CliResult, run_cli
 ROOT = Path(__file__).resolve().parent.parent
 GENRES = {"a": ["drama", "mystery"], "b": ["drama", "comedy"], "c": ["comedy", "horror"],
           "d": ["mystery", "horror"], "e": ["drama", "horror"]}
@@ -325,9 +324,8 @@ def test_review_round_trip(run_dir: Path, tmp_path: Path) -> None:
 
 # ---- the entry point ------------------------------------------------------------
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+def _run(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def test_cli_report_and_review(tmp_path: Path) -> None:

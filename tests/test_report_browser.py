@@ -6,20 +6,17 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 from test_report import make_run, write_dataset
 
 from ncp_local.report import build_report
 from ncp_local.report.runs import attach_specs, load_runs
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium not installed")
 
 
-def render(page: Path, tmp: Path, name: str) -> tuple[bytes, str]:
+def render(chromium: Path, page: Path, tmp: Path, name: str) -> tuple[bytes, str]:
     shot = tmp / f"{name}.png"
     res = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,1600", f"--screenshot={shot}", "--dump-dom",
          page.as_uri()],
@@ -37,14 +34,14 @@ def distinct_colours(png: bytes, tmp: Path) -> int:
         return len(im.convert("RGB").getcolors(maxcolors=1 << 20) or ())
 
 
-def test_report_renders(tmp_path: Path) -> None:
+def test_report_renders(chromium: Path, tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", write_dataset(tmp_path / "dataset"))
     runs = load_runs([str(run)])
     attach_specs(runs[0])
     out = tmp_path / "report"
     build_report(runs, out, resamples=200)
 
-    png, dom = render(out / "index.html", tmp_path, "index")
+    png, dom = render(chromium, out / "index.html", tmp_path, "index")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     assert distinct_colours(png, tmp_path) > 50  # text, badges and the plot, not a blank page
     assert len(re.findall(r'<tr class="episode"', dom)) == 5
@@ -52,12 +49,12 @@ def test_report_renders(tmp_path: Path) -> None:
     # The sorting/filtering script ran in the browser: it updates the count label.
     assert "5 shown" in dom
 
-    png, dom = render(out / "episodes" / "00-run" / "a.html", tmp_path, "episode")
+    png, dom = render(chromium, out / "episodes" / "00-run" / "a.html", tmp_path, "episode")
     assert len(png) > 20_000 and distinct_colours(png, tmp_path) > 50
     conflict = re.search(r'<div class="conflict" data-type="fact">(.*?)</dl></div>', dom, re.S)
     assert conflict, "the conflict that ended the episode is highlighted"
     assert "initial fact 0 of a" in conflict.group(1) and "confirmed on review" in conflict.group(1)
     assert 'class="card turn conflict-turn" id="t2"' in dom  # turn id 1 = turn 2, the paper's count
 
-    _, dom = render(out / "episodes" / "00-run" / "b.html", tmp_path, "escaped")
+    _, dom = render(chromium, out / "episodes" / "00-run" / "b.html", tmp_path, "escaped")
     assert "<script>alert" not in dom and "&lt;script&gt;alert" in dom  # model text stays text

@@ -11,19 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import CliResult, run_cli, run_submit
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMIT = ROOT / "slurm" / "submit.py"
 WAIT_S = 600
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+def _run(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
-def _submit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SUBMIT), *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+def _submit(*args: str, cwd: Path) -> CliResult:
+    return run_submit(*args, cwd=cwd)
 
 
 def _results(d: Path) -> dict[str, bytes]:
@@ -133,15 +133,6 @@ def test_submit_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 # -- a real array job ---------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    if not shutil.which("sinfo") or not shutil.which("sbatch"):
-        pytest.skip("Slurm client not installed (scripts/start_slurm.sh starts a local cluster)")
-    probe = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"no Slurm controller reachable: {probe.stderr.strip()}")
-
-
 def _wait_for(job: str, deadline: float) -> None:
     while time.monotonic() < deadline:
         q = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%i %t %r"], capture_output=True, text=True,
@@ -155,6 +146,7 @@ def _wait_for(job: str, deadline: float) -> None:
     pytest.fail(f"Slurm job {job} did not finish in {WAIT_S}s: {q.stdout}")
 
 
+@pytest.mark.timeout(1800)  # the array waits up to WAIT_S in the queue
 def test_array_job_equals_single_run(slurm: None, official_dataset: Path, tmp_path: Path) -> None:
     overrides = ("dataset=ncp_bench", f"dataset.path={official_dataset}", "limit=12", "engine=scripted",
                  "max_turns=4", "progress=false")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import CliResult, run_submit
 
 from ncp_local.engines.serve import serve_args
 from ncp_local.engines.settings import ModelSettings
@@ -95,9 +96,8 @@ def test_vllm_serve_reads_the_two_node_command_lines_as_meant(tmp_path: Path) ->
 
 
 def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "slurm" / "submit.py"), "--shards", "2", "--serve", "auditor",
-                          "--serve-gpus", "0", "--dry-run", "--", "max_turns=1", "limit=2", f"out_dir={tmp_path / 'r'}"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = run_submit("--shards", "2", "--serve", "auditor", "--serve-gpus", "0", "--dry-run", "--", "max_turns=1",
+                     "limit=2", f"out_dir={tmp_path / 'r'}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     lines = {line.split(":", 1)[0].strip(): line for line in out.stdout.splitlines()}
     assert "slurm/serve.sbatch" in lines["server"] and "--gres" not in lines["server"]
@@ -119,11 +119,9 @@ def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     assert "VLLM_REGEX_COMPILATION_TIMEOUT_S=600" in lines["server"]
 
 
-def _sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "slurm" / "submit.py"), "--shards", "2", "--serve", "auditor",
-                           "--serve-gpus", "0", "--dry-run", "--", "-m", *overrides, "narrator.engine=scripted",
-                           "player.engine=scripted", "max_turns=1", "limit=2"],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+def _sweep(tmp_path: Path, *overrides: str) -> CliResult:
+    return run_submit("--shards", "2", "--serve", "auditor", "--serve-gpus", "0", "--dry-run", "--", "-m", *overrides,
+                      "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=2", cwd=tmp_path)
 
 
 def test_a_sweep_over_narrators_shares_one_served_auditor(tmp_path: Path) -> None:

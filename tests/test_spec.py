@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import yaml
 
 from ncp_local.protocol.spec import dataset_summary, load_dataset, load_spec
 from ncp_local.errors import InputError
+from cli_runner import run_cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -137,8 +136,7 @@ def test_cli_malformed_spec_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "specs").mkdir()
     (tmp_path / "index.yaml").write_text("specs: [x]\n")
     (tmp_path / "specs" / "x.yaml").write_text(yaml.safe_dump(_mutate("commitments.0.type", "goal")))
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=lint", f"dataset.path={tmp_path}"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = run_cli("mode=lint", f"dataset.path={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -146,9 +144,7 @@ def test_cli_malformed_spec_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_cli_lint_official(official_dataset: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "mode=lint", "dataset=ncp_bench",
-                           f"dataset.path={official_dataset}"], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=120)
+    proc = run_cli("mode=lint", "dataset=ncp_bench", f"dataset.path={official_dataset}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert any(line.startswith("specs=100 facts=1660 commitments=1222 nodes=1511") for line in proc.stdout.splitlines())
     assert proc.stdout.count("movie93.yaml: initial_facts[") == 2

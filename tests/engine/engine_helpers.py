@@ -5,6 +5,14 @@ from __future__ import annotations
 import socket
 
 
+# The session's all-in-process reference run (conftest `reference_run`): one spec, two turns, every
+# role on the embedded model with a 1 GiB KV cache. The seed gives an episode that commits turn 0 and
+# plays turn 1 (test_mixed_engines asserts it); `seed` apart, so a sweep can vary it (test_sweep_engine).
+REFERENCE = ("max_turns=2", "limit=1", "progress=false",
+             *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ("narrator", "player", "auditor")))
+REFERENCE_SEED = "seed=0"
+
+
 def alive_after(pids: list[int], timeout: float) -> list[int]:
     """Pids still running once `timeout` has passed (zombies count as gone)."""
     import psutil

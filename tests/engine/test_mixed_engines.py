@@ -5,8 +5,11 @@ The mixed run's results are byte for byte those of the all-in-process run of the
 aside: it names the run identity, which differs by the auditor's engine): the server runs the
 engine arguments the rig's engine runs (engines/serve.py), renders the same chat template, takes
 the same per-call seed and sampling, and compiles the same JSON schema with the same backend and
-whitespace rule; fp32 on the CPU build is batch-invariant. The server killed mid-run ends the run
-like an engine death (exit 3); started again, the same command resumes to the same results.
+whitespace rule; fp32 on the CPU build is batch-invariant. The server gone mid-run ends the run
+like an engine death (exit 3); back again, the same command resumes to the same results. The rig
+reaches the server through a relay (tests/engine/served.py `Relay`) whose death is the server's
+death as the rig sees it (connections reset, then refused), so the session's server starts once.
+The all-in-process run is the session's `reference_run` (tests/engine/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ import sys
 import time
 from pathlib import Path
 
-from served import SERVED_NAME
+import pytest
+
+from engine_helpers import REFERENCE, REFERENCE_SEED
+from served import SERVED_NAME, Relay
 
 ROOT = Path(__file__).resolve().parents[2]
-KV = 1 << 30
-# One spec, two turns; the seed gives an episode that commits turn 0 and plays turn 1 (asserted), so
-# the server dies with a checkpoint on disk and the resume continues from it.
-COMMON = ("max_turns=2", "limit=1", "progress=false", "seed=0",
-          *(f"+{role}.model.kv_cache_memory_bytes={KV}" for role in ("narrator", "player", "auditor")))
+# The reference's config: the server dies with turn 0's checkpoint on disk and the resume continues from it.
+COMMON = (*REFERENCE, REFERENCE_SEED)
 
 
 def _remote(url: str) -> tuple[str, ...]:
@@ -46,16 +49,19 @@ def _results(d: Path) -> dict[str, dict]:
     return out
 
 
-def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_server_dies(served, tmp_path: Path) -> None:
-    ref = subprocess.run(_cmd(tmp_path / "ref"), capture_output=True, text=True, timeout=1800)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    expected = _results(tmp_path / "ref")
+@pytest.mark.engine
+@pytest.mark.timeout(2400)  # three runs on the real engine: minutes each on 2 cores
+def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_server_dies(
+        served, reference_run: Path, tmp_path: Path) -> None:
+    expected = _results(reference_run)
     (result,) = expected.values()
     assert len(result["turns"]) == 2, "the seed must give an episode that plays both turns (see COMMON)"
 
-    # The mixed run, with the server killed once turn 0 is committed (its checkpoint is on disk).
+    # The mixed run, with the server gone once turn 0 is committed (its checkpoint is on disk).
+    relay = Relay(served.port)
+    relay.start()
     mixed = tmp_path / "mixed"
-    proc = subprocess.Popen(_cmd(mixed, *_remote(served.url)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(_cmd(mixed, *_remote(relay.url)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         deadline = time.monotonic() + 900
@@ -63,11 +69,12 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no checkpoint in time"
             time.sleep(0.2)
-        served.kill()
+        relay.kill()
         out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
+        relay.kill()
     assert proc.returncode == 3, err[-3000:]
     # One error line (the engine log's last relevant lines follow it, indented).
     (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
@@ -78,8 +85,11 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
     log = (mixed / "engine.log").read_text(errors="replace")
     assert "retry 1 of 2 in 0.5 s" in log and "retry 2 of 2 in 1.0 s" in log, log[-3000:]
 
-    served.start()
-    again = subprocess.run(_cmd(mixed, *_remote(served.url)), capture_output=True, text=True, timeout=1800)
+    relay.start()
+    try:
+        again = subprocess.run(_cmd(mixed, *_remote(relay.url)), capture_output=True, text=True, timeout=1800)
+    finally:
+        relay.kill()
     assert again.returncode == 0, again.stderr[-3000:]
     assert _results(mixed) == expected
 
@@ -87,13 +97,13 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
     models = manifest["models"]
     assert [models[r]["engine"] for r in ("narrator", "player", "auditor")] == ["vllm", "vllm", "openai"]
     endpoint = models["auditor"]["endpoint"]
-    assert endpoint["base_url"] == served.url and endpoint["served_model"] == SERVED_NAME
+    assert endpoint["base_url"] == relay.url and endpoint["served_model"] == SERVED_NAME
     assert [m["id"] for m in endpoint["models"]] == [SERVED_NAME] and endpoint["version"].startswith("0.")
     # The identity names the served model by what the server reports, not by its address.
     auditor = manifest["identity_parts"]["models"]["auditor"]
     assert auditor["engine"] == "openai" and auditor["served_model"] == SERVED_NAME
     assert auditor["reported"]["id"] == SERVED_NAME and auditor["reported"]["max_model_len"] == 8192
-    assert served.url not in json.dumps(manifest["identity_parts"])
+    assert relay.url not in json.dumps(manifest["identity_parts"])
     # The resume was recorded, and the auditor's calls of the resumed run went to the server.
     assert len(manifest["resumes"]) == 1
     calls = [json.loads(line) for line in (mixed / "calls.jsonl").read_text().splitlines() if line.strip()]

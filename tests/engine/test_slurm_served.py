@@ -16,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine_helpers import alive_after, free_port
-from test_slurm import _line, _results, _run, _submit, _wait_for, slurm  # noqa: F401 (slurm: a fixture)
+from test_slurm import _line, _results, _run, _submit, _wait_for
 
 OVERRIDES = ("narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=2", "progress=false",
              "seed=0")
@@ -44,6 +46,8 @@ def _state(job: str) -> str:
     return next((w.split("=", 1)[1] for w in out.stdout.split() if w.startswith("JobState=")), "PURGED")
 
 
+@pytest.mark.served
+@pytest.mark.timeout(2700)
 def test_a_served_auditor_for_a_two_task_array_equals_one_process(slurm: None, embedded_model_path: Path,
                                                                   tmp_path: Path) -> None:
     cwd = tmp_path / "array"

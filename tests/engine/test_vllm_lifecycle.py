@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine_helpers import alive_after
 
 HERE = Path(__file__).resolve().parent
@@ -47,6 +49,7 @@ class _Lines:
         raise AssertionError(f"no {marker!r} from the engine child after {timeout}s")
 
 
+@pytest.mark.engine
 def test_engine_death_and_parent_death(embedded_model_path: Path, tmp_path: Path) -> None:
     log = open(tmp_path / "child.log", "wb")
     proc = subprocess.Popen(

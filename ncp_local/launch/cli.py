@@ -1,0 +1,265 @@
+"""The command line: `python run.py [group=option ...] [key=value ...]`.
+
+`run.py` is a thin script that calls `main`; the tests call the same `main` in
+their own process (tests/cli_runner.py `run_cli`), so what they check is what a user
+runs. The modes are listed in ncp_local/modes (`--help` prints them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import hydra
+from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from ncp_local import config as config_mod
+from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line
+from ncp_local.errors import InputError
+from ncp_local.execution.layout import shared_run_dir
+from ncp_local.execution.preflight import preflight
+from ncp_local.protocol import ROLES
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
+from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
+
+EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
+# A sweep up to this many points is checked point by point before the first
+# starts; a larger one value by value (each swept key alone, the others at
+# their first value), which catches every bad value but not a bad combination.
+MAX_CHECKED_POINTS = 64
+
+
+OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
+register_help()
+
+
+def check_overrides(argv: list[str]) -> str | None:
+    """Compose the config for the command line; a bad override is one line.
+
+    Hydra itself reports a wrong key or group option in several lines and
+    exits 1; checking first keeps the rig's contract (one line, exit 2). A
+    sweep (`-m`) has every point composed; on the basic launcher each is also
+    validated (config, method options, engine and model paths, dataset)
+    before the first one starts (the batched launcher validates its points).
+    """
+    args_parser = get_args_parser()
+
+    def refuse(message: str) -> NoReturn:
+        raise _BadArgs(message)
+
+    args_parser.error = refuse  # type: ignore[method-assign]  # argparse prints its whole usage first
+    try:
+        args = args_parser.parse_args(argv)
+    except _BadArgs as exc:
+        return f"command line: {exc} (options such as -m go before the overrides; see --help)"
+    if sum(map(bool, (args.run, args.multirun, args.cfg, args.info, args.shell_completion))) > 1:
+        return "only one of --run, --multirun, --cfg, --info and --shell-completion can be given"
+    if (args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun
+            or args.config_path or args.config_dir):
+        return None  # not a composition of our own config: leave it to Hydra
+    name = args.config_name or "config"
+    parser = OverridesParser.create()
+    overrides = []
+    for line in args.overrides:
+        try:
+            overrides.append(parser.parse_override(line))
+        except Exception as exc:
+            return f"config override {line}: {hydra_error_line(exc)}"
+    point: list[str] = []
+    try:
+        fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+        # glob() sweeps need Hydra's config loader to expand: left to Hydra.
+        axes = [(o.get_key_element(), values) for o in overrides
+                if o.is_sweep_override() and (values := _sweep_values(o))]
+        if not args.multirun:
+            compose(args.overrides, name)
+            return None
+        first = [f"{key}={values[0]}" for key, values in axes]
+        cfg = compose(fixed + first, name, hydra_config=True)
+        # Sweeps declared in a config file (`hydra.sweeper.params`, e.g. experiment=auditor_sensitivity).
+        params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+        given = {o.get_key_element().lstrip("+~") for o in overrides}
+        for key, spec in params.items():
+            if key in given:
+                continue
+            for o in parser.parse_overrides([f"{key}={spec}"]):
+                values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
+                if values:
+                    axes.append((key, values))
+        # A point the rig's checks refuse is named now, before anything starts, and the others
+        # run (its own job refuses at its start and the sweep ends with EXIT_SWEEP_FAILED).
+        # Hydra's own errors (an unknown key or option) refuse the whole sweep: Hydra's sweeper
+        # would refuse it anyway, in many lines, before any launcher starts.
+        batched = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith(".BatchedLauncher")
+        checker = _PointChecker(name)
+        placed: list[tuple[str, Any, str]] = []  # (point, run directory, identity) of points with an out_dir
+        for point in _points(axes):
+            if batched:
+                # The batched launcher runs the rig's checks on every point itself, before any starts.
+                compose(fixed + point, name)
+                continue
+            try:
+                found = checker.check(fixed + point)
+            except _BadPoint as exc:
+                print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)", file=sys.stderr)
+                continue
+            if found:
+                placed.append((" ".join(point) or "(no overrides)", *found))
+        shared = shared_run_dir(placed)
+        if shared:
+            return str(shared)
+    except HydraException as exc:
+        return f"config override{_at(point)}: {hydra_error_line(exc)}"
+    except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
+        return f"config override{_at(point)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
+
+
+def _at(point: list[str]) -> str:
+    return f" (sweep point {' '.join(point)})" if point else ""
+
+
+class _BadArgs(Exception):
+    """Hydra's own options (argparse) refused: the message is argparse's, without its usage text."""
+
+
+class _BadPoint(Exception):
+    """One sweep point's config refused by the rig's own checks (the message is the one-line error)."""
+
+
+def _points(axes: list[tuple[str, list[str]]]) -> list[list[str]]:
+    """The sweep's points as override lists: all of them, or each value once when there are too many."""
+    if math.prod(len(values) for _, values in axes) <= MAX_CHECKED_POINTS:
+        return [[f"{key}={v}" for (key, _), v in zip(axes, combo)]
+                for combo in itertools.product(*(values for _, values in axes))]
+    first = [f"{key}={values[0]}" for key, values in axes]
+    points = [first]
+    for i, (key, values) in enumerate(axes):
+        points += [first[:i] + [f"{key}={v}"] + first[i + 1:] for v in values[1:]]
+    return points
+
+
+class _PointChecker:
+    """What a sweep point's job would refuse at its start, checked up front without starting anything."""
+
+    def __init__(self, config_name: str) -> None:
+        self.config_name = config_name
+        self.datasets: dict[str, Any] = {}  # datasets already read (a sweep rarely varies it)
+
+    def check(self, overrides: list[str]) -> tuple[Any, str] | None:
+        """Refuses a bad point (_BadPoint); for a run with a fixed `out_dir`, its run directory and
+        identity key (several points must not share one: `layout.shared_run_dir`)."""
+        try:
+            raw: dict[str, Any] = OmegaConf.to_container(  # type: ignore[assignment]
+                config_mod.compose(overrides, self.config_name), resolve=True)
+        except Exception as exc:  # interpolation errors name the key themselves
+            if type(exc).__module__.startswith("hydra"):
+                raise
+            raise _BadPoint(f"config: {exc}".splitlines()[0]) from None
+        from ncp_local.execution.episodes import where  # the run's machinery (scipy): not for a bad override
+
+        try:
+            cfg = config_mod.validate(raw)
+            if cfg.mode not in ("run", "bench"):
+                return None
+            # The same check the point's own job makes first (execution/preflight.py).
+            ready = preflight(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES, datasets=self.datasets)
+            if cfg.mode != "run" or not cfg.out_dir:
+                return None  # each identity has its own runs/<dataset>-<key>
+            _, ident, out = where(ready, raw)
+            return out, ident.key
+        except InputError as exc:
+            raise _BadPoint(str(exc)) from None
+
+
+def _sweep_values(override) -> list[str]:
+    try:
+        return list(override.sweep_string_iterator())
+    except Exception:  # glob(): expanding it needs Hydra's config loader
+        return []
+
+
+# A local sweep's points, in order: (job number, overrides, exit code).
+SWEEP: list[tuple[int, str, int]] = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command line (default: this process's) and returns its exit code.
+
+    Every way out is a code: a bad override (one line, EXIT_BAD_INPUT), a mode's own code, a
+    local sweep with failed points (EXIT_SWEEP_FAILED), Ctrl-C outside a run's own handler.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    SWEEP.clear()
+    try:
+        problem = check_overrides(args)
+        if problem:
+            print(f"error: {bounded(problem)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        saved, sys.argv = sys.argv, [sys.argv[0] if sys.argv else "run.py", *args]  # Hydra reads sys.argv
+        try:
+            _hydra_task()
+        except SystemExit as exc:
+            if exc.code:
+                return exc.code if isinstance(exc.code, int) else 1
+        finally:
+            sys.argv = saved
+        summary = sweep_summary()
+        if summary:
+            print(f"error: {summary}", file=sys.stderr)
+            return EXIT_SWEEP_FAILED
+        return 0
+    except KeyboardInterrupt:
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return EXIT_SIGINT
+
+
+@hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")
+def _hydra_task(cfg: DictConfig) -> None:
+    from ncp_local.modes import main as mode_main  # every mode (scipy, matplotlib): after the override check
+
+    code = mode_main(cfg)
+    job = _local_sweep_job()
+    if job is None or code in STOPPED_BY_SIGNAL:
+        # A single run, a Slurm task (its own exit code), or a stop asked for: exit now.
+        if code:
+            sys.exit(code)
+        return
+    # A local sweep goes on past a failed point (each resumes when the sweep is re-run).
+    SWEEP.append((*job, code))
+    _index_point(cfg, job[0], code)
+
+
+def _index_point(cfg: DictConfig, num: int, code: int) -> None:
+    """The sweep folder's index.json row of this point (job, overrides, run directory, status, exit code)."""
+    from ncp_local.launch.sweep import record_point  # the batched launcher's module (matplotlib)
+
+    hc = HydraConfig.get()
+    record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg)
+
+
+def _local_sweep_job() -> tuple[int, str] | None:
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or not str(hc.launcher.get("_target_", "")).endswith("BasicLauncher"):
+        return None
+    return int(hc.job.num), " ".join(hc.overrides.task)
+
+
+def sweep_summary() -> str | None:
+    """One line when some points of a local sweep failed."""
+    failed = [(num, task, code) for num, task, code in SWEEP if code]
+    if not failed:
+        return None
+    which = ", ".join(f"#{num} (exit {code})" for num, _, code in failed)  # Hydra printed each #N's overrides
+    advice = "fix the refused point(s), then " if any(code == EXIT_BAD_INPUT for *_, code in failed) else ""
+    return (f"sweep: {len(failed)} of {len(SWEEP)} point(s) failed: {which}; {advice}re-run the same command "
+            "to resume (finished points are not run again)")
