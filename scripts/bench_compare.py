@@ -20,6 +20,7 @@ Run it before merging anything that touches `ncp_local/execution/` or `ncp_local
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -84,11 +85,11 @@ def has_bench(commit: str) -> bool:
 
 
 def _num(text: str) -> float | None:
-    text = text.strip()
     try:
-        return float(text)
+        value = float(text.strip())
     except ValueError:
         return None
+    return value if math.isfinite(value) else None  # `nan`: not measured
 
 
 def parse_printed(stdout: str) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def parse_printed(stdout: str) -> dict[str, Any]:
                 ratios[name] = _num(value)
     if "a" not in ways or not ratios:
         raise ValueError("no bench table or ratios line in the output")
-    return {"ways": ways, "ratios": ratios, "table": _table(stdout), "source": "printed"}
+    return {"ways": ways, "ratios": ratios, "table": _table(stdout), "source": "printed table"}
 
 
 def _table(stdout: str) -> list[str]:
@@ -152,6 +153,14 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _range(s: dict[str, Any]) -> str:
+    return f"{_fmt(s['min'])}-{_fmt(s['max'])}" if s["n"] else "-"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
 def report(old_commit: str, new_label: str, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     for tree, label, runs in (("old", old_commit, old), ("new", new_label, new)):
@@ -167,9 +176,8 @@ def report(old_commit: str, new_label: str, old: list[dict[str, Any]], new: list
         o, n = both["old"], both["new"]
         if not o["n"] and not n["n"]:
             continue
-        lines.append(f"| {label} | {_fmt(o['median'])} | {_fmt(o['min'])}-{_fmt(o['max'])} | "
-                     f"{_fmt(o['spread'] and 100 * o['spread'], 0)}% | {_fmt(n['median'])} | "
-                     f"{_fmt(n['min'])}-{_fmt(n['max'])} | {_fmt(n['spread'] and 100 * n['spread'], 0)}% |")
+        lines.append(f"| {label} | {_fmt(o['median'])} | {_range(o)} | {_pct(o['spread'])} | {_fmt(n['median'])} | "
+                     f"{_range(n)} | {_pct(n['spread'])} |")
     r = s["rig_wall_new_over_old"]
     lines.append(f"rig wall new/old: median={_fmt(r['median'], 3)} over {len(r['pairs'])} pairs "
                  f"({', '.join(_fmt(p, 3) for p in r['pairs'])})")

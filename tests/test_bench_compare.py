@@ -94,6 +94,9 @@ def test_parse_printed_reads_an_old_trees_table_and_ratios() -> None:
     assert run["ratios"] == {"rig/ceiling": 0.92, "rig/sequential": 2.98, "cache_hit": 0.61}
     assert bc.figure(run, ("ratio", "rig/replay_k")) is None and bc.figure(run, ("wall", "d")) is None
     assert len(run["table"]) == 5
+    # An old tree's `nan` (a way it did not run) is "not measured", not a number in the medians.
+    assert bc.parse_printed(OLD_OUTPUT.replace("rig/sequential=2.98", "rig/sequential=nan"))["ratios"][
+        "rig/sequential"] is None
     with pytest.raises(ValueError):
         bc.parse_printed("bench: nothing\n")
 
