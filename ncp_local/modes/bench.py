@@ -1,6 +1,6 @@
 """`mode=bench`: the rig against one call at a time and against the engine's ceiling.
 
-One fixed workload (K episodes x T turns, fixed seeds) runs three ways on
+One fixed workload (K episodes x T turns, fixed seeds) runs four ways on
 one engine, in one process, one after the other:
 
   a. rig:        every episode concurrent (what `mode=run` does);
@@ -586,7 +586,7 @@ def _say(line: str) -> None:
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    """`mode=bench`: one workload three ways on the narrator's model; `bench.sweep`: a sweep two ways."""
+    """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
     if cfg.bench.sweep:
         return _main_sweep(cfg)
     if cfg.bench.long_horizon or cfg.bench.speculative:
