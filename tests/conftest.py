@@ -41,6 +41,7 @@ def official_prompts() -> Path:
 TIER_OF_FIXTURE = {"engine": "engine", "served": "served", "slurm": "slurm", "chromium": "browser"}
 # A test's tier for the time summary: the first of these it carries, else "none" (starts nothing).
 TIERS = ("slow", "served", "slurm", "engine", "browser")
+ENGINE_TIMEOUT_S = 1800
 _SECONDS: dict[str, float] = {}
 _COUNT: dict[str, int] = {}
 
@@ -57,6 +58,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # Under pytest-xdist (`-n 2 --dist loadgroup`) all of these run in one worker, so the
             # session's engine, server and reference run start once, and never two engines at once.
             item.add_marker(pytest.mark.xdist_group("engines"))
+            if item.get_closest_marker("timeout") is None:
+                # pyproject's 900 s is for tests that start nothing; an engine test's own waits are
+                # up to 900 s on top of a session engine's start (minutes on a slow 2-core machine).
+                item.add_marker(pytest.mark.timeout(ENGINE_TIMEOUT_S))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
