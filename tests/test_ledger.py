@@ -37,6 +37,16 @@ def test_blank_additions_skipped_and_text_stripped() -> None:
     assert [(f.id, f.text) for f in out] == [("f_0", "text f_0"), ("f_1", "real fact")]
 
 
+def test_negating_an_inactive_fact_leaves_it_inactive() -> None:
+    # PROTOCOL section 2: a negation ends a fact; one already ended stays ended (it never flips back),
+    # and negating it twice in one update is negating it once.
+    facts = _facts(("f_0", False), ("f_1", True))
+    out = ledger.apply_update(facts, FactUpdate(negate_facts=("f_0", "f_1", "f_1")))
+    assert [(f.id, f.active) for f in out] == [("f_0", False), ("f_1", False)]
+    again = ledger.apply_update(out, FactUpdate(negate_facts=("f_0", "f_1")))
+    assert again == out
+
+
 def test_unknown_negation_ignored_and_additions_before_negations() -> None:
     facts = _facts(("f_0", True), ("f_1", True))
     out = ledger.apply_update(facts, FactUpdate(add_facts=("new",), negate_facts=("f_9", "f_2", "f_0")))
