@@ -14,7 +14,6 @@ itself); what only a real process shows (signals, start-up) runs one.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import shutil
@@ -26,7 +25,6 @@ import traceback
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 import pytest
@@ -34,6 +32,7 @@ import pytest
 from ncp_local import config as config_mod
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED, EXIT_SYSTEMATIC
 from ncp_local.launch import cli
+from cli_runner import submit_module
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"
@@ -41,15 +40,6 @@ BASE = ("engine=scripted", "limit=1", "max_turns=1", "progress=false", "dataset.
         "prompts.dir={tmp}/pack", "out_dir={tmp}/run")
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SUBMIT_PY = _load("ncp_slurm_submit", ROOT / "slurm" / "submit.py")
 
 
 @dataclass(frozen=True)
@@ -289,7 +279,7 @@ def run_in_process(tool: str, argv: list[str]) -> tuple[int, str, str]:
     with redirect_stdout(out), redirect_stderr(err):
         try:
             if tool == "submit":
-                code = SUBMIT_PY.main(argv)
+                code = submit_module().main(argv)
             else:
                 if "-m" in argv or "--multirun" in argv:  # checked up front; 0: the sweep would start
                     problem = cli.check_overrides(argv)

@@ -19,8 +19,6 @@ import dataclasses
 import inspect
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 
 from ncp_local.engines.base import Message, Request  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
-from ncp_local.execution.preflight import check_engines  # noqa: E402
+from ncp_local.execution.preflight import check_engine_args  # noqa: E402
 from ncp_local.engines.vllm import (  # noqa: E402
     GPU_STEP_TOKENS, _engine_args, _engine_environ, engine_arg_names, engine_args_problem, engine_env,
     engine_kwargs, sampling_params,
@@ -84,7 +82,7 @@ def test_devices_must_match_tensor_parallel(devices: list[int], tp: int, ok: boo
 def _check_with(role: str, **engine_args: Any) -> None:
     raw = _compose()[1]
     raw[role]["model"]["engine_args"] = engine_args
-    check_engines(config_mod.validate(raw))
+    check_engine_args(config_mod.validate(raw))
 
 
 def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
@@ -104,7 +102,7 @@ def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
     # No check needed (and none made) for engines that are not vLLM.
     raw = _compose("engine=scripted")[1]
     raw["narrator"]["model"]["engine_args"] = {"nope": 1}
-    check_engines(config_mod.validate(raw))
+    check_engine_args(config_mod.validate(raw))
 
 
 @pytest.mark.parametrize("key, value", [

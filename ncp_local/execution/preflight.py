@@ -3,8 +3,8 @@ re-audit, the Slurm submitter).
 
 In order: the `engine_args` keys, the memory and window plan (`ncp_local.plan`), the dataset, the
 narrator method and its options, the player condition, the prompt pack, and
-the engines (packages, API key, model paths, `engine_args`, every stage's
-grammar on its backend). A failure is an `InputError`: one line naming the
+the engines (packages, API key, model paths, every stage's grammar on its
+backend). A failure is an `InputError`: one line naming the
 file or key, exit code 2, before any model loads and before anything is
 written.
 """
@@ -75,9 +75,7 @@ def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool 
     if models:
         # The plan reads engine_args (the KV cache's size and dtype): a misspelt key is named
         # before a plan made without it can refuse the run for another reason.
-        for role in roles:
-            if role_engine(cfg, role) == "vllm":
-                _check_engine_args(role, getattr(cfg, role).model)
+        check_engine_args(cfg, roles)
         cfg = plan.planned(cfg, roles)
     dataset = narrator_cls = player = None
     kwargs: dict[str, Any] = {}
@@ -116,9 +114,9 @@ def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:
 
 
 def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
-    """Each role's engine: its package and API key; for in-process roles every local model path,
-    every `engine_args` key (one vLLM takes) and every stage's grammar on its structured-output
-    backend. (Endpoints are asked what they serve afterwards: `endpoints.check`.)"""
+    """Each role's engine: its package and API key; for in-process roles every local model path and
+    every stage's grammar on its structured-output backend (`engine_args`: `check_engine_args`,
+    before the plan). (Endpoints are asked what they serve afterwards: `endpoints.check`.)"""
     kinds = {role: role_engine(cfg, role) for role in roles}
     for kind in dict.fromkeys(kinds.values()):
         if kind not in ENGINE_PACKAGES:
@@ -151,7 +149,6 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
             raise ConfigError(f"{role}.model.path", f"model {model.name!r}: {model.path}: {problem} "
                               "(set models_root or NCP_MODELS_ROOT, or override the path)")
     for role, model in models.items():
-        _check_engine_args(role, model)
         _check_thinking(role, model)
         _check_format(role, model)
     for role in models:
@@ -200,6 +197,13 @@ def _check_format(role: str, model: ModelSettings) -> None:
                           f"which vLLM would load in its own format while the rig renders prompts with the Hugging "
                           f"Face tokenizer there; set engine_args {{{pinned}}} (conf/model/mistral_small_24b_instruct"
                           ".yaml does)")
+
+
+def check_engine_args(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
+    """Every in-process role's `engine_args` key is one vLLM takes (checked before the plan reads them)."""
+    for role in roles:
+        if role_engine(cfg, role) == "vllm":
+            _check_engine_args(role, getattr(cfg, role).model)
 
 
 def _check_engine_args(role: str, model: ModelSettings) -> None:
