@@ -49,19 +49,26 @@ demo: model
 # Tiers (pyproject.toml markers; docs/dev/test-times.md keeps their measured times): `test` runs
 # every tier but `slow`, `test-all` runs everything, `test-fast` what starts no engine, server,
 # cluster or browser. Each prints the 40 slowest tests and the time spent in each tier.
+# Two passes: the tests that start no engine are single-threaded Python, so they run on $(WORKERS)
+# workers (pytest-xdist); then the engine, server and Slurm tests run alone, since each engine
+# already uses every core and two at once would only share them.
+WORKERS ?= 2
 PYTEST  := NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest --durations=40
+NO_ENGINE := not (engine or served or slurm)
 
 test: model
 	$(VENV)/bin/lint-imports
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -n $(WORKERS) -m "$(NO_ENGINE) and not slow"
+	$(PYTEST) -m "not ($(NO_ENGINE)) and not slow"
 
 test-all: model
 	$(VENV)/bin/lint-imports
-	$(PYTEST)
+	$(PYTEST) -n $(WORKERS) -m "$(NO_ENGINE)"
+	$(PYTEST) -m "not ($(NO_ENGINE))"
 
 test-fast: install
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest --durations=20 -m "not (engine or served or slurm or browser or slow)"
+	$(PY) -m pytest --durations=20 -n $(WORKERS) -m "$(NO_ENGINE) and not (browser or slow)"
 
 lint: install
 	$(PY) run.py mode=lint
