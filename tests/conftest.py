@@ -37,8 +37,10 @@ def official_prompts() -> Path:
     return Path(path)
 
 
-# The fixture that puts a test in a tier (tests/engine/conftest.py defines `engine` and `served`).
-TIER_OF_FIXTURE = {"engine": "engine", "served": "served", "slurm": "slurm", "chromium": "browser"}
+# The fixture that puts a test in a tier (tests/engine/conftest.py defines `engine`, `reference_sweep` and
+# `served`).
+TIER_OF_FIXTURE = {"engine": "engine", "reference_sweep": "engine", "served": "served", "slurm": "slurm",
+                   "chromium": "browser"}
 # A test's tier for the time summary: the first of these it carries, else "none" (starts nothing).
 TIERS = ("slow", "served", "slurm", "engine", "browser")
 ENGINE_TIMEOUT_S = 1800

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from engine_helpers import REFERENCE, REFERENCE_SEED, alive_after
+from engine_helpers import METHODS, REFERENCE, ReferenceSweep, alive_after, reference_dataset
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -77,14 +78,20 @@ def embedded_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def reference_run(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`python run.py` of REFERENCE, every role in-process: what the served auditor's run
-    (test_mixed_engines) and the batched sweep's point (test_sweep_engine) must equal, byte for byte."""
-    out = tmp_path_factory.mktemp("reference") / "run"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), f"out_dir={out}", *REFERENCE, REFERENCE_SEED],
-                          capture_output=True, text=True, timeout=1800, cwd=out.parent)
+def reference_sweep(embedded_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> ReferenceSweep:
+    """`python run.py -m hydra/launcher=batched` of REFERENCE over METHODS (engine_helpers), every role
+    in-process, without the speculative player: the batched sweep (test_sweep_engine), the forced context
+    overflow (test_context_limit) and what the served auditor's run must equal (test_mixed_engines)."""
+    root = tmp_path_factory.mktemp("reference")
+    dataset = reference_dataset(root / "dataset")
+    sweep = root / "sweep"
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched",
+                           f"method={','.join(METHODS)}", "speculative_player=false", f"dataset.path={dataset}",
+                           *REFERENCE, f"hydra.sweep.dir={sweep}"],
+                          capture_output=True, text=True, timeout=1800, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    index = json.loads((sweep / "index.json").read_text())
+    return ReferenceSweep(dataset, sweep, index, proc.stdout, proc.stderr)
 
 
 @pytest.fixture(scope="session")

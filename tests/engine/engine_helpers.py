@@ -3,14 +3,76 @@
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-# The session's all-in-process reference run (conftest `reference_run`): one spec, two turns, every
-# role on the embedded model with a 1 GiB KV cache. The seed gives an episode that commits turn 0 and
-# plays turn 1 (test_mixed_engines asserts it); `seed` apart, so a sweep can vary it (test_sweep_engine).
-REFERENCE = ("max_turns=2", "limit=1", "progress=false",
+# Output bounds for engine tests whose subject is not the shipped role files' sizes. The 135M model
+# mostly loops inside a string until its bound ("1.1.1.1..."), about one token per character at some
+# 7 tokens a second on 2 cores, so an episode's time is nearly its bounds' sum: the role files' 1,000
+# character narrations made a 2-turn episode take 4 minutes. Every bound keeps a value, so the grammar
+# still bounds every field (and `bound_hits` still fires); tests/engine/test_rig_engine.py's
+# `test_every_auditor_stage_parses_on_real_prompts` keeps the role files' own bounds.
+SMALL_BOUNDS: dict[str, dict[str, int]] = {
+    "narrator": {"text_chars": 80, "reason_chars": 40, "subgoal_chars": 40, "summary_chars": 80},
+    "player": {"player_chars": 60},
+    "auditor": {"reason_chars": 40, "fact_chars": 60, "new_facts": 2, "negations": 2, "conflicts": 2,
+                "build_chars": 60},
+}
+SMALL = tuple(f"{role}.bounds.{key}={value}" for role, bounds in SMALL_BOUNDS.items()
+              for key, value in bounds.items())
+
+# The session's reference sweep (conftest `reference_sweep`): one batched sweep, every role in-process
+# on the embedded model (one engine start), SMALL bounds, two turns, over the methods (baseline,
+# hiagent), on a dataset of two specs (`reference_dataset`). The seed gives a baseline episode of FITS
+# that commits turn 0 and plays turn 1 (test_mixed_engines asserts it).
+REFERENCE = ("max_turns=2", "progress=false", "seed=0", *SMALL,
              *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ("narrator", "player", "auditor")))
-REFERENCE_SEED = "seed=0"
+METHODS = ("baseline", "hiagent")
+# FITS plays; CROWDED is treasure_island with 220 more established facts, whose opening prompt (about
+# 11,500 tokens) overflows the embedded model's 8192-token window by the prompt itself (not by the
+# output reservation), so it ends `context_limit` whether or not a backend clamps max_tokens to the
+# room left (test_context_limit). FITS is first in the index: `limit=1` runs FITS alone.
+FITS = "red_riding_hood"
+CROWDED = "crowded_harbour"
+CROWDING_FACTS = 220
+
+
+def reference_dataset(root: Path) -> Path:
+    """The reference sweep's dataset in `root`: FITS as shipped, CROWDED built from treasure_island."""
+    import yaml
+
+    (root / "specs").mkdir(parents=True)
+    src = ROOT / "specs" / "specs"
+    (root / "specs" / f"{FITS}.yaml").write_text((src / f"{FITS}.yaml").read_text())
+    doc = yaml.safe_load((src / "treasure_island.yaml").read_text())
+    doc["meta"]["id"] = CROWDED
+    n = len(doc["initial_facts"])
+    # About 45 tokens each.
+    doc["initial_facts"] += [
+        {"id": f"f_{n + i}", "negated": False,
+         "content": f"Ledger entry {i} of the Admiral Benbow records that a traveller paid for supper, a bed and "
+                    f"stabling on night {i} of the winter, and left by the Bristol road at first light."}
+        for i in range(CROWDING_FACTS)]
+    (root / "specs" / f"{CROWDED}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (root / "index.yaml").write_text(yaml.safe_dump({"specs": [FITS, CROWDED]}))
+    return root
+
+
+@dataclass(frozen=True)
+class ReferenceSweep:
+    """The session's reference sweep, as run: its folder, index, output, and each method's run directory."""
+
+    dataset: Path
+    sweep_dir: Path
+    index: dict
+    stdout: str
+    stderr: str
+
+    def point(self, method: str) -> Path:
+        return Path(self.index["points"][METHODS.index(method)]["run_dir"])
 
 
 def alive_after(pids: list[int], timeout: float) -> list[int]:
@@ -101,6 +163,12 @@ def ask_all(engine_session, service, spec_id: str, calls, timeout: float = 1500)
             for stage, template, variables, ids, extra in calls))
 
     return engine_session.run(go(), timeout=timeout)
+
+
+def small_roles() -> dict:
+    """embedded_roles() with SMALL_BOUNDS in place of the role files' bounds."""
+    return {r: (sampling, bounds.model_copy(update=SMALL_BOUNDS[r]))
+            for r, (sampling, bounds) in embedded_roles().items()}
 
 
 def embedded_roles() -> dict:

@@ -1,12 +1,12 @@
 """Every structured-output backend the model configs offer plays an episode on the real engine.
 
-One engine per backend (the session engine is xgrammar's, whose episodes are
-tests/engine/test_rig_engine.py's); one spec, one turn (the opening and turn 1: every stage, and
+One engine per backend (xgrammar's episodes are the session's reference sweep,
+tests/engine/test_sweep_engine.py); one spec, one turn (the opening and turn 1: every stage, and
 the fact update twice), the embedded model
 with the embedded role files' sampling, and the ids in the backend's form
 (engines/grammar.id_form: outlines gets patterns, so each stage's schema is
-the same on every call and compiled once), the auditor's bounds smaller than
-its role file's (AUDITOR_BOUNDS). Content quality is not asserted (a
+the same on every call and compiled once), every role's bounds smaller than
+its role file's (engine_helpers.SMALL_BOUNDS). Content quality is not asserted (a
 135M model): what is asserted is that the grammar never lets through an
 answer the parser rejects for its form, and, under outlines, that no stage's
 grammar is compiled twice.
@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from engine_helpers import embedded_roles
+from engine_helpers import small_roles
 
 from ncp_local.engines.grammar import id_form
 from ncp_local.execution.calls import CallService, RoleBinding
@@ -31,14 +31,12 @@ from ncp_local.protocol.prompts import TEMPLATES, PromptPack
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = embedded_roles()  # conf/*/smollm2.yaml, bounds included
 # outlines compiles each schema into an automaton over the vocabulary, and its cost grows with item
 # counts times string bounds (scripts/outlines_compile_cost.py: minutes per audit stage on the role
-# file's 8 facts of 300 characters). The mechanism under test does not depend on the sizes, so the
-# auditor's bounds here are small enough to keep the compile within the CI budget.
-AUDITOR_BOUNDS = ROLES["auditor"][1].model_copy(update={"reason_chars": 60, "fact_chars": 80, "new_facts": 2,
-                                                        "negations": 2, "conflicts": 2})
-ROLES = {**ROLES, "auditor": (ROLES["auditor"][0], AUDITOR_BOUNDS)}
+# file's 8 facts of 300 characters). The mechanism under test does not depend on the sizes, so every
+# role's bounds here are the engine tests' small ones (engine_helpers.SMALL_BOUNDS), which also keep
+# the episode's generated tokens few.
+ROLES = small_roles()
 # What may make an attempt invalid although the grammar held: an id of the right shape that does not
 # exist (ids as patterns; the parser checks existence), and an answer cut off at the role's
 # max_tokens (the role files' token budgets are below their character bounds' worst case: the

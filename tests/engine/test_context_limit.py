@@ -1,17 +1,15 @@
 """A forced window overflow on the real engine: the episode ends `context_limit`,
 is censored in S(t), and the report says so.
 
-One `python run.py` on the embedded model with the window reduced from 8192
-to 4096 tokens, over two specs: the rig's own red_riding_hood, whose every
-call fits, and a copy of treasure_island crowded with 100 more established
-facts, whose opening prompt alone (about 6000 tokens) fits the model's own
-8192 but not the reduced window. Overflowing by
-the prompt itself (not by the output reservation) makes the outcome the same
-whether or not the backend clamps max_tokens to the room left. The embedded
-model's prompts grow only some 30-90 tokens a turn, so a window that lets
-turn 0 fit and stops turn 2 would be a few dozen tokens wide: too brittle to
-pin here; censoring after committed turns is pinned on scripted runs
-(tests/test_report.py) and by hand (tests/test_metrics.py).
+The baseline point of the session's reference sweep (tests/engine/conftest.py `reference_sweep`) on the
+embedded model's own 8192-token window, over two specs: the rig's own red_riding_hood, whose every
+call fits, and a copy of treasure_island crowded with 220 more established facts, whose opening prompt
+alone (about 11,500 tokens) does not (engine_helpers.reference_dataset). Overflowing by the prompt
+itself (not by the output reservation) makes the outcome the same whether or not the backend clamps
+max_tokens to the room left. The embedded model's prompts grow only some 30-90 tokens a turn, so a
+window that lets turn 0 fit and stops turn 2 would be a few dozen tokens wide: too brittle to pin
+here; censoring after committed turns is pinned on scripted runs (tests/test_report.py) and by hand
+(tests/test_metrics.py).
 
 The same real run checks the report's cost table against its call log (`check_cost_table`).
 """
@@ -22,76 +20,33 @@ import csv
 import io
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from cli_runner import run_cli
+from engine_helpers import CROWDED, FITS, ReferenceSweep
 
 from ncp_local.protocol.metrics import aggregate, episode_metrics, survival
 from ncp_local.report.runs import load_run
 
-ROOT = Path(__file__).resolve().parents[2]
-WINDOW = 4096
-KV_CACHE_BYTES = 1 << 30
-MAX_TURNS = 2
-CROWDED = "crowded_harbour"
-FITS = "red_riding_hood"
-
-
-def _dataset(root: Path) -> Path:
-    (root / "specs").mkdir(parents=True)
-    src = ROOT / "specs" / "specs"
-    (root / "specs" / f"{FITS}.yaml").write_text((src / f"{FITS}.yaml").read_text())
-    doc = yaml.safe_load((src / "treasure_island.yaml").read_text())
-    doc["meta"]["id"] = CROWDED
-    n = len(doc["initial_facts"])
-    # About 45 tokens each: 100 of them put the opening prompt near 6000 tokens (~1500 without).
-    doc["initial_facts"] += [
-        {"id": f"f_{n + i}", "negated": False,
-         "content": f"Ledger entry {i} of the Admiral Benbow records that a traveller paid for supper, a bed and "
-                    f"stabling on night {i} of the winter, and left by the Bristol road at first light."}
-        for i in range(100)]
-    (root / "specs" / f"{CROWDED}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    (root / "index.yaml").write_text(yaml.safe_dump({"specs": [CROWDED, FITS]}))
-    return root
-
-
-def _rig(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=2700)  # minutes on an idle 2-core machine; far more on a busy one
+MAX_TURNS = 2  # engine_helpers.REFERENCE
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
-def run_forced(dataset: Path, out: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # The same window (and a 1 GiB KV cache, as the other engine tests: plenty for
-    # two episodes) for the three roles: one model, so one engine. The auditor's
-    # reservation as in the other engine tests on a 4096 window.
-    window = [f"++{role}.model.{key}" for role in ("narrator", "player", "auditor")
-              for key in (f"max_model_len={WINDOW}", f"kv_cache_memory_bytes={KV_CACHE_BYTES}")]
-    return _rig(f"dataset.path={dataset}", f"max_turns={MAX_TURNS}", f"out_dir={out}", "progress=false",
-                "auditor.max_tokens=1024", *window, cwd=cwd)
+def test_overflow_ends_context_limit_censored_in_report(reference_sweep: ReferenceSweep, tmp_path: Path) -> None:
+    # The sweep's table labels a point's row by its number and what differs: "#0 method=baseline".
+    check_forced_run(reference_sweep.stdout, "#0 ", reference_sweep.point("baseline"), tmp_path)
 
 
-@pytest.mark.engine
-@pytest.mark.timeout(2700)
-def test_overflow_ends_context_limit_censored_in_report(tmp_path: Path) -> None:
-    out = tmp_path / "forced"
-    res = run_forced(_dataset(tmp_path / "dataset"), out, tmp_path)
-    check_forced_run(res, out, tmp_path)
-
-
-def check_forced_run(res: subprocess.CompletedProcess[str], out: Path, cwd: Path) -> None:
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stdout.splitlines()
+def check_forced_run(stdout: str, row_label: str, out: Path, cwd: Path) -> None:
+    lines = stdout.splitlines()
     header = next(line for line in lines if line.startswith("| run |"))
-    row = next(line for line in lines if line.startswith(f"| {out.name} |"))
+    row = next(line for line in lines if line.startswith(f"| {row_label}"))
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
-    assert cells["context_limit"] == "1", res.stdout
+    assert cells["context_limit"] == "1", stdout
 
     # The records: the crowded episode ends context_limit with no turn (the opening overflowed),
     # and the overflow is in the call log, not retried.
@@ -118,10 +73,11 @@ def check_forced_run(res: subprocess.CompletedProcess[str], out: Path, cwd: Path
     assert agg.survival == expected
     assert survival([0, n], MAX_TURNS)[1] == 0.5
 
-    rep = _rig("mode=report", f"runs=[{out}]", "report.resamples=200", cwd=cwd)
+    rep = run_cli("mode=report", f"runs=[{out}]", "report.resamples=200", f"report.out={cwd / 'report'}",
+                  cwd=cwd)
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert "1 of 2 scored episode(s) censored (context_limit)" in rep.stdout
-    report = out / "report"
+    report = cwd / "report"
     [summary] = _csv(report / "results.csv")
     assert (summary["censored"], summary["context_limit"], summary["invalid"]) == ("1", "1", "0")
     surv = _csv(report / "survival.csv")

@@ -9,7 +9,10 @@ whitespace rule; fp32 on the CPU build is batch-invariant. The server gone mid-r
 like an engine death (exit 3); back again, the same command resumes to the same results. The rig
 reaches the server through a relay (tests/engine/served.py `Relay`) whose death is the server's
 death as the rig sees it (connections reset, then refused), so the session's server starts once.
-The all-in-process run is the session's `reference_run` (tests/engine/conftest.py).
+The all-in-process run is the baseline point of the session's reference sweep (tests/engine/conftest.py
+`reference_sweep`: batched beside the HiAgent point, the speculative player off); this run is alone
+(`limit=1`: FITS only) with the speculative player on, so its equality also shows that neither the
+sweep's batch neighbours nor the speculative player change an episode.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from engine_helpers import REFERENCE, REFERENCE_SEED
+from engine_helpers import FITS, REFERENCE, SMALL_BOUNDS, ReferenceSweep
 from served import SERVED_NAME, Relay
 
 ROOT = Path(__file__).resolve().parents[2]
 # The reference's config: the server dies with turn 0's checkpoint on disk and the resume continues from it.
-COMMON = (*REFERENCE, REFERENCE_SEED)
+COMMON = (*REFERENCE, "limit=1")
+AUDITOR_SMALL = tuple(f"auditor.bounds.{k}={v}" for k, v in SMALL_BOUNDS["auditor"].items())
 
 
 def _remote(url: str) -> tuple[str, ...]:
@@ -35,8 +39,19 @@ def _remote(url: str) -> tuple[str, ...]:
             "auditor.endpoint.max_retries=2", "auditor.endpoint.backoff_s=0.5")
 
 
-def _cmd(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "run.py"), f"out_dir={out}", *COMMON, *extra]
+def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, str(ROOT / "run.py"), f"dataset.path={dataset}", f"out_dir={out}", *COMMON, *extra]
+
+
+def _committed_turn(run: Path) -> bool:
+    """A checkpoint with turn 0 committed (the opening's own checkpoint comes before it)."""
+    for p in (run / "checkpoints").glob("*.json"):
+        try:
+            if json.loads(p.read_text()).get("turns"):
+                return True
+        except (OSError, ValueError):  # being replaced right now: look again
+            pass
+    return False
 
 
 def _results(d: Path) -> dict[str, dict]:
@@ -52,20 +67,20 @@ def _results(d: Path) -> dict[str, dict]:
 @pytest.mark.engine
 @pytest.mark.timeout(2400)  # three runs on the real engine: minutes each on 2 cores
 def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_server_dies(
-        served, reference_run: Path, tmp_path: Path) -> None:
-    expected = _results(reference_run)
-    (result,) = expected.values()
-    assert len(result["turns"]) == 2, "the seed must give an episode that plays both turns (see COMMON)"
+        served, reference_sweep: ReferenceSweep, tmp_path: Path) -> None:
+    expected = {f"{FITS}.json": _results(reference_sweep.point("baseline"))[f"{FITS}.json"]}
+    assert len(expected[f"{FITS}.json"]["turns"]) == 2, "the seed must give an episode that plays both turns"
+    dataset = reference_sweep.dataset
 
     # The mixed run, with the server gone once turn 0 is committed (its checkpoint is on disk).
     relay = Relay(served.port)
     relay.start()
     mixed = tmp_path / "mixed"
-    proc = subprocess.Popen(_cmd(mixed, *_remote(relay.url)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(_cmd(dataset, mixed, *_remote(relay.url)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 900
-        while not list((mixed / "checkpoints").glob("*.json")):
+        while not _committed_turn(mixed):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no checkpoint in time"
             time.sleep(0.2)
@@ -87,7 +102,8 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
 
     relay.start()
     try:
-        again = subprocess.run(_cmd(mixed, *_remote(relay.url)), capture_output=True, text=True, timeout=1800)
+        again = subprocess.run(_cmd(dataset, mixed, *_remote(relay.url)), capture_output=True, text=True,
+                               timeout=1800)
     finally:
         relay.kill()
     assert again.returncode == 0, again.stderr[-3000:]
@@ -117,7 +133,8 @@ def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_s
     sweep = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched", "narrator=smollm2,qwen3",
                            "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=1",
-                           "progress=false", "seed=0", *_remote(served.url), f"hydra.sweep.dir={sweep}"],
+                           "progress=false", "seed=0", *AUDITOR_SMALL, *_remote(served.url),
+                           f"hydra.sweep.dir={sweep}"],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((sweep / "index.json").read_text())
