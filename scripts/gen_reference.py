@@ -25,18 +25,17 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import yaml
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 if str(ROOT) not in sys.path:  # this tree's package, also when mkdocs loads this file as its hook
     sys.path.insert(0, str(ROOT))
 ROLES = ("narrator", "player", "auditor")
-MARKER = re.compile(r"^<!-- gen:([a-z-]+) -->$", re.M)
+MARKER = re.compile(r"^<!-- gen:([a-z-]+) -->$", re.MULTILINE)
 
 # Where each group's keys sit in the composed config, and the option config.yaml picks by default.
 GROUPS: dict[str, tuple[str, str]] = {
@@ -259,6 +258,13 @@ def _cell(text: str) -> str:
     return "`".join(parts).replace("|", "\\|")
 
 
+def uncell(text: str) -> str:
+    """A generated table cell's text as the code holds it (the reverse of `_cell`)."""
+    for escaped, raw in (("\\|", "|"), ("\\*", "*"), ("\\_", "_"), ("&lt;", "<"), ("&gt;", ">")):
+        text = text.replace(escaped, raw)
+    return text
+
+
 def _code(value: str) -> str:
     return f"`{value}`" if value else ""
 
@@ -270,9 +276,9 @@ def gen_config() -> str:
         raise ValueError("conf/ keys with no description (add a comment beside or above each): "
                          + ", ".join(f"{k.path} ({k.file})" for k in missing))
     parts = ["## Keys set by conf/", "",
-             "Every key a file under `conf/` sets, with the value it has by default (the file that sets it: "
-             "`config.yaml`, or the group's default option) and the comment the file gives it. "
-             "`<role>` is `narrator`, `player` or `auditor`.", ""]
+             ("Every key a file under `conf/` sets, with the value it has by default (the file that sets it: "
+              "`config.yaml`, or the group's default option) and the comment the file gives it. "
+              "`<role>` is `narrator`, `player` or `auditor`."), ""]
     sections: dict[str, list[Key]] = {}
     for k in keys.values():
         top = k.path.split(".")[0]
@@ -287,8 +293,8 @@ def gen_config() -> str:
                          f"{_cell(k.description)} |")
         parts.append("")
     parts += ["## Options of each group", "",
-              "`GROUP=OPTION` on the command line picks `conf/GROUP/OPTION.yaml` (`model@<role>.model=OPTION` "
-              "for a model file). The description is the file's opening comment.", ""]
+              ("`GROUP=OPTION` on the command line picks `conf/GROUP/OPTION.yaml` (`model@<role>.model=OPTION` "
+               "for a model file). The description is the file's opening comment."), ""]
     for group in [*GROUPS, *PRESET_GROUPS]:
         default = GROUPS.get(group, ("", ""))[1]
         parts += [f"### `{group}`", "", "| option | what it is |", "| --- | --- |"]
@@ -302,9 +308,9 @@ def gen_config() -> str:
         parts.append("")
     extra = [(k, d, t) for k, d, t in validator_keys() if k not in keys and not k.startswith("hydra")]
     parts += ["## Keys no file sets", "",
-              "The validator (`ncp_local/config.py`, `ncp_local/engines/settings.py`, "
-              "`ncp_local/protocol/stages.py` `Bounds`) also accepts these; give them on the command line "
-              "(`+key=value` when no file sets them) or in a file of your own. Unknown keys are refused.", "",
+              ("The validator (`ncp_local/config.py`, `ncp_local/engines/settings.py`, "
+               "`ncp_local/protocol/stages.py` `Bounds`) also accepts these; give them on the command line "
+               "(`+key=value` when no file sets them) or in a file of your own. Unknown keys are refused."), "",
               "| key | default | what it does |", "| --- | --- | --- |"]
     parts += [f"| `{k}` | `{d}` | {_cell(t)} |" for k, d, t in extra]
     return "\n".join(parts) + "\n"
@@ -379,8 +385,18 @@ def record_table(cls: type) -> str:
 def record_models() -> list[tuple[str, type]]:
     """(where the record lives in a run directory, its model), as the readers load them."""
     from ncp_local.execution.layout import ManifestShape
-    from ncp_local.modes.benches.figures import BenchFigures, Machine, WayFigures, Workload
-    from ncp_local.protocol.episode import Checkpoint, EpisodeResult, FactUpdateRecord, TurnRecord
+    from ncp_local.modes.benches.figures import (
+        BenchFigures,
+        Machine,
+        WayFigures,
+        Workload,
+    )
+    from ncp_local.protocol.episode import (
+        Checkpoint,
+        EpisodeResult,
+        FactUpdateRecord,
+        TurnRecord,
+    )
     from ncp_local.protocol.reaudit import ReauditResult, TurnAudit
 
     return [("results/<spec>.json", EpisodeResult), ("results/<spec>.json: each of `turns`", TurnRecord),
