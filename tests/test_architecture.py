@@ -1,4 +1,4 @@
-"""The package's structure, as the README's "Layout" states it: layers (import-linter's contracts in
+"""The package's structure, as docs/design/architecture.md states it: layers (import-linter's contracts in
 pyproject.toml, also run by `make test`), no import cycle between any two modules, and imports inside
 functions only where they defer a heavy optional package."""
 

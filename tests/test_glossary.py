@@ -1,5 +1,6 @@
-"""Every report column is defined once (report/glossary.py): the README's "Columns" table is the same
-text, the HTML report shows it as the headers' tooltips; a run of one episode shows no interval."""
+"""Every report column is defined once (report/glossary.py): the documentation's column tables are
+generated from it (scripts/gen_reference.py, on docs/reference/columns.md), the HTML report shows it as
+the headers' tooltips; a run of one episode shows no interval."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from helpers import Scripted, make_spec, spec_doc
+from test_docs import gen
 from ncp_local.report import build_report
 from ncp_local.report.cost import COST_COLUMNS
 from ncp_local.report.glossary import COST_GLOSSARY, GLOSSARY, define, plain
@@ -22,18 +24,21 @@ from ncp_local.report.tables import METRICS
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_readme_defines_every_column_as_the_code_does() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Columns"):text.index("## Sweeps")]
-    rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, re.M)
-    assert rows == list(GLOSSARY)
+def _rows(markdown: str, code: bool) -> list[tuple[str, str]]:
+    """A generated table's rows as text again (the generator escapes Markdown's specials)."""
+    pattern = r"^\| `([^`]+)` \| (.+) \|$" if code else r"^\| ([^|`]+) \| (.+) \|$"
+    rows = re.findall(pattern, markdown, re.M)
+    return [(c, gen.uncell(d)) for c, d in rows if (c, d) not in (("column", "meaning"), ("---", "---"))]
 
 
-def test_the_readme_defines_every_cost_column_as_the_code_does() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("**Cost by role and stage.**"):text.index("`cost` appears with")]
-    rows = re.findall(r"^\| ([^|`]+) \| (.+) \|$", section, re.M)
-    assert rows[2:] == list(COST_GLOSSARY)  # after the header row and its rule
+def test_the_docs_define_every_column_as_the_code_does() -> None:
+    page = (ROOT / "docs" / "reference" / "columns.md").read_text(encoding="utf-8")
+    assert "<!-- gen:columns -->" in page and "<!-- gen:cost-columns -->" in page
+    assert _rows(gen.generate("columns"), code=True) == list(GLOSSARY)
+
+
+def test_the_docs_define_every_cost_column_as_the_code_does() -> None:
+    assert _rows(gen.generate("cost-columns"), code=False) == list(COST_GLOSSARY)
     # every column the cost table can show has its one definition, and nothing else is defined
     assert sorted(h for _, h in COST_COLUMNS) == sorted(h for h, _ in COST_GLOSSARY)
 

@@ -1,5 +1,5 @@
-"""The modes table is the one list of modes: run.py dispatches through it, --help prints it, the README
-shows it, and every mode's module has the entry the table loads."""
+"""The modes table is the one list of modes: run.py dispatches through it, --help prints it, the docs'
+modes reference is generated from it, and every mode's module has the entry the table loads."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ncp_local import modes
 from ncp_local.config import ConfigError
 from ncp_local.launch.help import modes_text
 from cli_runner import run_cli
+from test_docs import gen
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,11 +27,10 @@ def test_every_mode_module_is_in_the_table_and_has_its_entry() -> None:
         assert [a.arg for a in main.args.args] == ["cfg", "raw"], m.name
 
 
-def test_the_readme_lists_the_table() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Modes"):text.index("### Exit codes")]
-    rows = re.findall(r"^\| `([a-z]+)` \| (.+) \|$", section, re.M)
-    assert rows == [(m.name, m.help) for m in modes.MODES]
+def test_the_docs_list_the_table() -> None:
+    assert "<!-- gen:modes -->" in (ROOT / "docs" / "reference" / "modes.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([a-z]+)` \| (.+) \|$", gen.generate("modes"), re.M)
+    assert [(name, gen.uncell(text)) for name, text in rows] == [(m.name, m.help) for m in modes.MODES]
 
 
 def test_help_prints_the_table() -> None:

@@ -445,7 +445,7 @@ def test_cpu_embedded_run_gets_the_ram_share(monkeypatch: pytest.MonkeyPatch) ->
     assert e.kv_bytes == int(0.3 * p.inventory.ram_bytes) - e.weights_bytes - CPU_RUNTIME_BYTES
 
 
-# ---- the README's GPU commands and the presets, on fake inventories ------------------------------------
+# ---- the GPU commands of the README and the docs, and the presets, on fake inventories ------------------------------------
 
 
 def _expand(tokens: list[str]) -> list[list[str]]:
@@ -461,9 +461,12 @@ def _expand(tokens: list[str]) -> list[list[str]]:
 
 
 def readme_gpu_commands() -> list[list[str]]:
-    """Every `run.py` line of the README that puts a role on a GPU model (not the embedded one)."""
-    out = []
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+    """Every `run.py` line of the README and the docs that puts a role on a GPU model (not the embedded one),
+    each command once."""
+    out: list[list[str]] = []
+    lines = [line for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+             for line in doc.read_text(encoding="utf-8").splitlines()]
+    for line in lines:
         if "run.py" not in line or line.lstrip().startswith(("#", "`python")):
             continue
         tokens = shlex.split(line.split("run.py", 1)[1].split("#", 1)[0])
@@ -476,7 +479,7 @@ def readme_gpu_commands() -> list[list[str]]:
                                                                       "plan.gpus="))]
         roles = [t for t in tokens if re.match(r"(narrator|player|auditor)=", t)]
         if roles and any(not t.endswith("=smollm2") for t in roles):
-            out.extend(_expand(tokens))
+            out.extend(c for c in _expand(tokens) if c not in out)
     return out
 
 
@@ -599,7 +602,7 @@ def test_mode_run_refuses_an_impossible_plan_before_loading(tmp_path: Path, mode
 
 
 def test_readme_paper_command_is_caught(official_dataset: Path, tmp_path: Path) -> None:
-    """The README's paper command keeps the embedded player: 8192 tokens do not hold 100 turns."""
+    """The paper command without player=qwen3 keeps the embedded player: 8192 tokens do not hold 100 turns."""
     base = ["experiment=paper", "dataset=ncp_bench", f"dataset.path={official_dataset}", "narrator=qwen3",
             "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]"]
     p = plan_full(planned(cfg_for(base)))

@@ -9,7 +9,7 @@
 - a model folder (config.json + model.safetensors.index.json) gives latent, indexer, experts, MTP
   layers and the quantization, and a quantized checkpoint is loaded at its stored size, less MTP;
 - `8xH200-141GB` is eight GPUs;
-- the README's DeepSeek-V3.2 command goes on 8 x H200; on 8 x H100-80GB it stops in one line saying the
+- the guide's DeepSeek-V3.2 command (docs/guide/models-and-gpus.md) goes on 8 x H200; on 8 x H100-80GB it stops in one line saying the
   weights do not fit and what would; Qwen3-235B-A22B and Kimi-K2.5 go on 8 x H200;
 - block-FP8 experts sliced past whole blocks are refused where vLLM's own load check refuses them;
 - data parallel inside one engine: vLLM's own engine arguments and parallel config take the rig's
@@ -37,7 +37,7 @@ from ncp_local.plan.memory import apply
 
 H200 = "plan.gpus=[8xH200-141GB]"
 H100 = "plan.gpus=[8xH100-80GB]"
-# The README's command for the paper's DeepSeek-V3.2 row with a local Qwen3-32B auditor beside it.
+# The guide's command for the paper's DeepSeek-V3.2 row with a local Qwen3-32B auditor beside it.
 DEEPSEEK = ["experiment=paper", "narrator=deepseek_v3_2", "player=deepseek_v3_2", "auditor=qwen3_32b",
             "auditor.model.tensor_parallel_size=8"]
 

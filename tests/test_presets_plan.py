@@ -1,5 +1,5 @@
-"""Every `mode=plan` command that names its hardware (`plan.gpus=[...]`), in README.md and in the
-experiment presets' own comments, plans as it says it does on that hardware: go unless its comment
+"""Every `mode=plan` command that names its hardware (`plan.gpus=[...]`), in README.md, in the
+documentation (docs/**/*.md) and in the experiment presets' own comments, plans as it says it does on that hardware: go unless its comment
 says `exit 2` (then refused in one line) or `exit 1` (then it starts, and only the prompt projection can
 say more). Every experiment preset is planned too: on the hardware its comments name, else (no GPU model
 in it) on this CPU. The memory and window checks only (`plan.check`, what `mode=run` makes first): no
@@ -22,6 +22,8 @@ from ncp_local import plan as plan_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = sorted((ROOT / "conf" / "experiment").glob("*.yaml"))
+# Where commands are documented: the README and the site's pages.
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # Inputs of other modes, and the dataset's location: nothing the memory plan reads.
 IGNORED = ("dataset.path=", "runs=", "out_dir=", "hydra/launcher=")
 
@@ -71,18 +73,19 @@ def expected(comment: str) -> str:
 def commands(path: Path) -> list[tuple[str, list[str], str]]:
     """(where, tokens, expected verdict) of every `run.py` line in `path` that names hardware."""
     out = []
+    name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT / "docs") else path.name
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if "run.py" not in line or "plan.gpus=" not in line:
             continue
         text = line.split("run.py", 1)[1]
         text = text.split("`", 1)[0]  # a command quoted in prose ends at its backtick
         command, _, comment = text.partition("#")
-        out.append((f"{path.name}:{n}", shlex.split(command), expected(comment)))
+        out.append((f"{name}:{n}", shlex.split(command), expected(comment)))
     return out
 
 
 def readme_and_preset_commands() -> list[tuple[str, list[str], str]]:
-    found = commands(ROOT / "README.md")
+    found = [c for doc in DOCS for c in commands(doc)]
     for preset in PRESETS:
         found += commands(preset)
     return [(f"{where} {' '.join(p)}", p, verdict) for where, tokens, verdict in found for p in points(tokens)]
@@ -99,7 +102,7 @@ def verdict(cfg: Any) -> tuple[str, Any]:
 
 def test_the_readme_and_the_presets_name_hardware() -> None:
     where = {case[0].split(":")[0] for case in CASES}
-    assert "README.md" in where and "auditor_sensitivity.yaml" in where
+    assert "README.md" in where and "docs/guide/models-and-gpus.md" in where and "auditor_sensitivity.yaml" in where
     # auditor_sensitivity's sweep expands: its four auditors on two GPUs, on one 141 GB GPU, three on one 80 GB.
     assert sum("auditor_sensitivity.yaml" in c[0] for c in CASES) >= 4 + 4 + 3
 
@@ -117,10 +120,11 @@ def test_command_plans_as_it_says(where: str, overrides: list[str], want: str) -
             assert e.kv_bytes >= e.window_kv(), (where, e.label)
 
 
-def test_readme_one_80gb_gpu_is_refused_with_the_32b_auditor_needing_two() -> None:
-    """README: the paper command "on one 80 GB GPU stops with one line saying the 32B auditor needs two"."""
-    readme = [c for c in CASES if c[0].startswith("README.md") and "auditor=qwen3_32b" in c[1]]
-    assert readme, "the README's paper plan command"
+def test_the_paper_command_on_one_80gb_gpu_is_refused_with_the_32b_auditor_needing_two() -> None:
+    """The guide (docs/guide/models-and-gpus.md): the paper command "on one 80 GB GPU stops with one line saying
+    the 32B auditor needs two"."""
+    readme = [c for c in CASES if c[0].startswith("docs/guide/models-and-gpus.md") and "auditor=qwen3_32b" in c[1]]
+    assert readme, "the guide's paper plan command"
     one = [t if not t.startswith("plan.gpus=") else "plan.gpus=[H100-80GB]" for t in readme[0][1]]
     got, p = verdict(cfg_for(one))
     assert got == plan_mod.CANNOT
@@ -139,7 +143,7 @@ def test_every_preset_plans_on_the_hardware_it_names(preset: str, monkeypatch: p
     runs = points(["-m", f"experiment={preset}"])
     if any(_uses_gpu_models(r) for r in runs):
         # A preset that puts a role on a GPU model says on what hardware it plans (the cases above check it).
-        assert named, f"{preset}: no `mode=plan ... plan.gpus=[...]` command in the README or the preset"
+        assert named, f"{preset}: no `mode=plan ... plan.gpus=[...]` command in the README, the docs or the preset"
         return
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: this CPU
     for r in runs:

@@ -1,7 +1,7 @@
 """Serving a model on Slurm, by dry run (nothing is queued, no GPU): the command lines
 slurm/serve.sbatch builds for a 2-node DeepSeek-V3.2 layout (Ray pipeline parallel, or vLLM's
 multi-node data parallel), and the three jobs `slurm/submit.py --serve` queues. Never run across
-nodes here (README "Beyond one node")."""
+nodes here (docs/guide/serving.md)."""
 
 from __future__ import annotations
 

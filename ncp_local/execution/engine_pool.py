@@ -26,7 +26,7 @@ from .identity import digest
 
 # Said once per run that the embedded model plays: it is there to exercise the pipeline.
 EMBEDDED_NOTE = ("note: the embedded SmolLM2-135M plays {roles}: it only exercises the pipeline, and its verdicts "
-                 "measure nothing (real models: see README \"Models, GPUs, offline use\")")
+                 "measure nothing (real models: see docs/guide/models-and-gpus.md)")
 
 
 def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:

@@ -33,7 +33,7 @@ from .projection import play
 
 # The package each engine imports when it starts, and how to install it (pyproject extras).
 ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", ("make install, or pip install -e '.[cpu]' (CPU; torch first, see README); on a GPU node "
+    "vllm": ("vllm", ("make install, or pip install -e '.[cpu]' (CPU; torch first, see the Makefile); on a GPU node "
                       "make install-gpu")),
     "openai": ("openai", "pip install -e '.[openai]'"),
 }

@@ -77,7 +77,7 @@ def help_text() -> str:
         "",
         "== Hydra's flags ==",
         "$FLAGS_HELP",
-        "See README.md; --hydra-help for Hydra's own groups.",
+        "See README.md and docs/ (make docs); --hydra-help for Hydra's own groups.",
     ]).replace("$", "$$").replace("$$FLAGS_HELP", "$FLAGS_HELP")
 
 

@@ -1,5 +1,5 @@
 """One module per mode, listed once in `MODES`: run.py dispatches through it, `--help`
-prints it, and a test holds the README's mode list to it. A mode is a thin entry
+prints it, and the docs' modes reference is generated from it. A mode is a thin entry
 (`main(cfg, raw) -> exit code`) over execution, plan and report; it never imports
 another mode. Adding a mode takes its module and one row here.
 """
@@ -22,7 +22,7 @@ from ..exits import EXIT_BAD_INPUT
 @dataclass(frozen=True)
 class Mode:
     name: str
-    help: str  # one line, for --help and the README
+    help: str  # one line, for --help and the docs' modes reference
 
     @property
     def module(self) -> str:

@@ -5,7 +5,7 @@ opening is -1 and the first player turn 0, because the reference's own results u
 person reads (HTML, plan, review sheet, messages, survival plot and CSV) counts as the paper does:
 "turn N" is the N-th player turn, so turn id N-1, and the opening comes before turn 1. An episode
 that ended at turn N has N turn records, and S(t), the share of episodes that played t turns or
-more, counts it through t = N. Every reader converts here, nowhere else (README "The run directory").
+more, counts it through t = N. Every reader converts here, nowhere else (docs/reference/run-directory.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ holds its own calls only: a point's busy time counts the moments it shared with 
 points as its own (the sum over the points exceeds the engines' busy time).
 
 `COST_COLUMNS` holds each column's key and header; what each header means is defined once, in
-`glossary.COST_GLOSSARY` (the README's cost table and the HTML tooltips show that text).
+`glossary.COST_GLOSSARY` (the docs' cost table and the HTML tooltips show that text).
 """
 
 from __future__ import annotations

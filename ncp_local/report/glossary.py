@@ -1,9 +1,8 @@
 """What every report column means, in one place.
 
-The HTML report shows these texts as the columns' tooltips, and the README's "Columns" table is
-held to them word for word by `tests/test_glossary.py` (the results columns under "Columns", the cost
-columns under "Cost by role and stage"). A new column is defined by adding its row here (then the
-README row the test asks for).
+The HTML report shows these texts as the columns' tooltips, and the documentation's column tables
+are generated from them (scripts/gen_reference.py; `tests/test_glossary.py` holds the generated
+tables to them). A new column is defined by adding its row here.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("genre rows", "an episode counts once under each genre of its spec (two each in NCP-Bench), so a "
                    "run's genre rows add up to more episodes than it has"),
 )
-# The cost table's columns (report/cost.py), in the README's order under "Cost by role and stage".
+# The cost table's columns (report/cost.py), in the order the table shows them.
 COST_GLOSSARY: tuple[tuple[str, str], ...] = (
     ("calls", "questions the stage asked a model; a question retried after an invalid answer counts once"),
     ("attempts", "requests sent to the engine, retries included (one line of calls.jsonl each)"),
