@@ -46,7 +46,7 @@ demo: model
 
 # Here the embedded model is installed: an engine test that cannot find it fails, never skips.
 # The layer contracts first (pyproject.toml [tool.importlinter]): a second, then the tests.
-# Tiers (pyproject.toml markers; docs/dev/test-times.md keeps their measured times): `test` runs
+# Tiers (pyproject.toml markers; docs/measurements/test-times.md keeps their measured times): `test` runs
 # every tier but `slow`, `test-all` runs everything, `test-fast` what starts no engine, server,
 # cluster or browser. Each prints the 40 slowest tests and the time spent in each tier.
 # Two passes: the tests that start no engine are single-threaded Python, so they run on $(WORKERS)

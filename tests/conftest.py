@@ -75,7 +75,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line: where the time went, by tier (docs/dev/test-times.md keeps these figures)."""
+    """One line: where the time went, by tier (docs/measurements/test-times.md keeps these figures)."""
     if not _SECONDS:
         return
     parts = [f"{tier} {_COUNT.get(tier, 0)} tests {_SECONDS[tier] / 60:.1f} min"
