@@ -10,10 +10,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # Output bounds for engine tests whose subject is not the shipped role files' sizes. The 135M model
-# mostly loops inside a string until its bound ("1.1.1.1..."), about one token per character at some
-# 7 tokens a second on 2 cores, so an episode's time is nearly its bounds' sum: the role files' 1,000
-# character narrations made a 2-turn episode take 4 minutes. Every bound keeps a value, so the grammar
-# still bounds every field (and `bound_hits` still fires); tests/engine/test_rig_engine.py's
+# mostly loops inside a string until its bound ("1.1.1.1..."), about one token per character at about
+# 11 tokens a second on 2 cores (fp32), so an episode's time is nearly its bounds' sum: the role files'
+# 1,000-character narrations made a 2-turn episode take 4 minutes. Every bound keeps a value, so the
+# grammar still bounds every field (and `bound_hits` still fires); tests/engine/test_rig_engine.py's
 # `test_every_auditor_stage_parses_on_real_prompts` keeps the role files' own bounds.
 SMALL_BOUNDS: dict[str, dict[str, int]] = {
     "narrator": {"text_chars": 80, "reason_chars": 40, "subgoal_chars": 40, "summary_chars": 80},
