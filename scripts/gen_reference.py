@@ -186,21 +186,26 @@ def undocumented() -> list[Key]:
 # ---- the validator's keys (pydantic models) and the comments on their fields ---------------------------
 
 
-def _source_comments(cls: type) -> dict[str, str]:
-    """{field: its comment} from a class's source: the comment on its line, else the lines above."""
+def _assignment_comments(lines: list[str], pattern: str, sep: str) -> dict[str, str]:
+    """{name: its comment} for each line matching `pattern` (group 1 is the name): the comment after
+    `sep` on that line, else the comment lines right above it."""
     out: dict[str, str] = {}
     pending: list[str] = []
-    for line in inspect.getsource(cls).splitlines()[1:]:
+    for line in lines:
         text = line.strip()
         if text.startswith("#"):
             pending.append(text.lstrip("#").strip())
             continue
-        m = re.match(r"^\s{4}([a-z_][a-z0-9_]*)\s*:", line)
+        m = re.match(pattern, line)
         if m:
-            _, comment = _split_comment(line.split(":", 1)[1])
-            out[m[1]] = comment or " ".join(pending)
+            out[m[1]] = _split_comment(line.split(sep, 1)[1])[1] or " ".join(pending)
         pending = []
     return out
+
+
+def _source_comments(cls: type) -> dict[str, str]:
+    """{field: its comment} from a class's source."""
+    return _assignment_comments(inspect.getsource(cls).splitlines()[1:], r"^\s{4}([a-z_][a-z0-9_]*)\s*:", ":")
 
 
 def _default(field: Any) -> str:
@@ -329,16 +334,7 @@ def exit_codes() -> list[tuple[str, str, str]]:
     from ncp_local import exits
 
     source = Path(exits.__file__).read_text(encoding="utf-8")
-    comments: dict[str, str] = {}
-    pending: list[str] = []
-    for line in source.splitlines():
-        if line.startswith("#"):
-            pending.append(line.lstrip("#").strip())
-            continue
-        m = re.match(r"^(EXIT_[A-Z_]+) = ", line)
-        if m:
-            comments[m[1]] = _split_comment(line.split("=", 1)[1])[1] or " ".join(pending)
-        pending = []
+    comments = _assignment_comments(source.splitlines(), r"^(EXIT_[A-Z_]+) = ", "=")
     rows = []
     for name, value in vars(exits).items():
         if name.startswith("EXIT_") and isinstance(value, int):

@@ -21,8 +21,15 @@ SMALL_BOUNDS: dict[str, dict[str, int]] = {
     "auditor": {"reason_chars": 40, "fact_chars": 60, "new_facts": 2, "negations": 2, "conflicts": 2,
                 "build_chars": 60},
 }
-SMALL = tuple(f"{role}.bounds.{key}={value}" for role, bounds in SMALL_BOUNDS.items()
-              for key, value in bounds.items())
+
+
+def small_overrides(*roles: str) -> tuple[str, ...]:
+    """SMALL_BOUNDS of these roles (every role if none is named) as command-line overrides."""
+    return tuple(f"{role}.bounds.{key}={value}" for role in roles or tuple(SMALL_BOUNDS)
+                 for key, value in SMALL_BOUNDS[role].items())
+
+
+SMALL = small_overrides()
 
 # The session's reference sweep (conftest `reference_sweep`): one batched sweep, every role in-process
 # on the embedded model (one engine start), SMALL bounds, two turns, over the methods (baseline,

@@ -25,13 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from engine_helpers import FITS, REFERENCE, SMALL_BOUNDS, ReferenceSweep
+from engine_helpers import FITS, REFERENCE, ReferenceSweep, small_overrides
 from served import SERVED_NAME, Relay
 
 ROOT = Path(__file__).resolve().parents[2]
 # The reference's config: the server dies with turn 0's checkpoint on disk and the resume continues from it.
 COMMON = (*REFERENCE, "limit=1")
-AUDITOR_SMALL = tuple(f"auditor.bounds.{k}={v}" for k, v in SMALL_BOUNDS["auditor"].items())
 
 
 def _remote(url: str) -> tuple[str, ...]:
@@ -133,7 +132,7 @@ def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_s
     sweep = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched", "narrator=smollm2,qwen3",
                            "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=1",
-                           "progress=false", "seed=0", *AUDITOR_SMALL, *_remote(served.url),
+                           "progress=false", "seed=0", *small_overrides("auditor"), *_remote(served.url),
                            f"hydra.sweep.dir={sweep}"],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -19,10 +19,7 @@ from ncp_local.modes.build import build_all, load_sources
 from ncp_local.protocol.prompts import (
     TEMPLATES, PromptPack, conflict_vars, fact_update_vars, status_vars, to_json, trajectory_vars,
 )
-from ncp_local.protocol.narrators import BaselineNarrator
-from ncp_local.protocol.player import Player
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.protocol.stages import AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut
 from ncp_local.execution.store import RunDir, read_calls
@@ -32,22 +29,17 @@ SPECS = load_dataset(ROOT / "specs").specs
 ROLES = embedded_roles()
 
 
-def _runner(engine: Any, root: Path, specs: tuple, method: type = BaselineNarrator, condition: str = "adversarial",
-            turns: int = 2, seed: int = 0, speculative: bool = False) -> tuple[EpisodeScheduler, RunDir]:
-    pack = PromptPack.load(required=TEMPLATES + getattr(method, "TEMPLATES", ()))
+def _calls(engine: Any, root: Path) -> tuple[CallService, RunDir]:
+    """The rig's call service on the session engine, logging into a run directory at `root`."""
     store = RunDir(root)
     store.open({"test": True}, "engine-test")
     roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}
-    runner = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-                              store=store, settings=EpisodeSettings(max_turns=turns, concurrency=8,
-                                                       speculative_player=speculative),
-                              make_narrator=lambda: method(pack=pack, roles=roles), player=Player(condition))
-    return runner, store
+    return CallService(roles=roles, pack=PromptPack.load(required=TEMPLATES), store=store, seed=0), store
 
 
 def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path) -> None:
     spec = SPECS[0]
-    runner, store = _runner(engine, tmp_path, (spec,))
+    service, store = _calls(engine, tmp_path)
     state = ledger.initial_state(spec).model_copy(update={"opening": "You stand at the edge of the forest."})
     projected = ledger.projected_facts(state)
     ids = AuditIds(fact_ids=tuple(f.id for f in projected), commitment_ids=tuple(c.id for c in spec.commitments))
@@ -58,7 +50,7 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
     history = f"NARRATOR: {state.opening}\n\nPLAYER: {player_input}\n\nNARRATOR: {response}"
 
     async def all_stages() -> list[Any]:
-        ask = lambda *a, **k: runner.calls.ask(spec.id, 0, *a, **k)  # noqa: E731
+        ask = lambda *a, **k: service.ask(spec.id, 0, *a, **k)  # noqa: E731
         return [
             await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids),
             await ask("conflict_check", "conflict_check", cvars, ids=ids),

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from engine_helpers import SMALL_BOUNDS, alive_after, free_port
+from engine_helpers import alive_after, free_port, small_overrides
 from test_slurm import _line, _results, _run, _submit, _wait_for
 
 OVERRIDES = ("narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=2", "progress=false",
-             "seed=0", *(f"auditor.bounds.{k}={v}" for k, v in SMALL_BOUNDS["auditor"].items()))
+             "seed=0", *small_overrides("auditor"))
 SERVED = "smollm2-135m-instruct"  # the model file's name: what submit.py serves it as
 WAIT_S = 900
 
