@@ -48,6 +48,8 @@ _SECONDS: dict[str, float] = {}
 _COUNT: dict[str, int] = {}
 
 
+# First: pytest-xdist's loadgroup reads the xdist_group marks in its own modifyitems hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         needs = set(getattr(item, "fixturenames", ()))
@@ -57,8 +59,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # Carried on the item's reports, so the summary sees it also from pytest-xdist's workers.
         item.user_properties.append(("tier", next((t for t in TIERS if item.get_closest_marker(t)), "none")))
         if any(item.get_closest_marker(t) for t in ("engine", "served", "slurm")):
-            # Under pytest-xdist (`-n 2 --dist loadgroup`) all of these run in one worker, so the
-            # session's engine, server and reference run start once, and never two engines at once.
+            # Under pytest-xdist (`-n 2 --dist loadgroup`) all of these run in one worker, so the session's
+            # engine, server and reference sweep start once, and never two engines at once: two groups side
+            # by side took as long as one after the other (10.4 against 10.3 min, 2026-12-03) and once
+            # lost the Slurm job's server engine (docs/measurements/test-times.md).
             item.add_marker(pytest.mark.xdist_group("engines"))
             if item.get_closest_marker("timeout") is None:
                 # pyproject's 900 s is for tests that start nothing; an engine test's own waits are

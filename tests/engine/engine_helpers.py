@@ -15,11 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # 1,000-character narrations made a 2-turn episode take 4 minutes. Every bound keeps a value, so the
 # grammar still bounds every field (and `bound_hits` still fires); tests/engine/test_rig_engine.py's
 # `test_every_auditor_stage_parses_on_real_prompts` keeps the role files' own bounds.
+# Halving them from the first small set (narration 80, reasons 40, two facts) cut the reference sweep's
+# generated tokens by about 45% (the status check's per-commitment reasons were the largest share).
 SMALL_BOUNDS: dict[str, dict[str, int]] = {
-    "narrator": {"text_chars": 80, "reason_chars": 40, "subgoal_chars": 40, "summary_chars": 80},
-    "player": {"player_chars": 60},
-    "auditor": {"reason_chars": 40, "fact_chars": 60, "new_facts": 2, "negations": 2, "conflicts": 2,
-                "build_chars": 60},
+    "narrator": {"text_chars": 40, "reason_chars": 12, "subgoal_chars": 16, "summary_chars": 40},
+    "player": {"player_chars": 30},
+    "auditor": {"reason_chars": 12, "fact_chars": 30, "new_facts": 1, "negations": 1, "conflicts": 1,
+                "build_chars": 30},
 }
 
 
@@ -38,22 +40,28 @@ SMALL = small_overrides()
 REFERENCE = ("max_turns=2", "progress=false", "seed=0", *SMALL,
              *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ("narrator", "player", "auditor")))
 METHODS = ("baseline", "hiagent")
-# FITS plays; CROWDED is treasure_island with 220 more established facts, whose opening prompt (about
+# FITS plays: red_riding_hood with one commitment of each type (of its 8), since the status check
+# answers one entry per commitment (about 20 tokens each, whatever the bounds: 8 made it the longest
+# answer of a turn). CROWDED is treasure_island with 220 more established facts, whose opening prompt (about
 # 11,500 tokens) overflows the embedded model's 8192-token window by the prompt itself (not by the
 # output reservation), so it ends `context_limit` whether or not a backend clamps max_tokens to the
 # room left (test_context_limit). FITS is first in the index: `limit=1` runs FITS alone.
 FITS = "red_riding_hood"
+FITS_COMMITMENTS = ("c_0", "c_2", "c_5")
 CROWDED = "crowded_harbour"
 CROWDING_FACTS = 220
 
 
 def reference_dataset(root: Path) -> Path:
-    """The reference sweep's dataset in `root`: FITS as shipped, CROWDED built from treasure_island."""
+    """The reference sweep's dataset in `root`: FITS with FITS_COMMITMENTS, CROWDED built from treasure_island."""
     import yaml
 
     (root / "specs").mkdir(parents=True)
     src = ROOT / "specs" / "specs"
-    (root / "specs" / f"{FITS}.yaml").write_text((src / f"{FITS}.yaml").read_text())
+    fits = yaml.safe_load((src / f"{FITS}.yaml").read_text())
+    fits["commitments"] = [c for c in fits["commitments"] if c["id"] in FITS_COMMITMENTS]
+    assert {c["type"] for c in fits["commitments"]} == {"ordering", "invariant", "achievement"}
+    (root / "specs" / f"{FITS}.yaml").write_text(yaml.safe_dump(fits, sort_keys=False))
     doc = yaml.safe_load((src / "treasure_island.yaml").read_text())
     doc["meta"]["id"] = CROWDED
     n = len(doc["initial_facts"])

@@ -10,6 +10,8 @@ they would on a GPU node, and:
 - the second engine's processes hold no copy of the first one's watchdog pipe;
 - closing the first engine is quick, its watchdog exits by itself (not killed
   after a timeout), and the second engine keeps all its processes and serves;
+- the second engine's core killed (as by the OOM killer), its next request
+  raises EngineDead instead of hanging, and closing it still ends the rest;
 - os.environ is the same after each engine start as before it (what the rig
   and vLLM wrote for that engine is restored), and a deterministic engine
   reports its capped max_num_seqs.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -134,6 +137,7 @@ def _ask(loop: asyncio.AbstractEventLoop, backend) -> str:  # type: ignore[no-un
 
 @pytest.mark.engine
 def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_path: Path, fork_engines: None) -> None:
+    from ncp_local.engines.base import EngineDead
     from ncp_local.engines.settings import DETERMINISTIC_MAX_NUM_SEQS, ModelSettings
     from ncp_local.engines.vllm import _engine_core_processes
 
@@ -184,6 +188,11 @@ def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_pat
         assert _ask(loop, b) == "length"
         time.sleep(2)
         assert sorted(alive_after(b_pids, timeout=0)) == sorted(b_pids)
+
+        # B's engine core dies (as under the OOM killer): its next request fails fast, it does not hang.
+        os.kill(core[0], signal.SIGKILL)
+        with pytest.raises(EngineDead):
+            _ask(loop, b)
     finally:
         for backend in (a, b):
             if backend is not None:

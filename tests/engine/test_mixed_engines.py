@@ -1,18 +1,22 @@
-"""Each role on its own engine, on the real thing: narrator and player in-process on the embedded
-model, the auditor on the session's `vllm serve` of the same model (tests/engine/served.py).
+"""Roles on a served model, on the real thing: narrator, player and auditor on the session's `vllm serve`
+of the embedded model (tests/engine/served.py), and a batched sweep whose auditor is on that server
+while its narrators are not.
 
-The mixed run's results are byte for byte those of the all-in-process run of the same config (seal
-aside: it names the run identity, which differs by the auditor's engine): the server runs the
-engine arguments the rig's engine runs (engines/serve.py), renders the same chat template, takes
-the same per-call seed and sampling, and compiles the same JSON schema with the same backend and
-whitespace rule; fp32 on the CPU build is batch-invariant. The server gone mid-run ends the run
-like an engine death (exit 3); back again, the same command resumes to the same results. The rig
-reaches the server through a relay (tests/engine/served.py `Relay`) whose death is the server's
-death as the rig sees it (connections reset, then refused), so the session's server starts once.
-The all-in-process run is the baseline point of the session's reference sweep (tests/engine/conftest.py
-`reference_sweep`: batched beside the HiAgent point, the speculative player off); this run is alone
-(`limit=1`: FITS only) with the speculative player on, so its equality also shows that neither the
-sweep's batch neighbours nor the speculative player change an episode.
+The served run's results are byte for byte those of the all-in-process run of the same config (seal
+aside: it names the run identity, which differs by the roles' engine): the server runs the engine
+arguments the rig's engine runs (engines/serve.py), renders the same chat template, takes the same
+per-call seed and sampling, and compiles the same JSON schema with the same backend and whitespace
+rule; fp32 on the CPU build is batch-invariant. The server gone mid-run ends the run like an engine
+death (exit 3); back again, the same command resumes to the same results. The rig reaches the server
+through a relay (tests/engine/served.py `Relay`) whose death is the server's death as the rig sees it
+(connections reset, then refused), so the session's server starts once. The all-in-process run is the
+baseline point of the session's reference sweep (tests/engine/conftest.py `reference_sweep`: batched
+beside the HiAgent point, the speculative player off); this run is alone (`limit=1`: FITS only) with
+the speculative player on, so its equality also shows that neither the sweep's batch neighbours nor
+the speculative player change an episode. Every role is on the server so that neither of the run's
+two processes starts an engine of its own (two engine starts fewer); one run with engines of both
+kinds is the batched sweep below (scripted narrators, the served auditor) and the scripted tests of
+the engine pool.
 """
 
 from __future__ import annotations
@@ -33,9 +37,15 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMON = (*REFERENCE, "limit=1")
 
 
-def _remote(url: str) -> tuple[str, ...]:
-    return ("auditor.engine=openai", f"auditor.endpoint.base_url={url}", f"auditor.endpoint.model={SERVED_NAME}",
-            "auditor.endpoint.max_retries=2", "auditor.endpoint.backoff_s=0.5")
+ROLES = ("narrator", "player", "auditor")
+
+
+def _remote(url: str, roles: tuple[str, ...] = ("auditor",)) -> tuple[str, ...]:
+    return tuple(o for role in roles for o in (
+        f"{role}.engine=openai", f"{role}.endpoint.base_url={url}", f"{role}.endpoint.model={SERVED_NAME}",
+        f"{role}.endpoint.max_retries=2", f"{role}.endpoint.backoff_s=0.5",
+        # vLLM's own request extensions: the player's plain text is bounded by a regex, as in-process.
+        f"{role}.endpoint.vllm_extensions=true"))
 
 
 def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
@@ -65,17 +75,17 @@ def _results(d: Path) -> dict[str, dict]:
 
 @pytest.mark.engine
 @pytest.mark.timeout(2400)  # three runs on the real engine: minutes each on 2 cores
-def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_server_dies(
+def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_dies(
         served, reference_sweep: ReferenceSweep, tmp_path: Path) -> None:
     expected = {f"{FITS}.json": _results(reference_sweep.point("baseline"))[f"{FITS}.json"]}
     assert len(expected[f"{FITS}.json"]["turns"]) == 2, "the seed must give an episode that plays both turns"
     dataset = reference_sweep.dataset
 
-    # The mixed run, with the server gone once turn 0 is committed (its checkpoint is on disk).
+    # The served run, with the server gone once turn 0 is committed (its checkpoint is on disk).
     relay = Relay(served.port)
     relay.start()
-    mixed = tmp_path / "mixed"
-    proc = subprocess.Popen(_cmd(dataset, mixed, *_remote(relay.url)), stdout=subprocess.PIPE,
+    mixed = tmp_path / "served"
+    proc = subprocess.Popen(_cmd(dataset, mixed, *_remote(relay.url, ROLES)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 900
@@ -101,7 +111,7 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
 
     relay.start()
     try:
-        again = subprocess.run(_cmd(dataset, mixed, *_remote(relay.url)), capture_output=True, text=True,
+        again = subprocess.run(_cmd(dataset, mixed, *_remote(relay.url, ROLES)), capture_output=True, text=True,
                                timeout=1800)
     finally:
         relay.kill()
@@ -110,19 +120,21 @@ def test_auditor_on_a_served_model_equals_in_process_and_resumes_after_the_serve
 
     manifest = json.loads((mixed / "manifest.json").read_text())
     models = manifest["models"]
-    assert [models[r]["engine"] for r in ("narrator", "player", "auditor")] == ["vllm", "vllm", "openai"]
-    endpoint = models["auditor"]["endpoint"]
-    assert endpoint["base_url"] == relay.url and endpoint["served_model"] == SERVED_NAME
-    assert [m["id"] for m in endpoint["models"]] == [SERVED_NAME] and endpoint["version"].startswith("0.")
-    # The identity names the served model by what the server reports, not by its address.
-    auditor = manifest["identity_parts"]["models"]["auditor"]
-    assert auditor["engine"] == "openai" and auditor["served_model"] == SERVED_NAME
-    assert auditor["reported"]["id"] == SERVED_NAME and auditor["reported"]["max_model_len"] == 8192
+    assert [models[r]["engine"] for r in ROLES] == ["openai"] * 3
+    for role in ROLES:
+        endpoint = models[role]["endpoint"]
+        assert endpoint["base_url"] == relay.url and endpoint["served_model"] == SERVED_NAME
+        assert [m["id"] for m in endpoint["models"]] == [SERVED_NAME] and endpoint["version"].startswith("0.")
+        # The identity names the served model by what the server reports, not by its address.
+        part = manifest["identity_parts"]["models"][role]
+        assert part["engine"] == "openai" and part["served_model"] == SERVED_NAME
+        assert part["reported"]["id"] == SERVED_NAME and part["reported"]["max_model_len"] == 8192
     assert relay.url not in json.dumps(manifest["identity_parts"])
-    # The resume was recorded, and the auditor's calls of the resumed run went to the server.
+    # The resume was recorded, and every role's calls were answered (by the server: no engine in the run).
     assert len(manifest["resumes"]) == 1
     calls = [json.loads(line) for line in (mixed / "calls.jsonl").read_text().splitlines() if line.strip()]
-    assert {c["role"] for c in calls} == {"narrator", "player", "auditor"}
+    assert {c["role"] for c in calls if c["error"] is None} == set(ROLES)
+    assert "EngineCore" not in (mixed / "engine.log").read_text(errors="replace")
 
 
 def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_server(served, tmp_path: Path) -> None:

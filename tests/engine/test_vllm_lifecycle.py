@@ -1,10 +1,9 @@
-"""Engine death and parent death, on a helper process with two engines.
+"""Parent death, on a helper process with an engine.
 
-- An engine whose process dies makes `generate` raise EngineDead (not hang).
-- No engine process outlives a parent killed with SIGKILL: vLLM's own
-  cleanup never runs then, the backend's watchdog must end the engine.
-  (A clean `close()` is checked by the session fixture's teardown; Ctrl-C
-  runs vLLM's own finalizers.)
+No engine process outlives a parent killed with SIGKILL: vLLM's own cleanup never runs then, the
+backend's watchdog must end the engine. (Engine death, a core killed under a live parent, is in
+test_fork_and_env, on its two engines; a clean `close()` is checked by the session fixture's
+teardown; Ctrl-C runs vLLM's own finalizers.)
 """
 
 from __future__ import annotations
@@ -50,11 +49,11 @@ class _Lines:
 
 
 @pytest.mark.engine
-def test_engine_death_and_parent_death(embedded_model_path: Path, tmp_path: Path) -> None:
+def test_no_engine_process_outlives_a_killed_parent(embedded_model_path: Path, tmp_path: Path) -> None:
     log = open(tmp_path / "child.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "_engine_child.py"), str(embedded_model_path)],
-        stdin=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=log,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
@@ -65,20 +64,11 @@ def test_engine_death_and_parent_death(embedded_model_path: Path, tmp_path: Path
     pids: list[int] = []
     try:
         info = json.loads(out.wait_for(b"ENGINE-CHILD-READY ", timeout=400))
-        a, b = info["a"], info["b"]
-        pids = a + b
-        assert len(a) >= 2 and len(b) >= 2, info  # engine core + worker each
+        pids = info["engine"]
+        assert len(pids) >= 2, info  # engine core + worker
         assert sorted(alive_after(pids, timeout=0)) == sorted(pids)
 
-        # Engine B's core dies (as under the OOM killer): its next request fails fast.
-        os.kill(b[0], signal.SIGKILL)
-        proc.stdin.write(b"generate\n")
-        proc.stdin.flush()
-        result = out.wait_for(b"ENGINE-CHILD-RESULT ", timeout=90)
-        assert result.startswith("EngineDead"), result
-
-        # The parent dies without any cleanup: engine A must not be left running.
-        assert sorted(alive_after(a, timeout=0)) == sorted(a), "engine A should still be up"
+        # The parent dies without any cleanup: the engine must not be left running.
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         left = alive_after(pids, timeout=30)
