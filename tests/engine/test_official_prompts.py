@@ -1,13 +1,15 @@
 """The paper's own prompt files: every template, rendered on real state, leaves the embedded model's
 window the room its stage's answer needs (no engine: the tokenizer vLLM loads for the model), and the
-longest template of each role gets a parsed answer from the real engine (every template in `slow`).
+longest template of each role and every build template get a parsed answer from the real engine
+(every template in `slow`).
 
 The official templates are long (the double-check is about 22k characters), so they need the
 embedded model's whole 8192-token window. Content quality is not asserted (a 135M model): that each
 stage's rendered prompt fits, is accepted by the engine, and its answer passes the stage's contract.
 What the engine adds over the token count is the same for every template of a role (the stage's
 schema on the grammar backend, which test_rig_engine checks for every stage on the rig's own
-prompts), so `make test` asks the engine for each role's longest prompt and `make test-all` for all.
+prompts), so `make test` asks the engine for each role's longest prompt (and the build stages, whose
+schemas no other engine test asks for) and `make test-all` for all.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ncp_local.engines.chat_format import ChatFormat
 from ncp_local.engines.settings import ModelSettings
 from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.store import RunDir, read_calls
-from ncp_local.protocol.prompts import OFFICIAL_FILES, PromptPack
+from ncp_local.protocol.prompts import BUILD_TEMPLATES, OFFICIAL_FILES, PromptPack
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.protocol.stages import STAGES, min_room
 
@@ -69,8 +71,10 @@ def test_official_templates_get_a_parsed_answer(which: str, engine: Any, embedde
         sizes = _sizes(embedded_model_path, pack, calls)
         longest = {role: max((t for t, (r, *_) in sizes.items() if r == role), key=lambda t: sizes[t][1])
                    for role in ROLES}
-        calls = [c for c in calls if c[1] in longest.values()]
-        assert len(calls) == len(ROLES), longest
+        # And the build stages (short prompts, one schema each): the real-engine sibling of the `slow`
+        # build from a synopsis (test_rig_engine).
+        calls = [c for c in calls if c[1] in longest.values() or c[0].startswith("build_")]
+        assert len(calls) == len(ROLES) + len(BUILD_TEMPLATES), longest
     store = RunDir(tmp_path)
     store.open({"test": True}, "official-prompts")
     roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}

@@ -77,8 +77,8 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
 
 # `slow`: the 135M model writes list items until max_tokens (2,048 tokens, some 4 minutes a call on 2 cores;
 # 8 minutes for this test). `make test` keeps the smaller copies: every build stage's answer from the real
-# engine parsed (tests/engine/test_official_prompts.py, the official build templates) and the whole build on
-# the scripted engine loading and linting (tests/test_build.py).
+# engine parsed (tests/engine/test_official_prompts.py: the official build templates are in its `make test`
+# subset) and the whole build on the scripted engine loading and linting (tests/test_build.py).
 @pytest.mark.slow
 def test_build_from_synopsis_loads_and_lints(engine: Any, tmp_path: Path) -> None:
     source = load_sources(ROOT / "specs" / "sources.yaml")[0]
