@@ -34,10 +34,13 @@ def _results(out: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))}
 
 
-def _assert_clean(out: Path) -> None:
-    """Every file parses; no temp file left; turns numbered 0..n-1 exactly once."""
+def _assert_clean(out: Path, killed: bool = False) -> None:
+    """Every file parses; turns numbered 0..n-1 exactly once; no temp file left, except right after a
+    SIGKILL, which can land between a temp file's write and its rename (the next open removes it)."""
     for p in list((out / "results").glob("*")) + list((out / "checkpoints").glob("*")):
-        assert not p.name.endswith(".tmp"), p
+        if p.name.endswith(".tmp"):
+            assert killed and p.name.startswith("."), p
+            continue
         data = json.loads(p.read_text())
         assert [t["turn"] for t in data["turns"]] == list(range(len(data["turns"])))
 
@@ -81,7 +84,7 @@ def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, o
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait(timeout=60)
-        _assert_clean(out)
+        _assert_clean(out, killed=True)
         if kills >= wanted or len(_results(out)) == 20:
             break
     assert kills >= wanted - wanted // 5, f"only {kills} kills landed"
