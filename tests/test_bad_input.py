@@ -167,6 +167,13 @@ CASES = [
     # vLLM present but not importable: the engine and its install command, not the grammar check's package.
     Case("engine-vllm-not-importable", ("engine=vllm",), ("engine=vllm", "not importable", "torch", "make install",
                                                           "pip install -e '.[cpu]'"), hide=("torch",)),
+    # Both missing: the line is about the engine (the grammar package comes with it), not xgrammar.
+    Case("engine-vllm-and-grammar-package-missing", ("engine=vllm",), ("engine=vllm needs the vllm package",
+                                                                       "make install"), hide=("vllm", "xgrammar")),
+    # The paper's preset lifts every output bound; the embedded 135M model would then write until
+    # max_tokens (a run of hours per story that measures nothing): refused before anything starts.
+    Case("paper-preset-on-the-embedded-model", ("engine=vllm", "experiment=paper"),
+         ("narrator.bounds", "embedded 135M model", "experiment=paper", "narrator.model=")),
     Case("engine-vllm-grammar-package-missing", ("engine=vllm",), ("engine=vllm", "not importable", "xgrammar",
                                                                    "make install"), hide=("xgrammar",)),
     Case("engine-name-unknown", ("engine.name=foo",), ("engine.name", "'foo'", "vllm, scripted, openai")),

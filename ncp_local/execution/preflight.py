@@ -151,8 +151,22 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
     for role, model in models.items():
         _check_thinking(role, model)
         _check_format(role, model)
+        if model.path == EMBEDDED:
+            _check_embedded_bounds(role, getattr(cfg, role).bounds)
     for role in models:
         _check_grammars(role, models[role].structured_outputs_backend, getattr(cfg, role).bounds or UNBOUNDED)
+
+
+def _check_embedded_bounds(role: str, bounds: Bounds | None) -> None:
+    """The embedded 135M model keeps writing inside a string until its bound: with none at all (as
+    `experiment=paper` sets, for the paper's real models) a narration runs to max_tokens, some
+    7,000 tokens, and a run takes hours per story on a CPU to measure nothing. Refused, not slowed."""
+    if bounds is not None and any(v is not None for v in bounds.model_dump().values()):
+        return
+    raise ConfigError(f"{role}.bounds", f"every output bound is lifted (experiment=paper does this) but {role} runs "
+                      "the embedded 135M model, which then writes until max_tokens (thousands of tokens a call, "
+                      f"hours per story on a CPU): give {role} a real model ({role}.model=<model file>, see "
+                      "docs/guide/paper-experiments.md), or drop experiment=paper to keep the embedded model's bounds")
 
 
 def _model_dir_problem(path: Path) -> str | None:
