@@ -350,6 +350,27 @@ def test_bad_input(case: Case, workspace: Path, monkeypatch: pytest.MonkeyPatch)
     assert snapshot(workspace) == before, "the working folder changed"
 
 
+def test_read_only_out_dir_with_no_usable_temporary_directory(workspace: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No temporary directory anywhere (tempfile's own error) and out_dir read-only: the one-line
+    refusal of the out_dir, not a traceback from the quiet terminal's temporary log."""
+    import errno
+    import tempfile
+
+    def nowhere() -> str:
+        raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found in ['/tmp']")
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "_get_default_tempdir", nowhere)
+    with pytest.raises(FileNotFoundError):
+        tempfile.mkstemp()  # as on such a machine
+    before = snapshot(workspace)
+    code, out, err = run_in_process("run", [a.replace("{tmp}", str(workspace)) for a in BASE]
+                                    + ["out_dir=/proc/self/ncp-run"])
+    assert_one_line(code, out, err, 2, ("ncp-run", "out_dir", "cannot be written"))
+    assert snapshot(workspace) == before
+
+
 # -- what only a real process shows ------------------------------------------------
 
 

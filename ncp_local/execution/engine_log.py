@@ -151,7 +151,14 @@ def quiet(verbose: bool, mode: str) -> Iterator[None]:
     # vLLM's log handler takes the stream named here when vllm is first imported; sys.stdout would be
     # the terminal side by then, sys.__stdout__ is descriptor 1: the log (in the engine core too).
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.__stdout__")
-    tmp_fd, tmp_name = tempfile.mkstemp(prefix=f"ncp-{mode}-", suffix=".log")
+    try:
+        tmp_fd, tmp_name = tempfile.mkstemp(prefix=f"ncp-{mode}-", suffix=".log")
+    except OSError:
+        # No usable temporary directory (a read-only root, as an unprivileged user can meet it): run
+        # unquieted rather than fail here, so the destination checks that come next say what is wrong
+        # in their one line (an unwritable out_dir), instead of a traceback from this file.
+        yield
+        return
     saved = (os.dup(1), os.dup(2))
     made: list[TextIO] = []
     streams = (sys.stdout, sys.stderr)
