@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # 1,000-character narrations made a 2-turn episode take 4 minutes. Every bound keeps a value, so the
 # grammar still bounds every field (and `bound_hits` still fires); tests/engine/test_rig_engine.py's
 # `test_every_auditor_stage_parses_on_real_prompts` keeps the role files' own bounds.
-# Halving them from the first small set (narration 80, reasons 40, two facts) cut the reference sweep's
-# generated tokens by about 45% (the status check's per-commitment reasons were the largest share).
+# Halving them from the first small set (narration 80, reasons 40, two facts) shortened the openings and
+# the player's lines; the status check's answer barely moved (its size is the JSON of one entry per
+# commitment, hence FITS_COMMITMENTS below).
 SMALL_BOUNDS: dict[str, dict[str, int]] = {
     "narrator": {"text_chars": 40, "reason_chars": 12, "subgoal_chars": 16, "summary_chars": 40},
     "player": {"player_chars": 30},
@@ -167,6 +169,15 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
     return calls
 
 
+def call_role(stage: str) -> str:
+    """The role whose binding answers `stage` here: the build stages' `builder` runs on the auditor's
+    model, as `mode=build` binds it."""
+    from ncp_local.protocol.stages import STAGES
+
+    role = STAGES[stage].role
+    return "auditor" if role == "builder" else role
+
+
 def ask_all(engine_session, service, spec_id: str, calls, timeout: float = 1500) -> list:
     """Every call in flight at once through the call service (parse, bounds, retries, call log)."""
     import asyncio
@@ -174,7 +185,7 @@ def ask_all(engine_session, service, spec_id: str, calls, timeout: float = 1500)
     async def go() -> list:
         return await asyncio.gather(*(
             service.ask(spec_id, 0, stage, template, variables, ids=ids, key=template, extra=extra,
-                        role="auditor" if stage.startswith("build_") else None)
+                        role=call_role(stage))
             for stage, template, variables, ids, extra in calls))
 
     return engine_session.run(go(), timeout=timeout)
@@ -190,11 +201,18 @@ def embedded_roles() -> dict:
     """{role: (Sampling, Bounds)} exactly as the default config's role files
     (conf/*/smollm2.yaml) give them, so engine tests never drift from what a
     user's run asks of the embedded model."""
+    from ncp_local.execution.calls import Sampling
+
+    cfg = default_config()
+    return {r: (Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
+                getattr(cfg, r).bounds) for r in ("narrator", "player", "auditor")}
+
+
+@functools.cache
+def default_config():  # type: ignore[no-untyped-def]
+    """The default config (the embedded model in every role), validated."""
     from omegaconf import OmegaConf
 
     from ncp_local.config import compose, validate
-    from ncp_local.execution.calls import Sampling
 
-    cfg = validate(OmegaConf.to_container(compose(["dataset.path=specs"]), resolve=True))
-    return {r: (Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
-                getattr(cfg, r).bounds) for r in ("narrator", "player", "auditor")}
+    return validate(OmegaConf.to_container(compose(["dataset.path=specs"]), resolve=True))

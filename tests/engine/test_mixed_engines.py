@@ -30,14 +30,12 @@ from pathlib import Path
 import pytest
 
 from engine_helpers import FITS, REFERENCE, ReferenceSweep, small_overrides
+from ncp_local.protocol import ROLES
 from served import SERVED_NAME, Relay
 
 ROOT = Path(__file__).resolve().parents[2]
 # The reference's config: the server dies with turn 0's checkpoint on disk and the resume continues from it.
 COMMON = (*REFERENCE, "limit=1")
-
-
-ROLES = ("narrator", "player", "auditor")
 
 
 def _remote(url: str, roles: tuple[str, ...] = ("auditor",)) -> tuple[str, ...]:
@@ -74,7 +72,7 @@ def _results(d: Path) -> dict[str, dict]:
 
 
 @pytest.mark.engine
-@pytest.mark.timeout(2400)  # three runs on the real engine: minutes each on 2 cores
+@pytest.mark.timeout(2400)  # two runs on the served model: minutes each on 2 cores
 def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_dies(
         served, reference_sweep: ReferenceSweep, tmp_path: Path) -> None:
     expected = {f"{FITS}.json": _results(reference_sweep.point("baseline"))[f"{FITS}.json"]}
@@ -84,12 +82,12 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     # The served run, with the server gone once turn 0 is committed (its checkpoint is on disk).
     relay = Relay(served.port)
     relay.start()
-    mixed = tmp_path / "served"
-    proc = subprocess.Popen(_cmd(dataset, mixed, *_remote(relay.url, ROLES)), stdout=subprocess.PIPE,
+    run = tmp_path / "served"
+    proc = subprocess.Popen(_cmd(dataset, run, *_remote(relay.url, ROLES)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 900
-        while not _committed_turn(mixed):
+        while not _committed_turn(run):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no checkpoint in time"
             time.sleep(0.2)
@@ -103,22 +101,22 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     # One error line (the engine log's last relevant lines follow it, indented).
     (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
     assert line.startswith("error: engine died: endpoint 'smollm2-135m-instruct'") and "unreachable after 3 tries" in line
-    assert line.endswith(f"every committed turn is checkpointed in {mixed}; re-run the same command to resume"), line
-    assert not list((mixed / "results").glob("*.json")) and list((mixed / "checkpoints").glob("*.json"))
+    assert line.endswith(f"every committed turn is checkpointed in {run}; re-run the same command to resume"), line
+    assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.json"))
     # The retries before giving up were logged with their backoff (the run's engine.log: a quiet terminal).
-    log = (mixed / "engine.log").read_text(errors="replace")
+    log = (run / "engine.log").read_text(errors="replace")
     assert "retry 1 of 2 in 0.5 s" in log and "retry 2 of 2 in 1.0 s" in log, log[-3000:]
 
     relay.start()
     try:
-        again = subprocess.run(_cmd(dataset, mixed, *_remote(relay.url, ROLES)), capture_output=True, text=True,
+        again = subprocess.run(_cmd(dataset, run, *_remote(relay.url, ROLES)), capture_output=True, text=True,
                                timeout=1800)
     finally:
         relay.kill()
     assert again.returncode == 0, again.stderr[-3000:]
-    assert _results(mixed) == expected
+    assert _results(run) == expected
 
-    manifest = json.loads((mixed / "manifest.json").read_text())
+    manifest = json.loads((run / "manifest.json").read_text())
     models = manifest["models"]
     assert [models[r]["engine"] for r in ROLES] == ["openai"] * 3
     for role in ROLES:
@@ -132,9 +130,9 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     assert relay.url not in json.dumps(manifest["identity_parts"])
     # The resume was recorded, and every role's calls were answered (by the server: no engine in the run).
     assert len(manifest["resumes"]) == 1
-    calls = [json.loads(line) for line in (mixed / "calls.jsonl").read_text().splitlines() if line.strip()]
+    calls = [json.loads(line) for line in (run / "calls.jsonl").read_text().splitlines() if line.strip()]
     assert {c["role"] for c in calls if c["error"] is None} == set(ROLES)
-    assert "EngineCore" not in (mixed / "engine.log").read_text(errors="replace")
+    assert "EngineCore" not in (run / "engine.log").read_text(errors="replace")
 
 
 def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_server(served, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import ask_all, small_roles, stage_calls
+from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 
 from ncp_local.engines.chat_format import ChatFormat
 from ncp_local.engines.settings import ModelSettings
@@ -26,13 +26,13 @@ from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.store import RunDir, read_calls
 from ncp_local.protocol.prompts import BUILD_TEMPLATES, OFFICIAL_FILES, PromptPack
 from ncp_local.protocol.spec import load_dataset
-from ncp_local.protocol.stages import STAGES, min_room
+from ncp_local.protocol.stages import min_room
 
 ROOT = Path(__file__).resolve().parents[2]
 # conf/*/smollm2.yaml's sampling with the engine tests' small bounds: the subject is the templates, and
 # the 135M model fills every string to its bound (engine_helpers.SMALL_BOUNDS).
 ROLES = small_roles()
-WINDOW = 8192  # conf/model/smollm2.yaml's max_model_len
+WINDOW = default_config().auditor.model.max_model_len  # conf/model/smollm2.yaml's, as the engine runs it
 
 
 def _calls(official_prompts: Path) -> tuple[PromptPack, Any, list]:
@@ -41,14 +41,10 @@ def _calls(official_prompts: Path) -> tuple[PromptPack, Any, list]:
     return pack, spec, stage_calls(spec)
 
 
-def _role(stage: str) -> str:
-    return "auditor" if stage.startswith("build_") else STAGES[stage].role
-
-
 def _sizes(embedded_model_path: Path, pack: PromptPack, calls: list) -> dict[str, tuple[str, int, int]]:
     """{template: (role, prompt tokens, least answer room)} as the engine and the call service count them."""
     chat = ChatFormat.load(embedded_model_path, ModelSettings(name="smollm2", path=str(embedded_model_path)))
-    return {template: (_role(stage), chat.count(pack.render(template, variables, extra=extra)), min_room(stage, ids))
+    return {template: (call_role(stage), chat.count(pack.render(template, variables, extra=extra)), min_room(stage, ids))
             for stage, template, variables, ids, extra in calls}
 
 
