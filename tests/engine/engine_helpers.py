@@ -7,6 +7,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncp_local.protocol import ROLES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,7 +42,7 @@ SMALL = small_overrides()
 # hiagent), on a dataset of two specs (`reference_dataset`). The seed gives a baseline episode of FITS
 # that commits turn 0 and plays turn 1 (test_mixed_engines asserts it).
 REFERENCE = ("max_turns=2", "progress=false", "seed=0", *SMALL,
-             *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ("narrator", "player", "auditor")))
+             *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ROLES))
 METHODS = ("baseline", "hiagent")
 # FITS plays: red_riding_hood with one commitment of each type (of its 8), since the status check
 # answers one entry per commitment (about 20 tokens each, whatever the bounds: 8 made it the longest
@@ -205,7 +207,7 @@ def embedded_roles() -> dict:
 
     cfg = default_config()
     return {r: (Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
-                getattr(cfg, r).bounds) for r in ("narrator", "player", "auditor")}
+                getattr(cfg, r).bounds) for r in ROLES}
 
 
 @functools.cache
