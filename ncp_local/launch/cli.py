@@ -88,13 +88,20 @@ def check_overrides(argv: list[str]) -> str | None:
         # Sweeps declared in a config file (`hydra.sweeper.params`, e.g. experiment=auditor_sensitivity).
         params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
         given = {o.get_key_element().lstrip("+~") for o in overrides}
+        # Hydra's basic sweeper puts the config file's params first (a command line's sweep of the
+        # same key takes its place): the points in its job order.
+        swept = dict(axes)
+        declared = []
         for key, spec in params.items():
+            if key in swept:
+                declared.append((key, swept.pop(key)))
             if key in given:
                 continue
             for o in parser.parse_overrides([f"{key}={spec}"]):
                 values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
                 if values:
-                    axes.append((key, values))
+                    declared.append((key, values))
+        axes = declared + list(swept.items())
         # A point the rig's checks refuse is named now, before anything starts, and the others
         # run (its own job refuses at its start and the sweep ends with EXIT_SWEEP_FAILED).
         # Hydra's own errors (an unknown key or option) refuse the whole sweep: Hydra's sweeper
