@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from ncp_local import config as config_mod  # noqa: E402
 from ncp_local.errors import InputError  # noqa: E402
 from ncp_local.execution.failures import exit_for  # noqa: E402
-from ncp_local.execution import sweep_index  # noqa: E402
+from ncp_local.execution import points, sweep_index  # noqa: E402
 from ncp_local.execution.layout import shard_dirs, shard_name  # noqa: E402
 from ncp_local.execution.store import DiskFull, atomic_write  # noqa: E402
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_FAILED, EXIT_OK  # noqa: E402
@@ -125,31 +125,26 @@ def read_state(path: Path) -> dict[str, Any]:
 def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True) -> tuple[Path, str, list[str]]:
     """(run directory, config identity, spec ids) for these overrides; fails like run.py would."""
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
-    from ncp_local.execution import identity, layout
-    from ncp_local.execution.preflight import preflight
 
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in RESERVED:
             raise SubmitError(f"override {o}: {key} is set by submit.py (use --shards)")
     try:
-        dcfg = config_mod.compose(overrides)
-        raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
+        raw = points.load(overrides)
     except HydraException as exc:
         raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
-    except Exception as exc:  # interpolation errors name the key themselves
+    except InputError:
+        raise
+    except Exception as exc:  # Hydra's other refusals are the config's too
         raise SubmitError(f"config: {exc}".splitlines()[0]) from None
     cfg = config_mod.validate(raw)
     if cfg.mode != "run":
         raise SubmitError(f"mode: only mode=run is submitted (got {cfg.mode!r})")
     # What each task would refuse at its start (models: unless they live on the compute nodes only).
-    ready = preflight(cfg, models=check_models, endpoints=endpoints)
-    assert ready.dataset is not None
-    ident = identity.of_run(cfg, raw, ready.dataset.root, ready.pack.templates, ready.endpoints).key
-    root = layout.run_dir(cfg, ident).expanduser()
-    return (Path.cwd() / root).resolve(), ident, [s.id for s in ready.dataset.specs]
+    checked = points.check(raw, models=check_models, endpoints=endpoints)
+    specs, ident, root = checked.where()
+    return (Path.cwd() / root).resolve(), ident.key, [s.id for s in specs]
 
 
 def compress(indices: list[int]) -> str:
@@ -272,8 +267,6 @@ def served_role(args: argparse.Namespace, points: list[list[str]]) -> dict[str, 
     """The served role's model, the server's command, arguments and environment, and the overrides that
     send the role there. `points`: the run's overrides, or each point's of a sweep, which must all give
     the role the same model (one server serves one model)."""
-    from omegaconf import OmegaConf
-
     from ncp_local.engines.serve import serve_args, serve_env
     from ncp_local.engines.vllm import engine_config, resolved_path
 
@@ -285,8 +278,7 @@ def served_role(args: argparse.Namespace, points: list[list[str]]) -> dict[str, 
         raise SubmitError("--serve-nodes must be at least 1 and --serve-gpus at least 0 (0: a CPU server)")
     models = []
     for point in points:
-        raw = OmegaConf.to_container(config_mod.compose(point), resolve=True)
-        cfg = config_mod.validate(raw)  # type: ignore[arg-type]
+        cfg = config_mod.validate(points.load(point))
         models.append(engine_config(getattr(cfg, role).model))
         if models[-1] != models[0]:
             raise SubmitError(f"--serve {role}: the sweep point {' '.join(point)} gives {role} another model than "
@@ -372,15 +364,16 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
     """Each point's overrides."""
     from hydra.errors import HydraException
 
-    from ncp_local.launch.sweep import expand
-
     try:
-        return expand(overrides)
+        grid = points.expand(overrides)
+        for _, why in grid.unexpanded:
+            raise why
     except HydraException as exc:
         raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
     except Exception as exc:  # glob() sweeps need Hydra's own config loader
         raise SubmitError(f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the "
                           "values instead (a,b,c)") from None
+    return [list(p.overrides) for p in grid.points()]
 
 
 def resolve_sweep(overrides: list[str], check_models: bool,
