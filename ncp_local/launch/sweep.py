@@ -111,7 +111,7 @@ class Point:
 
 
 def prepare(point: Point) -> Point:
-    """Everything `mode=run` checks before an engine starts, for one point; a failure marks it failed."""
+    """Everything the point's job checks before an engine starts; a failure marks it failed."""
     if point.raw is None:
         try:
             point.raw = points.resolved(point.task)
@@ -120,13 +120,14 @@ def prepare(point: Point) -> Point:
             return point
     raw = point.raw
     try:
+        # A point that could not start alone is refused here (as run.py refuses it under the basic
+        # launcher); its engines are placed per group.
         cfg = config_mod.validate(raw)
-        point.cfg, point.mode = cfg, cfg.mode
-        if cfg.mode != "run":
-            return point  # run through the mode's own entry, one point after the other
-        # A point that could not start alone is refused here; its engines are placed per group.
+        point.cfg, point.mode = cfg, cfg.mode  # also for a point refused below (its index row, its shard)
         checked = points.check(raw)
         point.ready = checked.ready
+        if cfg.mode != "run":
+            return point  # run through the mode's own entry, one point after the other
         point.specs, point.ident, point.out = checked.where()
         check_place(point.out)
         point.engines = EnginePool(cfg, endpoints=point.ready.endpoints)
