@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,39 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
             entries[key] = ([f"{key}={o.get_value_element_as_str()}"], from_params)
     return Grid(tuple(tuple(c) for c, _ in entries.values()), tuple(s for _, s in entries.values()),
                 tuple(unexpanded.items()), str(OmegaConf.select(cfg, "hydra.launcher._target_") or ""))
+
+
+def sweep_of(key: str, values: Sequence[Any]) -> str:
+    """The override that sweeps `key` over these values (config data: numbers, strings, lists, ...),
+    written in Hydra's grammar; one value is a sweep too (`choice()`, which takes no null)."""
+    if len(values) == 1 and values[0] is not None:
+        return f"{key}=choice({_written(values[0])})"
+    return f"{key}={','.join(_written(v) for v in values)}"
+
+
+# A string Hydra reads back as the same string without quotes (not a number, bool or null).
+_PLAIN = re.compile(r"[A-Za-z_][\w./-]*")
+_TYPED_WORDS = {"true", "false", "null", "inf", "nan"}
+
+
+def _written(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        if _PLAIN.fullmatch(value) and value.lower() not in _TYPED_WORDS:
+            return value
+        # Hydra reads a backslash as one unless it comes before a quote (or the closing quote).
+        escaped = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)
+        return "'" + escaped.replace("'", "\\'") + "'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_written(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_written(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"not config data: {value!r}")
 
 
 def _unexpandable(o: Override) -> Exception | None:
