@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
@@ -139,10 +139,10 @@ def _unexpandable(o: Override) -> Exception | None:
     if not o.is_discrete_sweep():
         # Hydra's basic sweeper refuses it with this message, whatever launcher runs the sweep.
         return HydraException(f"BasicSweeper does not support sweep type : {o.value_type.name}")  # type: ignore[union-attr]
-    try:
-        list(o.sweep_string_iterator())
-    except Exception as exc:  # glob(): expanding it needs Hydra's config loader
-        return exc
+    if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        # Hydra's own error would say only "ConfigLoader is not set".
+        return ValueError(f"{o.input_line}: glob() is expanded only by Hydra's own sweeper (it needs its config "
+                          "loader)")
     return None
 
 
