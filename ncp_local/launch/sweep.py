@@ -55,7 +55,6 @@ from ..execution.calls import systematic_invalid
 from ..execution.engine_pool import EnginePool
 from ..execution.episodes import manifest, play
 from ..execution.failures import exit_for
-from ..execution.layout import RESULTS
 from ..execution.preflight import Ready
 from ..execution.progress import Progress
 from ..execution.provenance import command
@@ -330,7 +329,7 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
 
 def _todo(p: Point) -> bool:
     assert p.out is not None
-    return not all((p.out / RESULTS / f"{s.id}.json").exists() for s in p.specs)
+    return not all(layout.result_file(p.out, s.id).exists() for s in p.specs)
 
 
 class Sweep:
