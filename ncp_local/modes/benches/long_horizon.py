@@ -38,6 +38,7 @@ from ...execution.store import RunDir, read_calls
 from ...plan.growth import Sizes, _words, sized_answers
 from ...protocol import ROLES
 from ...protocol.episode import Checkpoint, EpisodeResult
+from ...protocol.turns import resumed
 from ...protocol.turns import shown as shown_turn
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
@@ -131,7 +132,7 @@ async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, 
     answer = sized_answers(sizes, _words(specs), bounds, lambda *_: None)
     kv = getattr(backend, "kv_tokens", None)
     rows: list[Level] = []
-    first_warm = at_turn + 1
+    first_warm = resumed(at_turn, 2)  # the first resumed turn meets a cold cache in every way
     with tempfile.TemporaryDirectory(prefix="ncp-bench-long-") as tmp:
         root = Path(tmp)
         built, _ = await _play(specs, ScriptedEngine(rules=answer), pack, narrator_cls, player, seed, at_turn,
