@@ -78,17 +78,19 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
     The sweep's own `hydra` overrides are not part of a point. Raises Hydra's own errors."""
     parser = OverridesParser.create()
     given = parser.parse_overrides(list(overrides))
-    unexpanded = {o.input_line: why for o in given if (why := _unexpandable(o)) is not None}
     # The first point composed with Hydra's config, to read the sweeper params a config file declares.
     first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
-             else o.input_line for o in given if o.input_line not in unexpanded]
+             else o.input_line for o in given if _unexpandable(o) is None]
     cfg = config_mod.compose(first, config_name, hydra_config=True)
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
-    entries: OrderedDict[str, tuple[list[str], bool]] = OrderedDict()
+    declared = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
     task = [o for o in given if not o.get_key_element().lstrip("+~").startswith("hydra")]
-    for o, from_params in [*((p, True) for p in parser.parse_overrides([f"{k}={v}" for k, v in params.items()])),
-                           *((o, False) for o in task)]:
-        if o.input_line in unexpanded:
+    entries: OrderedDict[str, tuple[list[str], bool]] = OrderedDict()
+    unexpanded: list[tuple[str, Exception]] = []
+    for o, from_params in [*((o, True) for o in declared), *((o, False) for o in task)]:
+        why = _unexpandable(o)
+        if why is not None:
+            unexpanded.append((o.input_line, why))
             continue
         key = o.get_key_element()
         if o.is_sweep_override():
@@ -97,7 +99,7 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
             # Hydra's own rendering of the value, as the job's overrides carry it.
             entries[key] = ([f"{key}={o.get_value_element_as_str()}"], from_params)
     return Grid(tuple(tuple(c) for c, _ in entries.values()), tuple(s for _, s in entries.values()),
-                tuple(unexpanded.items()), str(OmegaConf.select(cfg, "hydra.launcher._target_") or ""))
+                tuple(unexpanded), str(OmegaConf.select(cfg, "hydra.launcher._target_") or ""))
 
 
 def sweep_of(key: str, values: Sequence[Any]) -> str:
