@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator
 
@@ -356,8 +358,17 @@ def compose(overrides: list[str], config_name: str = "config", hydra_config: boo
     run directory once. Raises Hydra's own exceptions (see `hydra_error_line`).
     """
     OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)
+    # Inside a running Hydra app (a mode composing its sweep's points, mode=bench) Hydra refuses a
+    # second initialisation: step aside from the app's Hydra and put it back after.
+    running = get_gh_backup() if GlobalHydra.instance().is_initialized() else None
+    if running is not None:
+        GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+            return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)
+    finally:
+        if running is not None:
+            restore_gh_from_backup(running)
 
 
 def bounded(line: str, limit: int = 500) -> str:

@@ -18,6 +18,8 @@ from cli_runner import CliResult, run_submit
 
 from ncp_local.engines.serve import serve_args
 from ncp_local.engines.settings import ModelSettings
+from ncp_local.exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL
+from ncp_local.launch.slurm import script_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # A test-local DeepSeek-V3.2 model file (FP8 weights, 671B parameters): 8 GPUs per node, 2 nodes.
@@ -36,7 +38,8 @@ def _sbatch(tmp_path: Path, across: str) -> list[str]:
     args = tmp_path / "serve.args"
     args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
     env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve", NCP_SERVE_ARGS=str(args),
-               NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across, NCP_GPUS_PER_NODE="8")
+               NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across, NCP_GPUS_PER_NODE="8",
+               **script_env())  # the exit codes, as the submitter passes them
     out = subprocess.run(["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 0, out.stderr
@@ -117,6 +120,10 @@ def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     assert f"NCP_VLLM={sys.executable} -m vllm.entrypoints.openai.api_server --model," in lines["server"]
     # The in-process engine's environment goes to the server too (e.g. its grammar compile timeout).
     assert "VLLM_REGEX_COMPILATION_TIMEOUT_S=600" in lines["server"]
+    # The job scripts' exit codes come from exits.py, not from the scripts.
+    assert f"NCP_EXIT_ENGINE_DEAD={EXIT_ENGINE_DEAD}" in lines["server"]
+    assert f"NCP_EXIT_SIGTERM={EXIT_SIGNAL['SIGTERM']}" in lines["server"] and \
+        f"NCP_EXIT_SIGTERM={EXIT_SIGNAL['SIGTERM']}" in array
 
 
 def _sweep(tmp_path: Path, *overrides: str) -> CliResult:

@@ -27,6 +27,7 @@ from . import engine_log, layout, provenance
 from .calls import CallService, bindings, systematic_invalid
 from .engine_pool import EnginePool, embedded_note
 from .failures import exit_for
+from .points import where
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings
@@ -51,15 +52,6 @@ def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, ready: Ready, eng
         "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
         "models": models,
     }
-
-
-def where(ready: Ready, raw: dict[str, Any]) -> tuple[tuple[Spec, ...], identity_mod.Identity, Path]:
-    """This shard's specs, the run's identity and its directory."""
-    cfg, ds = ready.cfg, ready.dataset
-    assert ds is not None
-    specs = layout.shard_specs(cfg, ds.specs)
-    ident = identity_mod.of_run(cfg, raw, ds.root, ready.pack.templates, ready.endpoints)
-    return specs, ident, layout.shard_dir(cfg, layout.run_dir(cfg, ident.key))
 
 
 def run(cfg: RunConfig, raw: dict[str, Any]) -> int:

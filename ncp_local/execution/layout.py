@@ -2,7 +2,8 @@
 
     runs/<dataset>-<identity key>/       (or `out_dir`)
       manifest.json  results/  checkpoints/  calls.jsonl  engine.log  .lock
-      shard-iii-of-nnn/                  (a Slurm array task's part, the same inside)
+      shard-iii-of-nnn/                  (a Slurm array task's part, the same inside, DONE when finished)
+      submit.json  slurm/  endpoint-<role>  (a Slurm submission's record, task logs, served role's URL)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ CALLS = "calls.jsonl"
 DONE = "DONE"
 LOCK = ".lock"
 ENGINE_LOG = "engine.log"  # the engine's and libraries' output (execution/engine_log.py)
+SUBMIT_STATE = "submit.json"  # a Slurm submission: shard count, identity, jobs queued (launch/submit.py)
+SLURM_LOGS = "slurm"  # the array tasks' and the server's logs
 # The kind each part must have (a wrong kind is refused, never worked around).
 RUN_FOLDERS = (RESULTS, CHECKPOINTS, QUARANTINE)
 RUN_FILES = (LOCK, CALLS, DONE, ENGINE_LOG)
@@ -45,22 +48,54 @@ def run_dir(cfg: RunConfig, key: str) -> Path:
     return Path("runs") / f"{cfg.dataset.name}-{key}"
 
 
+def shard_path(root: Path, index: int, count: int) -> Path:
+    """Shard `index` of `count`'s directory in the run directory `root`."""
+    return root / shard_name(index, count)
+
+
 def shard_dir(cfg: RunConfig, root: Path) -> Path:
     """Each array task writes only under its own directory; merge joins them."""
     if cfg.shard.count == 1:
         return root
-    return root / shard_name(cfg.shard.index, cfg.shard.count)
+    return shard_path(root, cfg.shard.index, cfg.shard.count)
+
+
+def shard_of(specs: Sequence[T], index: int, count: int) -> tuple[T, ...]:
+    """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index)."""
+    return tuple(specs[index::count])
 
 
 def shard_specs(cfg: RunConfig, specs: Sequence[T]) -> tuple[T, ...]:
-    """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index)."""
+    """This run's specs: all of them, or its shard's (`shard_of`)."""
     if cfg.shard.count == 1:
         # Unsharded: the whole run, whatever $SLURM_ARRAY_TASK_ID says (Hydra's
         # submitit launcher runs each sweep point as a task of an array job).
         return tuple(specs)
     if cfg.shard.index >= cfg.shard.count:
         raise ConfigError("shard.index", f"{cfg.shard.index} is not below shard.count={cfg.shard.count}")
-    return tuple(specs[cfg.shard.index::cfg.shard.count])
+    return shard_of(specs, cfg.shard.index, cfg.shard.count)
+
+
+def result_file(run_dir: Path, spec_id: str) -> Path:
+    """Where a finished episode's result is (a shard directory holds its own)."""
+    return run_dir / RESULTS / f"{spec_id}.json"
+
+
+def is_done(run_dir: Path) -> bool:
+    """The run (or shard) directory's DONE marker: every episode it was given has finished."""
+    return (run_dir / DONE).exists()
+
+
+def shard_finished(root: Path, index: int, count: int, spec_ids: Sequence[str]) -> bool:
+    """Shard `index` of `count` of the run in `root` has its DONE marker and the result of every
+    spec it takes (the marker alone could be a different split's)."""
+    d = shard_path(root, index, count)
+    return is_done(d) and all(result_file(d, s).exists() for s in shard_of(spec_ids, index, count))
+
+
+def endpoint_file(root: Path, role: str) -> Path:
+    """The file a served role's URL is written to once its server answers (slurm/serve.sbatch)."""
+    return root / f"endpoint-{role}"
 
 
 def shard_dirs(root: Path) -> dict[int, dict[int, Path]]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InputError
 from . import provenance
-from .layout import DONE, LOCK, MANIFEST, RESULTS, read_manifest, shard_dirs
+from .layout import LOCK, MANIFEST, RESULTS, is_done, read_manifest, shard_dirs
 from .store import RunDir, atomic_write, check_destination, check_result
 
 MERGED = "merged"
@@ -47,7 +47,7 @@ class Merged:
 
 def shard_state(path: Path) -> str:
     """done, running (a process holds its lock) or unfinished."""
-    if (path / DONE).exists():
+    if is_done(path):
         return "done"
     lock = path / LOCK
     if lock.exists():

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, TextIO
 from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
-from .layout import CHECKPOINTS, RESULTS
+from .layout import CHECKPOINTS, result_file
 
 POINT_STATES = ("waiting", "running", "done", "failed")
 
@@ -82,7 +82,7 @@ class Progress:
         """Register a run's episodes; finished ones and checkpoints already on disk count as done work."""
         ep = self.runs.setdefault(key, _Episodes())
         for sid in spec_ids:
-            done = root / RESULTS / f"{sid}.json" if root is not None else None
+            done = result_file(root, sid) if root is not None else None
             if done is not None and done.exists():
                 n = _turns_in_file(done)
                 ep.committed[sid] = ep.possible[sid] = n

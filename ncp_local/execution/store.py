@@ -53,6 +53,7 @@ from .layout import (
     RUN_FOLDERS,
     RUN_MARKERS,
     manifest_problem,
+    result_file,
 )
 from .provenance import now, resume_entry
 
@@ -374,7 +375,7 @@ class RunDir:
         return (self.spec_hashes or {}).get(spec_id, "")
 
     def result_path(self, spec_id: str) -> Path:
-        return self.results / f"{spec_id}.json"
+        return result_file(self.root, spec_id)
 
     def has_result(self, spec_id: str) -> bool:
         return self.result_path(spec_id).exists()

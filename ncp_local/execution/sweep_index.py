@@ -21,7 +21,12 @@ def name_for(cfg: Any) -> str:
     """`index.json`, or one per shard when array tasks run shards of the same sweep (never one file for two)."""
     if cfg is None or cfg.shard.count == 1:
         return INDEX
-    return f"index-{shard_name(cfg.shard.index, cfg.shard.count)}.json"
+    return shard_index(cfg.shard.index, cfg.shard.count)
+
+
+def shard_index(index: int, count: int) -> str:
+    """The index array task `index` of `count` writes for its shard of every point."""
+    return f"index-{shard_name(index, count)}.json"
 
 
 def write(sweep_dir: Path, rows: list[dict[str, Any]], engines: list[dict[str, Any]], groups: list[list[int]],

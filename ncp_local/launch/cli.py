@@ -7,8 +7,6 @@ runs. The modes are listed in ncp_local/modes (`--help` prints them).
 
 from __future__ import annotations
 
-import itertools
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,12 +20,10 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ncp_local import config as config_mod
 from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line
 from ncp_local.errors import InputError
+from ncp_local.execution import points
 from ncp_local.execution.layout import shared_run_dir
-from ncp_local.execution.preflight import preflight
-from ncp_local.protocol import ROLES
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
 from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
 
@@ -68,52 +64,39 @@ def check_overrides(argv: list[str]) -> str | None:
         return None  # not a composition of our own config: leave it to Hydra
     name = args.config_name or "config"
     parser = OverridesParser.create()
-    overrides = []
     for line in args.overrides:
         try:
-            overrides.append(parser.parse_override(line))
+            parser.parse_override(line)
         except Exception as exc:
             return f"config override {line}: {hydra_error_line(exc)}"
-    point: list[str] = []
+    point: tuple[str, ...] = ()
     try:
-        fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
-        # glob() sweeps need Hydra's config loader to expand: left to Hydra.
-        axes = [(o.get_key_element(), values) for o in overrides
-                if o.is_sweep_override() and (values := _sweep_values(o))]
         if not args.multirun:
             compose(args.overrides, name)
             return None
-        first = [f"{key}={values[0]}" for key, values in axes]
-        cfg = compose(fixed + first, name, hydra_config=True)
-        # Sweeps declared in a config file (`hydra.sweeper.params`, e.g. experiment=auditor_sensitivity).
-        params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
-        given = {o.get_key_element().lstrip("+~") for o in overrides}
-        for key, spec in params.items():
-            if key in given:
-                continue
-            for o in parser.parse_overrides([f"{key}={spec}"]):
-                values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
-                if values:
-                    axes.append((key, values))
+        grid = points.expand(args.overrides, name)  # a glob() sweep is left to Hydra's own sweeper
         # A point the rig's checks refuse is named now, before anything starts, and the others
         # run (its own job refuses at its start and the sweep ends with EXIT_SWEEP_FAILED).
         # Hydra's own errors (an unknown key or option) refuse the whole sweep: Hydra's sweeper
         # would refuse it anyway, in many lines, before any launcher starts.
-        batched = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith(".BatchedLauncher")
-        checker = _PointChecker(name)
+        batched = grid.launcher.endswith(".BatchedLauncher")
+        datasets: dict[str, Any] = {}  # datasets already read (a sweep rarely varies it)
         placed: list[tuple[str, Any, str]] = []  # (point, run directory, identity) of points with an out_dir
-        for point in _points(axes):
+        for p in grid.points(most=MAX_CHECKED_POINTS):
+            point = p.swept
             if batched:
                 # The batched launcher runs the rig's checks on every point itself, before any starts.
-                compose(fixed + point, name)
+                compose(list(p.overrides), name)
                 continue
             try:
-                found = checker.check(fixed + point)
-            except _BadPoint as exc:
+                checked = points.check(points.load(p.overrides, name), datasets=datasets)
+                if checked.cfg.mode != "run" or not checked.cfg.out_dir:
+                    continue  # each identity has its own runs/<dataset>-<key>
+                _, ident, out = checked.where()
+            except InputError as exc:
                 print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)", file=sys.stderr)
                 continue
-            if found:
-                placed.append((" ".join(point) or "(no overrides)", *found))
+            placed.append((" ".join(point) or "(no overrides)", out, ident.key))
         shared = shared_run_dir(placed)
         if shared:
             return str(shared)
@@ -124,68 +107,12 @@ def check_overrides(argv: list[str]) -> str | None:
     return None
 
 
-def _at(point: list[str]) -> str:
+def _at(point: Sequence[str]) -> str:
     return f" (sweep point {' '.join(point)})" if point else ""
 
 
 class _BadArgs(Exception):
     """Hydra's own options (argparse) refused: the message is argparse's, without its usage text."""
-
-
-class _BadPoint(Exception):
-    """One sweep point's config refused by the rig's own checks (the message is the one-line error)."""
-
-
-def _points(axes: list[tuple[str, list[str]]]) -> list[list[str]]:
-    """The sweep's points as override lists: all of them, or each value once when there are too many."""
-    if math.prod(len(values) for _, values in axes) <= MAX_CHECKED_POINTS:
-        return [[f"{key}={v}" for (key, _), v in zip(axes, combo)]
-                for combo in itertools.product(*(values for _, values in axes))]
-    first = [f"{key}={values[0]}" for key, values in axes]
-    points = [first]
-    for i, (key, values) in enumerate(axes):
-        points += [first[:i] + [f"{key}={v}"] + first[i + 1:] for v in values[1:]]
-    return points
-
-
-class _PointChecker:
-    """What a sweep point's job would refuse at its start, checked up front without starting anything."""
-
-    def __init__(self, config_name: str) -> None:
-        self.config_name = config_name
-        self.datasets: dict[str, Any] = {}  # datasets already read (a sweep rarely varies it)
-
-    def check(self, overrides: list[str]) -> tuple[Any, str] | None:
-        """Refuses a bad point (_BadPoint); for a run with a fixed `out_dir`, its run directory and
-        identity key (several points must not share one: `layout.shared_run_dir`)."""
-        try:
-            raw: dict[str, Any] = OmegaConf.to_container(  # type: ignore[assignment]
-                config_mod.compose(overrides, self.config_name), resolve=True)
-        except Exception as exc:  # interpolation errors name the key themselves
-            if type(exc).__module__.startswith("hydra"):
-                raise
-            raise _BadPoint(f"config: {exc}".splitlines()[0]) from None
-        from ncp_local.execution.episodes import where  # the run's machinery (scipy): not for a bad override
-
-        try:
-            cfg = config_mod.validate(raw)
-            if cfg.mode not in ("run", "bench"):
-                return None
-            # The same check the point's own job makes first (execution/preflight.py).
-            ready = preflight(cfg, roles=("narrator",) if cfg.mode == "bench" else ROLES, datasets=self.datasets)
-            if cfg.mode != "run" or not cfg.out_dir:
-                return None  # each identity has its own runs/<dataset>-<key>
-            _, ident, out = where(ready, raw)
-            return out, ident.key
-        except InputError as exc:
-            raise _BadPoint(str(exc)) from None
-
-
-def _sweep_values(override) -> list[str]:
-    try:
-        return list(override.sweep_string_iterator())
-    except Exception:  # glob(): expanding it needs Hydra's config loader
-        return []
 
 
 # A local sweep's points, in order: (job number, overrides, exit code).

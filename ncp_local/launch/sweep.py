@@ -41,8 +41,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from .. import config as config_mod
@@ -52,13 +50,12 @@ from ..engines.settings import ModelSettings
 from ..errors import InputError
 from ..execution import engine_log
 from ..execution import identity as identity_mod
-from ..execution import layout, sweep_index
+from ..execution import layout, points, sweep_index
 from ..execution.calls import systematic_invalid
 from ..execution.engine_pool import EnginePool
-from ..execution.episodes import manifest, play, where
+from ..execution.episodes import manifest, play
 from ..execution.failures import exit_for
-from ..execution.layout import RESULTS
-from ..execution.preflight import Ready, preflight
+from ..execution.preflight import Ready
 from ..execution.progress import Progress
 from ..execution.provenance import command
 from ..execution.store import DiskFull, RunDir, RunLocked, RunMismatch, check_place
@@ -113,22 +110,24 @@ class Point:
 
 
 def prepare(point: Point) -> Point:
-    """Everything `mode=run` checks before an engine starts, for one point; a failure marks it failed."""
+    """Everything the point's job checks before an engine starts; a failure marks it failed."""
     if point.raw is None:
         try:
-            point.raw = OmegaConf.to_container(point.task, resolve=True)  # type: ignore[assignment]
-        except Exception as exc:  # interpolation errors name the key themselves
-            point.fail(EXIT_BAD_INPUT, f"config: {exc}".splitlines()[0])
+            point.raw = points.resolved(point.task)
+        except InputError as exc:
+            point.fail(EXIT_BAD_INPUT, str(exc))
             return point
     raw = point.raw
     try:
-        cfg = config_mod.validate(raw)  # type: ignore[arg-type]
-        point.cfg, point.mode = cfg, cfg.mode
+        # A point that could not start alone is refused here (as run.py refuses it under the basic
+        # launcher); its engines are placed per group.
+        cfg = config_mod.validate(raw)
+        point.cfg, point.mode = cfg, cfg.mode  # also for a point refused below (its index row, its shard)
+        checked = points.check(raw)
+        point.ready = checked.ready
         if cfg.mode != "run":
             return point  # run through the mode's own entry, one point after the other
-        # A point that could not start alone is refused here; its engines are placed per group.
-        point.ready = preflight(cfg)
-        point.specs, point.ident, point.out = where(point.ready, raw)
+        point.specs, point.ident, point.out = checked.where()
         check_place(point.out)
         point.engines = EnginePool(cfg, endpoints=point.ready.endpoints)
         point.keys = {r: point.engines.key_of(r) for r in ROLES}
@@ -330,7 +329,7 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
 
 def _todo(p: Point) -> bool:
     assert p.out is not None
-    return not all((p.out / RESULTS / f"{s.id}.json").exists() for s in p.specs)
+    return not all(layout.result_file(p.out, s.id).exists() for s in p.specs)
 
 
 class Sweep:
@@ -615,22 +614,3 @@ def mark_swept(points: Sequence[Point]) -> None:
     varying = {k for k in keys if len({g.get(k) for g in given}) > 1}
     for p in points:
         p.swept = tuple(o for o in p.overrides if o.partition("=")[0] in varying)
-
-
-def expand(overrides: Sequence[str]) -> list[list[str]]:
-    """A sweep's points as Hydra's basic sweeper makes them: the config file's `hydra.sweeper.params`
-    first, then the command line's overrides (each list: the point's task overrides, no `hydra` ones)."""
-    parser = OverridesParser.create()
-    parsed = parser.parse_overrides(list(overrides))
-    first = []
-    for o in parsed:
-        if o.is_sweep_override():
-            values = list(o.sweep_string_iterator())  # glob() needs Hydra's config loader: refused below
-            first.append(f"{o.get_key_element()}={values[0]}")
-        else:
-            first.append(o.input_line)
-    cfg = config_mod.compose(first, hydra_config=True)
-    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
-    task = [o.input_line for o in parsed if not o.get_key_element().lstrip("+~").startswith("hydra")]
-    args = [f"{k}={v}" for k, v in params.items()] + task
-    return [list(p) for p in BasicSweeper.split_arguments(parser.parse_overrides(args), None)[0]]

@@ -38,8 +38,6 @@ Two figures explain the ratios rather than just state them:
 from __future__ import annotations
 
 import asyncio
-import copy
-import itertools
 import random
 import statistics
 import sys
@@ -49,9 +47,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..config import ConfigError, RunConfig, validate
+from hydra.errors import HydraException
+
+from ..config import ConfigError, RunConfig, hydra_error_line
 from ..engines.base import Completion, Engine, Message, Request
-from ..execution import engine_log, layout, provenance
+from ..errors import InputError
+from ..execution import engine_log, layout, points, provenance
 from ..execution.calls import CallService, RoleBinding, Sampling, bindings
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import Ready, preflight
@@ -450,33 +451,37 @@ SWEEP_HEADER = ("| way | wall s | engine starts | of which starting s | calls | 
                 "| total tok/s |\n|---|---:|---:|---:|---:|---:|---:|---:|")
 
 
-def sweep_configs(cfg: Any) -> list[tuple[str, Any]]:
-    """(label, config) per point of `bench.sweep` = {dotted key: [values]}, every combination."""
+def sweep_points(cfg: RunConfig) -> list[tuple[str, Ready]]:
+    """(label, what pre-flight read) per point of `bench.sweep` = {dotted key: [values]}: the points
+    `python run.py -m hydra/launcher=batched <this command> key=v1,v2 ...` runs, expanded and
+    checked as that launcher does (execution/points.py), each as a `mode=run` of its own."""
     axes = dict(cfg.bench.sweep or {})
     if not axes or any(not isinstance(v, list) or not v for v in axes.values()):
         raise ConfigError("bench.sweep", "give {config key: [values, ...], ...}, e.g. "
                           "{narrator.temperature:[0.2,0.6],seed:[0,1]}")
-    base = cfg.model_dump(mode="json", by_alias=True)
-    base["bench"] = {**base["bench"], "sweep": None}
+    # This command's own overrides (not the bench or its sweep), then the sweep; only bench.sweep's
+    # keys are swept (a config file's sweeper params are a `-m` sweep's, not this bench's).
+    given = [o for o in provenance.command()["overrides"] if o.split("=", 1)[0].lstrip("+~") not in _NOT_A_POINT]
+    overrides = [*given, "mode=run", "hydra.sweeper.params=null",
+                 *(points.sweep_of(key, values) for key, values in axes.items())]
     out = []
-    for combo in itertools.product(*axes.values()):
-        raw = copy.deepcopy(base)
-        for key, value in zip(axes, combo):
-            node = raw
-            *path, last = key.split(".")
-            for part in path:
-                if not isinstance(node.get(part), dict):
-                    raise ConfigError(f"bench.sweep.{key}", f"no such config key {key!r}")
-                node = node[part]
-            if last not in node:
-                raise ConfigError(f"bench.sweep.{key}", f"no such config key {key!r}")
-            node[last] = value
-        try:
-            point = validate(raw)
-        except ConfigError as exc:
-            raise ConfigError("bench.sweep", str(exc)) from None
-        out.append((" ".join(f"{k}={v}" for k, v in zip(axes, combo)), point))
+    datasets: dict[str, Any] = {}  # one read of a dataset the points share
+    try:
+        for point in points.expand(overrides).points():
+            label = " ".join(point.swept)
+            try:
+                checked = points.check(points.load(point.overrides), datasets=datasets)
+            except InputError as exc:
+                raise ConfigError("bench.sweep", f"point {label}: {exc}") from None
+            assert checked.ready is not None
+            out.append((label, checked.ready))
+    except HydraException as exc:  # a key no config has, an unknown group option
+        raise ConfigError("bench.sweep", hydra_error_line(exc)) from None
     return out
+
+
+# What the command line says that is not part of a sweep point.
+_NOT_A_POINT = ("mode", "bench.sweep")
 
 
 async def _sweep_point(ready: Ready, backends: dict[str, Engine], specs: tuple[Spec, ...], turns: int,
@@ -698,12 +703,12 @@ def _main_long(cfg: RunConfig) -> int:
 def _main_sweep(cfg: RunConfig) -> int:
     # Each point as mode=run plans it alone (the sweeps this compares share one engine); every point
     # is checked before any engine starts.
-    points = [(label, preflight(point)) for label, point in sweep_configs(cfg)]
-    first = points[0][1]
+    swept = sweep_points(cfg)
+    first = swept[0][1]
     assert first.dataset is not None
     b = cfg.bench
-    print(f"bench: sweep of {len(points)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
+    print(f"bench: sweep of {len(swept)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
           "batched then point by point", flush=True)
-    for line in asyncio.run(sweep_bench(points, first.dataset.specs, b.episodes, b.turns, b.sequential, note=_say)):
+    for line in asyncio.run(sweep_bench(swept, first.dataset.specs, b.episodes, b.turns, b.sequential, note=_say)):
         print(line)
     return 0

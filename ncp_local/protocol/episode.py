@@ -35,6 +35,7 @@ from .stages import (
     StatusOut,
     TrajectoryOut,
 )
+from .turns import OPENING
 from .turns import at as said_at
 
 # `context_limit`: the episode could not go on because a call no longer fits the
@@ -130,10 +131,8 @@ class ContextLimit(CallFailed):
     termination: Termination = "context_limit"
 
 
-AskFactory = Callable[[int], Ask]  # turn -> a call bound to that turn (-1: the opening)
+AskFactory = Callable[[int], Ask]  # turn id -> a call bound to that turn (turns.OPENING: the opening)
 OnCommit = Callable[[Checkpoint], Awaitable[None]]
-
-OPENING_TURN = -1
 
 
 def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
@@ -370,7 +369,7 @@ class Episode:
 
     async def _open(self) -> Checkpoint:
         state = ledger.initial_state(self.spec)
-        ask = self.ask_for(OPENING_TURN)
+        ask = self.ask_for(OPENING)
         text = await self.narrator.opening(self.spec, state, ask)
         self._speculate(0, state.model_copy(update={"opening": text}))
         fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(self.spec, state.facts, text),

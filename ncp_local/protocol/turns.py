@@ -23,6 +23,16 @@ def id_of(number: int) -> int:
     return number - 1
 
 
+def played(turn_id: int) -> int:
+    """How many turns an episode played when it ended at this turn id (it has that many turn records)."""
+    return shown(turn_id)
+
+
+def resumed(played_turns: int, k: int = 1) -> int:
+    """The turn id of the k-th turn an episode plays when resumed after `played_turns` turns."""
+    return id_of(played_turns + k)
+
+
 def label(turn_id: int) -> str:
     """How a person reads a record's turn id: "opening", "turn 1", "turn 2", ..."""
     return "opening" if turn_id <= OPENING else f"turn {shown(turn_id)}"

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from ..protocol.episode import EpisodeResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.turns import played
 from ..protocol.turns import shown as shown_turn
 from .stats import cohen_kappa, confusion, pearson, spearman
 from .tables import csv_text, markdown_table, write
@@ -53,7 +54,7 @@ def episode_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[
         first = next((a for a in sorted(re_.turns, key=lambda a: a.turn) if a.conflicts), None)
         re_types = _types(first.conflicts) if first else set()
         row: dict[str, Any] = {"spec_id": src.spec_id, "turns_original": len(src.turns),
-                               "turns_reaudit": first.turn + 1 if first else len(src.turns)}
+                               "turns_reaudit": played(first.turn) if first else len(src.turns)}
         for t in (*CONFLICT_TYPES, "conflict"):
             row[f"{t}_original"] = int(bool(orig) if t == "conflict" else t in orig)
             row[f"{t}_reaudit"] = int(bool(re_types) if t == "conflict" else t in re_types)

@@ -32,6 +32,7 @@ from ..execution.layout import MANIFEST, RESULTS, read_manifest
 from ..execution.store import check_destination, check_result
 from ..protocol.reaudit import ReauditResult
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.turns import played
 from .labels import by_difference
 from .runs import REAUDIT_KIND, load_run
 from .stats import bootstrap, bootstrap_stat, cohen_kappa, pearson, spearman
@@ -90,7 +91,7 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
             continue
         ordered = sorted(re_.turns, key=lambda a: a.turn)
         first = next((a for a in ordered if a.conflicts), None)
-        aud.episodes[re_.spec_id] = Judged(first.turn + 1 if first else len(src.turns),
+        aud.episodes[re_.spec_id] = Judged(played(first.turn) if first else len(src.turns),
                                            _types(first.conflicts) if first else frozenset(),
                                            tuple((a.turn, bool(a.conflicts)) for a in ordered))
     return aud

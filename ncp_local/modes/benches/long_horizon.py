@@ -38,6 +38,8 @@ from ...execution.store import RunDir, read_calls
 from ...plan.growth import Sizes, _words, sized_answers
 from ...protocol import ROLES
 from ...protocol.episode import Checkpoint, EpisodeResult
+from ...protocol.turns import resumed
+from ...protocol.turns import shown as shown_turn
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
 from ...protocol.spec import Spec
@@ -130,7 +132,7 @@ async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, 
     answer = sized_answers(sizes, _words(specs), bounds, lambda *_: None)
     kv = getattr(backend, "kv_tokens", None)
     rows: list[Level] = []
-    first_warm = at_turn + 1
+    first_warm = resumed(at_turn, 2)  # the first resumed turn meets a cold cache in every way
     with tempfile.TemporaryDirectory(prefix="ncp-bench-long-") as tmp:
         root = Path(tmp)
         built, _ = await _play(specs, ScriptedEngine(rules=answer), pack, narrator_cls, player, seed, at_turn,
@@ -161,7 +163,7 @@ async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, 
             last = engine
             note(f"bench: {name} done in {wall:.0f} s (hit {row.hit:.2f})")
     unbounded = _unbounded_hit(backend, last.requests if last else [], first_warm)
-    return _lines(rows, unbounded, kv, len(specs), at_turn, turns)
+    return _lines(rows, unbounded, kv, len(specs), at_turn, turns, first_warm)
 
 
 def _unbounded_hit(backend: Any, requests: list[Request], first_warm: int) -> float | None:
@@ -174,14 +176,14 @@ def _unbounded_hit(backend: Any, requests: list[Request], first_warm: int) -> fl
 
 
 def _lines(rows: list[Level], unbounded: float | None, kv: int | None, episodes: int, at_turn: int,
-           turns: int) -> list[str]:
+           turns: int, first_warm: int) -> list[str]:
     fixed = [r for r in rows[:-1]]
     adaptive = rows[-1]
     best = max(fixed, key=lambda r: r.tokens_per_s)
     ideal = unbounded if unbounded is not None else float("nan")
     out = [f"long-horizon: {episodes} episodes from turn {at_turn}, {turns} turns each on the real engine "
            f"(prompt + 1 token per call), KV cache {kv or '?'} tokens; hit rate and recompute from turn "
-           f"{at_turn + 1} on",
+           f"{shown_turn(first_warm)} on",
            "| way | wall s | prompt tok/s | hit rate | unbounded hit | prefill recomputed (tokens) "
            "| most in flight | stepped back |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]

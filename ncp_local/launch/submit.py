@@ -1,0 +1,319 @@
+"""Submit one run as a Slurm array job: task i of N runs shard i.
+
+    python slurm/submit.py --shards N [sbatch options] -- <hydra overrides>
+
+The run directory is computed here, once, from the overrides (the same
+`runs/<dataset>-<config hash>` a local run would use, or the `out_dir` you
+give), and every task gets `shard.count=N out_dir=<that directory>`. Config,
+dataset and model paths are checked before anything is submitted.
+
+Submitting the same command again submits only the shards that are not
+finished (no `DONE` marker with all their results) and not already queued or
+running, so it both resumes a run and is safe to repeat. Then:
+
+    python run.py mode=merge out_dir=<run directory>
+
+With `--serve ROLE` the role's model is served by `vllm serve` in a job of its own
+(slurm/serve.sbatch: tensor parallel inside a node, across nodes pipeline parallel over a Ray
+cluster or vLLM's data parallel), the array depends on that job's start and its tasks reach the
+server through an endpoint file in the run directory (`ROLE.endpoint.file`, waited for, bounded),
+and a last job cancels the server when the array has ended (unless `--keep-server`). With a sweep
+(`-m`) the one server serves the role for every point (the role's model must be the same in each).
+
+Exit codes: 0 submitted (or nothing to do), 2 bad input (options, config,
+a garbled submit.json, no sbatch/squeue on PATH), 1 sbatch failed, 4 the job
+was submitted but submit.json could not be written (disk full, I/O error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import HydraException
+
+from .. import config as config_mod
+from ..errors import InputError
+from ..execution import layout, points
+from ..execution.failures import exit_for
+from ..execution.identity import digest
+from ..exits import EXIT_BAD_INPUT
+from .served import served_role, served_task_done, submit_served
+from .slurm import RUN_PY, SubmitError, compress, queue, queued_tasks, read_state, sbatch_command
+
+RESERVED = ("shard.count", "shard.index", "mode")
+SWEEP_FLAGS = ("-m", "--multirun")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line (argparse prints the whole usage first), exit 2 as argparse does.
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, overrides = argv[:cut], argv[cut + 1:]
+    else:
+        overrides = []
+    p = _Parser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shards", type=int, required=True, help="array tasks (shards) N; keep it for re-submissions")
+    p.add_argument("--parallel", type=int, help="at most this many tasks at once (--array=...%%K)")
+    p.add_argument("--partition", help="sbatch --partition")
+    p.add_argument("--account", help="sbatch --account")
+    p.add_argument("--time", help="sbatch --time (default: the template's 24:00:00)")
+    p.add_argument("--gpus", type=int, help="GPUs per task (sbatch --gres=gpu:G)")
+    p.add_argument("--cpus", type=int, help="sbatch --cpus-per-task")
+    p.add_argument("--mem", help="sbatch --mem, e.g. 64G")
+    p.add_argument("--sbatch", action="append", default=[], metavar="ARG",
+                   help="any other sbatch option, e.g. --sbatch=--qos=high (repeatable)")
+    p.add_argument("--python", default=sys.executable, help="python for the tasks (default: this one)")
+    p.add_argument("--skip-model-check", action="store_true",
+                   help="do not check model paths here (they exist only on the compute nodes)")
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch command, submit nothing")
+    p.add_argument("--serve", choices=("narrator", "player", "auditor"),
+                   help="serve this role's model with vllm serve in a job of its own, shared by every task")
+    p.add_argument("--serve-nodes", type=int, default=1, help="nodes for the served model (default 1)")
+    p.add_argument("--serve-gpus", type=int, help="GPUs per node for it: its tensor parallel size (default: the "
+                   "model file's tensor_parallel_size)")
+    p.add_argument("--serve-across", choices=("pipeline", "data"), default="pipeline",
+                   help="with several nodes: pipeline parallel over a Ray cluster, or vLLM's data parallel")
+    p.add_argument("--serve-port", type=int, default=8000)
+    p.add_argument("--serve-time", help="sbatch --time of the server job")
+    p.add_argument("--keep-server", action="store_true", help="leave the server running when the array ends "
+                   "(shared by several sweeps; scancel it yourself)")
+    args = p.parse_args(argv)
+    for flag, value, least in (("--shards", args.shards, 1), ("--parallel", args.parallel, 1),
+                               ("--gpus", args.gpus, 0), ("--cpus", args.cpus, 1)):
+        if value is not None and value < least:
+            p.error(f"{flag} must be at least {least} (got {value})")
+    return args, overrides
+
+
+def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True) -> tuple[Path, str, list[str]]:
+    """(run directory, config identity, spec ids) for these overrides; fails like run.py would."""
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED:
+            raise SubmitError(f"override {o}: {key} is set by submit.py (use --shards)")
+    try:
+        raw = points.load(overrides)
+    except HydraException as exc:
+        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+    except InputError:
+        raise
+    except Exception as exc:  # Hydra's other refusals are the config's too
+        raise SubmitError(f"config: {exc}".splitlines()[0]) from None
+    cfg = config_mod.validate(raw)
+    if cfg.mode != "run":
+        raise SubmitError(f"mode: only mode=run is submitted (got {cfg.mode!r})")
+    # What each task would refuse at its start (models: unless they live on the compute nodes only).
+    checked = points.check(raw, models=check_models, endpoints=endpoints)
+    specs, ident, root = checked.where()
+    return (Path.cwd() / root).resolve(), ident.key, [s.id for s in specs]
+
+
+def sweep_points(overrides: list[str]) -> list[list[str]]:
+    """Each point's overrides."""
+    try:
+        grid = points.expand(overrides)
+        for _, why in grid.unexpanded:
+            raise why
+    except HydraException as exc:
+        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+    except Exception as exc:  # glob() sweeps need Hydra's own config loader
+        raise SubmitError(f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the "
+                          "values instead (a,b,c)") from None
+    return [list(p.overrides) for p in grid.points()]
+
+
+def resolve_sweep(overrides: list[str], check_models: bool,
+                  served: list[str] = ()) -> list[tuple[list[str], Path, str, list[str]]]:
+    """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
+    `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued).
+    `served`: the overrides sending a role to the sweep's server (its endpoint is not asked here)."""
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in RESERVED + ("out_dir",):
+            raise SubmitError(f"override {o}: in a sweep, {key} is set per point (each point has its own run "
+                              "directory; use --shards for the split)")
+        if key == "hydra/launcher" and o.split("=", 1)[1] != "batched":
+            raise SubmitError(f"override {o}: a sweep is submitted with hydra/launcher=batched (one array job)")
+    out = []
+    for point in sweep_points(overrides):
+        try:
+            root, ident, specs = resolve_run([*point, *served], check_models, endpoints=not served)
+        except (SubmitError, InputError) as exc:
+            raise SubmitError(f"sweep point {' '.join(point)}: {exc}") from None
+        out.append((point, root, ident, specs))
+    roots = [r for _, r, _, _ in out]
+    if len(set(roots)) < len(roots):
+        same = next(r for r in roots if roots.count(r) > 1)
+        raise SubmitError(f"sweep: two points share the run directory {same} (they differ only in settings that "
+                          "do not change results, e.g. limit or concurrency): drop one")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args, overrides = parse_args(argv)
+    if any(o in SWEEP_FLAGS for o in overrides):
+        return main_sweep(args, [o for o in overrides if o not in SWEEP_FLAGS])
+    n = args.shards
+    try:
+        serving = None
+        if args.serve:
+            serving = served_role(args, [overrides])
+            overrides = [*overrides, *serving["overrides"]]
+        root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check, endpoints=not serving)
+        if n > len(specs):
+            raise SubmitError(f"--shards {n}: more shards than the run's {len(specs)} spec(s)")
+        state_path = root / layout.SUBMIT_STATE
+        state = read_state(state_path)
+        if state and state.get("identity") != ident:
+            raise SubmitError(f"{state_path}: identity: this directory holds a run of another config "
+                              f"({state.get('identity')} != {ident}); use another out_dir")
+        if state and state.get("shards") != n:
+            raise SubmitError(f"{state_path}: shards: this run was split into {state.get('shards')} shards; "
+                              f"re-submit with --shards {state.get('shards')}")
+        other = sorted(c for c in layout.shard_dirs(root) if c != n)
+        if other:
+            raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); use another out_dir")
+        jobs: list[dict[str, Any]] = state.get("jobs", [])
+        done = [i for i in range(n) if layout.shard_finished(root, i, n, specs)]
+        busy = queued_tasks([j["job"] for j in jobs]) - set(done)
+        if not args.dry_run and shutil.which("sbatch") is None:
+            raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
+                              "command without it)")
+    except (SubmitError, InputError) as exc:  # InputError: a bad spec, config field or model path
+        return refused(exc)
+
+    merge_cmd = f"{shlex.quote(args.python)} {shlex.quote(str(RUN_PY))} mode=merge out_dir={shlex.quote(str(root))}"
+    todo = [i for i in range(n) if i not in done and i not in busy]
+    print(f"run directory: {root}")
+    print(f"shards: {n} ({len(specs)} specs); done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
+    if not todo:
+        if len(done) == n:
+            print(f"all {n} shards are done; merge with:\n  {merge_cmd}")
+        else:
+            print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
+        return 0
+
+    cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / layout.SLURM_LOGS,
+                         [*overrides, f"shard.count={n}", f"out_dir={root}"])
+    if serving is not None:
+        endpoint = layout.endpoint_file(root, serving["role"])
+        cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / layout.SLURM_LOGS,
+                             [*overrides, f"{serving['role']}.endpoint.file={endpoint}", f"shard.count={n}",
+                              f"out_dir={root}"])
+        return submit_served(args, serving, root, endpoint, cmd, todo, jobs, state_path,
+                             {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides})
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+
+    job, rc = queue(cmd, root / layout.SLURM_LOGS, todo, jobs, state_path,
+                     {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides})
+    if job is None:
+        return rc
+    print(f"submitted job {job}: task(s) {compress(todo)} of {n}")
+    print(f"logs:  {root / layout.SLURM_LOGS}/{job}_<task>.out")
+    print(f"watch: squeue -r -j {job}   (sacct -j {job} where accounting is on)")
+    print(f"merge: {merge_cmd}")
+    return 0
+
+
+def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
+    """`submit.py --shards N -- -m key=a,b ...`: one array job; task k runs shard k of every point's specs in one
+    process (hydra/launcher=batched), so each task loads each model once. With `--serve ROLE` every point
+    sends ROLE's calls to the one server job (the role's model must be the same in every point)."""
+    n = args.shards
+    serving = None
+    try:
+        if args.serve:
+            serving = served_role(args, sweep_points([o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]))
+        resolved = resolve_sweep(overrides, check_models=not args.skip_model_check,
+                               served=serving["overrides"] if serving else [])
+        least = min(len(specs) for _, _, _, specs in resolved)
+        if n > least:
+            raise SubmitError(f"--shards {n}: more shards than the smallest point's {least} spec(s)")
+        ident = digest(sorted(i for _, _, i, _ in resolved))
+        sweep_dir = (Path.cwd() / "multirun" / f"sweep-{ident}").resolve()
+        state_path = sweep_dir / layout.SUBMIT_STATE
+        state = read_state(state_path)
+        if state and state.get("shards") != n:
+            raise SubmitError(f"{state_path}: shards: this sweep was split into {state.get('shards')} shards; "
+                              f"re-submit with --shards {state.get('shards')}")
+        for _, root, _, _ in resolved:
+            other = sorted(c for c in layout.shard_dirs(root) if c != n)
+            if other:
+                raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); it belongs to "
+                                  "another submission")
+        jobs: list[dict[str, Any]] = state.get("jobs", [])
+        if serving:
+            done = [k for k in range(n) if served_task_done(sweep_dir, k, n, len(resolved))]
+        else:
+            done = [k for k in range(n)
+                    if all(layout.shard_finished(root, k, n, specs) for _, root, _, specs in resolved)]
+        busy = queued_tasks([j["job"] for j in jobs]) - set(done)
+        if not args.dry_run and shutil.which("sbatch") is None:
+            raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
+                              "command without it)")
+    except (SubmitError, InputError) as exc:
+        return refused(exc)
+
+    print(f"sweep folder: {sweep_dir} ({len(resolved)} points, index-shard-*.json per task)")
+    for point, root, _, specs in resolved:
+        # A served role's run directories are named by what its server reports (identity), so only the
+        # tasks know them: they write them in their index-shard-*.json.
+        where = "its run directory in the tasks' index-shard-*.json" if serving else str(root)
+        print(f"  {' '.join(point)}: {where} ({len(specs)} specs)")
+    todo = [k for k in range(n) if k not in done and k not in busy]
+    print(f"shards: {n}; done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
+    run_py = f"{shlex.quote(args.python)} {shlex.quote(str(RUN_PY))}"
+    if serving:
+        merge = [f"{run_py} mode=merge out_dir=<each run_dir in {sweep_dir}/index-shard-*.json>"]
+    else:
+        merge = [f"{run_py} mode=merge out_dir={shlex.quote(str(r))}" for _, r, _, _ in resolved]
+    if not todo:
+        if len(done) == n:
+            print("all shards of every point are done; merge each point with:\n  " + "\n  ".join(merge))
+        else:
+            print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
+        return 0
+    task_overrides = [o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]
+    if serving:
+        endpoint = layout.endpoint_file(sweep_dir, serving["role"])
+        task_overrides += [*serving["overrides"], f"{serving['role']}.endpoint.file={endpoint}"]
+    cmd = sbatch_command(args, todo, f"ncp-sweep-{ident}", sweep_dir / layout.SLURM_LOGS,
+                         ["-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}",
+                          f"hydra.sweep.dir={sweep_dir}"])
+    record = {"identity": ident, "shards": n, "overrides": overrides,
+              "sweep": [{"overrides": p, "run_dir": None if serving else str(r), "identity": i}
+                        for p, r, i, _ in resolved]}
+    if serving:
+        return submit_served(args, serving, sweep_dir, endpoint, cmd, todo, jobs, state_path, record)
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return 0
+    job, rc = queue(cmd, sweep_dir / layout.SLURM_LOGS, todo, jobs, state_path, record)
+    if job is None:
+        return rc
+    print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(resolved)} "
+          "points")
+    print(f"logs:  {sweep_dir / layout.SLURM_LOGS}/{job}_<task>.out")
+    print(f"watch: squeue -r -j {job}")
+    print("merge: (when all are done) " + "; ".join(merge))
+    return 0
+
+
+def refused(exc: Exception) -> int:
+    """One error line; a submission refused before anything is queued is bad input (exit 2)."""
+    known = exit_for(exc)
+    print(f"error: {known.message if known else exc}", file=sys.stderr)
+    return known.code if known else EXIT_BAD_INPUT
