@@ -119,6 +119,7 @@ class ChatFormat:
 
         params = ChatParams(chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False,
                                                   **self.kwargs})
+        prompt: Mapping[str, Any]
         _, prompt = self.renderer.render_messages(self._conversation(messages), params)
         return prompt
 

@@ -94,7 +94,8 @@ def adapt_schema(schema: dict[str, Any], backend: str) -> dict[str, Any]:
     """The schema to hand to `backend` (a copy; the original is what answers are checked against)."""
     if backend == "guidance":
         return schema
-    return _adapt(schema, backend)
+    adapted: dict[str, Any] = _adapt(schema, backend)
+    return adapted
 
 
 def _adapt(node: Any, backend: str) -> Any:
@@ -154,7 +155,7 @@ def unsupported(schema: dict[str, Any], backend: str) -> str | None:
             import llguidance
 
             grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
-            err = llguidance.LLMatcher.validate_grammar(grammar, None)
+            err: str = llguidance.LLMatcher.validate_grammar(grammar, None)
             if err:
                 return err.splitlines()[0][:200]
         elif backend == "outlines":

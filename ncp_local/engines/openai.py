@@ -242,7 +242,7 @@ class OpenAIEngine:
                 return self._failed(request, started, e, tries)
 
         if not resp.choices:
-            return self._failed(request, started, RuntimeError("the response has no choices"))
+            return self._failed(request, started, RuntimeError("the response has no choices"), tries)
         choice = resp.choices[0]
         usage = resp.usage
         cached = 0

@@ -188,8 +188,8 @@ class PromptPack:
                                  f"(it provides: {allowed})")
             templates[name] = text
         base = official_root or path
-        shown = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}
-        return cls(base, templates, official_root is not None, shown)
+        sources = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}
+        return cls(base, templates, official_root is not None, sources)
 
     @property
     def sha256(self) -> str:
