@@ -169,7 +169,7 @@ def quiet(verbose: bool, mode: str) -> Iterator[None]:
     sys.stdout, sys.stderr = terminal
     a.showwarning, warnings.showwarning = warnings.showwarning, _to_log_showwarning
     a.last_resort = logging.lastResort
-    logging.lastResort = logging.StreamHandler(sys.__stderr__)  # type: ignore[assignment]
+    logging.lastResort = logging.StreamHandler(sys.__stderr__)
     logging.lastResort.setLevel(logging.WARNING)
     _ACTIVE = a
     settle()

@@ -89,7 +89,7 @@ class EnginePool:
         return digest({"engine": self.cfg.engine.model_dump(mode="json"), "model": self.role_key[role]})
 
     def describe(self) -> dict[str, Any]:
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for role in self.roles:
             m = self.models[self.role_key[role]]
             out[role] = {"name": self.cfg.model_name(role), "path": m.path, "revision": m.revision, "engine": self.kind_of(role)}

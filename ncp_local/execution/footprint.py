@@ -32,7 +32,7 @@ PER_TURN = tuple(s for s in STAGES.values()
                  if s.method is None and s.role != "builder" and s.name not in ("opening", "double_check"))
 
 
-class _Blank(dict):  # type: ignore[type-arg]
+class _Blank(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return ""
 

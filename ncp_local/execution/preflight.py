@@ -261,4 +261,5 @@ def stage_unsupported(stage: str, backend: str, bounds: Bounds) -> str | None:
     """`unsupported` for a stage's schema on a sample state (the features matter, not the ids);
     cached, since every point of a sweep checks the same combinations before anything starts."""
     ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
-    return unsupported(schema_for(stage, ids, bounds, id_form(backend)), backend)
+    schema = schema_for(stage, ids, bounds, id_form(backend))
+    return unsupported(schema, backend) if schema is not None else None  # a plain-text stage has no grammar

@@ -62,7 +62,7 @@ def packages() -> dict[str, str]:
     """Every installed distribution (what `pip freeze` would list), sorted by name."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
+        name = dist.name  # its metadata's Name (None when the metadata has none)
         if name:
             found.setdefault(name.lower(), dist.version)
     return dict(sorted(found.items()))

@@ -251,7 +251,8 @@ class RunDir:
             if limit != "absent" and limit != (old.get("config") or {}).get("limit", "absent"):
                 entry["limit"] = limit  # the one setting outside the identity that changes which specs run
             # Written once: only the list of resumes grows (an older manifest's counter is carried over).
-            resumes = old.get("resumes") if isinstance(old.get("resumes"), list) else \
+            prior = old.get("resumes")
+            resumes: list[Any] = prior if isinstance(prior, list) else \
                 [{"count": old["resumed"]}] if old.get("resumed") else []
             self.manifest = {**{k: v for k, v in old.items() if k != "resumed"}, "resumes": [*resumes, entry]}
         atomic_write(self.manifest_path, json.dumps(self.manifest, indent=2, default=str, ensure_ascii=False))

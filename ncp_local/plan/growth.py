@@ -239,7 +239,8 @@ def sized_answers(sizes: Sizes, pool: list[str], bounds: Mapping[str, Any],
 
         data = _resize(data, resize)
         if stage == "fact_update":
-            n = sizes.facts_per_turn if bound("new_facts") is None else min(sizes.facts_per_turn, bound("new_facts"))
+            most = bound("new_facts")
+            n = sizes.facts_per_turn if most is None else min(sizes.facts_per_turn, most)
             data["add_facts"] = [_prose(pool, sizes.fact_words, rng, bound("fact_chars")) for _ in range(n)]
             data["negate_facts"] = []
         text = json.dumps(data, ensure_ascii=False)
