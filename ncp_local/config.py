@@ -8,7 +8,7 @@ comes from the settings that change results, not from bookkeeping ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -135,7 +135,7 @@ class OpenAIEngineCfg(_Cfg):
 
 
 # Each engine declares its own options; `name` picks the schema.
-EngineCfg = Annotated[Union[VLLMEngineCfg, ScriptedEngineCfg, OpenAIEngineCfg], Field(discriminator="name")]
+EngineCfg = Annotated[VLLMEngineCfg | ScriptedEngineCfg | OpenAIEngineCfg, Field(discriminator="name")]
 
 
 class DatasetCfg(_Cfg):

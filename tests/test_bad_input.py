@@ -22,17 +22,17 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
+from cli_runner import submit_module
 from ncp_local import config as config_mod
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED, EXIT_SYSTEMATIC
 from ncp_local.launch import cli
-from cli_runner import submit_module
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"

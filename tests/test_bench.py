@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cli_runner import run_cli
 from ncp_local.engines.base import Message, Request
 from ncp_local.modes.bench import (
     Scaling,
@@ -19,7 +20,6 @@ from ncp_local.modes.bench import (
 )
 from ncp_local.modes.benches.figures import BenchFigures
 from ncp_local.protocol.spec import load_dataset
-from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag, traj
 
+from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag, traj
 from ncp_local.engines.base import Completion, Request
-from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.execution.calls import call_seed
+from ncp_local.protocol.metrics import episode_metrics
 
 
 def test_opening_updates_pending_on_turn_0_then_applied_first(tmp_path: Path) -> None:
@@ -258,7 +258,6 @@ def test_opening_failure_is_invalid(tmp_path: Path) -> None:
 def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:
     """Everything before the changing state is a prefix of the next turn's prompt (prefix caching)."""
     from helpers import RandomPolicy
-
     from ncp_local.protocol.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[1]
@@ -291,7 +290,6 @@ def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
     player of turn t+1 starts with the trajectory check's history of turn t.
     """
     from helpers import RandomPolicy
-
     from ncp_local.protocol.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[0]
@@ -331,8 +329,8 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
     assert "[c_0] (ordering, status: pending) commitment 0 of tiny" in text
     assert "[s_0] node 0 description\n  trigger: trigger 0\n  delta: delta 0" in text
     assert '{"text": "..."} is a literal brace' in text
-    from ncp_local.protocol.prompts import PromptPack
     from ncp_local.errors import InputError
+    from ncp_local.protocol.prompts import PromptPack
 
     (pack / "status_check.txt").unlink()
     with pytest.raises(InputError, match=r"prompts\.dir: missing template\(s\): status_check\.txt$"):

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from cli_runner import CliResult, run_cli
 from ncp_local import config as config_mod
 from ncp_local.execution import identity as identity_mod
 from ncp_local.execution.identity import Identity, differences, model_weights, of_run, weights_fingerprint
 from ncp_local.execution.provenance import hf_revision
-from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=2", "progress=false")

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report import make_run, write_dataset
 
+from cli_runner import run_cli
 from ncp_local.execution.store import read_calls
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.report.inspect_log import conflict_label
 from ncp_local.report.runs import load_run
-from cli_runner import run_cli
+from test_report import make_run, write_dataset
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")
 ROOT = Path(__file__).resolve().parent.parent

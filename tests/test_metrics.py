@@ -6,8 +6,8 @@ import math
 import random
 
 import pytest
-from helpers import make_spec
 
+from helpers import make_spec
 from ncp_local.protocol import ledger
 from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.protocol.metrics import aggregate, episode_metrics, km_survival, results_table, survival

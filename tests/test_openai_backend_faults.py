@@ -15,7 +15,7 @@ openai = pytest.importorskip("openai", reason="openai is not installed (pip inst
 import httpx  # noqa: E402
 
 from ncp_local.engines.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
-from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig  # noqa: E402
+from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine  # noqa: E402
 
 _HTTP = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from cli_runner import CliResult, run_cli
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
 from ncp_local.config import ConfigError
@@ -31,7 +32,6 @@ from ncp_local.plan.kv import (
     steps_in_flight,
 )
 from ncp_local.plan.memory import CPU_RUNTIME_BYTES, engines_of
-from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = ["H100-80GB", "H100-80GB"]

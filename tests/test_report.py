@@ -16,18 +16,19 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import Scripted, conflicts, facts, statuses, tag, traj
 
+from cli_runner import CliResult, run_cli
+from helpers import Scripted, conflicts, facts, statuses, tag, traj
 from ncp_local.engines.base import ContextOverflow, Request
-from ncp_local.report import build_report
+from ncp_local.errors import InputError
 from ncp_local.protocol.replay import INTERNAL_LABEL, replay
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.report import build_report
 from ncp_local.report.review import disputed_summary, export_sheet, read_sheet, sample_conflicts
 from ncp_local.report.runs import attach_specs, load_run, load_runs
 from ncp_local.report.stats import bootstrap, cohen_kappa, confusion, pearson, ranks, spearman
 from ncp_local.report.tables import genre_rows, summary_markdown, summary_rows
-from ncp_local.protocol.spec import load_dataset
-from ncp_local.errors import InputError
-from cli_runner import CliResult, run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 GENRES = {"a": ["drama", "mystery"], "b": ["drama", "comedy"], "c": ["comedy", "horror"],
           "d": ["mystery", "horror"], "e": ["drama", "horror"]}

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import CliResult, run_submit
 
+from cli_runner import CliResult, run_submit
 from ncp_local.engines.serve import serve_args
 from ncp_local.engines.settings import ModelSettings
 

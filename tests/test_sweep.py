@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from cli_runner import CliResult, run_cli, run_submit
 from ncp_local import config as config_mod
-from ncp_local.launch import sweep
-from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution import preflight as preflight_mod
 from ncp_local.execution.engine_pool import EnginePool
-from ncp_local.execution.sweep_index import read_index
-from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution.progress import Progress
+from ncp_local.execution.sweep_index import read_index
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.launch import sweep
 from ncp_local.report.labels import by_difference, from_template
-from cli_runner import CliResult, run_cli, run_submit
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ("-m", "hydra/launcher=batched", "engine=scripted", "narrator.temperature=0.2,0.6", "seed=0,1",

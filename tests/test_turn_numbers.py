@@ -9,7 +9,6 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml

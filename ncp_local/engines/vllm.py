@@ -361,7 +361,7 @@ class VLLMEngine:
     # ---- lifecycle -------------------------------------------------------
 
     @classmethod
-    async def start(cls, cfg: ModelSettings) -> "VLLMEngine":
+    async def start(cls, cfg: ModelSettings) -> VLLMEngine:
         """Start the engine (about 20-30 s for the embedded model on 2 CPU cores).
 
         The blocking work (model conversion on first use, imports, spawning
@@ -377,12 +377,12 @@ class VLLMEngine:
         return backend
 
     @classmethod
-    async def from_model_config(cls, model: Any) -> "VLLMEngine":
+    async def from_model_config(cls, model: Any) -> VLLMEngine:
         """Start an engine from the run config's model record (see `engine_config`)."""
         return await cls.start(engine_config(model))
 
     @classmethod
-    def _start_blocking(cls, cfg: ModelSettings) -> "VLLMEngine":
+    def _start_blocking(cls, cfg: ModelSettings) -> VLLMEngine:
         model_path = resolved_path(cfg)
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -430,7 +430,7 @@ class VLLMEngine:
             # needs every copy of the write end closed); it reaps anything left over.
             await asyncio.to_thread(wd.stop, 30)
 
-    async def __aenter__(self) -> "VLLMEngine":
+    async def __aenter__(self) -> VLLMEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

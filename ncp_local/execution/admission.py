@@ -33,8 +33,9 @@ then the next oldest is the oldest, and so on; the queue is served in order.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 # An episode -> the prompts its next turn would send: role -> stage -> (prompt, answer tokens, text).
 Estimator = Callable[[str], Mapping[str, Mapping[str, tuple[int, int, str]]]]
@@ -101,7 +102,7 @@ class Admission:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def for_engines(cls, engines: Mapping[str, Any], limit: int) -> "Admission":
+    def for_engines(cls, engines: Mapping[str, Any], limit: int) -> Admission:
         """Roles sharing one engine share its capacity: the engine's `kv_tokens` (absent: unbounded)."""
         engine_of = {role: f"engine{id(engine)}" for role, engine in engines.items()}
         capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}

@@ -13,13 +13,13 @@ The admission rescales it by what the first measured turns held.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..engines.base import Message
 from ..protocol.episode import Checkpoint
 from ..protocol.ledger import initial_state
-from ..protocol.prompts import (PromptPack, conflict_vars, format_history, narrate_vars, player_vars,
-                                status_vars)
+from ..protocol.prompts import PromptPack, conflict_vars, format_history, narrate_vars, player_vars, status_vars
 from ..protocol.spec import Spec
 from ..protocol.stages import STAGES
 

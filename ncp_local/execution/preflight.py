@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .. import plan
 from ..config import ConfigError, RunConfig, dataset_path, role_endpoint, role_engine
@@ -256,7 +257,7 @@ def _check_grammars(role: str, backend: str, bounds: Bounds) -> None:
                               f"{backend} cannot take the {stage} schema: {why}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stage_unsupported(stage: str, backend: str, bounds: Bounds) -> str | None:
     """`unsupported` for a stage's schema on a sample state (the features matter, not the ids);
     cached, since every point of a sweep checks the same combinations before anything starts."""

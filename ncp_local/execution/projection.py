@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..config import ConfigError
 from ..engines.scripted import ScriptedEngine

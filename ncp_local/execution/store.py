@@ -32,8 +32,9 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -337,7 +338,7 @@ class RunDir:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, *exc: object) -> None:

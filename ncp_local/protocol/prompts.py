@@ -34,9 +34,9 @@ from __future__ import annotations
 import hashlib
 import json
 import string
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ..chat import Message
 from ..errors import InputError
@@ -154,7 +154,7 @@ class PromptPack:
     files: Mapping[str, str] = field(default_factory=dict)  # template -> the file it came from
 
     @classmethod
-    def load(cls, root: str | Path | None = None, required: Iterable[str] = TEMPLATES) -> "PromptPack":
+    def load(cls, root: str | Path | None = None, required: Iterable[str] = TEMPLATES) -> PromptPack:
         path = Path(root).expanduser() if root else DEFAULT_DIR
         if not path.is_dir():
             raise InputError(path, "prompts.dir", "not a directory")

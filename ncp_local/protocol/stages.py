@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import re
 import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -216,7 +217,7 @@ class Conflict(_Out):
 
     _reason = field_validator("reason")(_nonempty)
 
-    def normalized(self) -> "Conflict":
+    def normalized(self) -> Conflict:
         """The player-input id spelled as the reference spells it."""
         if self.type == "player_input" and self.id in PLAYER_INPUT_ALIASES:
             return self.model_copy(update={"id": PLAYER_INPUT_ID})

@@ -12,15 +12,16 @@ import csv
 import io
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InputError
 from ..execution.store import atomic_write
-from ..protocol.turns import shown as shown_turn
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.turns import shown as shown_turn
 from .html import esc, page, target_tag
 from .runs import Run
 from .tables import csv_text, markdown_table

@@ -23,9 +23,9 @@ import math
 from pathlib import Path
 
 import pytest
+
 from cli_runner import run_cli
 from engine_helpers import CROWDED, FITS, ReferenceSweep
-
 from ncp_local.protocol.metrics import aggregate, episode_metrics, survival
 from ncp_local.report.runs import load_run
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 
+from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 from ncp_local.engines.chat_format import ChatFormat
 from ncp_local.engines.settings import ModelSettings
 from ncp_local.execution.calls import CallService, RoleBinding

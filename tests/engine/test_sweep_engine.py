@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from engine_helpers import CROWDED, FITS, METHODS, ReferenceSweep
-
 from ncp_local.execution.store import read_calls
 from ncp_local.report.runs import load_run
 

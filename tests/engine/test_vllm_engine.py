@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncp_local.engines.base import Engine, ContextOverflow, Message, Request
+from ncp_local.engines.base import ContextOverflow, Engine, Message, Request
 
 
 def _req(text: str, *, seed: int = 1, max_tokens: int = 16, temperature: float = 1.0, **kw) -> Request:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...engines.base import Completion, Engine, Request
 from ...engines.scripted import ScriptedEngine
