@@ -92,7 +92,7 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
     # A retrained checkpoint of the same shape: its bytes differ in the middle.
     c = _fake_model(tmp_path / "c", weights=b"w" * 2_500_000 + b"X" + b"w" * 2_499_999)
     assert weights_fingerprint(c) != weights_fingerprint(a)
-    d = _fake_model(tmp_path / "d", config={"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1})
+    _fake_model(tmp_path / "d", config={"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1})
     raw_d = _raw(*qwen, f"models_root={tmp_path / 'd'}")
     new = of_run(config_mod.validate(raw_d), raw_d)
     old = of_run(config_mod.validate(_raw(*qwen, f"models_root={tmp_path / 'a'}")),

@@ -79,7 +79,7 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
         mine = [c for c in calls if c["spec_id"] == sample.id]
         events = [e for e in sample.events if e.event == "model"]
         assert len(events) == len(mine) > 0
-        for e, c in zip(events, mine):
+        for e, c in zip(events, mine, strict=True):
             assert (e.role, e.metadata["stage"], e.metadata["turn_id"], e.metadata["attempt"], e.metadata["seed"]) \
                 == (c["role"], c["stage"], c["turn"], c["attempt"], c["seed"])
             u = e.output.usage

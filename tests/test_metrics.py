@@ -100,7 +100,7 @@ def test_kaplan_meier_by_hand() -> None:
     # Undefined where nothing ended yet (S = 1) or everyone at risk ended (S = 0): the point itself.
     assert curve.lo[:3] == curve.hi[:3] == (1.0, 1.0, 1.0)
     assert (curve.lo[8], curve.hi[8]) == (0.0, 0.0)
-    for lo, s, hi in zip(curve.lo, curve.s, curve.hi):
+    for lo, s, hi in zip(curve.lo, curve.s, curve.hi, strict=True):
         assert 0 <= lo <= s <= hi <= 1
 
 

@@ -26,8 +26,9 @@ DEEPSEEK = ModelSettings(name="deepseek-v3.2", path="/models/deepseek-ai/DeepSee
                          engine_args={"kv_cache_dtype": "fp8"})
 ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3.2", "--host", "0.0.0.0", "--port",
         "8000", "--dtype", "auto", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
-        "--tensor-parallel-size", "8", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
-        "--enable-prefix-caching", "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--tensor-parallel-size", "8", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64",
+        "--seed", "0", "--enable-prefix-caching",
+        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--generation-config", "vllm", "--disable-log-stats", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens",
         "16384", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
 
@@ -35,8 +36,9 @@ ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3
 def _sbatch(tmp_path: Path, across: str) -> list[str]:
     args = tmp_path / "serve.args"
     args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
-    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve", NCP_SERVE_ARGS=str(args),
-               NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across, NCP_GPUS_PER_NODE="8")
+    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve",
+               NCP_SERVE_ARGS=str(args), NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across,
+               NCP_GPUS_PER_NODE="8")
     out = subprocess.run(["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 0, out.stderr

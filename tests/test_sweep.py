@@ -222,7 +222,9 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
     # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor set to 0.9 of GPU 1.
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
-    monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)  # no weights here; the plan uses built-in facts
+    monkeypatch.setattr(
+        preflight_mod, "check_engines", lambda cfg, roles=(): None
+    )  # no weights here; the plan uses built-in facts
     monkeypatch.setattr(EnginePool, "start_model", lambda self, model, key=None: fake(self, model))
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
             "progress=false", "auditor.model.gpu_memory_utilization=0.9"]

@@ -125,7 +125,10 @@ def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
 
         close = difflib.get_close_matches(cfg.reasoning_parser, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return "reasoning_parser", f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}"
+        return (
+            "reasoning_parser",
+            f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}",
+        )
     return None
 
 

@@ -14,8 +14,8 @@ only while every in-flight episode's prefix fits beside it:
     history, PROTOCOL section 3), measured on the prompt texts;
   - before an episode has played a whole turn, its footprint is estimated
     (footprint.py: each stage's prompt filled from the episode's state, a
-    resumed one's from its checkpoint, shared prefixes once), rescaled by the mean ratio of measured to estimated footprint
-    of the episodes that have played one; until then it holds the larger of
+    resumed one's from its checkpoint, shared prefixes once), rescaled by the mean ratio of measured to
+    estimated footprint of the episodes that have played one; until then it holds the larger of
     the estimate and what its calls measured. So at start-up every episode the
     cache holds is admitted at once, up to `concurrency`;
   - the head of the queue (episodes in spec order) starts when its footprint

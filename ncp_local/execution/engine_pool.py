@@ -92,7 +92,12 @@ class EnginePool:
         out: dict[str, dict[str, Any]] = {}
         for role in self.roles:
             m = self.models[self.role_key[role]]
-            out[role] = {"name": self.cfg.model_name(role), "path": m.path, "revision": m.revision, "engine": self.kind_of(role)}
+            out[role] = {
+                "name": self.cfg.model_name(role),
+                "path": m.path,
+                "revision": m.revision,
+                "engine": self.kind_of(role),
+            }
             if role in self.endpoints:
                 out[role]["endpoint"] = self.endpoints[role].manifest()
         return out

@@ -140,8 +140,8 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
             continue
         key_env = role_endpoint(cfg, role).get("api_key_env")
         if key_env and not os.environ.get(key_env):
-            field = "engine.api_key_env" if cfg.engine.name == "openai" and not getattr(
-                getattr(cfg, role), "endpoint").api_key_env else f"{role}.endpoint.api_key_env"
+            inherited = cfg.engine.name == "openai" and not getattr(cfg, role).endpoint.api_key_env
+            field = "engine.api_key_env" if inherited else f"{role}.endpoint.api_key_env"
             raise ConfigError(field, f"environment variable {key_env} is not set")
     models = {role: getattr(cfg, role).model for role in roles if kinds[role] == "vllm"}
     for role, model in models.items():

@@ -154,8 +154,9 @@ def torch_cuda() -> str | None:
         return None
     if spec is None or not spec.origin:
         return None
-    m = re.search(r"^cuda\s*(?::\s*\S+\s*)?=\s*['\"]([^'\"]+)['\"]", _read(str(Path(spec.origin).parent / "version.py")),
-                  re.M)
+    m = re.search(
+        r"^cuda\s*(?::\s*\S+\s*)?=\s*['\"]([^'\"]+)['\"]", _read(str(Path(spec.origin).parent / "version.py")), re.M
+    )
     return m.group(1) if m else None
 
 

@@ -43,8 +43,8 @@ from .memory import (
     share_is_planned,
 )
 
-__all__ = ["Line", "fit_line", "Plan", "footprint_at", "planned", "check", "render", "verdict", "project", "inventory", "parse_gpu", "Gpu",
-           "ModelFacts", "model_facts", "share_is_planned"]
+__all__ = ["Line", "fit_line", "Plan", "footprint_at", "planned", "check", "render", "verdict", "project", "inventory",
+           "parse_gpu", "Gpu", "ModelFacts", "model_facts", "share_is_planned"]
 
 # Verdicts (`mode=plan` exits with EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT for them: modes/plan.py).
 GO, OVERFLOW, CANNOT = "go", "overflow", "cannot"

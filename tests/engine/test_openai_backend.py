@@ -222,7 +222,9 @@ def test_missing_api_key_env_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -
     from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine
 
     monkeypatch.delenv("NCP_TEST_NO_SUCH_KEY", raising=False)
-    cfg = OpenAIEndpointConfig(name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="NCP_TEST_NO_SUCH_KEY")
+    cfg = OpenAIEndpointConfig(
+        name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="NCP_TEST_NO_SUCH_KEY"
+    )
     with pytest.raises(ValueError, match="NCP_TEST_NO_SUCH_KEY"):
         OpenAIEngine(cfg)
 
@@ -231,6 +233,8 @@ def test_unreachable_endpoint_is_engine_dead() -> None:
     from ncp_local.engines.base import EngineDead
     from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine
 
-    cfg = OpenAIEndpointConfig(name="x", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=0, timeout_s=5)
+    cfg = OpenAIEndpointConfig(
+        name="x", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=0, timeout_s=5
+    )
     with pytest.raises(EngineDead, match="not reachable"):
         asyncio.run(OpenAIEngine.start(cfg))

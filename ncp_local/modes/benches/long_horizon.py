@@ -191,7 +191,9 @@ def _lines(rows: list[Level], unbounded: float | None, kv: int | None, episodes:
         out.append(f"| {r.name} | {r.wall_s:.1f} | {r.tokens_per_s:.0f} | {r.hit:.2f} | {ideal:.2f} "
                    f"| {r.recomputed:,} | {most} | {r.pauses if r is adaptive else '-'} |")
     out.append(f"best fixed level: {best.name} ({best.tokens_per_s:.0f} tok/s)")
-    out.append(f"long-horizon: adaptive_hit={adaptive.hit:.2f} unbounded_hit={ideal:.2f} "
-               f"adaptive/best_fixed={adaptive.tokens_per_s / best.tokens_per_s if best.tokens_per_s else float('nan'):.2f}")
+    out.append(
+        f"long-horizon: adaptive_hit={adaptive.hit:.2f} unbounded_hit={ideal:.2f} "
+        f"adaptive/best_fixed={adaptive.tokens_per_s / best.tokens_per_s if best.tokens_per_s else float('nan'):.2f}"
+    )
     return out
 
