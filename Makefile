@@ -14,7 +14,7 @@ export NCP_BENCH_REFERENCE
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install install-gpu model demo test test-all test-fast lint clean docs docs-serve
+.PHONY: install install-gpu model demo check test test-all test-fast lint clean docs docs-serve
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -44,8 +44,17 @@ model: install
 demo: model
 	$(PY) run.py
 
+# The static checks, each configured in pyproject.toml, in seconds and before any test: the layer
+# contracts ([tool.importlinter]), lint ([tool.ruff.lint]), formatting ([tool.ruff.format]: only
+# checked, `ruff format` rewrites) and types ([tool.mypy]: strict on protocol/ and engines/).
+# `make test`, `test-all` and `test-fast` run it first. (`make lint` is another thing: `mode=lint` on specs.)
+check: install
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
+	$(VENV)/bin/mypy
+
 # Here the embedded model is installed: an engine test that cannot find it fails, never skips.
-# The layer contracts first (pyproject.toml [tool.importlinter]): a second, then the tests.
 # Tiers (pyproject.toml markers; docs/measurements/test-times.md keeps their measured times): `test` runs
 # every tier but `slow`, `test-all` runs everything, `test-fast` what starts no engine, server,
 # cluster or browser. Each prints the 40 slowest tests and the time spent in each tier.
@@ -56,18 +65,15 @@ WORKERS ?= 2
 PYTEST  := NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest --durations=40
 NO_ENGINE := not (engine or served or slurm)
 
-test: model
-	$(VENV)/bin/lint-imports
+test: model check
 	$(PYTEST) -n $(WORKERS) -m "$(NO_ENGINE) and not slow"
 	$(PYTEST) -m "not ($(NO_ENGINE)) and not slow"
 
-test-all: model
-	$(VENV)/bin/lint-imports
+test-all: model check
 	$(PYTEST) -n $(WORKERS) -m "$(NO_ENGINE)"
 	$(PYTEST) -m "not ($(NO_ENGINE))"
 
-test-fast: install
-	$(VENV)/bin/lint-imports
+test-fast: install check
 	$(PY) -m pytest --durations=20 -n $(WORKERS) -m "$(NO_ENGINE) and not (browser or slow)"
 
 # The documentation site (mkdocs.yml; the reference pages are generated from the code while it builds).

@@ -8,7 +8,7 @@ comes from the settings that change results, not from bookkeeping ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -30,7 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
               "data_parallel_size", "enable_expert_parallel",
               "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress", "progress_every_s", "verbose", "hydra", "limit", "runs", "report",
+NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress",
+                "progress_every_s", "verbose", "hydra", "limit", "runs", "report",
                 "review",
                 "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
                 "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "engine.file",
@@ -137,7 +138,7 @@ class OpenAIEngineCfg(_Cfg):
 
 
 # Each engine declares its own options; `name` picks the schema.
-EngineCfg = Annotated[Union[VLLMEngineCfg, ScriptedEngineCfg, OpenAIEngineCfg], Field(discriminator="name")]
+EngineCfg = Annotated[VLLMEngineCfg | ScriptedEngineCfg | OpenAIEngineCfg, Field(discriminator="name")]
 
 
 class DatasetCfg(_Cfg):

@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ncp_local.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
-from ncp_local.modes.benches.figures import FILE as BENCH_JSON
-from ncp_local.modes.benches.figures import BenchFigures, spread
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL  # noqa: E402
+from ncp_local.modes.benches.figures import FILE as BENCH_JSON  # noqa: E402
+from ncp_local.modes.benches.figures import BenchFigures, spread  # noqa: E402
 
 # Where a tree keeps its bench: the layered tree's mode module, or the flat module before it.
 BENCH_MODULES = ("ncp_local/modes/bench.py", "ncp_local/bench.py")
@@ -144,7 +144,7 @@ def summary(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, A
         out["figures"][label] = {"old": spread([figure(r, how) for r in old]),
                                  "new": spread([figure(r, how) for r in new])}
     pairs = [figure(n, ("wall", "a")) / figure(o, ("wall", "a"))  # type: ignore[operator]
-             for o, n in zip(old, new) if figure(o, ("wall", "a")) and figure(n, ("wall", "a"))]
+             for o, n in zip(old, new, strict=False) if figure(o, ("wall", "a")) and figure(n, ("wall", "a"))]
     out["rig_wall_new_over_old"] = {"pairs": pairs, "median": statistics.median(pairs) if pairs else None}
     return out
 

@@ -354,13 +354,18 @@ def gen_exits() -> str:
 def gen_columns() -> str:
     from ncp_local.report.glossary import GLOSSARY
 
-    return "\n".join(["| column | meaning |", "| --- | --- |", *(f"| `{c}` | {_cell(t)} |" for c, t in GLOSSARY)]) + "\n"
+    return (
+        "\n".join(["| column | meaning |", "| --- | --- |", *(f"| `{c}` | {_cell(t)} |" for c, t in GLOSSARY)]) + "\n"
+    )
 
 
 def gen_cost_columns() -> str:
     from ncp_local.report.glossary import COST_GLOSSARY
 
-    return "\n".join(["| column | meaning |", "| --- | --- |", *(f"| {c} | {_cell(t)} |" for c, t in COST_GLOSSARY)]) + "\n"
+    return (
+        "\n".join(["| column | meaning |", "| --- | --- |", *(f"| {c} | {_cell(t)} |" for c, t in COST_GLOSSARY)])
+        + "\n"
+    )
 
 
 def _type(ann: Any) -> str:

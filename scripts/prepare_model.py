@@ -18,7 +18,9 @@ from ncp_local.engines.embedded import EmbeddedModelError, ensure_embedded_model
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=None, help="cache root (default $NCP_LOCAL_CACHE or ~/.cache/ncp-local)")
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="cache root (default $NCP_LOCAL_CACHE or ~/.cache/ncp-local)"
+    )
     parser.add_argument("--force", action="store_true", help="convert again even if a valid copy exists")
     args = parser.parse_args()
     started = time.monotonic()

@@ -7,7 +7,8 @@ engine sends it (engines/grammar.adapt_schema)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ncp_local.engines.grammar import adapt_schema
 

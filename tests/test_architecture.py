@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ncp_local"
 # Packages an import inside a function may defer (heavy, optional, or only on an engine's path).
 DEFERRED = ("vllm", "torch", "transformers", "openai", "xgrammar", "llguidance", "outlines_core", "setproctitle",
-            "psutil", "inspect_ai", "ncp_local.engines.vllm", "ncp_local.engines.openai", "..engines.vllm", "..engines.openai",
+            "psutil", "inspect_ai", "ncp_local.engines.vllm", "ncp_local.engines.openai", "..engines.vllm",
+            "..engines.openai",
             # The command line answers a bad override in under a second, before the modes and the
             # run's machinery (scipy, matplotlib: about 2 s of imports) load (launch/cli.py).
             "ncp_local.modes", "ncp_local.execution.episodes", "ncp_local.launch.sweep")

@@ -22,17 +22,17 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
+from cli_runner import submit_module
 from ncp_local import config as config_mod
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED, EXIT_SYSTEMATIC
 from ncp_local.launch import cli
-from cli_runner import submit_module
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"
@@ -101,7 +101,7 @@ def _shard_without_specs(tmp: Path) -> None:
 
 SPEC = f"data/specs/{SPEC_ID}.yaml"
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")) + "specs: *i\n"
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)) + "specs: *i\n"
 
 CASES = [
     # -- YAML attacks (spec files and the index) --------------------------------
@@ -119,7 +119,8 @@ CASES = [
     Case("yaml-huge-value-not-echoed", (), (SPEC, "commitments[0].type", "is not one of", "..."),
          setup=_edit(SPEC, lambda t: t.replace("type: ", f"type: {'x' * 200_000} #", 1))),
     Case("yaml-python-tag", (), (SPEC, "invalid YAML", "python/object"),
-         setup=_edit(SPEC, lambda t: t.replace("synopsis: ", "synopsis: !!python/object/apply:os.system [\"touch pwned\"] #", 1))),
+         setup=_edit(SPEC, lambda t: t.replace("synopsis: ",
+                                               "synopsis: !!python/object/apply:os.system [\"touch pwned\"] #", 1))),
     Case("yaml-binary-spec", (), (SPEC, "cannot read"), setup=_write(SPEC, b"\xff\xfe\x00garbage")),
     # -- prompt packs (checked at load: ncp_local/protocol/prompts.py) ----------------------
     Case("pack-missing-template", (), ("pack", "missing template", "narrate.txt"),
@@ -129,7 +130,8 @@ CASES = [
     Case("pack-placeholder-stage-lacks", (), ("narrate.txt", "{synopsis}", "not provided to the narrate stage"),
          setup=_edit("pack/narrate.txt", lambda t: t + "\n{synopsis}\n")),
     Case("pack-empty-template", (), ("opening.txt", "empty template"), setup=_write("pack/opening.txt", "  \n")),
-    Case("pack-binary-template", (), ("opening.txt", "not UTF-8"), setup=_write("pack/opening.txt", b"\x89PNG\xff\x00")),
+    Case("pack-binary-template", (), ("opening.txt", "not UTF-8"),
+         setup=_write("pack/opening.txt", b"\x89PNG\xff\x00")),
     # -- overrides Hydra refuses (its several lines made one) ---------------------------
     Case("override-unknown-group-option", ("auditor=nope",), ("auditor/nope", "qwen3")),
     Case("override-unknown-key", ("foo=1",), ("foo", "+foo=1")),
@@ -248,8 +250,9 @@ CASES = [
          env={"PATH": "{tmp}/nobin"}),
     Case("submit-json-garbage", ("--shards", "1", "--dry-run", "--", *BASE), ("submit.json", "cannot read"),
          tool="submit", setup=_write("run/submit.json", "{not json")),
-    Case("submit-json-not-a-record", ("--shards", "1", "--dry-run", "--", *BASE), ("submit.json", "not a submit record"),
-         tool="submit", setup=_write("run/submit.json", '{"identity": 1, "jobs": "x"}')),
+    Case("submit-json-not-a-record", ("--shards", "1", "--dry-run", "--", *BASE),
+         ("submit.json", "not a submit record"), tool="submit",
+         setup=_write("run/submit.json", '{"identity": 1, "jobs": "x"}')),
     Case("submit-parallel-zero", ("--shards", "1", "--parallel", "0", "--dry-run", "--", *BASE), ("--parallel",),
          tool="submit"),
     Case("submit-gpus-negative", ("--shards", "1", "--gpus", "-1", "--dry-run", "--", *BASE), ("--gpus",),

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cli_runner import run_cli
 from ncp_local.engines.base import Message, Request
 from ncp_local.modes.bench import (
     Scaling,
@@ -19,7 +20,6 @@ from ncp_local.modes.bench import (
 )
 from ncp_local.modes.benches.figures import BenchFigures
 from ncp_local.protocol.spec import load_dataset
-from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -177,7 +177,9 @@ def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     lines = asyncio.run(long_horizon(engine, specs, pack, BaselineNarrator, Player("adversarial"), 0, 6, 2,
                                      [1, 2, 6], sizes, {r: UNBOUNDED for r in ("narrator", "player", "auditor")},
                                      lambda _: None, grammar=True))
-    rows = {line.split("|")[1].strip(): line.split("|") for line in lines if line.startswith("| ") and "way" not in line}
+    rows = {
+        line.split("|")[1].strip(): line.split("|") for line in lines if line.startswith("| ") and "way" not in line
+    }
     hit = {name: float(cells[4]) for name, cells in rows.items()}
     last = re.fullmatch(r"long-horizon: adaptive_hit=([\d.]+) unbounded_hit=([\d.]+) adaptive/best_fixed=([\d.]+)",
                         lines[-1])

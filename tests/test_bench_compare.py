@@ -76,6 +76,7 @@ def test_the_scripts_own_overrides_are_refused(tmp_path: Path, worktrees: str) -
     assert proc.returncode == EXIT_BAD_INPUT and "out_dir" in proc.stderr
 
 
+# An old tree's printed table, verbatim (noqa: E501 below).
 OLD_OUTPUT = """bench: 4 episodes x 2 turns on smollm2-135m-instruct (vllm), max_tokens=512, seed=0
 | way | wall s | calls | prompt tok/s | cached tok/s | generated tok/s | total tok/s | turns/min | overhead ms/call (median) |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|
@@ -84,7 +85,7 @@ OLD_OUTPUT = """bench: 4 episodes x 2 turns on smollm2-135m-instruct (vllm), max
 | c ceiling (same requests, one batch) | 110.0 | 60 | 650 | 320 | 22.0 | 672 | 4.4 | - |
 engine alone, 1 vs 4 sequences: prefill 800 vs 700 tok/s (x0.88), decode 16.0 vs 50.0 tok/s (x3.12)
 ratios: rig/ceiling=0.92 rig/sequential=2.98 cache_hit=0.61
-"""
+"""  # noqa: E501
 
 
 def test_parse_printed_reads_an_old_trees_table_and_ratios() -> None:

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import prompt, tag
 
-from ncp_local.modes.build import build_all, load_sources
+from helpers import prompt, tag
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import ScriptedEngine
-from ncp_local.protocol.prompts import PromptPack
-from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.errors import InputError
-from ncp_local.protocol.spec import load_dataset
+from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.store import RunDir
+from ncp_local.modes.build import build_all, load_sources
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

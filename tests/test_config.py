@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ncp_local import config as config_mod
 from cli_runner import CliResult, run_cli
+from ncp_local import config as config_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"

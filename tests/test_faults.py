@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cli_runner import CliResult, run_cli
 from helpers import Scripted, make_spec, tag
-
 from ncp_local.engines.base import Completion, Request
 
 ROOT = Path(__file__).resolve().parent.parent

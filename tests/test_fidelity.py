@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Scripted, conflicts, facts, make_spec, prompt, tag
 
+from cli_runner import run_cli
+from helpers import Scripted, conflicts, facts, make_spec, prompt, tag
 from ncp_local.config import compose, validate
 from ncp_local.engines.base import Request
-from ncp_local.protocol.metrics import episode_metrics
-from ncp_local.protocol.prompts import OFFICIAL_FILES, TEMPLATE_VARS, PromptPack, placeholders
-from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.errors import InputError
-from cli_runner import run_cli
+from ncp_local.protocol.metrics import episode_metrics
+from ncp_local.protocol.narrators import BaselineNarrator
+from ncp_local.protocol.prompts import OFFICIAL_FILES, TEMPLATE_VARS, PromptPack, placeholders
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import yaml
 
 from helpers import Scripted, make_spec, spec_doc
-from test_docs import gen
 from ncp_local.report import build_report
 from ncp_local.report.cost import COST_COLUMNS
 from ncp_local.report.glossary import COST_GLOSSARY, GLOSSARY, define, plain
 from ncp_local.report.runs import attach_specs, load_run
 from ncp_local.report.tables import METRICS
+from test_docs import gen
 
 ROOT = Path(__file__).resolve().parent.parent
 

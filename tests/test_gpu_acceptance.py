@@ -21,8 +21,14 @@ def test_acceptance_script_runs_every_step(tmp_path: Path) -> None:
     out = tmp_path / "acc"
     # The script runs the interpreter the tests run on (a git worktree has no .venv of its own).
     env = {**os.environ, "PY": sys.executable}
-    proc = subprocess.run([str(ROOT / "scripts" / "gpu_acceptance.sh"), "--cpu", "--engine", "scripted", "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=3600)
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_acceptance.sh"), "--cpu", "--engine", "scripted", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=3600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     table = (out / "summary.md").read_text()
     assert table == proc.stdout  # the table is printed and kept

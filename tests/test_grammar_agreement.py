@@ -19,14 +19,24 @@ from __future__ import annotations
 import copy
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from grammar_oracles import oracle
 
+from grammar_oracles import oracle
 from ncp_local.engines.grammar import BACKENDS, DIFFERENCES, XGRAMMAR_BLANK, id_form
 from ncp_local.protocol.stages import (
-    BLANK_CHARS, STAGES, TIGHT, UNBOUNDED, AuditIds, InvalidOutput, check_bounds, parse, regex_for, schema_for,
+    BLANK_CHARS,
+    STAGES,
+    TIGHT,
+    UNBOUNDED,
+    AuditIds,
+    InvalidOutput,
+    check_bounds,
+    parse,
+    regex_for,
+    schema_for,
 )
 
 IDS = AuditIds(fact_ids=("f_0", "f_1", "f_12"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_13",))

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from helpers import Scripted, make_spec, prompt, tag
-
+from ncp_local.engines.base import Request
 from ncp_local.protocol.hiagent import HiAgentNarrator, Subgoal
 from ncp_local.protocol.ledger import EpisodeState, Exchange, FactUpdate
-from ncp_local.engines.base import Request
-from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.narrators import BaselineNarrator
+from ncp_local.protocol.prompts import PromptPack
 
 
 class HiAgentRun(Scripted):

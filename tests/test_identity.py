@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from cli_runner import CliResult, run_cli
 from ncp_local import config as config_mod
 from ncp_local.execution import identity as identity_mod
 from ncp_local.execution.identity import Identity, differences, model_weights, of_run, weights_fingerprint
 from ncp_local.execution.provenance import hf_revision
-from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=2", "progress=false")
@@ -92,7 +92,7 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
     # A retrained checkpoint of the same shape: its bytes differ in the middle.
     c = _fake_model(tmp_path / "c", weights=b"w" * 2_500_000 + b"X" + b"w" * 2_499_999)
     assert weights_fingerprint(c) != weights_fingerprint(a)
-    d = _fake_model(tmp_path / "d", config={"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1})
+    _fake_model(tmp_path / "d", config={"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1})
     raw_d = _raw(*qwen, f"models_root={tmp_path / 'd'}")
     new = of_run(config_mod.validate(raw_d), raw_d)
     old = of_run(config_mod.validate(_raw(*qwen, f"models_root={tmp_path / 'a'}")),

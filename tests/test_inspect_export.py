@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report import make_run, write_dataset
 
+from cli_runner import run_cli
 from ncp_local.execution.store import read_calls
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.report.inspect_log import conflict_label
 from ncp_local.report.runs import load_run
-from cli_runner import run_cli
+from test_report import make_run, write_dataset
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
         mine = [c for c in calls if c["spec_id"] == sample.id]
         events = [e for e in sample.events if e.event == "model"]
         assert len(events) == len(mine) > 0
-        for e, c in zip(events, mine):
+        for e, c in zip(events, mine, strict=True):
             assert (e.role, e.metadata["stage"], e.metadata["turn_id"], e.metadata["attempt"], e.metadata["seed"]) \
                 == (c["role"], c["stage"], c["turn"], c["attempt"], c["seed"])
             u = e.output.usage

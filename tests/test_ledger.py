@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from helpers import make_spec
-
 from ncp_local.protocol import ledger
 from ncp_local.protocol.ledger import FactEntry, FactUpdate
 from ncp_local.protocol.spec import InitialFact

@@ -6,8 +6,8 @@ import math
 import random
 
 import pytest
-from helpers import make_spec
 
+from helpers import make_spec
 from ncp_local.protocol import ledger
 from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.protocol.metrics import aggregate, episode_metrics, km_survival, results_table, survival
@@ -100,7 +100,7 @@ def test_kaplan_meier_by_hand() -> None:
     # Undefined where nothing ended yet (S = 1) or everyone at risk ended (S = 0): the point itself.
     assert curve.lo[:3] == curve.hi[:3] == (1.0, 1.0, 1.0)
     assert (curve.lo[8], curve.hi[8]) == (0.0, 0.0)
-    for lo, s, hi in zip(curve.lo, curve.s, curve.hi):
+    for lo, s, hi in zip(curve.lo, curve.s, curve.hi, strict=True):
         assert 0 <= lo <= s <= hi <= 1
 
 

@@ -35,8 +35,12 @@ def _download(root: Path) -> Path:
 
 
 def _cfg(root: Path, *over: str) -> config_mod.RunConfig:
-    raw = OmegaConf.to_container(config_mod.compose(["narrator=smollm2", "model@auditor.model=mistral_small_24b_instruct",
-                                                     f"models_root={root}", *over]), resolve=True)
+    raw = OmegaConf.to_container(
+        config_mod.compose(
+            ["narrator=smollm2", "model@auditor.model=mistral_small_24b_instruct", f"models_root={root}", *over]
+        ),
+        resolve=True,
+    )
     return config_mod.validate(raw)  # type: ignore[arg-type]
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
 from ncp_local import modes
 from ncp_local.config import ConfigError
 from ncp_local.launch.help import modes_text
-from cli_runner import run_cli
 from test_docs import gen
 
 ROOT = Path(__file__).resolve().parent.parent

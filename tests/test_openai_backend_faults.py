@@ -15,7 +15,7 @@ openai = pytest.importorskip("openai", reason="openai is not installed (pip inst
 import httpx  # noqa: E402
 
 from ncp_local.engines.base import ContextOverflow, EngineDead, Message, Request  # noqa: E402
-from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig  # noqa: E402
+from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine  # noqa: E402
 
 _HTTP = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 
@@ -79,3 +79,10 @@ def test_overflow_only_below_what_the_call_needs() -> None:
 def test_unreachable_endpoint_is_engine_dead() -> None:
     with pytest.raises(EngineDead):
         _generate(openai.APIConnectionError(request=_HTTP), _req())
+
+
+def test_an_answer_without_choices_is_a_failed_attempt() -> None:
+    # Was a TypeError (mypy found the missing argument): an empty `choices` is the server's fault,
+    # a failed attempt like any other.
+    c = _generate(SimpleNamespace(choices=[], usage=None), _req())
+    assert c.finish_reason == "error" and "no choices" in (c.error or "") and c.transport_errors == ()

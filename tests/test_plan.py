@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from cli_runner import CliResult, run_cli
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
 from ncp_local.config import ConfigError
@@ -31,7 +32,6 @@ from ncp_local.plan.kv import (
     steps_in_flight,
 )
 from ncp_local.plan.memory import CPU_RUNTIME_BYTES, engines_of
-from cli_runner import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = ["H100-80GB", "H100-80GB"]
@@ -445,7 +445,7 @@ def test_cpu_embedded_run_gets_the_ram_share(monkeypatch: pytest.MonkeyPatch) ->
     assert e.kv_bytes == int(0.3 * p.inventory.ram_bytes) - e.weights_bytes - CPU_RUNTIME_BYTES
 
 
-# ---- the GPU commands of the README and the docs, and the presets, on fake inventories ------------------------------------
+# ---- the GPU commands of the README and the docs, and the presets, on fake inventories --------------------------
 
 
 def _expand(tokens: list[str]) -> list[list[str]]:
@@ -639,8 +639,11 @@ def test_plan_says_what_admission_by_cache_runs_and_what_offload_would_hold() ->
     plan = plan_full(cfg)
     lines = plan_mod.render(plan)
     for e in plan.engines:
-        adm = next(line for line in lines[lines.index(next(x for x in lines if x.startswith(f"engine {e.index + 1}:"))):]
-                   if line.startswith("  admission by cache"))
+        adm = next(
+            line
+            for line in lines[lines.index(next(x for x in lines if x.startswith(f"engine {e.index + 1}:"))) :]
+            if line.startswith("  admission by cache")
+        )
         cells = re.findall(r"turn (\d+): ([\d.]+) fit, (\d+) admitted", adm)
         assert [int(t) for t, _, _ in cells] == [0, 1, 10, 25, 50, 100]
         for t, fit, admitted in cells:

@@ -107,7 +107,7 @@ def _model(base: ModelSettings, case: Case, engine: int, engines: int) -> ModelS
 def config(base: Any, files: dict[str, ModelSettings], case: Case) -> Any:
     distinct = list(dict.fromkeys(case.models))
     roles = {}
-    for role, name in zip(ROLES, case.models):
+    for role, name in zip(ROLES, case.models, strict=True):
         model = _model(files[name], case, distinct.index(name), len(distinct))
         rc = getattr(base, role)
         roles[role] = rc.model_copy(update={"model": model})

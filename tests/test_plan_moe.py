@@ -9,8 +9,8 @@
 - a model folder (config.json + model.safetensors.index.json) gives latent, indexer, experts, MTP
   layers and the quantization, and a quantized checkpoint is loaded at its stored size, less MTP;
 - `8xH200-141GB` is eight GPUs;
-- the guide's DeepSeek-V3.2 command (docs/guide/models-and-gpus.md) goes on 8 x H200; on 8 x H100-80GB it stops in one line saying the
-  weights do not fit and what would; Qwen3-235B-A22B and Kimi-K2.5 go on 8 x H200;
+- the guide's DeepSeek-V3.2 command (docs/guide/models-and-gpus.md) goes on 8 x H200; on 8 x H100-80GB it stops
+  in one line saying the weights do not fit and what would; Qwen3-235B-A22B and Kimi-K2.5 go on 8 x H200;
 - block-FP8 experts sliced past whole blocks are refused where vLLM's own load check refuses them;
 - data parallel inside one engine: vLLM's own engine arguments and parallel config take the rig's
   settings, the plan gives tensor parallel x data parallel devices and counts every replica's KV cache,

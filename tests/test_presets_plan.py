@@ -1,9 +1,9 @@
 """Every `mode=plan` command that names its hardware (`plan.gpus=[...]`), in README.md, in the
-documentation (docs/**/*.md) and in the experiment presets' own comments, plans as it says it does on that hardware: go unless its comment
-says `exit 2` (then refused in one line) or `exit 1` (then it starts, and only the prompt projection can
-say more). Every experiment preset is planned too: on the hardware its comments name, else (no GPU model
-in it) on this CPU. The memory and window checks only (`plan.check`, what `mode=run` makes first): no
-prompt play, no dataset.
+documentation (docs/**/*.md) and in the experiment presets' own comments, plans as it says it does on that
+hardware: go unless its comment says `exit 2` (then refused in one line) or `exit 1` (then it starts, and
+only the prompt projection can say more). Every experiment preset is planned too: on the hardware its
+comments name, else (no GPU model in it) on this CPU. The memory and window checks only (`plan.check`,
+what `mode=run` makes first): no prompt play, no dataset.
 """
 
 from __future__ import annotations

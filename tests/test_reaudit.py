@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Scripted, conflicts, make_spec, tag
 
-from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
+from cli_runner import CliResult, run_cli
+from helpers import Scripted, conflicts, make_spec, tag
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
-from ncp_local.protocol.prompts import PromptPack
-from ncp_local.modes.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
-from ncp_local.execution.calls import CallService, RoleBinding, Sampling
-from ncp_local.report.runs import load_run
 from ncp_local.errors import InputError
+from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.store import RunDir, read_calls
-from cli_runner import CliResult, run_cli
+from ncp_local.modes.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
+from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
+from ncp_local.protocol.prompts import PromptPack
+from ncp_local.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = RandomPolicy(conflict_rate=0.25, overturn_rate=0.3, node_rate=0.4, satisfy_rate=0.3)

@@ -16,18 +16,19 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import Scripted, conflicts, facts, statuses, tag, traj
 
+from cli_runner import CliResult, run_cli
+from helpers import Scripted, conflicts, facts, statuses, tag, traj
 from ncp_local.engines.base import ContextOverflow, Request
-from ncp_local.report import build_report
+from ncp_local.errors import InputError
 from ncp_local.protocol.replay import INTERNAL_LABEL, replay
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.report import build_report
 from ncp_local.report.review import disputed_summary, export_sheet, read_sheet, sample_conflicts
 from ncp_local.report.runs import attach_specs, load_run, load_runs
 from ncp_local.report.stats import bootstrap, cohen_kappa, confusion, pearson, ranks, spearman
 from ncp_local.report.tables import genre_rows, summary_markdown, summary_rows
-from ncp_local.protocol.spec import load_dataset
-from ncp_local.errors import InputError
-from cli_runner import CliResult, run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 GENRES = {"a": ["drama", "mystery"], "b": ["drama", "comedy"], "c": ["comedy", "horror"],
           "d": ["mystery", "horror"], "e": ["drama", "horror"]}
@@ -167,7 +168,7 @@ def test_bootstrap_contains_point_and_is_seeded() -> None:
     a = bootstrap(cols, resamples=2000, seed=7)
     assert a == bootstrap(cols, resamples=2000, seed=7)
     assert a != bootstrap(cols, resamples=2000, seed=8)
-    for k, iv in a.items():
+    for iv in a.values():
         assert iv.lo <= iv.point <= iv.hi
     assert a["x"].point == pytest.approx(3.6) and a["y"].point == pytest.approx(40)
     assert 1.0 <= a["x"].lo < a["x"].hi <= 8.0
@@ -265,7 +266,8 @@ def test_html_pages(run_dir: Path, tmp_path: Path) -> None:
     assert 'class="conflict"' in a and "initial fact 0 of a" in a and "confirmed on review" in a
     assert 'class="card turn conflict-turn" id="t2"' in a  # turn id 1: the paper's turn 2
     b = (out / "episodes" / "00-run" / "b.html").read_text()
-    assert "<script>alert" not in b and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;quoted&quot;" in b
+    assert "<script>alert" not in b
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;quoted&quot;" in b
     assert 'class="conflict"' not in b
     # b's ledger: f_3 added at turn id 1, f_1 negated at turn id 2; nodes at turn ids 0 and 2 (shown from 1).
     assert "<span class=fid>f_3</span> a new fact" in b
@@ -374,7 +376,7 @@ def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
     # One stored result per official spec (no episode is run: only genres matter here).
     ids = yaml.safe_load((official_dataset / "index.yaml").read_text())["specs"]
     (tmp_path / "run" / "results").mkdir(parents=True)
-    for i, sid in enumerate(ids):
+    for sid in ids:
         spec = load_spec(official_dataset / "specs" / f"{sid}.yaml")
         result = EpisodeResult(spec_id=sid, termination="max_turns", opening="o", opening_update=None, turns=(),
                                final_state=ledger.initial_state(spec), max_turns=1)
@@ -408,7 +410,7 @@ def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) ->
     #   T = 2: at risk 3 (a, b, e), b ends -> 0.75 * 2/3 = 0.5 = S(3); a leaves after it
     #   T = 4: e, beyond S(4) -> S(0..4) = 1, 1, 0.75, 0.5, 0.5
     assert agg.survival == pytest.approx((1, 1, 0.75, 0.5, 0.5), abs=1e-12)
-    for lo, s, hi in zip(agg.survival_lo, agg.survival, agg.survival_hi):
+    for lo, s, hi in zip(agg.survival_lo, agg.survival, agg.survival_hi, strict=True):
         assert 0 <= lo <= s <= hi <= 1
     assert agg.survival_lo[2] < 0.75 < agg.survival_hi[2]
 

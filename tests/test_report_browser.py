@@ -6,11 +6,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from test_report import make_run, write_dataset
-
 from ncp_local.report import build_report
 from ncp_local.report.runs import attach_specs, load_runs
-
+from test_report import make_run, write_dataset
 
 
 def render(chromium: Path, page: Path, tmp: Path, name: str) -> tuple[bytes, str]:

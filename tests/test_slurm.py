@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from cli_runner import CliResult, run_cli, run_submit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_runner import CliResult, run_submit
 
+from cli_runner import CliResult, run_submit
 from ncp_local.engines.serve import serve_args
 from ncp_local.engines.settings import ModelSettings
 from ncp_local.exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL
@@ -28,8 +28,9 @@ DEEPSEEK = ModelSettings(name="deepseek-v3.2", path="/models/deepseek-ai/DeepSee
                          engine_args={"kv_cache_dtype": "fp8"})
 ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3.2", "--host", "0.0.0.0", "--port",
         "8000", "--dtype", "auto", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
-        "--tensor-parallel-size", "8", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64", "--seed", "0",
-        "--enable-prefix-caching", "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--tensor-parallel-size", "8", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64",
+        "--seed", "0", "--enable-prefix-caching",
+        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--generation-config", "vllm", "--disable-log-stats", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens",
         "16384", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
 
@@ -37,9 +38,9 @@ ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3
 def _sbatch(tmp_path: Path, across: str) -> list[str]:
     args = tmp_path / "serve.args"
     args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
-    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve", NCP_SERVE_ARGS=str(args),
-               NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across, NCP_GPUS_PER_NODE="8",
-               **script_env())  # the exit codes, as the submitter passes them
+    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve",
+               NCP_SERVE_ARGS=str(args), NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across,
+               NCP_GPUS_PER_NODE="8", **script_env())  # the exit codes, as the submitter passes them
     out = subprocess.run(["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 0, out.stderr

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ncp_local.protocol.spec import dataset_summary, load_dataset, load_spec
-from ncp_local.errors import InputError
 from cli_runner import run_cli
+from ncp_local.errors import InputError
+from ncp_local.protocol.spec import dataset_summary, load_dataset, load_spec
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

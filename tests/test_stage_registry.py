@@ -25,13 +25,38 @@ from typing import Any
 import pytest
 
 from ncp_local.protocol.prompts import (
-    BUILD_TEMPLATES, DEFAULT_DIR, FALLBACK, RIG_ONLY, TEMPLATE_VARS, TEMPLATES, conflict_vars, fact_update_vars,
-    narrate_vars, opening_vars, placeholders, player_vars, status_vars, trajectory_vars,
+    BUILD_TEMPLATES,
+    DEFAULT_DIR,
+    FALLBACK,
+    RIG_ONLY,
+    TEMPLATE_VARS,
+    TEMPLATES,
+    conflict_vars,
+    fact_update_vars,
+    narrate_vars,
+    opening_vars,
+    placeholders,
+    player_vars,
+    status_vars,
+    trajectory_vars,
 )
 from ncp_local.protocol.spec import parse_spec
 from ncp_local.protocol.stages import (
-    BUILD_SIZES, STAGES, AuditIds, BuiltCommitment, BuiltCommitments, Bounds, HiAgentStep, InvalidOutput,
-    bound_hits, check_bounds, method_templates, min_room, parse, regex_for, schema_for,
+    BUILD_SIZES,
+    STAGES,
+    AuditIds,
+    Bounds,
+    BuiltCommitment,
+    BuiltCommitments,
+    HiAgentStep,
+    InvalidOutput,
+    bound_hits,
+    check_bounds,
+    method_templates,
+    min_room,
+    parse,
+    regex_for,
+    schema_for,
 )
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "stages_before_registry.json").read_text())

@@ -9,7 +9,16 @@ import pytest
 
 from ncp_local.protocol.ledger import FactEntry, FactUpdate, apply_update, next_fact_ids
 from ncp_local.protocol.stages import (
-    TIGHT, UNBOUNDED, AuditIds, InvalidOutput, Narration, bound_hits, check_bounds, parse, regex_for, schema_for,
+    TIGHT,
+    UNBOUNDED,
+    AuditIds,
+    InvalidOutput,
+    Narration,
+    bound_hits,
+    check_bounds,
+    parse,
+    regex_for,
+    schema_for,
 )
 
 IDS = AuditIds(fact_ids=("f_0", "f_3"), commitment_ids=("c_0", "c_1"))

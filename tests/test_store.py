@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Scripted, make_spec
 
-from ncp_local import modes
-from ncp_local import config as config_mod
-from ncp_local.exits import EXIT_DISK_FULL
-from ncp_local.execution.store import RunDir, RunMismatch, check_place, read_calls
-from ncp_local.errors import InputError
 from cli_runner import CliResult, run_cli
+from helpers import Scripted, make_spec
+from ncp_local import config as config_mod
+from ncp_local import modes
+from ncp_local.errors import InputError
+from ncp_local.execution.store import RunDir, RunMismatch, check_place, read_calls
+from ncp_local.exits import EXIT_DISK_FULL
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=3", "progress=false", "engine.conflict_rate=0")
 

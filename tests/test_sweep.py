@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from cli_runner import CliResult, run_cli, run_submit
 from ncp_local import config as config_mod
-from ncp_local.launch import sweep
-from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution import preflight as preflight_mod
 from ncp_local.execution.engine_pool import EnginePool
-from ncp_local.execution.sweep_index import read_index
-from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution.progress import Progress
+from ncp_local.execution.sweep_index import read_index
+from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
+from ncp_local.launch import sweep
 from ncp_local.report.labels import by_difference, from_template
-from cli_runner import CliResult, run_cli, run_submit
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ("-m", "hydra/launcher=batched", "engine=scripted", "narrator.temperature=0.2,0.6", "seed=0,1",
@@ -222,7 +222,9 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
     # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor set to 0.9 of GPU 1.
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
-    monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)  # no weights here; the plan uses built-in facts
+    monkeypatch.setattr(
+        preflight_mod, "check_engines", lambda cfg, roles=(): None
+    )  # no weights here; the plan uses built-in facts
     monkeypatch.setattr(EnginePool, "start_model", lambda self, model, key=None: fake(self, model))
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
             "progress=false", "auditor.model.gpu_memory_utilization=0.9"]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
@@ -34,7 +35,13 @@ from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 
 from ncp_local.engines.chat_format import ChatFormat, template_kwargs  # noqa: E402
 from ncp_local.engines.vllm import (  # noqa: E402
-    VLLMEngine, engine_kwargs, output_budget, sampling_params, split_thought, thinking_problem)
+    VLLMEngine,
+    engine_kwargs,
+    output_budget,
+    sampling_params,
+    split_thought,
+    thinking_problem,
+)
 
 WINDOW = 40960
 THOUGHT = "The narration says the door opened.\nf_0 says it is shut, so f_0 no longer holds; one new fact."

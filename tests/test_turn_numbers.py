@@ -9,7 +9,6 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -107,7 +106,7 @@ def test_record_html_survival_review_and_plan_agree(run_dir: Path, tmp_path: Pat
     table = [line for line in plan_mod.render(plan) if line.startswith("| ")]
     header = [c.strip() for c in table[0].split("|")[1:-1]]
     assert header[6:9] == ["opening", "turn 1", "turn 3"] and "turn 0" not in header
-    rows = {cells[0]: dict(zip(header, cells)) for cells in ([c.strip() for c in line.split("|")[1:-1]]
+    rows = {cells[0]: dict(zip(header, cells, strict=True)) for cells in ([c.strip() for c in line.split("|")[1:-1]]
                                                             for line in table[2:])}
     assert rows["opening"]["opening"] != "-" and rows["opening"]["turn 1"] == "-"
     assert rows["double_check"]["opening"] == "-" and rows["double_check"]["turn 3"] != "-"

@@ -19,8 +19,9 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
@@ -37,9 +38,9 @@ class BatchedLauncher(Launcher):
     def __init__(self, **params: Any) -> None:
         super().__init__()
         self.params = params
-        self.config: Optional[DictConfig] = None
-        self.task_function: Optional[TaskFunction] = None
-        self.hydra_context: Optional[HydraContext] = None
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
@@ -67,7 +68,7 @@ class BatchedLauncher(Launcher):
         assert self.config is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        points: List[sweep.Point] = []
+        points: list[sweep.Point] = []
         for i, overrides in enumerate(job_overrides):
             num = initial_job_idx + i
             shown = tuple(filter_overrides(overrides))

@@ -15,9 +15,10 @@ token ids made here, so the context guard and the plan count what it runs.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..chat import Message
 from .settings import ModelSettings
@@ -90,7 +91,7 @@ class ChatFormat:
             raise NoChatTemplate("has no chat template")
 
     @classmethod
-    def load(cls, model_path: Path, cfg: ModelSettings) -> "ChatFormat":
+    def load(cls, model_path: Path, cfg: ModelSettings) -> ChatFormat:
         """The tokenizer vLLM's registry loads for this folder, in the mode vLLM would pick."""
         from vllm.tokenizers import get_tokenizer
 
@@ -103,7 +104,7 @@ class ChatFormat:
         return cls(tokenizer, mode, template_kwargs(cfg))
 
     @classmethod
-    def of_engine(cls, engine: Any, cfg: ModelSettings) -> "ChatFormat":
+    def of_engine(cls, engine: Any, cfg: ModelSettings) -> ChatFormat:
         """A running AsyncLLM's own renderer and tokenizer."""
         renderer = engine.renderer
         return cls(renderer.get_tokenizer(), str(engine.model_config.tokenizer_mode), template_kwargs(cfg),
@@ -119,6 +120,7 @@ class ChatFormat:
 
         params = ChatParams(chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False,
                                                   **self.kwargs})
+        prompt: Mapping[str, Any]
         _, prompt = self.renderer.render_messages(self._conversation(messages), params)
         return prompt
 

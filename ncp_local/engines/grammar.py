@@ -43,14 +43,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
 BACKENDS: tuple[str, ...] = ("xgrammar", "guidance", "outlines")
 
 # How each backend's schemas name ids (stages.IdForm): xgrammar and guidance compile an enum of
 # the current ids in milliseconds, so they keep the exact enum; outlines compiles for seconds per
-# new schema, so it gets the ids' shapes and one schema per stage.
-ID_FORM: dict[str, str] = {"xgrammar": "enum", "guidance": "enum", "outlines": "pattern"}
+# new schema, so it gets the ids' shapes and one schema per stage. The type is stages.IdForm's
+# (the engines know no protocol; mypy checks that the two agree where execution passes one on).
+IdForm = Literal["enum", "pattern"]
+ID_FORM: dict[str, IdForm] = {"xgrammar": "enum", "guidance": "enum", "outlines": "pattern"}
 
 # Where a backend's grammar and the parser differ, and why: the grammar admits less (never more),
 # but for the two answers marked "admitted", which the parser rejects after parsing.
@@ -85,7 +87,7 @@ _ESCAPE_NOT_BLANK = r'\\["\\/b]'  # \f \n \r \t decode to blanks
 _FIRST_NOT = re.compile(r"\^\[\^(.+)\]")
 
 
-def id_form(backend: str) -> str:
+def id_form(backend: str) -> IdForm:
     """How `backend`'s schemas name ids (an unknown backend: the exact enum)."""
     return ID_FORM.get(backend, "enum")
 
@@ -94,7 +96,8 @@ def adapt_schema(schema: dict[str, Any], backend: str) -> dict[str, Any]:
     """The schema to hand to `backend` (a copy; the original is what answers are checked against)."""
     if backend == "guidance":
         return schema
-    return _adapt(schema, backend)
+    adapted: dict[str, Any] = _adapt(schema, backend)
+    return adapted
 
 
 def _adapt(node: Any, backend: str) -> Any:
@@ -154,7 +157,7 @@ def unsupported(schema: dict[str, Any], backend: str) -> str | None:
             import llguidance
 
             grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults={"whitespace_flexible": False})
-            err = llguidance.LLMatcher.validate_grammar(grammar, None)
+            err: str = llguidance.LLMatcher.validate_grammar(grammar, None)
             if err:
                 return err.splitlines()[0][:200]
         elif backend == "outlines":

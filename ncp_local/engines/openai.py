@@ -96,7 +96,7 @@ class OpenAIEngine:
         self._closed = False
 
     @classmethod
-    def from_config(cls, *, model: Any, engine: Any) -> "OpenAIEngine":
+    def from_config(cls, *, model: Any, engine: Any) -> OpenAIEngine:
         """From the run config: the role's model record and the `engine` group.
 
         The served model name is `engine.model` if given, else the model's
@@ -129,7 +129,7 @@ class OpenAIEngine:
         return cls(OpenAIEndpointConfig(**fields))
 
     @classmethod
-    async def start(cls, cfg: OpenAIEndpointConfig, *, check: bool = True) -> "OpenAIEngine":
+    async def start(cls, cfg: OpenAIEndpointConfig, *, check: bool = True) -> OpenAIEngine:
         import openai
 
         backend = cls(cfg)
@@ -158,7 +158,7 @@ class OpenAIEngine:
             self._closed = True
             await self._client.close()
 
-    async def __aenter__(self) -> "OpenAIEngine":
+    async def __aenter__(self) -> OpenAIEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -242,7 +242,7 @@ class OpenAIEngine:
                 return self._failed(request, started, e, tries)
 
         if not resp.choices:
-            return self._failed(request, started, RuntimeError("the response has no choices"))
+            return self._failed(request, started, RuntimeError("the response has no choices"), tries)
         choice = resp.choices[0]
         usage = resp.usage
         cached = 0

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .base import Completion, EngineDead, Request
 
@@ -40,7 +41,9 @@ class RandomPolicy:
         if stage == "player":
             return f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
         if stage in ("opening", "narrate"):
-            return json.dumps({"text": f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."})
+            return json.dumps(
+                {"text": f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."}
+            )
         if stage == "hiagent_narrate":
             # A new subgoal every other turn, so summaries get exercised.
             return json.dumps({"subgoal": f"subgoal {max(turn, 0) // 2}", "retrieve": None,

@@ -8,7 +8,8 @@ role, and nothing here knows a role, a stage or a run.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 

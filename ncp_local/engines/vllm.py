@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -38,6 +38,10 @@ from .chat_format import ChatFormat, NoChatTemplate
 from .embedded import ensure_embedded_model
 from .grammar import adapt_schema
 from .settings import EMBEDDED, GPU_STEP_TOKENS, ModelSettings, engine_max_num_seqs, max_num_seqs_note
+
+if TYPE_CHECKING:  # imported where used: vllm is optional, and the environment below must come first
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import SamplingParams
 
 # Must be in the environment before vllm (and huggingface_hub) are imported,
 # and are inherited by the engine process.
@@ -121,14 +125,17 @@ def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
 
         close = difflib.get_close_matches(cfg.reasoning_parser, names, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return "reasoning_parser", f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}"
+        return (
+            "reasoning_parser",
+            f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}",
+        )
     return None
 
 
 def _on_cpu() -> bool:
     from vllm.platforms import current_platform
 
-    return current_platform.is_cpu()
+    return bool(current_platform.is_cpu())
 
 
 _CPU_CHUNKED_PREFILL = ("true crashes seeded requests on vLLM's CPU build (chunked prefill); "
@@ -290,7 +297,7 @@ def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool
     return kwargs
 
 
-def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool):
+def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> AsyncEngineArgs:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
@@ -357,7 +364,7 @@ class VLLMEngine:
     # ---- lifecycle -------------------------------------------------------
 
     @classmethod
-    async def start(cls, cfg: ModelSettings) -> "VLLMEngine":
+    async def start(cls, cfg: ModelSettings) -> VLLMEngine:
         """Start the engine (about 20-30 s for the embedded model on 2 CPU cores).
 
         The blocking work (model conversion on first use, imports, spawning
@@ -373,12 +380,12 @@ class VLLMEngine:
         return backend
 
     @classmethod
-    async def from_model_config(cls, model: Any) -> "VLLMEngine":
+    async def from_model_config(cls, model: Any) -> VLLMEngine:
         """Start an engine from the run config's model record (see `engine_config`)."""
         return await cls.start(engine_config(model))
 
     @classmethod
-    def _start_blocking(cls, cfg: ModelSettings) -> "VLLMEngine":
+    def _start_blocking(cls, cfg: ModelSettings) -> VLLMEngine:
         model_path = resolved_path(cfg)
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -426,7 +433,7 @@ class VLLMEngine:
             # needs every copy of the write end closed); it reaps anything left over.
             await asyncio.to_thread(wd.stop, 30)
 
-    async def __aenter__(self) -> "VLLMEngine":
+    async def __aenter__(self) -> VLLMEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -627,7 +634,7 @@ def split_thought(cfg: ModelSettings, chat: ChatFormat, text: str, token_ids: Se
 
 
 def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar",
-                    thinking_budget: int | None = None):
+                    thinking_budget: int | None = None) -> SamplingParams:
     """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's;
     thinking_budget: vLLM's thinking_token_budget, for a thinking model).
 

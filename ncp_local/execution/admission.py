@@ -14,8 +14,8 @@ only while every in-flight episode's prefix fits beside it:
     history, PROTOCOL section 3), measured on the prompt texts;
   - before an episode has played a whole turn, its footprint is estimated
     (footprint.py: each stage's prompt filled from the episode's state, a
-    resumed one's from its checkpoint, shared prefixes once), rescaled by the mean ratio of measured to estimated footprint
-    of the episodes that have played one; until then it holds the larger of
+    resumed one's from its checkpoint, shared prefixes once), rescaled by the mean ratio of measured to
+    estimated footprint of the episodes that have played one; until then it holds the larger of
     the estimate and what its calls measured. So at start-up every episode the
     cache holds is admitted at once, up to `concurrency`;
   - the head of the queue (episodes in spec order) starts when its footprint
@@ -33,8 +33,9 @@ then the next oldest is the oldest, and so on; the queue is served in order.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 # An episode -> the prompts its next turn would send: role -> stage -> (prompt, answer tokens, text).
 Estimator = Callable[[str], Mapping[str, Mapping[str, tuple[int, int, str]]]]
@@ -101,7 +102,7 @@ class Admission:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def for_engines(cls, engines: Mapping[str, Any], limit: int) -> "Admission":
+    def for_engines(cls, engines: Mapping[str, Any], limit: int) -> Admission:
         """Roles sharing one engine share its capacity: the engine's `kv_tokens` (absent: unbounded)."""
         engine_of = {role: f"engine{id(engine)}" for role, engine in engines.items()}
         capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}

@@ -12,8 +12,9 @@ import hashlib
 import re
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, NoReturn
+from typing import Any, NoReturn
 
 from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
@@ -143,7 +144,7 @@ class TurnAsk:
     `speculative`. So a run's call log and fail-fast decisions do not depend
     on whether the player was asked early."""
 
-    calls: "CallService"
+    calls: CallService
     spec_id: str
     turn: int
     hits: list[str] = field(default_factory=list)

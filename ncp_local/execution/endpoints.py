@@ -11,8 +11,9 @@ Anything else is one line naming the role's endpoint key, exit 2, before anythin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..config import ConfigError, role_endpoint, role_engine
 from ..engines.openai import EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint

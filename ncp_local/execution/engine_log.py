@@ -27,9 +27,10 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 from ..engines.embedded import cache_root
 
@@ -169,7 +170,7 @@ def quiet(verbose: bool, mode: str) -> Iterator[None]:
     sys.stdout, sys.stderr = terminal
     a.showwarning, warnings.showwarning = warnings.showwarning, _to_log_showwarning
     a.last_resort = logging.lastResort
-    logging.lastResort = logging.StreamHandler(sys.__stderr__)  # type: ignore[assignment]
+    logging.lastResort = logging.StreamHandler(sys.__stderr__)
     logging.lastResort.setLevel(logging.WARNING)
     _ACTIVE = a
     settle()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..config import RunConfig, role_engine
 from ..engines.base import Engine, EngineDead
@@ -22,7 +23,6 @@ from ..protocol import ROLES
 from . import engine_log
 from .endpoints import Endpoint, endpoint_config
 from .identity import digest
-
 
 # Said once per run that the embedded model plays: it is there to exercise the pipeline.
 EMBEDDED_NOTE = ("note: the embedded SmolLM2-135M plays {roles}: it only exercises the pipeline, and its verdicts "
@@ -89,10 +89,15 @@ class EnginePool:
         return digest({"engine": self.cfg.engine.model_dump(mode="json"), "model": self.role_key[role]})
 
     def describe(self) -> dict[str, Any]:
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for role in self.roles:
             m = self.models[self.role_key[role]]
-            out[role] = {"name": self.cfg.model_name(role), "path": m.path, "revision": m.revision, "engine": self.kind_of(role)}
+            out[role] = {
+                "name": self.cfg.model_name(role),
+                "path": m.path,
+                "revision": m.revision,
+                "engine": self.kind_of(role),
+            }
             if role in self.endpoints:
                 out[role]["endpoint"] = self.endpoints[role].manifest()
         return out

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..config import RunConfig
 from ..engines.base import Engine
@@ -22,8 +23,8 @@ from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..protocol.spec import Dataset, Spec
-from . import identity as identity_mod
 from . import engine_log, layout, provenance
+from . import identity as identity_mod
 from .calls import CallService, bindings, systematic_invalid
 from .engine_pool import EnginePool, embedded_note
 from .failures import exit_for

@@ -13,13 +13,13 @@ The admission rescales it by what the first measured turns held.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..engines.base import Message
 from ..protocol.episode import Checkpoint
 from ..protocol.ledger import initial_state
-from ..protocol.prompts import (PromptPack, conflict_vars, format_history, narrate_vars, player_vars,
-                                status_vars)
+from ..protocol.prompts import PromptPack, conflict_vars, format_history, narrate_vars, player_vars, status_vars
 from ..protocol.spec import Spec
 from ..protocol.stages import STAGES
 
@@ -32,7 +32,7 @@ PER_TURN = tuple(s for s in STAGES.values()
                  if s.method is None and s.role != "builder" and s.name not in ("opening", "double_check"))
 
 
-class _Blank(dict):  # type: ignore[type-arg]
+class _Blank(dict[str, str]):
     def __missing__(self, key: str) -> str:
         return ""
 

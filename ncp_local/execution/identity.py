@@ -29,11 +29,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import yaml
 
@@ -416,7 +417,9 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
 
     def prompts_ok(where: str) -> list[str]:
         try:
-            return _files("", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=()).templates))
+            return _files(
+                "", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=()).templates)
+            )
         except InputError as exc:
             return [exc.message]
     found, why = _first([*_recorded((manifest.get("prompts") or {}).get("path"), manifest),
@@ -436,7 +439,7 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
         path = str(model.get("path"))
         moved = new_root + path[len(old_root):] if old_root and new_root and path.startswith(old_root) else None
 
-        def weights_ok(where: str, name: str = str(model.get("name")), role: str = role) -> list[str]:
+        def weights_ok(where: str, name: str = str(model.get("name")), role: str = role, want: Any = want) -> list[str]:
             got = model_weights(SimpleNamespace(name=name, path=where), engine)
             return [] if got == want else differences({**recorded, "models": {role: want}},
                                                       {**recorded, "models": {role: got}})

@@ -141,7 +141,7 @@ def merge(root: str | Path) -> Merged:
         if stale.stem not in wanted:
             stale.unlink()
     atomic_write(out.manifest_path, json.dumps({
-        "merged": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "merged": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "merged_by": {k: v for k, v in provenance.environment().items() if k != "packages"},
         "identity": first.get("identity"),
         "identity_parts": first.get("identity_parts"),

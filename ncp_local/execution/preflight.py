@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .. import plan
 from ..config import ConfigError, RunConfig, dataset_path, role_endpoint, role_engine
@@ -139,8 +140,8 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
             continue
         key_env = role_endpoint(cfg, role).get("api_key_env")
         if key_env and not os.environ.get(key_env):
-            field = "engine.api_key_env" if cfg.engine.name == "openai" and not getattr(
-                getattr(cfg, role), "endpoint").api_key_env else f"{role}.endpoint.api_key_env"
+            inherited = cfg.engine.name == "openai" and not getattr(cfg, role).endpoint.api_key_env
+            field = "engine.api_key_env" if inherited else f"{role}.endpoint.api_key_env"
             raise ConfigError(field, f"environment variable {key_env} is not set")
     models = {role: getattr(cfg, role).model for role in roles if kinds[role] == "vllm"}
     for role, model in models.items():
@@ -256,9 +257,10 @@ def _check_grammars(role: str, backend: str, bounds: Bounds) -> None:
                               f"{backend} cannot take the {stage} schema: {why}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stage_unsupported(stage: str, backend: str, bounds: Bounds) -> str | None:
     """`unsupported` for a stage's schema on a sample state (the features matter, not the ids);
     cached, since every point of a sweep checks the same combinations before anything starts."""
     ids = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
-    return unsupported(schema_for(stage, ids, bounds, id_form(backend)), backend)
+    schema = schema_for(stage, ids, bounds, id_form(backend))
+    return unsupported(schema, backend) if schema is not None else None  # a plain-text stage has no grammar

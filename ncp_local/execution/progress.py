@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, TextIO
 
 from tqdm import tqdm
 

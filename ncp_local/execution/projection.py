@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..config import ConfigError
 from ..engines.scripted import ScriptedEngine
 from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
 from ..protocol import ROLES
+from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
 from .calls import CallService, RoleBinding, Sampling
 from .layout import CALLS
@@ -38,7 +40,7 @@ def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type,
         if len(text) > len(answers.get(stage, ("", ""))[1]):
             answers[stage] = (role, text)
 
-    bounds = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
+    bounds: dict[str, Bounds | None] = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
     rules = sized_answers(sizes, _words(specs), bounds, record)
     backends = {}
     for r in roles:
@@ -47,7 +49,7 @@ def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type,
         backends[r] = b
     bindings = {r: RoleBinding(backends[r], Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p,
                                                      getattr(cfg, r).max_tokens), getattr(cfg, r).model.name,
-                               bounds[r]) for r in roles}
+                               bounds[r] or UNBOUNDED) for r in roles}
     with tempfile.TemporaryDirectory(prefix="ncp-plan-") as tmp:
         store = RunDir(Path(tmp) / "play")
         store.open({"plan": "play"}, "plan")

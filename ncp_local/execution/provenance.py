@@ -44,7 +44,7 @@ def rig_version() -> str:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def versions() -> dict[str, str]:
@@ -62,7 +62,7 @@ def packages() -> dict[str, str]:
     """Every installed distribution (what `pip freeze` would list), sorted by name."""
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = dist.metadata.get("Name")
+        name = dist.name  # its metadata's Name (None when the metadata has none)
         if name:
             found.setdefault(name.lower(), dist.version)
     return dict(sorted(found.items()))
@@ -154,8 +154,9 @@ def torch_cuda() -> str | None:
         return None
     if spec is None or not spec.origin:
         return None
-    m = re.search(r"^cuda\s*(?::\s*\S+\s*)?=\s*['\"]([^'\"]+)['\"]", _read(str(Path(spec.origin).parent / "version.py")),
-                  re.M)
+    m = re.search(
+        r"^cuda\s*(?::\s*\S+\s*)?=\s*['\"]([^'\"]+)['\"]", _read(str(Path(spec.origin).parent / "version.py")), re.M
+    )
     return m.group(1) if m else None
 
 

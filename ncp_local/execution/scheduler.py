@@ -10,8 +10,9 @@ call service.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..protocol.episode import Checkpoint, Episode, EpisodeResult
 from ..protocol.narrators import Narrator

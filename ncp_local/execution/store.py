@@ -32,13 +32,15 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import InputError
 from ..protocol.episode import Checkpoint, EpisodeResult
+from ..protocol.reaudit import ReauditResult
 from .identity import Identity, differences, summary
 from .layout import (
     CALLS,
@@ -126,10 +128,13 @@ def _body_hash(record: BaseModel) -> str:
     return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
 
 
-def sealed_json(record: BaseModel, spec_sha256: str, run: str) -> str:
+# The records a run directory seals, each of one spec.
+Sealed = EpisodeResult | ReauditResult | Checkpoint
+
+
+def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
     """The record's JSON with its seal first (spec id, spec hash, run identity, record hash)."""
-    spec_id = getattr(record, "spec_id")
-    seal = {"spec_id": spec_id, "spec_sha256": spec_sha256, "run": run, "sha256": _body_hash(record)}
+    seal = {"spec_id": record.spec_id, "spec_sha256": spec_sha256, "run": run, "sha256": _body_hash(record)}
     return json.dumps({SEAL: seal, **record.model_dump(mode="json")}, indent=1, ensure_ascii=False)
 
 
@@ -170,8 +175,9 @@ def check_file(path: Path, model: type[BaseModel], run: str | None,
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         return None, f"not a valid {model.__name__}: {where}: {err['msg']}"
-    if getattr(record, "spec_id", expected) != expected:
-        return None, f"holds spec {getattr(record, 'spec_id')!r}, not {expected!r} (a file moved or copied)"
+    held = getattr(record, "spec_id", expected)
+    if held != expected:
+        return None, f"holds spec {held!r}, not {expected!r} (a file moved or copied)"
     if seal and seal.get("sha256") != _body_hash(record):
         return None, "its content does not match its seal (edited or damaged)"
     return record, ""
@@ -252,7 +258,8 @@ class RunDir:
             if limit != "absent" and limit != (old.get("config") or {}).get("limit", "absent"):
                 entry["limit"] = limit  # the one setting outside the identity that changes which specs run
             # Written once: only the list of resumes grows (an older manifest's counter is carried over).
-            resumes = old.get("resumes") if isinstance(old.get("resumes"), list) else \
+            prior = old.get("resumes")
+            resumes: list[Any] = prior if isinstance(prior, list) else \
                 [{"count": old["resumed"]}] if old.get("resumed") else []
             self.manifest = {**{k: v for k, v in old.items() if k != "resumed"}, "resumes": [*resumes, entry]}
         atomic_write(self.manifest_path, json.dumps(self.manifest, indent=2, default=str, ensure_ascii=False))
@@ -337,7 +344,7 @@ class RunDir:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -380,14 +387,15 @@ class RunDir:
     def has_result(self, spec_id: str) -> bool:
         return self.result_path(spec_id).exists()
 
-    def write_result(self, result: BaseModel) -> None:
-        spec_id = getattr(result, "spec_id")
+    def write_result(self, result: EpisodeResult | ReauditResult) -> None:
+        spec_id = result.spec_id
         self._write(self.result_path(spec_id), sealed_json(result, self._spec_hash(spec_id), self.identity))
         # The result supersedes the checkpoint; dropped only after the result is safe.
         (self.checkpoints / f"{spec_id}.json").unlink(missing_ok=True)
 
     def write_checkpoint(self, cp: Checkpoint) -> None:
-        self._write(self.checkpoints / f"{cp.spec_id}.json", sealed_json(cp, self._spec_hash(cp.spec_id), self.identity))
+        self._write(self.checkpoints / f"{cp.spec_id}.json",
+                    sealed_json(cp, self._spec_hash(cp.spec_id), self.identity))
 
     def load_checkpoint(self, spec_id: str) -> Checkpoint | None:
         """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
@@ -450,7 +458,8 @@ def check_place(root: Path) -> None:
                              "another; use a folder of its own)")
     if resolved.is_dir():
         names = {p.name for p in resolved.iterdir()}
-        if names and not names.intersection(RUN_MARKERS) and not names <= {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE}:
+        bookkeeping = {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE}
+        if names and not names.intersection(RUN_MARKERS) and not names <= bookkeeping:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
             raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
                              "use an empty or new folder")

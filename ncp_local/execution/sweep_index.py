@@ -42,10 +42,10 @@ def write(sweep_dir: Path, rows: list[dict[str, Any]], engines: list[dict[str, A
     for r in rows:
         lines.append(f"| {r['job']} | {r['status']} | {'' if r['exit_code'] is None else r['exit_code']} | "
                      f"{r['run_dir'] or '-'} | {' '.join(r['overrides'])} |")
-    if doc["engines"]:
+    if engines:
         lines += ["", "| engine | model | roles | points | starts |", "|---|---|---|---|---:|"]
         lines += [f"| {e['id']} | {e['model']} | {', '.join(e['roles'])} | {' '.join(f'#{n}' for n in e['points'])} "
-                  f"| {e['starts']} |" for e in doc["engines"]]
+                  f"| {e['starts']} |" for e in engines]
     atomic_write(sweep_dir / name.replace(".json", ".md"), "\n".join(lines) + "\n")
     return sweep_dir / name
 

@@ -11,7 +11,7 @@ format (index + specs/), so `mode=lint` accepts it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,7 @@ def check_commitments(cs: list[dict[str, str]], node_ids: set[str]) -> list[str]
     return errors
 
 
-def _blank(items: list[dict[str, str]], what: str) -> list[str]:
+def _blank(items: Sequence[Mapping[str, object]], what: str) -> list[str]:
     return [f"{what} {it['id']}: field {k} is blank" for it in items for k, v in it.items() if not str(v).strip()]
 
 
@@ -209,15 +209,16 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         raise ConfigError("sources", "mode=build needs sources=FILE.yaml (id, title, genres, player_role, synopsis)")
     if not cfg.out:
         raise ConfigError("out", "mode=build needs out=DIR for the built specs")
-    sources = load_sources(cfg.sources)
+    sources_file, out_dir = cfg.sources, cfg.out
+    sources = load_sources(sources_file)
     ready = preflight(cfg, episodes=False, templates=BUILD_TEMPLATES)
     cfg, pack = ready.cfg, ready.pack
     engines = EnginePool(cfg, endpoints=ready.endpoints)
-    out = Path(cfg.out).expanduser()
+    out = Path(out_dir).expanduser()
     existing_index(out, sources)  # before anything is written or any model called
     store = RunDir(out / ".build")
-    store.open({"config": raw, "sources": str(cfg.sources), **provenance.environment()},
-               identity.of_build(cfg, raw, pack.templates, cfg.sources, ready.endpoints))
+    store.open({"config": raw, "sources": str(sources_file), **provenance.environment()},
+               identity.of_build(cfg, raw, pack.templates, sources_file, ready.endpoints))
 
     async def go() -> dict[str, str]:
         started = await engines.start()

@@ -18,7 +18,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
     out = Path(cfg.export.out).expanduser() if cfg.export.out else default_out(cfg, runs, "inspect")
     logs = [build_log(run) for run in runs]  # every log builds (inspect_ai is there) before a file is written
     check_destination(out, "export.out")
-    for run, log in zip(runs, logs):
+    for run, log in zip(runs, logs, strict=True):
         print(f"{run.label}: {write_log(log, run, out)}")
     print(f"inspect logs: {out} (inspect view --log-dir {out})")
     return 0

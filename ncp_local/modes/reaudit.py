@@ -20,15 +20,15 @@ Pearson / Spearman of per-episode metrics between the two auditors.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..config import ConfigError, RunConfig
 from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log
+from ..execution import engine_log, provenance
 from ..execution import identity as identity_mod
-from ..execution import provenance
 from ..execution.calls import CallService, bindings
 from ..execution.engine_pool import EnginePool
 from ..execution.failures import exit_for
@@ -42,8 +42,8 @@ from ..protocol.prompts import PromptPack
 from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
-from ..report.agreement import agreement, write_agreement
 from ..report import run_notes
+from ..report.agreement import agreement, write_agreement
 from ..report.auditors import main as table_main
 from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
 

@@ -43,8 +43,8 @@ from .memory import (
     share_is_planned,
 )
 
-__all__ = ["Line", "fit_line", "Plan", "footprint_at", "planned", "check", "render", "verdict", "project", "inventory", "parse_gpu", "Gpu",
-           "ModelFacts", "model_facts", "share_is_planned"]
+__all__ = ["Line", "fit_line", "Plan", "footprint_at", "planned", "check", "render", "verdict", "project", "inventory",
+           "parse_gpu", "Gpu", "ModelFacts", "model_facts", "share_is_planned"]
 
 # Verdicts (`mode=plan` exits with EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT for them: modes/plan.py).
 GO, OVERFLOW, CANNOT = "go", "overflow", "cannot"
@@ -188,7 +188,7 @@ def verdict(plan: Plan) -> tuple[str, str]:
     if plan.fatal:
         return CANNOT, f"verdict: no-go: {plan.fatal[0].message}"
     row = plan.overflow
-    if row is not None and row.engine is not None:
+    if row is not None and row.engine is not None and row.first_over is not None:  # an overflow has a first turn
         return OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
                                f"{row.engine.name}) outgrows its {row.window}-token window {_at(row.first_over)}, "
                                f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..engines.base import Message, Request
 from ..engines.chat_format import ChatFormat
@@ -239,7 +239,8 @@ def sized_answers(sizes: Sizes, pool: list[str], bounds: Mapping[str, Any],
 
         data = _resize(data, resize)
         if stage == "fact_update":
-            n = sizes.facts_per_turn if bound("new_facts") is None else min(sizes.facts_per_turn, bound("new_facts"))
+            most = bound("new_facts")
+            n = sizes.facts_per_turn if most is None else min(sizes.facts_per_turn, most)
             data["add_facts"] = [_prose(pool, sizes.fact_words, rng, bound("fact_chars")) for _ in range(n)]
             data["negate_facts"] = []
         text = json.dumps(data, ensure_ascii=False)

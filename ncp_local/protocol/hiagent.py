@@ -20,7 +20,8 @@ the episode's committed history, so memory can never disagree with it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel, Field
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from scipy import stats
 
@@ -144,8 +144,8 @@ def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int,
         zeros = tuple(0.0 for _ in horizon)
         return SurvivalCurve(zeros, zeros, zeros)
 
-    data = stats.CensoredData(uncensored=[n for n, c in zip(turns, censored) if not c],
-                              right=[n for n, c in zip(turns, censored) if c])
+    data = stats.CensoredData(uncensored=[n for n, c in zip(turns, censored, strict=True) if not c],
+                              right=[n for n, c in zip(turns, censored, strict=True) if c])
     sf = stats.ecdf(data).sf
     # S(t) = P(T >= t) = P(T > t - 1): scipy's sf is P(T > x).
     at = [t - 1 for t in horizon]
@@ -155,8 +155,8 @@ def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int,
         warnings.simplefilter("ignore", RuntimeWarning)
         band = sf.confidence_interval(confidence_level=level, method="log-log")
         lo, hi = band.low.evaluate(at), band.high.evaluate(at)
-    lo_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(lo, point))
-    hi_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(hi, point))
+    lo_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(lo, point, strict=True))
+    hi_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(hi, point, strict=True))
     return SurvivalCurve(tuple(point), lo_t, hi_t)
 
 

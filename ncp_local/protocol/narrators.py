@@ -101,7 +101,8 @@ def narrator_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
     if model is None:
         return dict(options)
     try:
-        return model.model_validate(options).model_dump()
+        checked: dict[str, Any] = model.model_validate(options).model_dump()
+        return checked
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "(root)"

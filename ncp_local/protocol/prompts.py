@@ -34,9 +34,9 @@ from __future__ import annotations
 import hashlib
 import json
 import string
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ..chat import Message
 from ..errors import InputError
@@ -133,16 +133,16 @@ def placeholders(path: Path, text: str) -> set[str]:
     try:
         fields = list(string.Formatter().parse(text))
     except ValueError as exc:
-        raise InputError(path, "prompts.dir", f"not a str.format template: {exc} (write a literal brace as {{{{ or }}}})") \
-            from None
-    for _, field, spec, conversion in fields:
-        if field is None:
+        raise InputError(path, "prompts.dir",
+                         f"not a str.format template: {exc} (write a literal brace as {{{{ or }}}})") from None
+    for _, name, spec, conversion in fields:
+        if name is None:
             continue
-        if not field.isidentifier() or spec or conversion:
-            shown = field[:40] if field else "(empty)"
+        if not name.isidentifier() or spec or conversion:
+            shown = name[:40] if name else "(empty)"
             raise InputError(path, "prompts.dir", f"placeholder {{{shown}}} is not a plain name "
                              "(write a literal brace as {{ or }})")
-        names.add(field)
+        names.add(name)
     return names
 
 
@@ -154,7 +154,7 @@ class PromptPack:
     files: Mapping[str, str] = field(default_factory=dict)  # template -> the file it came from
 
     @classmethod
-    def load(cls, root: str | Path | None = None, required: Iterable[str] = TEMPLATES) -> "PromptPack":
+    def load(cls, root: str | Path | None = None, required: Iterable[str] = TEMPLATES) -> PromptPack:
         path = Path(root).expanduser() if root else DEFAULT_DIR
         if not path.is_dir():
             raise InputError(path, "prompts.dir", "not a directory")
@@ -188,8 +188,8 @@ class PromptPack:
                                  f"(it provides: {allowed})")
             templates[name] = text
         base = official_root or path
-        shown = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}
-        return cls(base, templates, official_root is not None, shown)
+        sources = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}
+        return cls(base, templates, official_root is not None, sources)
 
     @property
     def sha256(self) -> str:
@@ -252,14 +252,15 @@ def format_nodes(spec: Spec) -> str:
 
 
 def format_flags(spec: Spec, occurred: tuple[bool, ...]) -> str:
-    return ", ".join(f"{n.id}: {'occurred' if done else 'pending'}" for n, done in zip(spec.trajectory, occurred))
+    return ", ".join(f"{n.id}: {'occurred' if done else 'pending'}"
+                     for n, done in zip(spec.trajectory, occurred, strict=True))
 
 
 def format_trajectory(spec: Spec, occurred: tuple[bool, ...]) -> str:
     """The whole trajectory ledger: status, description, trigger and delta per node."""
     return "\n".join(f"[{n.id}] (status: {'occurred' if done else 'pending'}) {n.description}\n"
                      f"  trigger: {n.trigger_event}\n  delta: {n.key_delta}"
-                     for n, done in zip(spec.trajectory, occurred)) or NONE
+                     for n, done in zip(spec.trajectory, occurred, strict=True)) or NONE
 
 
 def format_node(spec: Spec, index: int, with_description: bool = True) -> str:
@@ -321,7 +322,8 @@ def opening_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
             **_commitments(spec, state), "pre_turn_facts": facts, "facts": facts}
 
 
-def narrate_vars(spec: Spec, state: EpisodeState, player_input: str, first_line_history: bool = False) -> dict[str, str]:
+def narrate_vars(spec: Spec, state: EpisodeState, player_input: str,
+                 first_line_history: bool = False) -> dict[str, str]:
     """The baseline narrator's information set: the current node only, its own past passages (not the
     player's past inputs), commitments with status, the committed facts, the pending updates, this input."""
     facts = format_facts(state.facts)

@@ -3,11 +3,12 @@ steps 3-5, on the state the turn was told in), and an episode's judged turns."""
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from .episode import CallFailed, FactUpdateRecord, audit_response
+from .narrators import Ask
 from .replay import TurnView
 from .spec import Spec
 
@@ -33,9 +34,6 @@ class ReauditResult(_Record):
     spec_id: str
     source_termination: str
     turns: tuple[TurnAudit, ...]
-
-
-Ask = Callable[..., Awaitable[Any]]
 
 
 async def audit_turn(spec: Spec, view: TurnView, ask: Ask) -> TurnAudit:

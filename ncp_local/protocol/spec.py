@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -143,7 +144,7 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed",
                                               event.start_mark)

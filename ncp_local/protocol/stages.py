@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import re
 import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Mapping, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -216,7 +217,7 @@ class Conflict(_Out):
 
     _reason = field_validator("reason")(_nonempty)
 
-    def normalized(self) -> "Conflict":
+    def normalized(self) -> Conflict:
         """The player-input id spelled as the reference spells it."""
         if self.type == "player_input" and self.id in PLAYER_INPUT_ALIASES:
             return self.model_copy(update={"id": PLAYER_INPUT_ID})
@@ -355,7 +356,10 @@ def _unwrap(tp: Any, meta: tuple[Any, ...] = ()) -> tuple[Any, tuple[Any, ...]]:
     return tp, meta
 
 
-def _marker(meta: tuple[Any, ...], kind: type) -> Any:
+_M = TypeVar("_M")
+
+
+def _marker(meta: tuple[Any, ...], kind: type[_M]) -> _M | None:
     return next((m for m in meta if isinstance(m, kind)), None)
 
 
@@ -490,8 +494,10 @@ def _most_items(meta: tuple[Any, ...], item_meta: tuple[Any, ...], c: _Call) -> 
 def _one_per_name(item: type[_Out], field: str, c: _Call) -> dict[str, Any]:
     # One entry per commitment, each id a constant: the same schema for every call on a spec,
     # whatever the id form.
-    names = _marker(_field(_asked(item)[field])[1], Names).of(c.ids)
-    entries = [_object(item, c, {field: {"const": n}}) for n in names]
+    marker = _marker(_field(_asked(item)[field])[1], Names)
+    if marker is None:
+        raise TypeError(f"{item.__name__}.{field}: one entry per name needs the names (Names)")
+    entries = [_object(item, c, {field: {"const": n}}) for n in marker.of(c.ids)]
     n = len(entries)
     return {"type": "array", "prefixItems": entries, "items": False, "minItems": n, "maxItems": n}
 
@@ -750,7 +756,8 @@ def _check_sizes(stage: str, out: _Out) -> None:
 def _sizes(stage: str, out: Any) -> list[tuple[str, int]]:
     """(bound name, size) for every bounded part of an answer, in field order."""
     if isinstance(out, str):
-        return [(_stage(stage).plain_bound, len(out))]
+        bound = _stage(stage).plain_bound  # as `Stage.bound_names`: none set, nothing to check
+        return [(bound, len(out))] if bound else []
     return list(_value_sizes(out, type(out)))
 
 

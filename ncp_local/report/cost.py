@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..config import validate
 from ..errors import InputError
@@ -70,7 +71,7 @@ class Usage:
         self.generated_tokens += int(call.get("generated_tokens") or 0)
         self.engine_s += float(call.get("latency_s") or 0.0)
 
-    def merge(self, other: "Usage") -> None:
+    def merge(self, other: Usage) -> None:
         for name in ("calls", "attempts", "prompt_tokens", "cached_tokens", "generated_tokens", "engine_s"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.busy_s = None if self.busy_s is None or other.busy_s is None else self.busy_s + other.busy_s

@@ -10,8 +10,9 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from ..execution.store import atomic_write
@@ -31,6 +32,7 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+# The page's stylesheet and script are kept verbatim, some lines wider than the code's (noqa: E501 on each).
 CSS = """
 :root{--fg:#1d2330;--muted:#5d6677;--line:#dde1e8;--bg:#f6f7f9;--card:#fff;--accent:#2f5fb3;
 --bad:#b3261e;--badbg:#fdecea;--ok:#1e7d3a;--okbg:#e7f5ea;--warnbg:#fff6dd;--pending:#c9ced8}
@@ -86,7 +88,7 @@ figure svg{max-width:100%;height:auto}
 .metrics b{display:block;font-size:16px}
 .scroll{overflow-x:auto}.summary td:first-child{min-width:220px}.terms{white-space:nowrap;line-height:1.35}
 .ending{font-weight:600;color:var(--bad)}tr.cost.total td{font-weight:600}.summary .small{white-space:nowrap}
-"""
+"""  # noqa: E501
 
 INDEX_JS = """
 document.querySelectorAll('table.sortable').forEach(function(table){
@@ -119,7 +121,7 @@ document.querySelectorAll('.controls').forEach(function(ctl){
   sel.addEventListener('change', apply); box.addEventListener('input', apply);
   apply();
 });
-"""
+"""  # noqa: E501
 
 
 def page(title: str, body: str, script: str = "") -> str:
@@ -223,7 +225,8 @@ def _episode_table(i: int, run: Run) -> str:
             f"<td><a href=\"{esc(episode_href(key, sid))}\">{esc(sid)}</a></td><td>{esc(title)}</td>"
             f"<td class=small>{esc(genres)}</td><td>{_badge(m.termination, 't-' + m.termination)}</td>"
             f"{_turns_cell(m)}<td class=num>{100 * m.trajectory_progress:.1f}</td>"
-            f"<td class=num>{100 * m.satisfied:.1f}</td><td data-v=\"{esc(' '.join(t for t in CONFLICT_TYPES if getattr(m, t)))}\">"
+            f"<td class=num>{100 * m.satisfied:.1f}</td>"
+            f"<td data-v=\"{esc(' '.join(t for t in CONFLICT_TYPES if getattr(m, t)))}\">"
             f"{_conflict_badges(m)}</td><td class=num>{_overturned(result)}</td>"
             f"<td class=num>{m.bound_hits}</td></tr>")
     options = "".join(f"<option value=\"{t}\">{t}</option>" for t in TERMINATIONS)
@@ -403,7 +406,7 @@ def _table(cls: str, headers: tuple[str, ...], rows: list[str]) -> str:
 def _node_table(rp: Replay) -> str:
     done = {v.record.node_completed: v.record.turn for v in rp.turns if v.committed and v.record.node_completed}
     rows = []
-    for n, occurred in zip(rp.spec.trajectory, rp.final.node_occurred):
+    for n, occurred in zip(rp.spec.trajectory, rp.final.node_occurred, strict=True):
         at = turns.label(done[n.id]) if n.id in done else ("yes" if occurred else "")
         rows.append(f"<tr><td><span class=fid>{esc(n.id)}</span></td><td>{esc(n.description)}</td>"
                     f"<td class=small>{esc(n.trigger_event)}</td><td class=small>{esc(n.key_delta)}</td>"
@@ -421,9 +424,11 @@ def _commitment_table(rp: Replay) -> str:
             f"title=\"{turns.label(v.record.turn)}\"></span>" for v in committed)
         sat = [str(turns.shown(v.record.turn)) for v in committed if c.id in v.record.newly_satisfied]
         back = [str(turns.shown(v.record.turn)) for v in committed if c.id in v.record.back_to_pending]
-        rows.append(f"<tr class=\"commitment status-{esc(final.get(c.id, 'pending'))}\"><td><span class=fid>{esc(c.id)}</span>"
+        status = final.get(c.id, "pending")
+        resolved = "t-all_resolved" if final.get(c.id) == "satisfied" else ""
+        rows.append(f"<tr class=\"commitment status-{esc(status)}\"><td><span class=fid>{esc(c.id)}</span>"
                     f"</td><td>{esc(c.type)}</td><td>{esc(c.description)}</td>"
-                    f"<td>{_badge(final.get(c.id, 'pending'), 't-all_resolved' if final.get(c.id) == 'satisfied' else '')}</td>"
+                    f"<td>{_badge(status, resolved)}</td>"
                     f"<td class=small>{esc(', '.join(sat))}</td><td class=small>{esc(', '.join(back))}</td>"
                     f"<td><div class=strip>{strip}</div></td></tr>")
     return _table("commitments", ("id", "type", "description", "final", "satisfied at turn", "back to pending at",
@@ -439,7 +444,8 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     parts = [f"<p class=small><a href=\"{esc(index_href)}\">&larr; all episodes</a> &middot; {esc(run.label)}</p>",
              f"<h1>{esc(title)}</h1>"]
     if spec:
-        parts.append(f"<p class=muted>{esc(', '.join(spec.meta.genres))} &middot; player: {esc(spec.meta.player_role)}</p>")
+        parts.append(f"<p class=muted>{esc(', '.join(spec.meta.genres))} &middot; "
+                     f"player: {esc(spec.meta.player_role)}</p>")
     parts.append(
         "<div class=metrics>"
         f"<div>termination<b>{_badge(m.termination, 't-' + m.termination)}</b></div>"

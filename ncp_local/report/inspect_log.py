@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..config import ConfigError
 from ..protocol import ROLES
@@ -67,12 +68,12 @@ def score_values(m: EpisodeMetrics) -> dict[str, Any]:
 
 
 def _when(seconds: float | None) -> dt.datetime | None:
-    return None if seconds is None else dt.datetime.fromtimestamp(float(seconds), dt.timezone.utc)
+    return None if seconds is None else dt.datetime.fromtimestamp(float(seconds), dt.UTC)
 
 
 def _created(run: Run) -> str:
     created = run.manifest.get("created")
-    return str(created) if created else dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return str(created) if created else dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def accepted_output(result: EpisodeResult, stage: str, turn: int) -> str | None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from ..execution.identity import settings
 from ..protocol import ROLES

@@ -8,8 +8,8 @@ backend switch, no display needed on a cluster node.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -12,15 +12,16 @@ import csv
 import io
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InputError
 from ..execution.store import atomic_write
-from ..protocol.turns import shown as shown_turn
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.turns import shown as shown_turn
 from .html import esc, page, target_tag
 from .runs import Run
 from .tables import csv_text, markdown_table
@@ -121,7 +122,8 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
             f"<dt>review</dt><dd>{esc(r['review_reason'])}</dd></dl></div>"
             f"<label><input type=radio name=\"verdict-{i}\" value=\"agree\"> agree: a real conflict</label> &nbsp; "
             f"<label><input type=radio name=\"verdict-{i}\" value=\"dispute\"> dispute: not a conflict</label>"
-            f"<div><textarea id=\"note-{i}\" rows=2 style=\"width:100%\" placeholder=\"note (optional)\"></textarea></div>"
+            f"<div><textarea id=\"note-{i}\" rows=2 style=\"width:100%\" "
+            "placeholder=\"note (optional)\"></textarea></div>"
             "</fieldset>")
     body = ("<h1>Conflict review sheet</h1><p class=muted>For each sampled conflict termination: is it a real "
             "conflict? Pick agree or dispute, then save the filled CSV and read it back with "
@@ -129,7 +131,8 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
             "<p><button id=save type=button>Save filled CSV</button> <span id=progress class=muted></span></p>"
             + "".join(items)
             + f"<script type=\"application/json\" id=\"sheet-data\">{_json_for_script(public)}</script>"
-            + f"<script type=\"application/json\" id=\"sheet-columns\">{_json_for_script(list(SHEET_COLUMNS))}</script>")
+            + "<script type=\"application/json\" id=\"sheet-columns\">"
+            + f"{_json_for_script(list(SHEET_COLUMNS))}</script>")
     return page("Conflict review sheet", body, FORM_JS)
 
 

@@ -175,7 +175,7 @@ def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
     configs = [r.manifest.get("config") or {} for r in runs]
     named = [from_template(label, c) for c in configs] if label else by_difference(configs)
     if named:
-        for r, name in zip(runs, named):
+        for r, name in zip(runs, named, strict=True):
             r.label = name
     # Runs of the same models and condition (other seeds, say) still need a
     # row each that a reader can tell apart.

@@ -9,8 +9,8 @@ its two-line formula.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -73,7 +73,7 @@ def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
 def confusion(a: Sequence[bool], b: Sequence[bool]) -> dict[str, int]:
     """2x2 counts, first rater first: yes_yes, yes_no, no_yes, no_no."""
     out = {"yes_yes": 0, "yes_no": 0, "no_yes": 0, "no_no": 0}
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         out[("yes" if x else "no") + "_" + ("yes" if y else "no")] += 1
     return out
 

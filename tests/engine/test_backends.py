@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from engine_helpers import small_roles
 
+from engine_helpers import small_roles
 from ncp_local.engines.grammar import id_form
 from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings

@@ -23,9 +23,9 @@ import math
 from pathlib import Path
 
 import pytest
+
 from cli_runner import run_cli
 from engine_helpers import CROWDED, FITS, ReferenceSweep
-
 from ncp_local.protocol.metrics import aggregate, episode_metrics, survival
 from ncp_local.report.runs import load_run
 
@@ -45,7 +45,7 @@ def check_forced_run(stdout: str, row_label: str, out: Path, cwd: Path) -> None:
     lines = stdout.splitlines()
     header = next(line for line in lines if line.startswith("| run |"))
     row = next(line for line in lines if line.startswith(f"| {row_label}"))
-    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")], strict=True))
     assert cells["context_limit"] == "1", stdout
 
     # The records: the crowded episode ends context_limit with no turn (the opening overflowed),

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from engine_helpers import alive_after
 
+from engine_helpers import alive_after
 from ncp_local.engines import watchdog
 
 # Small: two engines start in this test (about 12 s each here).

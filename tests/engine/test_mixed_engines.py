@@ -100,7 +100,8 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     assert proc.returncode == 3, err[-3000:]
     # One error line (the engine log's last relevant lines follow it, indented).
     (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
-    assert line.startswith("error: engine died: endpoint 'smollm2-135m-instruct'") and "unreachable after 3 tries" in line
+    assert line.startswith("error: engine died: endpoint 'smollm2-135m-instruct'")
+    assert "unreachable after 3 tries" in line
     assert line.endswith(f"every committed turn is checkpointed in {run}; re-run the same command to resume"), line
     assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.json"))
     # The retries before giving up were logged with their backoff (the run's engine.log: a quiet terminal).
@@ -140,10 +141,10 @@ def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_s
     auditor on the session's server: one endpoint client shared by both points (the sweep's engines), and
     each point's auditor calls answered by it."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched", "narrator=smollm2,qwen3",
-                           "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=1",
-                           "progress=false", "seed=0", *small_overrides("auditor"), *_remote(served.url),
-                           f"hydra.sweep.dir={sweep}"],
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched",
+                           "narrator=smollm2,qwen3", "narrator.engine=scripted", "player.engine=scripted",
+                           "max_turns=1", "limit=1", "progress=false", "seed=0", *small_overrides("auditor"),
+                           *_remote(served.url), f"hydra.sweep.dir={sweep}"],
                           capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((sweep / "index.json").read_text())

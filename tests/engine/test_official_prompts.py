@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 
+from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 from ncp_local.engines.chat_format import ChatFormat
 from ncp_local.engines.settings import ModelSettings
 from ncp_local.execution.calls import CallService, RoleBinding
@@ -44,8 +44,10 @@ def _calls(official_prompts: Path) -> tuple[PromptPack, Any, list]:
 def _sizes(embedded_model_path: Path, pack: PromptPack, calls: list) -> dict[str, tuple[str, int, int]]:
     """{template: (role, prompt tokens, least answer room)} as the engine and the call service count them."""
     chat = ChatFormat.load(embedded_model_path, ModelSettings(name="smollm2", path=str(embedded_model_path)))
-    return {template: (call_role(stage), chat.count(pack.render(template, variables, extra=extra)), min_room(stage, ids))
-            for stage, template, variables, ids, extra in calls}
+    return {
+        template: (call_role(stage), chat.count(pack.render(template, variables, extra=extra)), min_room(stage, ids))
+        for stage, template, variables, ids, extra in calls
+    }
 
 
 def test_every_official_template_leaves_its_answer_room(embedded_model_path: Path, official_prompts: Path) -> None:

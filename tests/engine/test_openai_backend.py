@@ -13,10 +13,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from engine_helpers import embedded_roles, free_port, stage_calls
-from served import SERVED_NAME
 
+from engine_helpers import embedded_roles, free_port, stage_calls
 from ncp_local.engines.base import ContextOverflow, Engine, Message, Request
+from served import SERVED_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 # An 8k-token prefill on 2 busy cores: minutes, not the 2 minutes a short call gets.
@@ -30,7 +30,7 @@ def server(served) -> str:
 
 @pytest.fixture(scope="module")
 def client(server: str):
-    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine
 
     loop = asyncio.new_event_loop()
     # chat_template_kwargs exercises the vLLM request-body extension (this
@@ -211,7 +211,7 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
 
 
 def test_unknown_model_is_a_clear_error(server: str) -> None:
-    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine
 
     cfg = OpenAIEndpointConfig(name="x", base_url=server, model="no-such-model", max_retries=0)
     with pytest.raises(ValueError, match="does not serve model 'no-such-model'"):
@@ -219,18 +219,22 @@ def test_unknown_model_is_a_clear_error(server: str) -> None:
 
 
 def test_missing_api_key_env_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine
 
     monkeypatch.delenv("NCP_TEST_NO_SUCH_KEY", raising=False)
-    cfg = OpenAIEndpointConfig(name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="NCP_TEST_NO_SUCH_KEY")
+    cfg = OpenAIEndpointConfig(
+        name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_env="NCP_TEST_NO_SUCH_KEY"
+    )
     with pytest.raises(ValueError, match="NCP_TEST_NO_SUCH_KEY"):
         OpenAIEngine(cfg)
 
 
 def test_unreachable_endpoint_is_engine_dead() -> None:
     from ncp_local.engines.base import EngineDead
-    from ncp_local.engines.openai import OpenAIEngine, OpenAIEndpointConfig
+    from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine
 
-    cfg = OpenAIEndpointConfig(name="x", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=0, timeout_s=5)
+    cfg = OpenAIEndpointConfig(
+        name="x", base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", max_retries=0, timeout_s=5
+    )
     with pytest.raises(EngineDead, match="not reachable"):
         asyncio.run(OpenAIEngine.start(cfg))

@@ -12,17 +12,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import embedded_roles
 
-from ncp_local.protocol import ledger
-from ncp_local.modes.build import build_all, load_sources
-from ncp_local.protocol.prompts import (
-    TEMPLATES, PromptPack, conflict_vars, fact_update_vars, status_vars, to_json, trajectory_vars,
-)
+from engine_helpers import embedded_roles
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.protocol.spec import load_dataset
-from ncp_local.protocol.stages import AuditIds, ConflictCheckOut, DoubleCheckOut, FactUpdateOut, StatusOut, TrajectoryOut
 from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.modes.build import build_all, load_sources
+from ncp_local.protocol import ledger
+from ncp_local.protocol.prompts import (
+    TEMPLATES,
+    PromptPack,
+    conflict_vars,
+    fact_update_vars,
+    status_vars,
+    to_json,
+    trajectory_vars,
+)
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.protocol.stages import (
+    AuditIds,
+    ConflictCheckOut,
+    DoubleCheckOut,
+    FactUpdateOut,
+    StatusOut,
+    TrajectoryOut,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = load_dataset(ROOT / "specs").specs

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from engine_helpers import CROWDED, FITS, METHODS, ReferenceSweep
-
 from ncp_local.execution.store import read_calls
 from ncp_local.report.runs import load_run
 
@@ -35,7 +34,7 @@ def _expected_calls(result: Any) -> int:
 def test_one_engine_start_serves_every_point(reference_sweep: ReferenceSweep) -> None:
     index = reference_sweep.index
     assert [p["status"] for p in index["points"]] == ["done", "done"]
-    assert [f"method={m}" in p["overrides"] for m, p in zip(METHODS, index["points"])] == [True, True]
+    assert [f"method={m}" in p["overrides"] for m, p in zip(METHODS, index["points"], strict=True)] == [True, True]
     (engine,) = index["engines"]  # narrator, player and auditor share the embedded model
     assert engine["engine"] == "vllm" and engine["starts"] == 1 and engine["points"] == [0, 1]
     assert reference_sweep.stderr.count("sweep: engine e1 (smollm2-135m-instruct, vllm) started") == 1

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from ncp_local.engines.base import Engine, ContextOverflow, Message, Request
+from ncp_local.engines.base import ContextOverflow, Engine, Message, Request
 
 
 def _req(text: str, *, seed: int = 1, max_tokens: int = 16, temperature: float = 1.0, **kw) -> Request:
@@ -37,7 +39,7 @@ def test_sixteen_concurrent_requests(engine) -> None:
     reqs = [_req(f"Write a short line about the number {i}.", seed=i, max_tokens=12) for i in range(16)]
     comps = engine.generate_all(reqs)
     assert len(comps) == 16
-    for req, c in zip(reqs, comps):
+    for req, c in zip(reqs, comps, strict=True):
         assert c.finish_reason in ("stop", "length")
         assert c.prompt_tokens == engine.backend.count_tokens(req.messages) > 0
         assert 0 < c.generated_tokens <= 12
@@ -80,7 +82,7 @@ def test_bench_cache_model_predicts_the_engines_hits(engine) -> None:
     engine.run(backend.reset_prefix_cache())
     measured = [engine.run(backend.generate(r)).cached_tokens for r in reqs]  # one at a time: nothing evicted
     hits = [unbounded_cache_hit(reqs[:i + 1], backend.tokenize, backend.block_size)[0][1] for i in range(len(reqs))]
-    predicted = [b - a for a, b in zip([0, *hits], hits)]
+    predicted = [b - a for a, b in itertools.pairwise([0, *hits])]
     assert measured[0] == 0 and measured[1] > 0 and measured[2] > 0 and measured[3] == 0
     assert predicted == measured
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...engines.base import Completion, Engine, Request
 from ...engines.scripted import ScriptedEngine
@@ -192,7 +193,9 @@ def _lines(rows: list[Level], unbounded: float | None, kv: int | None, episodes:
         out.append(f"| {r.name} | {r.wall_s:.1f} | {r.tokens_per_s:.0f} | {r.hit:.2f} | {ideal:.2f} "
                    f"| {r.recomputed:,} | {most} | {r.pauses if r is adaptive else '-'} |")
     out.append(f"best fixed level: {best.name} ({best.tokens_per_s:.0f} tok/s)")
-    out.append(f"long-horizon: adaptive_hit={adaptive.hit:.2f} unbounded_hit={ideal:.2f} "
-               f"adaptive/best_fixed={adaptive.tokens_per_s / best.tokens_per_s if best.tokens_per_s else float('nan'):.2f}")
+    out.append(
+        f"long-horizon: adaptive_hit={adaptive.hit:.2f} unbounded_hit={ideal:.2f} "
+        f"adaptive/best_fixed={adaptive.tokens_per_s / best.tokens_per_s if best.tokens_per_s else float('nan'):.2f}"
+    )
     return out
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
