@@ -18,9 +18,10 @@ def main(cfg: RunConfig, raw: dict) -> int:
     rep = build_report(runs, out, cfg.report.resamples, cfg.report.seed, cfg.report.level, cfg.report.html,
                        cfg.report.gpu_hour_cost, cfg.report.plan, cfg.report.dataset)
     print(rep["summary_md"])
+    print("\nwhat ended each story:\n" + rep["endings_md"])
     print("\ncost by role and stage:\n" + rep["cost_md"])
     for note in rep["notes"]:
         print(note)
-    print(f"report: {out} (results.md/.csv, genres.md/.csv, cost.csv, survival.png/.svg/.csv"
+    print(f"report: {out} (results.md/.csv, genres.md/.csv, cost.csv, survival.png/.svg/.csv, endings.png/.svg/.csv"
           + (", index.html" if cfg.report.html else "") + ")")
     return 0

@@ -13,8 +13,9 @@ from typing import Any
 
 from ..config import ConfigError
 from .cost import cost_markdown, cost_rows_csv, cost_table
+from .endings import endings_csv, endings_markdown, run_endings
 from .html import write_html
-from .plots import inline_svg, write_survival
+from .plots import inline_svg, write_endings, write_survival
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     csv_text,
@@ -52,9 +53,11 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
     genres_md = genre_markdown(runs)
     costs = [cost_table(r, gpu_hour_cost, plan, dataset) for r in runs]
     cost_md = cost_markdown(costs)
+    ends = run_endings(runs, level)
+    endings_md = endings_markdown(ends)
     notes = [f"- {line}" for line in run_notes(runs)]
-    doc = ("# NCP results\n\n" + summary_md + "\n\n## Per genre\n\n" + genres_md
-           + "\n\n## Cost by role and stage\n\n" + cost_md + "\n")
+    doc = ("# NCP results\n\n" + summary_md + "\n\n## What ended each story\n\n" + endings_md
+           + "\n\n## Per genre\n\n" + genres_md + "\n\n## Cost by role and stage\n\n" + cost_md + "\n")
     if notes:
         doc += "\n## Notes\n\n" + "\n".join(notes) + "\n"
     files = [
@@ -63,14 +66,17 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
         write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
         write(out / "genres.csv", genre_csv(runs)),
         write(out / "survival.csv", survival_csv(runs, level)),
+        write(out / "endings.csv", endings_csv(ends)),
         write(out / "cost.csv", csv_text(*cost_rows_csv(costs))),
     ]
     png, svg = write_survival(runs, out, level)
-    files += [png, svg]
+    ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
+    files += [png, svg, ends_png, ends_svg]
     if html:
-        files.append(write_html(runs, rows, out, inline_svg(svg), level, costs))
-    return {"rows": rows, "summary_md": summary_md, "genres_md": genres_md, "cost_md": cost_md, "costs": costs,
-            "notes": notes, "files": files}
+        files.append(write_html(runs, rows, out, inline_svg(svg), level, costs,
+                                endings=(ends, inline_svg(ends_svg))))
+    return {"rows": rows, "summary_md": summary_md, "endings_md": endings_md, "endings": ends,
+            "genres_md": genres_md, "cost_md": cost_md, "costs": costs, "notes": notes, "files": files}
 
 
 def run_notes(runs: list[Run]) -> list[str]:

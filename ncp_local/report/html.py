@@ -22,7 +22,9 @@ from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
-from .glossary import define, define_cost, plain
+from .glossary import define, define_cost, define_ending, plain
+from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
+from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
 from .runs import Run
 from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
 
@@ -254,8 +256,28 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
     return "".join(parts)
 
 
+def _count_table(cls: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An endings table: the first column names the row, the rest are numbers; tooltips from the glossary."""
+    head = "<tr>" + "".join(f"<th{'' if i == 0 else ' class=num'} title=\"{esc(plain(define_ending(h)))}\">"
+                            f"{esc(h)}</th>" for i, h in enumerate(header)) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td{'' if i == 0 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f"<div class=scroll><table class='{cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+
+
+def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
+    """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
+    parts = [f"<p class='muted small'>{esc(ENDINGS_NOTE)}</p>",
+             _count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends))]
+    if svg:
+        parts.append(f"<figure>{svg}</figure>")
+    for e in ends:
+        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", _count_table("bands", *e.bands)]
+    return "".join(parts)
+
+
 def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float,
-               costs: Sequence[CostTable] = ()) -> str:
+               costs: Sequence[CostTable] = (), endings: tuple[Sequence[RunEndings], str] | None = None) -> str:
     parts = ["<h1>NCP report</h1>",
              f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
              f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out. "
@@ -265,6 +287,8 @@ def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float,
              "<h2>Results</h2>", _summary_html(rows)]
     if svg:
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
+    if endings is not None:
+        parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
     if costs:
         parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
     for i, run in enumerate(runs):
@@ -495,11 +519,11 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
 
 
 def write_html(runs: Sequence[Run], rows: Sequence[Row], out: Path, svg: str, level: float,
-               costs: Sequence[CostTable] = ()) -> Path:
+               costs: Sequence[CostTable] = (), endings: tuple[Sequence[RunEndings], str] | None = None) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level, costs))
+    atomic_write(index, index_page(runs, rows, svg, level, costs, endings))
     return index
