@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
 from ncp_local.protocol.metrics import ENDINGS, EpisodeMetrics, km_survival
 from ncp_local.report import build_report, load_runs
@@ -85,12 +84,9 @@ def test_bands_cover_every_turn_once() -> None:
     assert sum(r[-1] for r in rows if r[0] != "all") == len(SIX)
 
 
-def test_scripted_official_run_endings_add_up_to_one_minus_survival(official_dataset: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    done = run_cli("engine=scripted", "dataset=ncp_bench", f"dataset.path={official_dataset}", "max_turns=15",
-                   f"out_dir={run_dir}", "progress=false")
-    assert done.returncode == 0, done.stderr
-    runs = load_runs([str(run_dir)])
+def test_scripted_official_run_endings_add_up_to_one_minus_survival(scripted_official_run: Path,
+                                                                    tmp_path: Path) -> None:
+    runs = load_runs([str(scripted_official_run)])
     for r in runs:
         attach_specs(r)
     out = tmp_path / "report"

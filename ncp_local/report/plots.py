@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -30,8 +30,10 @@ STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
-    """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count."""
+def survival_figure(runs: Sequence[Run], level: float = 0.95,
+                    corrected: Mapping[str, Sequence[float]] | None = None) -> Figure:
+    """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count; a thin
+    dashed line of the same colour where a review sheet corrected a run's S(t) (report/precision.py)."""
     fig = Figure(figsize=(8.0, 4.8), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -53,6 +55,10 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
                           markevery=list(range(0, len(s), max(1, len(s) // 12))), alpha=0.9)
         ax.fill_between(ts, held(agg.survival_lo), held(agg.survival_hi), step="post",
                         color=line.get_color(), alpha=0.15, linewidth=0)
+        if corrected and run.label in corrected:
+            fixed = list(corrected[run.label])
+            ax.step([*range(len(fixed)), len(fixed) - 0.5], held(fixed), where="post", linewidth=1.0,
+                    linestyle=(0, (4, 2)), color=line.get_color(), label=f"{run.label}: corrected for the auditor")
         marks = sorted(t for t in censored_at(run) if t < len(s))
         if marks:
             any_censored = True
@@ -86,8 +92,9 @@ def _save(fig: Figure, out: Path, stem: str) -> tuple[Path, Path]:
     return png, svg
 
 
-def write_survival(runs: Sequence[Run], out: Path, level: float = 0.95) -> tuple[Path, Path]:
-    return _save(survival_figure(runs, level), out, "survival")
+def write_survival(runs: Sequence[Run], out: Path, level: float = 0.95,
+                   corrected: Mapping[str, Sequence[float]] | None = None) -> tuple[Path, Path]:
+    return _save(survival_figure(runs, level, corrected), out, "survival")
 
 
 # One colour per ending, S(t) in grey on top: the same ending has the same colour in every panel.
