@@ -53,10 +53,6 @@ class Verdict:
     upheld: bool
 
 
-def _same_dir(a: str | Path, b: str | Path) -> bool:
-    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-
-
 def read_verdicts(path: str | Path, runs: Sequence[Run]) -> list[Verdict]:
     """The sheet's reviewed rows, each checked against the reported runs (InputError naming file and row):
     its run among them, its episode a conflict termination there, its (type, target) one of that
@@ -65,10 +61,12 @@ def read_verdicts(path: str | Path, runs: Sequence[Run]) -> list[Verdict]:
     rows = read_sheet(path)
     if rows and (missing := [c for c in KEY_COLUMNS if c not in rows[0]]):
         raise InputError(path, "header", f"missing column(s) {', '.join(missing)}")
+    # Resolved once: a sheet may hold hundreds of rows, and the sheet's paths may be written relative.
+    by_dir = {Path(r.path).expanduser().resolve(): r for r in runs}
     seen: dict[tuple[str, ...], int] = {}
     out: list[Verdict] = []
     for row_no, row in enumerate(rows, start=2):
-        run = next((r for r in runs if _same_dir(r.path, row["run_dir"])), None)
+        run = by_dir.get(Path(row["run_dir"]).expanduser().resolve())
         if run is None:
             raise InputError(path, f"row {row_no}: run_dir", f"{row['run_dir']!r} is not one of the reported runs "
                              "(a sheet from another run?)")
