@@ -16,7 +16,8 @@ import yaml
 from helpers import Scripted, make_spec, spec_doc
 from ncp_local.report import build_report
 from ncp_local.report.cost import COST_COLUMNS
-from ncp_local.report.glossary import COST_GLOSSARY, GLOSSARY, define, plain
+from ncp_local.report.endings import SUMMARY_HEADER as ENDINGS_HEADER
+from ncp_local.report.glossary import COST_GLOSSARY, ENDINGS_GLOSSARY, GLOSSARY, define, plain
 from ncp_local.report.runs import attach_specs, load_run
 from ncp_local.report.tables import METRICS
 from test_docs import gen
@@ -41,6 +42,12 @@ def test_the_docs_define_every_cost_column_as_the_code_does() -> None:
     assert _rows(gen.generate("cost-columns"), code=False) == list(COST_GLOSSARY)
     # every column the cost table can show has its one definition, and nothing else is defined
     assert sorted(h for _, h in COST_COLUMNS) == sorted(h for h, _ in COST_GLOSSARY)
+
+
+def test_the_docs_define_every_endings_column_as_the_code_does() -> None:
+    assert _rows(gen.generate("endings-columns"), code=True) == list(ENDINGS_GLOSSARY)
+    # the endings table's every header has its definition; only the turn bands share one
+    assert [h for h, _ in ENDINGS_GLOSSARY if h != "turns band"] == list(ENDINGS_HEADER)
 
 
 def _run(root: Path, ids: list[str]) -> Path:

@@ -320,7 +320,7 @@ def test_review_round_trip(run_dir: Path, tmp_path: Path) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    with pytest.raises(InputError, match="line 2: verdict"):
+    with pytest.raises(InputError, match="row 2: verdict"):
         read_sheet(filled)
 
 

@@ -36,6 +36,13 @@ TERMINATIONS: tuple[str, ...] = ("conflict", "max_turns", "all_resolved", "conte
 # Terminations whose story did not end: right-censored at their turn count.
 CENSORED: frozenset[str] = frozenset({"context_limit"})
 
+# What ended a story, for competing risks (report/endings.py): a conflict by its type (two or more
+# types in the ending turn: `several_types`), or every achievement resolved. `max_turns` is not an
+# ending there but administrative censoring (the story was stopped, not ended), and `context_limit`
+# censoring as above; `invalid` episodes stay out, as from every average.
+ENDINGS: tuple[str, ...] = ("fact", "commitment", "player_input", "several_types", "all_resolved")
+ENDING_CENSORED: tuple[str, ...] = ("max_turns", "context_limit")
+
 
 @dataclass(frozen=True)
 class EpisodeMetrics:
@@ -52,6 +59,17 @@ class EpisodeMetrics:
     @property
     def censored(self) -> bool:
         return self.termination in CENSORED
+
+    @property
+    def ending(self) -> str:
+        """An ENDINGS value, else the termination itself (`max_turns`, `context_limit`, `invalid`)."""
+        if self.termination != "conflict":
+            return self.termination
+        hits = {"fact": self.fact, "commitment": self.commitment, "player_input": self.player_input}
+        types = [t for t in CONFLICT_TYPES if hits[t]]
+        if not types:  # cannot happen: the conflict-check schema admits only these types
+            raise ValueError(f"{self.spec_id}: a conflict termination with no conflict type")
+        return types[0] if len(types) == 1 else "several_types"
 
 
 def episode_metrics(result: EpisodeResult) -> EpisodeMetrics:

@@ -13,8 +13,10 @@ from typing import Any
 
 from ..config import ConfigError
 from .cost import cost_markdown, cost_rows_csv, cost_table
+from .endings import endings_csv, endings_markdown, run_endings
 from .html import write_html
-from .plots import inline_svg, write_survival
+from .plots import inline_svg, write_endings, write_survival
+from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     csv_text,
@@ -45,16 +47,23 @@ def runs_of(cfg: Any) -> list[Run]:
 
 def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 0, level: float = 0.95,
                  html: bool = True, gpu_hour_cost: float | None = None, plan: bool = False,
-                 dataset: str | None = None) -> dict[str, Any]:
-    """Write every report file into `out`; returns the tables' text and the paths written."""
+                 dataset: str | None = None, review_sheet: str | Path | None = None) -> dict[str, Any]:
+    """Write every report file into `out`; returns the tables' text and the paths written.
+
+    A review sheet is read and checked against the runs first, so a bad one writes nothing."""
+    err = auditor_error(review_sheet, runs, resamples, seed, level) if review_sheet else None
     rows = summary_rows(runs, resamples, seed, level)
     summary_md = results_markdown(rows, level)
     genres_md = genre_markdown(runs)
     costs = [cost_table(r, gpu_hour_cost, plan, dataset) for r in runs]
     cost_md = cost_markdown(costs)
+    ends = run_endings(runs, level)
+    endings_md = endings_markdown(ends)
+    auditor_md = auditor_error_markdown(err, level)
     notes = [f"- {line}" for line in run_notes(runs)]
-    doc = ("# NCP results\n\n" + summary_md + "\n\n## Per genre\n\n" + genres_md
-           + "\n\n## Cost by role and stage\n\n" + cost_md + "\n")
+    doc = ("# NCP results\n\n" + summary_md + "\n\n## What ended each story\n\n" + endings_md
+           + "\n\n## The auditor's error\n\n" + auditor_md
+           + "\n\n## Per genre\n\n" + genres_md + "\n\n## Cost by role and stage\n\n" + cost_md + "\n")
     if notes:
         doc += "\n## Notes\n\n" + "\n".join(notes) + "\n"
     files = [
@@ -63,14 +72,21 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
         write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
         write(out / "genres.csv", genre_csv(runs)),
         write(out / "survival.csv", survival_csv(runs, level)),
+        write(out / "endings.csv", endings_csv(ends)),
         write(out / "cost.csv", csv_text(*cost_rows_csv(costs))),
     ]
-    png, svg = write_survival(runs, out, level)
-    files += [png, svg]
+    if err is not None:
+        files.append(write(out / "survival_corrected.csv", corrected_survival_csv(err)))
+    corrected = {c.label: c.survival[1] for c in err.corrected} if err is not None else {}
+    png, svg = write_survival(runs, out, level, corrected)
+    ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
+    files += [png, svg, ends_png, ends_svg]
     if html:
-        files.append(write_html(runs, rows, out, inline_svg(svg), level, costs))
-    return {"rows": rows, "summary_md": summary_md, "genres_md": genres_md, "cost_md": cost_md, "costs": costs,
-            "notes": notes, "files": files}
+        files.append(write_html(runs, rows, out, inline_svg(svg), level, costs,
+                                endings=(ends, inline_svg(ends_svg)), auditor=err))
+    return {"rows": rows, "summary_md": summary_md, "endings_md": endings_md, "endings": ends,
+            "auditor_md": auditor_md, "auditor_error": err,
+            "genres_md": genres_md, "cost_md": cost_md, "costs": costs, "notes": notes, "files": files}
 
 
 def run_notes(runs: list[Run]) -> list[str]:

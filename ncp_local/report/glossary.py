@@ -51,8 +51,25 @@ COST_GLOSSARY: tuple[tuple[str, str], ...] = (
     ("plan prompt tok", "the same calls' prompt tokens as mode=plan projects them (its prompt growth played "
                         "on the run's recorded config; report.plan=true)"),
 )
+# The endings table's columns (report/endings.py): each ending's share of the stories by the last turn.
+ENDINGS_GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("run", "the run's label"),
+    ("scored", "episodes the curves rest on: every finished one but the `invalid` ones"),
+    ("fact %", "share of stories a fact conflict alone ended within the run's turns, the last included "
+               "(Aalen-Johansen: F_fact(max_turns + 1))"),
+    ("commitment %", "the same for a commitment conflict alone"),
+    ("player_input %", "the same for a player-input conflict alone"),
+    ("several_types %", "the same for one turn's confirmed conflicts of two or three types"),
+    ("all_resolved %", "the same for every achievement commitment satisfied"),
+    ("still going %", "share no ending reached within the run's turns (the turn limit stopped them; censored "
+                      "stories counted by Kaplan-Meier); the endings and this add up to 100"),
+    ("max_turns (censored)", "episodes the turn limit stopped: administrative censoring, not an ending"),
+    ("context_limit (censored)", "episodes stopped by a full context window: censored, as in S(t)"),
+    ("turns band", "episodes by what ended them and how many turns they played (`0`: in the opening)"),
+)
 _BY_NAME = dict(GLOSSARY)
 _COST_BY_NAME = dict(COST_GLOSSARY)
+_ENDINGS_BY_NAME = dict(ENDINGS_GLOSSARY)
 
 
 def define(column: str) -> str:
@@ -63,6 +80,11 @@ def define(column: str) -> str:
 def define_cost(column: str) -> str:
     """The definition of a cost table column (its header, as report/cost.py shows it)."""
     return _COST_BY_NAME[column]
+
+
+def define_ending(column: str) -> str:
+    """The definition of an endings-table column; a turn band's header (`1-5`, `all`) gets the bands' text."""
+    return _ENDINGS_BY_NAME.get(column, _ENDINGS_BY_NAME["turns band"])
 
 
 def plain(text: str) -> str:

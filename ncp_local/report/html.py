@@ -23,7 +23,11 @@ from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
-from .glossary import define, define_cost, plain
+from .glossary import define, define_cost, define_ending, plain
+from . import precision
+from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
+from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
+from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
 from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
 
@@ -257,8 +261,49 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
     return "".join(parts)
 
 
+def _count_table(cls: str, header: Sequence[str], rows: Sequence[Sequence[Any]], tips: bool = True) -> str:
+    """A table whose first column names the row and the rest are numbers; an endings table's headers get
+    their glossary text as tooltips."""
+    def th(i: int, h: str) -> str:
+        tip = f" title=\"{esc(plain(define_ending(h)))}\"" if tips else ""
+        return f"<th{'' if i == 0 else ' class=num'}{tip}>{esc(h)}</th>"
+
+    head = "<tr>" + "".join(th(i, h) for i, h in enumerate(header)) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td{'' if i == 0 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f"<div class=scroll><table class='{cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+
+
+def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
+    """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
+    parts = [f"<p class='muted small'>{esc(ENDINGS_NOTE)}</p>",
+             _count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends))]
+    if svg:
+        parts.append(f"<figure>{svg}</figure>")
+    for e in ends:
+        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", _count_table("bands", *e.bands)]
+    return "".join(parts)
+
+
+def _auditor_html(err: AuditorError | None, level: float) -> str:
+    """The review sheet's precision per type and each reviewed run's figures as judged and corrected."""
+    if err is None:
+        return f"<p class='muted small'>{esc(plain(UNCORRECTED_NOTE))}</p>"
+    parts = [f"<p class='muted small'>{esc(plain(precision.intro(err, level)))}</p>",
+             _count_table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False)]
+    for c in err.corrected:
+        parts += [f"<h3>{esc(precision.corrected_title(c))}</h3>",
+                  _count_table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False)]
+        if note := precision.notes(err, c):
+            parts.append(f"<p class='muted small'>{esc(note)}</p>")
+    if note := precision.notes(err):
+        parts.append(f"<p class='muted small'>{esc(note)}</p>")
+    return "".join(parts)
+
+
 def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float,
-               costs: Sequence[CostTable] = ()) -> str:
+               costs: Sequence[CostTable] = (), endings: tuple[Sequence[RunEndings], str] | None = None,
+               auditor: AuditorError | None = None) -> str:
     parts = ["<h1>NCP report</h1>",
              f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
              f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out. "
@@ -268,6 +313,9 @@ def index_page(runs: Sequence[Run], rows: Sequence[Row], svg: str, level: float,
              "<h2>Results</h2>", _summary_html(rows)]
     if svg:
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
+    if endings is not None:
+        parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
+    parts += ["<h2>The auditor's error</h2>", _auditor_html(auditor, level)]
     if costs:
         parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
     for i, run in enumerate(runs):
@@ -501,11 +549,12 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
 
 
 def write_html(runs: Sequence[Run], rows: Sequence[Row], out: Path, svg: str, level: float,
-               costs: Sequence[CostTable] = ()) -> Path:
+               costs: Sequence[CostTable] = (), endings: tuple[Sequence[RunEndings], str] | None = None,
+               auditor: AuditorError | None = None) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level, costs))
+    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor))
     return index

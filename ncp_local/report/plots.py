@@ -1,5 +1,7 @@
 """The survival curve S(t) of every compared run on one axis (PNG and SVG):
-the Kaplan-Meier estimate with its confidence band, censored episodes marked.
+the Kaplan-Meier estimate with its confidence band, censored episodes marked;
+and beside it, per run, what ended the stories: each ending's cumulative
+incidence stacked under S(t) (report/endings.py).
 
 Built on matplotlib's object API with the Agg canvas: no pyplot, no global
 backend switch, no display needed on a cluster node.
@@ -7,8 +9,9 @@ backend switch, no display needed on a cluster node.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from matplotlib import rc_context
@@ -16,6 +19,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..protocol.metrics import ENDINGS
+from .endings import Incidence
 from .runs import Run
 from .tables import censored_at
 
@@ -25,8 +30,10 @@ STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
-    """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count."""
+def survival_figure(runs: Sequence[Run], level: float = 0.95,
+                    corrected: Mapping[str, Sequence[float]] | None = None) -> Figure:
+    """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count; a thin
+    dashed line of the same colour where a review sheet corrected a run's S(t) (report/precision.py)."""
     fig = Figure(figsize=(8.0, 4.8), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -48,6 +55,10 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
                           markevery=list(range(0, len(s), max(1, len(s) // 12))), alpha=0.9)
         ax.fill_between(ts, held(agg.survival_lo), held(agg.survival_hi), step="post",
                         color=line.get_color(), alpha=0.15, linewidth=0)
+        if corrected and run.label in corrected:
+            fixed = list(corrected[run.label])
+            ax.step([*range(len(fixed)), len(fixed) - 0.5], held(fixed), where="post", linewidth=1.0,
+                    linestyle=(0, (4, 2)), color=line.get_color(), label=f"{run.label}: corrected for the auditor")
         marks = sorted(t for t in censored_at(run) if t < len(s))
         if marks:
             any_censored = True
@@ -71,15 +82,64 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95) -> Figure:
     return fig
 
 
-def write_survival(runs: Sequence[Run], out: Path, level: float = 0.95) -> tuple[Path, Path]:
-    fig = survival_figure(runs, level)
-    png, svg = out / "survival.png", out / "survival.svg"
+def _save(fig: Figure, out: Path, stem: str) -> tuple[Path, Path]:
+    png, svg = out / f"{stem}.png", out / f"{stem}.svg"
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, format="png")
     # No date and a fixed id salt: the same runs give the same SVG bytes.
     with rc_context({"svg.hashsalt": "ncp-local"}):
         fig.savefig(svg, format="svg", metadata={"Date": None})
     return png, svg
+
+
+def write_survival(runs: Sequence[Run], out: Path, level: float = 0.95,
+                   corrected: Mapping[str, Sequence[float]] | None = None) -> tuple[Path, Path]:
+    return _save(survival_figure(runs, level, corrected), out, "survival")
+
+
+# One colour per ending, S(t) in grey on top: the same ending has the same colour in every panel.
+ENDING_COLOURS = dict(zip(ENDINGS, ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c")))
+SURVIVING_COLOUR = "#c7c7c7"
+PANEL_COLUMNS = 3
+
+
+def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> Figure:
+    """Per run (label, incidence, S(t)): the endings' F_k(t) stacked from the bottom, S(t) filling the rest,
+    one step past the last turn (where the last turn's endings show)."""
+    cols = max(1, min(PANEL_COLUMNS, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    # At least the survival plot's width: the title and the legend's six names need it.
+    fig = Figure(figsize=(max(8.0, 4.2 * cols), 3.6 * rows + 1.0), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (label, inc, s) in zip(axes.flat, panels):
+        # t = max_turns + 1 holds the last turn's endings; the grey rest there is what the limit stopped.
+        ts = [*range(inc.max_turns + 2), inc.max_turns + 1.5]
+        base = [0.0] * len(ts)
+        layers = [(e, inc.curves[e], ENDING_COLOURS[e]) for e in ENDINGS]
+        layers.append(("still going: S(t)", (*s, inc.still_going), SURVIVING_COLOUR))
+        for name, curve, colour in layers:
+            top = [b + 100 * v for b, v in zip(base, [*curve, curve[-1]])]
+            ax.fill_between(ts, base, top, step="post", color=colour, linewidth=0, label=name)
+            base = top
+        ax.set_xlim(0, inc.max_turns + 1.5)
+        ax.set_ylim(0, 100)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{label} (n={inc.episodes})", fontsize=9)
+        ax.set_xlabel("t: player turns played")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("stories (%)")
+    if panels:
+        handles, names = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    fig.suptitle("What ended each story: cumulative incidence by ending, S(t) on top", fontsize=10)
+    return fig
+
+
+def write_endings(panels: Sequence[tuple[str, Incidence, Sequence[float]]], out: Path) -> tuple[Path, Path]:
+    return _save(endings_figure(panels), out, "endings")
 
 
 def inline_svg(svg_path: Path) -> str:

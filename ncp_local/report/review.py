@@ -2,14 +2,12 @@
 
 `export_sheet` samples N conflict terminations (seeded) into a CSV sheet and
 an HTML form (agree / dispute per conflict; the form saves the filled CSV).
-`read_sheet` + `disputed_summary` read a filled sheet back and give the
-disputed rate by conflict type.
+`disputed_summary` gives a filled sheet's disputed rate by conflict type
+(the sheet's columns and its reader are in sheet.py).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import random
 from collections.abc import Sequence
@@ -17,19 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
 from ..execution.store import atomic_write
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import shown as shown_turn
 from .html import esc, page, target_tag
 from .runs import Run
+from .sheet import SHEET_COLUMNS, VERDICTS, read_sheet
 from .tables import csv_text, markdown_table
 
-VERDICTS = ("agree", "dispute")
+__all__ = ["SHEET_COLUMNS", "VERDICTS", "disputed_summary", "export_sheet", "read_sheet", "sample_conflicts"]
+
 CONTEXT_TURNS = 3
-SHEET_COLUMNS = ("item", "run", "run_dir", "spec_id", "turn", "type", "target_id", "target_text", "player_input",
-                 "response", "reason_initial", "reason_reviewed", "review_reason", "verdict", "note")
 
 
 def sample_conflicts(runs: Sequence[Run], n: int, seed: int) -> list[dict[str, Any]]:
@@ -155,28 +152,6 @@ class TypeSummary:
     @property
     def rate(self) -> float | None:
         return self.disputed / self.reviewed if self.reviewed else None
-
-
-def read_sheet(path: str | Path) -> list[dict[str, str]]:
-    path = Path(path).expanduser()
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, "review.sheet", f"cannot read: {exc}") from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    missing = [c for c in ("type", "verdict") if c not in (reader.fieldnames or [])]
-    if missing:
-        raise InputError(path, "header", f"missing column(s) {', '.join(missing)}")
-    rows = []
-    for line, row in enumerate(reader, start=2):
-        verdict = (row.get("verdict") or "").strip().lower()
-        if verdict not in ("", *VERDICTS):
-            raise InputError(path, f"line {line}: verdict", f"{row.get('verdict')!r} is not agree, dispute or blank")
-        ctype = (row.get("type") or "").strip()
-        if ctype not in CONFLICT_TYPES:
-            raise InputError(path, f"line {line}: type", f"{ctype!r} is not one of {', '.join(CONFLICT_TYPES)}")
-        rows.append({**{k: (v or "") for k, v in row.items() if k is not None}, "verdict": verdict, "type": ctype})
-    return rows
 
 
 def disputed_summary(rows: Sequence[dict[str, str]]) -> list[TypeSummary]:

@@ -1,0 +1,323 @@
+"""The auditor's error in the headline figures: conflict rates and S(t) corrected for its precision.
+
+A filled human review sheet (`mode=review`, then `review.sheet=FILE` on `mode=report`) says, for a
+sample of the conflicts the auditor confirmed, whether a human upholds each one. Per conflict type
+k that gives the auditor's precision p_k (upheld / reviewed), with its exact (Clopper-Pearson)
+binomial interval. The report then corrects what rests on the auditor's verdicts:
+
+- an episode whose ending turn holds c conflicts, of precisions p_1..p_c, really ended in a
+  conflict with probability w = 1 - (1 - p_1)...(1 - p_c) (its conflicts judged independently);
+  of type k with 1 - (1 - p_k)^{c_k}. The corrected type-k rate is the mean of the latter over the
+  scored episodes, and the corrected conflict-free count the scored episodes minus the sum of w;
+- S(t): each conflict ending counts as an ending with weight w and, with weight 1 - w, as a story
+  still going after its turn (censored there, as a `context_limit` one: it would have continued,
+  for how long nobody knows). The weighted product-limit estimate is computed here with numpy;
+  tests/test_precision.py checks it against lifelines' weighted Kaplan-Meier.
+
+Intervals carry both errors: each of `resamples` bootstrap draws resamples the stories of the run
+and, apart, each type's reviewed items, and recomputes the corrected figure; the interval is the
+draws' percentiles. A type with no reviewed item is not corrected (p = 1), and the report says so.
+Without a sheet nothing changes, and the report says its figures are uncorrected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import stats
+
+from ..errors import InputError
+from ..protocol.replay import conflict_key
+from ..protocol.stages import CONFLICT_TYPES
+from .sheet import read_sheet
+from .runs import Run
+from .stats import Interval
+from .tables import csv_text, markdown_table
+
+# The sheet columns that tie a row to a conflict of a reported run.
+KEY_COLUMNS = ("run_dir", "spec_id", "type", "target_id")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One reviewed conflict: which run and episode, its (type, target), and whether a human upholds it."""
+
+    run_dir: str
+    spec_id: str
+    type: str
+    target_id: str
+    upheld: bool
+
+
+def read_verdicts(path: str | Path, runs: Sequence[Run]) -> list[Verdict]:
+    """The sheet's reviewed rows, each checked against the reported runs (InputError naming file and row):
+    its run among them, its episode a conflict termination there, its (type, target) one of that
+    ending's conflicts, and no conflict reviewed twice. Blank verdicts (not reviewed) are skipped."""
+    path = Path(path).expanduser()
+    rows = read_sheet(path)
+    if rows and (missing := [c for c in KEY_COLUMNS if c not in rows[0]]):
+        raise InputError(path, "header", f"missing column(s) {', '.join(missing)}")
+    # Resolved once: a sheet may hold hundreds of rows, and the sheet's paths may be written relative.
+    by_dir = {Path(r.path).expanduser().resolve(): r for r in runs}
+    seen: dict[tuple[str, ...], int] = {}
+    out: list[Verdict] = []
+    for row_no, row in enumerate(rows, start=2):
+        run = by_dir.get(Path(row["run_dir"]).expanduser().resolve())
+        if run is None:
+            raise InputError(path, f"row {row_no}: run_dir", f"{row['run_dir']!r} is not one of the reported runs "
+                             "(a sheet from another run?)")
+        result = run.results.get(row["spec_id"])
+        if result is None or result.termination != "conflict":
+            what = "has no such episode" if result is None else f"ended in {result.termination}, not a conflict"
+            raise InputError(path, f"row {row_no}: spec_id", f"{row['spec_id']!r}: {run.path} {what}")
+        # A player-input conflict's target may be written either way; conflict_key makes them one.
+        standing = {conflict_key(c) for c in result.turns[-1].conflicts}
+        key = conflict_key({"type": row["type"], "id": row["target_id"]})
+        if key not in standing:
+            raise InputError(path, f"row {row_no}: target_id", f"{row['type']} {row['target_id']!r} is not a "
+                             f"conflict of {row['spec_id']}'s ending in {run.path} (a sheet from another run?)")
+        ident = (str(run.path), row["spec_id"], *key)
+        if ident in seen:
+            raise InputError(path, f"row {row_no}", f"reviews the same conflict as row {seen[ident]}")
+        seen[ident] = row_no
+        if row["verdict"]:
+            out.append(Verdict(str(run.path), row["spec_id"], key[0], key[1], row["verdict"] == "agree"))
+    return out
+
+
+@dataclass(frozen=True)
+class Precision:
+    type: str
+    reviewed: int
+    upheld: int
+    lo: float  # exact binomial interval at the report's level
+    hi: float
+
+    @property
+    def value(self) -> float | None:
+        return self.upheld / self.reviewed if self.reviewed else None
+
+
+def precisions(verdicts: Sequence[Verdict], level: float) -> dict[str, Precision]:
+    out = {}
+    for t in CONFLICT_TYPES:
+        mine = [v for v in verdicts if v.type == t]
+        n, k = len(mine), sum(v.upheld for v in mine)
+        if n:
+            ci = stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+            out[t] = Precision(t, n, k, float(ci.low), float(ci.high))
+        else:
+            out[t] = Precision(t, 0, 0, math.nan, math.nan)
+    return out
+
+
+# ---- the corrected figures ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Episodes:
+    """A run's scored episodes as arrays: turns played, censored or not, and per conflict type the
+    number of standing conflicts in the ending turn (0 unless it ended in a conflict)."""
+
+    turns: np.ndarray  # int, per episode
+    censored: np.ndarray  # bool: context_limit
+    conflicts: dict[str, np.ndarray]  # type -> int count per episode
+
+
+def episodes_of(run: Run) -> Episodes:
+    scored = [r for r in run.results.values() if r.termination != "invalid"]
+    counts = {t: np.zeros(len(scored), dtype=int) for t in CONFLICT_TYPES}
+    for i, r in enumerate(scored):
+        if r.termination == "conflict":
+            for c in r.turns[-1].conflicts:
+                counts[conflict_key(c)[0]][i] += 1
+    return Episodes(np.array([len(r.turns) for r in scored], dtype=int),
+                    np.array([r.termination == "context_limit" for r in scored], dtype=bool), counts)
+
+
+def _real(eps: Episodes, p: dict[str, float], idx: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per type, the chance each (resampled) episode really ended by that type; and by any conflict."""
+    by_type = {t: 1.0 - (1.0 - p[t]) ** eps.conflicts[t][idx] for t in CONFLICT_TYPES}
+    none = np.ones(len(idx))
+    for t in CONFLICT_TYPES:
+        none = none * (1.0 - p[t]) ** eps.conflicts[t][idx]
+    return by_type, 1.0 - none
+
+
+def weighted_survival(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.ndarray:
+    """S(t) = P(T >= t), t = 0..max_turns, by the product limit over weighted endings.
+
+    Episode i ends at turns[i] with weight ended[i] and, with weight 1 - ended[i], is still going
+    after turns[i] (censored there: at risk for that turn's endings, gone before the next).
+    """
+    s = np.ones(max_turns + 1)
+    level = 1.0
+    for t in range(1, max_turns + 1):
+        # S(t) = P(T > t - 1): the endings of turn t - 1 have happened.
+        n = t - 1
+        at_risk = float(np.sum(turns >= n))
+        d = float(np.sum(ended[turns == n]))
+        if at_risk > 0 and d > 0:
+            level *= 1.0 - d / at_risk
+        s[t] = level
+    return s
+
+
+@dataclass(frozen=True)
+class Corrected:
+    """One run's figures as judged and corrected, each with its interval."""
+
+    label: str
+    scored: int
+    rates: dict[str, tuple[float, Interval]]  # "fact_pct"... -> (as judged, corrected with interval)
+    conflict_free: tuple[float, Interval]
+    survival: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]  # judged, corr, lo, hi
+    uncorrected_types: tuple[str, ...]  # no reviewed item: taken as judged
+
+
+RATE_KEYS = {"fact": "fact_pct", "commitment": "commitment_pct", "player_input": "player_input_pct"}
+
+
+def _point(eps: Episodes, p: dict[str, float], idx: np.ndarray, max_turns: int) -> np.ndarray:
+    """[rates of each type (%), conflict-free count, S(0..max_turns)] for one draw."""
+    by_type, ended = _real(eps, p, idx)
+    # A context_limit episode never ended; only conflict endings carry a weight below 1.
+    is_conflict = sum(eps.conflicts[t][idx] for t in CONFLICT_TYPES) > 0
+    weight = np.where(is_conflict, ended, 1.0)
+    weight = np.where(eps.censored[idx], 0.0, weight)
+    rates = [100.0 * float(np.mean(by_type[t])) for t in CONFLICT_TYPES]
+    free = float(len(idx) - np.sum(ended))
+    return np.array([*rates, free, *weighted_survival(eps.turns[idx], weight, max_turns)])
+
+
+def correct(run: Run, prec: dict[str, Precision], verdicts: Sequence[Verdict], resamples: int, seed: int,
+            level: float) -> Corrected:
+    eps = episodes_of(run)
+    n = len(eps.turns)
+    max_turns = run.max_turns
+    p_hat = {t: (pr.value if pr.value is not None else 1.0) for t, pr in prec.items()}
+    judged = _point(eps, {t: 1.0 for t in CONFLICT_TYPES}, np.arange(n), max_turns)
+    point = _point(eps, p_hat, np.arange(n), max_turns)
+    rng = np.random.default_rng(seed)
+    upheld = {t: np.array([v.upheld for v in verdicts if v.type == t], dtype=float) for t in CONFLICT_TYPES}
+    draws = []
+    for _ in range(resamples if n else 0):
+        idx = rng.integers(0, n, size=n)
+        p = {t: (float(np.mean(rng.choice(upheld[t], size=len(upheld[t])))) if len(upheld[t]) else 1.0)
+             for t in CONFLICT_TYPES}
+        draws.append(_point(eps, p, idx, max_turns))
+    alpha = (1 - level) / 2
+    if draws:
+        lo, hi = np.quantile(np.array(draws), [alpha, 1 - alpha], axis=0)
+    else:
+        lo = hi = np.full(len(point), math.nan)
+    ivs = [Interval(float(a), float(b), float(c)) for a, b, c in zip(point, lo, hi)]
+    k = len(CONFLICT_TYPES)
+    return Corrected(
+        label=run.label, scored=n,
+        rates={RATE_KEYS[t]: (float(judged[i]), ivs[i]) for i, t in enumerate(CONFLICT_TYPES)},
+        conflict_free=(float(judged[k]), ivs[k]),
+        survival=(tuple(float(x) for x in judged[k + 1:]), tuple(iv.point for iv in ivs[k + 1:]),
+                  tuple(iv.lo for iv in ivs[k + 1:]), tuple(iv.hi for iv in ivs[k + 1:])),
+        uncorrected_types=tuple(t for t, pr in prec.items() if not pr.reviewed),
+    )
+
+
+# ---- what the report shows --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AuditorError:
+    sheet: str
+    precision: dict[str, Precision]
+    corrected: list[Corrected]  # the runs the sheet reviewed
+    others: list[str]  # labels of reported runs the sheet has no item from: uncorrected
+
+
+def auditor_error(sheet: str | Path, runs: Sequence[Run], resamples: int, seed: int, level: float) -> AuditorError:
+    verdicts = read_verdicts(sheet, runs)
+    prec = precisions(verdicts, level)
+    reviewed = {v.run_dir for v in verdicts}
+    mine = [r for r in runs if str(r.path) in reviewed]
+    return AuditorError(str(sheet), prec, [correct(r, prec, verdicts, resamples, seed, level) for r in mine],
+                        [r.label for r in runs if str(r.path) not in reviewed])
+
+
+UNCORRECTED_NOTE = ("Conflict rates and S(t) are as the auditor judged them, uncorrected for its error: no review "
+                    "sheet was given (`mode=review` samples one; `review.sheet=FILE` on `mode=report` corrects them).")
+
+
+def _iv(iv: Interval, d: int) -> str:
+    if math.isnan(iv.lo):
+        return f"{iv.point:.{d}f}"
+    return f"{iv.point:.{d}f} [{iv.lo:.{d}f}, {iv.hi:.{d}f}]"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}"
+
+
+def survival_points(max_turns: int) -> list[int]:
+    """The turns at which the table shows S(t): the turn bands' ends within the run, and its last turn."""
+    return [t for t in (1, 5, 10, 20, 50) if t < max_turns] + [max_turns]
+
+
+def intro(err: AuditorError, level: float) -> str:
+    items = sum(p.reviewed for p in err.precision.values())
+    return (f"From the review sheet `{err.sheet}` ({items} reviewed conflict(s)): the auditor's precision per "
+            f"conflict type (the share of its conflicts a human upholds), with its exact {level:.0%} binomial "
+            "interval, and the figures that rest on its verdicts corrected for it. Corrected intervals: "
+            f"{level:.0%} bootstrap over the stories and, apart, over each type's reviewed items.")
+
+
+PRECISION_HEADER = ("type", "reviewed", "upheld", "precision %")
+CORRECTED_HEADER = ("figure", "as judged", "corrected")
+
+
+def precision_rows(err: AuditorError) -> list[list[Any]]:
+    return [[p.type, p.reviewed, p.upheld,
+             "n/a: not corrected" if p.value is None else f"{_pct(p.value)} [{_pct(p.lo)}, {_pct(p.hi)}]"]
+            for p in err.precision.values()]
+
+
+def corrected_rows(c: Corrected) -> list[list[Any]]:
+    rows: list[list[Any]] = [[key.replace("_pct", " %").replace("commitment", "commit").replace("player_input", "player"),
+                              f"{judged:.1f}", _iv(iv, 1)] for key, (judged, iv) in c.rates.items()]
+    rows.append(["conflict-free", f"{c.conflict_free[0]:.0f}", _iv(c.conflict_free[1], 1)])
+    judged_s, corr_s, lo_s, hi_s = c.survival
+    for t in survival_points(len(judged_s) - 1):
+        rows.append([f"S({t}) %", f"{100 * judged_s[t]:.1f}", _iv(Interval(100 * corr_s[t], 100 * lo_s[t], 100 * hi_s[t]), 1)])
+    return rows
+
+
+def corrected_title(c: Corrected) -> str:
+    return f"{c.label} ({c.scored} scored episodes)"
+
+
+def notes(err: AuditorError, c: Corrected | None = None) -> str:
+    if c is not None:
+        return f"Not corrected (no reviewed item): {', '.join(c.uncorrected_types)}." if c.uncorrected_types else ""
+    return f"Not corrected (the sheet has no item from them): {', '.join(err.others)}." if err.others else ""
+
+
+def auditor_error_markdown(err: AuditorError | None, level: float) -> str:
+    if err is None:
+        return UNCORRECTED_NOTE
+    parts = [intro(err, level), markdown_table(PRECISION_HEADER, precision_rows(err))]
+    for c in err.corrected:
+        parts.append(f"### {corrected_title(c)}\n\n" + markdown_table(CORRECTED_HEADER, corrected_rows(c))
+                     + (f"\n\n{n}" if (n := notes(err, c)) else ""))
+    if n := notes(err):
+        parts.append(n)
+    return "\n\n".join(parts)
+
+
+def corrected_survival_csv(err: AuditorError) -> str:
+    header = ["label", "turns_played", "survival_as_judged", "survival_corrected", "lo", "hi"]
+    body: list[list[Any]] = []
+    for c in err.corrected:
+        for t, row in enumerate(zip(*c.survival)):
+            body.append([c.label, t, *(round(x, 9) for x in row)])
+    return csv_text(header, body)

@@ -1,0 +1,120 @@
+"""What ended each story (report/endings.py): Aalen-Johansen cumulative incidence per ending.
+
+A six-episode fixture with ties and censoring is worked out by hand below; a scripted run of the
+official dataset checks that the endings and S(t) add up to 1 at every turn, in the report's files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncp_local.protocol.metrics import ENDINGS, EpisodeMetrics, km_survival
+from ncp_local.report import build_report, load_runs
+from ncp_local.report.endings import band_labels, cumulative_incidence, endings_by_band
+from ncp_local.report.runs import attach_specs
+
+
+def ep(sid: str, termination: str, turns: int, *types: str) -> EpisodeMetrics:
+    return EpisodeMetrics(sid, termination, turns, 0.0, 0.0, "fact" in types, "commitment" in types,
+                          "player_input" in types)
+
+
+# Six episodes, max_turns = 5:
+#   e1 fact conflict at turn 2 and e2 commitment conflict at turn 2 (tied, different endings),
+#   e3 context_limit after 2 turns (censored at 2: at risk for the endings at 2, gone before 3),
+#   e4 fact + player_input conflict at turn 3 (several types), e5 all_resolved at 4,
+#   e6 max_turns (5 turns: censored), e7 invalid (left out).
+SIX = [ep("e1", "conflict", 2, "fact"), ep("e2", "conflict", 2, "commitment"), ep("e3", "context_limit", 2),
+       ep("e4", "conflict", 3, "fact", "player_input"), ep("e5", "all_resolved", 4), ep("e6", "max_turns", 5),
+       ep("e7", "invalid", 1)]
+
+
+def test_six_episodes_with_ties_and_censoring_match_the_hand_computation() -> None:
+    # By hand. Turn 2: 6 at risk, 2 end (one fact, one commitment): each adds 1 * 1/6; S after = 4/6.
+    # e3 leaves (censored at 2). Turn 3: 3 at risk (e4, e5, e6), e4 ends (several): + 4/6 * 1/3 = 2/9;
+    # S after = 4/6 * 2/3 = 4/9. Turn 4: 2 at risk, e5 ends (all_resolved): + 4/9 * 1/2 = 2/9; S = 2/9.
+    # F_k(t) counts endings after fewer than t turns, so a turn-n ending shows from t = n + 1; the curves
+    # run to t = max_turns + 1 = 6, where e6 (stopped by the limit) is the 2/9 still going.
+    expected = {
+        "fact": [0, 0, 0, 1 / 6, 1 / 6, 1 / 6, 1 / 6],
+        "commitment": [0, 0, 0, 1 / 6, 1 / 6, 1 / 6, 1 / 6],
+        "player_input": [0] * 7,
+        "several_types": [0, 0, 0, 0, 2 / 9, 2 / 9, 2 / 9],
+        "all_resolved": [0, 0, 0, 0, 0, 2 / 9, 2 / 9],
+    }
+    survival = [1, 1, 1, 4 / 6, 4 / 9, 2 / 9]
+    inc = cumulative_incidence(SIX, 5)
+    assert inc.episodes == 6 and inc.censored == {"max_turns": 1, "context_limit": 1}
+    for ending, values in expected.items():
+        assert inc.curves[ending] == pytest.approx(values, abs=1e-12), ending
+    km = km_survival([m.turns for m in SIX[:6]], [m.censored for m in SIX[:6]], 5).s
+    assert km == pytest.approx(survival, abs=1e-12)
+    for t in range(6):
+        assert abs(inc.total(t) + km[t] - 1) < 1e-12
+    assert inc.final("several_types") == pytest.approx(2 / 9) and inc.still_going == pytest.approx(2 / 9)
+
+
+def test_the_order_of_tied_endings_changes_nothing_and_no_global_rng_is_touched() -> None:
+    state = np.random.get_state()[1].copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # lifelines warns when it jitters ties at random: it must not
+        forward = cumulative_incidence(SIX, 5)
+        backward = cumulative_incidence(SIX[::-1], 5)
+    assert forward == backward
+    assert (np.random.get_state()[1] == state).all()
+
+
+def test_bands_cover_every_turn_once() -> None:
+    assert [b for b, _, _ in band_labels(100, [])] == ["1-5", "6-10", "11-20", "21-50", "51-100"]
+    assert [b for b, _, _ in band_labels(8, [ep("x", "invalid", 0)])] == ["0", "1-5", "6-8"]
+    assert [b for b, _, _ in band_labels(6, [])] == ["1-5", "6"]
+    assert [b for b, _, _ in band_labels(120, [])][-1] == "101-120"
+    header, rows = endings_by_band(SIX, 5)
+    assert header == ["ending", "1-5", "all"]
+    counts = {r[0]: r[1:] for r in rows}
+    assert counts["fact"] == [1, 1] and counts["several_types"] == [1, 1] and counts["invalid"] == [1, 1]
+    assert counts["all"] == [7, 7]
+    assert sum(r[-1] for r in rows if r[0] != "all") == len(SIX)
+
+
+def test_scripted_official_run_endings_add_up_to_one_minus_survival(scripted_official_run: Path,
+                                                                    tmp_path: Path) -> None:
+    runs = load_runs([str(scripted_official_run)])
+    for r in runs:
+        attach_specs(r)
+    out = tmp_path / "report"
+    rep = build_report(runs, out, resamples=100)
+    (ends,) = rep["endings"]
+    inc, s = ends.incidence, ends.survival
+    # The scripted answers give a mix: several conflict types, stories resolved, stories stopped at the limit.
+    finals = {k: inc.final(k) for k in ENDINGS}
+    assert sum(v > 0 for v in finals.values()) >= 3 and inc.censored["max_turns"] > 0
+    for t in range(16):
+        assert abs(inc.total(t) + s[t] - 1) < 1e-9, t
+    # Without censoring before the limit, each F_k(t) is the plain share of stories ended by k before t,
+    # and what the limit stopped is still going at t = 16.
+    ms = runs[0].metrics()
+    assert inc.still_going == pytest.approx(sum(m.termination == "max_turns" for m in ms) / len(ms), abs=1e-12)
+    for k in ENDINGS:
+        for t in (3, 8, 15, 16):
+            share = sum(m.ending == k and m.turns < t for m in ms) / len(ms)
+            assert math.isclose(inc.curves[k][t], share, abs_tol=1e-12), (k, t)
+    # The files carry the same: every row of endings.csv adds up to 1, the band table counts every episode.
+    rows = list(csv.DictReader(io.StringIO((out / "endings.csv").read_text())))
+    assert [int(r["turns_played"]) for r in rows] == list(range(17))
+    for r in rows:
+        assert abs(float(r["survival"]) + sum(float(r[f"incidence_{k}"]) for k in ENDINGS) - 1) < 1e-8
+    header, band_rows = ends.bands
+    assert band_rows[-1] == ["all", *(sum(r[i] for r in band_rows[:-1]) for i in range(1, len(header)))]
+    assert band_rows[-1][-1] == 100
+    assert "## What ended each story" in (out / "results.md").read_text()
+    assert (out / "endings.svg").read_text().count("<svg") == 1 and (out / "endings.png").stat().st_size > 0
+    index = (out / "index.html").read_text()
+    assert "<h2>What ended each story</h2>" in index and "<table class='bands'>" in index
