@@ -27,22 +27,58 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # (ncp_local/execution/identity.py): where things lie (paths, models_root: content is
 # hashed instead), how fast or where it runs, other modes' settings. `limit` is
 # out too: episodes are independent, a resume with another limit keeps them.
-_PLACEMENT = ("path", "devices", "gpu_memory_utilization", "kv_cache_memory_bytes", "tensor_parallel_size",
-              "data_parallel_size", "enable_expert_parallel",
-              "max_num_seqs", "enforce_eager", "cpu_reserved_cores")
-NOT_IDENTITY = ("mode", "out_dir", "concurrency", "speculative_player", "max_invalid_share", "progress",
-                "progress_every_s", "verbose", "hydra", "limit", "runs", "report",
-                "review",
-                "shard", "models_root", "dataset.path", "prompts.dir", "from", "plan",
-                "engine.delay_s", "engine.die_after_calls", "engine.base_url", "engine.api_key_env", "engine.file",
-                "engine.wait_s", "engine.backoff_s", "engine.timeout_s", "engine.max_retries", "engine.max_concurrency",
-                "out", "bench",
-                "sources", "export",
-                *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
-                # A role's engine and endpoint enter the identity as that role's model identity
-                # (execution/identity.py: the engine when it differs from `engine`, the served model and
-                # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
-                *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")))
+_PLACEMENT = (
+    "path",
+    "devices",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "enable_expert_parallel",
+    "max_num_seqs",
+    "enforce_eager",
+    "cpu_reserved_cores",
+)
+NOT_IDENTITY = (
+    "mode",
+    "out_dir",
+    "concurrency",
+    "speculative_player",
+    "max_invalid_share",
+    "progress",
+    "progress_every_s",
+    "verbose",
+    "hydra",
+    "limit",
+    "runs",
+    "report",
+    "review",
+    "shard",
+    "models_root",
+    "dataset.path",
+    "prompts.dir",
+    "from",
+    "plan",
+    "engine.delay_s",
+    "engine.die_after_calls",
+    "engine.base_url",
+    "engine.api_key_env",
+    "engine.file",
+    "engine.wait_s",
+    "engine.backoff_s",
+    "engine.timeout_s",
+    "engine.max_retries",
+    "engine.max_concurrency",
+    "out",
+    "bench",
+    "sources",
+    "export",
+    *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
+    # A role's engine and endpoint enter the identity as that role's model identity
+    # (execution/identity.py: the engine when it differs from `engine`, the served model and
+    # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
+    *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")),
+)
 
 
 SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"
@@ -308,8 +344,18 @@ def role_engine(cfg: Any, role: str) -> str:
 
 
 # The endpoint settings a role's `endpoint` may take from the top-level `engine=openai` group.
-_ENDPOINT_KEYS = ("base_url", "file", "wait_s", "model", "api_key_env", "timeout_s", "max_retries", "backoff_s",
-                  "max_concurrency", "vllm_extensions")
+_ENDPOINT_KEYS = (
+    "base_url",
+    "file",
+    "wait_s",
+    "model",
+    "api_key_env",
+    "timeout_s",
+    "max_retries",
+    "backoff_s",
+    "max_concurrency",
+    "vllm_extensions",
+)
 
 
 def role_endpoint(cfg: Any, role: str) -> dict[str, Any]:
@@ -334,8 +380,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
             # The tag is the engine's name: say so, and the names it can be (not the whole mapping).
             tag = (err.get("ctx") or {}).get("tag")
             got = f"{shown(tag)} is not an engine" if err["type"] == "union_tag_invalid" else "missing"
-            raise ConfigError("engine.name", f"{got}: one of {', '.join(ENGINES)} (engine=NAME picks "
-                              "conf/engine/NAME.yaml)") from None
+            raise ConfigError(
+                "engine.name", f"{got}: one of {', '.join(ENGINES)} (engine=NAME picks conf/engine/NAME.yaml)"
+            ) from None
         if len(loc) > 1 and loc[0] == "engine" and loc[1] in ENGINES:
             del loc[1]  # the union's tag: `engine.delay_s`, not `engine.scripted.delay_s`
         field = ".".join(loc)
@@ -347,8 +394,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
 
 def dataset_path(cfg: RunConfig) -> Path:
     if not cfg.dataset.path:
-        raise ConfigError("dataset.path", f"not set for dataset {cfg.dataset.name!r} "
-                          "(pass dataset.path=DIR or set NCP_BENCH_DATASET)")
+        raise ConfigError(
+            "dataset.path", f"not set for dataset {cfg.dataset.name!r} (pass dataset.path=DIR or set NCP_BENCH_DATASET)"
+        )
     return Path(cfg.dataset.path).expanduser()
 
 
@@ -374,7 +422,7 @@ def compose(overrides: list[str], config_name: str = "config", hydra_config: boo
 
 def bounded(line: str, limit: int = 500) -> str:
     """An error line cut to `limit` characters (Hydra quotes a whole override, which can be long)."""
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def hydra_error_line(exc: BaseException) -> str:

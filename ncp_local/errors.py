@@ -19,7 +19,7 @@ _SHOW.maxlevel, _SHOW.maxlist, _SHOW.maxdict, _SHOW.maxtuple, _SHOW.maxset = 2, 
 def shown(value: Any, limit: int = 80) -> str:
     """A repr of user input short enough for a one-line error, whatever its size or depth."""
     text = _SHOW.repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class InputError(ValueError):

@@ -42,11 +42,18 @@ from ncp_local.modes.benches.figures import BenchFigures, spread  # noqa: E402
 # Where a tree keeps its bench: the layered tree's mode module, or the flat module before it.
 BENCH_MODULES = ("ncp_local/modes/bench.py", "ncp_local/bench.py")
 # The figures compared, from each run: (label, how to read it from a parsed run).
-FIGURES = (("rig wall s", ("wall", "a")), ("ceiling wall s", ("wall", "c")), ("replay_k wall s", ("wall", "d")),
-           ("sequential wall s", ("wall", "b")), ("rig total tok/s", ("tok_s", "a")),
-           ("rig/ceiling", ("ratio", "rig/ceiling")), ("rig/replay_k", ("ratio", "rig/replay_k")),
-           ("rig/sequential", ("ratio", "rig/sequential")), ("cache_hit", ("ratio", "cache_hit")),
-           ("overhead ms/call", ("overhead", "a")))
+FIGURES = (
+    ("rig wall s", ("wall", "a")),
+    ("ceiling wall s", ("wall", "c")),
+    ("replay_k wall s", ("wall", "d")),
+    ("sequential wall s", ("wall", "b")),
+    ("rig total tok/s", ("tok_s", "a")),
+    ("rig/ceiling", ("ratio", "rig/ceiling")),
+    ("rig/replay_k", ("ratio", "rig/replay_k")),
+    ("rig/sequential", ("ratio", "rig/sequential")),
+    ("cache_hit", ("ratio", "cache_hit")),
+    ("overhead ms/call", ("overhead", "a")),
+)
 
 
 class BadInput(Exception):
@@ -69,8 +76,10 @@ def resolve(commit: str) -> str:
         raise BadInput(f"bench_compare: unknown commit {commit!r} (not in {ROOT})")
     full = found.stdout.strip()
     if not has_bench(full):
-        raise BadInput(f"bench_compare: commit {commit} ({full[:12]}) has no mode=bench "
-                       f"(neither {' nor '.join(BENCH_MODULES)} with a bench section in conf/config.yaml)")
+        raise BadInput(
+            f"bench_compare: commit {commit} ({full[:12]}) has no mode=bench "
+            f"(neither {' nor '.join(BENCH_MODULES)} with a bench section in conf/config.yaml)"
+        )
     return full
 
 
@@ -102,10 +111,15 @@ def parse_printed(stdout: str) -> dict[str, Any]:
             if len(cells) < 9 or not cells[0][:2].strip():
                 continue
             key = cells[0].split(" ", 1)[0]
-            ways[key] = {"name": cells[0], "wall_s": _num(cells[1]), "calls": _num(cells[2]),
-                         "total_tok_s": _num(cells[6]), "overhead_ms": _num(cells[8])}
+            ways[key] = {
+                "name": cells[0],
+                "wall_s": _num(cells[1]),
+                "calls": _num(cells[2]),
+                "total_tok_s": _num(cells[6]),
+                "overhead_ms": _num(cells[8]),
+            }
         elif line.startswith("ratios: "):
-            for item in line[len("ratios: "):].split():
+            for item in line[len("ratios: ") :].split():
                 name, _, value = item.partition("=")
                 ratios[name] = _num(value)
     if "a" not in ways or not ratios:
@@ -120,11 +134,27 @@ def _table(stdout: str) -> list[str]:
 def read_json(path: Path) -> dict[str, Any]:
     """A run's figures from its bench.json (the same shape `parse_printed` gives)."""
     fig = BenchFigures.read(path)
-    ways = {w.key: {"name": w.name, "wall_s": w.wall_s, "calls": w.calls, "total_tok_s": w.total_tok_s,
-                    "overhead_ms": w.overhead_ms} for w in fig.ways}
+    ways = {
+        w.key: {
+            "name": w.name,
+            "wall_s": w.wall_s,
+            "calls": w.calls,
+            "total_tok_s": w.total_tok_s,
+            "overhead_ms": w.overhead_ms,
+        }
+        for w in fig.ways
+    }
     table = [line for chunk in fig.lines for line in chunk.splitlines() if line.startswith("|")]
-    return {"ways": ways, "ratios": dict(fig.ratios), "table": table, "source": BENCH_JSON, "commit": fig.commit,
-            "machine": fig.machine.model_dump(), "vllm": fig.vllm, "workload": fig.workload.model_dump()}
+    return {
+        "ways": ways,
+        "ratios": dict(fig.ratios),
+        "table": table,
+        "source": BENCH_JSON,
+        "commit": fig.commit,
+        "machine": fig.machine.model_dump(),
+        "vllm": fig.vllm,
+        "workload": fig.workload.model_dump(),
+    }
 
 
 def figure(run: dict[str, Any], how: tuple[str, str]) -> float | None:
@@ -141,10 +171,15 @@ def summary(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> dict[str, A
     """Per figure, both trees' spreads; and the rig's wall time new/old, pair by pair (run i of each)."""
     out: dict[str, Any] = {"figures": {}}
     for label, how in FIGURES:
-        out["figures"][label] = {"old": spread([figure(r, how) for r in old]),
-                                 "new": spread([figure(r, how) for r in new])}
-    pairs = [figure(n, ("wall", "a")) / figure(o, ("wall", "a"))  # type: ignore[operator]
-             for o, n in zip(old, new, strict=False) if figure(o, ("wall", "a")) and figure(n, ("wall", "a"))]
+        out["figures"][label] = {
+            "old": spread([figure(r, how) for r in old]),
+            "new": spread([figure(r, how) for r in new]),
+        }
+    pairs = [
+        figure(n, ("wall", "a")) / figure(o, ("wall", "a"))  # type: ignore[operator]
+        for o, n in zip(old, new, strict=False)
+        if figure(o, ("wall", "a")) and figure(n, ("wall", "a"))
+    ]
     out["rig_wall_new_over_old"] = {"pairs": pairs, "median": statistics.median(pairs) if pairs else None}
     return out
 
@@ -176,11 +211,15 @@ def report(old_commit: str, new_label: str, old: list[dict[str, Any]], new: list
         o, n = both["old"], both["new"]
         if not o["n"] and not n["n"]:
             continue
-        lines.append(f"| {label} | {_fmt(o['median'])} | {_range(o)} | {_pct(o['spread'])} | {_fmt(n['median'])} | "
-                     f"{_range(n)} | {_pct(n['spread'])} |")
+        lines.append(
+            f"| {label} | {_fmt(o['median'])} | {_range(o)} | {_pct(o['spread'])} | {_fmt(n['median'])} | "
+            f"{_range(n)} | {_pct(n['spread'])} |"
+        )
     r = s["rig_wall_new_over_old"]
-    lines.append(f"rig wall new/old: median={_fmt(r['median'], 3)} over {len(r['pairs'])} pairs "
-                 f"({', '.join(_fmt(p, 3) for p in r['pairs'])})")
+    lines.append(
+        f"rig wall new/old: median={_fmt(r['median'], 3)} over {len(r['pairs'])} pairs "
+        f"({', '.join(_fmt(p, 3) for p in r['pairs'])})"
+    )
     return lines
 
 

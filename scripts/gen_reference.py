@@ -79,7 +79,7 @@ def _split_comment(rest: str) -> tuple[str, str]:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or rest[i - 1].isspace()):
-            return rest[:i].strip(), rest[i + 1:].strip()
+            return rest[:i].strip(), rest[i + 1 :].strip()
     return rest.strip(), ""
 
 
@@ -152,7 +152,7 @@ def conf_keys() -> list[Key]:
         if top in HYDRA_KEYS or value.startswith("*"):
             continue
         if top in ROLES:  # the role block (`narrator: &role_engine`): every role has it
-            dotted = "<role>" + dotted[len(top):]
+            dotted = "<role>" + dotted[len(top) :]
         keys.append(Key(dotted, value, desc, "conf/config.yaml"))
     for group, (prefix, _) in GROUPS.items():
         for path in sorted((CONF / group).glob("*.yaml")):
@@ -244,7 +244,7 @@ def validator_keys() -> list[tuple[str, str, str]]:
         if key.split(".")[0] in ROLES:
             if not key.startswith("narrator."):
                 continue
-            key = "<role>" + key[len("narrator"):]
+            key = "<role>" + key[len("narrator") :]
         keys.append((key, default, desc))
     for cls in (config.VLLMEngineCfg, config.ScriptedEngineCfg, config.OpenAIEngineCfg):
         keys += [(k, d, t) for k, d, t in model_fields(cls, "engine.") if k != "engine.name"]
@@ -278,28 +278,49 @@ def gen_config() -> str:
     keys = documented()
     missing = undocumented()
     if missing:
-        raise ValueError("conf/ keys with no description (add a comment beside or above each): "
-                         + ", ".join(f"{k.path} ({k.file})" for k in missing))
-    parts = ["## Keys set by conf/", "",
-             ("Every key a file under `conf/` sets, with the value it has by default (the file that sets it: "
-              "`config.yaml`, or the group's default option) and the comment the file gives it. "
-              "`<role>` is `narrator`, `player` or `auditor`."), ""]
+        raise ValueError(
+            "conf/ keys with no description (add a comment beside or above each): "
+            + ", ".join(f"{k.path} ({k.file})" for k in missing)
+        )
+    parts = [
+        "## Keys set by conf/",
+        "",
+        (
+            "Every key a file under `conf/` sets, with the value it has by default (the file that sets it: "
+            "`config.yaml`, or the group's default option) and the comment the file gives it. "
+            "`<role>` is `narrator`, `player` or `auditor`."
+        ),
+        "",
+    ]
     sections: dict[str, list[Key]] = {}
     for k in keys.values():
         top = k.path.split(".")[0]
-        section = "`<role>.model` (conf/model/)" if k.path.startswith("<role>.model.") else \
-            "`<role>` (conf/narrator/, conf/player/, conf/auditor/, config.yaml)" if top == "<role>" else \
-            f"`{top}` (conf/{top}/)" if top in GROUPS else "top level and mode sections (config.yaml)"
+        section = (
+            "`<role>.model` (conf/model/)"
+            if k.path.startswith("<role>.model.")
+            else "`<role>` (conf/narrator/, conf/player/, conf/auditor/, config.yaml)"
+            if top == "<role>"
+            else f"`{top}` (conf/{top}/)"
+            if top in GROUPS
+            else "top level and mode sections (config.yaml)"
+        )
         sections.setdefault(section, []).append(k)
     for title in sorted(sections, key=lambda t: (not t.startswith("top"), t)):
         parts += [f"### {title}", "", "| key | default | set in | what it does |", "| --- | --- | --- | --- |"]
         for k in sections[title]:
-            parts.append(f"| `{k.path}` | {_cell(_code(k.value))} | {k.file.removeprefix('conf/')} | "
-                         f"{_cell(k.description)} |")
+            parts.append(
+                f"| `{k.path}` | {_cell(_code(k.value))} | {k.file.removeprefix('conf/')} | {_cell(k.description)} |"
+            )
         parts.append("")
-    parts += ["## Options of each group", "",
-              ("`GROUP=OPTION` on the command line picks `conf/GROUP/OPTION.yaml` (`model@<role>.model=OPTION` "
-               "for a model file). The description is the file's opening comment."), ""]
+    parts += [
+        "## Options of each group",
+        "",
+        (
+            "`GROUP=OPTION` on the command line picks `conf/GROUP/OPTION.yaml` (`model@<role>.model=OPTION` "
+            "for a model file). The description is the file's opening comment."
+        ),
+        "",
+    ]
     for group in [*GROUPS, *PRESET_GROUPS]:
         default = GROUPS.get(group, ("", ""))[1]
         parts += [f"### `{group}`", "", "| option | what it is |", "| --- | --- |"]
@@ -312,11 +333,18 @@ def gen_config() -> str:
             parts.append(f"| `{path.stem}`{mark} | {_cell(about)} |")
         parts.append("")
     extra = [(k, d, t) for k, d, t in validator_keys() if k not in keys and not k.startswith("hydra")]
-    parts += ["## Keys no file sets", "",
-              ("The validator (`ncp_local/config.py`, `ncp_local/engines/settings.py`, "
-               "`ncp_local/protocol/stages.py` `Bounds`) also accepts these; give them on the command line "
-               "(`+key=value` when no file sets them) or in a file of your own. Unknown keys are refused."), "",
-              "| key | default | what it does |", "| --- | --- | --- |"]
+    parts += [
+        "## Keys no file sets",
+        "",
+        (
+            "The validator (`ncp_local/config.py`, `ncp_local/engines/settings.py`, "
+            "`ncp_local/protocol/stages.py` `Bounds`) also accepts these; give them on the command line "
+            "(`+key=value` when no file sets them) or in a file of your own. Unknown keys are refused."
+        ),
+        "",
+        "| key | default | what it does |",
+        "| --- | --- | --- |",
+    ]
     parts += [f"| `{k}` | `{d}` | {_cell(t)} |" for k, d, t in extra]
     return "\n".join(parts) + "\n"
 
@@ -340,8 +368,7 @@ def exit_codes() -> list[tuple[str, str, str]]:
         if name.startswith("EXIT_") and isinstance(value, int):
             rows.append((str(value), name, comments.get(name, "")))
     for signal, code in exits.EXIT_SIGNAL.items():
-        rows.append((str(code), f"EXIT_SIGNAL[{signal!r}]", f"stopped by {signal}: "
-                     + comments.get("EXIT_SIGNAL", "")))
+        rows.append((str(code), f"EXIT_SIGNAL[{signal!r}]", f"stopped by {signal}: " + comments.get("EXIT_SIGNAL", "")))
     return sorted(rows, key=lambda r: int(r[0]))
 
 
@@ -371,8 +398,10 @@ def gen_cost_columns() -> str:
 def gen_endings_columns() -> str:
     from ncp_local.report.glossary import ENDINGS_GLOSSARY
 
-    return "\n".join(["| column | meaning |", "| --- | --- |",
-                      *(f"| `{c}` | {_cell(t)} |" for c, t in ENDINGS_GLOSSARY)]) + "\n"
+    return (
+        "\n".join(["| column | meaning |", "| --- | --- |", *(f"| `{c}` | {_cell(t)} |" for c, t in ENDINGS_GLOSSARY)])
+        + "\n"
+    )
 
 
 def _type(ann: Any) -> str:
@@ -385,8 +414,10 @@ def record_table(cls: type) -> str:
     comments = _source_comments(cls)
     rows = ["| field | type | default | what it holds |", "| --- | --- | --- | --- |"]
     for name, field in cls.model_fields.items():  # type: ignore[attr-defined]
-        rows.append(f"| `{name}` | `{_cell(_type(field.annotation))}` | {_cell(_code(_default(field)))} | "
-                    f"{_cell(field.description or comments.get(name, ''))} |")
+        rows.append(
+            f"| `{name}` | `{_cell(_type(field.annotation))}` | {_cell(_code(_default(field)))} | "
+            f"{_cell(field.description or comments.get(name, ''))} |"
+        )
     return "\n".join(rows)
 
 
@@ -407,13 +438,19 @@ def record_models() -> list[tuple[str, type]]:
     )
     from ncp_local.protocol.reaudit import ReauditResult, TurnAudit
 
-    return [("results/<spec>.json", EpisodeResult), ("results/<spec>.json: each of `turns`", TurnRecord),
-            ("`opening_update` and each turn's `fact_update`", FactUpdateRecord),
-            ("checkpoints/<spec>.json", Checkpoint),
-            ("a re-audit's results/<spec>.json", ReauditResult), ("each of a re-audit's `turns`", TurnAudit),
-            ("manifest.json (the parts readers check; other keys are free)", ManifestShape),
-            ("bench.json (mode=bench)", BenchFigures), ("bench.json: `machine`", Machine),
-            ("bench.json: `workload`", Workload), ("bench.json: each of `ways`", WayFigures)]
+    return [
+        ("results/<spec>.json", EpisodeResult),
+        ("results/<spec>.json: each of `turns`", TurnRecord),
+        ("`opening_update` and each turn's `fact_update`", FactUpdateRecord),
+        ("checkpoints/<spec>.json", Checkpoint),
+        ("a re-audit's results/<spec>.json", ReauditResult),
+        ("each of a re-audit's `turns`", TurnAudit),
+        ("manifest.json (the parts readers check; other keys are free)", ManifestShape),
+        ("bench.json (mode=bench)", BenchFigures),
+        ("bench.json: `machine`", Machine),
+        ("bench.json: `workload`", Workload),
+        ("bench.json: each of `ways`", WayFigures),
+    ]
 
 
 def gen_records() -> str:
@@ -426,8 +463,13 @@ def gen_records() -> str:
 
 
 SECTIONS: dict[str, Callable[[], str]] = {
-    "config": gen_config, "modes": gen_modes, "exits": gen_exits, "columns": gen_columns,
-    "cost-columns": gen_cost_columns, "endings-columns": gen_endings_columns, "records": gen_records,
+    "config": gen_config,
+    "modes": gen_modes,
+    "exits": gen_exits,
+    "columns": gen_columns,
+    "cost-columns": gen_cost_columns,
+    "endings-columns": gen_endings_columns,
+    "records": gen_records,
 }
 
 
@@ -439,11 +481,13 @@ def generate(name: str) -> str:
 
 def expand(markdown: str, where: str = "page") -> str:
     """A page with each `<!-- gen:NAME -->` line replaced by its section."""
+
     def one(m: re.Match[str]) -> str:
         try:
             return generate(m[1]).rstrip("\n")
         except KeyError as exc:
             raise ValueError(f"{where}: {exc.args[0]}") from None
+
     return MARKER.sub(one, markdown)
 
 

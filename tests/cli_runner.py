@@ -56,9 +56,16 @@ def _captured() -> Iterator[list[str]]:
     try:
         os.dup2(files[0].fileno(), 1)
         os.dup2(files[1].fileno(), 2)
-        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
-                                                   errors="backslashreplace", line_buffering=True,
-                                                   write_through=True) for fd in (1, 2))
+        sys.stdout, sys.stderr = (
+            io.TextIOWrapper(
+                io.FileIO(fd, "w", closefd=False),
+                encoding="utf-8",
+                errors="backslashreplace",
+                line_buffering=True,
+                write_through=True,
+            )
+            for fd in (1, 2)
+        )
         yield found
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -111,8 +118,9 @@ def run_submit(*args: str, cwd: Path | str | None = None, env: Mapping[str, str]
     return _call(submit_module().main, args, cwd, env)
 
 
-def _call(entry: Callable[[list[str]], int], args: tuple[str, ...], cwd: Path | str | None,
-          env: Mapping[str, str] | None) -> CliResult:
+def _call(
+    entry: Callable[[list[str]], int], args: tuple[str, ...], cwd: Path | str | None, env: Mapping[str, str] | None
+) -> CliResult:
     here = os.getcwd()
     code = 1
     with _environment(env), _captured() as text:

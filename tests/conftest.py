@@ -45,16 +45,27 @@ def scripted_official_run(official_dataset: Path, tmp_path_factory: pytest.TempP
     from cli_runner import run_cli
 
     out = tmp_path_factory.mktemp("scripted-official") / "run"
-    done = run_cli("engine=scripted", "dataset=ncp_bench", f"dataset.path={official_dataset}", "max_turns=15",
-                   f"out_dir={out}", "progress=false")
+    done = run_cli(
+        "engine=scripted",
+        "dataset=ncp_bench",
+        f"dataset.path={official_dataset}",
+        "max_turns=15",
+        f"out_dir={out}",
+        "progress=false",
+    )
     assert done.returncode == 0, done.stderr
     return out
 
 
 # The fixture that puts a test in a tier (tests/engine/conftest.py defines `engine`, `reference_sweep` and
 # `served`).
-TIER_OF_FIXTURE = {"engine": "engine", "reference_sweep": "engine", "served": "served", "slurm": "slurm",
-                   "chromium": "browser"}
+TIER_OF_FIXTURE = {
+    "engine": "engine",
+    "reference_sweep": "engine",
+    "served": "served",
+    "slurm": "slurm",
+    "chromium": "browser",
+}
 # A test's tier for the time summary: the first of these it carries, else "none" (starts nothing).
 TIERS = ("slow", "served", "slurm", "engine", "browser")
 ENGINE_TIMEOUT_S = 1800
@@ -96,8 +107,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line: where the time went, by tier (docs/measurements/test-times.md keeps these figures)."""
     if not _SECONDS:
         return
-    parts = [f"{tier} {_COUNT.get(tier, 0)} tests {_SECONDS[tier] / 60:.1f} min"
-             for tier in (*TIERS, "none") if tier in _SECONDS]
+    parts = [
+        f"{tier} {_COUNT.get(tier, 0)} tests {_SECONDS[tier] / 60:.1f} min"
+        for tier in (*TIERS, "none")
+        if tier in _SECONDS
+    ]
     terminalreporter.write_line("time by tier: " + ", ".join(parts))
 
 

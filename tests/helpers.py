@@ -22,25 +22,46 @@ from ncp_local.protocol.spec import parse_spec
 QUIET = RandomPolicy(conflict_rate=0, node_rate=0, satisfy_rate=0, add_fact_rate=0, negate_fact_rate=0)
 
 
-def make_spec(spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3,
-              types: tuple[str, ...] = ("ordering", "achievement")) -> Any:
+def make_spec(
+    spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3, types: tuple[str, ...] = ("ordering", "achievement")
+) -> Any:
     return parse_spec(spec_doc(spec_id, n_facts, n_nodes, types), Path(f"{spec_id}.yaml"), expected_id=spec_id)
 
 
-def spec_doc(spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3,
-             types: tuple[str, ...] = ("ordering", "achievement")) -> dict[str, Any]:
+def spec_doc(
+    spec_id: str = "tiny", n_facts: int = 3, n_nodes: int = 3, types: tuple[str, ...] = ("ordering", "achievement")
+) -> dict[str, Any]:
     """The spec file's content (what `make_spec` parses)."""
     return {
-        "meta": {"id": spec_id, "title": f"Tiny {spec_id}", "genres": ["drama", "mystery"],
-                 "player_role": "a curious visitor"},
+        "meta": {
+            "id": spec_id,
+            "title": f"Tiny {spec_id}",
+            "genres": ["drama", "mystery"],
+            "player_role": "a curious visitor",
+        },
         "synopsis": "A visitor explores an old house.",
-        "initial_facts": [{"id": f"f_{i}", "content": f"initial fact {i} of {spec_id}", "negated": False}
-                          for i in range(n_facts)],
-        "commitments": [{"id": f"c_{i}", "type": t, "description": f"commitment {i} of {spec_id}",
-                         "satisfaction_condition": f"sat {i}", "violation_condition": f"viol {i}"}
-                        for i, t in enumerate(types)],
-        "trajectory": [{"id": f"s_{i}", "description": f"node {i} description", "trigger_event": f"trigger {i}",
-                        "key_delta": f"delta {i}"} for i in range(n_nodes)],
+        "initial_facts": [
+            {"id": f"f_{i}", "content": f"initial fact {i} of {spec_id}", "negated": False} for i in range(n_facts)
+        ],
+        "commitments": [
+            {
+                "id": f"c_{i}",
+                "type": t,
+                "description": f"commitment {i} of {spec_id}",
+                "satisfaction_condition": f"sat {i}",
+                "violation_condition": f"viol {i}",
+            }
+            for i, t in enumerate(types)
+        ],
+        "trajectory": [
+            {
+                "id": f"s_{i}",
+                "description": f"node {i} description",
+                "trigger_event": f"trigger {i}",
+                "key_delta": f"delta {i}",
+            }
+            for i in range(n_nodes)
+        ],
     }
 
 
@@ -56,8 +77,9 @@ def prompt(req: Request) -> str:
 def statuses(req: Request, satisfied: set[str]) -> str:
     items = req.json_schema["properties"]["statuses"]["prefixItems"]
     ids = [it["properties"]["id"]["const"] for it in items]
-    return json.dumps({"statuses": [{"id": i, "status": "SATISFIED" if i in satisfied else "PENDING",
-                                     "reason": "r"} for i in ids]})
+    return json.dumps(
+        {"statuses": [{"id": i, "status": "SATISFIED" if i in satisfied else "PENDING", "reason": "r"} for i in ids]}
+    )
 
 
 def conflicts(items: list[tuple[str, str]], **extra: Any) -> str:
@@ -75,11 +97,22 @@ def traj(hit: bool) -> str:
 class Scripted:
     """Runs episodes on the scripted backend into a run directory."""
 
-    def __init__(self, root: Path, specs: list[Any], rules: Callable[[Request], Any] | None = None,
-                 max_turns: int = 4, seed: int = 0, policy: RandomPolicy = QUIET, condition: str = "adversarial",
-                 concurrency: int = 64, narrator: Callable[[PromptPack, dict], Any] | None = None,
-                 pack_dir: Path | None = None, play_through: bool = False, bounds: dict[str, Any] | None = None,
-                 speculative_player: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        specs: list[Any],
+        rules: Callable[[Request], Any] | None = None,
+        max_turns: int = 4,
+        seed: int = 0,
+        policy: RandomPolicy = QUIET,
+        condition: str = "adversarial",
+        concurrency: int = 64,
+        narrator: Callable[[PromptPack, dict], Any] | None = None,
+        pack_dir: Path | None = None,
+        play_through: bool = False,
+        bounds: dict[str, Any] | None = None,
+        speculative_player: bool = False,
+    ) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
         self.play_through = play_through
         self.speculative_player = speculative_player
@@ -94,15 +127,25 @@ class Scripted:
         pack = PromptPack.load(self.pack_dir)
         store = RunDir(self.root)
         store.open({"test": True}, identity="test")
-        roles = {r: RoleBinding(self.backend, Sampling(), "scripted", **({"bounds": self.bounds[r]} if r in self.bounds
-                                                                         else {}))
-                 for r in ("narrator", "player", "auditor")}
+        roles = {
+            r: RoleBinding(
+                self.backend, Sampling(), "scripted", **({"bounds": self.bounds[r]} if r in self.bounds else {})
+            )
+            for r in ("narrator", "player", "auditor")
+        }
         scheduler = EpisodeScheduler(
-            specs=tuple(self.specs), calls=CallService(roles=roles, pack=pack, store=store, seed=self.seed),
-            store=store, settings=EpisodeSettings(max_turns=self.max_turns, concurrency=self.concurrency,
-                                                  play_through=self.play_through,
-                                                  speculative_player=self.speculative_player),
-            make_narrator=lambda: self.narrator(pack, roles), player=Player(self.condition))
+            specs=tuple(self.specs),
+            calls=CallService(roles=roles, pack=pack, store=store, seed=self.seed),
+            store=store,
+            settings=EpisodeSettings(
+                max_turns=self.max_turns,
+                concurrency=self.concurrency,
+                play_through=self.play_through,
+                speculative_player=self.speculative_player,
+            ),
+            make_narrator=lambda: self.narrator(pack, roles),
+            player=Player(self.condition),
+        )
         try:
             return asyncio.run(scheduler.run())
         finally:
@@ -112,5 +155,10 @@ class Scripted:
         return read_calls(self.root / "calls.jsonl")
 
     def requests(self, stage: str, episode: str | None = None, turn: int | None = None) -> list[Request]:
-        return [r for r in self.backend.requests if r.tags["stage"] == stage
-                and (episode is None or r.tags["episode"] == episode) and (turn is None or r.tags["turn"] == turn)]
+        return [
+            r
+            for r in self.backend.requests
+            if r.tags["stage"] == stage
+            and (episode is None or r.tags["episode"] == episode)
+            and (turn is None or r.tags["turn"] == turn)
+        ]

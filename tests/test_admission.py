@@ -48,8 +48,14 @@ class Watched(Admission):
         self._record("turn", episode_id)
 
 
-def _run(root: Path, kv_tokens: int | None, concurrency: int, episodes: int = 8, turns: int = 6,
-         start: dict[str, Checkpoint] | None = None) -> tuple[dict, Watched]:
+def _run(
+    root: Path,
+    kv_tokens: int | None,
+    concurrency: int,
+    episodes: int = 8,
+    turns: int = 6,
+    start: dict[str, Checkpoint] | None = None,
+) -> tuple[dict, Watched]:
     engine = ScriptedEngine(policy=CALM, delay_s=0.001)
     engine.kv_tokens = kv_tokens  # type: ignore[attr-defined]
     pack = PromptPack.load(None)
@@ -59,11 +65,15 @@ def _run(root: Path, kv_tokens: int | None, concurrency: int, episodes: int = 8,
         store.write_checkpoint(cp)
     roles = {r: RoleBinding(engine, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
     specs = tuple(make_spec(f"e{i}", n_nodes=4) for i in range(episodes))
-    sched = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=3),
-                             store=store, settings=EpisodeSettings(max_turns=turns, concurrency=concurrency,
-                                                                   play_through=True),
-                             make_narrator=lambda: BaselineNarrator(pack), player=Player("adversarial"),
-                             engines={r: engine for r in roles})
+    sched = EpisodeScheduler(
+        specs=specs,
+        calls=CallService(roles=roles, pack=pack, store=store, seed=3),
+        store=store,
+        settings=EpisodeSettings(max_turns=turns, concurrency=concurrency, play_through=True),
+        make_narrator=lambda: BaselineNarrator(pack),
+        player=Player("adversarial"),
+        engines={r: engine for r in roles},
+    )
     base = Admission.for_engines(sched.engines, concurrency)
     watched = sched.admission = Watched(capacity=base.capacity, limit=base.limit, engine_of=base.engine_of)
     try:
@@ -126,9 +136,19 @@ def test_a_resumed_episode_is_estimated_from_its_checkpoint(tmp_path: Path) -> N
     than a fresh one, and start-up admits fewer of them into the same cache."""
     results, _ = _run(tmp_path / "played", None, concurrency=8, episodes=4, turns=5)
     from ncp_local.protocol.episode import EpisodeResult
+
     done = {k: EpisodeResult.model_validate_json(v) for k, v in results.items()}
-    start = {k: Checkpoint(spec_id=r.spec_id, state=r.final_state, opening_update=r.opening_update, turns=r.turns,
-                           narrator_state={}, opening_bound_hits=r.opening_bound_hits) for k, r in done.items()}
+    start = {
+        k: Checkpoint(
+            spec_id=r.spec_id,
+            state=r.final_state,
+            opening_update=r.opening_update,
+            turns=r.turns,
+            narrator_state={},
+            opening_bound_hits=r.opening_bound_hits,
+        )
+        for k, r in done.items()
+    }
     pack, count = PromptPack.load(None), counter(ScriptedEngine())
     spec = make_spec("e0", n_nodes=4)
     fresh = estimate(spec, None, pack, {"narrator": count, "player": count, "auditor": count})
@@ -145,8 +165,10 @@ def test_a_resumed_episode_is_estimated_from_its_checkpoint(tmp_path: Path) -> N
     cap = int(2.5 * held)
     _, cold = _run(tmp_path / "cold", cap, concurrency=4, episodes=4, turns=6)
     _, warm = _run(tmp_path / "warm", cap, concurrency=4, episodes=4, turns=6, start=start)
-    first = {name: [n for event, *_, n, _, commits in w.log if commits == 0][-1] for name, w in
-             (("cold", cold), ("warm", warm))}
+    first = {
+        name: [n for event, *_, n, _, commits in w.log if commits == 0][-1]
+        for name, w in (("cold", cold), ("warm", warm))
+    }
     assert first["warm"] == 2 and first["cold"] > 2
 
 

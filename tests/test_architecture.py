@@ -16,12 +16,27 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ncp_local"
 # Packages an import inside a function may defer (heavy, optional, or only on an engine's path).
-DEFERRED = ("vllm", "torch", "transformers", "openai", "xgrammar", "llguidance", "outlines_core", "setproctitle",
-            "psutil", "inspect_ai", "ncp_local.engines.vllm", "ncp_local.engines.openai", "..engines.vllm",
-            "..engines.openai",
-            # The command line answers a bad override in under a second, before the modes and the
-            # run's machinery (scipy, matplotlib: about 2 s of imports) load (launch/cli.py).
-            "ncp_local.modes", "ncp_local.execution.episodes", "ncp_local.launch.sweep")
+DEFERRED = (
+    "vllm",
+    "torch",
+    "transformers",
+    "openai",
+    "xgrammar",
+    "llguidance",
+    "outlines_core",
+    "setproctitle",
+    "psutil",
+    "inspect_ai",
+    "ncp_local.engines.vllm",
+    "ncp_local.engines.openai",
+    "..engines.vllm",
+    "..engines.openai",
+    # The command line answers a bad override in under a second, before the modes and the
+    # run's machinery (scipy, matplotlib: about 2 s of imports) load (launch/cli.py).
+    "ncp_local.modes",
+    "ncp_local.execution.episodes",
+    "ncp_local.launch.sweep",
+)
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -83,8 +98,9 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_layer_contracts_hold() -> None:
     tool = Path(sys.executable).with_name("lint-imports")
-    out = subprocess.run([str(tool), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [str(tool), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "0 broken" in out.stdout
 

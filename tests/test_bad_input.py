@@ -36,10 +36,15 @@ from ncp_local.launch import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"
-BASE = ("engine=scripted", "limit=1", "max_turns=1", "progress=false", "dataset.path={tmp}/data",
-        "prompts.dir={tmp}/pack", "out_dir={tmp}/run")
-
-
+BASE = (
+    "engine=scripted",
+    "limit=1",
+    "max_turns=1",
+    "progress=false",
+    "dataset.path={tmp}/data",
+    "prompts.dir={tmp}/pack",
+    "out_dir={tmp}/run",
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ def _write(rel: str, text: str | bytes) -> Callable[[Path], None]:
             path.write_bytes(text)
         else:
             path.write_text(text, encoding="utf-8")
+
     return setup
 
 
@@ -70,6 +76,7 @@ def _edit(rel: str, change: Callable[[str], str]) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         path = tmp / rel
         path.write_text(change(path.read_text(encoding="utf-8")), encoding="utf-8")
+
     return setup
 
 
@@ -100,46 +107,92 @@ def _shard_without_specs(tmp: Path) -> None:
 
 
 SPEC = f"data/specs/{SPEC_ID}.yaml"
-BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)) + "specs: *i\n"
+BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    + "specs: *i\n"
+)
 
 CASES = [
     # -- YAML attacks (spec files and the index) --------------------------------
-    Case("yaml-duplicate-key", (), (SPEC, "line ", "duplicate key 'meta'"),
-         setup=_edit(SPEC, lambda t: t + "meta: {id: x, title: x, genres: [a], player_role: x}\n")),
+    Case(
+        "yaml-duplicate-key",
+        (),
+        (SPEC, "line ", "duplicate key 'meta'"),
+        setup=_edit(SPEC, lambda t: t + "meta: {id: x, title: x, genres: [a], player_role: x}\n"),
+    ),
     Case("yaml-alias-bomb-index", (), ("index.yaml", "anchors and aliases"), setup=_write("data/index.yaml", BOMB)),
-    Case("yaml-alias-in-field", (), (SPEC, "anchors and aliases"),
-         setup=_edit(SPEC, lambda t: t.replace("synopsis: ", "synopsis: &s ", 1) + "x: *s\n")),
-    Case("yaml-deep-nesting", (), (SPEC, "nested deeper than"),
-         setup=_edit(SPEC, lambda t: t + "deep: " + "[" * 5000 + "]" * 5000 + "\n")),
-    Case("yaml-long-id", (), ("index.yaml", "specs[0]", "not a plain spec id", "..."),
-         setup=_write("data/index.yaml", f"specs: [{'a' * 300}]\n")),
-    Case("yaml-newline-in-id", (), (SPEC, "initial_facts[0].id", "not a plain id"),
-         setup=_edit(SPEC, lambda t: t.replace("  - id: f_0\n", '  - id: "f\\n0"\n', 1))),
-    Case("yaml-huge-value-not-echoed", (), (SPEC, "commitments[0].type", "is not one of", "..."),
-         setup=_edit(SPEC, lambda t: t.replace("type: ", f"type: {'x' * 200_000} #", 1))),
-    Case("yaml-python-tag", (), (SPEC, "invalid YAML", "python/object"),
-         setup=_edit(SPEC, lambda t: t.replace("synopsis: ",
-                                               "synopsis: !!python/object/apply:os.system [\"touch pwned\"] #", 1))),
+    Case(
+        "yaml-alias-in-field",
+        (),
+        (SPEC, "anchors and aliases"),
+        setup=_edit(SPEC, lambda t: t.replace("synopsis: ", "synopsis: &s ", 1) + "x: *s\n"),
+    ),
+    Case(
+        "yaml-deep-nesting",
+        (),
+        (SPEC, "nested deeper than"),
+        setup=_edit(SPEC, lambda t: t + "deep: " + "[" * 5000 + "]" * 5000 + "\n"),
+    ),
+    Case(
+        "yaml-long-id",
+        (),
+        ("index.yaml", "specs[0]", "not a plain spec id", "..."),
+        setup=_write("data/index.yaml", f"specs: [{'a' * 300}]\n"),
+    ),
+    Case(
+        "yaml-newline-in-id",
+        (),
+        (SPEC, "initial_facts[0].id", "not a plain id"),
+        setup=_edit(SPEC, lambda t: t.replace("  - id: f_0\n", '  - id: "f\\n0"\n', 1)),
+    ),
+    Case(
+        "yaml-huge-value-not-echoed",
+        (),
+        (SPEC, "commitments[0].type", "is not one of", "..."),
+        setup=_edit(SPEC, lambda t: t.replace("type: ", f"type: {'x' * 200_000} #", 1)),
+    ),
+    Case(
+        "yaml-python-tag",
+        (),
+        (SPEC, "invalid YAML", "python/object"),
+        setup=_edit(
+            SPEC, lambda t: t.replace("synopsis: ", 'synopsis: !!python/object/apply:os.system ["touch pwned"] #', 1)
+        ),
+    ),
     Case("yaml-binary-spec", (), (SPEC, "cannot read"), setup=_write(SPEC, b"\xff\xfe\x00garbage")),
     # -- prompt packs (checked at load: ncp_local/protocol/prompts.py) ----------------------
-    Case("pack-missing-template", (), ("pack", "missing template", "narrate.txt"),
-         setup=lambda tmp: (tmp / "pack" / "narrate.txt").unlink()),
-    Case("pack-misspelt-placeholder", (), ("narrate.txt", "{factz}"),
-         setup=_edit("pack/narrate.txt", lambda t: t + "\n{factz}\n")),
-    Case("pack-placeholder-stage-lacks", (), ("narrate.txt", "{synopsis}", "not provided to the narrate stage"),
-         setup=_edit("pack/narrate.txt", lambda t: t + "\n{synopsis}\n")),
+    Case(
+        "pack-missing-template",
+        (),
+        ("pack", "missing template", "narrate.txt"),
+        setup=lambda tmp: (tmp / "pack" / "narrate.txt").unlink(),
+    ),
+    Case(
+        "pack-misspelt-placeholder",
+        (),
+        ("narrate.txt", "{factz}"),
+        setup=_edit("pack/narrate.txt", lambda t: t + "\n{factz}\n"),
+    ),
+    Case(
+        "pack-placeholder-stage-lacks",
+        (),
+        ("narrate.txt", "{synopsis}", "not provided to the narrate stage"),
+        setup=_edit("pack/narrate.txt", lambda t: t + "\n{synopsis}\n"),
+    ),
     Case("pack-empty-template", (), ("opening.txt", "empty template"), setup=_write("pack/opening.txt", "  \n")),
-    Case("pack-binary-template", (), ("opening.txt", "not UTF-8"),
-         setup=_write("pack/opening.txt", b"\x89PNG\xff\x00")),
+    Case(
+        "pack-binary-template", (), ("opening.txt", "not UTF-8"), setup=_write("pack/opening.txt", b"\x89PNG\xff\x00")
+    ),
     # -- overrides Hydra refuses (its several lines made one) ---------------------------
     Case("override-unknown-group-option", ("auditor=nope",), ("auditor/nope", "qwen3")),
     Case("override-unknown-key", ("foo=1",), ("foo", "+foo=1")),
     Case("override-unparsable", ("max_turns=[",), ("max_turns", "no viable alternative")),
     Case("override-sweep-without-multirun", ("auditor=qwen3,smollm2",), ("--multirun",)),
     Case("override-sweep-unknown-option", ("-m", "auditor=smollm2,nope"), ("auditor/nope",)),
-    Case("override-multirun-and-cfg", ("-m", "--cfg", "job", *BASE, "max_turns=1,2"), ("--multirun", "--cfg"),
-         whole=True),
+    Case(
+        "override-multirun-and-cfg", ("-m", "--cfg", "job", *BASE, "max_turns=1,2"), ("--multirun", "--cfg"), whole=True
+    ),
     Case("override-out-of-range", ("max_turns=0",), ("max_turns", "greater than or equal to 1")),
     Case("override-huge-unparsable", ("max_turns=[" + "a" * 20_000,), ("max_turns", "...")),
     Case("override-huge-key", (f"+narrator.{'k' * 20_000}=1",), ("config override", "kkk", "...")),
@@ -161,102 +214,233 @@ CASES = [
     Case("method-unknown-key", ("+method.histroy=full",), ("method.histroy",)),
     Case("method-not-a-narrator", ("method.name=collections:OrderedDict",), ("method.name", "not a narrator")),
     Case("method-not-importable", ("method.name=no_such_pkg.mod:Cls",), ("method.name", "cannot import")),
-    Case("cmdline-option-after-overrides", (*BASE[:3], "--multirun", *BASE[3:], "seed=1,2"),
-         ("command line", "unrecognized arguments"), whole=True),
+    Case(
+        "cmdline-option-after-overrides",
+        (*BASE[:3], "--multirun", *BASE[3:], "seed=1,2"),
+        ("command line", "unrecognized arguments"),
+        whole=True,
+    ),
     # -- engines, dependencies and model paths (before the run directory exists) ----
-    Case("engine-vllm-not-installed", ("engine=vllm",), ("engine", "vllm package", "make install",
-                                                         "pip install -e '.[cpu]'"), hide=("vllm",)),
+    Case(
+        "engine-vllm-not-installed",
+        ("engine=vllm",),
+        ("engine", "vllm package", "make install", "pip install -e '.[cpu]'"),
+        hide=("vllm",),
+    ),
     # vLLM present but not importable: the engine and its install command, not the grammar check's package.
-    Case("engine-vllm-not-importable", ("engine=vllm",), ("engine=vllm", "not importable", "torch", "make install",
-                                                          "pip install -e '.[cpu]'"), hide=("torch",)),
+    Case(
+        "engine-vllm-not-importable",
+        ("engine=vllm",),
+        ("engine=vllm", "not importable", "torch", "make install", "pip install -e '.[cpu]'"),
+        hide=("torch",),
+    ),
     # Both missing: the line is about the engine (the grammar package comes with it), not xgrammar.
-    Case("engine-vllm-and-grammar-package-missing", ("engine=vllm",), ("engine=vllm needs the vllm package",
-                                                                       "make install"), hide=("vllm", "xgrammar")),
+    Case(
+        "engine-vllm-and-grammar-package-missing",
+        ("engine=vllm",),
+        ("engine=vllm needs the vllm package", "make install"),
+        hide=("vllm", "xgrammar"),
+    ),
     # The paper's preset lifts every output bound; the embedded 135M model would then write until
     # max_tokens (a run of hours per story that measures nothing): refused before anything starts.
-    Case("paper-preset-on-the-embedded-model", ("engine=vllm", "experiment=paper"),
-         ("narrator.bounds", "embedded 135M model", "experiment=paper", "narrator.model=")),
-    Case("engine-vllm-grammar-package-missing", ("engine=vllm",), ("engine=vllm", "not importable", "xgrammar",
-                                                                   "make install"), hide=("xgrammar",)),
+    Case(
+        "paper-preset-on-the-embedded-model",
+        ("engine=vllm", "experiment=paper"),
+        ("narrator.bounds", "embedded 135M model", "experiment=paper", "narrator.model="),
+    ),
+    Case(
+        "engine-vllm-grammar-package-missing",
+        ("engine=vllm",),
+        ("engine=vllm", "not importable", "xgrammar", "make install"),
+        hide=("xgrammar",),
+    ),
     Case("engine-name-unknown", ("engine.name=foo",), ("engine.name", "'foo'", "vllm, scripted, openai")),
-    Case("engine-openai-not-installed", ("engine=openai",), ("engine", "openai package", "pip install"),
-         hide=("openai",)),
-    Case("engine-openai-key-unset", ("engine=openai", "+engine.api_key_env=NCP_TEST_UNSET_KEY"),
-         ("engine.api_key_env", "NCP_TEST_UNSET_KEY", "not set")),
-    Case("model-path-plain-file", ("engine=vllm", "narrator.model.path={tmp}/model.bin"),
-         ("narrator.model.path", "is a file"), setup=_write("model.bin", b"\0" * 64)),
-    Case("model-path-empty-folder", ("engine=vllm", "narrator.model.path={tmp}/model"),
-         ("narrator.model.path", "empty folder"), setup=lambda tmp: (tmp / "model").mkdir()),
+    Case(
+        "engine-openai-not-installed", ("engine=openai",), ("engine", "openai package", "pip install"), hide=("openai",)
+    ),
+    Case(
+        "engine-openai-key-unset",
+        ("engine=openai", "+engine.api_key_env=NCP_TEST_UNSET_KEY"),
+        ("engine.api_key_env", "NCP_TEST_UNSET_KEY", "not set"),
+    ),
+    Case(
+        "model-path-plain-file",
+        ("engine=vllm", "narrator.model.path={tmp}/model.bin"),
+        ("narrator.model.path", "is a file"),
+        setup=_write("model.bin", b"\0" * 64),
+    ),
+    Case(
+        "model-path-empty-folder",
+        ("engine=vllm", "narrator.model.path={tmp}/model"),
+        ("narrator.model.path", "empty folder"),
+        setup=lambda tmp: (tmp / "model").mkdir(),
+    ),
     # -- out_dir --------------------------------------------------------------------
-    Case("out-dir-is-a-file", ("out_dir={tmp}/afile",), ("afile", "out_dir", "not a directory"),
-         setup=_write("afile", "x\n")),
+    Case(
+        "out-dir-is-a-file",
+        ("out_dir={tmp}/afile",),
+        ("afile", "out_dir", "not a directory"),
+        setup=_write("afile", "x\n"),
+    ),
     Case("out-dir-read-only", ("out_dir=/proc/self/ncp-run",), ("ncp-run", "out_dir", "cannot be written")),
-    Case("out-dir-under-a-file", ("out_dir={tmp}/afile/run",), ("afile", "out_dir", "is a file"),
-         setup=_write("afile", "x\n")),
-    Case("report-out-is-a-file", ("mode=report", "runs=[{tmp}/run]", "report.out={tmp}/afile"),
-         ("afile", "report.out", "not a directory"), setup=_write("afile", "x\n")),
-    Case("report-gpu-hour-cost-negative", ("mode=report", "runs=[{tmp}/run]", "report.gpu_hour_cost=-1"),
-         ("report.gpu_hour_cost", "greater than or equal to 0")),
-    Case("export-out-is-a-file", ("mode=export", "runs=[{tmp}/run]", "export.out={tmp}/afile"),
-         ("afile", "export.out", "not a directory"), setup=_write("afile", "x\n")),
-    Case("export-format-unknown", ("mode=export", "runs=[{tmp}/run]", "export.format=csv"),
-         ("export.format", "inspect")),
-    Case("export-inspect-not-installed", ("mode=export", "runs=[{tmp}/run]"),
-         ("export.format", "inspect_ai", "not installed", "pip install -e '.[inspect]'"),
-         hide=("inspect_ai", "inspect_ai.event", "inspect_ai.log", "inspect_ai.model", "inspect_ai.scorer")),
+    Case(
+        "out-dir-under-a-file",
+        ("out_dir={tmp}/afile/run",),
+        ("afile", "out_dir", "is a file"),
+        setup=_write("afile", "x\n"),
+    ),
+    Case(
+        "report-out-is-a-file",
+        ("mode=report", "runs=[{tmp}/run]", "report.out={tmp}/afile"),
+        ("afile", "report.out", "not a directory"),
+        setup=_write("afile", "x\n"),
+    ),
+    Case(
+        "report-gpu-hour-cost-negative",
+        ("mode=report", "runs=[{tmp}/run]", "report.gpu_hour_cost=-1"),
+        ("report.gpu_hour_cost", "greater than or equal to 0"),
+    ),
+    Case(
+        "export-out-is-a-file",
+        ("mode=export", "runs=[{tmp}/run]", "export.out={tmp}/afile"),
+        ("afile", "export.out", "not a directory"),
+        setup=_write("afile", "x\n"),
+    ),
+    Case(
+        "export-format-unknown", ("mode=export", "runs=[{tmp}/run]", "export.format=csv"), ("export.format", "inspect")
+    ),
+    Case(
+        "export-inspect-not-installed",
+        ("mode=export", "runs=[{tmp}/run]"),
+        ("export.format", "inspect_ai", "not installed", "pip install -e '.[inspect]'"),
+        hide=("inspect_ai", "inspect_ai.event", "inspect_ai.log", "inspect_ai.model", "inspect_ai.scorer"),
+    ),
     # -- run-directory parts of the wrong kind (ncp_local/execution/store.py check_place) ----
-    Case("rundir-checkpoints-a-file", (), ("run/checkpoints", "a file where the run keeps a folder", "move it away"),
-         setup=lambda tmp: (shutil.rmtree(tmp / "run" / "checkpoints"), _write("run/checkpoints", "x\n")(tmp))),
-    Case("rundir-results-a-file", (), ("run/results", "a file where the run keeps a folder"),
-         setup=lambda tmp: (shutil.rmtree(tmp / "run" / "results"), _write("run/results", "x\n")(tmp))),
-    Case("rundir-lock-a-directory", (), ("run/.lock", "a folder where the run keeps a file"),
-         setup=lambda tmp: _dir_instead("run/.lock")(tmp)),
+    Case(
+        "rundir-checkpoints-a-file",
+        (),
+        ("run/checkpoints", "a file where the run keeps a folder", "move it away"),
+        setup=lambda tmp: (shutil.rmtree(tmp / "run" / "checkpoints"), _write("run/checkpoints", "x\n")(tmp)),
+    ),
+    Case(
+        "rundir-results-a-file",
+        (),
+        ("run/results", "a file where the run keeps a folder"),
+        setup=lambda tmp: (shutil.rmtree(tmp / "run" / "results"), _write("run/results", "x\n")(tmp)),
+    ),
+    Case(
+        "rundir-lock-a-directory",
+        (),
+        ("run/.lock", "a folder where the run keeps a file"),
+        setup=lambda tmp: _dir_instead("run/.lock")(tmp),
+    ),
     # -- hand-edited files of the wrong shape -----------------------------------------
-    Case("report-manifest-config-a-string", ("mode=report", "runs=[{tmp}/run]"),
-         ("run/manifest.json", "config", "dictionary"), setup=lambda tmp: _manifest_edit(tmp / "run", config="x")),
-    Case("build-index-a-list", ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/built"),
-         ("built/index.yaml", "not a dataset index"),
-         setup=lambda tmp: (_sources(tmp), _write("built/index.yaml", "- a\n- b\n")(tmp))),
-    Case("build-spec-target-a-folder", ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/built"),
-         ("built/specs/red_riding_hood.yaml", "out", "a folder where the build writes this spec"),
-         setup=lambda tmp: (_sources(tmp), (tmp / "built" / "specs" / "red_riding_hood.yaml").mkdir(parents=True))),
-    Case("build-out-a-file", ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/afile"),
-         ("afile", "out", "not a directory"), setup=lambda tmp: (_sources(tmp), _write("afile", "x\n")(tmp))),
-    Case("merge-manifest-without-spec-list", ("mode=merge", "out_dir={tmp}/sharded"),
-         ("shard-000-of-001/manifest.json", "dataset.specs", "missing"), setup=lambda tmp: _shard_without_specs(tmp)),
+    Case(
+        "report-manifest-config-a-string",
+        ("mode=report", "runs=[{tmp}/run]"),
+        ("run/manifest.json", "config", "dictionary"),
+        setup=lambda tmp: _manifest_edit(tmp / "run", config="x"),
+    ),
+    Case(
+        "build-index-a-list",
+        ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/built"),
+        ("built/index.yaml", "not a dataset index"),
+        setup=lambda tmp: (_sources(tmp), _write("built/index.yaml", "- a\n- b\n")(tmp)),
+    ),
+    Case(
+        "build-spec-target-a-folder",
+        ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/built"),
+        ("built/specs/red_riding_hood.yaml", "out", "a folder where the build writes this spec"),
+        setup=lambda tmp: (_sources(tmp), (tmp / "built" / "specs" / "red_riding_hood.yaml").mkdir(parents=True)),
+    ),
+    Case(
+        "build-out-a-file",
+        ("mode=build", "sources={tmp}/sources.yaml", "out={tmp}/afile"),
+        ("afile", "out", "not a directory"),
+        setup=lambda tmp: (_sources(tmp), _write("afile", "x\n")(tmp)),
+    ),
+    Case(
+        "merge-manifest-without-spec-list",
+        ("mode=merge", "out_dir={tmp}/sharded"),
+        ("shard-000-of-001/manifest.json", "dataset.specs", "missing"),
+        setup=lambda tmp: _shard_without_specs(tmp),
+    ),
     # A damaged result is left out of a re-audit only with the run's own re-run (exit 2, named): judging the
     # rest would give agreement over other episodes than the run's report and mark the re-audit DONE.
-    Case("reaudit-truncated-result", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
-         (f"results/{SPEC_ID}.json", "not JSON", "left out of the re-audit", "re-run the source run"),
-         setup=lambda tmp: _truncate(RESULT)(tmp)),
+    Case(
+        "reaudit-truncated-result",
+        ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
+        (f"results/{SPEC_ID}.json", "not JSON", "left out of the re-audit", "re-run the source run"),
+        setup=lambda tmp: _truncate(RESULT)(tmp),
+    ),
     # -- a sweep whose points would share one run directory (run.py's point checker) ----
-    Case("sweep-points-share-out-dir", ("-m", "seed=1,2", "out_dir={tmp}/fixed"),
-         ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2")),
+    Case(
+        "sweep-points-share-out-dir",
+        ("-m", "seed=1,2", "out_dir={tmp}/fixed"),
+        ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2"),
+    ),
     # -- reports of a run with no finished episode ----------------------------------
-    Case("report-no-finished-episode", ("mode=report", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
-         setup=_unfinished),
-    Case("review-no-finished-episode", ("mode=review", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
-         setup=_unfinished),
-    Case("export-no-finished-episode", ("mode=export", "runs=[{tmp}/run]"), ("run", "runs", "no finished episode"),
-         setup=_unfinished),
+    Case(
+        "report-no-finished-episode",
+        ("mode=report", "runs=[{tmp}/run]"),
+        ("run", "runs", "no finished episode"),
+        setup=_unfinished,
+    ),
+    Case(
+        "review-no-finished-episode",
+        ("mode=review", "runs=[{tmp}/run]"),
+        ("run", "runs", "no finished episode"),
+        setup=_unfinished,
+    ),
+    Case(
+        "export-no-finished-episode",
+        ("mode=export", "runs=[{tmp}/run]"),
+        ("run", "runs", "no finished episode"),
+        setup=_unfinished,
+    ),
     # The re-audit loads the auditor alone: its missing model is named as the auditor's, not the narrator's.
-    Case("reaudit-auditor-model-missing", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra", "engine=vllm",
-                                           "auditor.model.path={tmp}/nomodel"),
-         ("auditor.model.path", "no such path")),
-    Case("reaudit-no-finished-episode", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
-         ("run", "runs", "no finished episode"), setup=_unfinished),
+    Case(
+        "reaudit-auditor-model-missing",
+        ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra", "engine=vllm", "auditor.model.path={tmp}/nomodel"),
+        ("auditor.model.path", "no such path"),
+    ),
+    Case(
+        "reaudit-no-finished-episode",
+        ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra"),
+        ("run", "runs", "no finished episode"),
+        setup=_unfinished,
+    ),
     # -- Slurm submit (no cluster needed: each fails before sbatch) --------------------
-    Case("submit-no-sbatch", ("--shards", "1", "--", *BASE), ("sbatch", "not found on PATH"), tool="submit",
-         env={"PATH": "{tmp}/nobin"}),
-    Case("submit-json-garbage", ("--shards", "1", "--dry-run", "--", *BASE), ("submit.json", "cannot read"),
-         tool="submit", setup=_write("run/submit.json", "{not json")),
-    Case("submit-json-not-a-record", ("--shards", "1", "--dry-run", "--", *BASE),
-         ("submit.json", "not a submit record"), tool="submit",
-         setup=_write("run/submit.json", '{"identity": 1, "jobs": "x"}')),
-    Case("submit-parallel-zero", ("--shards", "1", "--parallel", "0", "--dry-run", "--", *BASE), ("--parallel",),
-         tool="submit"),
-    Case("submit-gpus-negative", ("--shards", "1", "--gpus", "-1", "--dry-run", "--", *BASE), ("--gpus",),
-         tool="submit"),
+    Case(
+        "submit-no-sbatch",
+        ("--shards", "1", "--", *BASE),
+        ("sbatch", "not found on PATH"),
+        tool="submit",
+        env={"PATH": "{tmp}/nobin"},
+    ),
+    Case(
+        "submit-json-garbage",
+        ("--shards", "1", "--dry-run", "--", *BASE),
+        ("submit.json", "cannot read"),
+        tool="submit",
+        setup=_write("run/submit.json", "{not json"),
+    ),
+    Case(
+        "submit-json-not-a-record",
+        ("--shards", "1", "--dry-run", "--", *BASE),
+        ("submit.json", "not a submit record"),
+        tool="submit",
+        setup=_write("run/submit.json", '{"identity": 1, "jobs": "x"}'),
+    ),
+    Case(
+        "submit-parallel-zero",
+        ("--shards", "1", "--parallel", "0", "--dry-run", "--", *BASE),
+        ("--parallel",),
+        tool="submit",
+    ),
+    Case(
+        "submit-gpus-negative", ("--shards", "1", "--gpus", "-1", "--dry-run", "--", *BASE), ("--gpus",), tool="submit"
+    ),
 ]
 
 
@@ -353,8 +537,7 @@ def test_bad_input(case: Case, workspace: Path, monkeypatch: pytest.MonkeyPatch)
     assert snapshot(workspace) == before, "the working folder changed"
 
 
-def test_read_only_out_dir_with_no_usable_temporary_directory(workspace: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_only_out_dir_with_no_usable_temporary_directory(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No temporary directory anywhere (tempfile's own error) and out_dir read-only: the one-line
     refusal of the out_dir, not a traceback from the quiet terminal's temporary log."""
     import errno
@@ -368,8 +551,9 @@ def test_read_only_out_dir_with_no_usable_temporary_directory(workspace: Path,
     with pytest.raises(FileNotFoundError):
         tempfile.mkstemp()  # as on such a machine
     before = snapshot(workspace)
-    code, out, err = run_in_process("run", [a.replace("{tmp}", str(workspace)) for a in BASE]
-                                    + ["out_dir=/proc/self/ncp-run"])
+    code, out, err = run_in_process(
+        "run", [a.replace("{tmp}", str(workspace)) for a in BASE] + ["out_dir=/proc/self/ncp-run"]
+    )
     assert_one_line(code, out, err, 2, ("ncp-run", "out_dir", "cannot be written"))
     assert snapshot(workspace) == before
 
@@ -380,9 +564,15 @@ def test_read_only_out_dir_with_no_usable_temporary_directory(workspace: Path,
 def _popen(args: list[str], cwd: Path, **kw: object) -> subprocess.Popen[str]:
     # SIGINT back to its default even if this test runs in the background (a
     # shell starts background jobs with SIGINT ignored, which Python keeps).
-    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)  # type: ignore[arg-type]
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_same_contract_from_a_real_process(workspace: Path) -> None:
@@ -408,8 +598,12 @@ def test_sigint_during_start_up(workspace: Path) -> None:
 def test_sigint_during_reaudit(workspace: Path) -> None:
     before = snapshot(workspace / "run")
     ra = workspace / "ra"
-    proc = _popen(_command(Case("x", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra",
-                                      "engine.delay_s=2"), ()), workspace), workspace)
+    proc = _popen(
+        _command(
+            Case("x", ("mode=reaudit", "runs=[{tmp}/run]", "out_dir={tmp}/ra", "engine.delay_s=2"), ()), workspace
+        ),
+        workspace,
+    )
     deadline = time.monotonic() + 120
     while not (ra / "calls.jsonl").exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)  # the re-audit's directory is open and its first call in flight
@@ -434,10 +628,14 @@ def test_sweep_with_a_failed_point_runs_the_rest(tmp_path: Path) -> None:
     assert len(runs) == 2 and sum((r / "DONE").exists() for r in runs) == 1
 
 
-@pytest.mark.parametrize("args, refused", [
-    (("max_turns=1,-1",), "max_turns=-1: config: max_turns"),
-    (("seed=0", "method=hiagent", "method.budget_tokens=64,-5"), "method.budget_tokens=-5"),
-], ids=["bad-value", "bad-method-option"])
+@pytest.mark.parametrize(
+    "args, refused",
+    [
+        (("max_turns=1,-1",), "max_turns=-1: config: max_turns"),
+        (("seed=0", "method=hiagent", "method.budget_tokens=64,-5"), "method.budget_tokens=-5"),
+    ],
+    ids=["bad-value", "bad-method-option"],
+)
 def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple[str, ...], refused: str) -> None:
     """Every point is checked before the first starts; a refused one is named then, and the rest run."""
     proc = _popen(["-m", "engine=scripted", "limit=1", "progress=false", *args], tmp_path)
@@ -449,6 +647,7 @@ def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple
     assert lines[-1].startswith("error: sweep: 1 of 2 point(s) failed: #1 (exit 2); fix the refused point(s)"), err
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "DONE").exists()  # the refused point wrote nothing
+
 
 # -- damaged run directories: recovered, not refused (ncp_local/execution/store.py) ----------
 # A damaged file is moved to quarantine/ with one warning line and its episode
@@ -462,6 +661,7 @@ def _truncate(rel: str) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         path = tmp / rel
         path.write_bytes(path.read_bytes()[:40])
+
     return setup
 
 
@@ -469,16 +669,27 @@ def _dir_instead(rel: str) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         (tmp / rel).unlink()
         (tmp / rel).mkdir()
+
     return setup
 
 
 RECOVER = [
     Case("store-truncated-result", (), (RESULT, "quarantine"), code=0, setup=_truncate(RESULT)),
-    Case("store-garbage-manifest", (), ("run/manifest.json", "quarantine"), code=0,
-         setup=_write("run/manifest.json", "{garbage")),
+    Case(
+        "store-garbage-manifest",
+        (),
+        ("run/manifest.json", "quarantine"),
+        code=0,
+        setup=_write("run/manifest.json", "{garbage"),
+    ),
     Case("store-directory-for-result", (), (RESULT, "quarantine"), code=0, setup=_dir_instead(RESULT)),
-    Case("store-garbage-checkpoint", (), (f"run/checkpoints/{SPEC_ID}.json", "quarantine"), code=0,
-         setup=_write(f"run/checkpoints/{SPEC_ID}.json", b"\x00\xffnot json")),
+    Case(
+        "store-garbage-checkpoint",
+        (),
+        (f"run/checkpoints/{SPEC_ID}.json", "quarantine"),
+        code=0,
+        setup=_write(f"run/checkpoints/{SPEC_ID}.json", b"\x00\xffnot json"),
+    ),
 ]
 
 
@@ -508,7 +719,7 @@ def test_damaged_run_directory_recovers(case: Case, workspace: Path) -> None:
             assert new.startswith(old[rel]), "calls.jsonl was rewritten, not appended to"
         elif rel == "manifest.json":
             was, now = json.loads(old[rel]), json.loads(new)
-            assert now.pop("resumes")[:len(was["resumes"])] == was.pop("resumes") and now == was, rel
+            assert now.pop("resumes")[: len(was["resumes"])] == was.pop("resumes") and now == was, rel
         else:
             raise AssertionError(f"{rel} changed and its old bytes are not in quarantine/")
 
@@ -564,9 +775,20 @@ def test_a_run_that_measures_nothing_is_systematic(workspace: Path, monkeypatch:
 
     monkeypatch.setattr(ScriptedEngine, "generate", no_room)
     code, out, err = run_in_process("run", _command(Case("x", ("out_dir={tmp}/new",), ()), workspace))
-    line = assert_one_line(code, out, err, EXIT_SYSTEMATIC,
-                           ("1 of 1 episodes", "context_limit before their first committed turn", "fill the model's "
-                            "window", "bounds", "larger window", "max_invalid_share"))
+    line = assert_one_line(
+        code,
+        out,
+        err,
+        EXIT_SYSTEMATIC,
+        (
+            "1 of 1 episodes",
+            "context_limit before their first committed turn",
+            "fill the model's window",
+            "bounds",
+            "larger window",
+            "max_invalid_share",
+        ),
+    )
     assert "fact_update" in line
 
 
@@ -575,6 +797,11 @@ def test_batched_sweep_points_sharing_a_run_directory_are_refused(finished: Path
     args = [a.replace("{tmp}", str(finished)) for a in BASE if not a.startswith("out_dir")]
     proc = _popen(["-m", "hydra/launcher=batched", *args, "seed=1,2", f"out_dir={tmp_path}/fixed"], tmp_path)
     out, err = proc.communicate(timeout=300)
-    assert_one_line(proc.returncode, out, err, EXIT_BAD_INPUT,
-                    ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2", "none is started"))
+    assert_one_line(
+        proc.returncode,
+        out,
+        err,
+        EXIT_BAD_INPUT,
+        ("fixed", "out_dir", "several sweep points", "seed=1", "seed=2", "none is started"),
+    )
     assert not (tmp_path / "fixed").exists()

@@ -28,18 +28,27 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     proc = run_cli("mode=bench", "engine=scripted", "bench.episodes=5", "bench.turns=2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert [line.split("|")[1].strip()[:2] for line in lines if line.startswith("| ") and "way" not in line] == \
-        ["a ", "b ", "c ", "d "]
-    assert re.fullmatch(r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=[\d.]+ rig/replay_k=[\d.]+",
-                        lines[-1])
+    assert [line.split("|")[1].strip()[:2] for line in lines if line.startswith("| ") and "way" not in line] == [
+        "a ",
+        "b ",
+        "c ",
+        "d ",
+    ]
+    assert re.fullmatch(
+        r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=[\d.]+ rig/replay_k=[\d.]+", lines[-1]
+    )
     assert any(line.startswith("projection: paper grid") for line in lines)
     assert any(line.startswith("engine alone, 1 vs 5 sequences: prefill") for line in lines)
     assert any(line.startswith("best rig/sequential batching allows") for line in lines)
     # The sequential way on a sample (config default 3), and the row says so.
     assert "3 of 5 episodes" in next(line for line in lines if line.startswith("| b "))
     # An hour-long bench says where it is, on stderr (stdout stays the results).
-    assert [line.split(" done")[0] for line in proc.stderr.splitlines() if line.startswith("bench: (")] == \
-        ["bench: (a)", "bench: (b)", "bench: (c)", "bench: (d)"]
+    assert [line.split(" done")[0] for line in proc.stderr.splitlines() if line.startswith("bench: (")] == [
+        "bench: (a)",
+        "bench: (b)",
+        "bench: (c)",
+        "bench: (d)",
+    ]
     assert not any("done in" in line for line in lines)
     # The figures as a record in the bench's run directory (runs/bench-<time> without out_dir).
     [folder] = (tmp_path / "runs").iterdir()
@@ -73,8 +82,17 @@ def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> No
             self.in_flight[ep] -= 1
             return Completion(text="x", finish_reason="stop", prompt_tokens=3, generated_tokens=1)
 
-    reqs = [Request(messages=(Message("user", "hi"),), temperature=1.0, top_p=1.0, max_tokens=1, seed=i,
-                    tags={"episode": ep, "turn": 0}) for i, ep in enumerate("ABABBA")]
+    reqs = [
+        Request(
+            messages=(Message("user", "hi"),),
+            temperature=1.0,
+            top_p=1.0,
+            max_tokens=1,
+            seed=i,
+            tags={"episode": ep, "turn": 0},
+        )
+        for i, ep in enumerate("ABABBA")
+    ]
     probe = Probe()
     way = asyncio.run(run_replay_k(probe, reqs, turns=2))  # type: ignore[arg-type]
     assert way.calls == 6 and way.prompt_tokens == 18 and probe.most == 2
@@ -88,24 +106,33 @@ def test_workload_repeats_specs_with_own_ids() -> None:
 
 
 def test_projection_uses_episodes_alive_per_turn() -> None:
-    way = Way("a", wall_s=10, prompt_tokens=1000, generated_tokens=100, turns=10,
-              prompt_by_turn={0: 1000.0, 1: 1100.0, 2: 1200.0})
+    way = Way(
+        "a",
+        wall_s=10,
+        prompt_tokens=1000,
+        generated_tokens=100,
+        turns=10,
+        prompt_by_turn={0: 1000.0, 1: 1100.0, 2: 1200.0},
+    )
     text = " ".join(projection(way, throughput=1000.0))
     assert "1000 + 100 x turn" in text
 
 
 def _req(text: str, turn: int) -> Request:
-    return Request(messages=(Message("user", text),), temperature=1.0, top_p=1.0, max_tokens=1, seed=0,
-                   tags={"turn": turn})
+    return Request(
+        messages=(Message("user", text),), temperature=1.0, top_p=1.0, max_tokens=1, seed=0, tags={"turn": turn}
+    )
 
 
 def test_unbounded_cache_counts_whole_shared_blocks_only() -> None:
     # One "token" per character, blocks of 4.
-    reqs = [_req("abcdefghij", 0),    # nothing seen yet
-            _req("abcdefgXYZ", 1),    # first block shared; the second differs at its 4th token
-            _req("abcdefghij", 2),    # both full blocks seen (the last, partial block never counts)
-            _req("abcdefgh", 2),      # whole prompt cached: the last token is still computed -> 1 block
-            _req("zbcdefghij", 3)]    # shares everything but the first token: no hit (prefix, not substring)
+    reqs = [
+        _req("abcdefghij", 0),  # nothing seen yet
+        _req("abcdefgXYZ", 1),  # first block shared; the second differs at its 4th token
+        _req("abcdefghij", 2),  # both full blocks seen (the last, partial block never counts)
+        _req("abcdefgh", 2),  # whole prompt cached: the last token is still computed -> 1 block
+        _req("zbcdefghij", 3),
+    ]  # shares everything but the first token: no hit (prefix, not substring)
     by_turn = unbounded_cache_hit(reqs, lambda msgs: list(msgs[0].content), block=4)
     assert by_turn == {0: (10, 0), 1: (10, 4), 2: (18, 8 + 4), 3: (10, 0)}
     assert late_hit(by_turn) == 12 / 28
@@ -135,7 +162,7 @@ class LruPrefixCache:
 
     def tokenize(self, messages: Any) -> list[str]:
         text = "".join(m.content for m in messages)
-        return [text[i:i + 4] for i in range(0, len(text), 4)]
+        return [text[i : i + 4] for i in range(0, len(text), 4)]
 
     async def reset_prefix_cache(self) -> None:
         self.blocks.clear()
@@ -145,7 +172,7 @@ class LruPrefixCache:
         out = await self.answers.generate(request)
         h, hit, hitting = 0, 0, True
         for start in range(0, len(ids) - len(ids) % self.block_size, self.block_size):
-            h = hash((h, tuple(ids[start:start + self.block_size])))
+            h = hash((h, tuple(ids[start : start + self.block_size])))
             if hitting and h in self.blocks:
                 hit += self.block_size
             else:
@@ -174,15 +201,30 @@ def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     sizes = Sizes(150, 50, 20, 1, 12)
     pack = PromptPack.load(None)
     engine = LruPrefixCache(2 * 15_000)
-    lines = asyncio.run(long_horizon(engine, specs, pack, BaselineNarrator, Player("adversarial"), 0, 6, 2,
-                                     [1, 2, 6], sizes, {r: UNBOUNDED for r in ("narrator", "player", "auditor")},
-                                     lambda _: None, grammar=True))
+    lines = asyncio.run(
+        long_horizon(
+            engine,
+            specs,
+            pack,
+            BaselineNarrator,
+            Player("adversarial"),
+            0,
+            6,
+            2,
+            [1, 2, 6],
+            sizes,
+            {r: UNBOUNDED for r in ("narrator", "player", "auditor")},
+            lambda _: None,
+            grammar=True,
+        )
+    )
     rows = {
         line.split("|")[1].strip(): line.split("|") for line in lines if line.startswith("| ") and "way" not in line
     }
     hit = {name: float(cells[4]) for name, cells in rows.items()}
-    last = re.fullmatch(r"long-horizon: adaptive_hit=([\d.]+) unbounded_hit=([\d.]+) adaptive/best_fixed=([\d.]+)",
-                        lines[-1])
+    last = re.fullmatch(
+        r"long-horizon: adaptive_hit=([\d.]+) unbounded_hit=([\d.]+) adaptive/best_fixed=([\d.]+)", lines[-1]
+    )
     assert last, lines[-1]
     adaptive, unbounded = float(last[1]), float(last[2])
     assert hit["6 in flight"] < unbounded - 0.1  # thrashing: six episodes' prefixes do not fit

@@ -34,8 +34,9 @@ def _git(*args: str) -> str:
 
 
 def _script(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 @pytest.fixture
@@ -50,8 +51,9 @@ def _no_compare_dirs(tmp: Path) -> list[Path]:
     return sorted(Path(tmp).glob("ncp-bench-compare-*"))
 
 
-def test_unknown_commit_is_one_line_exit_2_and_leaves_nothing(tmp_path: Path, worktrees: str,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_commit_is_one_line_exit_2_and_leaves_nothing(
+    tmp_path: Path, worktrees: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     proc = _script("no-such-commit-42", "bench.episodes=2", cwd=tmp_path)
     assert proc.returncode == EXIT_BAD_INPUT and proc.stdout == ""
@@ -59,8 +61,9 @@ def test_unknown_commit_is_one_line_exit_2_and_leaves_nothing(tmp_path: Path, wo
     assert not _no_compare_dirs(tmp_path)
 
 
-def test_commit_without_mode_bench_is_one_line_exit_2_and_leaves_nothing(tmp_path: Path, worktrees: str,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commit_without_mode_bench_is_one_line_exit_2_and_leaves_nothing(
+    tmp_path: Path, worktrees: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _git("rev-list", "--max-parents=0", "HEAD").split()[0]
     if bc.has_bench(root):  # pragma: no cover - the first commit predates mode=bench
         pytest.skip("the root commit has a bench")
@@ -96,27 +99,57 @@ def test_parse_printed_reads_an_old_trees_table_and_ratios() -> None:
     assert bc.figure(run, ("ratio", "rig/replay_k")) is None and bc.figure(run, ("wall", "d")) is None
     assert len(run["table"]) == 5
     # An old tree's `nan` (a way it did not run) is "not measured", not a number in the medians.
-    assert bc.parse_printed(OLD_OUTPUT.replace("rig/sequential=2.98", "rig/sequential=nan"))["ratios"][
-        "rig/sequential"] is None
+    assert (
+        bc.parse_printed(OLD_OUTPUT.replace("rig/sequential=2.98", "rig/sequential=nan"))["ratios"]["rig/sequential"]
+        is None
+    )
     with pytest.raises(ValueError):
         bc.parse_printed("bench: nothing\n")
 
 
 def _figures(rig_wall: float, replay_wall: float) -> BenchFigures:
     def way(key: str, wall: float) -> WayFigures:
-        return WayFigures(key=key, name=f"{key} way", wall_s=wall, calls=10, prompt_tokens=1000, cached_tokens=500,
-                          generated_tokens=100, prompt_tok_s=1000 / wall, cached_tok_s=500 / wall,
-                          generated_tok_s=100 / wall, total_tok_s=1100 / wall, turns_per_min=None,
-                          overhead_ms=0.2 if key == "a" else None, in_flight=1.0)
+        return WayFigures(
+            key=key,
+            name=f"{key} way",
+            wall_s=wall,
+            calls=10,
+            prompt_tokens=1000,
+            cached_tokens=500,
+            generated_tokens=100,
+            prompt_tok_s=1000 / wall,
+            cached_tok_s=500 / wall,
+            generated_tok_s=100 / wall,
+            total_tok_s=1100 / wall,
+            turns_per_min=None,
+            overhead_ms=0.2 if key == "a" else None,
+            in_flight=1.0,
+        )
 
-    return BenchFigures(commit="abc", date="2026-12-03T00:00:00+00:00", machine=Machine(cpu_model="cpu", cores=2),
-                        vllm="0.32.0", workload=Workload(episodes=4, turns=2, sequential=False,
-                                                         sequential_episodes=None, seed=0, max_tokens=512,
-                                                         engine="vllm", model="m"),
-                        ways=[way("a", rig_wall), way("c", 100.0), way("d", replay_wall)],
-                        ratios={"rig/ceiling": 100.0 / rig_wall, "rig/sequential": None, "cache_hit": 0.6,
-                                "rig/replay_k": replay_wall / rig_wall},
-                        lines=["| a way | ... |"])
+    return BenchFigures(
+        commit="abc",
+        date="2026-12-03T00:00:00+00:00",
+        machine=Machine(cpu_model="cpu", cores=2),
+        vllm="0.32.0",
+        workload=Workload(
+            episodes=4,
+            turns=2,
+            sequential=False,
+            sequential_episodes=None,
+            seed=0,
+            max_tokens=512,
+            engine="vllm",
+            model="m",
+        ),
+        ways=[way("a", rig_wall), way("c", 100.0), way("d", replay_wall)],
+        ratios={
+            "rig/ceiling": 100.0 / rig_wall,
+            "rig/sequential": None,
+            "cache_hit": 0.6,
+            "rig/replay_k": replay_wall / rig_wall,
+        },
+        lines=["| a way | ... |"],
+    )
 
 
 def test_json_figures_round_trip_and_medians_pair_runs_in_order(tmp_path: Path) -> None:
@@ -141,8 +174,9 @@ def test_json_figures_round_trip_and_medians_pair_runs_in_order(tmp_path: Path) 
     assert "rig wall new/old: median=1.000 over 3 pairs" in text and text.count("run 1 of 3") == 2
 
 
-def test_compare_on_the_scripted_engine_alternates_and_cleans_up(tmp_path: Path, worktrees: str,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compare_on_the_scripted_engine_alternates_and_cleans_up(
+    tmp_path: Path, worktrees: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     proc = _script("HEAD", "engine=scripted", "bench.episodes=2", "bench.turns=1", "--repeats", "1", cwd=tmp_path)
     assert proc.returncode == EXIT_OK, proc.stderr
@@ -154,9 +188,14 @@ def test_compare_on_the_scripted_engine_alternates_and_cleans_up(tmp_path: Path,
 
 def test_ctrl_c_during_a_run_removes_the_worktree(tmp_path: Path, worktrees: str) -> None:
     env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "HEAD", "engine=scripted", "bench.episodes=2",
-                             "bench.turns=1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "HEAD", "engine=scripted", "bench.episodes=2", "bench.turns=1"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stderr is not None
     for line in proc.stderr:  # the first bench has started: the worktree exists
         if line.startswith("bench_compare: "):

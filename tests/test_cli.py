@@ -16,8 +16,14 @@ def _run(*args: str, cwd: Path) -> CliResult:
 
 def test_scripted_official_run_and_resume(official_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "official"
-    args = ("engine=scripted", "dataset=ncp_bench", f"dataset.path={official_dataset}", "max_turns=5",
-            f"out_dir={out}", "progress=false")
+    args = (
+        "engine=scripted",
+        "dataset=ncp_bench",
+        f"dataset.path={official_dataset}",
+        "max_turns=5",
+        f"out_dir={out}",
+        "progress=false",
+    )
     first = _run(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert len(list((out / "results").glob("*.json"))) == 100

@@ -37,6 +37,7 @@ def _compose(*overrides: str) -> tuple[config_mod.RunConfig, dict]:
 
 # -- every shipped option composes and validates -----------------------------
 
+
 def test_role_options_exist_for_every_role() -> None:
     assert {"qwen3", "qwen3_32b", "llama3_1_8b", "gemma3_12b", "mistral_small_24b", "smollm2"} <= set(ROLE_OPTIONS)
     for role in ("narrator", "player"):
@@ -58,9 +59,23 @@ def test_role_option_composes_and_validates(option: str) -> None:
 @pytest.mark.parametrize("model", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
 def test_model_files_have_every_field(model: str) -> None:
     doc = OmegaConf.to_container(OmegaConf.load(CONF / "model" / f"{model}.yaml"))
-    fields = {"name", "path", "dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size", "devices",
-              "chat_template_kwargs", "structured_outputs_backend", "enforce_eager", "max_num_seqs",
-              "trust_remote_code", "thinking", "reasoning_parser", "thinking_budget"}
+    fields = {
+        "name",
+        "path",
+        "dtype",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "devices",
+        "chat_template_kwargs",
+        "structured_outputs_backend",
+        "enforce_eager",
+        "max_num_seqs",
+        "trust_remote_code",
+        "thinking",
+        "reasoning_parser",
+        "thinking_budget",
+    }
     assert fields <= set(doc), fields - set(doc)  # type: ignore[arg-type]
     if model.startswith("qwen3"):
         assert doc["chat_template_kwargs"] == {"enable_thinking": False}  # type: ignore[index]
@@ -98,6 +113,7 @@ def test_submitit_launcher_config_composes() -> None:
 
 # -- the command line -----------------------------------------------------------
 
+
 def test_cfg_job_resolves_qwen3_auditor(tmp_path: Path) -> None:
     proc = _run("auditor=qwen3", "--cfg", "job", "--resolve", cwd=tmp_path, env={"NCP_MODELS_ROOT": "/x"})
     assert proc.returncode == 0, proc.stderr
@@ -124,11 +140,19 @@ def test_multirun_sweep_still_runs(tmp_path: Path) -> None:
 
 def test_sweep_from_experiment_file_runs(tmp_path: Path) -> None:
     # Scripted engine: no weights needed; one run directory per auditor backbone.
-    proc = _run("-m", "experiment=auditor_sensitivity", "engine=scripted", "max_turns=1", "limit=1",
-                "progress=false", cwd=tmp_path)
+    proc = _run(
+        "-m",
+        "experiment=auditor_sensitivity",
+        "engine=scripted",
+        "max_turns=1",
+        "limit=1",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
-    swept = str(config_mod.compose(["experiment=auditor_sensitivity"], hydra_config=True)
-                .hydra.sweeper.params.auditor).split(",")
+    swept = str(
+        config_mod.compose(["experiment=auditor_sensitivity"], hydra_config=True).hydra.sweeper.params.auditor
+    ).split(",")
     assert len(list((tmp_path / "runs").iterdir())) == len(swept)
 
 

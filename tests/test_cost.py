@@ -20,16 +20,30 @@ from test_report import make_run, write_dataset
 
 
 def _call(role: str, stage: str, start: float, end: float, attempt: int = 0, model: str = "m", **kw: Any) -> dict:
-    return {"spec_id": "a", "turn": 0, "role": role, "stage": stage, "model": model, "attempt": attempt,
-            "prompt_tokens": 100, "cached_tokens": 40, "generated_tokens": 10, "latency_s": end - start,
-            "done_at": end, **kw}
+    return {
+        "spec_id": "a",
+        "turn": 0,
+        "role": role,
+        "stage": stage,
+        "model": model,
+        "attempt": attempt,
+        "prompt_tokens": 100,
+        "cached_tokens": 40,
+        "generated_tokens": 10,
+        "latency_s": end - start,
+        "done_at": end,
+        **kw,
+    }
 
 
 def test_busy_time_is_shared_among_calls_in_flight() -> None:
     # narrate alone 0-2; narrate and fact_update together 2-4 (1 s each); fact_update alone 4-5;
     # nothing 5-7; status alone 7-8. Busy 6 s of the 8; the summed latencies are 8.
-    calls = [_call("narrator", "narrate", 0, 4), _call("auditor", "fact_update", 2, 5),
-             _call("auditor", "status_check", 7, 8)]
+    calls = [
+        _call("narrator", "narrate", 0, 4),
+        _call("auditor", "fact_update", 2, 5),
+        _call("auditor", "status_check", 7, 8),
+    ]
     shares = busy_shares(calls, lambda c: c["stage"])
     assert shares == {"narrate": 3.0, "fact_update": 2.0, "status_check": 1.0}
     # A call ending as another starts is not in flight with it.
@@ -41,9 +55,12 @@ def test_busy_time_is_shared_among_calls_in_flight() -> None:
 def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path / "run", write_dataset(tmp_path / "dataset"), ids=["a"])
     # Replace the scripted log by one whose every figure is known: two models (engines), a retry.
-    calls = [_call("narrator", "narrate", 0, 4), _call("auditor", "fact_update", 2, 5, model="aud"),
-             _call("auditor", "fact_update", 5, 6, attempt=1, model="aud"),
-             _call("narrator", "narrate", 3, 4)]
+    calls = [
+        _call("narrator", "narrate", 0, 4),
+        _call("auditor", "fact_update", 2, 5, model="aud"),
+        _call("auditor", "fact_update", 5, 6, attempt=1, model="aud"),
+        _call("narrator", "narrate", 3, 4),
+    ]
     (run_dir / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["config"]["auditor"]["model"]["tensor_parallel_size"] = 2
@@ -51,8 +68,13 @@ def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
     run = load_run(run_dir)
     t = cost_table(run, gpu_hour_cost=3.6)
     narrate, fact = t.rows[("narrator", "narrate")], t.rows[("auditor", "fact_update")]
-    assert (fact.calls, fact.attempts, fact.prompt_tokens, fact.cached_tokens, fact.generated_tokens) == \
-        (1, 2, 200, 80, 20)
+    assert (fact.calls, fact.attempts, fact.prompt_tokens, fact.cached_tokens, fact.generated_tokens) == (
+        1,
+        2,
+        200,
+        80,
+        20,
+    )
     assert (narrate.calls, narrate.attempts) == (2, 2)
     assert math.isclose(narrate.engine_s, 5.0) and math.isclose(fact.engine_s, 4.0)
     # Each model is its own engine: narrate busy 0-4 (two calls overlap 3-4), fact_update 2-6.
@@ -66,8 +88,9 @@ def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
     rows = list(csv.DictReader(io.StringIO((out / "cost.csv").read_text())))
     total = next(r for r in rows if r["per"] == "run" and r["stage"] == "all")
     assert (total["calls"], total["attempts"], total["prompt_tokens"]) == ("3", "4", "400")
-    assert float(total["cache_hit_pct"]) == 40.0 and math.isclose(float(total["cost"]), (4 + 8) / 3600 * 3.6,
-                                                                    rel_tol=1e-5)
+    assert float(total["cache_hit_pct"]) == 40.0 and math.isclose(
+        float(total["cost"]), (4 + 8) / 3600 * 3.6, rel_tol=1e-5
+    )
     per_turn = next(r for r in rows if r["per"] == "episode-turn" and r["stage"] == "all")
     assert float(per_turn["prompt_tokens"]) == 200.0 and float(per_turn["attempts"]) == 2.0
     assert "| run | all | all | 3 | 4 | 400 | 160 | 40 | 40.0 | 9.0 | 8.0 | 0.0120 |" in rep["cost_md"]

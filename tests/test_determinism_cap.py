@@ -32,10 +32,22 @@ from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 BASE = {"name": "m", "path": "embedded", "max_model_len": 4096}
 # A model folder vLLM can build a config from (config.json only, tiny Qwen3).
 STAND_IN = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-    "max_position_embeddings": 40960, "rope_theta": 1000000, "vocab_size": 1000, "rms_norm_eps": 1e-6,
-    "torch_dtype": "bfloat16", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1000000,
+    "vocab_size": 1000,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 
 
@@ -48,14 +60,19 @@ def test_the_cap_is_below_where_batch_invariance_is_reported_to_break() -> None:
 
 
 @pytest.mark.parametrize("on_cpu", [False, True])
-@pytest.mark.parametrize("asked, deterministic, expect", [
-    (64, False, 64), (256, False, 256),  # no cap without deterministic
-    (64, True, DETERMINISTIC_MAX_NUM_SEQS), (256, True, DETERMINISTIC_MAX_NUM_SEQS),
-    (DETERMINISTIC_MAX_NUM_SEQS, True, DETERMINISTIC_MAX_NUM_SEQS),
-    (8, True, 8), (1, True, 1),  # a smaller value is never raised
-])
-def test_engine_args_carry_the_cap(asked: int, deterministic: bool, expect: int, on_cpu: bool,
-                                   tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "asked, deterministic, expect",
+    [
+        (64, False, 64),
+        (256, False, 256),  # no cap without deterministic
+        (64, True, DETERMINISTIC_MAX_NUM_SEQS),
+        (256, True, DETERMINISTIC_MAX_NUM_SEQS),
+        (DETERMINISTIC_MAX_NUM_SEQS, True, DETERMINISTIC_MAX_NUM_SEQS),
+        (8, True, 8),
+        (1, True, 1),  # a smaller value is never raised
+    ],
+)
+def test_engine_args_carry_the_cap(asked: int, deterministic: bool, expect: int, on_cpu: bool, tmp_path: Path) -> None:
     cfg = _model(asked, deterministic)
     args = _engine_args(cfg, tmp_path, on_cpu=on_cpu)
     assert isinstance(args, AsyncEngineArgs) and args.max_num_seqs == expect == engine_max_num_seqs(cfg)
@@ -83,9 +100,11 @@ def test_vllm_resolves_the_capped_value(tmp_path: Path) -> None:
 
 def test_the_run_wide_switch_caps_every_engine() -> None:
     # The models as shipped ask for more than the cap (conf/model/*.yaml: 64 or more).
-    for overrides, capped in ((["engine.deterministic=true"], ("narrator", "auditor")),
-                              (["narrator=qwen3", "narrator.model.deterministic=true"], ("narrator",)),
-                              ([], ())):
+    for overrides, capped in (
+        (["engine.deterministic=true"], ("narrator", "auditor")),
+        (["narrator=qwen3", "narrator.model.deterministic=true"], ("narrator",)),
+        ([], ()),
+    ):
         raw = OmegaConf.to_container(config_mod.compose(overrides), resolve=True)
         pool = EnginePool(config_mod.validate(raw))  # type: ignore[arg-type]
         for role in ("narrator", "auditor"):

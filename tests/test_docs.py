@@ -85,8 +85,15 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
         shutil.copy2(ROOT / name, tree / name)
     # The generator imports this tree's package (not a copy of it).
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=tree, env=env,
-                          check=False, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tree,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "WARNING" not in proc.stderr, proc.stderr[-4000:]
     site = tmp_path / "site"

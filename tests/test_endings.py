@@ -22,8 +22,9 @@ from ncp_local.report.runs import attach_specs
 
 
 def ep(sid: str, termination: str, turns: int, *types: str) -> EpisodeMetrics:
-    return EpisodeMetrics(sid, termination, turns, 0.0, 0.0, "fact" in types, "commitment" in types,
-                          "player_input" in types)
+    return EpisodeMetrics(
+        sid, termination, turns, 0.0, 0.0, "fact" in types, "commitment" in types, "player_input" in types
+    )
 
 
 # Six episodes, max_turns = 5:
@@ -31,9 +32,15 @@ def ep(sid: str, termination: str, turns: int, *types: str) -> EpisodeMetrics:
 #   e3 context_limit after 2 turns (censored at 2: at risk for the endings at 2, gone before 3),
 #   e4 fact + player_input conflict at turn 3 (several types), e5 all_resolved at 4,
 #   e6 max_turns (5 turns: censored), e7 invalid (left out).
-SIX = [ep("e1", "conflict", 2, "fact"), ep("e2", "conflict", 2, "commitment"), ep("e3", "context_limit", 2),
-       ep("e4", "conflict", 3, "fact", "player_input"), ep("e5", "all_resolved", 4), ep("e6", "max_turns", 5),
-       ep("e7", "invalid", 1)]
+SIX = [
+    ep("e1", "conflict", 2, "fact"),
+    ep("e2", "conflict", 2, "commitment"),
+    ep("e3", "context_limit", 2),
+    ep("e4", "conflict", 3, "fact", "player_input"),
+    ep("e5", "all_resolved", 4),
+    ep("e6", "max_turns", 5),
+    ep("e7", "invalid", 1),
+]
 
 
 def test_six_episodes_with_ties_and_censoring_match_the_hand_computation() -> None:
@@ -84,8 +91,9 @@ def test_bands_cover_every_turn_once() -> None:
     assert sum(r[-1] for r in rows if r[0] != "all") == len(SIX)
 
 
-def test_scripted_official_run_endings_add_up_to_one_minus_survival(scripted_official_run: Path,
-                                                                    tmp_path: Path) -> None:
+def test_scripted_official_run_endings_add_up_to_one_minus_survival(
+    scripted_official_run: Path, tmp_path: Path
+) -> None:
     runs = load_runs([str(scripted_official_run)])
     for r in runs:
         attach_specs(r)

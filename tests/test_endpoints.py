@@ -67,8 +67,16 @@ class _Fake(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server() -> Iterator[Any]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Fake)
-    server.models = [{"id": "served-m", "object": "model", "root": "/srv/models/SmolLM2-135M", "owned_by": "vllm",
-                      "max_model_len": 8192, "created": 1}]  # type: ignore[attr-defined]
+    server.models = [
+        {
+            "id": "served-m",
+            "object": "model",
+            "root": "/srv/models/SmolLM2-135M",
+            "owned_by": "vllm",
+            "max_model_len": 8192,
+            "created": 1,
+        }
+    ]  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -105,10 +113,17 @@ def test_a_remote_role_is_identified_by_the_served_model_not_the_url() -> None:
     a = identity.of_run(_cfg(*_remote("http://a:1/v1")), _raw(*_remote("http://a:1/v1")))
     b = identity.of_run(_cfg(*_remote("http://b:2/v1")), _raw(*_remote("http://b:2/v1")))
     assert a.key == b.key  # where the server is is placement
-    assert a.parts["models"]["auditor"] == {"kind": "endpoint", "served_model": "served-m", "revision": None,
-                                            "reported": None, "engine": "openai"}
-    other = identity.of_run(_cfg(*_remote("http://a:1/v1", "auditor.endpoint.model=other")),
-                            _raw(*_remote("http://a:1/v1", "auditor.endpoint.model=other")))
+    assert a.parts["models"]["auditor"] == {
+        "kind": "endpoint",
+        "served_model": "served-m",
+        "revision": None,
+        "reported": None,
+        "engine": "openai",
+    }
+    other = identity.of_run(
+        _cfg(*_remote("http://a:1/v1", "auditor.endpoint.model=other")),
+        _raw(*_remote("http://a:1/v1", "auditor.endpoint.model=other")),
+    )
     assert other.key != a.key
     assert 'auditor served_model "served-m" -> "other"' in identity.differences(a.parts, other.parts)
     assert (
@@ -142,14 +157,21 @@ def test_health_check_records_the_servers_answer(fake_server: Any) -> None:
     assert ep.manifest()["version"] == "0.0-fake" and ep.manifest()["models"][0]["id"] == "served-m"
     parts = identity.of_run(ready.cfg, _raw(*_remote(_url(fake_server))), endpoints=ready.endpoints).parts
     # The server's folder by name, not where it lies; the start time is not identity.
-    assert parts["models"]["auditor"]["reported"] == {"id": "served-m", "root": "SmolLM2-135M", "max_model_len": 8192,
-                                                       "owned_by": "vllm"}
+    assert parts["models"]["auditor"]["reported"] == {
+        "id": "served-m",
+        "root": "SmolLM2-135M",
+        "max_model_len": 8192,
+        "owned_by": "vllm",
+    }
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"id": "another"}, "does not serve model 'served-m' (it serves: another)"),
-    ({"max_model_len": 600}, "with a 600-token window, which does not hold the first turn"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"id": "another"}, "does not serve model 'served-m' (it serves: another)"),
+        ({"max_model_len": 600}, "with a 600-token window, which does not hold the first turn"),
+    ],
+)
 def test_health_check_refuses_in_one_line(fake_server: Any, change: dict[str, Any], expected: str) -> None:
     fake_server.models = [{**fake_server.models[0], **change}]
     with pytest.raises(ConfigError, match="auditor.endpoint.base_url: health check: ") as err:
@@ -158,8 +180,11 @@ def test_health_check_refuses_in_one_line(fake_server: Any, change: dict[str, An
 
 
 def test_health_check_on_a_server_that_does_not_answer() -> None:
-    with pytest.raises(ConfigError, match=r"auditor.endpoint.base_url: health check: http://127.0.0.1:9/v1 does "
-                                          r"not answer"):
+    with pytest.raises(
+        ConfigError,
+        match=r"auditor.endpoint.base_url: health check: http://127.0.0.1:9/v1 does "
+        r"not answer",
+    ):
         preflight(_cfg(*_remote("http://127.0.0.1:9/v1")))
     with pytest.raises(ConfigError, match=r"auditor.endpoint.base_url: auditor.engine=openai needs the server"):
         preflight(_cfg("auditor.engine=openai"))
@@ -168,8 +193,11 @@ def test_health_check_on_a_server_that_does_not_answer() -> None:
 def test_the_endpoint_file_is_waited_for_bounded(fake_server: Any, tmp_path: Path) -> None:
     file = tmp_path / "endpoint"
     over = ("auditor.engine=openai", f"auditor.endpoint.file={file}", "auditor.endpoint.model=served-m")
-    with pytest.raises(ConfigError, match=r"auditor.endpoint.file: health check: endpoint file .* is not there yet "
-                                          r"\(the server job writes it once its /health answers\) after waiting 1 s"):
+    with pytest.raises(
+        ConfigError,
+        match=r"auditor.endpoint.file: health check: endpoint file .* is not there yet "
+        r"\(the server job writes it once its /health answers\) after waiting 1 s",
+    ):
         preflight(_cfg(*over, "auditor.endpoint.wait_s=1"))
     # Written while the run waits: it goes on.
     timer = threading.Timer(1.0, lambda: file.write_text(_url(fake_server) + "\n"))
@@ -190,8 +218,9 @@ def _answer() -> Any:
     from types import SimpleNamespace
 
     usage = SimpleNamespace(prompt_tokens=5, completion_tokens=2, prompt_tokens_details=None)
-    return SimpleNamespace(choices=[SimpleNamespace(finish_reason="stop", message=SimpleNamespace(content="ok"))],
-                           usage=usage)
+    return SimpleNamespace(
+        choices=[SimpleNamespace(finish_reason="stop", message=SimpleNamespace(content="ok"))], usage=usage
+    )
 
 
 def _generate(outcomes: list[Any], monkeypatch: pytest.MonkeyPatch, **cfg: Any) -> tuple[Any, list[float]]:
@@ -214,8 +243,9 @@ def _generate(outcomes: list[Any], monkeypatch: pytest.MonkeyPatch, **cfg: Any) 
 
         backend._client.chat.completions.create = create  # type: ignore[method-assign]
         try:
-            return await backend.generate(Request(messages=(Message("user", "hi"),), temperature=0.5, top_p=1.0,
-                                                  max_tokens=10, seed=1))
+            return await backend.generate(
+                Request(messages=(Message("user", "hi"),), temperature=0.5, top_p=1.0, max_tokens=10, seed=1)
+            )
         finally:
             await backend.close()
 
@@ -226,22 +256,31 @@ def _status(cls: type, code: int) -> Exception:
     return cls("busy", response=httpx.Response(code, request=_HTTP), body=None)
 
 
-def test_transport_failures_are_retried_with_backoff_and_logged(monkeypatch: pytest.MonkeyPatch,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_transport_failures_are_retried_with_backoff_and_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="ncp_local.engines.openai")
-    flaky = [openai.APIConnectionError(request=_HTTP), _status(openai.RateLimitError, 429),
-             _status(openai.InternalServerError, 503), _answer()]
+    flaky = [
+        openai.APIConnectionError(request=_HTTP),
+        _status(openai.RateLimitError, 429),
+        _status(openai.InternalServerError, 503),
+        _answer(),
+    ]
     c, waits = _generate(flaky, monkeypatch, max_retries=3, backoff_s=0.5)
     assert c.text == "ok" and waits == [0.5, 1.0, 2.0]
     assert [e.split(":")[0] for e in c.transport_errors] == ["APIConnectionError", "HTTP 429", "HTTP 503"]
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3 and all(line.startswith("endpoint 'ep' at http://127.0.0.1:9/v1: ") for line in lines)
     assert [line.split("; ")[1].split(" (")[0] for line in lines] == [
-        "retry 1 of 3 in 0.5 s", "retry 2 of 3 in 1.0 s", "retry 3 of 3 in 2.0 s"]
+        "retry 1 of 3 in 0.5 s",
+        "retry 2 of 3 in 1.0 s",
+        "retry 3 of 3 in 2.0 s",
+    ]
 
 
 def test_an_endpoint_that_stays_down_is_engine_dead_and_a_busy_one_a_failed_attempt(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     with pytest.raises(EngineDead, match="unreachable after 3 tries"):
         _generate([openai.APIConnectionError(request=_HTTP)] * 3, monkeypatch, max_retries=2, backoff_s=0.1)
     c, waits = _generate([_status(openai.InternalServerError, 503)] * 3, monkeypatch, max_retries=2, backoff_s=0.1)

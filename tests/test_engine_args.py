@@ -66,6 +66,7 @@ def _model(stem: str) -> ModelSettings:
 
 # -- one schema ------------------------------------------------------------------
 
+
 def test_unknown_model_key_is_a_config_error() -> None:
     raw = _compose()[1]
     raw["narrator"]["model"]["max_num_seq"] = 3
@@ -73,8 +74,10 @@ def test_unknown_model_key_is_a_config_error() -> None:
         config_mod.validate(raw)
 
 
-@pytest.mark.parametrize("devices, tp, ok", [([], 2, True), ([1], 1, True), ([2, 3], 2, True),
-                                             ([0], 2, False), ([0, 1], 1, False), ([0, 0], 2, False)])
+@pytest.mark.parametrize(
+    "devices, tp, ok",
+    [([], 2, True), ([1], 1, True), ([2, 3], 2, True), ([0], 2, False), ([0, 1], 1, False), ([0, 0], 2, False)],
+)
 def test_devices_must_match_tensor_parallel(devices: list[int], tp: int, ok: bool) -> None:
     raw = _compose()[1]
     raw["auditor"]["model"].update(devices=devices, tensor_parallel_size=tp)
@@ -111,11 +114,20 @@ def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
     check_engine_args(config_mod.validate(raw))
 
 
-@pytest.mark.parametrize("key, value", [
-    ("hf_overrides", {"max_position_embeddings": 131072}), ("quantization", "fp8"), ("kv_cache_dtype", "fp8"),
-    ("language_model_only", True), ("tokenizer_mode", "mistral"), ("config_format", "mistral"),
-    ("load_format", "mistral"), ("max_num_batched_tokens", 8192), ("enable_prefix_caching", False),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("hf_overrides", {"max_position_embeddings": 131072}),
+        ("quantization", "fp8"),
+        ("kv_cache_dtype", "fp8"),
+        ("language_model_only", True),
+        ("tokenizer_mode", "mistral"),
+        ("config_format", "mistral"),
+        ("load_format", "mistral"),
+        ("max_num_batched_tokens", 8192),
+        ("enable_prefix_caching", False),
+    ],
+)
 def test_the_settings_the_issue_names_pass_through(key: str, value: Any, tmp_path: Path) -> None:
     cfg = ModelSettings(**BASE, engine_args={key: value})
     assert engine_args_problem(cfg) is None
@@ -124,8 +136,12 @@ def test_the_settings_the_issue_names_pass_through(key: str, value: Any, tmp_pat
 
 
 def test_bad_engine_args_key_on_the_command_line_is_one_line_exit_2(tmp_path: Path) -> None:
-    proc = run_cli("+narrator.model.engine_args.kv_cache_dtyp=fp8", "progress=false", cwd=tmp_path,
-                   env={**os.environ, "NCP_BENCH_DATASET": ""})
+    proc = run_cli(
+        "+narrator.model.engine_args.kv_cache_dtyp=fp8",
+        "progress=false",
+        cwd=tmp_path,
+        env={**os.environ, "NCP_BENCH_DATASET": ""},
+    )
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     err = proc.stderr.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in proc.stderr, proc.stderr
@@ -134,6 +150,7 @@ def test_bad_engine_args_key_on_the_command_line_is_one_line_exit_2(tmp_path: Pa
 
 
 # -- the arguments the rig builds ----------------------------------------------------
+
 
 def test_gpu_defaults_and_devices(tmp_path: Path) -> None:
     cfg = ModelSettings(**BASE, devices=[1, 3], tensor_parallel_size=2)
@@ -178,24 +195,28 @@ def test_deterministic_sets_batch_invariance_for_gpu_engines_only() -> None:
     assert engine_env(cfg, on_cpu=True) == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", **wait}
     assert "VLLM_BATCH_INVARIANT" not in engine_env(ModelSettings(**BASE), on_cpu=False)
     # The run-wide switch reaches every engine; a per-model one only its own.
-    for overrides, expect in ((["engine.deterministic=true"], (True, True)),
-                              (["narrator=qwen3", "narrator.model.deterministic=true"], (True, False))):
+    for overrides, expect in (
+        (["engine.deterministic=true"], (True, True)),
+        (["narrator=qwen3", "narrator.model.deterministic=true"], (True, False)),
+    ):
         cfg_run, _ = _compose(*overrides)
         engines = EnginePool(cfg_run)
-        got = (engines.model_for(engines.role_key["narrator"]).deterministic,
-               engines.model_for(engines.role_key["auditor"]).deterministic)
+        got = (
+            engines.model_for(engines.role_key["narrator"]).deterministic,
+            engines.model_for(engines.role_key["auditor"]).deterministic,
+        )
         assert got == expect, overrides
 
 
 # -- the vLLM contract (CI runs 0.32; the GPU extra pins 0.33, same names) ---------------
+
 
 @pytest.mark.parametrize("stem", MODEL_FILES)
 def test_every_shipped_model_builds_real_engine_args(stem: str, tmp_path: Path) -> None:
     cfg = _model(stem)
     assert engine_args_problem(cfg) is None
     names = engine_arg_names()
-    assert names == {f.name for f in dataclasses.fields(AsyncEngineArgs)} - {"_api_process_count",
-                                                                             "_api_process_rank"}
+    assert names == {f.name for f in dataclasses.fields(AsyncEngineArgs)} - {"_api_process_count", "_api_process_rank"}
     for on_cpu in (True, False):
         kw = engine_kwargs(cfg, tmp_path, on_cpu=on_cpu)
         assert set(kw) <= names, set(kw) - names
@@ -208,14 +229,16 @@ def test_every_shipped_model_builds_real_engine_args(stem: str, tmp_path: Path) 
 
 def test_sampling_params_the_rig_passes() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 5}}, "required": ["a"]}
-    req = Request(messages=(Message("user", "x"),), temperature=0.6, top_p=0.95, max_tokens=8092, seed=123,
-                  json_schema=schema)
+    req = Request(
+        messages=(Message("user", "x"),), temperature=0.6, top_p=0.95, max_tokens=8092, seed=123, json_schema=schema
+    )
     p = sampling_params(req, 300)
     assert isinstance(p, SamplingParams)
     assert (p.temperature, p.top_p, p.max_tokens, p.seed) == (0.6, 0.95, 300, 123)
     assert p.structured_outputs.json == schema and p.output_kind == RequestOutputKind.FINAL_ONLY
-    text = sampling_params(Request(messages=req.messages, temperature=0.0, top_p=1.0, max_tokens=5, seed=1,
-                                   regex="[a-z]+"))
+    text = sampling_params(
+        Request(messages=req.messages, temperature=0.0, top_p=1.0, max_tokens=5, seed=1, regex="[a-z]+")
+    )
     assert text.structured_outputs.regex == "[a-z]+" and text.max_tokens == 5
     fields = set(SamplingParams.__struct_fields__)
     assert {"temperature", "top_p", "max_tokens", "seed", "structured_outputs", "output_kind"} <= fields
@@ -233,9 +256,25 @@ def test_engine_interface_the_backend_calls() -> None:
     assert list(params)[1:4] == ["prompt", "sampling_params", "request_id"]
     for name in ("from_engine_args", "shutdown", "reset_prefix_cache", "errored", "dead_error"):
         assert hasattr(AsyncLLM, name), name
-    out = RequestOutput(request_id="r", prompt=None, prompt_token_ids=[1], prompt_logprobs=None, outputs=[
-        CompletionOutput(index=0, text="t", token_ids=[2], cumulative_logprob=None, logprobs=None,
-                         finish_reason="length", stop_reason=None)], finished=True, num_cached_tokens=1)
+    out = RequestOutput(
+        request_id="r",
+        prompt=None,
+        prompt_token_ids=[1],
+        prompt_logprobs=None,
+        outputs=[
+            CompletionOutput(
+                index=0,
+                text="t",
+                token_ids=[2],
+                cumulative_logprob=None,
+                logprobs=None,
+                finish_reason="length",
+                stop_reason=None,
+            )
+        ],
+        finished=True,
+        num_cached_tokens=1,
+    )
     assert (out.num_cached_tokens, out.prompt_token_ids, out.outputs[0].finish_reason) == (1, [1], "length")
 
 
@@ -244,11 +283,26 @@ def test_engine_interface_the_backend_calls() -> None:
 # Qwen3's config.json facts that decide the window (the rest made tiny): 40960
 # positions, rope_theta 1e6, no rope scaling.
 QWEN3_CONFIG = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-    "max_position_embeddings": 40960, "rope_theta": 1000000, "rope_scaling": None, "vocab_size": 1000,
-    "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16", "tie_word_embeddings": False, "sliding_window": None,
-    "use_sliding_window": False, "max_window_layers": 2, "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1000000,
+    "rope_scaling": None,
+    "vocab_size": 1000,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "sliding_window": None,
+    "use_sliding_window": False,
+    "max_window_layers": 2,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
 }
 
 
@@ -284,6 +338,7 @@ def test_shipped_windows() -> None:
 
 
 # -- one engine's environment never reaches the next ----------------------------------
+
 
 def test_vllms_own_config_build_leaves_os_environ_as_it_was(tmp_path: Path) -> None:
     # The CPU build writes its settings into the parent (VLLM_WORKER_MULTIPROC_METHOD,
@@ -342,8 +397,11 @@ def test_a_deterministic_engine_leaves_nothing_for_the_next(monkeypatch: pytest.
     before = dict(os.environ)
     first = VLLMEngine._start_blocking(ModelSettings(**BASE, deterministic=True))
     assert dict(os.environ) == before
-    assert set(first.env_restored) == {"VLLM_BATCH_INVARIANT", "VLLM_USE_BREAKABLE_CUDAGRAPH",
-                                       "VLLM_REGEX_COMPILATION_TIMEOUT_S"}
+    assert set(first.env_restored) == {
+        "VLLM_BATCH_INVARIANT",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH",
+        "VLLM_REGEX_COMPILATION_TIMEOUT_S",
+    }
     second = VLLMEngine._start_blocking(ModelSettings(**BASE))
     assert _FakeAsyncLLM.seen == [
         {"VLLM_BATCH_INVARIANT": "1", "VLLM_USE_BREAKABLE_CUDAGRAPH": None, "VLLM_REGEX_COMPILATION_TIMEOUT_S": "600"},
@@ -381,8 +439,7 @@ def test_kv_offloading_size_reaches_vllms_offloading_connector(tmp_path: Path) -
 
     args = _engine_args(ModelSettings(**BASE, engine_args={"kv_offloading_size": 24}), tmp_path, on_cpu=False)
     assert args.kv_offloading_size == 24
-    cfg = SimpleNamespace(cache_config=CacheConfig(kv_offloading_size=args.kv_offloading_size),
-                          kv_transfer_config=None)
+    cfg = SimpleNamespace(cache_config=CacheConfig(kv_offloading_size=args.kv_offloading_size), kv_transfer_config=None)
     VllmConfig._post_init_kv_transfer_config(cfg)  # type: ignore[arg-type]
     assert cfg.kv_transfer_config.kv_connector in ("OffloadingConnector", "SimpleCPUOffloadConnector")
     assert cfg.kv_transfer_config.kv_connector_extra_config["cpu_bytes_to_use"] == 24 * 2**30

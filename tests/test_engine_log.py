@@ -40,15 +40,27 @@ SCRIPT = textwrap.dedent("""
     print("rig: after")
 """)
 
-ENGINE_LINES = ("fd1: engine line", "late: a library", "lastresort: a warning", "warn: a library", "child: stdout",
-                "child: stderr", "fd2: Traceback")
+ENGINE_LINES = (
+    "fd1: engine line",
+    "late: a library",
+    "lastresort: a warning",
+    "warn: a library",
+    "child: stdout",
+    "child: stderr",
+    "fd2: Traceback",
+)
 
 
 def _run(tmp_path: Path, verbose: bool) -> tuple[subprocess.CompletedProcess[str], Path]:
     log = tmp_path / "run" / "engine.log"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(log), "1" if verbose else "0"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "NCP_LOCAL_CACHE": str(tmp_path / "cache")})
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(log), "1" if verbose else "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "NCP_LOCAL_CACHE": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc, log
 
@@ -64,9 +76,11 @@ def test_engine_output_goes_to_the_log_and_the_rigs_lines_to_the_terminal(tmp_pa
     assert text.index("fd1: engine line before the place") < text.index("child: stdout")  # moved, then appended
     assert proc.stdout.splitlines() == ["rig: before the log has its place", "rig: the table", "rig: after"]
     # An engine failure: its one error line, then where the log is and its last relevant lines.
-    assert proc.stderr.splitlines() == ["error: engine died: model 'm' (vllm): the engine failed to start",
-                                        f"  last lines of {log}:",
-                                        "  | fd2: Traceback: RuntimeError: not enough memory for the KV cache"]
+    assert proc.stderr.splitlines() == [
+        "error: engine died: model 'm' (vllm): the engine failed to start",
+        f"  last lines of {log}:",
+        "  | fd2: Traceback: RuntimeError: not enough memory for the KV cache",
+    ]
     assert not list((tmp_path / "cache").glob("logs/*"))  # placed: no log left in the cache
 
 

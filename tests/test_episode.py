@@ -37,8 +37,12 @@ def test_opening_updates_pending_on_turn_0_then_applied_first(tmp_path: Path) ->
     assert "[f_2] the door is red" in fu0 and "[f_0]" not in fu0
     assert "the door is red" not in prompt(run.requests("narrate", turn=1)[0]).split("FACT UPDATES FROM THE OPENING")[1]
     ledger_ids = [(f.id, f.text, f.active) for f in result.final_state.facts]
-    assert ledger_ids == [("f_0", "initial fact 0 of tiny", False), ("f_1", "initial fact 1 of tiny", True),
-                          ("f_2", "the door is red", True), ("f_3", "the lamp is lit", True)]
+    assert ledger_ids == [
+        ("f_0", "initial fact 0 of tiny", False),
+        ("f_1", "initial fact 1 of tiny", True),
+        ("f_2", "the door is red", True),
+        ("f_3", "the lamp is lit", True),
+    ]
     assert result.opening_update.add_facts == ("the door is red",)
 
 
@@ -108,8 +112,9 @@ def test_at_most_one_node_per_turn_first_pending_only(tmp_path: Path) -> None:
     run = Scripted(tmp_path, [spec], lambda r: traj(True) if tag(r)[0] == "trajectory_check" else None, max_turns=5)
     result = run.run()["tiny"]
     assert [t.node_completed for t in result.turns] == ["s_0", "s_1", "s_2", None, None]
-    asked = [prompt(r).split("STORY BEAT TO CHECK:")[1].strip().split("\n")[0]
-             for r in run.requests("trajectory_check")]
+    asked = [
+        prompt(r).split("STORY BEAT TO CHECK:")[1].strip().split("\n")[0] for r in run.requests("trajectory_check")
+    ]
     assert asked == ["[s_0]", "[s_1]", "[s_2]"]  # shown without its description; none once all occurred
     assert "node 0 description" not in prompt(run.requests("trajectory_check")[0]).split("STORY BEAT TO CHECK:")[1]
 
@@ -117,8 +122,9 @@ def test_at_most_one_node_per_turn_first_pending_only(tmp_path: Path) -> None:
 def test_commitment_can_fall_back_to_pending(tmp_path: Path) -> None:
     spec = make_spec(types=("invariant", "achievement", "achievement"))
     plan = {0: {"c_0", "c_1"}, 1: {"c_1"}, 2: {"c_0"}}
-    run = Scripted(tmp_path, [spec], lambda r: statuses(r, plan[tag(r)[2]]) if tag(r)[0] == "status_check" else None,
-                   max_turns=3)
+    run = Scripted(
+        tmp_path, [spec], lambda r: statuses(r, plan[tag(r)[2]]) if tag(r)[0] == "status_check" else None, max_turns=3
+    )
     result = run.run()["tiny"]
     assert [t.newly_satisfied for t in result.turns] == [("c_0", "c_1"), (), ("c_0",)]
     assert [t.back_to_pending for t in result.turns] == [(), ("c_0",), ("c_1",)]
@@ -156,12 +162,20 @@ def test_play_through_is_a_fixed_workload_for_benchmarks(tmp_path: Path) -> None
 def test_all_resolved_before_turn_limit(tmp_path: Path) -> None:
     spec = make_spec(types=("ordering", "achievement", "achievement"))
     # Everything satisfied on the very last allowed turn: all_resolved wins over max_turns.
-    run = Scripted(tmp_path / "a", [spec], lambda r: statuses(r, {"c_1", "c_2"} if tag(r)[2] == 2 else {"c_1"})
-                   if tag(r)[0] == "status_check" else None, max_turns=3)
+    run = Scripted(
+        tmp_path / "a",
+        [spec],
+        lambda r: statuses(r, {"c_1", "c_2"} if tag(r)[2] == 2 else {"c_1"}) if tag(r)[0] == "status_check" else None,
+        max_turns=3,
+    )
     result = run.run()["tiny"]
     assert result.termination == "all_resolved" and len(result.turns) == 3
-    run2 = Scripted(tmp_path / "b", [spec], lambda r: statuses(r, {"c_1", "c_2"})
-                    if tag(r)[0] == "status_check" else None, max_turns=10)
+    run2 = Scripted(
+        tmp_path / "b",
+        [spec],
+        lambda r: statuses(r, {"c_1", "c_2"}) if tag(r)[0] == "status_check" else None,
+        max_turns=10,
+    )
     assert run2.run()["tiny"].termination == "all_resolved" and len(run2.run()["tiny"].turns) == 1
 
 
@@ -235,6 +249,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path: Path) -> None:
             if calls["n"] == n:
                 raise Crash()
             return None
+
         return rules
 
     root = tmp_path / "resumed"
@@ -301,8 +316,10 @@ def test_stages_share_prefixes_within_a_turn(tmp_path: Path) -> None:
     result = run.run()[spec.id]
     assert len(result.turns) == 3
     for t in range(3):
-        narrate, conflict, status, double = (prompt(run.requests(stage, turn=t)[0]) for stage in
-                                             ("narrate", "conflict_check", "status_check", "double_check"))
+        narrate, conflict, status, double = (
+            prompt(run.requests(stage, turn=t)[0])
+            for stage in ("narrate", "conflict_check", "status_check", "double_check")
+        )
         # The commitments are the common start of every prompt that sees them.
         lead = os.path.commonprefix([narrate, conflict, status, double])
         assert spec.commitments[-1].violation_condition in lead
@@ -323,9 +340,11 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
 
     pack = tmp_path / "pack"
     shutil.copytree(Path(__file__).resolve().parent.parent / "prompts", pack)
-    (pack / "narrate.txt").write_text("Role {player_role}\n{system_response_history}\n{narrative_commitments}\n"
-                                      "{current_node}\n{pre_turn_facts}\n{pending_fact_updates}\n{user_input}\n"
-                                      '{{"text": "..."}} is a literal brace\n')
+    (pack / "narrate.txt").write_text(
+        "Role {player_role}\n{system_response_history}\n{narrative_commitments}\n"
+        "{current_node}\n{pre_turn_facts}\n{pending_fact_updates}\n{user_input}\n"
+        '{{"text": "..."}} is a literal brace\n'
+    )
     run = Scripted(tmp_path / "run", [make_spec()], None, max_turns=1, pack_dir=pack)
     run.run()
     text = prompt(run.requests("narrate", turn=0)[0])
@@ -344,12 +363,14 @@ def test_prompt_pack_with_official_placeholder_names(tmp_path: Path) -> None:
         PromptPack.load(pack)
 
 
-def _both_orders(tmp_path: Path, specs: list[Any], policy: Any, max_turns: int,
-                 rules: Any = None) -> tuple[Scripted, Scripted]:
+def _both_orders(
+    tmp_path: Path, specs: list[Any], policy: Any, max_turns: int, rules: Any = None
+) -> tuple[Scripted, Scripted]:
     runs = []
     for on in (False, True):
-        run = Scripted(tmp_path / f"speculative-{on}", specs, rules, max_turns=max_turns, policy=policy,
-                       speculative_player=on)
+        run = Scripted(
+            tmp_path / f"speculative-{on}", specs, rules, max_turns=max_turns, policy=policy, speculative_player=on
+        )
         runs.append(run)
     return runs[0], runs[1]
 
@@ -380,8 +401,11 @@ def test_speculative_player_gives_byte_identical_results(tmp_path: Path) -> None
     for sid in a:
         assert [key(c) for c in used if c["spec_id"] == sid] == [key(c) for c in seq.calls() if c["spec_id"] == sid]
     # A dropped call is the player of the turn after a conflict or all_resolved, never at max_turns.
-    early_ends = {(sid, len(r.turns)) for sid, r in a.items()
-                  if r.termination in ("conflict", "all_resolved") and len(r.turns) < 6}
+    early_ends = {
+        (sid, len(r.turns))
+        for sid, r in a.items()
+        if r.termination in ("conflict", "all_resolved") and len(r.turns) < 6
+    }
     assert dropped and {(c["spec_id"], c["turn"]) for c in dropped} == early_ends
     assert all(c["stage"] == "player" for c in dropped)
     # Turn t+1's player was asked before turn t's audits ended.
@@ -409,8 +433,9 @@ def test_speculative_player_failure_counts_only_when_used(tmp_path: Path) -> Non
         if stage == "player" and turn == 1:
             return ""
         if stage in ("conflict_check", "double_check") and turn == 0:
-            return conflicts([("fact", "f_0")], **({"confirmed": True, "review_reason": "r"}
-                                                  if stage == "double_check" else {}))
+            return conflicts(
+                [("fact", "f_0")], **({"confirmed": True, "review_reason": "r"} if stage == "double_check" else {})
+            )
         return None
 
     seq, spec_run = _both_orders(tmp_path / "dropped", [spec], None, max_turns=3, rules=conflict_at_0)

@@ -18,6 +18,7 @@ def _engine_error(stage_name: str) -> Any:
         if stage == stage_name:
             return Completion(text="", finish_reason="error", error="grammar compilation failed: feature X")
         return None
+
     return rules
 
 
@@ -60,8 +61,9 @@ def test_a_model_answering_badly_is_not_an_engine_failure(tmp_path: Path) -> Non
 
     results = Scripted(tmp_path, [make_spec(f"s{i}") for i in range(4)], rules, max_turns=1).run()
     assert {r.termination for r in results.values()} == {"invalid"}
-    assert systematic_invalid(results.values(), 0.5).startswith("4 of 4 episodes are invalid for the same reason: "
-                                                                "fact_update at the opening")
+    assert systematic_invalid(results.values(), 0.5).startswith(
+        "4 of 4 episodes are invalid for the same reason: fact_update at the opening"
+    )
 
 
 def test_no_output_room_everywhere_stops_the_run(tmp_path: Path) -> None:

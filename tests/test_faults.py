@@ -21,8 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _args(dataset: Path, out: Path, *extra: str) -> list[str]:
-    return ["engine=scripted", "dataset=ncp_bench", f"dataset.path={dataset}", "limit=20", "max_turns=8",
-            f"out_dir={out}", "progress=false", "engine.conflict_rate=0.05", *extra]
+    return [
+        "engine=scripted",
+        "dataset=ncp_bench",
+        f"dataset.path={dataset}",
+        "limit=20",
+        "max_turns=8",
+        f"out_dir={out}",
+        "progress=false",
+        "engine.conflict_rate=0.05",
+        *extra,
+    ]
 
 
 def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
@@ -67,16 +76,18 @@ def official_reference(official_dataset: Path, tmp_path_factory: pytest.TempPath
 
 # 3 kills in `make test`; the 12-kill soak in `make test-all`.
 @pytest.mark.parametrize("wanted", [3, pytest.param(12, marks=pytest.mark.slow)])
-def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, official_reference: dict[str, Any],
-                                                       tmp_path: Path, wanted: int) -> None:
+def test_sigkill_at_random_moments_then_resume_matches(
+    official_dataset: Path, official_reference: dict[str, Any], tmp_path: Path, wanted: int
+) -> None:
     expected = official_reference
     out = tmp_path / "killed"
     slow = ("engine.delay_s=0.01", "concurrency=4")  # long enough to be killed mid-run
     rng = random.Random(1234)
     kills = 0
     for _ in range(40):
-        proc = subprocess.Popen(_cmd(official_dataset, out, *slow), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            _cmd(official_dataset, out, *slow), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         # Kill once the run is really working, at a random moment after that.
         _wait_for(lambda: (out / "calls.jsonl").exists() and (out / "calls.jsonl").stat().st_size > 0, 120)
         time.sleep(rng.uniform(0.0, 1.5))
@@ -100,8 +111,12 @@ def test_sigkill_at_random_moments_then_resume_matches(official_dataset: Path, o
 
 def test_sigterm_flushes_and_exit_status_resumes(official_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "term"
-    proc = subprocess.Popen(_cmd(official_dataset, out, "engine.delay_s=0.01", "concurrency=4"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(official_dataset, out, "engine.delay_s=0.01", "concurrency=4"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert _wait_for(lambda: len(list((out / "checkpoints").glob("*.json"))) >= 2, 300)  # a bound, not a speed
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -115,8 +130,9 @@ def test_sigterm_flushes_and_exit_status_resumes(official_dataset: Path, tmp_pat
     assert len(_results(out)) == 20 and (out / "DONE").exists()
 
 
-def test_dead_engine_stops_run_then_resume(official_dataset: Path, official_reference: dict[str, Any],
-                                          tmp_path: Path) -> None:
+def test_dead_engine_stops_run_then_resume(
+    official_dataset: Path, official_reference: dict[str, Any], tmp_path: Path
+) -> None:
     out = tmp_path / "dead"
     dead = run_cli(*_args(official_dataset, out, "engine.die_after_calls=300"))
     assert dead.returncode == 3
@@ -130,8 +146,11 @@ def test_dead_engine_stops_run_then_resume(official_dataset: Path, official_refe
 def test_second_process_on_same_run_dir_refused(official_dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "locked"
     # Slow enough (minutes of work) that the first is still running however long the second takes to start.
-    first = subprocess.Popen(_cmd(official_dataset, out, "engine.delay_s=0.5", "concurrency=2"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        _cmd(official_dataset, out, "engine.delay_s=0.5", "concurrency=2"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert _wait_for(lambda: (out / "calls.jsonl").exists(), 300)
         second = subprocess.run(_cmd(official_dataset, out), capture_output=True, text=True, timeout=120)
@@ -148,8 +167,9 @@ MISBEHAVIOUR = {
     "empty": lambda req: "",
     "truncated": lambda req: '{"conflicts": [{"type": "fact", "id"',
     "unknown_id": lambda req: json.dumps({"conflicts": [{"type": "fact", "id": "f_999", "reason": "x"}]}),
-    "oversized": lambda req: Completion(text='{"conflicts": [{"type": "fact", "reason": "' + "x" * 400,
-                                        finish_reason="length"),
+    "oversized": lambda req: Completion(
+        text='{"conflicts": [{"type": "fact", "reason": "' + "x" * 400, finish_reason="length"
+    ),
 }
 
 
@@ -176,8 +196,15 @@ def test_misbehaving_model_ends_only_its_episode(tmp_path: Path, kind: str) -> N
 
 def _local(out: Path, *extra: str) -> CliResult:
     """Our own three specs, one episode at a time, no conflicts: predictable lengths."""
-    return run_cli("engine=scripted", "max_turns=6", "concurrency=1", "engine.conflict_rate=0", f"out_dir={out}",
-                   "progress=false", *extra)
+    return run_cli(
+        "engine=scripted",
+        "max_turns=6",
+        "concurrency=1",
+        "engine.conflict_rate=0",
+        f"out_dir={out}",
+        "progress=false",
+        *extra,
+    )
 
 
 def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path: Path) -> None:
@@ -217,10 +244,10 @@ def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path
     warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 4, resumed.stderr
     assert any(cp.name in w and "not JSON" in w and "from the start" in w for w in warnings)
-    assert sorted(p.name for p in (out / "quarantine").rglob("*.json")) == sorted(
-        [a.name, b.name, cp.name, ghost.name])
+    assert sorted(p.name for p in (out / "quarantine").rglob("*.json")) == sorted([a.name, b.name, cp.name, ghost.name])
     assert _results(out) == expected
     assert {p.name: p.read_bytes() for p in (out / "results").glob("*.json")} == {
-        p.name: p.read_bytes() for p in (reference / "results").glob("*.json")}
+        p.name: p.read_bytes() for p in (reference / "results").glob("*.json")
+    }
     again = _local(out)
     assert "warning" not in again.stderr and "nothing left to do" in again.stdout

@@ -61,8 +61,13 @@ def test_narrator_sees_current_node_only_and_its_own_passages_only(tmp_path: Pat
 
 
 def test_paper_history_cuts_past_passages_to_their_first_line(tmp_path: Path) -> None:
-    run = Scripted(tmp_path, [make_spec()], _narrations, max_turns=3,
-                   narrator=lambda pack, roles: BaselineNarrator(pack, history="first_line"))
+    run = Scripted(
+        tmp_path,
+        [make_spec()],
+        _narrations,
+        max_turns=3,
+        narrator=lambda pack, roles: BaselineNarrator(pack, history="first_line"),
+    )
     run.run()
     text = prompt(run.requests("narrate", turn=2)[0])
     assert "[0] Passage -1 first line.\n\n[1] Passage 0 first line.\n\n[2] Passage 1 first line." in text
@@ -88,8 +93,9 @@ def test_response_internal_ends_the_episode_as_a_fact_conflict(tmp_path: Path) -
     # The double-check is shown the narration itself as the conflict's target.
     dc = prompt(run.requests("double_check", turn=1)[0])
     targets = json.JSONDecoder().raw_decode(dc.split("each with the text it names):\n")[1])[0]
-    assert targets == [{"type": "fact", "id": "response_internal", "target_text": result.turns[1].response,
-                        "reason": "r"}]
+    assert targets == [
+        {"type": "fact", "id": "response_internal", "target_text": result.turns[1].response, "reason": "r"}
+    ]
 
 
 def test_player_input_conflict_uses_the_id_input(tmp_path: Path) -> None:
@@ -202,8 +208,7 @@ def test_scripted_episodes_run_on_the_official_prompts(official_prompts: Path, t
 
 
 @pytest.mark.parametrize("breakage", ["misspelt", "removed", "empty", "binary", "attribute"])
-def test_broken_official_pack_stops_before_anything_runs(official_prompts: Path, tmp_path: Path,
-                                                         breakage: str) -> None:
+def test_broken_official_pack_stops_before_anything_runs(official_prompts: Path, tmp_path: Path, breakage: str) -> None:
     pack = tmp_path / "clone"
     shutil.copytree(official_prompts, pack)
     target = pack / "src/ncpbench/prompts/fact_update.txt"
@@ -218,8 +223,9 @@ def test_broken_official_pack_stops_before_anything_runs(official_prompts: Path,
     else:
         target.write_text(target.read_text().replace("{pre_turn_facts}", "{pre_turn_facts.__class__}"))
     out = tmp_path / "run"
-    proc = run_cli("engine=scripted", f"prompts.dir={pack}", "max_turns=1", f"out_dir={out}", "progress=false",
-                   cwd=tmp_path)
+    proc = run_cli(
+        "engine=scripted", f"prompts.dir={pack}", "max_turns=1", f"out_dir={out}", "progress=false", cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -59,8 +59,9 @@ def _run(root: Path, ids: list[str]) -> Path:
     run = root / "run"
     Scripted(run, [make_spec(s) for s in ids], max_turns=2).run()
     manifest = json.loads((run / "manifest.json").read_text())
-    manifest.update({"dataset": {"path": str(dataset), "specs": ids},
-                     "config": {"engine": {"name": "scripted"}, "max_turns": 2}})
+    manifest.update(
+        {"dataset": {"path": str(dataset), "specs": ids}, "config": {"engine": {"name": "scripted"}, "max_turns": 2}}
+    )
     (run / "manifest.json").write_text(json.dumps(manifest))
     return run
 
@@ -73,13 +74,13 @@ def test_tooltips_and_no_interval_for_one_episode(tmp_path: Path) -> None:
     out = tmp_path / "report"
     rep = build_report(runs, out, resamples=200)
     index = (out / "index.html").read_text()
-    summary = index[index.index("<table class='summary'>"):]
-    summary = summary[:summary.index("</table>")]
+    summary = index[index.index("<table class='summary'>") :]
+    summary = summary[: summary.index("</table>")]
     for _, header, _ in METRICS:
         assert f'title="{html.escape(plain(define(header)), quote=True)}">{html.escape(header)}</th>' in summary
     for term in ("conflict", "max_turns", "context_limit", "invalid"):
         assert f'<span title="{html.escape(plain(define(term)), quote=True)}">{term}</span>' in summary
-    body = summary[summary.index("<tbody>"):]
+    body = summary[summary.index("<tbody>") :]
     first, second = body.split("</tr>")[:2]
     assert "[" not in first and second.count("[") == len(METRICS) + 1  # every metric and conflict-free
     lines = [ln for ln in rep["summary_md"].splitlines() if ln.startswith("| ") and "---" not in ln][1:]

@@ -32,8 +32,11 @@ def test_acceptance_script_runs_every_step(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     table = (out / "summary.md").read_text()
     assert table == proc.stdout  # the table is printed and kept
-    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in table.splitlines()
-            if line.startswith("| ") and not line.startswith("| step")}
+    rows = {
+        tuple(c.strip() for c in line.split("|")[1:4]): line
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| step")
+    }
     assert ("plan", "(defaults)", "go") in rows
     assert ("plan", "smollm2", "go") in rows
     assert "1 episodes: " in rows[("run", "smollm2", "ok")]
@@ -42,6 +45,11 @@ def test_acceptance_script_runs_every_step(tmp_path: Path) -> None:
     # The memory table beside the plan (no vLLM engine on engine=scripted: nothing measured).
     assert ("memory", "smollm2", "n/a") in rows and (out / "memory.md").is_file()
     # Each step's full output is kept.
-    assert {p.name for p in (out / "logs").iterdir()} == {"plan.log", "plan-smollm2.log", "run-smollm2.log",
-                                                          "again-smollm2.log", "bench-smollm2.log"}
+    assert {p.name for p in (out / "logs").iterdir()} == {
+        "plan.log",
+        "plan-smollm2.log",
+        "run-smollm2.log",
+        "again-smollm2.log",
+        "bench-smollm2.log",
+    }
     assert (out / "smollm2" / "a" / "results").is_dir() and (out / "smollm2" / "b" / "results").is_dir()

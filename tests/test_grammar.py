@@ -11,8 +11,20 @@ from ncp_local.engines.grammar import BACKENDS, adapt_schema, unsupported
 from ncp_local.protocol.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, check_bounds, parse, schema_for
 
 IDS = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
-STAGES = ("opening", "narrate", "fact_update", "conflict_check", "double_check", "trajectory_check", "status_check",
-          "hiagent_narrate", "hiagent_summarize", "build_trajectory", "build_commitments", "build_facts")
+STAGES = (
+    "opening",
+    "narrate",
+    "fact_update",
+    "conflict_check",
+    "double_check",
+    "trajectory_check",
+    "status_check",
+    "hiagent_narrate",
+    "hiagent_summarize",
+    "build_trajectory",
+    "build_commitments",
+    "build_facts",
+)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -50,8 +62,9 @@ def test_outlines_audit_schemas_are_the_same_call_after_call(stage: str) -> None
     """Ids as patterns: the state under audit grows (facts added, negated, new ids) and the
     schema does not, so vLLM compiles it once; as enums it changes with every fact."""
     early = AuditIds(fact_ids=("f_0", "f_1", "f_2"), commitment_ids=("c_0", "c_1"), new_fact_ids=("f_3",))
-    later = AuditIds(fact_ids=("f_1", "f_2", "f_5", "f_11", "f_12"), commitment_ids=("c_0", "c_1"),
-                     new_fact_ids=("f_13", "f_14"))
+    later = AuditIds(
+        fact_ids=("f_1", "f_2", "f_5", "f_11", "f_12"), commitment_ids=("c_0", "c_1"), new_fact_ids=("f_13", "f_14")
+    )
     assert schema_for(stage, early, TIGHT, "pattern") == schema_for(stage, later, TIGHT, "pattern")
     if stage != "status_check":  # one entry per commitment: the same either way
         assert schema_for(stage, early, TIGHT) != schema_for(stage, later, TIGHT)
@@ -64,8 +77,15 @@ def test_negations_are_capped_by_the_bound_and_under_enums_by_the_ids() -> None:
     assert negations("pattern", TIGHT)["maxItems"] == 8 and "maxItems" not in negations("pattern", UNBOUNDED)
     assert negations("pattern", TIGHT)["items"] == {"type": "string", "pattern": "^(f_[0-9]+)$"}
     with pytest.raises(InvalidOutput, match="negations 9 is over its bound 8"):
-        check_bounds("fact_update", parse("fact_update", json.dumps(
-            {"add_facts": [], "negate_facts": [f"f_{i}" for i in range(9)], "reason": "r"}), ids), TIGHT)
+        check_bounds(
+            "fact_update",
+            parse(
+                "fact_update",
+                json.dumps({"add_facts": [], "negate_facts": [f"f_{i}" for i in range(9)], "reason": "r"}),
+                ids,
+            ),
+            TIGHT,
+        )
 
 
 def test_an_id_of_the_right_shape_that_does_not_exist_is_an_invalid_attempt() -> None:
@@ -90,9 +110,12 @@ def test_outlines_prefix_items_become_any_item_and_the_rest_is_checked_after_par
     adapted = adapt_schema(original, "outlines")
     items = adapted["properties"]["commitments"]
     assert "prefixItems" not in items and len(items["items"]["anyOf"]) == 2
-    two_orderings = {"commitments": [
-        {"type": "ordering", "description": "d", "satisfaction_condition": "s", "violation_condition": "v"},
-        {"type": "achievement", "description": "d", "satisfaction_condition": "s", "violation_condition": "v"}]}
+    two_orderings = {
+        "commitments": [
+            {"type": "ordering", "description": "d", "satisfaction_condition": "s", "violation_condition": "v"},
+            {"type": "achievement", "description": "d", "satisfaction_condition": "s", "violation_condition": "v"},
+        ]
+    }
     jsonschema.validate(two_orderings, adapted)  # admitted by the adapted grammar ...
     assert len(parse("build_commitments", json.dumps(two_orderings)).commitments) == 2  # ... and by the contract
     one = {"commitments": two_orderings["commitments"][:1]}

@@ -128,10 +128,22 @@ def _string_corners(schema: dict[str, Any], value: Any, path: Path) -> Iterator[
             continue
         yield f"{path} leading blank {blank!r}", _set(value, path, f"{blank}x"), False
         yield f"{path} trailing blank {blank!r}", _set(value, path, f"x{blank}"), False
-    for text, bound in (("x", True), ("x" * most, True), ("x" * (most + 1), False), ("é" * most, False),
-                        ("é" * (most + 1), False), ("\U0001F600" * most, False), ("\U0001F600" * (most + 1), False),
-                        ('say "no"', False), ("a\\b", False), ("a\nb", False), ("a\x01b", False), ("\x08", False),
-                        ('"', False), ("\\", False)):
+    for text, bound in (
+        ("x", True),
+        ("x" * most, True),
+        ("x" * (most + 1), False),
+        ("é" * most, False),
+        ("é" * (most + 1), False),
+        ("\U0001f600" * most, False),
+        ("\U0001f600" * (most + 1), False),
+        ('say "no"', False),
+        ("a\\b", False),
+        ("a\nb", False),
+        ("a\x01b", False),
+        ("\x08", False),
+        ('"', False),
+        ("\\", False),
+    ):
         yield f"{path} text {text[:12]!r}x{len(text)}", _set(value, path, text), bound
 
 
@@ -172,9 +184,11 @@ def _get(value: Any, path: Path) -> Any:
 def writings(answer: Any) -> dict[str, str]:
     """The texts an answer can be: compact (as xgrammar and guidance write it), every non-ASCII
     character escaped, and with the optional single spaces outlines allows."""
-    return {"compact": json.dumps(answer, separators=(",", ":"), ensure_ascii=False),
-            "escaped": json.dumps(answer, separators=(",", ":")),
-            "spaced": json.dumps(answer, separators=(", ", ": "), ensure_ascii=False)}
+    return {
+        "compact": json.dumps(answer, separators=(",", ":"), ensure_ascii=False),
+        "escaped": json.dumps(answer, separators=(",", ":")),
+        "spaced": json.dumps(answer, separators=(", ", ": "), ensure_ascii=False),
+    }
 
 
 def verdict(stage: str, text: str) -> str | None:
@@ -236,8 +250,7 @@ def test_unbounded_text_keeps_quotes_backslashes_and_newlines(backend: str, stag
 
 def _string_paths(schema: dict[str, Any], path: Path = ()) -> Iterator[Path]:
     """Paths to the free-text strings of a schema's least answer (ids and enums left out)."""
-    if schema.get("type") == "string" and "enum" not in schema and "const" not in schema \
-            and "minLength" in schema:
+    if schema.get("type") == "string" and "enum" not in schema and "const" not in schema and "minLength" in schema:
         yield path
     for key, sub in (schema.get("properties") or {}).items():
         yield from _string_paths(sub, (*path, key))
@@ -251,9 +264,27 @@ LABEL_ONLY = ("Action:", "PLAYER:", "input: ", "Player input: '")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_player_line_admits_nothing_the_parser_rejects_but_a_label_alone(backend: str) -> None:
     most = TIGHT.player_chars
-    texts = [*(b * 2 for b in BLANKS), *(f"{b}I run" for b in BLANKS if b), *(f"{q}I run{q}" for q in "\"'`"),
-             '""', "''", "``", "I run", "x", "x" * most, "x" * (most + 1), "é" * most, "\U0001F600" * most,
-             "I run\nI hide", "Action: I run", "action:I run", *LABEL_ONLY, "Actions speak", "input", "I"]
+    texts = [
+        *(b * 2 for b in BLANKS),
+        *(f"{b}I run" for b in BLANKS if b),
+        *(f"{q}I run{q}" for q in "\"'`"),
+        '""',
+        "''",
+        "``",
+        "I run",
+        "x",
+        "x" * most,
+        "x" * (most + 1),
+        "é" * most,
+        "\U0001f600" * most,
+        "I run\nI hide",
+        "Action: I run",
+        "action:I run",
+        *LABEL_ONLY,
+        "Actions speak",
+        "input",
+        "I",
+    ]
     regex = regex_for("player", TIGHT)
     admits = oracle(backend, None, {c for t in texts for c in t}, regex=regex)
     wrong = [t for t in texts if admits(t) and verdict("player", t) is not None and t not in LABEL_ONLY]

@@ -16,8 +16,12 @@ from ncp_local.protocol.prompts import PromptPack
 
 class HiAgentRun(Scripted):
     def __init__(self, *args: Any, budget: int = 4096, **kw: Any) -> None:
-        super().__init__(*args, condition="natural",
-                         narrator=lambda pack, roles: HiAgentNarrator(pack, roles, budget_tokens=budget), **kw)
+        super().__init__(
+            *args,
+            condition="natural",
+            narrator=lambda pack, roles: HiAgentNarrator(pack, roles, budget_tokens=budget),
+            **kw,
+        )
 
 
 def _subgoal_rules(plan: dict[int, str], retrieve_at: int | None = None) -> Any:
@@ -27,6 +31,7 @@ def _subgoal_rules(plan: dict[int, str], retrieve_at: int | None = None) -> Any:
             retrieve = 0 if turn == retrieve_at and "retrieved in full" not in prompt(req) else None
             return json.dumps({"subgoal": plan[turn], "retrieve": retrieve, "text": f"narration {turn}"})
         return None
+
     return rules
 
 
@@ -69,8 +74,14 @@ def test_memory_trimmed_to_budget_oldest_first() -> None:
     nar = HiAgentNarrator(PromptPack.load(), budget_tokens=60)
     nar.subgoals = [Subgoal(title=f"goal {i}", start=i, end=i + 1, summary="x " * 40) for i in range(3)]
     nar.subgoals.append(Subgoal(title="now", start=3))
-    state = EpisodeState(facts=(), node_occurred=(False,), statuses=(), pending=FactUpdate(), opening="o",
-                         exchanges=tuple(Exchange(player_input=f"p{i}", response=f"r{i}") for i in range(4)))
+    state = EpisodeState(
+        facts=(),
+        node_occurred=(False,),
+        statuses=(),
+        pending=FactUpdate(),
+        opening="o",
+        exchanges=tuple(Exchange(player_input=f"p{i}", response=f"r{i}") for i in range(4)),
+    )
     text = nar.memory(state)
     assert "earlier subgoal(s) trimmed" in text and "[subgoal 3, current] now" in text and "r3" in text
     assert "goal 0" not in text
@@ -108,8 +119,9 @@ def test_hiagent_state_survives_resume(tmp_path: Path) -> None:
 
 def test_baseline_shows_whole_responses(tmp_path: Path) -> None:
     long = "first line\nsecond line of the same response"
-    run = Scripted(tmp_path, [make_spec()], lambda r: json.dumps({"text": long}) if tag(r)[0] == "narrate" else None,
-                   max_turns=2)
+    run = Scripted(
+        tmp_path, [make_spec()], lambda r: json.dumps({"text": long}) if tag(r)[0] == "narrate" else None, max_turns=2
+    )
     run.run()
     assert BaselineNarrator.TEMPLATES == ()
     assert "second line of the same response" in prompt(run.requests("narrate", turn=1)[0])

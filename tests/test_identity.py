@@ -95,11 +95,13 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
     _fake_model(tmp_path / "d", config={"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1})
     raw_d = _raw(*qwen, f"models_root={tmp_path / 'd'}")
     new = of_run(config_mod.validate(raw_d), raw_d)
-    old = of_run(config_mod.validate(_raw(*qwen, f"models_root={tmp_path / 'a'}")),
-                 _raw(*qwen, f"models_root={tmp_path / 'a'}"))
+    old = of_run(
+        config_mod.validate(_raw(*qwen, f"models_root={tmp_path / 'a'}")), _raw(*qwen, f"models_root={tmp_path / 'a'}")
+    )
     assert new.key != old.key
-    assert differences(old.parts, new.parts) == [f"{r} weights: config.json changed" for r in
-                                                 ("auditor", "narrator", "player")]
+    assert differences(old.parts, new.parts) == [
+        f"{r} weights: config.json changed" for r in ("auditor", "narrator", "player")
+    ]
     # The commit a download left on disk is recorded (the config's revision is often null).
     meta = a / ".cache" / "huggingface" / "download"
     meta.mkdir(parents=True)
@@ -113,11 +115,25 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
 def test_settings_that_change_results_are_in_the_identity() -> None:
     base = _raw(*SCRIPTED)
     key = identity_mod.run_key(base)
-    for same in ("concurrency=7", "progress=true", "limit=1", "out_dir=/tmp/x", "models_root=/x",
-                 "narrator.model.devices=[1]", "narrator.model.gpu_memory_utilization=0.5"):
+    for same in (
+        "concurrency=7",
+        "progress=true",
+        "limit=1",
+        "out_dir=/tmp/x",
+        "models_root=/x",
+        "narrator.model.devices=[1]",
+        "narrator.model.gpu_memory_utilization=0.5",
+    ):
         assert identity_mod.run_key(_raw(*SCRIPTED, same)) == key, same
-    for other in ("seed=7", "max_turns=3", "narrator.temperature=0.1", "narrator.model.dtype=float16",
-                  "condition=natural", "method=hiagent", "auditor.max_tokens=100"):
+    for other in (
+        "seed=7",
+        "max_turns=3",
+        "narrator.temperature=0.1",
+        "narrator.model.dtype=float16",
+        "condition=natural",
+        "method=hiagent",
+        "auditor.max_tokens=100",
+    ):
         assert identity_mod.run_key(_raw(*SCRIPTED, other)) != key, other
     seed = Identity(of_run(config_mod.validate(_raw(*SCRIPTED, "seed=7")), _raw(*SCRIPTED, "seed=7")).parts)
     old = of_run(config_mod.validate(base), base)
@@ -163,13 +179,19 @@ def test_limit_change_resumes_and_is_recorded(tmp_path: Path) -> None:
 def test_manifest_records_what_repeats_the_run(tmp_path: Path, copies: tuple[Path, Path]) -> None:
     ds, prompts = copies
     out = tmp_path / "run"
-    assert _run(*SCRIPTED, f"dataset.path={ds}", f"prompts.dir={prompts}", f"out_dir={out}", "seed=3",
-                cwd=tmp_path).returncode == 0
+    assert (
+        _run(
+            *SCRIPTED, f"dataset.path={ds}", f"prompts.dir={prompts}", f"out_dir={out}", "seed=3", cwd=tmp_path
+        ).returncode
+        == 0
+    )
     m = json.loads((out / "manifest.json").read_text())
     assert "seed=3" in m["command"]["argv"] and "seed=3" in m["command"]["line"]
     assert m["config"]["seed"] == 3 and m["identity"] == Identity(m["identity_parts"]).key
-    assert m["dataset"]["files"]["specs/red_riding_hood.yaml"] == hashlib.sha256(
-        (ds / "specs" / "red_riding_hood.yaml").read_bytes()).hexdigest()
+    assert (
+        m["dataset"]["files"]["specs/red_riding_hood.yaml"]
+        == hashlib.sha256((ds / "specs" / "red_riding_hood.yaml").read_bytes()).hexdigest()
+    )
     narrate = hashlib.sha256((prompts / "narrate.txt").read_bytes()).hexdigest()
     assert m["prompts"]["files"]["narrate.txt"] == narrate and len(m["prompts"]["files"]) >= 9
     assert m["git"]["revision"] and "dirty" in m["git"]
@@ -186,27 +208,47 @@ def test_rerun_reproduces_a_finished_run_byte_for_byte(tmp_path: Path, copies: t
     edited = ds / "specs" / "hound_of_the_baskervilles.yaml"
     edited.write_text(edited.read_text() + "\n# not the rig's own copy\n")  # so only this copy matches
     src = tmp_path / "src"
-    assert _run("engine=scripted", "max_turns=4", "seed=5", "engine.conflict_rate=0.2", f"dataset.path={ds}",
-                f"out_dir={src}", "progress=false", cwd=tmp_path).returncode == 0
+    assert (
+        _run(
+            "engine=scripted",
+            "max_turns=4",
+            "seed=5",
+            "engine.conflict_rate=0.2",
+            f"dataset.path={ds}",
+            f"out_dir={src}",
+            "progress=false",
+            cwd=tmp_path,
+        ).returncode
+        == 0
+    )
     again = _run("mode=rerun", f"from={src}", "progress=false", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert _results(tmp_path / "src-rerun") == _results(src) and len(_results(src)) == 3
     manifest = json.loads((tmp_path / "src-rerun" / "manifest.json").read_text())
-    assert manifest["config"]["from"] == str(src) and manifest["identity"] == json.loads(
-        (src / "manifest.json").read_text())["identity"]
+    assert (
+        manifest["config"]["from"] == str(src)
+        and manifest["identity"] == json.loads((src / "manifest.json").read_text())["identity"]
+    )
 
     # The dataset moved: the recorded path no longer holds it; the new one is checked by content.
     moved = tmp_path / "moved"
     ds.rename(moved)
     err = _one_line_error(_run("mode=rerun", f"from={src}", f"out_dir={tmp_path / 'r2'}", cwd=tmp_path))
     assert "dataset is not found as it was" in err
-    found = _run("mode=rerun", f"from={src}", f"out_dir={tmp_path / 'r2'}", f"dataset.path={moved}",
-                 "progress=false", cwd=tmp_path)
+    found = _run(
+        "mode=rerun",
+        f"from={src}",
+        f"out_dir={tmp_path / 'r2'}",
+        f"dataset.path={moved}",
+        "progress=false",
+        cwd=tmp_path,
+    )
     assert found.returncode == 0, found.stderr
     assert _results(tmp_path / "r2") == _results(src)
     spec = moved / "specs" / "red_riding_hood.yaml"
     spec.write_text(spec.read_text() + "\n# edited\n")
-    err = _one_line_error(_run("mode=rerun", f"from={src}", f"out_dir={tmp_path / 'r3'}", f"dataset.path={moved}",
-                               cwd=tmp_path))
+    err = _one_line_error(
+        _run("mode=rerun", f"from={src}", f"out_dir={tmp_path / 'r3'}", f"dataset.path={moved}", cwd=tmp_path)
+    )
     assert "specs/red_riding_hood.yaml changed" in err
     assert not (tmp_path / "r3").exists()

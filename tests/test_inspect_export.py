@@ -39,8 +39,12 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     base = tmp_path_factory.mktemp("inspect")
     run_dir = make_run(base / "run", write_dataset(base / "dataset"))
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    manifest["config"].update(engine={"name": "scripted"}, seed=0, limit=None,
-                              player={"model": {"name": "smollm2-135m-instruct"}, "temperature": 0.6})
+    manifest["config"].update(
+        engine={"name": "scripted"},
+        seed=0,
+        limit=None,
+        player={"model": {"name": "smollm2-135m-instruct"}, "temperature": 0.6},
+    )
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     # Through the mode, as a user runs it (in-process: run.py's own dispatch).
     res = run_cli("mode=export", f"runs=[{run_dir}]", f"export.out={base / 'logs'}", cwd=base)
@@ -59,8 +63,11 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
     assert log.status == "success" and log.eval.task == "ncp"
     assert log.eval.dataset.sample_ids == list(run.results) == ["a", "b", "c", "d", "e"]
     # No model ran: every role says so, whatever the config's model names.
-    assert {r: m.model for r, m in log.eval.model_roles.items()} == \
-        {"narrator": "scripted/no-model", "player": "scripted/no-model", "auditor": "scripted/no-model"}
+    assert {r: m.model for r, m in log.eval.model_roles.items()} == {
+        "narrator": "scripted/no-model",
+        "player": "scripted/no-model",
+        "auditor": "scripted/no-model",
+    }
     assert log.eval.model_roles["player"].config.temperature == 0.6
 
     # One sample per episode; its scores are the record's values.
@@ -69,22 +76,35 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
         result = run.results[sample.id]
         m = episode_metrics(result)
         assert {k: v.value for k, v in sample.scores.items()} == {
-            "termination": m.termination, "turns": m.turns, "trajectory": m.trajectory_progress,
-            "satisfied": m.satisfied, "conflict": conflict_label(m)}
+            "termination": m.termination,
+            "turns": m.turns,
+            "trajectory": m.trajectory_progress,
+            "satisfied": m.satisfied,
+            "conflict": conflict_label(m),
+        }
         # The transcript: opening, then each turn's player input and narration.
         assert [(x.role, x.text) for x in sample.messages] == [("assistant", result.opening)] + [
-            pair for t in result.turns for pair in (("user", t.player_input), ("assistant", t.response))]
+            pair for t in result.turns for pair in (("user", t.player_input), ("assistant", t.response))
+        ]
 
         # The model events are the call log's lines for this episode, in order, with role and stage.
         mine = [c for c in calls if c["spec_id"] == sample.id]
         events = [e for e in sample.events if e.event == "model"]
         assert len(events) == len(mine) > 0
         for e, c in zip(events, mine, strict=True):
-            assert (e.role, e.metadata["stage"], e.metadata["turn_id"], e.metadata["attempt"], e.metadata["seed"]) \
-                == (c["role"], c["stage"], c["turn"], c["attempt"], c["seed"])
+            assert (e.role, e.metadata["stage"], e.metadata["turn_id"], e.metadata["attempt"], e.metadata["seed"]) == (
+                c["role"],
+                c["stage"],
+                c["turn"],
+                c["attempt"],
+                c["seed"],
+            )
             u = e.output.usage
-            assert (u.input_tokens + u.input_tokens_cache_read, u.input_tokens_cache_read, u.output_tokens) == \
-                (c["prompt_tokens"], c["cached_tokens"], c["generated_tokens"])
+            assert (u.input_tokens + u.input_tokens_cache_read, u.input_tokens_cache_read, u.output_tokens) == (
+                c["prompt_tokens"],
+                c["cached_tokens"],
+                c["generated_tokens"],
+            )
             assert e.error == c["error"]
             if c["error"]:
                 assert e.output.completion == c["output"]  # a failed attempt's raw text
@@ -95,8 +115,10 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
         assert set(sample.role_usage) == {c["role"] for c in mine}
 
     by_id = {s.id: s for s in log.samples}
-    assert by_id["a"].scores["conflict"].value == "fact" and by_id["d"].scores["conflict"].value == \
-        "commitment, player_input"
+    assert (
+        by_id["a"].scores["conflict"].value == "fact"
+        and by_id["d"].scores["conflict"].value == "commitment, player_input"
+    )
     failed = [e for e in by_id["e"].events if e.event == "model" and e.error]
     assert [e.metadata["stage"] for e in failed] == ["narrate"] * 3 and failed[0].output.completion == "not json"
     # The accepted narration of a turn is the record's text.
@@ -107,8 +129,12 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
     turns = next(s for s in log.results.scores if s.name == "turns")
     assert turns.metrics["mean"].value == pytest.approx((2 + 4 + 3 + 1) / 4)
     term = next(s for s in log.results.scores if s.name == "termination")
-    assert {k: m.value for k, m in term.metrics.items() if m.value} == \
-        {"conflict": 2, "max_turns": 1, "all_resolved": 1, "invalid": 1}
+    assert {k: m.value for k, m in term.metrics.items() if m.value} == {
+        "conflict": 2,
+        "max_turns": 1,
+        "all_resolved": 1,
+        "invalid": 1,
+    }
 
 
 def test_unknown_format_is_one_line(tmp_path: Path) -> None:
@@ -119,6 +145,7 @@ def test_unknown_format_is_one_line(tmp_path: Path) -> None:
 
 
 # ---- the real viewer ----------------------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -186,17 +213,34 @@ def test_inspect_view_opens_the_log(chromium: Path, exported: tuple[Path, Path],
     inspect = shutil.which("inspect", path=str(Path(sys.executable).parent)) or "inspect"
     run_dir, log = exported
     port, devtools = _free_port(), _free_port()
-    view = subprocess.Popen([inspect, "view", "--log-dir", str(log.parent), "--host", "127.0.0.1", "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    view = subprocess.Popen(
+        [inspect, "view", "--log-dir", str(log.parent), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     browser = None
     try:
         _wait_http(f"http://127.0.0.1:{port}/", view, 120)
         browser = subprocess.Popen(
-            [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000",
-             f"--remote-debugging-port={devtools}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                str(chromium),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--window-size=1400,1000",
+                f"--remote-debugging-port={devtools}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         _wait_http(f"http://127.0.0.1:{devtools}/json/version", browser, 60)
         with urllib.request.urlopen(f"http://127.0.0.1:{devtools}/json/list", timeout=10) as r:
             tab = next(t for t in json.load(r) if t.get("type") == "page")

@@ -55,9 +55,13 @@ def test_unknown_negation_ignored_and_additions_before_negations() -> None:
 
 def test_inactive_facts_never_shown_but_kept() -> None:
     spec = make_spec()
-    spec = spec.__class__(spec.meta, spec.synopsis,
-                          (InitialFact("f_0", "hidden", negated=True), InitialFact("f_1", "shown")),
-                          spec.commitments, spec.trajectory)
+    spec = spec.__class__(
+        spec.meta,
+        spec.synopsis,
+        (InitialFact("f_0", "hidden", negated=True), InitialFact("f_1", "shown")),
+        spec.commitments,
+        spec.trajectory,
+    )
     state = ledger.initial_state(spec)
     assert [f.id for f in state.facts] == ["f_0", "f_1"]
     assert [f.id for f in ledger.active_facts(state.facts)] == ["f_1"]
@@ -75,10 +79,17 @@ def test_current_node_and_first_pending() -> None:
 def test_commit_applies_pending_before_turn_updates() -> None:
     spec = make_spec(n_facts=2)
     state = ledger.initial_state(spec).model_copy(update={"pending": FactUpdate(add_facts=("from opening",))})
-    new = ledger.commit_turn(state, FactUpdate(add_facts=("from turn 0",), negate_facts=("f_2",)),
-                             state.node_occurred, state.statuses, ledger.Exchange(player_input="p", response="r"))
-    assert [(f.id, f.text, f.active) for f in new.facts[2:]] == [("f_2", "from opening", False),
-                                                                 ("f_3", "from turn 0", True)]
+    new = ledger.commit_turn(
+        state,
+        FactUpdate(add_facts=("from turn 0",), negate_facts=("f_2",)),
+        state.node_occurred,
+        state.statuses,
+        ledger.Exchange(player_input="p", response="r"),
+    )
+    assert [(f.id, f.text, f.active) for f in new.facts[2:]] == [
+        ("f_2", "from opening", False),
+        ("f_3", "from turn 0", True),
+    ]
     assert new.pending.empty and len(new.exchanges) == 1
     assert state.pending.add_facts == ("from opening",)  # the old state is untouched
 

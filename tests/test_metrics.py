@@ -13,25 +13,53 @@ from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnReco
 from ncp_local.protocol.metrics import aggregate, episode_metrics, km_survival, results_table, survival
 
 
-def _result(sid: str, termination: str, n_turns: int, nodes: tuple[bool, ...] = (False,), sat: int = 0,
-            conflicts: tuple[tuple[str, str], ...] = (), max_turns: int = 4,
-            bound_hits: dict[int, tuple[str, ...]] | None = None) -> EpisodeResult:
+def _result(
+    sid: str,
+    termination: str,
+    n_turns: int,
+    nodes: tuple[bool, ...] = (False,),
+    sat: int = 0,
+    conflicts: tuple[tuple[str, str], ...] = (),
+    max_turns: int = 4,
+    bound_hits: dict[int, tuple[str, ...]] | None = None,
+) -> EpisodeResult:
     spec = make_spec(sid, n_nodes=len(nodes), types=("ordering", "achievement", "invariant", "achievement"))
-    state = ledger.initial_state(spec).model_copy(update={
-        "node_occurred": nodes,
-        "statuses": tuple((f"c_{i}", "satisfied" if i < sat else "pending") for i in range(4))})
+    state = ledger.initial_state(spec).model_copy(
+        update={
+            "node_occurred": nodes,
+            "statuses": tuple((f"c_{i}", "satisfied" if i < sat else "pending") for i in range(4)),
+        }
+    )
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="")
-    turns = [TurnRecord(turn=t, player_input="p", response="r", fact_update=fu, conflict_check={"conflicts": []},
-                        double_check=None, conflicts=()) for t in range(n_turns)]
+    turns = [
+        TurnRecord(
+            turn=t,
+            player_input="p",
+            response="r",
+            fact_update=fu,
+            conflict_check={"conflicts": []},
+            double_check=None,
+            conflicts=(),
+        )
+        for t in range(n_turns)
+    ]
     if conflicts:
-        turns[-1] = turns[-1].model_copy(update={"conflicts": tuple({"type": c, "id": i, "reason": ""}
-                                                                    for c, i in conflicts)})
+        turns[-1] = turns[-1].model_copy(
+            update={"conflicts": tuple({"type": c, "id": i, "reason": ""} for c, i in conflicts)}
+        )
     for t, hits in (bound_hits or {}).items():
         # `bound_hits` is read with a default (records written before it have none), so set it as a
         # record that has it would carry it.
         turns[t] = turns[t].model_copy(update={"bound_hits": hits})
-    return EpisodeResult(spec_id=sid, termination=termination, opening="o", opening_update=fu, turns=tuple(turns),
-                         final_state=state, max_turns=max_turns)
+    return EpisodeResult(
+        spec_id=sid,
+        termination=termination,
+        opening="o",
+        opening_update=fu,
+        turns=tuple(turns),
+        final_state=state,
+        max_turns=max_turns,
+    )
 
 
 def test_episode_and_aggregate_metrics() -> None:
@@ -89,9 +117,11 @@ def test_kaplan_meier_by_hand() -> None:
     # The band, Greenwood on the log-log scale: V = sum d / (n (n - d)) over the steps so far,
     # se = sqrt(V) / |ln S|, band = S ** exp(+-z se).
     z = 1.959963984540054
+
     def band(s: float, v: float) -> tuple[float, float]:
         se = math.sqrt(v) / abs(math.log(s))
         return s ** math.exp(z * se), s ** math.exp(-z * se)
+
     v2 = 1 / (5 * 4)
     v3 = v2 + 1 / (4 * 3)
     assert (curve.lo[3], curve.hi[3]) == pytest.approx(band(0.8, v2), rel=1e-9)
@@ -109,8 +139,9 @@ def test_kaplan_meier_without_censoring_is_the_protocol_share() -> None:
     for _ in range(50):
         max_turns = rng.randint(1, 12)
         turns = [rng.randint(0, max_turns) for _ in range(rng.randint(1, 30))]
-        assert km_survival(turns, [False] * len(turns), max_turns).s == \
-            pytest.approx(survival(turns, max_turns), abs=1e-12)
+        assert km_survival(turns, [False] * len(turns), max_turns).s == pytest.approx(
+            survival(turns, max_turns), abs=1e-12
+        )
 
 
 def test_context_limit_is_censored_and_counted() -> None:
@@ -143,8 +174,12 @@ def test_conflict_ids_of_the_reference() -> None:
 
 
 def test_bound_hits_counted_per_episode_and_run() -> None:
-    hit = _result("a", "max_turns", 3, bound_hits={0: ("narrate:text_chars",),
-                                                   2: ("fact_update:add_facts_items", "narrate:text_chars")})
+    hit = _result(
+        "a",
+        "max_turns",
+        3,
+        bound_hits={0: ("narrate:text_chars",), 2: ("fact_update:add_facts_items", "narrate:text_chars")},
+    )
     old = _result("b", "max_turns", 3)  # a record without the field
     ms = [episode_metrics(hit), episode_metrics(old)]
     assert [m.bound_hits for m in ms] == [3, 0]

@@ -28,8 +28,12 @@ def _download(root: Path) -> Path:
     (d / "config.json").write_text(json.dumps({"architectures": ["MistralForCausalLM"], "model_type": "mistral"}))
     (d / "params.json").write_text(json.dumps({"dim": 5120, "n_layers": 40}))
     (d / "tekken.json").write_text("{}")
-    for f in ("consolidated.safetensors", "model-00001-of-00010.safetensors", "tokenizer.json",
-              "tokenizer_config.json"):
+    for f in (
+        "consolidated.safetensors",
+        "model-00001-of-00010.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ):
         (d / f).write_text("")
     return d
 

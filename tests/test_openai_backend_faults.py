@@ -32,8 +32,9 @@ def _answer(finish: str, prompt: int, completion: int) -> Any:
 
 def _generate(outcome: Any, request: Request):
     async def go():
-        backend = OpenAIEngine(OpenAIEndpointConfig(name="ep", base_url="http://127.0.0.1:9/v1", model="m",
-                                                     max_retries=0))
+        backend = OpenAIEngine(
+            OpenAIEndpointConfig(name="ep", base_url="http://127.0.0.1:9/v1", model="m", max_retries=0)
+        )
 
         async def create(**body: Any) -> Any:
             if isinstance(outcome, BaseException):
@@ -53,11 +54,14 @@ def _req(max_tokens: int = 100, **kw: Any) -> Request:
     return Request(messages=(Message("user", "hi"),), temperature=0.5, top_p=1.0, max_tokens=max_tokens, seed=1, **kw)
 
 
-@pytest.mark.parametrize("exc", [
-    _status(openai.BadRequestError, 400, "Grammar compilation failed: unsupported keyword"),
-    _status(openai.UnprocessableEntityError, 422, "Grammar compilation failed: unsupported keyword"),
-    _status(openai.InternalServerError, 500, "Grammar compilation failed: unsupported keyword"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        _status(openai.BadRequestError, 400, "Grammar compilation failed: unsupported keyword"),
+        _status(openai.UnprocessableEntityError, 422, "Grammar compilation failed: unsupported keyword"),
+        _status(openai.InternalServerError, 500, "Grammar compilation failed: unsupported keyword"),
+    ],
+)
 def test_a_request_error_is_a_failed_attempt(exc: Exception) -> None:
     c = _generate(exc, _req())
     assert c.finish_reason == "error" and c.text == "" and "Grammar compilation failed" in (c.error or "")

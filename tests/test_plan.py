@@ -63,12 +63,26 @@ def models_root(tmp_path: Path) -> Path:
     for name, (layers, hidden, heads, total) in QWEN3.items():
         d = root / "Qwen" / name
         d.mkdir(parents=True)
-        (d / "config.json").write_text(json.dumps({
-            "model_type": "qwen3", "num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
-            "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
-            "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers}))
-        (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
-                                                                    "weight_map": {}}))
+        (d / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "qwen3",
+                    "num_hidden_layers": layers,
+                    "hidden_size": hidden,
+                    "num_attention_heads": heads,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "max_position_embeddings": 40960,
+                    "torch_dtype": "bfloat16",
+                    "use_sliding_window": False,
+                    "sliding_window": None,
+                    "max_window_layers": layers,
+                }
+            )
+        )
+        (d / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": {}})
+        )
     return root
 
 
@@ -91,11 +105,22 @@ def _write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]
 
 
 def test_reads_config_and_index_total_size(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
-        "hidden_size": 512, "max_position_embeddings": 16384, "torch_dtype": "bfloat16"}))
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456789},
-                                                                      "weight_map": {}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 2,
+                "hidden_size": 512,
+                "max_position_embeddings": 16384,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 123456789}, "weight_map": {}})
+    )
     f = read_model_dir(tmp_path)
     assert (f.layers, f.kv_heads, f.head_dim, f.native_window) == (4, 2, 64, 16384)  # head_dim = 512 / 8
     assert f.weights_bytes == 123456789 and f.stored_dtype_bytes == 2
@@ -104,10 +129,21 @@ def test_reads_config_and_index_total_size(tmp_path: Path) -> None:
 
 
 def test_sums_safetensors_headers_without_index(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "qwen3", "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "head_dim": 32, "hidden_size": 64, "max_position_embeddings": 4096, "use_sliding_window": False,
-        "sliding_window": 4096}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen3",
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "head_dim": 32,
+                "hidden_size": 64,
+                "max_position_embeddings": 4096,
+                "use_sliding_window": False,
+                "sliding_window": 4096,
+            }
+        )
+    )
     _write_safetensors(tmp_path / "model-00001-of-00002.safetensors", {"a": ("F32", [10, 10], 400)})
     _write_safetensors(tmp_path / "model-00002-of-00002.safetensors", {"b": ("F32", [5], 20), "c": ("BF16", [3], 6)})
     f = read_model_dir(tmp_path)
@@ -118,8 +154,9 @@ def test_sums_safetensors_headers_without_index(tmp_path: Path) -> None:
 
 def test_reads_mistral_params_json_and_one_copy_of_the_weights(tmp_path: Path) -> None:
     # Mistral's repository: its own params.json and consolidated file beside the HF shards (the same weights).
-    (tmp_path / "params.json").write_text(json.dumps({"dim": 5120, "n_layers": 40, "head_dim": 128, "n_heads": 32,
-                                                      "n_kv_heads": 8, "vocab_size": 131072}))
+    (tmp_path / "params.json").write_text(
+        json.dumps({"dim": 5120, "n_layers": 40, "head_dim": 128, "n_heads": 32, "n_kv_heads": 8, "vocab_size": 131072})
+    )
     _write_safetensors(tmp_path / "consolidated.safetensors", {"w": ("BF16", [100], 200)})
     _write_safetensors(tmp_path / "model-00001-of-00001.safetensors", {"w": ("BF16", [100], 200)})
     f = model_facts("mistral-small-24b-instruct-2501", str(tmp_path))
@@ -130,23 +167,57 @@ def test_reads_mistral_params_json_and_one_copy_of_the_weights(tmp_path: Path) -
 
 def test_gemma3_sliding_layers_are_capped_at_their_window(tmp_path: Path) -> None:
     # Gemma 3's config nests the language model and may leave head_dim out (it is 256, not hidden / heads).
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma3", "text_config": {
-        "model_type": "gemma3_text", "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 8,
-        "hidden_size": 3840, "sliding_window": 1024, "max_position_embeddings": 131072}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gemma3",
+                "text_config": {
+                    "model_type": "gemma3_text",
+                    "num_hidden_layers": 48,
+                    "num_attention_heads": 16,
+                    "num_key_value_heads": 8,
+                    "hidden_size": 3840,
+                    "sliding_window": 1024,
+                    "max_position_embeddings": 131072,
+                },
+            }
+        )
+    )
     f = read_model_dir(tmp_path)
     assert (f.head_dim, f.sliding_window, f.sliding_layers) == (256, 1024, 40)  # every 6th layer is global
     # As vLLM holds it (plan/kv.py): 16-token blocks; the 8 global layers keep every token, the 40 sliding
     # ones at most their window - 1 plus the tokens in flight (2 steps of 16384) and one block.
-    kv = KvSizing(full_layers=8, sliding_layers=40, sliding_window=1024, kv_heads=8, head_dim=256, dtype_bytes=2,
-                  block_size=16, max_model_len=131072, step_tokens=16384, steps_in_flight=2)
+    kv = KvSizing(
+        full_layers=8,
+        sliding_layers=40,
+        sliding_window=1024,
+        kv_heads=8,
+        head_dim=256,
+        dtype_bytes=2,
+        block_size=16,
+        max_model_len=131072,
+        step_tokens=16384,
+        steps_in_flight=2,
+    )
     page = 16 * 2 * 8 * 256 * 2  # one block of one layer
     assert kv.held_bytes(50_000) == page * (8 * 3125 + 40 * (-(-(1023 + 32768) // 16) + 1))
     assert kv.held_bytes(500) == page * 48 * 32  # shorter than the window: every layer holds it all
     # An explicit layer_types list wins over the pattern.
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "gemma3_text", "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "head_dim": 8, "hidden_size": 16, "sliding_window": 16, "max_position_embeddings": 64,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gemma3_text",
+                "num_hidden_layers": 4,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": 8,
+                "hidden_size": 16,
+                "sliding_window": 16,
+                "max_position_embeddings": 64,
+                "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            }
+        )
+    )
     assert read_model_dir(tmp_path).sliding_layers == 2
 
 
@@ -190,8 +261,9 @@ GEMMA3_12B_REQUEST = (8192 + 5 * 2113) * 8 * 16 * 8 * 512 * 2
 
 
 def _gemma_engine(gpus: str = "[H100-80GB]", *extra: str) -> Any:
-    p = plan_mod.check(planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=gemma3_12b", f"plan.gpus={gpus}",
-                                        *extra])))
+    p = plan_mod.check(
+        planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=gemma3_12b", f"plan.gpus={gpus}", *extra]))
+    )
     return p, next(e for e in p.engines if e.name == "gemma-3-12b-it")
 
 
@@ -201,9 +273,14 @@ def _vllm_layer_specs(kv: KvSizing) -> dict[str, Any]:
     from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
     common = dict(block_size=kv.block_size, num_kv_heads=kv.kv_heads, head_size=kv.head_dim, dtype=torch.bfloat16)
-    return {f"model.layers.{i}.self_attn": (FullAttentionSpec(**common) if (i + 1) % 6 == 0 else
-                                            SlidingWindowSpec(**common, sliding_window=kv.sliding_window))
-            for i in range(kv.layers)}
+    return {
+        f"model.layers.{i}.self_attn": (
+            FullAttentionSpec(**common)
+            if (i + 1) % 6 == 0
+            else SlidingWindowSpec(**common, sliding_window=kv.sliding_window)
+        )
+        for i in range(kv.layers)
+    }
 
 
 def _vllm_config(kv: KvSizing) -> Any:
@@ -212,17 +289,27 @@ def _vllm_config(kv: KvSizing) -> Any:
 
     from vllm.v1.kv_cache_interface import KVCacheLayout
 
-    return NS(model_config=NS(max_model_len=kv.max_model_len), parallel_config=NS(decode_context_parallel_size=1),
-              max_in_flight_tokens=kv.in_flight_tokens, speculative_config=None,
-              scheduler_config=NS(disable_hybrid_kv_cache_manager=False), attention_config=NS(hisparse_config=None),
-              cache_config=NS(get_resolved_kv_cache_layout=lambda: KVCacheLayout.LBHNC, num_gpu_blocks_override=None))
+    return NS(
+        model_config=NS(max_model_len=kv.max_model_len),
+        parallel_config=NS(decode_context_parallel_size=1),
+        max_in_flight_tokens=kv.in_flight_tokens,
+        speculative_config=None,
+        scheduler_config=NS(disable_hybrid_kv_cache_manager=False),
+        attention_config=NS(hisparse_config=None),
+        cache_config=NS(get_resolved_kv_cache_layout=lambda: KVCacheLayout.LBHNC, num_gpu_blocks_override=None),
+    )
 
 
 def test_gemma3_12b_request_is_vllms_own_figure() -> None:
     p, e = _gemma_engine()
     kv = e.kv
     assert (kv.full_layers, kv.sliding_layers, kv.sliding_window, kv.step_tokens, kv.steps_in_flight) == (
-        8, 40, 1024, 16384, 2)
+        8,
+        40,
+        1024,
+        16384,
+        2,
+    )
     assert kv.sliding_tokens == 33791 and kv.request_bytes() == GEMMA3_12B_REQUEST
     assert f"{kv.request_bytes() / GIB:.1f}" == "18.3"
     assert e.window_kv() == GEMMA3_12B_REQUEST + 8 * 16 * 8 * 512 * 2  # and the block vLLM holds back
@@ -271,15 +358,29 @@ def test_kv_formulas_are_vllms_specs(name: str) -> None:
     pytest.importorskip("vllm.v1.kv_cache_interface")
     f = BUILT_IN[name]
     sliding = f.sliding_layers if f.sliding_window else 0
-    for tp, nbytes, window, step, steps in itertools.product((1, 2, 8, 16), (2, 1), (8192, 32768, 131072),
-                                                              (2048, 16384), (1, 2)):
-        kv = KvSizing(full_layers=f.layers - sliding, sliding_layers=sliding, sliding_window=f.sliding_window,
-                      kv_heads=kv_heads_per_device(f.kv_heads, tp), head_dim=f.head_dim, dtype_bytes=nbytes,
-                      block_size=16, max_model_len=window, step_tokens=step, steps_in_flight=steps)
+    for tp, nbytes, window, step, steps in itertools.product(
+        (1, 2, 8, 16), (2, 1), (8192, 32768, 131072), (2048, 16384), (1, 2)
+    ):
+        kv = KvSizing(
+            full_layers=f.layers - sliding,
+            sliding_layers=sliding,
+            sliding_window=f.sliding_window,
+            kv_heads=kv_heads_per_device(f.kv_heads, tp),
+            head_dim=f.head_dim,
+            dtype_bytes=nbytes,
+            block_size=16,
+            max_model_len=window,
+            step_tokens=step,
+            steps_in_flight=steps,
+        )
         formula = replace(kv, use_vllm=False)
         assert kv.rules.startswith("vLLM") and "reproduced" in formula.rules
         assert (kv.page_bytes(), kv.request_bytes(), kv.startup_bytes(), kv.held_bytes(5000)) == (
-            formula.page_bytes(), formula.request_bytes(), formula.startup_bytes(), formula.held_bytes(5000))
+            formula.page_bytes(),
+            formula.request_bytes(),
+            formula.startup_bytes(),
+            formula.held_bytes(5000),
+        )
 
 
 def test_tokens_in_flight_and_kv_heads_follow_vllms_config() -> None:
@@ -291,15 +392,24 @@ def test_tokens_in_flight_and_kv_heads_follow_vllms_config() -> None:
     for pp, async_scheduling in itertools.product((1, 2), (None, True, False)):
         ours = steps_in_flight({"pipeline_parallel_size": pp, "async_scheduling": async_scheduling})
         resolved = async_scheduling is not False  # vLLM turns it on when the user leaves it unset
-        theirs = vllm_config.VllmConfig.max_concurrent_batches.fget(NS(
-            parallel_config=NS(pipeline_parallel_size=pp), scheduler_config=NS(async_scheduling=resolved),
-            use_v2_model_runner=True))
+        theirs = vllm_config.VllmConfig.max_concurrent_batches.fget(
+            NS(
+                parallel_config=NS(pipeline_parallel_size=pp),
+                scheduler_config=NS(async_scheduling=resolved),
+                use_v2_model_runner=True,
+            )
+        )
         assert ours == theirs, (pp, async_scheduling)
-    assert vllm_config.VllmConfig.max_in_flight_tokens.fget(NS(
-        max_concurrent_batches=2, scheduler_config=NS(max_num_batched_tokens=GPU_STEP_TOKENS))) == 2 * GPU_STEP_TOKENS
+    assert (
+        vllm_config.VllmConfig.max_in_flight_tokens.fget(
+            NS(max_concurrent_batches=2, scheduler_config=NS(max_num_batched_tokens=GPU_STEP_TOKENS))
+        )
+        == 2 * GPU_STEP_TOKENS
+    )
     for kv_heads, tp in itertools.product((1, 3, 8), (1, 2, 4, 8, 16)):
-        theirs = vllm_config.ModelConfig.get_num_kv_heads(NS(use_mla=False, model_arch_config=NS(
-            total_num_kv_heads=kv_heads)), NS(tensor_parallel_size=tp))
+        theirs = vllm_config.ModelConfig.get_num_kv_heads(
+            NS(use_mla=False, model_arch_config=NS(total_num_kv_heads=kv_heads)), NS(tensor_parallel_size=tp)
+        )
         assert kv_heads_per_device(kv_heads, tp) == theirs
 
 
@@ -310,17 +420,28 @@ def test_the_kv_plan_follows_the_engine_settings() -> None:
     assert fp8.kv.request_bytes() * 2 == e.kv.request_bytes()
     _, tp16 = _gemma_engine("[" + ",".join(["H100-80GB"] * 16) + "]", "auditor.model.tensor_parallel_size=16")
     assert tp16.kv.kv_heads == 1 and tp16.kv.request_bytes() * 8 == e.kv.request_bytes()  # 8 heads, replicated
-    _, small = _gemma_engine("[H100-80GB]", "+auditor.model.engine_args.max_num_batched_tokens=2048",
-                             "+auditor.model.engine_args.async_scheduling=false")
+    _, small = _gemma_engine(
+        "[H100-80GB]",
+        "+auditor.model.engine_args.max_num_batched_tokens=2048",
+        "+auditor.model.engine_args.async_scheduling=false",
+    )
     assert small.kv.sliding_tokens == 1023 + 2048
     _, whole = _gemma_engine("[H100-80GB]", "+auditor.model.engine_args.disable_hybrid_kv_cache_manager=true")
     assert whole.kv.sliding_layers == 0 and whole.kv.request_bytes() == 48 * 131072 * 8 * 512 * 2
 
 
 def test_tensor_parallel_must_split_the_heads() -> None:
-    cfg = cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3", "plan.gpus=[H100-80GB,H100-80GB,H100-80GB]",
-                   "narrator.model.tensor_parallel_size=3", "player.model.tensor_parallel_size=3",
-                   "auditor.model.tensor_parallel_size=3"])
+    cfg = cfg_for(
+        [
+            "narrator=qwen3",
+            "player=qwen3",
+            "auditor=qwen3",
+            "plan.gpus=[H100-80GB,H100-80GB,H100-80GB]",
+            "narrator.model.tensor_parallel_size=3",
+            "player.model.tensor_parallel_size=3",
+            "auditor.model.tensor_parallel_size=3",
+        ]
+    )
     first = plan_mod.check(cfg).fatal[0]
     assert first.field == "narrator.model.tensor_parallel_size" and "32 attention heads and 8 KV heads" in first.message
 
@@ -339,8 +460,10 @@ def test_gpu_override_parses_name_and_size() -> None:
 
 def test_nvidia_smi_inventory_respects_cuda_visible_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, GPU-aaa, NVIDIA H100 80GB HBM3, 81559, 3'\n"
-                   "echo '1, GPU-bbb, NVIDIA A100-SXM4-40GB, 40960, 2048'\n")
+    smi.write_text(
+        "#!/bin/sh\necho '0, GPU-aaa, NVIDIA H100 80GB HBM3, 81559, 3'\n"
+        "echo '1, GPU-bbb, NVIDIA A100-SXM4-40GB, 40960, 2048'\n"
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -374,8 +497,17 @@ def test_planned_shares_fit_two_gpus_and_hold_a_window_each() -> None:
 
 
 def test_preflight_starts_engines_as_planned(models_root: Path) -> None:
-    cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]",
-                           f"models_root={models_root}"]))
+    cfg = planned(
+        cfg_for(
+            [
+                "narrator=qwen3",
+                "player=qwen3",
+                "auditor=qwen3_32b",
+                f"plan.gpus=[{','.join(TWO)}]",
+                f"models_root={models_root}",
+            ]
+        )
+    )
     p = plan_mod.check(cfg)
     assert all(e.facts.on_disk and e.facts.weights_bytes == QWEN3[Path(e.model.path).name][3] for e in p.engines)
     out = plan_mod.planned(cfg)
@@ -386,8 +518,17 @@ def test_preflight_starts_engines_as_planned(models_root: Path) -> None:
 
 
 def test_one_gpu_refuses_tensor_parallel_two_in_one_line(models_root: Path) -> None:
-    cfg = planned(cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(ONE)}]",
-                           f"models_root={models_root}"]))
+    cfg = planned(
+        cfg_for(
+            [
+                "narrator=qwen3",
+                "player=qwen3",
+                "auditor=qwen3_32b",
+                f"plan.gpus=[{','.join(ONE)}]",
+                f"models_root={models_root}",
+            ]
+        )
+    )
     with pytest.raises(ConfigError) as err:
         plan_mod.planned(cfg)
     text = str(err.value)
@@ -396,9 +537,15 @@ def test_one_gpu_refuses_tensor_parallel_two_in_one_line(models_root: Path) -> N
 
 
 def test_explicit_shares_over_one_gpu_are_refused_with_the_plans_split() -> None:
-    over = ["narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]",
-            "narrator.model.gpu_memory_utilization=0.9", "player.model.gpu_memory_utilization=0.9",
-            "auditor.model.gpu_memory_utilization=0.9"]
+    over = [
+        "narrator=qwen3",
+        "player=qwen3",
+        "auditor=qwen3_32b",
+        f"plan.gpus=[{','.join(TWO)}]",
+        "narrator.model.gpu_memory_utilization=0.9",
+        "player.model.gpu_memory_utilization=0.9",
+        "auditor.model.gpu_memory_utilization=0.9",
+    ]
     p = plan_mod.check(cfg_for(over))
     msg = p.fatal[0].message
     assert "more than a whole GPU" in msg and "GPU 0 1.80" in msg
@@ -411,9 +558,17 @@ def test_explicit_shares_over_one_gpu_are_refused_with_the_plans_split() -> None
 
 
 def test_explicit_share_too_small_for_one_window_is_refused() -> None:
-    cfg = cfg_for(["narrator=qwen3", "player=qwen3", "auditor=qwen3", f"plan.gpus=[{','.join(ONE)}]",
-                   "narrator.model.gpu_memory_utilization=0.2", "player.model.gpu_memory_utilization=0.2",
-                   "auditor.model.gpu_memory_utilization=0.2"])
+    cfg = cfg_for(
+        [
+            "narrator=qwen3",
+            "player=qwen3",
+            "auditor=qwen3",
+            f"plan.gpus=[{','.join(ONE)}]",
+            "narrator.model.gpu_memory_utilization=0.2",
+            "player.model.gpu_memory_utilization=0.2",
+            "auditor.model.gpu_memory_utilization=0.2",
+        ]
+    )
     msg = plan_mod.check(cfg).fatal[0].message
     # 15.3 GiB of weights + 3 GiB overhead + one 40960-token window (5.6 GiB) of 80 GiB: 0.2986, rounded up.
     assert "less than one 40960-token request" in msg and "gpu_memory_utilization=0.30 or more" in msg
@@ -435,8 +590,12 @@ def test_cpu_embedded_run_gets_the_ram_share(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: the CPU
     cfg = cfg_for([])
     # The one engine the three roles share gets plan.cpu_share of the RAM; nothing else changes.
-    shared = {r: getattr(cfg, r).model_copy(update={"model": getattr(cfg, r).model.model_copy(
-        update={"gpu_memory_utilization": cfg.plan.cpu_share})}) for r in ("narrator", "player", "auditor")}
+    shared = {
+        r: getattr(cfg, r).model_copy(
+            update={"model": getattr(cfg, r).model.model_copy(update={"gpu_memory_utilization": cfg.plan.cpu_share})}
+        )
+        for r in ("narrator", "player", "auditor")
+    }
     assert plan_mod.planned(cfg) == cfg.model_copy(update=shared)
     p = plan_mod.check(cfg)
     assert p.inventory.kind == "cpu" and not p.device_lines
@@ -464,8 +623,11 @@ def readme_gpu_commands() -> list[list[str]]:
     """Every `run.py` line of the README and the docs that puts a role on a GPU model (not the embedded one),
     each command once."""
     out: list[list[str]] = []
-    lines = [line for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-             for line in doc.read_text(encoding="utf-8").splitlines()]
+    lines = [
+        line
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for line in doc.read_text(encoding="utf-8").splitlines()
+    ]
     for line in lines:
         if "run.py" not in line or line.lstrip().startswith(("#", "`python")):
             continue
@@ -475,8 +637,9 @@ def readme_gpu_commands() -> list[list[str]]:
         if hardware and sum(len(parse_gpus(g)) for g in hardware[0].split(",")) > len(TWO):
             continue
         # Not what is planned: the mode, other modes' inputs, and the hardware (the test gives its own).
-        tokens = [t for t in tokens if "=" in t and not t.startswith(("mode=", "runs=", "out_dir=", "review.",
-                                                                      "plan.gpus="))]
+        tokens = [
+            t for t in tokens if "=" in t and not t.startswith(("mode=", "runs=", "out_dir=", "review.", "plan.gpus="))
+        ]
         roles = [t for t in tokens if re.match(r"(narrator|player|auditor)=", t)]
         if roles and any(not t.endswith("=smollm2") for t in roles):
             out.extend(c for c in _expand(tokens) if c not in out)
@@ -504,7 +667,8 @@ def test_gpu_commands_fit_two_gpus_and_say_what_to_change_on_one(overrides: list
     assert not p.fatal, [f.message for f in p.fatal]
     one = plan_mod.check(planned(cfg_for(overrides + [f"plan.gpus=[{','.join(ONE)}]"])))
     needs_two = any(e.tp > 1 for e in one.engines) or any(
-        getattr(cfg, r).model.devices and max(getattr(cfg, r).model.devices) >= 1 for r in plan_mod.ROLES)
+        getattr(cfg, r).model.devices and max(getattr(cfg, r).model.devices) >= 1 for r in plan_mod.ROLES
+    )
     if needs_two:
         assert one.fatal and one.fatal[0].field.split(".")[-1] in ("tensor_parallel_size", "devices")
     for f in one.fatal:  # one line that says what to change
@@ -527,8 +691,16 @@ def test_projection_follows_the_rig_and_predicts_later_turns() -> None:
     short = plan_full(cfg_for(["plan.fit_turns=3"]))
     long = plan_full(cfg_for(["plan.fit_turns=6"]))
     stages = set(short.growth.stages)
-    assert {"opening", "narrate", "player", "fact_update", "conflict_check", "double_check", "status_check",
-            "trajectory_check"} <= stages
+    assert {
+        "opening",
+        "narrate",
+        "player",
+        "fact_update",
+        "conflict_check",
+        "double_check",
+        "status_check",
+        "trajectory_check",
+    } <= stages
     for stage in ("narrate", "player", "status_check", "conflict_check"):
         fitted = short.growth.stages[stage].line.at(6)
         seen = long.growth.stages[stage].line.at(6)
@@ -542,8 +714,9 @@ def test_projection_comes_from_the_templates(tmp_path: Path) -> None:
     for f in (ROOT / "prompts").glob("*.txt"):
         (pack / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
     extra = " ".join(["lantern"] * 400)
-    (pack / "narrate.txt").write_text((pack / "narrate.txt").read_text(encoding="utf-8") + "\n" + extra,
-                                      encoding="utf-8")
+    (pack / "narrate.txt").write_text(
+        (pack / "narrate.txt").read_text(encoding="utf-8") + "\n" + extra, encoding="utf-8"
+    )
     base = plan_full(cfg_for([])).growth.stages["narrate"].line
     longer = plan_full(cfg_for([f"prompts.dir={pack}"])).growth.stages["narrate"].line
     assert 390 <= longer.base - base.base <= 820  # the added words, in the tokenizer's tokens
@@ -563,8 +736,17 @@ def test_overflow_turn_is_found_and_the_plan_says_what_to_change(tmp_path: Path)
 
 
 def test_measured_growth_from_a_call_log(tmp_path: Path) -> None:
-    calls = [{"spec_id": "a", "stage": "narrate", "role": "narrator", "turn": t, "prompt_tokens": 1000 + 300 * t,
-              "generated_tokens": 180} for t in range(5)]
+    calls = [
+        {
+            "spec_id": "a",
+            "stage": "narrate",
+            "role": "narrator",
+            "turn": t,
+            "prompt_tokens": 1000 + 300 * t,
+            "generated_tokens": 180,
+        }
+        for t in range(5)
+    ]
     (tmp_path / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
     p = plan_full(cfg_for([f"plan.measured={tmp_path}", "max_turns=30"]))
     g = p.growth.stages["narrate"]
@@ -589,22 +771,40 @@ def test_mode_plan_cpu_default_prints_the_plan_and_goes(tmp_path: Path) -> None:
 
 
 def test_mode_run_refuses_an_impossible_plan_before_loading(tmp_path: Path, models_root: Path) -> None:
-    proc = _run("narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "plan.gpus=[H100-80GB]",
-                f"models_root={models_root}", cwd=tmp_path)
+    proc = _run(
+        "narrator=qwen3",
+        "player=qwen3",
+        "auditor=qwen3_32b",
+        "plan.gpus=[H100-80GB]",
+        f"models_root={models_root}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: config: auditor.model.tensor_parallel_size: plan: ")
     assert not (tmp_path / "runs").exists()
     # Weights that are not there at all: the run's own path check says so first, not the plan.
-    proc = _run("narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "plan.gpus=[H100-80GB]",
-                f"models_root={tmp_path / 'none'}", cwd=tmp_path)
+    proc = _run(
+        "narrator=qwen3",
+        "player=qwen3",
+        "auditor=qwen3_32b",
+        "plan.gpus=[H100-80GB]",
+        f"models_root={tmp_path / 'none'}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and ".model.path" in proc.stderr and "plan:" not in proc.stderr
 
 
 def test_readme_paper_command_is_caught(official_dataset: Path, tmp_path: Path) -> None:
     """The paper command without player=qwen3 keeps the embedded player: 8192 tokens do not hold 100 turns."""
-    base = ["experiment=paper", "dataset=ncp_bench", f"dataset.path={official_dataset}", "narrator=qwen3",
-            "auditor=qwen3_32b", f"plan.gpus=[{','.join(TWO)}]"]
+    base = [
+        "experiment=paper",
+        "dataset=ncp_bench",
+        f"dataset.path={official_dataset}",
+        "narrator=qwen3",
+        "auditor=qwen3_32b",
+        f"plan.gpus=[{','.join(TWO)}]",
+    ]
     p = plan_full(planned(cfg_for(base)))
     assert not p.fatal
     row = p.overflow
@@ -619,9 +819,14 @@ def test_readme_paper_command_is_caught(official_dataset: Path, tmp_path: Path) 
 def test_acceptance_script_skips_models_without_weights_and_fails_when_none_ran(tmp_path: Path) -> None:
     """The script's logic without an engine: a model not on this machine is skipped, said so; none ran: exit 1."""
     out = tmp_path / "acc"
-    proc = subprocess.run([str(ROOT / "scripts" / "gpu_acceptance.sh"), "--models", "qwen3", "--out", str(out),
-                           "--", "engine=scripted"], capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env={**os.environ, "PY": sys.executable})
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_acceptance.sh"), "--models", "qwen3", "--out", str(out), "--", "engine=scripted"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "PY": sys.executable},
+    )
     assert proc.returncode == 1, proc.stderr
     table = (out / "summary.md").read_text()
     assert "| plan | engine=scripted | go |" in table
@@ -634,8 +839,18 @@ def test_plan_says_what_admission_by_cache_runs_and_what_offload_would_hold() ->
     """Per engine and listed turn: the episodes whose prefixes the KV cache holds (capacity over every
     stage's prompt + answer there, as execution/admission.py counts), what admission runs, and beyond
     max_turns' fit, the recompute without admission and the offload size that would hold the rest."""
-    cfg = planned(cfg_for(["experiment=paper", "narrator=qwen3", "player=qwen3", "auditor=qwen3_32b", "max_turns=100",
-                           f"plan.gpus=[{','.join(TWO)}]"]))
+    cfg = planned(
+        cfg_for(
+            [
+                "experiment=paper",
+                "narrator=qwen3",
+                "player=qwen3",
+                "auditor=qwen3_32b",
+                "max_turns=100",
+                f"plan.gpus=[{','.join(TWO)}]",
+            ]
+        )
+    )
     plan = plan_full(cfg)
     lines = plan_mod.render(plan)
     for e in plan.engines:

@@ -168,8 +168,9 @@ def judge(cfg: Any, growth: Any, rendered: bool = False) -> tuple[str, str, list
 @pytest.fixture(scope="module")
 def growth() -> Any:
     """The prompt projection, played once on the paper's settings with our specs."""
-    return plan_full(cfg_for(["experiment=paper", "narrator=qwen3", "player=qwen3", "auditor=qwen3",
-                              "plan.gpus=[H100-80GB]"])).growth
+    return plan_full(
+        cfg_for(["experiment=paper", "narrator=qwen3", "player=qwen3", "auditor=qwen3", "plan.gpus=[H100-80GB]"])
+    ).growth
 
 
 def test_a_seeded_sample_of_combinations_ends_in_a_verdict(growth: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,8 +205,9 @@ def judge_all(chosen: Any, growth: Any, monkeypatch: pytest.MonkeyPatch) -> None
         if key:
             fields[re.sub(r"^(narrator|player|auditor)\b", "<role>", key)] += 1
     SUMMARY.update(combinations=total, tracebacks=len(tracebacks), verdicts=dict(verdicts), keys=dict(fields))
-    line = (f"{total} combinations, {len(tracebacks)} tracebacks, verdicts: "
-            + ", ".join(f"{v} {verdicts[v]}" for v in (plan_mod.GO, plan_mod.OVERFLOW, plan_mod.CANNOT)))
+    line = f"{total} combinations, {len(tracebacks)} tracebacks, verdicts: " + ", ".join(
+        f"{v} {verdicts[v]}" for v in (plan_mod.GO, plan_mod.OVERFLOW, plan_mod.CANNOT)
+    )
     print(line)
     print("keys the refusals name: " + ", ".join(f"{k} {n}" for k, n in fields.most_common()))
     assert not tracebacks, f"{line}\n{tracebacks[0]}"

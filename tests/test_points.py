@@ -23,8 +23,10 @@ def test_points_are_hydras_jobs_in_its_order() -> None:
     task = ["engine=scripted", "seed=0,1", "max_turns=2", "narrator.temperature=0.2,0.6"]
     grid = points.expand([*task, "hydra/launcher=batched", "hydra.sweep.dir=sw"])
     assert [list(p.overrides) for p in grid.points()] == _hydra_jobs(task)
-    assert [p.swept for p in grid.points()][:2] == [("seed=0", "narrator.temperature=0.2"),
-                                                    ("seed=0", "narrator.temperature=0.6")]
+    assert [p.swept for p in grid.points()][:2] == [
+        ("seed=0", "narrator.temperature=0.2"),
+        ("seed=0", "narrator.temperature=0.6"),
+    ]
     assert grid.launcher.endswith(".BatchedLauncher")
 
 
@@ -40,8 +42,12 @@ def test_a_config_files_sweeper_params_come_first() -> None:
 def test_past_a_limit_each_value_once() -> None:
     grid = points.expand(["seed=0,1,2", "max_turns=1,2"])
     assert grid.count() == 6 and len(grid.points()) == 6
-    assert [p.swept for p in grid.points(most=4)] == [("seed=0", "max_turns=1"), ("seed=1", "max_turns=1"),
-                                                      ("seed=2", "max_turns=1"), ("seed=0", "max_turns=2")]
+    assert [p.swept for p in grid.points(most=4)] == [
+        ("seed=0", "max_turns=1"),
+        ("seed=1", "max_turns=1"),
+        ("seed=2", "max_turns=1"),
+        ("seed=0", "max_turns=2"),
+    ]
 
 
 def test_what_only_hydras_sweeper_expands_is_set_aside() -> None:
@@ -50,8 +56,18 @@ def test_what_only_hydras_sweeper_expands_is_set_aside() -> None:
     assert [p.overrides for p in grid.points()] == [("limit=1",)]
 
 
-@pytest.mark.parametrize("values", [[0.2, 0.6], [0, 1], [True], ["qwen3", "a b", "it's", "true", "1e3", "end\\"],
-                                    [[0, 1], [2]], [{"a": 1}], [None, 1e-05]])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0.2, 0.6],
+        [0, 1],
+        [True],
+        ["qwen3", "a b", "it's", "true", "1e3", "end\\"],
+        [[0, 1], [2]],
+        [{"a": 1}],
+        [None, 1e-05],
+    ],
+)
 def test_sweep_of_reads_back_as_the_same_values(values: list[Any]) -> None:
     o = OverridesParser.create().parse_override(points.sweep_of("x", values))
     assert o.is_sweep_override()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import run_cli
 
+from cli_runner import run_cli
 from ncp_local.protocol.metrics import km_survival
 from ncp_local.report import build_report, load_runs
 from ncp_local.report.precision import UNCORRECTED_NOTE, weighted_survival
@@ -58,8 +58,9 @@ def _sheet(runs: list, tmp_path: Path, fill: dict[str, list[str]]) -> tuple[Path
     return path, rows
 
 
-def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(scripted_official_run: Path,
-                                                                                tmp_path: Path) -> None:
+def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(
+    scripted_official_run: Path, tmp_path: Path
+) -> None:
     runs = _runs(scripted_official_run)
     sheet, rows = _sheet(runs, tmp_path, {"fact": ["agree"] * 4 + ["dispute"] + ["agree"] * 4 + ["dispute"]})
     out = tmp_path / "report"
@@ -84,14 +85,17 @@ def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(s
     for t in range(1, 16):
         n = t - 1
         at_risk = sum(m.turns >= n for m in ms)
-        ended = sum((0.8 if m.fact else 1.0) for m in ms
-                    if m.turns == n and m.termination in ("conflict", "all_resolved", "max_turns"))
+        ended = sum(
+            (0.8 if m.fact else 1.0)
+            for m in ms
+            if m.turns == n and m.termination in ("conflict", "all_resolved", "max_turns")
+        )
         s *= (1 - ended / at_risk) if at_risk else 1.0
         expected.append(s)
     assert corr_s == pytest.approx(expected, abs=1e-12)
     assert judged_s == pytest.approx(runs[0].aggregate().survival, abs=1e-12)
-    assert all(a >= b - 1e-12 for a, b in zip(corr_s, judged_s)) and corr_s[15] > judged_s[15]
-    assert all(lo <= x + 1e-12 and x <= hi + 1e-12 for x, lo, hi in zip(corr_s, lo_s, hi_s))
+    assert all(a >= b - 1e-12 for a, b in zip(corr_s, judged_s, strict=True)) and corr_s[15] > judged_s[15]
+    assert all(lo <= x + 1e-12 and x <= hi + 1e-12 for x, lo, hi in zip(corr_s, lo_s, hi_s, strict=True))
     md = (out / "results.md").read_text()
     assert "## The auditor's error" in md and "10 reviewed conflict(s)" in md and "80.0 [44.4, 97.5]" in md
     assert f"| fact % | {judged:.1f} | {judged * 0.8:.1f} [" in md
@@ -115,14 +119,20 @@ def _write(path: Path, rows: list[dict[str, str]]) -> Path:
 
 
 @pytest.mark.parametrize("case", ["unknown episode", "duplicate", "bad verdict", "another run", "not a conflict"])
-def test_a_bad_sheet_is_one_line_naming_file_and_row_and_writes_nothing(scripted_official_run: Path,
-                                                                        tmp_path: Path, case: str) -> None:
+def test_a_bad_sheet_is_one_line_naming_file_and_row_and_writes_nothing(
+    scripted_official_run: Path, tmp_path: Path, case: str
+) -> None:
     runs = _runs(scripted_official_run)
     rows = [{k: str(v) for k, v in r.items() if not k.startswith("_")} for r in sample_conflicts(runs, 5, seed=1)]
     for r in rows:
         r["verdict"] = "agree"
-    field = {"unknown episode": "spec_id", "duplicate": "", "bad verdict": "verdict", "another run": "run_dir",
-             "not a conflict": "target_id"}[case]
+    field = {
+        "unknown episode": "spec_id",
+        "duplicate": "",
+        "bad verdict": "verdict",
+        "another run": "run_dir",
+        "not a conflict": "target_id",
+    }[case]
     if case == "unknown episode":
         rows[2]["spec_id"] = "no_such_story"
     elif case == "duplicate":
@@ -135,8 +145,13 @@ def test_a_bad_sheet_is_one_line_naming_file_and_row_and_writes_nothing(scripted
         rows[2]["target_id"] = "f_999"
     sheet = _write(tmp_path / "sheet.csv", rows)
     out = tmp_path / "report"
-    done = run_cli("mode=report", f"runs=[{scripted_official_run}]", f"review.sheet={sheet}",
-                   f"report.out={out}", "report.html=false")
+    done = run_cli(
+        "mode=report",
+        f"runs=[{scripted_official_run}]",
+        f"review.sheet={sheet}",
+        f"report.out={out}",
+        "report.html=false",
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     row = "row 5" if case == "duplicate" else "row 4"

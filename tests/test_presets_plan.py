@@ -153,8 +153,13 @@ def test_every_preset_plans_on_the_hardware_it_names(preset: str, monkeypatch: p
 
 def test_the_one_gpu_recipe_makes_two_engines() -> None:
     """The preset's one-GPU recipe unpins the player too: narrator and player keep one engine."""
-    recipe = next(c for c in CASES if c[0].startswith("auditor_sensitivity.yaml") and "plan.gpus=[H200-141GB]" in c[1]
-                  and "auditor=gemma3_12b" in c[1])
+    recipe = next(
+        c
+        for c in CASES
+        if c[0].startswith("auditor_sensitivity.yaml")
+        and "plan.gpus=[H200-141GB]" in c[1]
+        and "auditor=gemma3_12b" in c[1]
+    )
     p = plan_mod.check(cfg_for(recipe[1]))
     names = sorted(e.name for e in p.engines)
     assert len(p.engines) == 2 and names.count("qwen3-8b") == 1, names
@@ -163,7 +168,13 @@ def test_the_one_gpu_recipe_makes_two_engines() -> None:
 
 def test_one_80gb_gpu_cannot_hold_the_narrator_beside_the_mistral_auditor() -> None:
     """What the preset says of its one-GPU recipe: Mistral-Small-24B needs more than one 80 GB GPU."""
-    one = ["experiment=auditor_sensitivity", "narrator.model.devices=[]", "player.model.devices=[]",
-           "auditor.model.devices=[]", "auditor=mistral_small_24b", "plan.gpus=[H100-80GB]"]
+    one = [
+        "experiment=auditor_sensitivity",
+        "narrator.model.devices=[]",
+        "player.model.devices=[]",
+        "auditor.model.devices=[]",
+        "auditor=mistral_small_24b",
+        "plan.gpus=[H100-80GB]",
+    ]
     got, p = verdict(cfg_for(one))
     assert got == plan_mod.CANNOT and "\n" not in p.fatal[0].message

@@ -34,13 +34,15 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Scripted, dict[str
     return s, s.run()
 
 
-def reaudit(tmp: Path, results: dict[str, EpisodeResult], policy: RandomPolicy, seed: int = 11,
-            rules: Any = None) -> tuple[dict[str, ReauditResult], ScriptedEngine, RunDir]:
+def reaudit(
+    tmp: Path, results: dict[str, EpisodeResult], policy: RandomPolicy, seed: int = 11, rules: Any = None
+) -> tuple[dict[str, ReauditResult], ScriptedEngine, RunDir]:
     backend = ScriptedEngine(rules=rules, policy=policy)
     store = RunDir(tmp)
     store.open({"kind": "reaudit"}, identity="re")
-    calls = CallService(roles={"auditor": RoleBinding(backend, Sampling(), "re")}, pack=PromptPack.load(),
-                        store=store, seed=seed)
+    calls = CallService(
+        roles={"auditor": RoleBinding(backend, Sampling(), "re")}, pack=PromptPack.load(), store=store, seed=seed
+    )
     try:
         out = asyncio.run(reaudit_all([(s, results[s.id]) for s in SPECS], calls, concurrency=16))
     finally:
@@ -109,9 +111,15 @@ def test_failed_turn_is_left_out(source: tuple[Scripted, dict[str, EpisodeResult
 def _rec(turn: int, standing: list[tuple[str, str]] = (), first: list[tuple[str, str]] | None = None) -> TurnRecord:
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="")
     first = list(standing) if first is None else first
-    return TurnRecord(turn=turn, player_input="p", response="r", fact_update=fu,
-                      conflict_check=json.loads(conflicts(first)), double_check=None,
-                      conflicts=tuple({"type": t, "id": i, "reason": ""} for t, i in standing))
+    return TurnRecord(
+        turn=turn,
+        player_input="p",
+        response="r",
+        fact_update=fu,
+        conflict_check=json.loads(conflicts(first)),
+        double_check=None,
+        conflicts=tuple({"type": t, "id": i, "reason": ""} for t, i in standing),
+    )
 
 
 def _episode(sid: str, turns: list[TurnRecord], termination: str) -> EpisodeResult:
@@ -119,14 +127,30 @@ def _episode(sid: str, turns: list[TurnRecord], termination: str) -> EpisodeResu
 
     spec = make_spec(sid)
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="")
-    return EpisodeResult(spec_id=sid, termination=termination, opening="o", opening_update=fu, turns=tuple(turns),
-                         final_state=ledger.initial_state(spec), max_turns=4)
+    return EpisodeResult(
+        spec_id=sid,
+        termination=termination,
+        opening="o",
+        opening_update=fu,
+        turns=tuple(turns),
+        final_state=ledger.initial_state(spec),
+        max_turns=4,
+    )
 
 
 def _audit(sid: str, standing: list[list[tuple[str, str]]]) -> ReauditResult:
-    return ReauditResult(spec_id=sid, source_termination="", turns=tuple(
-        TurnAudit(turn=t, conflict_check=json.loads(conflicts(s)),
-                  conflicts=tuple({"type": ty, "id": i, "reason": ""} for ty, i in s)) for t, s in enumerate(standing)))
+    return ReauditResult(
+        spec_id=sid,
+        source_termination="",
+        turns=tuple(
+            TurnAudit(
+                turn=t,
+                conflict_check=json.loads(conflicts(s)),
+                conflicts=tuple({"type": ty, "id": i, "reason": ""} for ty, i in s),
+            )
+            for t, s in enumerate(standing)
+        ),
+    )
 
 
 def test_agreement_by_hand() -> None:
@@ -156,10 +180,25 @@ def _run(*args: str, cwd: Path) -> CliResult:
 
 def test_cli_reaudit(tmp_path: Path) -> None:
     src = tmp_path / "src"
-    assert _run("engine=scripted", "max_turns=6", f"out_dir={src}", "progress=false", "engine.conflict_rate=0.3",
-                cwd=tmp_path).returncode == 0
-    same = _run("mode=reaudit", f"runs=[{src}]", "engine=scripted", "engine.conflict_rate=0.3",
-                f"out_dir={tmp_path / 'same'}", cwd=tmp_path)
+    assert (
+        _run(
+            "engine=scripted",
+            "max_turns=6",
+            f"out_dir={src}",
+            "progress=false",
+            "engine.conflict_rate=0.3",
+            cwd=tmp_path,
+        ).returncode
+        == 0
+    )
+    same = _run(
+        "mode=reaudit",
+        f"runs=[{src}]",
+        "engine=scripted",
+        "engine.conflict_rate=0.3",
+        f"out_dir={tmp_path / 'same'}",
+        cwd=tmp_path,
+    )
     assert same.returncode == 0, same.stderr
     agr = json.loads((tmp_path / "same" / "agreement.json").read_text())
     assert agr["per_turn"]["conflict"]["kappa"] == 1.0
@@ -170,12 +209,25 @@ def test_cli_reaudit(tmp_path: Path) -> None:
     assert len(list((tmp_path / "same" / "results").glob("*.json"))) == 3
     assert "| conflict (after double-check) | 1.000 |" in same.stdout
 
-    again = _run("mode=reaudit", f"runs=[{src}]", "engine=scripted", "engine.conflict_rate=0.3",
-                 f"out_dir={tmp_path / 'same'}", cwd=tmp_path)
+    again = _run(
+        "mode=reaudit",
+        f"runs=[{src}]",
+        "engine=scripted",
+        "engine.conflict_rate=0.3",
+        f"out_dir={tmp_path / 'same'}",
+        cwd=tmp_path,
+    )
     assert again.returncode == 0 and "nothing left to do" in again.stdout
 
-    other = _run("mode=reaudit", f"runs=[{src}]", "engine=scripted", "engine.conflict_rate=0.8", "seed=5",
-                 f"out_dir={tmp_path / 'other'}", cwd=tmp_path)
+    other = _run(
+        "mode=reaudit",
+        f"runs=[{src}]",
+        "engine=scripted",
+        "engine.conflict_rate=0.8",
+        "seed=5",
+        f"out_dir={tmp_path / 'other'}",
+        cwd=tmp_path,
+    )
     assert other.returncode == 0, other.stderr
     assert json.loads((tmp_path / "other" / "agreement.json").read_text())["per_turn"]["conflict"]["kappa"] < 1.0
 

@@ -30,8 +30,13 @@ from ncp_local.report.stats import bootstrap, cohen_kappa, confusion, pearson, r
 from ncp_local.report.tables import genre_rows, summary_markdown, summary_rows
 
 ROOT = Path(__file__).resolve().parent.parent
-GENRES = {"a": ["drama", "mystery"], "b": ["drama", "comedy"], "c": ["comedy", "horror"],
-          "d": ["mystery", "horror"], "e": ["drama", "horror"]}
+GENRES = {
+    "a": ["drama", "mystery"],
+    "b": ["drama", "comedy"],
+    "c": ["comedy", "horror"],
+    "d": ["mystery", "horror"],
+    "e": ["drama", "horror"],
+}
 XSS = "<script>alert('x')</script> & \"quoted\""
 
 
@@ -39,13 +44,28 @@ def spec_doc(sid: str) -> dict[str, Any]:
     return {
         "meta": {"id": sid, "title": f"Story {sid}", "genres": GENRES[sid], "player_role": "a visitor"},
         "synopsis": "A visitor explores an old house.",
-        "initial_facts": [{"id": f"f_{i}", "content": f"initial fact {i} of {sid}", "negated": False}
-                          for i in range(3)],
-        "commitments": [{"id": f"c_{i}", "type": t, "description": f"commitment {i} of {sid}",
-                         "satisfaction_condition": f"sat {i}", "violation_condition": f"viol {i}"}
-                        for i, t in enumerate(("ordering", "achievement"))],
-        "trajectory": [{"id": f"s_{i}", "description": f"node {i} of {sid}", "trigger_event": f"trigger {i}",
-                        "key_delta": f"delta {i}"} for i in range(3)],
+        "initial_facts": [
+            {"id": f"f_{i}", "content": f"initial fact {i} of {sid}", "negated": False} for i in range(3)
+        ],
+        "commitments": [
+            {
+                "id": f"c_{i}",
+                "type": t,
+                "description": f"commitment {i} of {sid}",
+                "satisfaction_condition": f"sat {i}",
+                "violation_condition": f"viol {i}",
+            }
+            for i, t in enumerate(("ordering", "achievement"))
+        ],
+        "trajectory": [
+            {
+                "id": f"s_{i}",
+                "description": f"node {i} of {sid}",
+                "trigger_event": f"trigger {i}",
+                "key_delta": f"delta {i}",
+            }
+            for i in range(3)
+        ],
     }
 
 
@@ -113,11 +133,18 @@ def make_run(root: Path, dataset: Path, ids: list[str] | None = None, rules: Any
     specs = [s for s in ds.specs if ids is None or s.id in ids]
     Scripted(root, specs, rules=rules, max_turns=4).run()
     manifest = json.loads((root / "manifest.json").read_text())
-    manifest.update({
-        "dataset": {"path": str(dataset), "sha256": ds.sha256, "specs": [s.id for s in ds.specs]},
-        "config": {"narrator": {"model": {"name": "narr-x"}}, "auditor": {"model": {"name": "aud-y"}},
-                   "condition": {"name": "adversarial"}, "method": {"name": "baseline"}, "max_turns": 4},
-    })
+    manifest.update(
+        {
+            "dataset": {"path": str(dataset), "sha256": ds.sha256, "specs": [s.id for s in ds.specs]},
+            "config": {
+                "narrator": {"model": {"name": "narr-x"}},
+                "auditor": {"model": {"name": "aud-y"}},
+                "condition": {"name": "adversarial"},
+                "method": {"name": "baseline"},
+                "max_turns": 4,
+            },
+        }
+    )
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
 
@@ -134,9 +161,10 @@ def censored_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rig's files are: the report reads both)."""
     base = tmp_path_factory.mktemp("censored")
     root = make_run(base / "run", write_dataset(base / "dataset"), rules=censoring_rules)
-    for sid, edit in (("e", lambda d: d["turns"][1].update(bound_hits=["narrate:text_chars",
-                                                                       "fact_update:new_facts"])),
-                      ("a", lambda d: d.update(opening_bound_hits=["opening:text_chars"]))):
+    for sid, edit in (
+        ("e", lambda d: d["turns"][1].update(bound_hits=["narrate:text_chars", "fact_update:new_facts"])),
+        ("a", lambda d: d.update(opening_bound_hits=["opening:text_chars"])),
+    ):
         path = root / "results" / f"{sid}.json"
         data = json.loads(path.read_text())
         data.pop("seal", None)
@@ -150,6 +178,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 # ---- statistics ---------------------------------------------------------------
+
 
 def test_stats_by_hand() -> None:
     # p_o = 3/4, p_e = .5*.25 + .5*.75 = .5 -> kappa = .5
@@ -177,6 +206,7 @@ def test_bootstrap_contains_point_and_is_seeded() -> None:
 
 
 # ---- the table ------------------------------------------------------------------
+
 
 def test_summary_numbers_by_hand(run_dir: Path) -> None:
     run = load_run(run_dir)
@@ -221,8 +251,16 @@ def test_report_files(run_dir: Path, tmp_path: Path) -> None:
         attach_specs(r)
     out = tmp_path / "rep"
     rep = build_report(runs, out, resamples=500, seed=3)
-    for name in ("results.md", "results.csv", "genres.md", "genres.csv", "survival.png", "survival.svg",
-                 "survival.csv", "index.html"):
+    for name in (
+        "results.md",
+        "results.csv",
+        "genres.md",
+        "genres.csv",
+        "survival.png",
+        "survival.svg",
+        "survival.csv",
+        "index.html",
+    ):
         assert (out / name).stat().st_size > 100, name
     assert (out / "survival.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in (out / "survival.svg").read_text()
@@ -290,6 +328,7 @@ def test_replay_matches_stored_final_state(run_dir: Path) -> None:
 
 # ---- review ---------------------------------------------------------------------
 
+
 def test_review_round_trip(run_dir: Path, tmp_path: Path) -> None:
     run = load_run(run_dir)
     attach_specs(run)
@@ -326,14 +365,16 @@ def test_review_round_trip(run_dir: Path, tmp_path: Path) -> None:
 
 # ---- the entry point ------------------------------------------------------------
 
+
 def _run(*args: str, cwd: Path) -> CliResult:
     return run_cli(*args, cwd=cwd)
 
 
 def test_cli_report_and_review(tmp_path: Path) -> None:
     out = tmp_path / "r"
-    first = _run("engine=scripted", "max_turns=4", f"out_dir={out}", "progress=false", "engine.conflict_rate=0.4",
-                 cwd=tmp_path)
+    first = _run(
+        "engine=scripted", "max_turns=4", f"out_dir={out}", "progress=false", "engine.conflict_rate=0.4", cwd=tmp_path
+    )
     assert first.returncode == 0, first.stderr
     rep = _run("mode=report", f"runs=[{out}]", "report.resamples=300", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
@@ -358,11 +399,14 @@ def test_cli_report_and_review(tmp_path: Path) -> None:
     assert f"| all | {len(rows)} | {len(rows)} | {len(rows)} | 100.0 |" in back.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (("mode=report",), "runs: give at least one run directory"),
-    (("mode=report", "runs=[nowhere]"), "nowhere: runs: no such run directory"),
-    (("mode=review", "review.sheet=missing.csv"), "missing.csv: review.sheet: cannot read"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("mode=report",), "runs: give at least one run directory"),
+        (("mode=report", "runs=[nowhere]"), "nowhere: runs: no such run directory"),
+        (("mode=review", "review.sheet=missing.csv"), "missing.csv: review.sheet: cannot read"),
+    ],
+)
 def test_cli_bad_input_is_one_line(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     res = _run(*args, cwd=tmp_path)
     assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -378,8 +422,15 @@ def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
     (tmp_path / "run" / "results").mkdir(parents=True)
     for sid in ids:
         spec = load_spec(official_dataset / "specs" / f"{sid}.yaml")
-        result = EpisodeResult(spec_id=sid, termination="max_turns", opening="o", opening_update=None, turns=(),
-                               final_state=ledger.initial_state(spec), max_turns=1)
+        result = EpisodeResult(
+            spec_id=sid,
+            termination="max_turns",
+            opening="o",
+            opening_update=None,
+            turns=(),
+            final_state=ledger.initial_state(spec),
+            max_turns=1,
+        )
         (tmp_path / "run" / "results" / f"{sid}.json").write_text(result.model_dump_json())
     run = load_run(tmp_path / "run")
     attach_specs(run, str(official_dataset))
@@ -390,12 +441,17 @@ def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
 
 # ---- censoring (context_limit), the reference's conflict ids, bound hits ----------
 
+
 def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) -> None:
     run = load_run(censored_dir)
     attach_specs(run)
     assert {sid: (r.termination, len(r.turns)) for sid, r in run.results.items()} == {
-        "a": ("context_limit", 2), "b": ("conflict", 2), "c": ("conflict", 1), "d": ("context_limit", 0),
-        "e": ("max_turns", 4)}
+        "a": ("context_limit", 2),
+        "b": ("conflict", 2),
+        "c": ("conflict", 1),
+        "d": ("context_limit", 0),
+        "e": ("max_turns", 4),
+    }
     assert "context_overflow" in run.results["a"].reason
     [row] = summary_rows([run], resamples=300, seed=0, level=0.95)
     agg = row.agg
@@ -422,8 +478,12 @@ def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) ->
     out = tmp_path / "rep"
     build_report([run], out, resamples=300, seed=0)
     [csv_row] = read_csv(out / "results.csv")
-    assert (csv_row["censored"], csv_row["context_limit"], csv_row["invalid"], csv_row["bound_hits"]) == \
-        ("2", "2", "0", "3")
+    assert (csv_row["censored"], csv_row["context_limit"], csv_row["invalid"], csv_row["bound_hits"]) == (
+        "2",
+        "2",
+        "0",
+        "3",
+    )
     surv = read_csv(out / "survival.csv")
     label = run.label
     assert [float(r[label]) for r in surv] == pytest.approx([1, 1, 0.75, 0.5, 0.5])
@@ -482,8 +542,11 @@ def test_review_sheet_shows_internal_and_input_conflicts(censored_dir: Path, tmp
     csv_path, html_path, n = export_sheet([run], tmp_path, n=10, seed=0)
     assert n == 2  # b and c: the context_limit episodes are no conflict terminations
     rows = {r["spec_id"]: r for r in read_csv(csv_path)}
-    assert (rows["b"]["type"], rows["b"]["target_id"], rows["b"]["target_text"]) == \
-        ("fact", "response_internal", INTERNAL_LABEL)
+    assert (rows["b"]["type"], rows["b"]["target_id"], rows["b"]["target_text"]) == (
+        "fact",
+        "response_internal",
+        INTERNAL_LABEL,
+    )
     assert rows["b"]["response"] == run.results["b"].turns[-1].response  # what contradicts itself
     assert (rows["c"]["type"], rows["c"]["target_id"]) == ("player_input", "input")
     assert rows["c"]["target_text"] == run.results["c"].turns[0].player_input
@@ -512,8 +575,11 @@ def test_conflict_details_without_the_spec(censored_dir: Path) -> None:
     [pi] = conflict_details(None, None, c)
     assert (pi["type"], pi["id"], pi["target_text"]) == ("player_input", "input", c.player_input)
     # An older record that said `player_input` is matched to its first check all the same.
-    old = c.model_copy(update={
-        "conflicts": ({"type": "player_input", "id": "player_input", "reason": "late"},),
-        "conflict_check": {"conflicts": [{"type": "player_input", "id": "input", "reason": "early"}]}})
+    old = c.model_copy(
+        update={
+            "conflicts": ({"type": "player_input", "id": "player_input", "reason": "late"},),
+            "conflict_check": {"conflicts": [{"type": "player_input", "id": "input", "reason": "early"}]},
+        }
+    )
     [d] = conflict_details(None, None, old)
     assert (d["reason_initial"], d["reason_reviewed"]) == ("early", "late")

@@ -14,11 +14,26 @@ from test_report import make_run, write_dataset
 def render(chromium: Path, page: Path, tmp: Path, name: str) -> tuple[bytes, str]:
     shot = tmp / f"{name}.png"
     res = subprocess.run(
-        [str(chromium), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,1600", f"--screenshot={shot}", "--dump-dom",
-         page.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            str(chromium),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp / 'profile'}",
+            "--window-size=1280,1600",
+            f"--screenshot={shot}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return shot.read_bytes(), res.stdout
 

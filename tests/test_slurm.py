@@ -125,8 +125,11 @@ def test_submit_dry_run_submits_only_unfinished_shards(local_runs: tuple[Path, P
 
 
 def test_submit_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
-    for args in (("--shards", "3", "--", "auditor=nope"), ("--shards", "3", "--", "shard.count=2"),
-                 ("--shards", "3", "--", "auditor=qwen3", f"models_root={tmp_path}")):
+    for args in (
+        ("--shards", "3", "--", "auditor=nope"),
+        ("--shards", "3", "--", "shard.count=2"),
+        ("--shards", "3", "--", "auditor=qwen3", f"models_root={tmp_path}"),
+    ):
         proc = _submit(*args, cwd=tmp_path)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.startswith("error: ") and proc.stderr.strip().count("\n") == 0, proc.stderr
@@ -134,10 +137,12 @@ def test_submit_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 # -- a real array job ---------------------------------------------------------------
 
+
 def _wait_for(job: str, deadline: float) -> None:
     while time.monotonic() < deadline:
-        q = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%i %t %r"], capture_output=True, text=True,
-                           timeout=60)
+        q = subprocess.run(
+            ["squeue", "-h", "-r", "-j", job, "-o", "%i %t %r"], capture_output=True, text=True, timeout=60
+        )
         if q.returncode == 0 and not q.stdout.strip():
             return
         if q.returncode != 0 and "Invalid job id" in q.stderr:
@@ -149,8 +154,14 @@ def _wait_for(job: str, deadline: float) -> None:
 
 @pytest.mark.timeout(1800)  # the array waits up to WAIT_S in the queue
 def test_array_job_equals_single_run(slurm: None, official_dataset: Path, tmp_path: Path) -> None:
-    overrides = ("dataset=ncp_bench", f"dataset.path={official_dataset}", "limit=12", "engine=scripted",
-                 "max_turns=4", "progress=false")
+    overrides = (
+        "dataset=ncp_bench",
+        f"dataset.path={official_dataset}",
+        "limit=12",
+        "engine=scripted",
+        "max_turns=4",
+        "progress=false",
+    )
     # The run directory's name is the config hash: the submitter must name it as run.py does.
     single_cwd = tmp_path / "single"
     single_cwd.mkdir()

@@ -23,26 +23,69 @@ from ncp_local.launch.slurm import script_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # A test-local DeepSeek-V3.2 model file (FP8 weights, 671B parameters): 8 GPUs per node, 2 nodes.
-DEEPSEEK = ModelSettings(name="deepseek-v3.2", path="/models/deepseek-ai/DeepSeek-V3.2", max_model_len=131072,
-                         gpu_memory_utilization=0.9, tensor_parallel_size=8, max_num_seqs=64,
-                         engine_args={"kv_cache_dtype": "fp8"})
-ARGS = ["/models/deepseek-ai/DeepSeek-V3.2", "--served-model-name", "deepseek-v3.2", "--host", "0.0.0.0", "--port",
-        "8000", "--dtype", "auto", "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
-        "--tensor-parallel-size", "8", "--no-enable-expert-parallel", "--no-enforce-eager", "--max-num-seqs", "64",
-        "--seed", "0", "--enable-prefix-caching",
-        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
-        "--generation-config", "vllm", "--disable-log-stats", "--kv-cache-dtype", "fp8", "--max-num-batched-tokens",
-        "16384", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
+DEEPSEEK = ModelSettings(
+    name="deepseek-v3.2",
+    path="/models/deepseek-ai/DeepSeek-V3.2",
+    max_model_len=131072,
+    gpu_memory_utilization=0.9,
+    tensor_parallel_size=8,
+    max_num_seqs=64,
+    engine_args={"kv_cache_dtype": "fp8"},
+)
+ARGS = [
+    "/models/deepseek-ai/DeepSeek-V3.2",
+    "--served-model-name",
+    "deepseek-v3.2",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+    "--dtype",
+    "auto",
+    "--max-model-len",
+    "131072",
+    "--gpu-memory-utilization",
+    "0.9",
+    "--tensor-parallel-size",
+    "8",
+    "--no-enable-expert-parallel",
+    "--no-enforce-eager",
+    "--max-num-seqs",
+    "64",
+    "--seed",
+    "0",
+    "--enable-prefix-caching",
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    "--generation-config",
+    "vllm",
+    "--disable-log-stats",
+    "--kv-cache-dtype",
+    "fp8",
+    "--max-num-batched-tokens",
+    "16384",
+    "--enable-prompt-tokens-details",
+    "--disable-uvicorn-access-log",
+]
 
 
 def _sbatch(tmp_path: Path, across: str) -> list[str]:
     args = tmp_path / "serve.args"
     args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
-    env = dict(os.environ, NCP_DRY_RUN="1", NCP_NODES="gpu-a gpu-b", NCP_VLLM="/venv/bin/vllm serve",
-               NCP_SERVE_ARGS=str(args), NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor", NCP_SERVE_ACROSS=across,
-               NCP_GPUS_PER_NODE="8", **script_env())  # the exit codes, as the submitter passes them
-    out = subprocess.run(["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env,
-                         timeout=60)
+    env = dict(
+        os.environ,
+        NCP_DRY_RUN="1",
+        NCP_NODES="gpu-a gpu-b",
+        NCP_VLLM="/venv/bin/vllm serve",
+        NCP_SERVE_ARGS=str(args),
+        NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor",
+        NCP_SERVE_ACROSS=across,
+        NCP_GPUS_PER_NODE="8",
+        **script_env(),
+    )  # the exit codes, as the submitter passes them
+    out = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "serve.sbatch")], capture_output=True, text=True, env=env, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -57,20 +100,55 @@ def test_ray_pipeline_parallel_over_two_nodes(tmp_path: Path) -> None:
         "srun --nodes=1 --ntasks=1 -w gpu-a ray start --head --node-ip-address=gpu-a --port=6379 --num-gpus=8 "
         "--block".split(),
         "srun --nodes=1 --ntasks=1 -w gpu-b ray start --address=gpu-a:6379 --num-gpus=8 --block".split(),
-        ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu-a", "env", "RAY_ADDRESS=gpu-a:6379",
-         "/venv/bin/vllm", "serve", *ARGS, "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray"],
+        [
+            "srun",
+            "--nodes=1",
+            "--ntasks=1",
+            "--overlap",
+            "-w",
+            "gpu-a",
+            "env",
+            "RAY_ADDRESS=gpu-a:6379",
+            "/venv/bin/vllm",
+            "serve",
+            *ARGS,
+            "--pipeline-parallel-size",
+            "2",
+            "--distributed-executor-backend",
+            "ray",
+        ],
     ]
     assert lines[3:] == ["endpoint: http://gpu-a:8000/v1 -> /runs/r/endpoint-auditor"]
 
 
 def test_data_parallel_over_two_nodes(tmp_path: Path) -> None:
     lines = [shlex.split(line) for line in _sbatch(tmp_path, "data")[:2]]
-    dp = ["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--data-parallel-address", "gpu-a",
-          "--data-parallel-rpc-port", "13345"]
+    dp = [
+        "--data-parallel-size",
+        "2",
+        "--data-parallel-size-local",
+        "1",
+        "--data-parallel-address",
+        "gpu-a",
+        "--data-parallel-rpc-port",
+        "13345",
+    ]
     assert lines == [
         ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu-a", "/venv/bin/vllm", "serve", *ARGS, *dp],
-        ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu-b", "/venv/bin/vllm", "serve", *ARGS, *dp, "--headless",
-         "--data-parallel-start-rank", "1"],
+        [
+            "srun",
+            "--nodes=1",
+            "--ntasks=1",
+            "-w",
+            "gpu-b",
+            "/venv/bin/vllm",
+            "serve",
+            *ARGS,
+            *dp,
+            "--headless",
+            "--data-parallel-start-rank",
+            "1",
+        ],
     ]
 
 
@@ -85,23 +163,49 @@ def test_vllm_serve_reads_the_two_node_command_lines_as_meant(tmp_path: Path) ->
     ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
 
     def served(line: list[str]) -> Any:
-        return parser.parse_args(line[line.index("serve"):])
+        return parser.parse_args(line[line.index("serve") :])
 
     ray = served(shlex.split(_sbatch(tmp_path, "pipeline")[2]))
-    assert (ray.model_tag, ray.served_model_name, ray.tensor_parallel_size, ray.pipeline_parallel_size,
-            ray.distributed_executor_backend) == (DEEPSEEK.path, ["deepseek-v3.2"], 8, 2, "ray")
-    assert (ray.max_model_len, ray.kv_cache_dtype, ray.structured_outputs_config.backend, ray.seed) == \
-        (131072, "fp8", "xgrammar", 0)
+    assert (
+        ray.model_tag,
+        ray.served_model_name,
+        ray.tensor_parallel_size,
+        ray.pipeline_parallel_size,
+        ray.distributed_executor_backend,
+    ) == (DEEPSEEK.path, ["deepseek-v3.2"], 8, 2, "ray")
+    assert (ray.max_model_len, ray.kv_cache_dtype, ray.structured_outputs_config.backend, ray.seed) == (
+        131072,
+        "fp8",
+        "xgrammar",
+        0,
+    )
     head, worker = (served(shlex.split(line)) for line in _sbatch(tmp_path, "data")[:2])
     for rank, args in enumerate((head, worker)):
-        assert (args.data_parallel_size, args.data_parallel_size_local, args.data_parallel_address,
-                args.data_parallel_rpc_port, args.tensor_parallel_size) == (2, 1, "gpu-a", 13345, 8)
+        assert (
+            args.data_parallel_size,
+            args.data_parallel_size_local,
+            args.data_parallel_address,
+            args.data_parallel_rpc_port,
+            args.tensor_parallel_size,
+        ) == (2, 1, "gpu-a", 13345, 8)
         assert args.headless == (rank == 1) and (args.data_parallel_start_rank or 0) == rank
 
 
 def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
-    out = run_submit("--shards", "2", "--serve", "auditor", "--serve-gpus", "0", "--dry-run", "--", "max_turns=1",
-                     "limit=2", f"out_dir={tmp_path / 'r'}", cwd=tmp_path)
+    out = run_submit(
+        "--shards",
+        "2",
+        "--serve",
+        "auditor",
+        "--serve-gpus",
+        "0",
+        "--dry-run",
+        "--",
+        "max_turns=1",
+        "limit=2",
+        f"out_dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     lines = {line.split(":", 1)[0].strip(): line for line in out.stdout.splitlines()}
     assert "slurm/serve.sbatch" in lines["server"] and "--gres" not in lines["server"]
@@ -123,13 +227,30 @@ def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     assert "VLLM_REGEX_COMPILATION_TIMEOUT_S=600" in lines["server"]
     # The job scripts' exit codes come from exits.py, not from the scripts.
     assert f"NCP_EXIT_ENGINE_DEAD={EXIT_ENGINE_DEAD}" in lines["server"]
-    assert f"NCP_EXIT_SIGTERM={EXIT_SIGNAL['SIGTERM']}" in lines["server"] and \
-        f"NCP_EXIT_SIGTERM={EXIT_SIGNAL['SIGTERM']}" in array
+    assert (
+        f"NCP_EXIT_SIGTERM={EXIT_SIGNAL['SIGTERM']}" in lines["server"]
+        and f"NCP_EXIT_SIGTERM={EXIT_SIGNAL['SIGTERM']}" in array
+    )
 
 
 def _sweep(tmp_path: Path, *overrides: str) -> CliResult:
-    return run_submit("--shards", "2", "--serve", "auditor", "--serve-gpus", "0", "--dry-run", "--", "-m", *overrides,
-                      "narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=2", cwd=tmp_path)
+    return run_submit(
+        "--shards",
+        "2",
+        "--serve",
+        "auditor",
+        "--serve-gpus",
+        "0",
+        "--dry-run",
+        "--",
+        "-m",
+        *overrides,
+        "narrator.engine=scripted",
+        "player.engine=scripted",
+        "max_turns=1",
+        "limit=2",
+        cwd=tmp_path,
+    )
 
 
 def test_a_sweep_over_narrators_shares_one_served_auditor(tmp_path: Path) -> None:
@@ -143,28 +264,45 @@ def test_a_sweep_over_narrators_shares_one_served_auditor(tmp_path: Path) -> Non
     # every auditor call of every point to the one server through its endpoint file.
     array = shlex.split(lines["array"].split(":", 1)[1])
     assert "--dependency=after:SERVER" in array and "--array=0-1" in array
-    task = array[array.index(str(ROOT / "slurm" / "ncp_array.sbatch")) + 1:]
+    task = array[array.index(str(ROOT / "slurm" / "ncp_array.sbatch")) + 1 :]
     assert task[:3] == ["-m", "hydra/launcher=batched", "narrator=smollm2,qwen3"]
-    assert {"auditor.engine=openai", "auditor.endpoint.model=smollm2-135m-instruct",
-            f"auditor.endpoint.file={endpoint}", "shard.count=2", f"hydra.sweep.dir={sweep_dir}"} <= set(task)
+    assert {
+        "auditor.engine=openai",
+        "auditor.endpoint.model=smollm2-135m-instruct",
+        f"auditor.endpoint.file={endpoint}",
+        "shard.count=2",
+        f"hydra.sweep.dir={sweep_dir}",
+    } <= set(task)
     assert "'scancel SERVER'" in lines["stop"]
 
 
 def test_a_served_sweep_resubmits_only_tasks_their_index_does_not_show_done(tmp_path: Path) -> None:
     """The run directories are named by the server's report, so a re-submission reads the tasks' indexes."""
     first = _sweep(tmp_path, "narrator=smollm2,qwen3")
-    sweep_dir = Path(next(x for x in first.stdout.splitlines() if x.startswith("sweep folder: "))
-                     .split(": ", 1)[1].split(" (")[0])
+    sweep_dir = Path(
+        next(x for x in first.stdout.splitlines() if x.startswith("sweep folder: ")).split(": ", 1)[1].split(" (")[0]
+    )
     runs = [tmp_path / "runs" / name for name in ("a", "b")]
     for run in runs:
         (run / "shard-000-of-002").mkdir(parents=True)
         (run / "shard-000-of-002" / "DONE").write_text("")
-    rows = [{"job": i, "status": "done", "run_dir": str(run), "shard_dir": str(run / "shard-000-of-002")}
-            for i, run in enumerate(runs)]
+    rows = [
+        {"job": i, "status": "done", "run_dir": str(run), "shard_dir": str(run / "shard-000-of-002")}
+        for i, run in enumerate(runs)
+    ]
     sweep_dir.mkdir(parents=True)
     (sweep_dir / "index-shard-000-of-002.json").write_text(json.dumps({"kind": "ncp-sweep", "points": rows}))
-    (sweep_dir / "index-shard-001-of-002.json").write_text(json.dumps({"kind": "ncp-sweep", "points": [
-        {**rows[0], "shard_dir": str(runs[0] / "shard-001-of-002")}, {**rows[1], "status": "failed"}]}))
+    (sweep_dir / "index-shard-001-of-002.json").write_text(
+        json.dumps(
+            {
+                "kind": "ncp-sweep",
+                "points": [
+                    {**rows[0], "shard_dir": str(runs[0] / "shard-001-of-002")},
+                    {**rows[1], "status": "failed"},
+                ],
+            }
+        )
+    )
     again = _sweep(tmp_path, "narrator=smollm2,qwen3")
     assert again.returncode == 0, again.stderr
     assert "shards: 2; done 1, queued or running 0, to submit 1" in again.stdout
@@ -174,5 +312,7 @@ def test_a_served_sweep_resubmits_only_tasks_their_index_does_not_show_done(tmp_
 def test_a_sweep_that_changes_the_served_model_is_refused(tmp_path: Path) -> None:
     out = _sweep(tmp_path, "auditor=smollm2,qwen3")
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stdout + out.stderr
-    assert out.stderr.startswith("error: --serve auditor: the sweep point auditor=qwen3 ") and \
-        "one server serves one model" in out.stderr, out.stderr
+    assert (
+        out.stderr.startswith("error: --serve auditor: the sweep point auditor=qwen3 ")
+        and "one server serves one model" in out.stderr
+    ), out.stderr

@@ -51,8 +51,15 @@ def _good() -> dict:
         "meta": {"id": "x", "title": "T", "genres": ["a", "b"], "player_role": "someone"},
         "synopsis": "text",
         "initial_facts": [{"id": "f_0", "content": "a fact", "negated": False}],
-        "commitments": [{"id": "c_0", "type": "achievement", "description": "d", "satisfaction_condition": "s",
-                         "violation_condition": "v"}],
+        "commitments": [
+            {
+                "id": "c_0",
+                "type": "achievement",
+                "description": "d",
+                "satisfaction_condition": "s",
+                "violation_condition": "v",
+            }
+        ],
         "trajectory": [{"id": "s_0", "description": "d", "trigger_event": "t", "key_delta": "k"}],
     }
 

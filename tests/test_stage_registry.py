@@ -144,11 +144,20 @@ def _spec() -> Any:
         "meta": {"id": "tiny", "title": "Tiny", "genres": ["drama"], "player_role": "a visitor"},
         "synopsis": "A visitor explores an old house.",
         "initial_facts": [{"id": f"f_{i}", "content": f"fact {i}", "negated": False} for i in range(2)],
-        "commitments": [{"id": f"c_{i}", "type": t, "description": f"commitment {i}",
-                         "satisfaction_condition": f"sat {i}", "violation_condition": f"viol {i}"}
-                        for i, t in enumerate(("ordering", "achievement"))],
-        "trajectory": [{"id": f"s_{i}", "description": f"node {i}", "trigger_event": f"trigger {i}",
-                        "key_delta": f"delta {i}"} for i in range(3)],
+        "commitments": [
+            {
+                "id": f"c_{i}",
+                "type": t,
+                "description": f"commitment {i}",
+                "satisfaction_condition": f"sat {i}",
+                "violation_condition": f"viol {i}",
+            }
+            for i, t in enumerate(("ordering", "achievement"))
+        ],
+        "trajectory": [
+            {"id": f"s_{i}", "description": f"node {i}", "trigger_event": f"trigger {i}", "key_delta": f"delta {i}"}
+            for i in range(3)
+        ],
     }
     return parse_spec(doc, Path("tiny.yaml"), expected_id="tiny")
 
@@ -205,8 +214,9 @@ def test_a_commitments_type_is_not_a_bounded_text() -> None:
     """The type is an enum, never cut by the grammar: it no longer counts against build_chars
     (the hand-written check counted it, so build_chars under 11 refused every "achievement")."""
     entry = {"description": "d", "satisfaction_condition": "s", "violation_condition": "v"}
-    out = BuiltCommitments(commitments=(BuiltCommitment(type="achievement", **entry),
-                                        BuiltCommitment(type="ordering", **entry)))
+    out = BuiltCommitments(
+        commitments=(BuiltCommitment(type="achievement", **entry), BuiltCommitment(type="ordering", **entry))
+    )
     tiny = Bounds(build_chars=5)
     check_bounds("build_commitments", out, tiny)
     assert bound_hits("build_commitments", out, tiny) == ()

@@ -44,6 +44,7 @@ def _files(d: Path) -> list[Path]:
 
 # ---- file modes -------------------------------------------------------------------
 
+
 def test_files_follow_the_umask(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert _run(*SCRIPTED, f"out_dir={run}", cwd=tmp_path, umask=0o022).returncode == 0
@@ -51,8 +52,12 @@ def test_files_follow_the_umask(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     sharded = tmp_path / "sharded"
     for i in range(2):
-        assert _run(*SCRIPTED, f"out_dir={sharded}", "shard.count=2", f"shard.index={i}", cwd=tmp_path,
-                    umask=0o022).returncode == 0
+        assert (
+            _run(
+                *SCRIPTED, f"out_dir={sharded}", "shard.count=2", f"shard.index={i}", cwd=tmp_path, umask=0o022
+            ).returncode
+            == 0
+        )
     assert _run(*SCRIPTED, "mode=merge", f"out_dir={sharded}", cwd=tmp_path, umask=0o022).returncode == 0
     files = _files(run) + _files(sharded)
     names = {p.name for p in files}
@@ -68,6 +73,7 @@ def test_files_follow_the_umask(tmp_path: Path) -> None:
 
 
 # ---- where a run may write -----------------------------------------------------------
+
 
 def test_refused_places(tmp_path: Path) -> None:
     src = tmp_path / "src"
@@ -86,7 +92,14 @@ def test_refused_places(tmp_path: Path) -> None:
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
     assert _results(src) == before and sorted(p.name for p in src.iterdir()) == [
-        ".lock", "DONE", "calls.jsonl", "checkpoints", "engine.log", "manifest.json", "results"]
+        ".lock",
+        "DONE",
+        "calls.jsonl",
+        "checkpoints",
+        "engine.log",
+        "manifest.json",
+        "results",
+    ]
     assert sorted(p.name for p in dataset.iterdir()) == ["index.yaml", "sources.yaml", "specs"]
     check_place(tmp_path / "new" / "deeper")  # a new folder is fine
     check_place(src)  # so is the run's own
@@ -127,6 +140,7 @@ def test_seals_catch_edits_and_other_runs(tmp_path: Path) -> None:
 
 # ---- a full disk -------------------------------------------------------------------
 
+
 def _main(*overrides: str) -> int:
     return modes.main(config_mod.compose(list(overrides)))
 
@@ -135,9 +149,9 @@ FULL = ("engine=scripted", "max_turns=4", "progress=false", "engine.conflict_rat
 
 
 @pytest.mark.parametrize("failing,after", [("write", 60), ("replace", 8)])
-def test_disk_full_is_one_line_nothing_corrupted_and_resumes(tmp_path: Path, failing: str, after: int,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_disk_full_is_one_line_nothing_corrupted_and_resumes(
+    tmp_path: Path, failing: str, after: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     reference = tmp_path / "reference"
     assert _main(*FULL, f"out_dir={reference}") == 0
     out = tmp_path / "full"

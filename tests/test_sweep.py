@@ -27,8 +27,16 @@ from ncp_local.launch import sweep
 from ncp_local.report.labels import by_difference, from_template
 
 ROOT = Path(__file__).resolve().parent.parent
-SWEEP = ("-m", "hydra/launcher=batched", "engine=scripted", "narrator.temperature=0.2,0.6", "seed=0,1",
-         "max_turns=2", "limit=2", "progress=false")
+SWEEP = (
+    "-m",
+    "hydra/launcher=batched",
+    "engine=scripted",
+    "narrator.temperature=0.2,0.6",
+    "seed=0,1",
+    "max_turns=2",
+    "limit=2",
+    "progress=false",
+)
 
 
 def _run(*args: str, cwd: Path) -> CliResult:
@@ -73,8 +81,9 @@ def test_batched_sweep_one_process_one_engine_start(swept: tuple[Path, subproces
     assert (work / "sw" / "index.md").read_text().count("| done |") == 4
 
 
-def test_each_point_equals_the_point_run_alone(swept: tuple[Path, subprocess.CompletedProcess[str]],
-                                               tmp_path: Path) -> None:
+def test_each_point_equals_the_point_run_alone(
+    swept: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     work, _ = swept
     index = _index(work / "sw")
     for point in (index["points"][0], index["points"][3]):  # two of four: the others are alike (CI time)
@@ -98,31 +107,50 @@ def test_sweep_again_resumes_every_point_without_engine(swept: tuple[Path, subpr
     assert {p["run_dir"]: (Path(p["run_dir"]) / "calls.jsonl").read_bytes() for p in index["points"]} == before
 
 
-def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, subprocess.CompletedProcess[str]]
-                                                          ) -> None:
+def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     work, proc = swept
     # The sweep's own table...
     rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines() if line.startswith("| #")]
-    assert rows == ["#0 narrator.temperature=0.2 seed=0", "#1 narrator.temperature=0.2 seed=1",
-                    "#2 narrator.temperature=0.6 seed=0", "#3 narrator.temperature=0.6 seed=1"]
+    assert rows == [
+        "#0 narrator.temperature=0.2 seed=0",
+        "#1 narrator.temperature=0.2 seed=1",
+        "#2 narrator.temperature=0.6 seed=0",
+        "#3 narrator.temperature=0.6 seed=1",
+    ]
     # ...and the report of the sweep folder (and of a glob over the run directories).
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=work)
     assert rep.returncode == 0, rep.stderr
-    labels = [line.split("|")[1].strip() for line in rep.stdout.splitlines()
-              if line.startswith("| narrator.temperature")]
+    labels = [
+        line.split("|")[1].strip() for line in rep.stdout.splitlines() if line.startswith("| narrator.temperature")
+    ]
     assert labels == [r.split(" ", 1)[1] for r in rows]
     assert (work / "sw" / "report" / "results.md").is_file()  # the report of a sweep folder goes in it
-    glob = _run("mode=report", "runs=[runs/local-*]", "report.resamples=50", "report.html=false",
-                "report.label='{seed}@{narrator.temperature}'", f"report.out={work / 'globrep'}", cwd=work)
+    glob = _run(
+        "mode=report",
+        "runs=[runs/local-*]",
+        "report.resamples=50",
+        "report.html=false",
+        "report.label='{seed}@{narrator.temperature}'",
+        f"report.out={work / 'globrep'}",
+        cwd=work,
+    )
     assert glob.returncode == 0, glob.stderr
-    assert sorted(line.split("|")[1].strip() for line in glob.stdout.splitlines()
-                  if line.startswith("| ") and "@0." in line) == \
-        ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
+    assert sorted(
+        line.split("|")[1].strip() for line in glob.stdout.splitlines() if line.startswith("| ") and "@0." in line
+    ) == ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
 
 
 def test_one_invalid_point_the_others_run(tmp_path: Path) -> None:
-    proc = _run("-m", "hydra/launcher=batched", "engine=scripted", "max_turns=2,-1,1", "limit=1", "progress=false",
-                "hydra.sweep.dir=sw", cwd=tmp_path)
+    proc = _run(
+        "-m",
+        "hydra/launcher=batched",
+        "engine=scripted",
+        "max_turns=2,-1,1",
+        "limit=1",
+        "progress=false",
+        "hydra.sweep.dir=sw",
+        cwd=tmp_path,
+    )
     assert proc.returncode == EXIT_SWEEP_FAILED, proc.stderr
     assert "Traceback" not in proc.stderr
     # Refused before anything started, named with its value, and again in the last line.
@@ -139,8 +167,18 @@ def test_one_invalid_point_the_others_run(tmp_path: Path) -> None:
 def test_unknown_option_in_a_later_point_refuses_the_whole_sweep(tmp_path: Path) -> None:
     """Hydra's own errors refuse the sweep before anything starts, in one line, as under the basic launcher
     (run.py composes every point; the rig's own checks of a batched sweep's points are the launcher's)."""
-    proc = _run("-m", "hydra/launcher=batched", "engine=scripted", "auditor=smollm2,nope", "max_turns=1", "limit=1",
-                "progress=false", "hydra.sweep.dir=sw", "out_dir=runs", cwd=tmp_path)
+    proc = _run(
+        "-m",
+        "hydra/launcher=batched",
+        "engine=scripted",
+        "auditor=smollm2,nope",
+        "max_turns=1",
+        "limit=1",
+        "progress=false",
+        "hydra.sweep.dir=sw",
+        "out_dir=runs",
+        cwd=tmp_path,
+    )
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, proc.stderr
@@ -153,8 +191,9 @@ def _points(*overrides: list[str]) -> list[sweep.Point]:
     return [sweep.Point(i, tuple(o), task=config_mod.compose(list(o))) for i, o in enumerate(overrides)]
 
 
-def test_dead_engine_fails_its_point_the_others_finish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_dead_engine_fails_its_point_the_others_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     base = ["engine=scripted", "max_turns=2", "progress=false"]
     # A different engine setting: the second point has an engine of its own, which dies.
@@ -178,13 +217,23 @@ def test_dead_engine_fails_its_point_the_others_finish(tmp_path: Path, monkeypat
 
 
 def test_basic_launcher_writes_the_index_too(tmp_path: Path) -> None:
-    proc = _run("-m", "engine=scripted", "seed=0,1", "max_turns=1", "limit=1", "progress=false",
-                "hydra.sweep.dir=sw", cwd=tmp_path)
+    proc = _run(
+        "-m",
+        "engine=scripted",
+        "seed=0,1",
+        "max_turns=1",
+        "limit=1",
+        "progress=false",
+        "hydra.sweep.dir=sw",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     index = _index(tmp_path / "sw")
     assert index["launcher"] == "basic"
-    assert [(p["job"], p["status"], p["overrides"][1]) for p in index["points"]] == [(0, "done", "seed=0"),
-                                                                                     (1, "done", "seed=1")]
+    assert [(p["job"], p["status"], p["overrides"][1]) for p in index["points"]] == [
+        (0, "done", "seed=0"),
+        (1, "done", "seed=1"),
+    ]
     assert all(len(_results(Path(p["run_dir"]))) == 1 for p in index["points"])
 
 
@@ -214,11 +263,13 @@ class _FakeStarts:
             self.loaded.add(name)
             self.most_loaded = max(self.most_loaded, len(self.loaded))
             return Engine()
+
         return start()
 
 
-def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # experiment=auditor_sensitivity on 2 GPUs: the narrator on GPU 0, each auditor set to 0.9 of GPU 1.
     monkeypatch.chdir(tmp_path)
     fake = _FakeStarts()
@@ -226,8 +277,14 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(tmp_path: P
         preflight_mod, "check_engines", lambda cfg, roles=(): None
     )  # no weights here; the plan uses built-in facts
     monkeypatch.setattr(EnginePool, "start_model", lambda self, model, key=None: fake(self, model))
-    base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1",
-            "progress=false", "auditor.model.gpu_memory_utilization=0.9"]
+    base = [
+        "experiment=auditor_sensitivity",
+        "plan.gpus=[H100-80GB,H100-80GB]",
+        "max_turns=1",
+        "limit=1",
+        "progress=false",
+        "auditor.model.gpu_memory_utilization=0.9",
+    ]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
     for p in points:
         sweep.prepare(p)
@@ -271,8 +328,11 @@ def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
     share = "auditor.model.gpu_memory_utilization="
-    points = _points([*base, "auditor=qwen3", share + "0.45"], [*base, "auditor=llama3_1_8b", share + "0.45"],
-                     [*base, "auditor=mistral_small_24b", share + "0.8"])
+    points = _points(
+        [*base, "auditor=qwen3", share + "0.45"],
+        [*base, "auditor=llama3_1_8b", share + "0.45"],
+        [*base, "auditor=mistral_small_24b", share + "0.8"],
+    )
     pool = sweep.SharedEngines(lambda line: None)
     for p in points:
         sweep.prepare(p)
@@ -284,9 +344,11 @@ def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.Mon
 
 # ---- labels, progress ------------------------------------------------------------------
 
+
 def _cfg(**over: Any) -> dict[str, Any]:
-    raw = OmegaConf.to_container(config_mod.compose(["engine=scripted", *(f"{k}={v}" for k, v in over.items())]),
-                                 resolve=True)
+    raw = OmegaConf.to_container(
+        config_mod.compose(["engine=scripted", *(f"{k}={v}" for k, v in over.items())]), resolve=True
+    )
     return raw  # type: ignore[return-value]
 
 
@@ -338,25 +400,42 @@ def test_progress_counts_turns_shrinks_total_and_gives_eta(tmp_path: Path) -> No
 
 # ---- the auditor table (Table 2) -------------------------------------------------------
 
+
 def test_reaudit_sweep_prints_the_auditor_table(tmp_path: Path) -> None:
-    src = _run("engine=scripted", "engine.conflict_rate=0.4", "max_turns=4", "out_dir=src", "progress=false",
-               cwd=tmp_path)
+    src = _run(
+        "engine=scripted", "engine.conflict_rate=0.4", "max_turns=4", "out_dir=src", "progress=false", cwd=tmp_path
+    )
     assert src.returncode == 0, src.stderr
-    proc = _run("-m", "hydra/launcher=batched", "mode=reaudit", "runs=[src]", "engine=scripted",
-                "engine.conflict_rate=0.4,0.9", "progress=false", "report.resamples=200", "hydra.sweep.dir=re",
-                cwd=tmp_path)
+    proc = _run(
+        "-m",
+        "hydra/launcher=batched",
+        "mode=reaudit",
+        "runs=[src]",
+        "engine=scripted",
+        "engine.conflict_rate=0.4,0.9",
+        "progress=false",
+        "report.resamples=200",
+        "hydra.sweep.dir=re",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     table = json.loads((tmp_path / "re" / "auditors" / "auditors.json").read_text())
-    assert [a["auditor"].split(" ", 1)[1] for a in table["auditors"]] == \
-        ["(the run's own)", "engine.conflict_rate=0.4", "engine.conflict_rate=0.9"]
+    assert [a["auditor"].split(" ", 1)[1] for a in table["auditors"]] == [
+        "(the run's own)",
+        "engine.conflict_rate=0.4",
+        "engine.conflict_rate=0.9",
+    ]
     assert len(table["pairs"]) == 3 and table["episodes"] == 3
     own = table["pairs"][0]  # the run's own auditor vs the re-audit with its settings
     # The same auditor, seed and rate judge exactly as the run did.
     assert own["kappa"]["point"] == 1.0 and own["pearson"]["point"] == pytest.approx(1.0)
     hot = table["auditors"][2]
     assert hot["conflict"]["point"] >= table["auditors"][0]["conflict"]["point"]
-    assert all(p["kappa"]["lo"] <= p["kappa"]["point"] <= p["kappa"]["hi"] for p in table["pairs"]
-               if p["kappa"]["lo"] == p["kappa"]["lo"])
+    assert all(
+        p["kappa"]["lo"] <= p["kappa"]["point"] <= p["kappa"]["hi"]
+        for p in table["pairs"]
+        if p["kappa"]["lo"] == p["kappa"]["lo"]
+    )
     assert "| auditor A | auditor B |" in proc.stdout
     # The same table from the re-audit directories, without a model: runs=<sweep folder>.
     again = _run("mode=reaudit", "runs=[re]", "report.resamples=200", "report.out=t2", cwd=tmp_path)
@@ -365,6 +444,7 @@ def test_reaudit_sweep_prints_the_auditor_table(tmp_path: Path) -> None:
 
 
 # ---- --help, the sweep bench, slurm -----------------------------------------------------
+
 
 def test_help_lists_modes_groups_and_model_where_usable(tmp_path: Path) -> None:
     proc = _run("--help", cwd=tmp_path)
@@ -378,8 +458,15 @@ def test_help_lists_modes_groups_and_model_where_usable(tmp_path: Path) -> None:
 
 
 def test_sweep_bench_compares_batched_and_point_by_point(tmp_path: Path) -> None:
-    proc = _run("mode=bench", "engine=scripted", "bench.sweep={narrator.temperature:[0.2,0.6],seed:[0,1]}",
-                "bench.episodes=3", "bench.turns=2", "engine.delay_s=0.01", cwd=tmp_path)
+    proc = _run(
+        "mode=bench",
+        "engine=scripted",
+        "bench.sweep={narrator.temperature:[0.2,0.6],seed:[0,1]}",
+        "bench.episodes=3",
+        "bench.turns=2",
+        "engine.delay_s=0.01",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[-1].startswith("sweep: batched/sequential=")
@@ -391,8 +478,17 @@ def test_sweep_bench_compares_batched_and_point_by_point(tmp_path: Path) -> None
 
 
 def test_slurm_sweep_dry_run_is_one_array_job(tmp_path: Path) -> None:
-    proc = run_submit("--shards", "2", "--dry-run", "--", "-m", "engine=scripted", "narrator.temperature=0.2,0.6",
-                      "max_turns=1", cwd=tmp_path)
+    proc = run_submit(
+        "--shards",
+        "2",
+        "--dry-run",
+        "--",
+        "-m",
+        "engine=scripted",
+        "narrator.temperature=0.2,0.6",
+        "max_turns=1",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     sbatch = proc.stdout.strip().splitlines()[-1]
     assert sbatch.startswith("sbatch --parsable --array=0-1 ")
@@ -406,8 +502,18 @@ def test_slurm_sweep_dry_run_is_one_array_job(tmp_path: Path) -> None:
 
 def test_sharded_batched_tasks_write_their_own_index(tmp_path: Path) -> None:
     for k in (0, 1):
-        proc = _run("-m", "hydra/launcher=batched", "engine=scripted", "seed=0,1", "max_turns=1", "shard.count=2",
-                    f"shard.index={k}", "progress=false", "hydra.sweep.dir=sw", cwd=tmp_path)
+        proc = _run(
+            "-m",
+            "hydra/launcher=batched",
+            "engine=scripted",
+            "seed=0,1",
+            "max_turns=1",
+            "shard.count=2",
+            f"shard.index={k}",
+            "progress=false",
+            "hydra.sweep.dir=sw",
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in (tmp_path / "sw").glob("index*.json"))
     assert names == ["index-shard-000-of-002.json", "index-shard-001-of-002.json"]

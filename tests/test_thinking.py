@@ -51,8 +51,15 @@ RECORDED = f"<think>\n{THOUGHT}\n</think>\n\n{ANSWER}"
 
 
 def _thinking(parser: str = "qwen3", **over: Any) -> ModelSettings:
-    return ModelSettings(name="thinker", path="/models/thinker", max_model_len=WINDOW, thinking=True,
-                         reasoning_parser=parser, thinking_budget=2048, **over)
+    return ModelSettings(
+        name="thinker",
+        path="/models/thinker",
+        max_model_len=WINDOW,
+        thinking=True,
+        reasoning_parser=parser,
+        thinking_budget=2048,
+        **over,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +87,7 @@ def _chat(folder: Path, cfg: ModelSettings) -> ChatFormat:
 
 # -- engine arguments and sampling parameters ----------------------------------------------------------------
 
+
 def test_a_thinking_model_starts_with_vllms_reasoning_parser_and_the_grammar_after_the_thought(tmp_path: Path) -> None:
     # A folder that exists: under HF_HUB_OFFLINE=1 (make test) vLLM resolves any other path as a hub repo id.
     folder = str(tmp_path)
@@ -96,8 +104,15 @@ def test_a_thinking_model_starts_with_vllms_reasoning_parser_and_the_grammar_aft
 
 def test_the_output_reservation_holds_the_thinking_budget() -> None:
     cfg = _thinking()
-    req = Request(messages=(Message("user", "u"),), temperature=0.6, top_p=0.95, max_tokens=512, seed=1,
-                  json_schema={"type": "object"}, min_room=200)
+    req = Request(
+        messages=(Message("user", "u"),),
+        temperature=0.6,
+        top_p=0.95,
+        max_tokens=512,
+        seed=1,
+        json_schema={"type": "object"},
+        min_room=200,
+    )
     budget = output_budget(cfg, WINDOW, 1000, req)
     assert budget == 512 + 2048
     params = sampling_params(req, budget, thinking_budget=cfg.thinking_budget)
@@ -128,12 +143,16 @@ def test_thinking_needs_a_reasoning_parser_vllm_has() -> None:
 
 # -- vLLM's reasoning parsers on a recorded answer -------------------------------------------------------------
 
-@pytest.mark.parametrize("parser, text", [
-    ("qwen3", RECORDED),
-    # DeepSeek's template ends the prompt with <think>: the answer starts inside the thought.
-    ("deepseek_v3", f"{THOUGHT}</think>{ANSWER}"),
-    ("deepseek_r1", f"{THOUGHT}</think>{ANSWER}"),
-])
+
+@pytest.mark.parametrize(
+    "parser, text",
+    [
+        ("qwen3", RECORDED),
+        # DeepSeek's template ends the prompt with <think>: the answer starts inside the thought.
+        ("deepseek_v3", f"{THOUGHT}</think>{ANSWER}"),
+        ("deepseek_r1", f"{THOUGHT}</think>{ANSWER}"),
+    ],
+)
 def test_vllms_reasoning_parser_splits_the_thought_from_the_answer(parser: str, text: str, vocabulary: Path) -> None:
     cfg = _thinking(parser)
     chat = _chat(vocabulary, cfg)
@@ -145,6 +164,7 @@ def test_vllms_reasoning_parser_splits_the_thought_from_the_answer(parser: str, 
 
 
 # -- through the engine and the call service -------------------------------------------------------------------
+
 
 class RecordedEngine:
     """Stands in for AsyncLLM: answers every request with the recorded thinking answer."""
@@ -160,10 +180,24 @@ class RecordedEngine:
     async def generate(self, prompt: Any, params: Any, request_id: str, **kw: Any) -> AsyncIterator[RequestOutput]:
         self.seen.append((params, kw))
         ids = self.tokenizer.encode(RECORDED, add_special_tokens=False)
-        out = CompletionOutput(index=0, text=RECORDED, token_ids=ids, cumulative_logprob=None, logprobs=None,
-                               finish_reason="stop", stop_reason=None)
-        yield RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=list(prompt["prompt_token_ids"]),
-                            prompt_logprobs=None, outputs=[out], finished=True, num_cached_tokens=0)
+        out = CompletionOutput(
+            index=0,
+            text=RECORDED,
+            token_ids=ids,
+            cumulative_logprob=None,
+            logprobs=None,
+            finish_reason="stop",
+            stop_reason=None,
+        )
+        yield RequestOutput(
+            request_id=request_id,
+            prompt=None,
+            prompt_token_ids=list(prompt["prompt_token_ids"]),
+            prompt_logprobs=None,
+            outputs=[out],
+            finished=True,
+            num_cached_tokens=0,
+        )
 
 
 def test_the_stage_parses_the_answer_and_the_call_log_keeps_the_thought(vocabulary: Path, tmp_path: Path) -> None:
@@ -173,11 +207,17 @@ def test_the_stage_parses_the_answer_and_the_call_log_keeps_the_thought(vocabula
     backend = VLLMEngine(cfg, recorded, chat, vocabulary, 0.0)
     store = RunDir(tmp_path / "run")
     store.open({"test": True}, identity="test")
-    calls = CallService(roles={"auditor": RoleBinding(backend, Sampling(max_tokens=512), "thinker")},
-                        pack=PromptPack.load(), store=store)
+    calls = CallService(
+        roles={"auditor": RoleBinding(backend, Sampling(max_tokens=512), "thinker")},
+        pack=PromptPack.load(),
+        store=store,
+    )
     ask = TurnAsk(calls, "tiny", 3)
-    variables = {"player_role": "a guest", "pre_turn_facts": "[f_0] The door is shut.",
-                 "response_text": "You open the door."}
+    variables = {
+        "player_role": "a guest",
+        "pre_turn_facts": "[f_0] The door is shut.",
+        "response_text": "You open the door.",
+    }
 
     async def go() -> Any:
         try:
@@ -200,8 +240,9 @@ def test_the_stage_parses_the_answer_and_the_call_log_keeps_the_thought(vocabula
     assert ask.thought_tokens == [log["thought_tokens"]]
     # The turn record carries the count, never the text; a turn without thinking serializes as before.
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="r")
-    base = TurnRecord(turn=3, player_input="p", response="r", fact_update=fu, conflict_check={}, double_check=None,
-                      conflicts=())
+    base = TurnRecord(
+        turn=3, player_input="p", response="r", fact_update=fu, conflict_check={}, double_check=None, conflicts=()
+    )
     assert "thought" not in base.model_dump_json()
     assert json.loads(base.model_copy(update={"thought_tokens": 40}).model_dump_json())["thought_tokens"] == 40
 
@@ -209,9 +250,17 @@ def test_the_stage_parses_the_answer_and_the_call_log_keeps_the_thought(vocabula
 def test_the_plan_reserves_the_thought_in_its_own_turn_only() -> None:
     from ncp_local.plan import thinking_reserve
 
-    raw = OmegaConf.to_container(config_mod.compose([
-        "narrator=qwen3", "narrator.model.thinking=true", "narrator.model.reasoning_parser=qwen3",
-        "narrator.model.thinking_budget=3000"]), resolve=True)
+    raw = OmegaConf.to_container(
+        config_mod.compose(
+            [
+                "narrator=qwen3",
+                "narrator.model.thinking=true",
+                "narrator.model.reasoning_parser=qwen3",
+                "narrator.model.thinking_budget=3000",
+            ]
+        ),
+        resolve=True,
+    )
     cfg = config_mod.validate(raw)  # type: ignore[arg-type]
     assert thinking_reserve(cfg, "narrator") == 3000
     assert thinking_reserve(cfg, "auditor") == 0  # thinking is off by default

@@ -52,9 +52,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = base / "run"
     Scripted(root, [make_spec("ends"), make_spec("runs")], rules=rules, max_turns=MAX_TURNS).run()
     manifest = json.loads((root / "manifest.json").read_text())
-    manifest.update({"dataset": {"path": str(dataset), "specs": ["ends", "runs"]},
-                     "config": {"engine": {"name": "scripted"}, "max_turns": MAX_TURNS,
-                                "condition": {"name": "adversarial"}, "method": {"name": "baseline"}}})
+    manifest.update(
+        {
+            "dataset": {"path": str(dataset), "specs": ["ends", "runs"]},
+            "config": {
+                "engine": {"name": "scripted"},
+                "max_turns": MAX_TURNS,
+                "condition": {"name": "adversarial"},
+                "method": {"name": "baseline"},
+            },
+        }
+    )
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
 
@@ -106,7 +114,9 @@ def test_record_html_survival_review_and_plan_agree(run_dir: Path, tmp_path: Pat
     table = [line for line in plan_mod.render(plan) if line.startswith("| ")]
     header = [c.strip() for c in table[0].split("|")[1:-1]]
     assert header[6:9] == ["opening", "turn 1", "turn 3"] and "turn 0" not in header
-    rows = {cells[0]: dict(zip(header, cells, strict=True)) for cells in ([c.strip() for c in line.split("|")[1:-1]]
-                                                            for line in table[2:])}
+    rows = {
+        cells[0]: dict(zip(header, cells, strict=True))
+        for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in table[2:])
+    }
     assert rows["opening"]["opening"] != "-" and rows["opening"]["turn 1"] == "-"
     assert rows["double_check"]["opening"] == "-" and rows["double_check"]["turn 3"] != "-"

@@ -41,8 +41,9 @@ class WordTokenizer:
 
     chat_template = "words"
 
-    def apply_chat_template(self, messages: list[dict[str, str]], tokenize: bool, add_generation_prompt: bool,
-                            **kw: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], tokenize: bool, add_generation_prompt: bool, **kw: Any
+    ) -> str:
         return " ".join(m["content"] for m in messages)
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
@@ -55,8 +56,7 @@ class FakeEngine:
     class model_config:  # noqa: N801 - read as engine.model_config.max_model_len
         max_model_len = WINDOW
 
-    def __init__(self, raise_: BaseException | None = None, *, dies: bool = False,
-                 finish_reason: str = "stop") -> None:
+    def __init__(self, raise_: BaseException | None = None, *, dies: bool = False, finish_reason: str = "stop") -> None:
         self.raise_ = raise_
         self.dies = dies  # the engine is gone once it raised
         self.finish_reason = finish_reason
@@ -71,10 +71,24 @@ class FakeEngine:
             if self.dies:
                 self.errored, self.dead_error = True, self.raise_
             raise self.raise_
-        out = CompletionOutput(index=0, text="ok", token_ids=[7, 8], cumulative_logprob=None, logprobs=None,
-                               finish_reason=self.finish_reason, stop_reason=None)
-        yield RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=ids, prompt_logprobs=None,
-                            outputs=[out], finished=True, num_cached_tokens=3)
+        out = CompletionOutput(
+            index=0,
+            text="ok",
+            token_ids=[7, 8],
+            cumulative_logprob=None,
+            logprobs=None,
+            finish_reason=self.finish_reason,
+            stop_reason=None,
+        )
+        yield RequestOutput(
+            request_id=request_id,
+            prompt=None,
+            prompt_token_ids=ids,
+            prompt_logprobs=None,
+            outputs=[out],
+            finished=True,
+            num_cached_tokens=3,
+        )
 
 
 def _backend(engine: FakeEngine) -> VLLMEngine:
@@ -83,8 +97,14 @@ def _backend(engine: FakeEngine) -> VLLMEngine:
 
 
 def _request(prompt_words: int, max_tokens: int, **kw: Any) -> Request:
-    return Request(messages=(Message("user", " ".join(["w"] * prompt_words)),), temperature=0.7, top_p=0.9,
-                   max_tokens=max_tokens, seed=11, **kw)
+    return Request(
+        messages=(Message("user", " ".join(["w"] * prompt_words)),),
+        temperature=0.7,
+        top_p=0.9,
+        max_tokens=max_tokens,
+        seed=11,
+        **kw,
+    )
 
 
 def _generate(backend: VLLMEngine, request: Request):
@@ -98,6 +118,7 @@ def _generate(backend: VLLMEngine, request: Request):
 
 
 # -- the output budget ------------------------------------------------------------
+
 
 def test_budget_is_the_request_when_it_fits() -> None:
     engine = FakeEngine()
@@ -130,12 +151,16 @@ def test_overflow_only_below_what_the_call_needs() -> None:
 
 # -- per-request errors ---------------------------------------------------------------
 
-@pytest.mark.parametrize("exc, needle", [
-    # What vLLM 0.33 raises from generate() for one request.
-    (VLLMValidationError("grammar: unsupported keyword uniqueItems", parameter="json"), "uniqueItems"),
-    (ValueError("prompt has 5 tokens but the request asked for an unknown schema"), "unknown schema"),
-    (RuntimeError("engine is paused"), "engine is paused"),
-])
+
+@pytest.mark.parametrize(
+    "exc, needle",
+    [
+        # What vLLM 0.33 raises from generate() for one request.
+        (VLLMValidationError("grammar: unsupported keyword uniqueItems", parameter="json"), "uniqueItems"),
+        (ValueError("prompt has 5 tokens but the request asked for an unknown schema"), "unknown schema"),
+        (RuntimeError("engine is paused"), "engine is paused"),
+    ],
+)
 def test_a_request_error_is_a_failed_attempt(exc: Exception, needle: str) -> None:
     engine = FakeEngine(exc)
     c = _generate(_backend(engine), _request(10, 40))

@@ -84,8 +84,13 @@ class BatchedLauncher(Launcher):
         code = sweep.run_sweep(points, sweep_dir)
         returns = []
         for p in points:
-            ret = JobReturn(overrides=list(p.overrides), cfg=p.task if p.task is not None else OmegaConf.create({}),
-                            hydra_cfg=self.config, working_dir=str(Path.cwd()), task_name="run")
+            ret = JobReturn(
+                overrides=list(p.overrides),
+                cfg=p.task if p.task is not None else OmegaConf.create({}),
+                hydra_cfg=self.config,
+                working_dir=str(Path.cwd()),
+                task_name="run",
+            )
             ret.status = JobStatus.COMPLETED
             ret.return_value = p.code
             returns.append(ret)

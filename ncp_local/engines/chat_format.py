@@ -99,16 +99,18 @@ class ChatFormat:
         # Runs are offline; Mistral's own tokenizer class takes no Hugging Face loading arguments.
         # Nothing else is added: vLLM loads it the same way (no fix_mistral_regex, for one).
         extra = {} if mode == "mistral" else {"local_files_only": True}
-        tokenizer = get_tokenizer(str(model_path), tokenizer_mode=mode, trust_remote_code=cfg.trust_remote_code,
-                                  **extra)
+        tokenizer = get_tokenizer(
+            str(model_path), tokenizer_mode=mode, trust_remote_code=cfg.trust_remote_code, **extra
+        )
         return cls(tokenizer, mode, template_kwargs(cfg))
 
     @classmethod
     def of_engine(cls, engine: Any, cfg: ModelSettings) -> ChatFormat:
         """A running AsyncLLM's own renderer and tokenizer."""
         renderer = engine.renderer
-        return cls(renderer.get_tokenizer(), str(engine.model_config.tokenizer_mode), template_kwargs(cfg),
-                   renderer=renderer)
+        return cls(
+            renderer.get_tokenizer(), str(engine.model_config.tokenizer_mode), template_kwargs(cfg), renderer=renderer
+        )
 
     @staticmethod
     def _conversation(messages: Sequence[Message]) -> list[dict[str, str]]:
@@ -118,15 +120,21 @@ class ChatFormat:
         """vLLM's renderer output for one chat request, as its server builds it: text or token ids."""
         from vllm.renderers.params import ChatParams
 
-        params = ChatParams(chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False,
-                                                  **self.kwargs})
+        params = ChatParams(
+            chat_template_kwargs={"add_generation_prompt": True, "continue_final_message": False, **self.kwargs}
+        )
         prompt: Mapping[str, Any]
         _, prompt = self.renderer.render_messages(self._conversation(messages), params)
         return prompt
 
     def _apply(self, messages: Sequence[Message], tokenize: bool) -> Any:
-        return self.tokenizer.apply_chat_template(self._conversation(messages), add_generation_prompt=True,
-                                                  tokenize=tokenize, return_dict=False, **self.kwargs)
+        return self.tokenizer.apply_chat_template(
+            self._conversation(messages),
+            add_generation_prompt=True,
+            tokenize=tokenize,
+            return_dict=False,
+            **self.kwargs,
+        )
 
     def render(self, messages: Sequence[Message]) -> str:
         """The prompt text (for reading; the engine gets `tokenize`'s ids)."""

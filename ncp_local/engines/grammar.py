@@ -56,25 +56,37 @@ ID_FORM: dict[str, IdForm] = {"xgrammar": "enum", "guidance": "enum", "outlines"
 
 # Where a backend's grammar and the parser differ, and why: the grammar admits less (never more),
 # but for the two answers marked "admitted", which the parser rejects after parsing.
-_EVERY_BACKEND = ("admitted: the player's line may be a label alone (`Action:`), which the player's clean-up "
-                  "empties; excluding it takes a branch per label prefix, each with its own length counter "
-                  "(stages.regex_for)",)
-XGRAMMAR_BLANK = ("admitted: a blank or whitespace-only string (and one that starts with a blank): xgrammar writes "
-                  "no JSON escape in a string with a pattern or a minimum length, so either would forbid "
-                  "straight quotes, backslashes and newlines in every narration, fact and reason; the parser "
-                  "rejects a blank string, an invalid attempt (retried)")
+_EVERY_BACKEND = (
+    "admitted: the player's line may be a label alone (`Action:`), which the player's clean-up "
+    "empties; excluding it takes a branch per label prefix, each with its own length counter "
+    "(stages.regex_for)",
+)
+XGRAMMAR_BLANK = (
+    "admitted: a blank or whitespace-only string (and one that starts with a blank): xgrammar writes "
+    "no JSON escape in a string with a pattern or a minimum length, so either would forbid "
+    "straight quotes, backslashes and newlines in every narration, fact and reason; the parser "
+    "rejects a blank string, an invalid attempt (retried)"
+)
 DIFFERENCES: dict[str, tuple[str, ...]] = {
-    "xgrammar": (XGRAMMAR_BLANK,
-                 "a string with a length bound (`maxLength`: only where a role sets output bounds, as the "
-                 "embedded model's do; none under experiment=paper) holds no JSON escape: xgrammar's "
-                 "counted string admits none",
-                 "ids as enums: only ids of the state under audit", *_EVERY_BACKEND),
-    "guidance": ("a string never starts with a blank character (the parser strips it)",
-                 "ids as enums: only ids of the state under audit", *_EVERY_BACKEND),
-    "outlines": ("a string never starts with a blank character (the parser strips it)",
-                 "admitted: an id of the right shape that does not exist (ids as patterns of their shapes, "
-                 "so that the schema is constant); the parser rejects it, an invalid attempt",
-                 *_EVERY_BACKEND),
+    "xgrammar": (
+        XGRAMMAR_BLANK,
+        "a string with a length bound (`maxLength`: only where a role sets output bounds, as the "
+        "embedded model's do; none under experiment=paper) holds no JSON escape: xgrammar's "
+        "counted string admits none",
+        "ids as enums: only ids of the state under audit",
+        *_EVERY_BACKEND,
+    ),
+    "guidance": (
+        "a string never starts with a blank character (the parser strips it)",
+        "ids as enums: only ids of the state under audit",
+        *_EVERY_BACKEND,
+    ),
+    "outlines": (
+        "a string never starts with a blank character (the parser strips it)",
+        "admitted: an id of the right shape that does not exist (ids as patterns of their shapes, "
+        "so that the schema is constant); the parser rejects it, an invalid attempt",
+        *_EVERY_BACKEND,
+    ),
 }
 
 # A JSON string's raw characters as the text between its quotes (outlines' own string class): no

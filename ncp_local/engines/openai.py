@@ -85,13 +85,10 @@ class OpenAIEngine:
             api_key = os.environ.get(cfg.api_key_env, "")
             if not api_key:
                 raise ValueError(
-                    f"endpoint '{cfg.name}': environment variable {cfg.api_key_env} "
-                    "(api_key_env) is not set"
+                    f"endpoint '{cfg.name}': environment variable {cfg.api_key_env} (api_key_env) is not set"
                 )
         self.cfg = cfg
-        self._client = AsyncOpenAI(
-            base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout_s, max_retries=0
-        )
+        self._client = AsyncOpenAI(base_url=cfg.base_url, api_key=api_key, timeout=cfg.timeout_s, max_retries=0)
         self._limit = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         self._closed = False
 
@@ -121,8 +118,17 @@ class OpenAIEngine:
             # The server's reasoning parser (vllm serve --reasoning-parser) splits the thought off;
             # the template's switch is turned on here, as the in-process engine does.
             fields["chat_template_kwargs"].update({key: True for key in THINKING_TEMPLATE_KEYS})
-        for key in ("api_key_env", "timeout_s", "max_retries", "backoff_s", "max_concurrency", "schema_name",
-                    "use_max_completion_tokens", "extra_body", "vllm_extensions"):
+        for key in (
+            "api_key_env",
+            "timeout_s",
+            "max_retries",
+            "backoff_s",
+            "max_concurrency",
+            "schema_name",
+            "use_max_completion_tokens",
+            "extra_body",
+            "vllm_extensions",
+        ):
             value = get(engine, key)
             if value is not None:
                 fields[key] = value
@@ -183,8 +189,11 @@ class OpenAIEngine:
                 # Free text without the non-blank pattern and minimum length (engines/grammar.py):
                 # a vLLM server's xgrammar refuses the pattern (400) and writes no escape beside
                 # either; the parser still holds every answer to the full schema.
-                "json_schema": {"name": self.cfg.schema_name, "schema": adapt_schema(request.json_schema, "xgrammar"),
-                                "strict": True},
+                "json_schema": {
+                    "name": self.cfg.schema_name,
+                    "schema": adapt_schema(request.json_schema, "xgrammar"),
+                    "strict": True,
+                },
             }
         extra = dict(self.cfg.extra_body)
         if request.regex is not None and self.cfg.vllm_extensions:
@@ -229,15 +238,24 @@ class OpenAIEngine:
                 if len(tries) < self.cfg.max_retries:
                     wait = min(self.cfg.backoff_s * 2 ** len(tries), BACKOFF_CAP_S)
                     tries.append(what)
-                    _log.warning("endpoint '%s' at %s: %s; retry %d of %d in %.1f s (%s)", self.cfg.name,
-                                 self.cfg.base_url, what, len(tries), self.cfg.max_retries, wait,
-                                 _tags(request))
+                    _log.warning(
+                        "endpoint '%s' at %s: %s; retry %d of %d in %.1f s (%s)",
+                        self.cfg.name,
+                        self.cfg.base_url,
+                        what,
+                        len(tries),
+                        self.cfg.max_retries,
+                        wait,
+                        _tags(request),
+                    )
                     await asyncio.sleep(wait)
                     continue
                 tries.append(what)
                 if isinstance(e, openai.APIConnectionError):
-                    raise EngineDead(f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable after "
-                                     f"{len(tries)} tries: {what}") from e
+                    raise EngineDead(
+                        f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable after "
+                        f"{len(tries)} tries: {what}"
+                    ) from e
                 # Left after the retries; other requests may still be served.
                 return self._failed(request, started, e, tries)
 
@@ -249,11 +267,7 @@ class OpenAIEngine:
         if usage is not None and usage.prompt_tokens_details is not None:
             cached = usage.prompt_tokens_details.cached_tokens or 0
         sent = request.max_tokens
-        if (
-            choice.finish_reason == "length"
-            and usage is not None
-            and usage.completion_tokens < request.max_tokens
-        ):
+        if choice.finish_reason == "length" and usage is not None and usage.completion_tokens < request.max_tokens:
             # vLLM's server silently caps max_tokens at what is left of the
             # context window; a cut-off before the requested budget shows that
             # cap. Same contract as the in-process engine: too little room for
@@ -283,9 +297,14 @@ class OpenAIEngine:
         )
 
     def _failed(self, request: Request, started: float, exc: Exception, tries: list[str]) -> Completion:
-        return Completion(text="", finish_reason="error", error=f"endpoint '{self.cfg.name}': {exc}",
-                          max_tokens_sent=request.max_tokens, latency_s=time.monotonic() - started,
-                          transport_errors=tuple(tries))
+        return Completion(
+            text="",
+            finish_reason="error",
+            error=f"endpoint '{self.cfg.name}': {exc}",
+            max_tokens_sent=request.max_tokens,
+            latency_s=time.monotonic() - started,
+            transport_errors=tuple(tries),
+        )
 
 
 def _transport_error(exc: Exception) -> str:
@@ -376,8 +395,9 @@ def read_endpoint_file(path: str | Path) -> str | None:
     return text or None
 
 
-def wait_for_endpoint(file: str | Path | None, cfg: OpenAIEndpointConfig | None, wait_s: float,
-                      make: Any = None, poll_s: float = 2.0) -> tuple[OpenAIEndpointConfig, EndpointReport]:
+def wait_for_endpoint(
+    file: str | Path | None, cfg: OpenAIEndpointConfig | None, wait_s: float, make: Any = None, poll_s: float = 2.0
+) -> tuple[OpenAIEndpointConfig, EndpointReport]:
     """Wait (at most `wait_s`) for the endpoint file, when there is one, and a healthy server.
 
     `make(base_url)` builds the endpoint's settings once the URL is known. The last problem is raised
@@ -389,8 +409,9 @@ def wait_for_endpoint(file: str | Path | None, cfg: OpenAIEndpointConfig | None,
             if file is not None:
                 url = read_endpoint_file(file)
                 if url is None:
-                    raise EndpointProblem(f"endpoint file {file} is not there yet (the server job writes it once "
-                                          "its /health answers)")
+                    raise EndpointProblem(
+                        f"endpoint file {file} is not there yet (the server job writes it once its /health answers)"
+                    )
                 cfg = make(url)
             assert cfg is not None
             return cfg, probe(cfg)

@@ -46,19 +46,43 @@ class RandomPolicy:
             )
         if stage == "hiagent_narrate":
             # A new subgoal every other turn, so summaries get exercised.
-            return json.dumps({"subgoal": f"subgoal {max(turn, 0) // 2}", "retrieve": None,
-                               "text": f"You press on (turn id {turn}, beat {rng.randint(1, 99)})."})
+            return json.dumps(
+                {
+                    "subgoal": f"subgoal {max(turn, 0) // 2}",
+                    "retrieve": None,
+                    "text": f"You press on (turn id {turn}, beat {rng.randint(1, 99)}).",
+                }
+            )
         if stage == "hiagent_summarize":
             return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
         if stage == "build_trajectory":
-            return json.dumps({"trajectory": [{"description": f"beat {i}", "trigger_event": f"trigger {i}",
-                                               "key_delta": f"change {i}"} for i in range(4)]})
+            return json.dumps(
+                {
+                    "trajectory": [
+                        {"description": f"beat {i}", "trigger_event": f"trigger {i}", "key_delta": f"change {i}"}
+                        for i in range(4)
+                    ]
+                }
+            )
         if stage == "build_commitments":
-            return json.dumps({"commitments": [
-                {"type": "achievement", "description": "the story reaches s_3", "satisfaction_condition": "s_3 occurs",
-                 "violation_condition": "the story ends before s_3"},
-                {"type": "ordering", "description": "s_0 happens before s_1", "satisfaction_condition": "s_0 then s_1",
-                 "violation_condition": "s_1 before s_0"}]})
+            return json.dumps(
+                {
+                    "commitments": [
+                        {
+                            "type": "achievement",
+                            "description": "the story reaches s_3",
+                            "satisfaction_condition": "s_3 occurs",
+                            "violation_condition": "the story ends before s_3",
+                        },
+                        {
+                            "type": "ordering",
+                            "description": "s_0 happens before s_1",
+                            "satisfaction_condition": "s_0 then s_1",
+                            "violation_condition": "s_1 before s_0",
+                        },
+                    ]
+                }
+            )
         if stage == "build_facts":
             return json.dumps({"initial_facts": [{"content": f"fact {i}"} for i in range(3)]})
         if stage == "fact_update":
@@ -79,22 +103,36 @@ class RandomPolicy:
             return json.dumps(out)
         if stage == "trajectory_check":
             hit = rng.random() < self.node_rate
-            return json.dumps({"trigger": {"occurred": hit, "reason": "scripted"},
-                               "delta": {"occurred": hit, "reason": "scripted"}})
+            return json.dumps(
+                {"trigger": {"occurred": hit, "reason": "scripted"}, "delta": {"occurred": hit, "reason": "scripted"}}
+            )
         if stage == "status_check":
             items = schema["properties"]["statuses"]["prefixItems"]
-            return json.dumps({"statuses": [
-                {"id": it["properties"]["id"]["const"],
-                 "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
-                 "reason": "scripted"} for it in items]})
+            return json.dumps(
+                {
+                    "statuses": [
+                        {
+                            "id": it["properties"]["id"]["const"],
+                            "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
+                            "reason": "scripted",
+                        }
+                        for it in items
+                    ]
+                }
+            )
         if stage == "scaling":  # mode=bench's engine-alone measurement: any text of the asked length
             return "a" * (4 * request.max_tokens)
         raise ValueError(f"scripted backend: no policy for stage {stage!r}")
 
 
 class ScriptedEngine:
-    def __init__(self, rules: Rule | None = None, policy: RandomPolicy | None = None, delay_s: float = 0.0,
-                 die_after_calls: int | None = None) -> None:
+    def __init__(
+        self,
+        rules: Rule | None = None,
+        policy: RandomPolicy | None = None,
+        delay_s: float = 0.0,
+        die_after_calls: int | None = None,
+    ) -> None:
         self.rules = rules
         self.policy = policy or RandomPolicy()
         self.requests: list[Request] = []
@@ -114,8 +152,9 @@ class ScriptedEngine:
         if isinstance(out, Completion):
             return out
         prompt_chars = sum(len(m.content) for m in request.messages)
-        return Completion(text=out, finish_reason="stop", prompt_tokens=prompt_chars // 4,
-                          generated_tokens=max(1, len(out) // 4))
+        return Completion(
+            text=out, finish_reason="stop", prompt_tokens=prompt_chars // 4, generated_tokens=max(1, len(out) // 4)
+        )
 
     async def close(self) -> None:
         return None

@@ -37,9 +37,16 @@ def flag(key: str, value: Any) -> list[str]:
     return [name, str(value)]
 
 
-def serve_args(model: ModelSettings, model_path: str | Path, *, served_name: str | None = None,
-               host: str = "0.0.0.0", port: int = 8000, on_cpu: bool = False,
-               tensor_parallel: int | None = None) -> list[str]:
+def serve_args(
+    model: ModelSettings,
+    model_path: str | Path,
+    *,
+    served_name: str | None = None,
+    host: str = "0.0.0.0",
+    port: int = 8000,
+    on_cpu: bool = False,
+    tensor_parallel: int | None = None,
+) -> list[str]:
     """The arguments after `vllm serve` on one node: the model, the rig's engine arguments for it
     (`tensor_parallel`: GPUs per node, default the model's own) and the server's flags. Across nodes
     slurm/serve.sbatch adds vLLM's own: pipeline parallel over a Ray cluster, or data parallel."""
@@ -48,8 +55,12 @@ def serve_args(model: ModelSettings, model_path: str | Path, *, served_name: str
         kwargs["tensor_parallel_size"] = tensor_parallel
     args = [str(model_path), "--served-model-name", served_name or model.name, "--host", host, "--port", str(port)]
     for key, value in kwargs.items():
-        if (key in _NOT_FLAGS or value is None or (key in _OFF_BY_DEFAULT and value is False)
-                or (key in _DEFAULTS and value == _DEFAULTS[key])):
+        if (
+            key in _NOT_FLAGS
+            or value is None
+            or (key in _OFF_BY_DEFAULT and value is False)
+            or (key in _DEFAULTS and value == _DEFAULTS[key])
+        ):
             continue
         args += flag(key, value)
     # The server reports cached prompt tokens (the call log's cache hit) and keeps its log to errors.

@@ -92,8 +92,10 @@ class ModelSettings(BaseModel):
         tp, dp = info.data.get("tensor_parallel_size"), info.data.get("data_parallel_size", 1)
         if v and tp is not None and dp is not None and len(v) != tp * dp:
             layout = f"tensor_parallel_size={tp}" + (f" x data_parallel_size={dp}" if dp > 1 else "")
-            raise ValueError(f"{len(v)} device(s) {v} for {layout}: give exactly {tp * dp} "
-                             "(or devices=[] for the first visible ones)")
+            raise ValueError(
+                f"{len(v)} device(s) {v} for {layout}: give exactly {tp * dp} "
+                "(or devices=[] for the first visible ones)"
+            )
         return v
 
     @property
@@ -143,9 +145,11 @@ def max_num_seqs_note(model: ModelSettings) -> str | None:
     capped = engine_max_num_seqs(model)
     if capped == model.max_num_seqs:
         return None
-    return (f"model '{model.name}': max_num_seqs {model.max_num_seqs} -> {capped} under deterministic=true "
-            f"(batch-invariant runs are reported to differ at about 44 sequences in flight; "
-            f"at most {DETERMINISTIC_MAX_NUM_SEQS} run at once, the rest wait)")
+    return (
+        f"model '{model.name}': max_num_seqs {model.max_num_seqs} -> {capped} under deterministic=true "
+        f"(batch-invariant runs are reported to differ at about 44 sequences in flight; "
+        f"at most {DETERMINISTIC_MAX_NUM_SEQS} run at once, the rest wait)"
+    )
 
 
 def with_run_switches(model: ModelSettings, deterministic: bool) -> ModelSettings:

@@ -115,8 +115,10 @@ def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
     if not cfg.thinking and cfg.reasoning_parser is None:
         return None
     if cfg.reasoning_parser is None:
-        return "reasoning_parser", ("thinking is on but no reasoning parser is named: set vLLM's parser for the "
-                                    "family (qwen3, deepseek_v3, kimi_k2, ...), or thinking: false")
+        return "reasoning_parser", (
+            "thinking is on but no reasoning parser is named: set vLLM's parser for the "
+            "family (qwen3, deepseek_v3, kimi_k2, ...), or thinking: false"
+        )
     from vllm.reasoning import ReasoningParserManager
 
     names = ReasoningParserManager.list_registered()
@@ -138,8 +140,7 @@ def _on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-_CPU_CHUNKED_PREFILL = ("true crashes seeded requests on vLLM's CPU build (chunked prefill); "
-                        "leave it unset or false")
+_CPU_CHUNKED_PREFILL = "true crashes seeded requests on vLLM's CPU build (chunked prefill); leave it unset or false"
 
 
 def resolved_path(cfg: ModelSettings) -> Path:
@@ -334,8 +335,9 @@ def _already_shut_down(*args: Any, **kwargs: Any) -> None:
 class VLLMEngine:
     """A running in-process vLLM engine. Create with `await VLLMEngine.start(cfg)`."""
 
-    def __init__(self, cfg: ModelSettings, engine: Any, chat: ChatFormat, model_path: Path,
-                 start_seconds: float) -> None:
+    def __init__(
+        self, cfg: ModelSettings, engine: Any, chat: ChatFormat, model_path: Path, start_seconds: float
+    ) -> None:
         self.cfg = cfg
         self.model_path = model_path
         self.start_seconds = start_seconds
@@ -521,18 +523,29 @@ class VLLMEngine:
 
         def failed(message: str) -> Completion:
             # One request's failure: the caller counts a failed attempt, the run goes on.
-            return Completion(text="", finish_reason="error", prompt_tokens=len(ids), error=message,
-                              max_tokens_sent=budget, latency_s=time.monotonic() - started)
+            return Completion(
+                text="",
+                finish_reason="error",
+                prompt_tokens=len(ids),
+                error=message,
+                max_tokens_sent=budget,
+                latency_s=time.monotonic() - started,
+            )
 
         request_id = f"{self.cfg.name}-{uuid.uuid4().hex}"
         final = None
         grammar_new: bool | None = None
         # The engine's reasoning parser reads the template switch per request, as vLLM's server passes it.
-        thinking = {"reasoning_parser_kwargs": {"chat_template_kwargs": dict(self.chat.kwargs)}} if self.cfg.thinking \
-            else {}
+        thinking = (
+            {"reasoning_parser_kwargs": {"chat_template_kwargs": dict(self.chat.kwargs)}} if self.cfg.thinking else {}
+        )
         try:
-            params = sampling_params(request, budget, self.cfg.structured_outputs_backend,
-                                     thinking_budget=self.cfg.thinking_budget if self.cfg.thinking else None)
+            params = sampling_params(
+                request,
+                budget,
+                self.cfg.structured_outputs_backend,
+                thinking_budget=self.cfg.thinking_budget if self.cfg.thinking else None,
+            )
             grammar = grammar_key(params)
             grammar_new = None if grammar is None else grammar not in self._grammars
             if grammar is not None:
@@ -624,7 +637,8 @@ def split_thought(cfg: ModelSettings, chat: ChatFormat, text: str, token_ids: Se
     from vllm.reasoning import ReasoningParserManager
 
     parser = ReasoningParserManager.get_reasoning_parser(cfg.reasoning_parser)(
-        chat.tokenizer, chat_template_kwargs=dict(chat.kwargs))
+        chat.tokenizer, chat_template_kwargs=dict(chat.kwargs)
+    )
     thought, answer = parser.extract_reasoning(text, None)
     if not thought:
         return Thought(answer=text if answer is None else answer, thought=None, thought_tokens=0)
@@ -633,8 +647,9 @@ def split_thought(cfg: ModelSettings, chat: ChatFormat, text: str, token_ids: Se
     return Thought(answer=answer or "", thought=thought, thought_tokens=tokens)
 
 
-def sampling_params(request: Request, max_tokens: int | None = None, backend: str = "xgrammar",
-                    thinking_budget: int | None = None) -> SamplingParams:
+def sampling_params(
+    request: Request, max_tokens: int | None = None, backend: str = "xgrammar", thinking_budget: int | None = None
+) -> SamplingParams:
     """vLLM's SamplingParams for one request (max_tokens: the clamped budget, else the request's;
     thinking_budget: vLLM's thinking_token_budget, for a thinking model).
 

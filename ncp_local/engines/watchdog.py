@@ -67,8 +67,7 @@ def _close_inherited_fds() -> None:
     _PIPE_FDS.clear()
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                    after_in_child=_close_inherited_fds)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_close_inherited_fds)
 
 
 def open_pipe_fds() -> frozenset[int]:
@@ -80,7 +79,7 @@ def open_pipe_fds() -> frozenset[int]:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _close_tracked(fd: int, last: bytes = b"") -> None:
@@ -165,6 +164,7 @@ def start(procs: list[Any], grace_s: float = 10.0) -> Watchdog | None:
 
 
 # ---- the watchdog process --------------------------------------------------
+
 
 def _running(p: psutil.Process) -> bool:
     try:

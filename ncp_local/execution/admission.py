@@ -108,8 +108,12 @@ class Admission:
         capacity = {engine_of[role]: getattr(engine, "kv_tokens", None) for role, engine in engines.items()}
         return cls(capacity=capacity, limit=max(1, limit), engine_of=engine_of)
 
-    def register(self, episode_ids: list[str], estimate: Estimator | None = None,
-                 resumed: frozenset[str] | set[str] = frozenset()) -> None:
+    def register(
+        self,
+        episode_ids: list[str],
+        estimate: Estimator | None = None,
+        resumed: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         """Episodes in queue order; `estimate(episode)`: the prompts its next turn would send, per role
         and stage (footprint.estimate), asked when the admission first needs that episode's size."""
         if estimate is not None:

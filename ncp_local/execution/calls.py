@@ -65,8 +65,10 @@ class SystematicFailure(Exception):
     """The same engine-side cause failed a stage's first calls in every episode tried: stop the run."""
 
     def __init__(self, stage: str, model: str, cause: str, episodes: int) -> None:
-        super().__init__(f"stage {stage} on model {model} failed in each of the first {episodes} episodes "
-                         f"before any answer was accepted: {cause}")
+        super().__init__(
+            f"stage {stage} on model {model} failed in each of the first {episodes} episodes "
+            f"before any answer was accepted: {cause}"
+        )
         self.stage, self.model, self.cause = stage, model, cause
 
 
@@ -89,9 +91,11 @@ def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | 
     for the same reason, or `context_limit` before their first committed turn (each is censored
     honestly, but a run of them measured nothing: the answers fill the window)."""
     results = list(results)
-    causes = Counter(("invalid", _generic(r.reason)) if r.termination == "invalid" else ("context_limit", "")
-                     for r in results
-                     if r.termination == "invalid" or (r.termination == "context_limit" and not r.turns))
+    causes = Counter(
+        ("invalid", _generic(r.reason)) if r.termination == "invalid" else ("context_limit", "")
+        for r in results
+        if r.termination == "invalid" or (r.termination == "context_limit" and not r.turns)
+    )
     if not results or not causes:
         return None
     (cause, reason), n = causes.most_common(1)[0]
@@ -100,10 +104,12 @@ def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | 
     if cause == "invalid":
         return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
     stages = Counter(_generic(r.reason) for r in results if r.termination == "context_limit" and not r.turns)
-    return (f"{n} of {len(results)} episodes ended context_limit before their first committed turn "
-            f"(e.g. {stages.most_common(1)[0][0]}): the answers fill the model's window, so the next call has no "
-            "room; set the roles' output bounds (<role>.bounds, e.g. text_chars) or use a model with a larger "
-            "window")
+    return (
+        f"{n} of {len(results)} episodes ended context_limit before their first committed turn "
+        f"(e.g. {stages.most_common(1)[0][0]}): the answers fill the model's window, so the next call has no "
+        "room; set the roles' output bounds (<role>.bounds, e.g. text_chars) or use a model with a larger "
+        "window"
+    )
 
 
 @dataclass
@@ -153,8 +159,17 @@ class TurnAsk:
     thought_tokens: list[int] = field(default_factory=list)
 
     async def __call__(self, stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
-        return await self.calls.ask(self.spec_id, self.turn, stage, template, variables, hits=self.hits,
-                                    held=self.held, thoughts=self.thought_tokens, **kw)
+        return await self.calls.ask(
+            self.spec_id,
+            self.turn,
+            stage,
+            template,
+            variables,
+            hits=self.hits,
+            held=self.held,
+            thoughts=self.thought_tokens,
+            **kw,
+        )
 
     def hold(self) -> None:
         self.held = []
@@ -188,10 +203,22 @@ class CallService:
     # admission's footprints.
     observe: Callable[[str, str, str, int, int, str], None] | None = None
 
-    async def ask(self, spec_id: str, turn: int, stage: str, template: str, variables: dict[str, str],
-                  ids: AuditIds = AuditIds(), role: str | None = None, key: str = "",
-                  feedback: str = "", extra: str | None = None, hits: list[str] | None = None,
-                  held: list[Effect] | None = None, thoughts: list[int] | None = None) -> Any:
+    async def ask(
+        self,
+        spec_id: str,
+        turn: int,
+        stage: str,
+        template: str,
+        variables: dict[str, str],
+        ids: AuditIds = AuditIds(),
+        role: str | None = None,
+        key: str = "",
+        feedback: str = "",
+        extra: str | None = None,
+        hits: list[str] | None = None,
+        held: list[Effect] | None = None,
+        thoughts: list[int] | None = None,
+    ) -> Any:
         """One call with up to `attempts` tries on the same inputs; logs every attempt.
 
         `extra` appends a second template to the prompt (HiAgent's memory);
@@ -199,6 +226,7 @@ class CallService:
         the call's side effects instead of making them (a speculative call, see `TurnAsk`); `thoughts` the tokens
         its thought took (a thinking model's).
         """
+
         def effect(kind: str, what: Any) -> None:
             if held is None:
                 self.effect(kind, what)
@@ -217,13 +245,27 @@ class CallService:
         for attempt in range(self.attempts):
             # `key` tells apart two calls of one stage in one turn (a retrieval, a re-ask).
             seed = call_seed(self.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
-            request = Request(messages=messages, temperature=binding.sampling.temperature,
-                              top_p=binding.sampling.top_p, max_tokens=binding.sampling.max_tokens,
-                              seed=seed, json_schema=schema, regex=regex, min_room=room,
-                              tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt,
-                                    "role": role or info.role})
-            log: dict[str, Any] = {"spec_id": spec_id, "turn": turn, "stage": stage, "role": role or info.role,
-                                   "model": binding.model, "attempt": attempt, "seed": seed, "key": key}
+            request = Request(
+                messages=messages,
+                temperature=binding.sampling.temperature,
+                top_p=binding.sampling.top_p,
+                max_tokens=binding.sampling.max_tokens,
+                seed=seed,
+                json_schema=schema,
+                regex=regex,
+                min_room=room,
+                tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt, "role": role or info.role},
+            )
+            log: dict[str, Any] = {
+                "spec_id": spec_id,
+                "turn": turn,
+                "stage": stage,
+                "role": role or info.role,
+                "model": binding.model,
+                "attempt": attempt,
+                "seed": seed,
+                "key": key,
+            }
             try:
                 completion = await binding.backend.generate(request)
             except ContextOverflow as exc:
@@ -231,8 +273,14 @@ class CallService:
                 self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}", effect)
             checked = time.perf_counter()
             if self.observe is not None:
-                self.observe(spec_id, role or info.role, f"{stage}/{key}", completion.prompt_tokens,
-                             completion.generated_tokens, text_of(messages))
+                self.observe(
+                    spec_id,
+                    role or info.role,
+                    f"{stage}/{key}",
+                    completion.prompt_tokens,
+                    completion.generated_tokens,
+                    text_of(messages),
+                )
             error = None
             out: Any = None
             reached: tuple[str, ...] = ()
@@ -245,11 +293,18 @@ class CallService:
                 if sent < binding.sampling.max_tokens:
                     # The window, not the stage's budget, cut the answer: the same inputs would be
                     # cut again, so the episode has run out of room (censored, not invalid).
-                    self._out_of_room({**log, "prompt_tokens": completion.prompt_tokens,
-                                       "generated_tokens": completion.generated_tokens, "max_tokens_sent": sent,
-                                       "finish_reason": "length"},
-                                      f"context_overflow: the window left {sent} of "
-                                      f"max_tokens={binding.sampling.max_tokens} and the answer did not fit", effect)
+                    self._out_of_room(
+                        {
+                            **log,
+                            "prompt_tokens": completion.prompt_tokens,
+                            "generated_tokens": completion.generated_tokens,
+                            "max_tokens_sent": sent,
+                            "finish_reason": "length",
+                        },
+                        f"context_overflow: the window left {sent} of "
+                        f"max_tokens={binding.sampling.max_tokens} and the answer did not fit",
+                        effect,
+                    )
                 error = f"cut off at max_tokens={sent}"
             else:
                 try:
@@ -259,21 +314,33 @@ class CallService:
                 except InvalidOutput as exc:
                     error = str(exc)
             overhead += time.perf_counter() - checked
-            effect("log", {
-                **log, "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
-                "generated_tokens": completion.generated_tokens, "max_tokens_sent": completion.max_tokens_sent,
-                "latency_s": round(completion.latency_s, 4), "done_at": round(time.time(), 3),
-                "overhead_s": round(overhead, 6), "finish_reason": completion.finish_reason,
-                "error": error, "output": completion.text if error else None,
-                # Whether the engine had not seen this grammar before (it compiled it for this call).
-                **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
-                **({"bound_hits": list(reached)} if reached else {}),
-                # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
-                **({"transport_errors": list(completion.transport_errors)} if completion.transport_errors else {}),
-                # A thinking model's thought: kept whole here, only its size goes into the episode.
-                **({"thought_tokens": completion.thought_tokens, "thought": completion.thought}
-                   if completion.thought is not None else {}),
-            })
+            effect(
+                "log",
+                {
+                    **log,
+                    "prompt_tokens": completion.prompt_tokens,
+                    "cached_tokens": completion.cached_tokens,
+                    "generated_tokens": completion.generated_tokens,
+                    "max_tokens_sent": completion.max_tokens_sent,
+                    "latency_s": round(completion.latency_s, 4),
+                    "done_at": round(time.time(), 3),
+                    "overhead_s": round(overhead, 6),
+                    "finish_reason": completion.finish_reason,
+                    "error": error,
+                    "output": completion.text if error else None,
+                    # Whether the engine had not seen this grammar before (it compiled it for this call).
+                    **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
+                    **({"bound_hits": list(reached)} if reached else {}),
+                    # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
+                    **({"transport_errors": list(completion.transport_errors)} if completion.transport_errors else {}),
+                    # A thinking model's thought: kept whole here, only its size goes into the episode.
+                    **(
+                        {"thought_tokens": completion.thought_tokens, "thought": completion.thought}
+                        if completion.thought is not None
+                        else {}
+                    ),
+                },
+            )
             if error is None:
                 if hits is not None:
                     hits.extend(reached)
@@ -308,14 +375,19 @@ class CallService:
         return lambda turn: TurnAsk(self, spec_id, turn)
 
 
-def bindings(cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str],
-             wrap: Callable[[Engine], Engine] | None = None) -> dict[str, RoleBinding]:
+def bindings(
+    cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str], wrap: Callable[[Engine], Engine] | None = None
+) -> dict[str, RoleBinding]:
     """Each role's engine with its configured sampling and bounds (`wrap`: e.g. a progress meter)."""
     out = {}
     for role in roles:
         rc = getattr(cfg, role)
         engine = engines[role]
-        out[role] = RoleBinding(backend=wrap(engine) if wrap else engine, model=cfg.model_name(role),
-                                sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens), bounds=rc.bounds,
-                                id_form=grammar.id_form(rc.model.structured_outputs_backend))
+        out[role] = RoleBinding(
+            backend=wrap(engine) if wrap else engine,
+            model=cfg.model_name(role),
+            sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens),
+            bounds=rc.bounds,
+            id_form=grammar.id_form(rc.model.structured_outputs_backend),
+        )
     return out

@@ -35,8 +35,12 @@ class Endpoint:
 
     def manifest(self) -> dict[str, Any]:
         """For the manifest: where it was, the server's `/v1/models` answer and version."""
-        return {"base_url": self.config.base_url, "served_model": self.config.model,
-                "models": list(self.report.models), "version": self.report.version}
+        return {
+            "base_url": self.config.base_url,
+            "served_model": self.config.model,
+            "models": list(self.report.models),
+            "version": self.report.version,
+        }
 
 
 def remote_roles(cfg: Any, roles: tuple[str, ...]) -> tuple[str, ...]:
@@ -51,11 +55,23 @@ def endpoint_config(cfg: Any, role: str, base_url: str | None = None) -> OpenAIE
     """The engine settings of a role's endpoint (`base_url`: as read from its endpoint file)."""
     ep = role_endpoint(cfg, role)
     model = getattr(cfg, role).model
-    fields: dict[str, Any] = {"name": model.name, "base_url": base_url or ep.get("base_url") or "",
-                              "model": ep.get("model") or model.name,
-                              "chat_template_kwargs": dict(model.chat_template_kwargs)}
-    for k in ("api_key_env", "timeout_s", "max_retries", "backoff_s", "max_concurrency", "schema_name",
-              "use_max_completion_tokens", "extra_body", "vllm_extensions"):
+    fields: dict[str, Any] = {
+        "name": model.name,
+        "base_url": base_url or ep.get("base_url") or "",
+        "model": ep.get("model") or model.name,
+        "chat_template_kwargs": dict(model.chat_template_kwargs),
+    }
+    for k in (
+        "api_key_env",
+        "timeout_s",
+        "max_retries",
+        "backoff_s",
+        "max_concurrency",
+        "schema_name",
+        "use_max_completion_tokens",
+        "extra_body",
+        "vllm_extensions",
+    ):
         if ep.get(k) is not None:
             fields[k] = ep[k]
     return OpenAIEndpointConfig(**fields)
@@ -73,8 +89,9 @@ def _first_turn(growth: Growth, role: str) -> tuple[int, str]:
     return best, stage
 
 
-def check(cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None],
-          cache: dict[str, Endpoint] | None = None) -> dict[str, Endpoint]:
+def check(
+    cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None], cache: dict[str, Endpoint] | None = None
+) -> dict[str, Endpoint]:
     """Each remote role's endpoint, waited for and checked (see the module doc); ConfigError when not.
 
     `growth`: the prompt projection, played only when a server reports a window to check (None: no
@@ -86,8 +103,11 @@ def check(cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None],
         key = _key(ep)
         field = f"{role}.endpoint.{key}"
         if not ep.get("base_url") and not ep.get("file"):
-            raise ConfigError(f"{role}.endpoint.base_url", f"{role}.engine=openai needs the server's address: "
-                              f"{role}.endpoint.base_url=URL or {role}.endpoint.file=PATH")
+            raise ConfigError(
+                f"{role}.endpoint.base_url",
+                f"{role}.engine=openai needs the server's address: "
+                f"{role}.endpoint.base_url=URL or {role}.endpoint.file=PATH",
+            )
         memo = repr(sorted(ep.items())) + repr(endpoint_config(cfg, role, "x").model_dump())
         if cache is not None and memo in cache:
             out[role] = cache[memo]
@@ -97,9 +117,12 @@ def check(cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None],
         try:
             # Only an endpoint file is waited for (its server job may still be starting); a configured
             # URL must answer now.
-            conf, report = wait_for_endpoint(file, None if file else endpoint_config(cfg, role),
-                                             float(ep["wait_s"]) if file else 0.0,
-                                             make=lambda url, role=role: endpoint_config(cfg, role, url))
+            conf, report = wait_for_endpoint(
+                file,
+                None if file else endpoint_config(cfg, role),
+                float(ep["wait_s"]) if file else 0.0,
+                make=lambda url, role=role: endpoint_config(cfg, role, url),
+            )
         except EndpointProblem as exc:
             raise ConfigError(field, f"health check: {exc}") from None
         if file is not None and time.monotonic() - started > 5:
@@ -111,9 +134,12 @@ def check(cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None],
         if window is not None and played[0] is not None:
             need, stage = _first_turn(played[0], role)
             if need > window:
-                raise ConfigError(field, f"health check: {conf.base_url} serves '{conf.model}' with a {window}-token "
-                                  f"window, which does not hold the first turn ({stage} needs about {need} tokens "
-                                  f"with its answer; serve it with a larger --max-model-len)")
+                raise ConfigError(
+                    field,
+                    f"health check: {conf.base_url} serves '{conf.model}' with a {window}-token "
+                    f"window, which does not hold the first turn ({stage} needs about {need} tokens "
+                    f"with its answer; serve it with a larger --max-model-len)",
+                )
         out[role] = endpoint
         if cache is not None:
             cache[memo] = endpoint

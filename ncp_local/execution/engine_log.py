@@ -35,8 +35,9 @@ from typing import Any, TextIO
 from ..engines.embedded import cache_root
 
 # Lines of a failed engine start worth showing under its `error:` line.
-RELEVANT = re.compile(r"error|exception|traceback|fatal|killed|out of memory|not enough|insufficient|cannot|failed",
-                      re.IGNORECASE)
+RELEVANT = re.compile(
+    r"error|exception|traceback|fatal|killed|out of memory|not enough|insufficient|cannot|failed", re.IGNORECASE
+)
 TAIL_LINES = 8
 TAIL_CHARS = 300
 
@@ -92,9 +93,13 @@ def _terminal_side(stream: TextIO, fd: int, saved: int, made: list[TextIO]) -> T
     """The stream the rig prints to while `fd` points at the log: `stream` itself unless it writes to `fd`."""
     if not _on_fd(stream, fd):
         return stream
-    out = io.TextIOWrapper(io.FileIO(saved, "w", closefd=False), encoding=getattr(stream, "encoding", None) or "utf-8",
-                           errors=getattr(stream, "errors", None) or "backslashreplace", line_buffering=True,
-                           write_through=True)
+    out = io.TextIOWrapper(
+        io.FileIO(saved, "w", closefd=False),
+        encoding=getattr(stream, "encoding", None) or "utf-8",
+        errors=getattr(stream, "errors", None) or "backslashreplace",
+        line_buffering=True,
+        write_through=True,
+    )
     made.append(out)
     return out
 
@@ -110,8 +115,11 @@ def _move_handlers(away_from: tuple[TextIO, ...], to: TextIO) -> None:
     their handlers with whatever sys.stdout / sys.stderr were at the time)."""
     for lg in _loggers():
         for h in list(lg.handlers):
-            if (isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
-                    and any(h.stream is s for s in away_from)):
+            if (
+                isinstance(h, logging.StreamHandler)
+                and not isinstance(h, logging.FileHandler)
+                and any(h.stream is s for s in away_from)
+            ):
                 with contextlib.suppress(AttributeError):  # a handler whose stream is a read-only property
                     h.setStream(to)
 
@@ -124,8 +132,9 @@ def settle() -> None:
         _move_handlers(tuple(a.made), sys.__stderr__)
 
 
-def _to_log_showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
-                        line: str | None = None) -> None:
+def _to_log_showwarning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: str | None = None
+) -> None:
     with contextlib.suppress(Exception):
         assert sys.__stderr__ is not None
         sys.__stderr__.write(warnings.formatwarning(message, category, filename, lineno, line))
@@ -249,7 +258,7 @@ def tail(path: Path | None = None, n: int = TAIL_LINES) -> list[str]:
         return []
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     picked = [ln for ln in lines if RELEVANT.search(ln)][-n:] or lines[-n:]
-    return [ln if len(ln) <= TAIL_CHARS else ln[:TAIL_CHARS - 3] + "..." for ln in picked]
+    return [ln if len(ln) <= TAIL_CHARS else ln[: TAIL_CHARS - 3] + "..." for ln in picked]
 
 
 def failure_lines(path: Path | None = None) -> list[str]:

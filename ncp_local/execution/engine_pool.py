@@ -25,8 +25,10 @@ from .endpoints import Endpoint, endpoint_config
 from .identity import digest
 
 # Said once per run that the embedded model plays: it is there to exercise the pipeline.
-EMBEDDED_NOTE = ("note: the embedded SmolLM2-135M plays {roles}: it only exercises the pipeline, and its verdicts "
-                 "measure nothing (real models: see docs/guide/models-and-gpus.md)")
+EMBEDDED_NOTE = (
+    "note: the embedded SmolLM2-135M plays {roles}: it only exercises the pipeline, and its verdicts "
+    "measure nothing (real models: see docs/guide/models-and-gpus.md)"
+)
 
 
 def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:
@@ -37,8 +39,9 @@ def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:
 
 
 class EnginePool:
-    def __init__(self, cfg: RunConfig, roles: tuple[str, ...] = ROLES,
-                 endpoints: Mapping[str, Endpoint] | None = None) -> None:
+    def __init__(
+        self, cfg: RunConfig, roles: tuple[str, ...] = ROLES, endpoints: Mapping[str, Endpoint] | None = None
+    ) -> None:
         self.cfg = cfg
         self.kind: str = cfg.engine.name
         self.roles = roles
@@ -129,9 +132,11 @@ class EnginePool:
             # relevant lines follow the error line: failures.exit_for).
             log = engine_log.current()
             where = f"the cause is in {log}" if log else "the cause is in the log above"
-            raise EngineDead(f"model {model.name!r} ({kind}): the engine failed to start: "
-                             f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''} "
-                             f"({where}; mode=plan checks memory first)") from None
+            raise EngineDead(
+                f"model {model.name!r} ({kind}): the engine failed to start: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''} "
+                f"({where}; mode=plan checks memory first)"
+            ) from None
         finally:
             engine_log.settle()  # the engine's libraries set up their loggers: to the log, not the terminal
 
@@ -141,9 +146,16 @@ class EnginePool:
             e = self.cfg.engine
             if e.name != "scripted":  # a scripted role in a run whose top-level engine is another: the defaults
                 return ScriptedEngine(policy=RandomPolicy())
-            return ScriptedEngine(policy=RandomPolicy(conflict_rate=e.conflict_rate, overturn_rate=e.overturn_rate,
-                                                      node_rate=e.node_rate, satisfy_rate=e.satisfy_rate),
-                                  delay_s=e.delay_s, die_after_calls=e.die_after_calls)
+            return ScriptedEngine(
+                policy=RandomPolicy(
+                    conflict_rate=e.conflict_rate,
+                    overturn_rate=e.overturn_rate,
+                    node_rate=e.node_rate,
+                    satisfy_rate=e.satisfy_rate,
+                ),
+                delay_s=e.delay_s,
+                die_after_calls=e.die_after_calls,
+            )
         if kind == "openai":
             from ..engines.openai import OpenAIEngine
 

@@ -35,8 +35,9 @@ from .scheduler import EpisodeScheduler, EpisodeSettings
 from .store import RunDir, read_calls, resume_hint
 
 
-def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, ready: Ready, engines: EnginePool,
-             ident: identity_mod.Identity) -> dict[str, Any]:
+def manifest(
+    cfg: RunConfig, raw: dict[str, Any], ds: Dataset, ready: Ready, engines: EnginePool, ident: identity_mod.Identity
+) -> dict[str, Any]:
     """What the run is (config, content hashes per file, weights) and what it ran on (provenance)."""
     pack = ready.pack
     models = engines.describe()
@@ -48,8 +49,12 @@ def manifest(cfg: RunConfig, raw: dict[str, Any], ds: Dataset, ready: Ready, eng
     return {
         **provenance.environment(),
         "config": raw,
-        "dataset": {"path": str(ds.root.resolve()), "sha256": ds.sha256, "specs": [s.id for s in ds.specs],
-                    "files": ident.parts["dataset"]},
+        "dataset": {
+            "path": str(ds.root.resolve()),
+            "sha256": ds.sha256,
+            "specs": [s.id for s in ds.specs],
+            "files": ident.parts["dataset"],
+        },
         "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
         "models": models,
     }
@@ -90,8 +95,10 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
         store.close()
     if stopped:
         left = sum(not store.has_result(s.id) for s in specs)
-        print(f"stopped by {stopped[0]}: " + resume_hint(f"{left} unfinished episode(s) checkpointed", out),
-              file=sys.stderr)
+        print(
+            f"stopped by {stopped[0]}: " + resume_hint(f"{left} unfinished episode(s) checkpointed", out),
+            file=sys.stderr,
+        )
         return EXIT_SIGNAL[stopped[0]]
     rows = [(out.name, aggregate([episode_metrics(r) for r in results.values()], cfg.max_turns))]
     print(results_table(rows))
@@ -105,17 +112,20 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     return 0
 
 
-async def _run_async(ready: Ready, specs: tuple[Spec, ...], engines: EnginePool, store: RunDir,
-                     stopped: list[str]) -> dict[str, EpisodeResult]:
+async def _run_async(
+    ready: Ready, specs: tuple[Spec, ...], engines: EnginePool, store: RunDir, stopped: list[str]
+) -> dict[str, EpisodeResult]:
     # SIGTERM (Slurm preemption) and SIGINT cancel the run; each committed turn
     # is already on disk, so cancelling loses at most the turns in flight.
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
+
         def on_signal(name: str = sig.name) -> None:
             stopped.append(name)
             if task:
                 task.cancel()
+
         loop.add_signal_handler(sig, on_signal)
     started = await engines.start()
     try:
@@ -131,20 +141,27 @@ async def _run_async(ready: Ready, specs: tuple[Spec, ...], engines: EnginePool,
         await engines.close()
 
 
-async def play(ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engine], store: RunDir,
-               bar: Progress, name: str) -> dict[str, EpisodeResult]:
+async def play(
+    ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engine], store: RunDir, bar: Progress, name: str
+) -> dict[str, EpisodeResult]:
     """Every unfinished episode of `specs`, on these engines (role -> engine), metered on `bar`."""
     cfg = ready.cfg
     roles = bindings(cfg, engines, ROLES, wrap=lambda e: Metered(e, bar))
     calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
-        specs=specs, calls=calls, store=store,
-        settings=EpisodeSettings(max_turns=cfg.max_turns, concurrency=cfg.concurrency,
-                                 speculative_player=cfg.speculative_player),
-        make_narrator=lambda: ready.make_narrator(roles), player=ready.player, engines=engines,
+        specs=specs,
+        calls=calls,
+        store=store,
+        settings=EpisodeSettings(
+            max_turns=cfg.max_turns, concurrency=cfg.concurrency, speculative_player=cfg.speculative_player
+        ),
+        make_narrator=lambda: ready.make_narrator(roles),
+        player=ready.player,
+        engines=engines,
         on_result=lambda r: bar.result(name, r.spec_id, len(r.turns)),
-        on_turn=lambda sid, n: bar.turn(name, sid, n))
+        on_turn=lambda sid, n: bar.turn(name, sid, n),
+    )
     try:
         return await scheduler.run()
     except BaseExceptionGroup as group:
@@ -171,8 +188,10 @@ def call_summary(calls_path: str | Path) -> list[str]:
             lines.append(f"  {stage}: {_count(_asked(cs), 'call')}, " + ", ".join(said))
     prompt = sum(c.get("prompt_tokens", 0) for c in calls)
     cached = sum(c.get("cached_tokens", 0) for c in calls)
-    lines.append(f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
-                 + (f" cache_hit={cached / prompt:.2f}" if prompt else ""))
+    lines.append(
+        f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
+        + (f" cache_hit={cached / prompt:.2f}" if prompt else "")
+    )
     return lines
 
 
@@ -192,8 +211,11 @@ def _stage_events(calls: list[dict[str, Any]]) -> list[str]:
         bounds = sorted({int(c.get("max_tokens_sent") or 0) for c in cut})
         bound = f"{bounds[0]}-token bound" if len(bounds) == 1 and bounds[0] else "token bound"
         secs = sum(float(c.get("latency_s") or 0) for c in cut)
-        said.append(f"1 cut at its {bound} after {secs:.0f} s" if len(cut) == 1
-                    else f"{len(cut)} cut at their {bound} after {secs:.0f} s in all")
+        said.append(
+            f"1 cut at its {bound} after {secs:.0f} s"
+            if len(cut) == 1
+            else f"{len(cut)} cut at their {bound} after {secs:.0f} s in all"
+        )
     failed = sum(c.get("error") is not None and c.get("finish_reason") != "length" for c in calls)
     if failed:
         said.append(f"{failed} failed")

@@ -38,8 +38,11 @@ def exit_for(exc: BaseException, resume: str = "") -> Exit | None:
     if isinstance(exc, DiskFull):
         return Exit(EXIT_DISK_FULL, str(exc))
     if isinstance(exc, EngineDead):
-        return Exit(EXIT_ENGINE_DEAD, f"engine died: {exc}" + (f"; {resume}" if resume else ""),
-                    tuple(engine_log.failure_lines()))
+        return Exit(
+            EXIT_ENGINE_DEAD,
+            f"engine died: {exc}" + (f"; {resume}" if resume else ""),
+            tuple(engine_log.failure_lines()),
+        )
     if isinstance(exc, SystematicFailure):
         return Exit(EXIT_SYSTEMATIC, f"{exc}; the run stopped early (fix the cause, then re-run)")
     return None

@@ -28,8 +28,9 @@ Call = tuple[int, int, str]  # prompt tokens, answer tokens, prompt text (as adm
 
 # Stages every turn asks: the double-check runs only when the conflict check finds one, and a
 # narrator method's own stages replace or join the narration (the rescaling absorbs both).
-PER_TURN = tuple(s for s in STAGES.values()
-                 if s.method is None and s.role != "builder" and s.name not in ("opening", "double_check"))
+PER_TURN = tuple(
+    s for s in STAGES.values() if s.method is None and s.role != "builder" and s.name not in ("opening", "double_check")
+)
 
 
 class _Blank(dict[str, str]):
@@ -53,15 +54,21 @@ def text_of(messages: Sequence[Message]) -> str:
     return "".join(f"{m.role}\n{m.content}\n" for m in messages)
 
 
-def estimate(spec: Spec, checkpoint: Checkpoint | None, pack: PromptPack,
-             counts: Mapping[str, Count]) -> dict[str, dict[str, Call]]:
+def estimate(
+    spec: Spec, checkpoint: Checkpoint | None, pack: PromptPack, counts: Mapping[str, Count]
+) -> dict[str, dict[str, Call]]:
     """Per role (those in `counts`), the prompts its stages would send over the episode's next turn:
     a fresh one's opening and turn 0, a resumed one's turn after its checkpoint."""
     state = checkpoint.state if checkpoint is not None else initial_state(spec)
     history = format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges))
-    variables = _Blank({**narrate_vars(spec, state, ""), **player_vars(spec, state),
-                        **conflict_vars(spec, state, state.facts, "", "", state.pending),
-                        **status_vars(spec, state, state.facts, state.node_occurred, history)})
+    variables = _Blank(
+        {
+            **narrate_vars(spec, state, ""),
+            **player_vars(spec, state),
+            **conflict_vars(spec, state, state.facts, "", "", state.pending),
+            **status_vars(spec, state, state.facts, state.node_occurred, history),
+        }
+    )
     stages = PER_TURN + ((STAGES["opening"],) if checkpoint is None else ())
     out: dict[str, dict[str, Call]] = {}
     for stage in stages:

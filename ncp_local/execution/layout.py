@@ -1,17 +1,18 @@
 """The run directory's layout, in one place: where a run lives, its shards, its manifest.
 
-    runs/<dataset>-<identity key>/       (or `out_dir`)
-      manifest.json  results/  checkpoints/  calls.jsonl  engine.log  .lock
-      shard-iii-of-nnn/                  (a Slurm array task's part, the same inside, DONE when finished)
-      submit.json  slurm/  endpoint-<role>  (a Slurm submission's record, task logs, served role's URL)
+runs/<dataset>-<identity key>/       (or `out_dir`)
+  manifest.json  results/  checkpoints/  calls.jsonl  engine.log  .lock
+  shard-iii-of-nnn/                  (a Slurm array task's part, the same inside, DONE when finished)
+  submit.json  slurm/  endpoint-<role>  (a Slurm submission's record, task logs, served role's URL)
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -111,8 +112,7 @@ def shard_dirs(root: Path) -> dict[int, dict[int, Path]]:
 
 def parts(root: Path) -> list[Path]:
     """The run directory and its shard directories, in name order."""
-    return [root, *(p for p in sorted(root.iterdir()) if p.is_dir() and SHARD.match(p.name))] if root.is_dir() \
-        else []
+    return [root, *(p for p in sorted(root.iterdir()) if p.is_dir() and SHARD.match(p.name))] if root.is_dir() else []
 
 
 class _DatasetRecord(BaseModel):
@@ -163,8 +163,12 @@ def read_manifest(path: Path, field: str = "") -> dict[str, Any]:
         raise InputError(path, field, f"cannot read the manifest: {exc}") from None
     problem = manifest_problem(data)
     if problem:
-        raise InputError(path, field, f"not a run manifest: {problem}; re-running the run's own command "
-                         "moves it to quarantine/ and writes a new one")
+        raise InputError(
+            path,
+            field,
+            f"not a run manifest: {problem}; re-running the run's own command "
+            "moves it to quarantine/ and writes a new one",
+        )
     return data
 
 
@@ -175,8 +179,12 @@ def require_finished(runs: Sequence[str]) -> None:
         found = parts(root)
         # Only run directories: anything else gets the report's own "not a run directory".
         if any((p / RESULTS).is_dir() for p in found) and not any(any(p.glob(f"{RESULTS}/*.json")) for p in found):
-            raise InputError(root, "runs", "no finished episode (results/ is empty): nothing to report; "
-                             "finish the run first (its own command resumes it)")
+            raise InputError(
+                root,
+                "runs",
+                "no finished episode (results/ is empty): nothing to report; "
+                "finish the run first (its own command resumes it)",
+            )
 
 
 def shared_run_dir(points: Iterable[tuple[str, Path, str]]) -> InputError | None:
@@ -190,8 +198,12 @@ def shared_run_dir(points: Iterable[tuple[str, Path, str]]) -> InputError | None
         keys.setdefault(key, name)
         if len(keys) > 1:
             first, second = keys.values()
-            return InputError(out, "out_dir", f"one run directory for several sweep points of different "
-                              f"experiments ({first}; {second}): none is started; drop out_dir (each point "
-                              "gets runs/<dataset>-<hash>) or make it differ by point, e.g. "
-                              "out_dir=runs/x-${seed}")
+            return InputError(
+                out,
+                "out_dir",
+                f"one run directory for several sweep points of different "
+                f"experiments ({first}; {second}): none is started; drop out_dir (each point "
+                "gets runs/<dataset>-<hash>) or make it differ by point, e.g. "
+                "out_dir=runs/x-${seed}",
+            )
     return None

@@ -82,25 +82,31 @@ def merge(root: str | Path) -> Merged:
     if len(layouts) > 1:
         names = ", ".join(f"of-{n:03d}" for n in sorted(layouts))
         raise MergeError(f"{root}: shards of several layouts ({names}); keep one (the others are stale)")
-    (count, shards), = layouts.items()
+    ((count, shards),) = layouts.items()
     absent = [i for i in range(count) if i not in shards]
     if absent:
-        raise MergeError(f"{root}: shard(s) {_few([str(i) for i in absent])} of {count} have no directory "
-                         "(never started; re-submit)")
+        raise MergeError(
+            f"{root}: shard(s) {_few([str(i) for i in absent])} of {count} have no directory (never started; re-submit)"
+        )
     manifests = {i: _manifest(shards[i]) for i in range(count)}
     first = manifests[0]
     for i, m in manifests.items():
         if not (m.get("dataset") or {}).get("specs"):
             # Without it the merge cannot know which results make the run: it would "succeed" with none.
-            raise MergeError(f"{shards[i] / 'manifest.json'}: dataset.specs: missing or empty (not a manifest "
-                             "a run wrote, or edited); restore it, or move it aside and re-run that shard's task "
-                             "(it writes a new one and keeps the sealed results)")
+            raise MergeError(
+                f"{shards[i] / 'manifest.json'}: dataset.specs: missing or empty (not a manifest "
+                "a run wrote, or edited); restore it, or move it aside and re-run that shard's task "
+                "(it writes a new one and keeps the sealed results)"
+            )
         if m.get("identity") != first.get("identity"):
-            raise MergeError(f"{shards[i] / 'manifest.json'}: identity: {m.get('identity')} differs from shard 0's "
-                             f"{first.get('identity')} (shards of different configs)")
+            raise MergeError(
+                f"{shards[i] / 'manifest.json'}: identity: {m.get('identity')} differs from shard 0's "
+                f"{first.get('identity')} (shards of different configs)"
+            )
         if m["dataset"]["specs"] != first["dataset"]["specs"]:
-            raise MergeError(f"{shards[i] / 'manifest.json'}: dataset.specs differs from shard 0's "
-                             "(different dataset or limit)")
+            raise MergeError(
+                f"{shards[i] / 'manifest.json'}: dataset.specs differs from shard 0's (different dataset or limit)"
+            )
     expected: list[str] = list(first["dataset"]["specs"])
     wanted = set(expected)
     source: dict[str, int] = {}
@@ -126,11 +132,12 @@ def merge(root: str | Path) -> Merged:
         raise MergeError(f"{root}: duplicated result(s): {_few(duplicated)}")
     missing = [s for s in expected if s not in source]
     if missing:
-        states = ", ".join(f"{i}: {shard_state(shards[i])}" for i in range(count)
-                           if shard_state(shards[i]) != "done")
+        states = ", ".join(f"{i}: {shard_state(shards[i])}" for i in range(count) if shard_state(shards[i]) != "done")
         bad = f"; {len(problems)} result file(s) failed their check ({_few(problems, 2)})" if problems else ""
-        raise MergeError(f"{root}: {len(missing)} of {len(expected)} spec(s) have no result ({_few(missing)}); "
-                         f"shards not done: {states or 'none'}{bad}; re-submit to finish them")
+        raise MergeError(
+            f"{root}: {len(missing)} of {len(expected)} spec(s) have no result ({_few(missing)}); "
+            f"shards not done: {states or 'none'}{bad}; re-submit to finish them"
+        )
 
     check_destination(root / MERGED, "out_dir")
     out = RunDir(root / MERGED)
@@ -140,19 +147,27 @@ def merge(root: str | Path) -> Merged:
     for stale in out.results.glob("*.json"):
         if stale.stem not in wanted:
             stale.unlink()
-    atomic_write(out.manifest_path, json.dumps({
-        "merged": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "merged_by": {k: v for k, v in provenance.environment().items() if k != "packages"},
-        "identity": first.get("identity"),
-        "identity_parts": first.get("identity_parts"),
-        "shards": count,
-        "config": first.get("config"),
-        "dataset": first.get("dataset"),
-        "prompts": first.get("prompts"),
-        "models": first.get("models"),
-        "versions": first.get("versions"),
-        "git_revision": {shards[i].name: manifests[i].get("git_revision") for i in range(count)},
-        "source": {spec: shards[source[spec]].name for spec in expected},
-    }, indent=2, default=str))
-    return Merged(root=root, count=count, specs=tuple(expected), ignored=ignored, manifest=first,
-                  problems=tuple(problems))
+    atomic_write(
+        out.manifest_path,
+        json.dumps(
+            {
+                "merged": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "merged_by": {k: v for k, v in provenance.environment().items() if k != "packages"},
+                "identity": first.get("identity"),
+                "identity_parts": first.get("identity_parts"),
+                "shards": count,
+                "config": first.get("config"),
+                "dataset": first.get("dataset"),
+                "prompts": first.get("prompts"),
+                "models": first.get("models"),
+                "versions": first.get("versions"),
+                "git_revision": {shards[i].name: manifests[i].get("git_revision") for i in range(count)},
+                "source": {spec: shards[source[spec]].name for spec in expected},
+            },
+            indent=2,
+            default=str,
+        ),
+    )
+    return Merged(
+        root=root, count=count, specs=tuple(expected), ignored=ignored, manifest=first, problems=tuple(problems)
+    )

@@ -12,9 +12,10 @@ import itertools
 import math
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
@@ -68,8 +69,8 @@ class Grid:
             first = [c[0] for c in self.choices]
             combos = [first]
             for i, values in enumerate(self.choices):
-                combos += [first[:i] + [v] + first[i + 1:] for v in values[1:]]
-        return [Point(tuple(c), tuple(o for o, s in zip(c, self.swept) if s)) for c in combos]
+                combos += [first[:i] + [v] + first[i + 1 :] for v in values[1:]]
+        return [Point(tuple(c), tuple(o for o, s in zip(c, self.swept, strict=True) if s)) for c in combos]
 
 
 def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
@@ -79,8 +80,11 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
     parser = OverridesParser.create()
     given = parser.parse_overrides(list(overrides))
     # The first point composed with Hydra's config, to read the sweeper params a config file declares.
-    first = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
-             else o.input_line for o in given if _unexpandable(o) is None]
+    first = [
+        f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
+        for o in given
+        if _unexpandable(o) is None
+    ]
     cfg = config_mod.compose(first, config_name, hydra_config=True)
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
     declared = parser.parse_overrides([f"{k}={v}" for k, v in params.items()])
@@ -98,8 +102,12 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
         else:
             # Hydra's own rendering of the value, as the job's overrides carry it.
             entries[key] = ([f"{key}={o.get_value_element_as_str()}"], from_params)
-    return Grid(tuple(tuple(c) for c, _ in entries.values()), tuple(s for _, s in entries.values()),
-                tuple(unexpanded), str(OmegaConf.select(cfg, "hydra.launcher._target_") or ""))
+    return Grid(
+        tuple(tuple(c) for c, _ in entries.values()),
+        tuple(s for _, s in entries.values()),
+        tuple(unexpanded),
+        str(OmegaConf.select(cfg, "hydra.launcher._target_") or ""),
+    )
 
 
 def sweep_of(key: str, values: Sequence[Any]) -> str:
@@ -143,8 +151,9 @@ def _unexpandable(o: Override) -> Exception | None:
         return HydraException(f"BasicSweeper does not support sweep type : {o.value_type.name}")  # type: ignore[union-attr]
     if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
         # Hydra's own error would say only "ConfigLoader is not set".
-        return ValueError(f"{o.input_line}: glob() is expanded only by Hydra's own sweeper (it needs its config "
-                          "loader)")
+        return ValueError(
+            f"{o.input_line}: glob() is expanded only by Hydra's own sweeper (it needs its config loader)"
+        )
     return None
 
 
@@ -194,8 +203,9 @@ class Checked:
         return where(self.ready, self.raw)
 
 
-def check(raw: dict[str, Any], *, models: bool = True, endpoints: bool = True,
-          datasets: dict[str, Dataset] | None = None) -> Checked:
+def check(
+    raw: dict[str, Any], *, models: bool = True, endpoints: bool = True, datasets: dict[str, Dataset] | None = None
+) -> Checked:
     """What the point's own job would refuse at its start, checked without starting anything
     (InputError). `models`, `endpoints`, `datasets`: as `preflight` takes them."""
     cfg = config_mod.validate(raw)

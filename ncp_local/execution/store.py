@@ -76,8 +76,10 @@ class DiskFull(RuntimeError):
 
     def __init__(self, where: Path, detail: str = "") -> None:
         self.where, self.detail = where, detail
-        super().__init__(f"{where}: disk full{f' ({detail})' if detail else ''}; every file written so far "
-                         "is whole: free space, then re-run the same command to resume")
+        super().__init__(
+            f"{where}: disk full{f' ({detail})' if detail else ''}; every file written so far "
+            "is whole: free space, then re-run the same command to resume"
+        )
 
 
 def _is_disk_full(exc: BaseException) -> bool:
@@ -124,6 +126,7 @@ def atomic_write(path: Path, text: str | bytes) -> None:
 
 # ---- seals -------------------------------------------------------------------------
 
+
 def _body_hash(record: BaseModel) -> str:
     return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
 
@@ -138,8 +141,13 @@ def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
     return json.dumps({SEAL: seal, **record.model_dump(mode="json")}, indent=1, ensure_ascii=False)
 
 
-def check_file(path: Path, model: type[BaseModel], run: str | None,
-               spec_hashes: Mapping[str, str] | None = None, require_seal: bool = True) -> tuple[Any, str]:
+def check_file(
+    path: Path,
+    model: type[BaseModel],
+    run: str | None,
+    spec_hashes: Mapping[str, str] | None = None,
+    require_seal: bool = True,
+) -> tuple[Any, str]:
     """(record, "") for a file that passes, (None, reason) for one that must not be used.
 
     `run`: the identity it must carry (None: not checked); `spec_hashes`:
@@ -184,8 +192,7 @@ def check_file(path: Path, model: type[BaseModel], run: str | None,
 
 
 class RunDir:
-    def __init__(self, root: str | Path, calls_name: str = CALLS,
-                 record: type[BaseModel] = EpisodeResult) -> None:
+    def __init__(self, root: str | Path, calls_name: str = CALLS, record: type[BaseModel] = EpisodeResult) -> None:
         self.root = Path(root)
         self.results = self.root / RESULTS
         self.checkpoints = self.root / CHECKPOINTS
@@ -225,20 +232,25 @@ class RunDir:
             if isinstance(exc, OSError):
                 # What check_place cannot see ahead (a mount that refuses writes, a pseudo-filesystem).
                 where = exc.filename or self.root
-                raise InputError(where, "out_dir", f"cannot write the run directory here ({exc.strerror}); "
-                                 "give a folder you can write") from None
+                raise InputError(
+                    where,
+                    "out_dir",
+                    f"cannot write the run directory here ({exc.strerror}); give a folder you can write",
+                ) from None
             raise
 
-    def _open(self, manifest: dict[str, Any], key: str, parts: dict[str, Any] | None,
-              warn: Callable[[str], None]) -> None:
+    def _open(
+        self, manifest: dict[str, Any], key: str, parts: dict[str, Any] | None, warn: Callable[[str], None]
+    ) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLocked(f"{self.root}: another process is running in this run directory "
-                            "(wait for it, or use another out_dir)") from None
+            raise RunLocked(
+                f"{self.root}: another process is running in this run directory (wait for it, or use another out_dir)"
+            ) from None
         self._lock_fd = fd
         old = self._read_manifest(warn)
         if old is None:
@@ -248,10 +260,15 @@ class RunDir:
             self.manifest.setdefault("created", now())
         else:
             if old.get("identity") != key:
-                diffs = summary(differences(old.get("identity_parts"), parts or {})) if parts else \
-                    f"identity {old.get('identity')} != {key}"
-                raise RunMismatch(f"{self.root}: this directory holds a run of another config ({diffs}); "
-                                  "to continue it, undo the change; to keep both, use another out_dir")
+                diffs = (
+                    summary(differences(old.get("identity_parts"), parts or {}))
+                    if parts
+                    else f"identity {old.get('identity')} != {key}"
+                )
+                raise RunMismatch(
+                    f"{self.root}: this directory holds a run of another config ({diffs}); "
+                    "to continue it, undo the change; to keep both, use another out_dir"
+                )
 
             entry = resume_entry()
             limit = (manifest.get("config") or {}).get("limit", "absent")
@@ -259,8 +276,9 @@ class RunDir:
                 entry["limit"] = limit  # the one setting outside the identity that changes which specs run
             # Written once: only the list of resumes grows (an older manifest's counter is carried over).
             prior = old.get("resumes")
-            resumes: list[Any] = prior if isinstance(prior, list) else \
-                [{"count": old["resumed"]}] if old.get("resumed") else []
+            resumes: list[Any] = (
+                prior if isinstance(prior, list) else [{"count": old["resumed"]}] if old.get("resumed") else []
+            )
             self.manifest = {**{k: v for k, v in old.items() if k != "resumed"}, "resumes": [*resumes, entry]}
         atomic_write(self.manifest_path, json.dumps(self.manifest, indent=2, default=str, ensure_ascii=False))
         self.results.mkdir(exist_ok=True)
@@ -296,8 +314,10 @@ class RunDir:
                 except (OSError, ValueError, AttributeError):
                     continue  # damage: verify() quarantines it
                 if seal.get("run") != key:
-                    raise RunMismatch(f"{self.root}: this directory holds a run of another config ({path} is "
-                                      f"sealed by run {seal.get('run')!r}, not {key}); use another out_dir")
+                    raise RunMismatch(
+                        f"{self.root}: this directory holds a run of another config ({path} is "
+                        f"sealed by run {seal.get('run')!r}, not {key}); use another out_dir"
+                    )
 
     def _recover(self) -> None:
         """Clean up after a killed process (we hold the lock, so nobody else writes)."""
@@ -394,8 +414,9 @@ class RunDir:
         (self.checkpoints / f"{spec_id}.json").unlink(missing_ok=True)
 
     def write_checkpoint(self, cp: Checkpoint) -> None:
-        self._write(self.checkpoints / f"{cp.spec_id}.json",
-                    sealed_json(cp, self._spec_hash(cp.spec_id), self.identity))
+        self._write(
+            self.checkpoints / f"{cp.spec_id}.json", sealed_json(cp, self._spec_hash(cp.spec_id), self.identity)
+        )
 
     def load_checkpoint(self, spec_id: str) -> Checkpoint | None:
         """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
@@ -426,8 +447,6 @@ class RunDir:
                 yield record
 
 
-
-
 def check_destination(path: str | Path, field: str) -> Path:
     """A folder the rig is about to write into: a folder or nothing yet, and writable (its nearest
     existing ancestor when it does not exist yet). The resolved path; an InputError naming `field`."""
@@ -441,8 +460,9 @@ def check_destination(path: str | Path, field: str) -> Path:
         raise InputError(path, field, f"{existing} is a file, so no folder can be made under it; give another path")
     if not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == resolved else f" ({existing} is the nearest existing folder)"
-        raise InputError(path, field, f"cannot be written{where}: read-only or no permission; "
-                         "give a folder you can write")
+        raise InputError(
+            path, field, f"cannot be written{where}: read-only or no permission; give a folder you can write"
+        )
     return resolved
 
 
@@ -454,23 +474,33 @@ def check_place(root: Path) -> None:
         raise InputError(root, "out_dir", "the filesystem root is never a run directory")
     for parent in resolved.parents:
         if (parent / MANIFEST).is_file() and (parent / RESULTS).is_dir():
-            raise InputError(root, "out_dir", f"inside the run directory {parent} (a run never writes into "
-                             "another; use a folder of its own)")
+            raise InputError(
+                root,
+                "out_dir",
+                f"inside the run directory {parent} (a run never writes into another; use a folder of its own)",
+            )
     if resolved.is_dir():
         names = {p.name for p in resolved.iterdir()}
         bookkeeping = {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE}
         if names and not names.intersection(RUN_MARKERS) and not names <= bookkeeping:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-            raise InputError(root, "out_dir", f"not empty and not a run directory (holds {shown}); "
-                             "use an empty or new folder")
+            raise InputError(
+                root, "out_dir", f"not empty and not a run directory (holds {shown}); use an empty or new folder"
+            )
         for name in RUN_FOLDERS:
             if (resolved / name).exists() and not (resolved / name).is_dir():
-                raise InputError(Path(root) / name, "out_dir", "a file where the run keeps a folder; move it "
-                                 "away (a run never deletes it), then re-run")
+                raise InputError(
+                    Path(root) / name,
+                    "out_dir",
+                    "a file where the run keeps a folder; move it away (a run never deletes it), then re-run",
+                )
         for name in RUN_FILES:
             if (resolved / name).is_dir():
-                raise InputError(Path(root) / name, "out_dir", "a folder where the run keeps a file; move it "
-                                 "away (a run never deletes it), then re-run")
+                raise InputError(
+                    Path(root) / name,
+                    "out_dir",
+                    "a folder where the run keeps a file; move it away (a run never deletes it), then re-run",
+                )
     elif resolved.exists():
         raise InputError(root, "out_dir", "exists and is not a directory")
     check_destination(root, "out_dir")

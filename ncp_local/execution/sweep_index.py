@@ -29,23 +29,41 @@ def shard_index(index: int, count: int) -> str:
     return f"index-{shard_name(index, count)}.json"
 
 
-def write(sweep_dir: Path, rows: list[dict[str, Any]], engines: list[dict[str, Any]], groups: list[list[int]],
-          launcher: str, name: str = INDEX) -> Path:
+def write(
+    sweep_dir: Path,
+    rows: list[dict[str, Any]],
+    engines: list[dict[str, Any]],
+    groups: list[list[int]],
+    launcher: str,
+    name: str = INDEX,
+) -> Path:
     """index.json (and its index.md table): every point's row, the shared engines, the groups."""
-    doc = {"kind": "ncp-sweep", "launcher": launcher, "updated": now(), "command": command().get("line"),
-           # The batched launcher runs every point in this one process; the basic one, one after the other.
-           "pid": os.getpid(),
-           "points": rows, "engines": engines, "groups": groups}
+    doc = {
+        "kind": "ncp-sweep",
+        "launcher": launcher,
+        "updated": now(),
+        "command": command().get("line"),
+        # The batched launcher runs every point in this one process; the basic one, one after the other.
+        "pid": os.getpid(),
+        "points": rows,
+        "engines": engines,
+        "groups": groups,
+    }
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(sweep_dir / name, json.dumps(doc, indent=2, default=str))
     lines = ["| job | status | exit | run directory | overrides |", "|---:|---|---:|---|---|"]
     for r in rows:
-        lines.append(f"| {r['job']} | {r['status']} | {'' if r['exit_code'] is None else r['exit_code']} | "
-                     f"{r['run_dir'] or '-'} | {' '.join(r['overrides'])} |")
+        lines.append(
+            f"| {r['job']} | {r['status']} | {'' if r['exit_code'] is None else r['exit_code']} | "
+            f"{r['run_dir'] or '-'} | {' '.join(r['overrides'])} |"
+        )
     if engines:
         lines += ["", "| engine | model | roles | points | starts |", "|---|---|---|---|---:|"]
-        lines += [f"| {e['id']} | {e['model']} | {', '.join(e['roles'])} | {' '.join(f'#{n}' for n in e['points'])} "
-                  f"| {e['starts']} |" for e in engines]
+        lines += [
+            f"| {e['id']} | {e['model']} | {', '.join(e['roles'])} | {' '.join(f'#{n}' for n in e['points'])} "
+            f"| {e['starts']} |"
+            for e in engines
+        ]
     atomic_write(sweep_dir / name.replace(".json", ".md"), "\n".join(lines) + "\n")
     return sweep_dir / name
 

@@ -59,8 +59,15 @@ def check_overrides(argv: list[str]) -> str | None:
         return f"command line: {exc} (options such as -m go before the overrides; see --help)"
     if sum(map(bool, (args.run, args.multirun, args.cfg, args.info, args.shell_completion))) > 1:
         return "only one of --run, --multirun, --cfg, --info and --shell-completion can be given"
-    if (args.help or args.hydra_help or args.info or args.shell_completion or args.experimental_rerun
-            or args.config_path or args.config_dir):
+    if (
+        args.help
+        or args.hydra_help
+        or args.info
+        or args.shell_completion
+        or args.experimental_rerun
+        or args.config_path
+        or args.config_dir
+    ):
         return None  # not a composition of our own config: leave it to Hydra
     name = args.config_name or "config"
     parser = OverridesParser.create()
@@ -188,5 +195,7 @@ def sweep_summary() -> str | None:
         return None
     which = ", ".join(f"#{num} (exit {code})" for num, _, code in failed)  # Hydra printed each #N's overrides
     advice = "fix the refused point(s), then " if any(code == EXIT_BAD_INPUT for *_, code in failed) else ""
-    return (f"sweep: {len(failed)} of {len(SWEEP)} point(s) failed: {which}; {advice}re-run the same command "
-            "to resume (finished points are not run again)")
+    return (
+        f"sweep: {len(failed)} of {len(SWEEP)} point(s) failed: {which}; {advice}re-run the same command "
+        "to resume (finished points are not run again)"
+    )

@@ -36,14 +36,18 @@ def groups_text(conf: Path = REPO_ROOT / "conf") -> str:
         options = ", ".join(_options(group))
         if group.name in ROLE_GROUPS:
             roles = ROLE_GROUPS[group.name]
-            lines.append(f"  {group.name}@<role>.model=OPTION  (role: {', '.join(roles)}; e.g. "
-                         f"{group.name}@{roles[0]}.model={_options(group)[0]}): {options}")
+            lines.append(
+                f"  {group.name}@<role>.model=OPTION  (role: {', '.join(roles)}; e.g. "
+                f"{group.name}@{roles[0]}.model={_options(group)[0]}): {options}"
+            )
             continue
         note = f"  ({GROUP_NOTES[group.name]})" if group.name in GROUP_NOTES else ""
         lines.append(f"  {group.name}=OPTION: {options}{note}")
     launchers = sorted({*_options(conf / "hydra" / "launcher"), "basic"})
-    lines.append(f"  hydra/launcher=OPTION (sweeps, with -m): {', '.join(launchers)}  (batched: every point in one "
-                 "process on shared engines)")
+    lines.append(
+        f"  hydra/launcher=OPTION (sweeps, with -m): {', '.join(launchers)}  (batched: every point in one "
+        "process on shared engines)"
+    )
     return "\n".join(lines)
 
 
@@ -54,31 +58,37 @@ def modes_text() -> str:
 
 def help_text() -> str:
     """The whole app help; `$$` because Hydra passes it through string.Template (`$FLAGS_HELP` stays)."""
-    return "\n".join([
-        "ncp-local: NCP-Bench on local models (narrator, player and auditor on vLLM engines).",
-        "",
-        "Usage: python run.py [group=option ...] [key=value ...]",
-        "       python run.py -m [hydra/launcher=batched] key=a,b other=c,d    (a sweep: every combination)",
-        "",
-        "== Modes (mode=...) ==",
-        modes_text(),
-        "",
-        "== Config groups ==",
-        groups_text(),
-        "",
-        "== Often used ==",
-        "  max_turns=N limit=N seed=N concurrency=N out_dir=DIR progress=false progress_every_s=S",
-        "  narrator.temperature=T auditor.max_tokens=N dataset=ncp_bench dataset.path=DIR shard.count=N",
-        "  python run.py --cfg job [overrides]   shows the composed config",
-        "",
-        "== Exit codes ==",
-        "  0 ok, 2 bad input (one line names the file or key), 3 engine died, 4 disk full,",
-        "  5 systematic failure, 6 a sweep with failed points, 130/143 stopped by a signal (resumable)",
-        "",
-        "== Hydra's flags ==",
-        "$FLAGS_HELP",
-        "See README.md and docs/ (make docs); --hydra-help for Hydra's own groups.",
-    ]).replace("$", "$$").replace("$$FLAGS_HELP", "$FLAGS_HELP")
+    return (
+        "\n".join(
+            [
+                "ncp-local: NCP-Bench on local models (narrator, player and auditor on vLLM engines).",
+                "",
+                "Usage: python run.py [group=option ...] [key=value ...]",
+                "       python run.py -m [hydra/launcher=batched] key=a,b other=c,d    (a sweep: every combination)",
+                "",
+                "== Modes (mode=...) ==",
+                modes_text(),
+                "",
+                "== Config groups ==",
+                groups_text(),
+                "",
+                "== Often used ==",
+                "  max_turns=N limit=N seed=N concurrency=N out_dir=DIR progress=false progress_every_s=S",
+                "  narrator.temperature=T auditor.max_tokens=N dataset=ncp_bench dataset.path=DIR shard.count=N",
+                "  python run.py --cfg job [overrides]   shows the composed config",
+                "",
+                "== Exit codes ==",
+                "  0 ok, 2 bad input (one line names the file or key), 3 engine died, 4 disk full,",
+                "  5 systematic failure, 6 a sweep with failed points, 130/143 stopped by a signal (resumable)",
+                "",
+                "== Hydra's flags ==",
+                "$FLAGS_HELP",
+                "See README.md and docs/ (make docs); --hydra-help for Hydra's own groups.",
+            ]
+        )
+        .replace("$", "$$")
+        .replace("$$FLAGS_HELP", "$FLAGS_HELP")
+    )
 
 
 def register() -> None:

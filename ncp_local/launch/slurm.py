@@ -39,12 +39,18 @@ def read_state(path: Path) -> dict[str, Any]:
             return {}
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SubmitError(f"{path}: cannot read it ({type(exc).__name__}: {str(exc)[:120]}); move it aside "
-                          "(queued jobs it recorded are then not known here)") from None
-    ok = (isinstance(state, dict) and isinstance(state.get("identity"), str)
-          and isinstance(state.get("shards"), int) and not isinstance(state.get("shards"), bool)
-          and isinstance(state.get("jobs", []), list)
-          and all(isinstance(j, dict) and isinstance(j.get("job"), str) for j in state.get("jobs", [])))
+        raise SubmitError(
+            f"{path}: cannot read it ({type(exc).__name__}: {str(exc)[:120]}); move it aside "
+            "(queued jobs it recorded are then not known here)"
+        ) from None
+    ok = (
+        isinstance(state, dict)
+        and isinstance(state.get("identity"), str)
+        and isinstance(state.get("shards"), int)
+        and not isinstance(state.get("shards"), bool)
+        and isinstance(state.get("jobs", []), list)
+        and all(isinstance(j, dict) and isinstance(j.get("job"), str) for j in state.get("jobs", []))
+    )
     if not ok:
         raise SubmitError(f"{path}: not a submit record (needs identity, shards and a list of jobs); move it aside")
     return state
@@ -71,10 +77,13 @@ def queued_tasks(job_ids: list[str]) -> set[int]:
     if not job_ids:
         return set()
     if shutil.which("squeue") is None:
-        raise SubmitError("squeue: not found on PATH, so the shards already queued are unknown: run this where "
-                          "Slurm's commands are (a login node)")
-    out = subprocess.run(["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)],
-                         capture_output=True, text=True, timeout=60)
+        raise SubmitError(
+            "squeue: not found on PATH, so the shards already queued are unknown: run this where "
+            "Slurm's commands are (a login node)"
+        )
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)], capture_output=True, text=True, timeout=60
+    )
     # squeue fails for ids it no longer knows; then nothing of them is queued.
     tasks: set[int] = set()
     for line in out.stdout.split():
@@ -84,15 +93,28 @@ def queued_tasks(job_ids: list[str]) -> set[int]:
     return tasks
 
 
-def sbatch_command(args: argparse.Namespace, todo: list[int], name: str, log_dir: Path, task_args: list[str]) -> list[str]:
+def sbatch_command(
+    args: argparse.Namespace, todo: list[int], name: str, log_dir: Path, task_args: list[str]
+) -> list[str]:
     """The sbatch call for array tasks `todo`, the job script and its run.py arguments."""
     array = compress(todo) + (f"%{args.parallel}" if args.parallel else "")
-    cmd = ["sbatch", "--parsable", f"--array={array}", f"--job-name={name}"[:64],
-           f"--output={log_dir / '%A_%a.out'}", f"--chdir={Path.cwd()}",
-           f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={RUN_PY},"
-           + ",".join(f"{k}={v}" for k, v in script_env().items())]
-    for flag, value in (("--partition", args.partition), ("--account", args.account), ("--time", args.time),
-                        ("--cpus-per-task", args.cpus), ("--mem", args.mem)):
+    cmd = [
+        "sbatch",
+        "--parsable",
+        f"--array={array}",
+        f"--job-name={name}"[:64],
+        f"--output={log_dir / '%A_%a.out'}",
+        f"--chdir={Path.cwd()}",
+        f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={RUN_PY},"
+        + ",".join(f"{k}={v}" for k, v in script_env().items()),
+    ]
+    for flag, value in (
+        ("--partition", args.partition),
+        ("--account", args.account),
+        ("--time", args.time),
+        ("--cpus-per-task", args.cpus),
+        ("--mem", args.mem),
+    ):
         if value is not None:
             cmd.append(f"{flag}={value}")
     if args.gpus:
@@ -101,8 +123,9 @@ def sbatch_command(args: argparse.Namespace, todo: list[int], name: str, log_dir
     return [*cmd, *args.sbatch, str(ARRAY_SCRIPT), *task_args]
 
 
-def queue(cmd: list[str], log_dir: Path, todo: list[int], jobs: list[dict[str, Any]], state_path: Path,
-          record: dict[str, Any]) -> tuple[str | None, int]:
+def queue(
+    cmd: list[str], log_dir: Path, todo: list[int], jobs: list[dict[str, Any]], state_path: Path, record: dict[str, Any]
+) -> tuple[str | None, int]:
     """Run sbatch and record the job in `state_path`; (job id, 0), or (None, exit code) after one error line."""
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -118,12 +141,16 @@ def queue(cmd: list[str], log_dir: Path, todo: list[int], jobs: list[dict[str, A
         print(f"error: sbatch failed: {out.stderr.strip() or out.stdout.strip()}", file=sys.stderr)
         return None, EXIT_FAILED
     job = out.stdout.strip().split(";")[0]
-    jobs.append({"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                 "command": cmd})
+    jobs.append(
+        {"job": job, "tasks": todo, "submitted": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": cmd}
+    )
     try:
         atomic_write(state_path, json.dumps({**record, "jobs": jobs}, indent=2))
     except (OSError, DiskFull) as exc:
-        print(f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
-              f"know it; cancel it (scancel {job}) or wait for it before re-submitting", file=sys.stderr)
+        print(
+            f"error: submitted job {job}, but {state_path} was not written ({exc}): a re-submission would not "
+            f"know it; cancel it (scancel {job}) or wait for it before re-submitting",
+            file=sys.stderr,
+        )
         return None, EXIT_DISK_FULL
     return job, EXIT_OK

@@ -59,7 +59,7 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         cut = argv.index("--")
-        argv, overrides = argv[:cut], argv[cut + 1:]
+        argv, overrides = argv[:cut], argv[cut + 1 :]
     else:
         overrides = []
     p = _Parser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
@@ -71,26 +71,51 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--gpus", type=int, help="GPUs per task (sbatch --gres=gpu:G)")
     p.add_argument("--cpus", type=int, help="sbatch --cpus-per-task")
     p.add_argument("--mem", help="sbatch --mem, e.g. 64G")
-    p.add_argument("--sbatch", action="append", default=[], metavar="ARG",
-                   help="any other sbatch option, e.g. --sbatch=--qos=high (repeatable)")
+    p.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="any other sbatch option, e.g. --sbatch=--qos=high (repeatable)",
+    )
     p.add_argument("--python", default=sys.executable, help="python for the tasks (default: this one)")
-    p.add_argument("--skip-model-check", action="store_true",
-                   help="do not check model paths here (they exist only on the compute nodes)")
+    p.add_argument(
+        "--skip-model-check",
+        action="store_true",
+        help="do not check model paths here (they exist only on the compute nodes)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the sbatch command, submit nothing")
-    p.add_argument("--serve", choices=("narrator", "player", "auditor"),
-                   help="serve this role's model with vllm serve in a job of its own, shared by every task")
+    p.add_argument(
+        "--serve",
+        choices=("narrator", "player", "auditor"),
+        help="serve this role's model with vllm serve in a job of its own, shared by every task",
+    )
     p.add_argument("--serve-nodes", type=int, default=1, help="nodes for the served model (default 1)")
-    p.add_argument("--serve-gpus", type=int, help="GPUs per node for it: its tensor parallel size (default: the "
-                   "model file's tensor_parallel_size)")
-    p.add_argument("--serve-across", choices=("pipeline", "data"), default="pipeline",
-                   help="with several nodes: pipeline parallel over a Ray cluster, or vLLM's data parallel")
+    p.add_argument(
+        "--serve-gpus",
+        type=int,
+        help="GPUs per node for it: its tensor parallel size (default: the model file's tensor_parallel_size)",
+    )
+    p.add_argument(
+        "--serve-across",
+        choices=("pipeline", "data"),
+        default="pipeline",
+        help="with several nodes: pipeline parallel over a Ray cluster, or vLLM's data parallel",
+    )
     p.add_argument("--serve-port", type=int, default=8000)
     p.add_argument("--serve-time", help="sbatch --time of the server job")
-    p.add_argument("--keep-server", action="store_true", help="leave the server running when the array ends "
-                   "(shared by several sweeps; scancel it yourself)")
+    p.add_argument(
+        "--keep-server",
+        action="store_true",
+        help="leave the server running when the array ends (shared by several sweeps; scancel it yourself)",
+    )
     args = p.parse_args(argv)
-    for flag, value, least in (("--shards", args.shards, 1), ("--parallel", args.parallel, 1),
-                               ("--gpus", args.gpus, 0), ("--cpus", args.cpus, 1)):
+    for flag, value, least in (
+        ("--shards", args.shards, 1),
+        ("--parallel", args.parallel, 1),
+        ("--gpus", args.gpus, 0),
+        ("--cpus", args.cpus, 1),
+    ):
         if value is not None and value < least:
             p.error(f"{flag} must be at least {least} (got {value})")
     return args, overrides
@@ -128,21 +153,25 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
     except HydraException as exc:
         raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
     except Exception as exc:  # glob() sweeps need Hydra's own config loader
-        raise SubmitError(f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the "
-                          "values instead (a,b,c)") from None
+        raise SubmitError(
+            f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the values instead (a,b,c)"
+        ) from None
     return [list(p.overrides) for p in grid.points()]
 
 
-def resolve_sweep(overrides: list[str], check_models: bool,
-                  served: list[str] = ()) -> list[tuple[list[str], Path, str, list[str]]]:
+def resolve_sweep(
+    overrides: list[str], check_models: bool, served: list[str] = ()
+) -> list[tuple[list[str], Path, str, list[str]]]:
     """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
     `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued).
     `served`: the overrides sending a role to the sweep's server (its endpoint is not asked here)."""
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in RESERVED + ("out_dir",):
-            raise SubmitError(f"override {o}: in a sweep, {key} is set per point (each point has its own run "
-                              "directory; use --shards for the split)")
+            raise SubmitError(
+                f"override {o}: in a sweep, {key} is set per point (each point has its own run "
+                "directory; use --shards for the split)"
+            )
         if key == "hydra/launcher" and o.split("=", 1)[1] != "batched":
             raise SubmitError(f"override {o}: a sweep is submitted with hydra/launcher=batched (one array job)")
     out = []
@@ -155,8 +184,10 @@ def resolve_sweep(overrides: list[str], check_models: bool,
     roots = [r for _, r, _, _ in out]
     if len(set(roots)) < len(roots):
         same = next(r for r in roots if roots.count(r) > 1)
-        raise SubmitError(f"sweep: two points share the run directory {same} (they differ only in settings that "
-                          "do not change results, e.g. limit or concurrency): drop one")
+        raise SubmitError(
+            f"sweep: two points share the run directory {same} (they differ only in settings that "
+            "do not change results, e.g. limit or concurrency): drop one"
+        )
     return out
 
 
@@ -176,11 +207,15 @@ def main(argv: list[str]) -> int:
         state_path = root / layout.SUBMIT_STATE
         state = read_state(state_path)
         if state and state.get("identity") != ident:
-            raise SubmitError(f"{state_path}: identity: this directory holds a run of another config "
-                              f"({state.get('identity')} != {ident}); use another out_dir")
+            raise SubmitError(
+                f"{state_path}: identity: this directory holds a run of another config "
+                f"({state.get('identity')} != {ident}); use another out_dir"
+            )
         if state and state.get("shards") != n:
-            raise SubmitError(f"{state_path}: shards: this run was split into {state.get('shards')} shards; "
-                              f"re-submit with --shards {state.get('shards')}")
+            raise SubmitError(
+                f"{state_path}: shards: this run was split into {state.get('shards')} shards; "
+                f"re-submit with --shards {state.get('shards')}"
+            )
         other = sorted(c for c in layout.shard_dirs(root) if c != n)
         if other:
             raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); use another out_dir")
@@ -188,8 +223,9 @@ def main(argv: list[str]) -> int:
         done = [i for i in range(n) if layout.shard_finished(root, i, n, specs)]
         busy = queued_tasks([j["job"] for j in jobs]) - set(done)
         if not args.dry_run and shutil.which("sbatch") is None:
-            raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
-                              "command without it)")
+            raise SubmitError(
+                "sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the command without it)"
+            )
     except (SubmitError, InputError) as exc:  # InputError: a bad spec, config field or model path
         return refused(exc)
 
@@ -204,21 +240,41 @@ def main(argv: list[str]) -> int:
             print(f"nothing to submit; watch with: squeue -r -j {','.join(j['job'] for j in jobs)}")
         return 0
 
-    cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / layout.SLURM_LOGS,
-                         [*overrides, f"shard.count={n}", f"out_dir={root}"])
+    cmd = sbatch_command(
+        args, todo, f"ncp-{root.name}", root / layout.SLURM_LOGS, [*overrides, f"shard.count={n}", f"out_dir={root}"]
+    )
     if serving is not None:
         endpoint = layout.endpoint_file(root, serving["role"])
-        cmd = sbatch_command(args, todo, f"ncp-{root.name}", root / layout.SLURM_LOGS,
-                             [*overrides, f"{serving['role']}.endpoint.file={endpoint}", f"shard.count={n}",
-                              f"out_dir={root}"])
-        return submit_served(args, serving, root, endpoint, cmd, todo, jobs, state_path,
-                             {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides})
+        cmd = sbatch_command(
+            args,
+            todo,
+            f"ncp-{root.name}",
+            root / layout.SLURM_LOGS,
+            [*overrides, f"{serving['role']}.endpoint.file={endpoint}", f"shard.count={n}", f"out_dir={root}"],
+        )
+        return submit_served(
+            args,
+            serving,
+            root,
+            endpoint,
+            cmd,
+            todo,
+            jobs,
+            state_path,
+            {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides},
+        )
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
 
-    job, rc = queue(cmd, root / layout.SLURM_LOGS, todo, jobs, state_path,
-                     {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides})
+    job, rc = queue(
+        cmd,
+        root / layout.SLURM_LOGS,
+        todo,
+        jobs,
+        state_path,
+        {"identity": ident, "shards": n, "specs": len(specs), "overrides": overrides},
+    )
     if job is None:
         return rc
     print(f"submitted job {job}: task(s) {compress(todo)} of {n}")
@@ -237,8 +293,9 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     try:
         if args.serve:
             serving = served_role(args, sweep_points([o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]))
-        resolved = resolve_sweep(overrides, check_models=not args.skip_model_check,
-                               served=serving["overrides"] if serving else [])
+        resolved = resolve_sweep(
+            overrides, check_models=not args.skip_model_check, served=serving["overrides"] if serving else []
+        )
         least = min(len(specs) for _, _, _, specs in resolved)
         if n > least:
             raise SubmitError(f"--shards {n}: more shards than the smallest point's {least} spec(s)")
@@ -247,23 +304,28 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         state_path = sweep_dir / layout.SUBMIT_STATE
         state = read_state(state_path)
         if state and state.get("shards") != n:
-            raise SubmitError(f"{state_path}: shards: this sweep was split into {state.get('shards')} shards; "
-                              f"re-submit with --shards {state.get('shards')}")
+            raise SubmitError(
+                f"{state_path}: shards: this sweep was split into {state.get('shards')} shards; "
+                f"re-submit with --shards {state.get('shards')}"
+            )
         for _, root, _, _ in resolved:
             other = sorted(c for c in layout.shard_dirs(root) if c != n)
             if other:
-                raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); it belongs to "
-                                  "another submission")
+                raise SubmitError(
+                    f"{root}: holds shards of another layout (of-{other[0]:03d}); it belongs to another submission"
+                )
         jobs: list[dict[str, Any]] = state.get("jobs", [])
         if serving:
             done = [k for k in range(n) if served_task_done(sweep_dir, k, n, len(resolved))]
         else:
-            done = [k for k in range(n)
-                    if all(layout.shard_finished(root, k, n, specs) for _, root, _, specs in resolved)]
+            done = [
+                k for k in range(n) if all(layout.shard_finished(root, k, n, specs) for _, root, _, specs in resolved)
+            ]
         busy = queued_tasks([j["job"] for j in jobs]) - set(done)
         if not args.dry_run and shutil.which("sbatch") is None:
-            raise SubmitError("sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the "
-                              "command without it)")
+            raise SubmitError(
+                "sbatch: not found on PATH: submit from a Slurm login node (--dry-run prints the command without it)"
+            )
     except (SubmitError, InputError) as exc:
         return refused(exc)
 
@@ -290,12 +352,19 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     if serving:
         endpoint = layout.endpoint_file(sweep_dir, serving["role"])
         task_overrides += [*serving["overrides"], f"{serving['role']}.endpoint.file={endpoint}"]
-    cmd = sbatch_command(args, todo, f"ncp-sweep-{ident}", sweep_dir / layout.SLURM_LOGS,
-                         ["-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}",
-                          f"hydra.sweep.dir={sweep_dir}"])
-    record = {"identity": ident, "shards": n, "overrides": overrides,
-              "sweep": [{"overrides": p, "run_dir": None if serving else str(r), "identity": i}
-                        for p, r, i, _ in resolved]}
+    cmd = sbatch_command(
+        args,
+        todo,
+        f"ncp-sweep-{ident}",
+        sweep_dir / layout.SLURM_LOGS,
+        ["-m", "hydra/launcher=batched", *task_overrides, f"shard.count={n}", f"hydra.sweep.dir={sweep_dir}"],
+    )
+    record = {
+        "identity": ident,
+        "shards": n,
+        "overrides": overrides,
+        "sweep": [{"overrides": p, "run_dir": None if serving else str(r), "identity": i} for p, r, i, _ in resolved],
+    }
     if serving:
         return submit_served(args, serving, sweep_dir, endpoint, cmd, todo, jobs, state_path, record)
     if args.dry_run:
@@ -304,8 +373,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     job, rc = queue(cmd, sweep_dir / layout.SLURM_LOGS, todo, jobs, state_path, record)
     if job is None:
         return rc
-    print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(resolved)} "
-          "points")
+    print(f"submitted job {job}: task(s) {compress(todo)} of {n}, each running shard k of all {len(resolved)} points")
     print(f"logs:  {sweep_dir / layout.SLURM_LOGS}/{job}_<task>.out")
     print(f"watch: squeue -r -j {job}")
     print("merge: (when all are done) " + "; ".join(merge))

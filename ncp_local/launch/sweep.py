@@ -36,10 +36,11 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -48,9 +49,8 @@ from .. import modes
 from ..engines.base import Engine, EngineDead
 from ..engines.settings import ModelSettings
 from ..errors import InputError
-from ..execution import engine_log
+from ..execution import engine_log, layout, points, sweep_index
 from ..execution import identity as identity_mod
-from ..execution import layout, points, sweep_index
 from ..execution.calls import systematic_invalid
 from ..execution.engine_pool import EnginePool
 from ..execution.episodes import manifest, play
@@ -141,6 +141,7 @@ def prepare(point: Point) -> Point:
 
 # ---- engines ------------------------------------------------------------------------
 
+
 @dataclass
 class SharedEngine:
     key: str
@@ -162,10 +163,16 @@ class SharedEngine:
         return model.model_copy(update=self.placement) if self.placement else model
 
     def describe(self) -> dict[str, Any]:
-        return {"id": self.id, "model": self.model.name, "engine": self.factory.kinds[self.role_key],
-                "roles": sorted(self.roles),
-                "points": sorted(self.points), "starts": self.starts, "start_s": round(self.start_s, 1),
-                **({"placement": self.placement} if self.placement else {})}
+        return {
+            "id": self.id,
+            "model": self.model.name,
+            "engine": self.factory.kinds[self.role_key],
+            "roles": sorted(self.roles),
+            "points": sorted(self.points),
+            "starts": self.starts,
+            "start_s": round(self.start_s, 1),
+            **({"placement": self.placement} if self.placement else {}),
+        }
 
 
 class SharedEngines:
@@ -181,8 +188,9 @@ class SharedEngines:
             key = p.keys[role]
             e = self.engines.get(key)
             if e is None:
-                e = self.engines[key] = SharedEngine(key, f"e{len(self.engines) + 1}", getattr(p.cfg, role).model,
-                                                     p.engines, p.engines.role_key[role])
+                e = self.engines[key] = SharedEngine(
+                    key, f"e{len(self.engines) + 1}", getattr(p.cfg, role).model, p.engines, p.engines.role_key[role]
+                )
             e.points.add(p.num)
             e.roles.add(role)
             e.max_tokens = max(e.max_tokens, int(getattr(p.cfg, role).max_tokens))
@@ -196,8 +204,10 @@ class SharedEngines:
                 e.engine = await e.factory.start_model(e.started_model(), e.role_key)
                 e.start_s += time.perf_counter() - started
                 e.starts += 1
-                self.log(f"sweep: engine {e.id} ({e.model.name}, {e.factory.kinds[e.role_key]}) started in "
-                         f"{time.perf_counter() - started:.1f} s for point(s) {', '.join(f'#{n}' for n in sorted(e.points))}")
+                self.log(
+                    f"sweep: engine {e.id} ({e.model.name}, {e.factory.kinds[e.role_key]}) started in "
+                    f"{time.perf_counter() - started:.1f} s for point(s) {', '.join(f'#{n}' for n in sorted(e.points))}"
+                )
         assert e.engine is not None
         return e.engine
 
@@ -222,13 +232,22 @@ class SharedEngines:
 
 # ---- groups: the memory plan --------------------------------------------------------
 
+
 def _plan_of(engines: list[SharedEngine], cfg: Any) -> Any:
     """`ncp_local.plan.check` on the group's distinct engines, one pseudo-role each."""
     names = tuple(f"engine_{e.id}" for e in engines)
-    fake = SimpleNamespace(engine=cfg.engine, plan=cfg.plan,
-                           **{n: SimpleNamespace(model=(e.started_model() if e.engine is not None else e.model),
-                                                 max_tokens=e.max_tokens, engine=e.factory.kinds[e.role_key])
-                              for n, e in zip(names, engines)})
+    fake = SimpleNamespace(
+        engine=cfg.engine,
+        plan=cfg.plan,
+        **{
+            n: SimpleNamespace(
+                model=(e.started_model() if e.engine is not None else e.model),
+                max_tokens=e.max_tokens,
+                engine=e.factory.kinds[e.role_key],
+            )
+            for n, e in zip(names, engines, strict=True)
+        },
+    )
     return check(fake, names)
 
 
@@ -258,7 +277,7 @@ def place(group: list[Point], pool: SharedEngines) -> None:
     keys = sorted({k for p in group for k in p.keys.values()})
     engines = [pool.engines[k] for k in keys]
     plan = _plan_of(engines, group[0].cfg)
-    for e, ep in zip(engines, plan.engines):
+    for e, ep in zip(engines, plan.engines, strict=True):
         if e.engine is not None:
             continue
         change: dict[str, Any] = {}
@@ -271,20 +290,35 @@ def place(group: list[Point], pool: SharedEngines) -> None:
 
 # ---- the index ----------------------------------------------------------------------
 
+
 def run_root(p: Point) -> Path:
     """The point's run directory (a sharded point writes its shard's subdirectory of it)."""
     assert p.out is not None
     return p.out.parent if p.cfg is not None and p.cfg.shard.count > 1 else p.out
 
 
-def write_index(sweep_dir: Path, points: Sequence[Point], pool: SharedEngines | None, launcher: str,
-                groups_: Sequence[Sequence[Point]] = (), name: str = INDEX) -> Path:
-    rows = [{"job": p.num, "overrides": list(p.overrides), "mode": p.mode,
-             "run_dir": str(run_root(p).resolve()) if p.out is not None else None,
-             **({"shard_dir": str(p.out.resolve())} if p.out is not None and run_root(p) != p.out else {}),
-             "status": p.status,
-             "exit_code": p.code, **({"error": p.message} if p.message else {}),
-             **({"engines": p.engine_ids} if p.engine_ids else {})} for p in points]
+def write_index(
+    sweep_dir: Path,
+    points: Sequence[Point],
+    pool: SharedEngines | None,
+    launcher: str,
+    groups_: Sequence[Sequence[Point]] = (),
+    name: str = INDEX,
+) -> Path:
+    rows = [
+        {
+            "job": p.num,
+            "overrides": list(p.overrides),
+            "mode": p.mode,
+            "run_dir": str(run_root(p).resolve()) if p.out is not None else None,
+            **({"shard_dir": str(p.out.resolve())} if p.out is not None and run_root(p) != p.out else {}),
+            "status": p.status,
+            "exit_code": p.code,
+            **({"error": p.message} if p.message else {}),
+            **({"engines": p.engine_ids} if p.engine_ids else {}),
+        }
+        for p in points
+    ]
     engines = [e.describe() for e in pool.engines.values()] if pool else []
     return sweep_index.write(sweep_dir, rows, engines, [[p.num for p in g] for g in groups_], launcher, name)
 
@@ -303,13 +337,23 @@ def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int,
         pass
     name = sweep_index.name_for(p.cfg)
     rows = [r for r in (sweep_index.read_rows(sweep_dir / name) or []) if r.get("job") != num]
-    known = [Point(int(r["job"]), tuple(r.get("overrides") or ()), mode=str(r.get("mode", "run")),
-                   out=Path(r["run_dir"]) if r.get("run_dir") else None, status=str(r.get("status")),
-                   code=r.get("exit_code"), message=str(r.get("error", ""))) for r in rows]
+    known = [
+        Point(
+            int(r["job"]),
+            tuple(r.get("overrides") or ()),
+            mode=str(r.get("mode", "run")),
+            out=Path(r["run_dir"]) if r.get("run_dir") else None,
+            status=str(r.get("status")),
+            code=r.get("exit_code"),
+            message=str(r.get("error", "")),
+        )
+        for r in rows
+    ]
     write_index(sweep_dir, sorted([*known, p], key=lambda q: q.num), None, "basic", name=name)
 
 
 # ---- running ------------------------------------------------------------------------
+
 
 def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
     assert p.cfg is not None and p.raw is not None and p.ready is not None and p.ready.dataset is not None
@@ -317,13 +361,21 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
     m = manifest(p.cfg, p.raw, p.ready.dataset, p.ready, p.engines, p.ident)
     # The point's own command (what running it alone would be), beside the sweep's.
     sweep_cmd = command()
-    m["command"] = {**sweep_cmd, "overrides": list(p.overrides),
-                    "line": shlex.join([sys.executable, "run.py", *p.overrides]), "sweep_line": sweep_cmd.get("line")}
+    m["command"] = {
+        **sweep_cmd,
+        "overrides": list(p.overrides),
+        "line": shlex.join([sys.executable, "run.py", *p.overrides]),
+        "sweep_line": sweep_cmd.get("line"),
+    }
     # Which shared engine served each role, the points it serves and how often it was started so far.
-    engines = {role: {k: v for k, v in pool.engines[p.keys[role]].describe().items() if k != "roles"}
-               for role in ROLES}
-    m["sweep"] = {"dir": str(sweep_dir.resolve()), "job": p.num, "launcher": "batched", "pid": os.getpid(),
-                  "engines": engines}
+    engines = {role: {k: v for k, v in pool.engines[p.keys[role]].describe().items() if k != "roles"} for role in ROLES}
+    m["sweep"] = {
+        "dir": str(sweep_dir.resolve()),
+        "job": p.num,
+        "launcher": "batched",
+        "pid": os.getpid(),
+        "engines": engines,
+    }
     return m
 
 
@@ -344,8 +396,9 @@ class Sweep:
         self.stopped: list[str] = []
         self.index_name = sweep_index.name_for(next((p.cfg for p in points if p.cfg is not None), None))
         first = next((p.cfg for p in points if p.cfg is not None), None)
-        self.progress = Progress(enabled=bool(first and first.progress),
-                                 every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0))
+        self.progress = Progress(
+            enabled=bool(first and first.progress), every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0)
+        )
 
     def index(self) -> None:
         write_index(self.sweep_dir, self.points, self.pool, "batched", self.groups, self.index_name)
@@ -356,8 +409,10 @@ class Sweep:
             self.pool.register(p)
         self.groups = groups(runnable, self.pool)
         if len(self.groups) > 1:
-            self.say(f"sweep: {len(self.groups)} groups of points whose engines fit together: "
-                     + "; ".join(" ".join(f"#{p.num}" for p in g) for g in self.groups))
+            self.say(
+                f"sweep: {len(self.groups)} groups of points whose engines fit together: "
+                + "; ".join(" ".join(f"#{p.num}" for p in g) for g in self.groups)
+            )
         for p in runnable:
             self.progress.add_run(p.name, [s.id for s in p.specs], p.cfg.max_turns, p.out)
             self.progress.point(p.name, "waiting")
@@ -365,10 +420,12 @@ class Sweep:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
+
             def on_signal(name: str = sig.name) -> None:
                 self.stopped.append(name)
                 if task:
                     task.cancel()
+
             loop.add_signal_handler(sig, on_signal)
         try:
             for g in self.groups:
@@ -405,8 +462,10 @@ class Sweep:
                 e = self.pool.engines[key]
                 e.dead = True
                 for p in needing:
-                    p.fail(EXIT_ENGINE_DEAD, f"engine {e.id} ({e.model.name}) did not start: {type(exc).__name__}: {exc}"
-                           .splitlines()[0])
+                    p.fail(
+                        EXIT_ENGINE_DEAD,
+                        f"engine {e.id} ({e.model.name}) did not start: {type(exc).__name__}: {exc}".splitlines()[0],
+                    )
                     self._ended(p)
         working = [p for p in working if p.status == "waiting"]
         if self.progress.started is None:
@@ -498,6 +557,7 @@ class Sweep:
 
 # ---- the whole sweep ----------------------------------------------------------------
 
+
 def rows_labelled(points: Sequence[Point]) -> list[tuple[str, Any]]:
     """(label, aggregate) per point with results, labelled by what differs between the points."""
     with_results = [p for p in points if p.results]
@@ -505,10 +565,13 @@ def rows_labelled(points: Sequence[Point]) -> list[tuple[str, Any]]:
     if template:
         labels = [from_template(template, p.raw or {}) for p in with_results]
     else:
-        labels = by_difference([p.raw or {} for p in with_results]) or [p.out.name if p.out else p.name
-                                                                        for p in with_results]
-    return [(f"#{p.num} {label}", aggregate([episode_metrics(r) for r in p.results.values()], p.cfg.max_turns))
-            for p, label in zip(with_results, labels)]
+        labels = by_difference([p.raw or {} for p in with_results]) or [
+            p.out.name if p.out else p.name for p in with_results
+        ]
+    return [
+        (f"#{p.num} {label}", aggregate([episode_metrics(r) for r in p.results.values()], p.cfg.max_turns))
+        for p, label in zip(with_results, labels, strict=True)
+    ]
 
 
 def summary(points: Sequence[Point]) -> tuple[int, str]:
@@ -516,17 +579,23 @@ def summary(points: Sequence[Point]) -> tuple[int, str]:
     done = [p for p in points if p.status == "done"]
     failed = [p for p in points if p.status == "failed"]
     stopped = [p for p in points if p.status == "stopped"]
-    counts = f"{len(points)} point(s): {len(done)} done" + (f", {len(failed)} failed" if failed else "") \
+    counts = (
+        f"{len(points)} point(s): {len(done)} done"
+        + (f", {len(failed)} failed" if failed else "")
         + (f", {len(stopped)} stopped" if stopped else "")
+    )
     if stopped:
         code = stopped[0].code or EXIT_SIGNAL["SIGINT"]
-        return code, (f"sweep: {counts}; every committed turn is checkpointed: re-run the same command to resume "
-                      "(finished points are not run again)")
+        return code, (
+            f"sweep: {counts}; every committed turn is checkpointed: re-run the same command to resume "
+            "(finished points are not run again)"
+        )
     if failed:
         which = "; ".join(f"{p.name} (exit {p.code}: {p.message})" for p in failed)
         refused = any(p.code == EXIT_BAD_INPUT for p in failed)
-        advice = ("fix the refused point(s), then " if refused else "") + \
-            "re-run the same command to resume (finished points are not run again)"
+        advice = (
+            "fix the refused point(s), then " if refused else ""
+        ) + "re-run the same command to resume (finished points are not run again)"
         return EXIT_SWEEP_FAILED, f"sweep: {counts}: {which}; {advice}"
     return 0, f"sweep: {counts}"
 
@@ -562,8 +631,11 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     for p in points:
         if p.status == "waiting" and p.cfg is None:
             prepare(p)
-    shared = layout.shared_run_dir((p.name, p.out, p.ident.key) for p in points
-                                   if p.status == "waiting" and p.out is not None and p.ident is not None)
+    shared = layout.shared_run_dir(
+        (p.name, p.out, p.ident.key)
+        for p in points
+        if p.status == "waiting" and p.out is not None and p.ident is not None
+    )
     if shared:
         # Several experiments, one run directory: the second would be refused only after the first ran.
         say(f"error: {shared}")
@@ -573,8 +645,12 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
         say(f"error: sweep point {p.name}: {p.message} (it will not run; the other points do)")
     sweep = Sweep(points, sweep_dir, say)
     runnable = [p for p in points if p.mode == "run" and p.status == "waiting"]
-    print(f"sweep: {len(points)} point(s) in one process ({len(runnable)} to run batched"
-          + (f", {len(bad)} refused" if bad else "") + f"); index: {sweep_dir / sweep.index_name}", flush=True)
+    print(
+        f"sweep: {len(points)} point(s) in one process ({len(runnable)} to run batched"
+        + (f", {len(bad)} refused" if bad else "")
+        + f"); index: {sweep_dir / sweep.index_name}",
+        flush=True,
+    )
     if runnable:
         asyncio.run(sweep.run())
     for p in points:
@@ -593,9 +669,16 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
         if len(reaudits) > 1 and len({tuple(p.cfg.runs) for p in reaudits}) == 1:
             # Several auditors on one run: the paper's Table 2 over the run and its re-audits.
             print(f"auditor table over {len(reaudits)} re-audits of {reaudits[0].cfg.runs[0]}:")
-            auditor_table(reaudits[0].cfg.model_copy(update={"report": reaudits[0].cfg.report.model_copy(
-                update={"out": reaudits[0].cfg.report.out or str(sweep_dir / "auditors")})}),
-                [reaudits[0].cfg.runs[0], *(str(p.out) for p in reaudits)])
+            auditor_table(
+                reaudits[0].cfg.model_copy(
+                    update={
+                        "report": reaudits[0].cfg.report.model_copy(
+                            update={"out": reaudits[0].cfg.report.out or str(sweep_dir / "auditors")}
+                        )
+                    }
+                ),
+                [reaudits[0].cfg.runs[0], *(str(p.out) for p in reaudits)],
+            )
     for p in points:
         if p.out is not None and p.status == "done":
             print(f"run directory: #{p.num} {p.out}")

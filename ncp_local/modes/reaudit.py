@@ -48,8 +48,9 @@ from ..report.auditors import main as table_main
 from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
 
 
-async def reaudit_episode(spec: Spec, result: EpisodeResult, calls: CallService,
-                          gate: asyncio.Semaphore) -> ReauditResult:
+async def reaudit_episode(
+    spec: Spec, result: EpisodeResult, calls: CallService, gate: asyncio.Semaphore
+) -> ReauditResult:
     rp = replay(spec, result)
 
     async def one(view: TurnView) -> TurnAudit:
@@ -63,8 +64,12 @@ async def reaudit_episode(spec: Spec, result: EpisodeResult, calls: CallService,
     return ReauditResult(spec_id=spec.id, source_termination=result.termination, turns=tuple(audits))
 
 
-async def reaudit_all(items: Sequence[tuple[Spec, EpisodeResult]], calls: CallService, concurrency: int,
-                      on_result: Callable[[ReauditResult], None] | None = None) -> dict[str, ReauditResult]:
+async def reaudit_all(
+    items: Sequence[tuple[Spec, EpisodeResult]],
+    calls: CallService,
+    concurrency: int,
+    on_result: Callable[[ReauditResult], None] | None = None,
+) -> dict[str, ReauditResult]:
     gate = asyncio.Semaphore(max(1, concurrency))
     out: dict[str, ReauditResult] = {}
 
@@ -84,6 +89,7 @@ async def reaudit_all(items: Sequence[tuple[Spec, EpisodeResult]], calls: CallSe
 
 
 # ---- mode=reaudit -----------------------------------------------------------------
+
 
 def _identity(cfg: Any, raw: dict[str, Any], pack: PromptPack, source: Run) -> identity_mod.Identity:
     # Tied to the source run's identity (its path when it has none), so a re-audit
@@ -125,17 +131,24 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     if len(runs) > 1:
         return auditor_table(cfg, runs)
     if len(runs) != 1:
-        raise ConfigError("runs", "reaudit takes one run directory to judge again (runs=[DIR]), or several "
-                          "re-audits / runs for the auditor table (runs=[A,B,...] or a sweep folder)")
+        raise ConfigError(
+            "runs",
+            "reaudit takes one run directory to judge again (runs=[DIR]), or several "
+            "re-audits / runs for the auditor table (runs=[A,B,...] or a sweep folder)",
+        )
     source = load_run(runs[0])
     if source.damaged:
         # Judging the rest would give agreement over other episodes than the run's own report
         # counts, in a re-audit marked DONE: refused, as a run with no finished episode is.
         path, why = source.damaged[0]
         more = f" (and {len(source.damaged) - 1} more file(s))" if len(source.damaged) > 1 else ""
-        raise InputError(path, "runs", f"{why}{more}: its episode would be left out of the re-audit; re-run the "
-                         "source run's own command first (it moves the file to quarantine/ and plays the "
-                         "episode again)")
+        raise InputError(
+            path,
+            "runs",
+            f"{why}{more}: its episode would be left out of the re-audit; re-run the "
+            "source run's own command first (it moves the file to quarantine/ and plays the "
+            "episode again)",
+        )
     attach_specs(source, cfg.report.dataset, required=True)
     # Only the auditor is needed: it alone is planned and checked (a missing model is named
     # auditor.model.path), then the other roles point at its model so the pool starts one engine.
@@ -146,20 +159,30 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     out, ident = out_dir(cfg, raw, source, pack)
     src_root = source.path.resolve()
     if src_root in out.resolve().parents:
-        raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: a re-audit never writes into "
-                          "the run it judges; use a folder of its own")
+        raise ConfigError(
+            "out_dir",
+            f"{out} is inside the source run {source.path}: a re-audit never writes into "
+            "the run it judges; use a folder of its own",
+        )
     reauditor = f"{cfg.auditor.model.name} (seed {cfg.seed})"
     store = RunDir(out, record=ReauditResult)
-    store.open({
-        "kind": REAUDIT_KIND,
-        **provenance.environment(),
-        "config": raw,
-        "source": {"path": str(src_root), "label": source.label,
-                   "identity": source.manifest.get("identity"), "episodes": len(source.results)},
-        "dataset": source.manifest.get("dataset"),
-        "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
-        "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
-    }, ident)
+    store.open(
+        {
+            "kind": REAUDIT_KIND,
+            **provenance.environment(),
+            "config": raw,
+            "source": {
+                "path": str(src_root),
+                "label": source.label,
+                "identity": source.manifest.get("identity"),
+                "episodes": len(source.results),
+            },
+            "dataset": source.manifest.get("dataset"),
+            "prompts": {"path": str(Path(pack.root).resolve()), "sha256": pack.sha256, "files": ident.parts["prompts"]},
+            "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
+        },
+        ident,
+    )
     for line in run_notes([source]):  # e.g. unfinished episodes: not judged, and not in the agreement
         print(f"note: {line}")
     engine_log.place(out / ENGINE_LOG)
@@ -185,8 +208,9 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     return 0
 
 
-async def _run(cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir,
-               todo: list[tuple[Spec, EpisodeResult]]) -> dict[str, ReauditResult]:
+async def _run(
+    cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir, todo: list[tuple[Spec, EpisodeResult]]
+) -> dict[str, ReauditResult]:
     started = await engines.start()
     bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
     for spec, result in todo:  # progress counts the recorded turns judged again

@@ -15,14 +15,28 @@ def main(cfg: RunConfig, raw: dict) -> int:
     runs = runs_of(cfg)
     out = Path(cfg.report.out).expanduser() if cfg.report.out else default_out(cfg, runs, "report")
     check_destination(out, "report.out")  # before any file is written
-    rep = build_report(runs, out, cfg.report.resamples, cfg.report.seed, cfg.report.level, cfg.report.html,
-                       cfg.report.gpu_hour_cost, cfg.report.plan, cfg.report.dataset, cfg.review.sheet)
+    rep = build_report(
+        runs,
+        out,
+        cfg.report.resamples,
+        cfg.report.seed,
+        cfg.report.level,
+        cfg.report.html,
+        cfg.report.gpu_hour_cost,
+        cfg.report.plan,
+        cfg.report.dataset,
+        cfg.review.sheet,
+    )
     print(rep["summary_md"])
     print("\nwhat ended each story:\n" + rep["endings_md"])
     print("\nthe auditor's error:\n" + rep["auditor_md"])
     print("\ncost by role and stage:\n" + rep["cost_md"])
     for note in rep["notes"]:
         print(note)
-    print(f"report: {out} (results.md/.csv, genres.md/.csv, cost.csv, survival.png/.svg/.csv, endings.png/.svg/.csv"
-          + (", survival_corrected.csv" if cfg.review.sheet else "") + (", index.html" if cfg.report.html else "") + ")")
+    print(
+        f"report: {out} (results.md/.csv, genres.md/.csv, cost.csv, survival.png/.svg/.csv, endings.png/.svg/.csv"
+        + (", survival_corrected.csv" if cfg.review.sheet else "")
+        + (", index.html" if cfg.report.html else "")
+        + ")"
+    )
     return 0

@@ -33,7 +33,9 @@ def main(cfg: RunConfig, raw: dict) -> int:
     for line in run_notes(runs):  # a damaged or unfinished episode is not sampled: say so
         print(f"note: {line}")
     pool = sum(r.termination == "conflict" for run in runs for r in run.results.values())
-    print(f"review sheet: {n} conflict(s) from {min(rc.n, pool)} of {pool} conflict terminations "
-          f"(seed {rc.seed})\n  {csv_path}\n  {html_path}\n"
-          f"fill in the verdict column (agree/dispute), then: python run.py mode=review review.sheet={csv_path}")
+    print(
+        f"review sheet: {n} conflict(s) from {min(rc.n, pool)} of {pool} conflict terminations "
+        f"(seed {rc.seed})\n  {csv_path}\n  {html_path}\n"
+        f"fill in the verdict column (agree/dispute), then: python run.py mode=review review.sheet={csv_path}"
+    )
     return 0

@@ -43,8 +43,23 @@ from .memory import (
     share_is_planned,
 )
 
-__all__ = ["Line", "fit_line", "Plan", "footprint_at", "planned", "check", "render", "verdict", "project", "inventory",
-           "parse_gpu", "Gpu", "ModelFacts", "model_facts", "share_is_planned"]
+__all__ = [
+    "Line",
+    "fit_line",
+    "Plan",
+    "footprint_at",
+    "planned",
+    "check",
+    "render",
+    "verdict",
+    "project",
+    "inventory",
+    "parse_gpu",
+    "Gpu",
+    "ModelFacts",
+    "model_facts",
+    "share_is_planned",
+]
 
 # Verdicts (`mode=plan` exits with EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT for them: modes/plan.py).
 GO, OVERFLOW, CANNOT = "go", "overflow", "cannot"
@@ -145,8 +160,14 @@ def project(plan: Plan, growth: Growth) -> None:
                 first = g.line.first_over(limit, 1, T)
         plan.rows.append(StageRow(stage, role, e, g, need, max_tokens, first))
         if max_tokens and g.need > max_tokens:
-            plan.problems.append(Problem(f"{role}.max_tokens", f"{stage}: its answer took {g.need} tokens, above "
-                                         f"{role}.max_tokens={max_tokens}: answers would be cut", fatal=False))
+            plan.problems.append(
+                Problem(
+                    f"{role}.max_tokens",
+                    f"{stage}: its answer took {g.need} tokens, above "
+                    f"{role}.max_tokens={max_tokens}: answers would be cut",
+                    fatal=False,
+                )
+            )
 
 
 def thinking_reserve(cfg: Any, role: str) -> int:
@@ -176,8 +197,10 @@ def _overflow_fix(plan: Plan, row: StageRow) -> str:
         if longest >= needed:
             return f"set {field_}={_round_up(needed, longest)} (the model holds {longest})"
     fewer = f", or max_turns={last_ok}" if last_ok >= 1 else ""
-    return (f"a model with a window of {needed}+ tokens, rope scaling (YaRN) through "
-            f"{row.role}.model.engine_args.hf_overrides with a larger {field_}{fewer} (turn {T} needs {needed})")
+    return (
+        f"a model with a window of {needed}+ tokens, rope scaling (YaRN) through "
+        f"{row.role}.model.engine_args.hf_overrides with a larger {field_}{fewer} (turn {T} needs {needed})"
+    )
 
 
 def _round_up(needed: int, cap: int) -> int:
@@ -189,18 +212,27 @@ def verdict(plan: Plan) -> tuple[str, str]:
         return CANNOT, f"verdict: no-go: {plan.fatal[0].message}"
     row = plan.overflow
     if row is not None and row.engine is not None and row.first_over is not None:  # an overflow has a first turn
-        return OVERFLOW, (f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
-                               f"{row.engine.name}) outgrows its {row.window}-token window {_at(row.first_over)}, "
-                               f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}")
+        return OVERFLOW, (
+            f"verdict: no-go for {plan.cfg.max_turns} turns: {row.stage} ({row.role}, "
+            f"{row.engine.name}) outgrows its {row.window}-token window {_at(row.first_over)}, "
+            f"so episodes still running then end context_limit: {_overflow_fix(plan, row)}"
+        )
     if not plan.engines and not plan.remote:
         return GO, "verdict: go: engine=scripted loads no model; nothing to fit"
     if not plan.engines:
-        return GO, (f"verdict: go: no engine in this process ({', '.join(plan.remote)} on an endpoint: checked "
-                    "against the server when the run starts)")
-    remote = (f"; {', '.join(plan.remote)} on an endpoint (checked against the server when the run starts)"
-              if plan.remote else "")
-    return GO, (f"verdict: go: {len(plan.engines)} engine(s) on {plan.inventory.describe()}; every call fits its "
-                f"window through turn {plan.cfg.max_turns}{remote}")
+        return GO, (
+            f"verdict: go: no engine in this process ({', '.join(plan.remote)} on an endpoint: checked "
+            "against the server when the run starts)"
+        )
+    remote = (
+        f"; {', '.join(plan.remote)} on an endpoint (checked against the server when the run starts)"
+        if plan.remote
+        else ""
+    )
+    return GO, (
+        f"verdict: go: {len(plan.engines)} engine(s) on {plan.inventory.describe()}; every call fits its "
+        f"window through turn {plan.cfg.max_turns}{remote}"
+    )
 
 
 def _turn_name(t: int) -> str:
@@ -223,26 +255,37 @@ def _turns(plan: Plan) -> list[int]:
 
 def render(plan: Plan) -> list[str]:
     cfg = plan.cfg
-    out = [f"plan: {cfg.engine.name} engine(s), max_turns={cfg.max_turns}, concurrency={cfg.concurrency}, "
-           f"dataset {cfg.dataset.name}, method {cfg.method.get('name', 'baseline')}, "
-           f"condition {cfg.condition.get('name', '')}"]
+    out = [
+        f"plan: {cfg.engine.name} engine(s), max_turns={cfg.max_turns}, concurrency={cfg.concurrency}, "
+        f"dataset {cfg.dataset.name}, method {cfg.method.get('name', 'baseline')}, "
+        f"condition {cfg.condition.get('name', '')}"
+    ]
     for role in plan.remote:
-        out.append(f"remote: {role} on an OpenAI-compatible endpoint, not in this process: not planned here "
-                   "(the run's health check asks the server what it serves and whether its window holds the "
-                   "first turn)")
+        out.append(
+            f"remote: {role} on an OpenAI-compatible endpoint, not in this process: not planned here "
+            "(the run's health check asks the server what it serves and whether its window holds the "
+            "first turn)"
+        )
     if plan.engines:
         if plan.inventory.kind == "cpu":
-            out.append(f"hardware: {plan.inventory.describe()}: the plan is for the CPU (the share is of RAM, "
-                       "for the KV cache); GPU checks skipped")
+            out.append(
+                f"hardware: {plan.inventory.describe()}: the plan is for the CPU (the share is of RAM, "
+                "for the KV cache); GPU checks skipped"
+            )
         else:
             out.append(f"hardware: {plan.inventory.describe()}")
     T = int(cfg.max_turns)
     for e in plan.engines:
-        dev = (f"devices {list(e.devices)}{' (planned)' if e.devices_planned else ''}"
-               if plan.inventory.kind == "gpu" else "")
-        share = ("" if e.share is None else f"share {e.share:.3f}{' (planned)' if e.share_planned else ''}")
-        out.append(f"engine {e.index + 1}: {e.name} for {', '.join(e.roles)}; {dev + ', ' if dev else ''}"
-                   f"tensor_parallel_size {e.tp}{', ' + share if share else ''}")
+        dev = (
+            f"devices {list(e.devices)}{' (planned)' if e.devices_planned else ''}"
+            if plan.inventory.kind == "gpu"
+            else ""
+        )
+        share = "" if e.share is None else f"share {e.share:.3f}{' (planned)' if e.share_planned else ''}"
+        out.append(
+            f"engine {e.index + 1}: {e.name} for {', '.join(e.roles)}; {dev + ', ' if dev else ''}"
+            f"tensor_parallel_size {e.tp}{', ' + share if share else ''}"
+        )
         f = e.facts
         if f is None:
             out.append("  model facts unknown: memory not planned")
@@ -254,17 +297,24 @@ def render(plan: Plan) -> list[str]:
         per = "per GPU" if plan.inventory.kind == "gpu" else "in RAM"
         out.append(f"  {describe(e.kv, per)}")
         out.append(_assumed(plan, e))
-        line = (f"  KV capacity {_gib(e.kv_bytes)} {per} = {e.capacity_tokens():,} tokens = "
-                f"{e.windows():.1f} full windows" if e.window_kv() else "  KV capacity unknown")
+        line = (
+            f"  KV capacity {_gib(e.kv_bytes)} {per} = {e.capacity_tokens():,} tokens = {e.windows():.1f} full windows"
+            if e.window_kv()
+            else "  KV capacity unknown"
+        )
         seq = _sequence_at(plan, e, T)
         if seq:
             at_once = e.sequences_at(seq)
-            line += (f"; episodes at once at turn {T}: {min(at_once, cfg.concurrency):.1f} "
-                     f"({seq:,}-token calls; concurrency={cfg.concurrency})")
+            line += (
+                f"; episodes at once at turn {T}: {min(at_once, cfg.concurrency):.1f} "
+                f"({seq:,}-token calls; concurrency={cfg.concurrency})"
+            )
             if at_once < min(cfg.concurrency, KV_BOUND_EPISODES) and e.kv_bytes:
-                e.notes.append(f"the KV cache holds {at_once:.1f} of the {cfg.concurrency} episodes' calls at turn "
-                               f"{T}: the rest wait in the engine's queue; more or larger GPUs, "
-                               "engine_args.kv_cache_dtype=fp8 or a lower max_model_len raise it")
+                e.notes.append(
+                    f"the KV cache holds {at_once:.1f} of the {cfg.concurrency} episodes' calls at turn "
+                    f"{T}: the rest wait in the engine's queue; more or larger GPUs, "
+                    "engine_args.kv_cache_dtype=fp8 or a lower max_model_len raise it"
+                )
         out.append(line)
         out.extend(_admission_lines(plan, e))
         out.extend(f"  note: {n}" for n in e.notes)
@@ -274,18 +324,24 @@ def render(plan: Plan) -> list[str]:
         if plan.growth.tokenizers:
             out.append("tokens counted with: " + "; ".join(f"{r} {t}" for r, t in plan.growth.tokenizers.items()))
         turns = _turns(plan)
-        out.append("| stage | role | model | window | answer | tokens by turn | "
-                   + " | ".join(_turn_name(t) for t in turns) + " | first turn over |")
+        out.append(
+            "| stage | role | model | window | answer | tokens by turn | "
+            + " | ".join(_turn_name(t) for t in turns)
+            + " | first turn over |"
+        )
         out.append("|---|---|---|---:|---:|---|" + "---:|" * len(turns) + "---|")
         for r in plan.rows:
-            cells = " | ".join(f"{r.growth.prompt_at(t) + r.need:,.0f}" if r.growth.runs_at(t) else "-"
-                               for t in turns)
+            cells = " | ".join(f"{r.growth.prompt_at(t) + r.need:,.0f}" if r.growth.runs_at(t) else "-" for t in turns)
             over = "-" if r.first_over is None else _turn_name(r.first_over)
-            out.append(f"| {r.stage} | {r.role} | {r.engine.name if r.engine else '-'} | {r.window or '-'} | "
-                       f"{r.need} | {r.growth.line.text()} | {cells} | {over} |")
-        out.append("(cells: prompt + answer tokens; turn N is the N-th player turn, after the opening; "
-                   "'first turn over': the first turn "
-                   "whose call does not fit its window)")
+            out.append(
+                f"| {r.stage} | {r.role} | {r.engine.name if r.engine else '-'} | {r.window or '-'} | "
+                f"{r.need} | {r.growth.line.text()} | {cells} | {over} |"
+            )
+        out.append(
+            "(cells: prompt + answer tokens; turn N is the N-th player turn, after the opening; "
+            "'first turn over': the first turn "
+            "whose call does not fit its window)"
+        )
     for p in plan.problems:
         if not p.fatal:
             out.append(f"note: {p.message}")
@@ -298,8 +354,13 @@ def footprint_at(plan: Plan, e: EnginePlan, turn: int) -> int:
     """An episode's resident prefix on engine `e` at `turn`: every stage's prompt + answer there. An
     upper bound of what the admission counts (execution/admission.py subtracts the prefixes stages
     share, which it measures on the prompts a run sends; the projection has no prompt texts)."""
-    return int(sum(min(e.window, r.growth.prompt_at(turn) + r.need) for r in plan.rows
-                   if r.engine is e and r.growth.runs_at(turn)))
+    return int(
+        sum(
+            min(e.window, r.growth.prompt_at(turn) + r.need)
+            for r in plan.rows
+            if r.engine is e and r.growth.runs_at(turn)
+        )
+    )
 
 
 def _admission_lines(plan: Plan, e: EnginePlan) -> list[str]:
@@ -318,21 +379,27 @@ def _admission_lines(plan: Plan, e: EnginePlan) -> list[str]:
             last = (t, fp, fit)
     if last is None:
         return []
-    out = [f"  admission by cache (every in-flight episode's prefixes resident): {'; '.join(cells)} "
-           f"(concurrency={n} is the most)"]
+    out = [
+        f"  admission by cache (every in-flight episode's prefixes resident): {'; '.join(cells)} "
+        f"(concurrency={n} is the most)"
+    ]
     t, fp, fit = last
     if fit < n:
         prompts = int(sum(r.growth.prompt_at(t) for r in plan.rows if r.engine is e and r.growth.runs_at(t)))
         per_token = e.kv.bytes_per_token() * e.tp if e.kv else 0
         kept = max(1, int(fit))
         rest = (n - kept) * fp * per_token
-        out.append(f"  without offload: admission keeps {kept} of {n} episodes in flight at turn {t} and "
-                   f"recomputes nothing it can keep; all {n} at once would evict each other's prefixes and "
-                   f"recompute ~{prompts:,} prompt tokens per episode-turn (every call's whole prompt)")
+        out.append(
+            f"  without offload: admission keeps {kept} of {n} episodes in flight at turn {t} and "
+            f"recomputes nothing it can keep; all {n} at once would evict each other's prefixes and "
+            f"recompute ~{prompts:,} prompt tokens per episode-turn (every call's whole prompt)"
+        )
         if per_token:
-            out.append(f"  offload: engine_args.kv_offloading_size={math.ceil(rest / GIB)} (GiB of host RAM, vLLM "
-                       f"0.33) would keep the other {n - kept} episodes' prefixes at turn {t} in host memory; "
-                       "the node needs that much RAM free beside the engines")
+            out.append(
+                f"  offload: engine_args.kv_offloading_size={math.ceil(rest / GIB)} (GiB of host RAM, vLLM "
+                f"0.33) would keep the other {n - kept} episodes' prefixes at turn {t} in host memory; "
+                "the node needs that much RAM free beside the engines"
+            )
     return out
 
 
@@ -345,21 +412,32 @@ def _kv_line(e: EnginePlan, f: ModelFacts) -> str:
     if f.latent_dim:
         return f"  KV cache {_per_token(e, f)}; {window}"
     heads = kv.kv_heads if kv else f.kv_heads
-    split = (f" per GPU ({f.kv_heads} over tensor parallel {e.tp}"
-             f"{', replicated' if f.kv_heads < e.tp else ''})" if e.tp > 1 else "")
-    slide = (f", {kv.sliding_layers} of them sliding-window layers of {kv.sliding_window} tokens"
-             if kv and kv.sliding_layers else "")
+    split = (
+        f" per GPU ({f.kv_heads} over tensor parallel {e.tp}{', replicated' if f.kv_heads < e.tp else ''})"
+        if e.tp > 1
+        else ""
+    )
+    slide = (
+        f", {kv.sliding_layers} of them sliding-window layers of {kv.sliding_window} tokens"
+        if kv and kv.sliding_layers
+        else ""
+    )
     per_token = kv.bytes_per_token() if kv else f.kv_bytes_per_token(e.kv_dtype_bytes, e.tp)
-    return (f"  KV cache {per_token / 1024:.0f} KiB/token ({f.layers} layers x {heads} KV heads{split} x "
-            f"{f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); {window}")
+    return (
+        f"  KV cache {per_token / 1024:.0f} KiB/token ({f.layers} layers x {heads} KV heads{split} x "
+        f"{f.head_dim} head dim x K,V x {e.kv_dtype_bytes} bytes{slide}); {window}"
+    )
 
 
 def _per_token(e: EnginePlan, f: ModelFacts) -> str:
     """MLA's cache per token and GPU: one latent vector a layer, the same on every tensor-parallel rank."""
     kv = e.kv
     per_token = kv.bytes_per_token() if kv else f.kv_bytes_per_token(e.kv_dtype_bytes, e.tp)
-    latent = (f"{e.kv_state_bytes}-byte packed latent (kv_cache_dtype {e.engine_arg('kv_cache_dtype')})"
-              if e.kv_state_bytes else f"{f.latent_dim} latent elements x {e.kv_dtype_bytes} bytes")
+    latent = (
+        f"{e.kv_state_bytes}-byte packed latent (kv_cache_dtype {e.engine_arg('kv_cache_dtype')})"
+        if e.kv_state_bytes
+        else f"{f.latent_dim} latent elements x {e.kv_dtype_bytes} bytes"
+    )
     indexer = f" + {f.indexer_bytes} bytes of indexer keys" if f.indexer_bytes else ""
     every = f", whole on each of the {e.tp} GPUs (MLA: tensor parallel does not split it)" if e.tp > 1 else ""
     return f"{per_token / 1024:.1f} KiB/token (MLA: {f.layers} layers x ({latent}{indexer}){every})"
@@ -384,13 +462,17 @@ def _assumed(plan: Plan, e: EnginePlan) -> str:
     """What the memory plan takes on trust, and the setting that changes it."""
     assert e.kv is not None
     if plan.inventory.kind != "gpu":
-        return (f"  assumed: {_gib(CPU_RUNTIME_BYTES)} of worker runtime beside the weights (measured on vLLM 0.32's "
-                "CPU worker)")
+        return (
+            f"  assumed: {_gib(CPU_RUNTIME_BYTES)} of worker runtime beside the weights (measured on vLLM 0.32's "
+            "CPU worker)"
+        )
     overhead = float(plan.cfg.plan.overhead_gib)
-    return (f"  assumed: {overhead:g} GiB per GPU beyond weights and KV cache (plan.overhead_gib) for the activation "
-            f"peak of a {e.kv.step_tokens}-token step ({e.path}.engine_args.max_num_batched_tokens), CUDA graphs "
-            "(inside the share in vLLM 0.33) and NCCL and attention buffers; not measured on a GPU: the engine's "
-            "'Available KV cache memory' log line gives the real figure")
+    return (
+        f"  assumed: {overhead:g} GiB per GPU beyond weights and KV cache (plan.overhead_gib) for the activation "
+        f"peak of a {e.kv.step_tokens}-token step ({e.path}.engine_args.max_num_batched_tokens), CUDA graphs "
+        "(inside the share in vLLM 0.33) and NCCL and attention buffers; not measured on a GPU: the engine's "
+        "'Available KV cache memory' log line gives the real figure"
+    )
 
 
 def _sequence_at(plan: Plan, e: EnginePlan, turn: int) -> int:

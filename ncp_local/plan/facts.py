@@ -18,9 +18,24 @@ from ..engines.embedded import embedded_model_dir
 
 # Bytes per element of the dtypes a checkpoint or an engine uses.
 DTYPE_BYTES: dict[str, int] = {
-    "float32": 4, "float": 4, "fp32": 4, "f32": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2, "f16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "f8_e4m3": 1, "f8_e5m2": 1, "int8": 1, "i8": 1, "u8": 1,
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "f32": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "f16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "f8_e4m3": 1,
+    "f8_e5m2": 1,
+    "int8": 1,
+    "i8": 1,
+    "u8": 1,
 }
 
 
@@ -109,20 +124,56 @@ class ModelFacts:
 # (`metadata.total_size`), or from the parameter count the architecture
 # gives where noted.
 BUILT_IN: dict[str, ModelFacts] = {
-    "qwen3-8b": ModelFacts(layers=36, heads=32, kv_heads=8, head_dim=128, weights_bytes=16_381_470_720,
-                           stored_dtype_bytes=2, native_window=40960),
-    "qwen3-32b": ModelFacts(layers=64, heads=64, kv_heads=8, head_dim=128, weights_bytes=65_524_246_528,
-                            stored_dtype_bytes=2, native_window=40960),
-    "llama-3.1-8b-instruct": ModelFacts(layers=32, heads=32, kv_heads=8, head_dim=128, weights_bytes=16_060_522_496,
-                                        stored_dtype_bytes=2, native_window=131072),
+    "qwen3-8b": ModelFacts(
+        layers=36,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        weights_bytes=16_381_470_720,
+        stored_dtype_bytes=2,
+        native_window=40960,
+    ),
+    "qwen3-32b": ModelFacts(
+        layers=64,
+        heads=64,
+        kv_heads=8,
+        head_dim=128,
+        weights_bytes=65_524_246_528,
+        stored_dtype_bytes=2,
+        native_window=40960,
+    ),
+    "llama-3.1-8b-instruct": ModelFacts(
+        layers=32,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        weights_bytes=16_060_522_496,
+        stored_dtype_bytes=2,
+        native_window=131072,
+    ),
     # 48 layers, every 6th global; the others attend to the last 1024 tokens.
     # Weights: language model and vision tower, 12.19 B parameters (from the architecture).
-    "gemma-3-12b-it": ModelFacts(layers=48, heads=16, kv_heads=8, head_dim=256, weights_bytes=24_374_650_080,
-                                 stored_dtype_bytes=2, native_window=131072, sliding_window=1024, sliding_layers=40),
+    "gemma-3-12b-it": ModelFacts(
+        layers=48,
+        heads=16,
+        kv_heads=8,
+        head_dim=256,
+        weights_bytes=24_374_650_080,
+        stored_dtype_bytes=2,
+        native_window=131072,
+        sliding_window=1024,
+        sliding_layers=40,
+    ),
     # 23.57 B parameters (from the architecture).
-    "mistral-small-24b-instruct-2501": ModelFacts(layers=40, heads=32, kv_heads=8, head_dim=128,
-                                                  weights_bytes=47_144_806_400, stored_dtype_bytes=2,
-                                                  native_window=32768),
+    "mistral-small-24b-instruct-2501": ModelFacts(
+        layers=40,
+        heads=32,
+        kv_heads=8,
+        head_dim=128,
+        weights_bytes=47_144_806_400,
+        stored_dtype_bytes=2,
+        native_window=32768,
+    ),
     # ---- mixture-of-experts models (conf/model/qwen3_*_a*b*.yaml, deepseek_v3_2.yaml, kimi_k2_5.yaml) ----
     # Parameters computed from each config.json's shapes (attention, routed experts, embedding and an untied
     # head; norms left out) agree with the published totals; weights not read from a safetensors index
@@ -130,44 +181,107 @@ BUILT_IN: dict[str, ModelFacts] = {
     # metadata.total_size once the model is on disk.
     # Qwen3-235B-A22B (Qwen3MoeForCausalLM): 94 layers, 64 heads, 4 KV heads x 128, 128 experts, 8 per
     # token, max_position_embeddings 40960; 235.09 B parameters, 22.19 B active (the router included).
-    "qwen3-235b-a22b": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=470_185_672_704,
-                                  stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                  params=235_092_836_352, active_params=22_189_965_312, expert_bytes=454_192_791_552),
+    "qwen3-235b-a22b": ModelFacts(
+        layers=94,
+        heads=64,
+        kv_heads=4,
+        head_dim=128,
+        weights_bytes=470_185_672_704,
+        stored_dtype_bytes=2,
+        native_window=40960,
+        experts=128,
+        active_experts=8,
+        params=235_092_836_352,
+        active_params=22_189_965_312,
+        expert_bytes=454_192_791_552,
+    ),
     # The same in Qwen's FP8 (quantization_config fp8, 128 x 128 weight blocks with a float32 scale each);
     # embedding, head and norms in bf16: about 236 GB (estimate: 233.85 B one-byte weights, 2.49 B
     # two-byte ones, 0.06 GB of scales).
-    "qwen3-235b-a22b-fp8": ModelFacts(layers=94, heads=64, kv_heads=4, head_dim=128, weights_bytes=236_400_000_000,
-                                      stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                      params=235_092_836_352, active_params=22_189_965_312, quantization="fp8",
-                                      moe_intermediate=1536, weight_block=128, expert_bytes=227_096_395_776),
+    "qwen3-235b-a22b-fp8": ModelFacts(
+        layers=94,
+        heads=64,
+        kv_heads=4,
+        head_dim=128,
+        weights_bytes=236_400_000_000,
+        stored_dtype_bytes=2,
+        native_window=40960,
+        experts=128,
+        active_experts=8,
+        params=235_092_836_352,
+        active_params=22_189_965_312,
+        quantization="fp8",
+        moe_intermediate=1536,
+        weight_block=128,
+        expert_bytes=227_096_395_776,
+    ),
     # Qwen3-30B-A3B: 48 layers, 32 heads, 4 KV heads x 128, 128 experts, 8 per token; 30.53 B
     # parameters, 3.35 B active; about 61 GB in bf16: one 80 GB GPU.
-    "qwen3-30b-a3b": ModelFacts(layers=48, heads=32, kv_heads=4, head_dim=128, weights_bytes=61_063_823_360,
-                                stored_dtype_bytes=2, native_window=40960, experts=128, active_experts=8,
-                                params=30_531_911_680, active_params=3_352_821_760, expert_bytes=57_982_058_496),
+    "qwen3-30b-a3b": ModelFacts(
+        layers=48,
+        heads=32,
+        kv_heads=4,
+        head_dim=128,
+        weights_bytes=61_063_823_360,
+        stored_dtype_bytes=2,
+        native_window=40960,
+        experts=128,
+        active_experts=8,
+        params=30_531_911_680,
+        active_params=3_352_821_760,
+        expert_bytes=57_982_058_496,
+    ),
     # DeepSeek-V3.2 (DeepseekV32ForCausalLM): 61 layers, 128 heads, MLA (kv_lora_rank 512 + qk_rope_head_dim
     # 64 = 576 cached elements a layer), the sparse-attention indexer (index_head_dim 128: 132 bytes),
     # 256 experts + 1 shared, 8 per token, first 3 layers dense, 1 MTP layer, max_position_embeddings
     # 163840, FP8 weights (quantization_config fp8, 128 x 128 blocks). 671 B parameters + 14 B MTP
     # (DeepSeek-V3's report; the indexer adds about 0.9 B), 37 B active. Weights about 690 GB: DeepSeek's
     # figure for the FP8 release, not read from V3.2's own index here (no copy of it was at hand).
-    "deepseek-v3.2": ModelFacts(layers=61, heads=128, kv_heads=1, head_dim=576, weights_bytes=690_000_000_000,
-                                stored_dtype_bytes=2, native_window=163840, latent_dim=576, indexer_bytes=132,
-                                experts=256, active_experts=8, params=685_000_000_000, active_params=37_000_000_000,
-                                mtp_layers=1, mtp_bytes=690_000_000_000 // 59, quantization="fp8",
-                                moe_intermediate=2048, weight_block=128, expert_bytes=653_908_770_816),
+    "deepseek-v3.2": ModelFacts(
+        layers=61,
+        heads=128,
+        kv_heads=1,
+        head_dim=576,
+        weights_bytes=690_000_000_000,
+        stored_dtype_bytes=2,
+        native_window=163840,
+        latent_dim=576,
+        indexer_bytes=132,
+        experts=256,
+        active_experts=8,
+        params=685_000_000_000,
+        active_params=37_000_000_000,
+        mtp_layers=1,
+        mtp_bytes=690_000_000_000 // 59,
+        quantization="fp8",
+        moe_intermediate=2048,
+        weight_block=128,
+        expert_bytes=653_908_770_816,
+    ),
     # Kimi-K2.5 (KimiK25ForConditionalGeneration; its language model is DeepSeek-V3's): 61 layers, 64
     # heads, MLA 512 + 64, 384 experts + 1 shared, 8 per token, window 262144, no MTP layer (not
     # verified), routed experts in INT4 (compressed-tensors, groups of 32). About 1.04 T parameters,
     # 32 B active (Moonshot's figures); about 595 GB on disk (estimate, not read from its index).
-    "kimi-k2.5": ModelFacts(layers=61, heads=64, kv_heads=1, head_dim=576, weights_bytes=595_000_000_000,
-                            stored_dtype_bytes=2, native_window=262144, latent_dim=576, experts=384,
-                            active_experts=8, params=1_040_000_000_000, active_params=32_000_000_000,
-                            quantization="compressed-tensors",
-                            # INT4 with a bf16 scale per group of 32: 0.5625 bytes a parameter.
-                            expert_bytes=570_760_888_320),
-    "smollm2-135m-instruct": ModelFacts(layers=30, heads=9, kv_heads=3, head_dim=64, weights_bytes=269_030_016,
-                                        stored_dtype_bytes=2, native_window=8192),
+    "kimi-k2.5": ModelFacts(
+        layers=61,
+        heads=64,
+        kv_heads=1,
+        head_dim=576,
+        weights_bytes=595_000_000_000,
+        stored_dtype_bytes=2,
+        native_window=262144,
+        latent_dim=576,
+        experts=384,
+        active_experts=8,
+        params=1_040_000_000_000,
+        active_params=32_000_000_000,
+        quantization="compressed-tensors",
+        # INT4 with a bf16 scale per group of 32: 0.5625 bytes a parameter.
+        expert_bytes=570_760_888_320,
+    ),
+    "smollm2-135m-instruct": ModelFacts(
+        layers=30, heads=9, kv_heads=3, head_dim=64, weights_bytes=269_030_016, stored_dtype_bytes=2, native_window=8192
+    ),
 }
 
 
@@ -240,8 +354,13 @@ def _sliding(cfg: dict[str, Any], layers: int) -> tuple[int | None, int]:
 
 
 # Mistral's own format (params.json) names the same shape differently.
-_MISTRAL_KEYS = {"n_layers": "num_hidden_layers", "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
-                 "dim": "hidden_size", "max_seq_len": "max_position_embeddings"}
+_MISTRAL_KEYS = {
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "dim": "hidden_size",
+    "max_seq_len": "max_position_embeddings",
+}
 
 
 def read_model_dir(path: Path) -> ModelFacts:
@@ -286,11 +405,21 @@ def read_model_dir(path: Path) -> ModelFacts:
     shape = _moe_mla(cfg, layers, weights, stored)
     if shape["latent_dim"]:
         kv_heads, head_dim = 1, shape["latent_dim"]  # one latent "head" a layer (vLLM: num_kv_heads=1)
-    return ModelFacts(layers=layers, heads=int(heads or kv_heads), kv_heads=int(kv_heads), head_dim=int(head_dim),
-                      weights_bytes=weights,
-                      stored_dtype_bytes=stored, native_window=window, sliding_window=sliding_window,
-                      sliding_layers=sliding_layers, rope_scaling=scaling if isinstance(scaling, dict) else None,
-                      source=f"read from {path}", on_disk=True, **shape)
+    return ModelFacts(
+        layers=layers,
+        heads=int(heads or kv_heads),
+        kv_heads=int(kv_heads),
+        head_dim=int(head_dim),
+        weights_bytes=weights,
+        stored_dtype_bytes=stored,
+        native_window=window,
+        sliding_window=sliding_window,
+        sliding_layers=sliding_layers,
+        rope_scaling=scaling if isinstance(scaling, dict) else None,
+        source=f"read from {path}",
+        on_disk=True,
+        **shape,
+    )
 
 
 # DeepSeek-V3.2's indexer keeps its keys in fp8 with one float32 scale per this many values
@@ -315,12 +444,20 @@ def _moe_mla(cfg: dict[str, Any], layers: int, weights: int, stored: int) -> dic
     block = quant.get("weight_block_size") if isinstance(quant, dict) else None
     moe_layers = max(1, layers - int(cfg.get("first_k_dense_replace") or 0)) if experts else layers
     params = 0 if method else weights // max(stored, 1)
-    return dict(latent_dim=latent, indexer_bytes=indexer, experts=experts, active_experts=active, params=params,
-                active_params=_active_params(cfg, params, experts, active, moe_layers) if params else 0,
-                mtp_layers=mtp, mtp_bytes=_mtp_bytes(weights, mtp, moe_layers), quantization=method,
-                moe_intermediate=int(cfg.get("moe_intermediate_size") or 0) if experts else 0,
-                weight_block=int(block[0]) if isinstance(block, list) and block else 0,
-                expert_bytes=_expert_bytes(cfg, experts, moe_layers, method, stored, weights))
+    return dict(
+        latent_dim=latent,
+        indexer_bytes=indexer,
+        experts=experts,
+        active_experts=active,
+        params=params,
+        active_params=_active_params(cfg, params, experts, active, moe_layers) if params else 0,
+        mtp_layers=mtp,
+        mtp_bytes=_mtp_bytes(weights, mtp, moe_layers),
+        quantization=method,
+        moe_intermediate=int(cfg.get("moe_intermediate_size") or 0) if experts else 0,
+        weight_block=int(block[0]) if isinstance(block, list) and block else 0,
+        expert_bytes=_expert_bytes(cfg, experts, moe_layers, method, stored, weights),
+    )
 
 
 # Bytes a parameter of a quantized checkpoint's experts: FP8 one; other methods (INT4 compressed-tensors,
@@ -329,8 +466,9 @@ _FP8_BYTES = 1.0
 _INT4_BYTES = 0.5 + 2 / 32
 
 
-def _expert_bytes(cfg: dict[str, Any], experts: int, moe_layers: int, method: str | None, stored: int,
-                  weights: int) -> int:
+def _expert_bytes(
+    cfg: dict[str, Any], experts: int, moe_layers: int, method: str | None, stored: int, weights: int
+) -> int:
     """The routed experts' bytes: their shapes at the checkpoint's bytes a parameter (an estimate for
     quantized checkpoints), never more than the checkpoint."""
     if not experts:
@@ -374,8 +512,12 @@ def model_facts(name: str, path: str) -> ModelFacts | None:
             facts = replace(facts, native_window=known.native_window)
         if not facts.weights_bytes and known:
             # A directory with the config but without the weights (yet): the table's size.
-            facts = replace(facts, weights_bytes=known.weights_bytes, stored_dtype_bytes=known.stored_dtype_bytes,
-                            source=f"{facts.source}; weights size from built-in facts (no *.safetensors there)")
+            facts = replace(
+                facts,
+                weights_bytes=known.weights_bytes,
+                stored_dtype_bytes=known.stored_dtype_bytes,
+                source=f"{facts.source}; weights size from built-in facts (no *.safetensors there)",
+            )
         return facts
     if known:
         return replace(known, source=f"from built-in facts; weights not found at {where}")

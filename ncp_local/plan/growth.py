@@ -123,8 +123,11 @@ class Counter:
 
 
 def _load_chat(path: Path, model: ModelSettings) -> ChatFormat | None:
-    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
-            or any(path.glob("tekken*.json"))):
+    if not (
+        (path / "tokenizer.json").is_file()
+        or (path / "tokenizer_config.json").is_file()
+        or any(path.glob("tekken*.json"))
+    ):
         return None
     try:
         return ChatFormat.load(path, model)
@@ -153,8 +156,11 @@ def counters(cfg: Any, roles: Sequence[str]) -> dict[str, Counter]:
         proxy = model_dir("embedded")
         stand_in = ModelSettings(name="stand-in", path="embedded")
         c = chat(proxy, stand_in)
-        label = (f"SmolLM2's as a stand-in (no tokenizer at {where})" if c is not None else
-                 f"about 4 characters a token (no tokenizer at {where}, nor the embedded model's)")
+        label = (
+            f"SmolLM2's as a stand-in (no tokenizer at {where})"
+            if c is not None
+            else f"about 4 characters a token (no tokenizer at {where}, nor the embedded model's)"
+        )
         out[role] = Counter(c, label)
     return out
 
@@ -173,9 +179,11 @@ class Sizes:
     fact_words: int
 
     def text(self) -> str:
-        return (f"narrations of {self.narration_words} words in one paragraph, player actions of {self.player_words}, "
-                f"{self.facts_per_turn} new fact(s) of {self.fact_words} words a turn, reasons of "
-                f"{self.reason_words}")
+        return (
+            f"narrations of {self.narration_words} words in one paragraph, player actions of {self.player_words}, "
+            f"{self.facts_per_turn} new fact(s) of {self.fact_words} words a turn, reasons of "
+            f"{self.reason_words}"
+        )
 
 
 def _words(specs: Sequence[Any]) -> list[str]:
@@ -206,8 +214,9 @@ def _resize(data: Any, fn: Callable[[str, str], str | None]) -> Any:
     return data
 
 
-def sized_answers(sizes: Sizes, pool: list[str], bounds: Mapping[str, Any],
-                  record: Callable[[str, str, str], None]) -> Callable[[Request], str]:
+def sized_answers(
+    sizes: Sizes, pool: list[str], bounds: Mapping[str, Any], record: Callable[[str, str, str], None]
+) -> Callable[[Request], str]:
     """A scripted answer for every stage, at the stated sizes (within the role's bounds, as a grammar would)."""
     # Every conflict check finds one conflict and every double-check overturns it: both
     # stages run every turn (their prompts are the auditor's longest) and the turn commits.
@@ -252,20 +261,37 @@ def sized_answers(sizes: Sizes, pool: list[str], bounds: Mapping[str, Any],
 
 def longest_specs(specs: Sequence[Any], k: int) -> tuple[Any, ...]:
     """The k specs with the most material (commitments, beats, facts): the longest prompts."""
+
     def size(s: Any) -> int:
-        return (len(s.synopsis) + sum(len(c.description) + len(c.satisfaction_condition) + len(c.violation_condition)
-                                      for c in s.commitments)
-                + sum(len(n.description) + len(n.trigger_event) + len(n.key_delta) for n in s.trajectory)
-                + sum(len(f.content) for f in s.initial_facts))
+        return (
+            len(s.synopsis)
+            + sum(
+                len(c.description) + len(c.satisfaction_condition) + len(c.violation_condition) for c in s.commitments
+            )
+            + sum(len(n.description) + len(n.trigger_event) + len(n.key_delta) for n in s.trajectory)
+            + sum(len(f.content) for f in s.initial_facts)
+        )
+
     return tuple(sorted(specs, key=lambda s: (-size(s), s.id))[:k])
 
 
-def fit(prompts: dict[str, dict[int, int]], need: dict[str, int], role_of: dict[str, str], source: str,
-        tokenizers: dict[str, str]) -> Growth:
+def fit(
+    prompts: dict[str, dict[int, int]],
+    need: dict[str, int],
+    role_of: dict[str, str],
+    source: str,
+    tokenizers: dict[str, str],
+) -> Growth:
     stages = {}
     for stage, by_turn in prompts.items():
         later = {t: float(v) for t, v in by_turn.items() if t >= 1}
         line = fit_line(later) if later else Line(float(by_turn.get(0, 0)), 0.0)
-        stages[stage] = StageGrowth(stage=stage, role=role_of.get(stage, ""), line=line, need=need.get(stage, 0),
-                                    opening=by_turn.get(0), turns=tuple(sorted(by_turn)))
+        stages[stage] = StageGrowth(
+            stage=stage,
+            role=role_of.get(stage, ""),
+            line=line,
+            need=need.get(stage, 0),
+            opening=by_turn.get(0),
+            turns=tuple(sorted(by_turn)),
+        )
     return Growth(stages=stages, source=source, tokenizers=tokenizers)

@@ -47,8 +47,9 @@ def parse_gpu(text: str, field: str = "plan.gpus") -> Gpu:
     """`H100-80GB` -> a GPU named H100 with 80 GiB (what the card reports is a little under that)."""
     m = _OVERRIDE.match(str(text))
     if not m:
-        raise ConfigError(field, f"cannot read GPU {text!r}: write NAME-<N>GB, e.g. H100-80GB or A100-40GB "
-                          "(8 of them: 8xH100-80GB)")
+        raise ConfigError(
+            field, f"cannot read GPU {text!r}: write NAME-<N>GB, e.g. H100-80GB or A100-40GB (8 of them: 8xH100-80GB)"
+        )
     return Gpu(name=m.group("name") or "GPU", total_bytes=int(float(m.group("size")) * GIB))
 
 
@@ -59,8 +60,9 @@ def parse_gpus(text: str, field: str = "plan.gpus") -> list[Gpu]:
         return [parse_gpu(text, field)]
     count = int(m.group("count"))
     if not 1 <= count <= MAX_GPU_COUNT:
-        raise ConfigError(field, f"cannot read GPU count {count} in {text!r}: write 1 to {MAX_GPU_COUNT}, "
-                          "e.g. 8xH200-141GB")
+        raise ConfigError(
+            field, f"cannot read GPU count {count} in {text!r}: write 1 to {MAX_GPU_COUNT}, e.g. 8xH200-141GB"
+        )
     return [parse_gpu(m.group("gpu"), field)] * count
 
 
@@ -103,8 +105,12 @@ def nvidia_smi() -> list[Gpu] | None:
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=index,uuid,name,memory.total,memory.used",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [exe, "--query-gpu=index,uuid,name,memory.total,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -115,8 +121,15 @@ def nvidia_smi() -> list[Gpu] | None:
         if len(parts) < 5:
             continue
         try:
-            rows.append((parts[0], parts[1], Gpu(name=parts[2], total_bytes=int(float(parts[3])) * 2**20,
-                                                 used_bytes=int(float(parts[4])) * 2**20)))
+            rows.append(
+                (
+                    parts[0],
+                    parts[1],
+                    Gpu(
+                        name=parts[2], total_bytes=int(float(parts[3])) * 2**20, used_bytes=int(float(parts[4])) * 2**20
+                    ),
+                )
+            )
         except ValueError:
             continue
     return _visible(rows)

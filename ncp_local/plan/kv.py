@@ -37,7 +37,6 @@ from ..engines.settings import GPU_STEP_TOKENS
 DEFAULT_BLOCK_SIZE = 16
 
 
-
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -251,8 +250,14 @@ def _vllm() -> _Vllm | None:
         from vllm.v1.kv_cache_interface import MLAAttentionSpec, SparseCacheRole
     except ImportError:  # a vLLM without them: MLA by the formulas
         MLAAttentionSpec = SparseCacheRole = None
-    return _Vllm(str(getattr(vllm, "__version__", "?")), FullAttentionSpec, SlidingWindowSpec, torch,
-                 MLAAttentionSpec, getattr(SparseCacheRole, "INDEXER", None))
+    return _Vllm(
+        str(getattr(vllm, "__version__", "?")),
+        FullAttentionSpec,
+        SlidingWindowSpec,
+        torch,
+        MLAAttentionSpec,
+        getattr(SparseCacheRole, "INDEXER", None),
+    )
 
 
 def _torch_dtype(torch: Any, nbytes: int) -> Any:
@@ -264,9 +269,11 @@ def _counts_vllm(s: KvSizing, v: _Vllm) -> tuple[int, int, int]:
     dtype = _torch_dtype(v.torch, s.dtype_bytes)
     # Only what these methods read of a VllmConfig (no model, no GPU): the window, decode context
     # parallel (off), and the tokens in flight.
-    config = SimpleNamespace(model_config=SimpleNamespace(max_model_len=s.max_model_len),
-                             parallel_config=SimpleNamespace(decode_context_parallel_size=1),
-                             max_in_flight_tokens=s.in_flight_tokens)
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=s.max_model_len),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+        max_in_flight_tokens=s.in_flight_tokens,
+    )
     if s.latent_dim:
         return _counts_vllm_mla(s, v, config)
     full = v.full(block_size=s.block_size, num_kv_heads=s.kv_heads, head_size=s.head_dim, dtype=dtype)
@@ -274,8 +281,13 @@ def _counts_vllm(s: KvSizing, v: _Vllm) -> tuple[int, int, int]:
     full_blocks = cdiv(int(full.max_memory_usage_bytes(config)), page)
     sliding_blocks = 0
     if s.sliding_layers and s.sliding_window:
-        sliding = v.sliding(block_size=s.block_size, num_kv_heads=s.kv_heads, head_size=s.head_dim, dtype=dtype,
-                            sliding_window=s.sliding_window)
+        sliding = v.sliding(
+            block_size=s.block_size,
+            num_kv_heads=s.kv_heads,
+            head_size=s.head_dim,
+            dtype=dtype,
+            sliding_window=s.sliding_window,
+        )
         sliding_blocks = cdiv(int(sliding.max_memory_usage_bytes(config)), int(sliding.page_size_bytes))
     return page, full_blocks, sliding_blocks
 
@@ -285,15 +297,27 @@ def _counts_vllm_mla(s: KvSizing, v: _Vllm, config: Any) -> tuple[int, int, int]
     `MLAAttention.get_kv_cache_spec`, `DeepseekV32IndexerCache.get_kv_cache_spec`)."""
     if v.mla is None:
         raise TypeError("this vLLM has no MLAAttentionSpec")
-    latent = v.mla(block_size=s.block_size, num_kv_heads=1, max_tp_shards=1, head_size=s.latent_dim,
-                   dtype=_torch_dtype(v.torch, s.dtype_bytes), state_content_bytes=s.state_bytes)
+    latent = v.mla(
+        block_size=s.block_size,
+        num_kv_heads=1,
+        max_tp_shards=1,
+        head_size=s.latent_dim,
+        dtype=_torch_dtype(v.torch, s.dtype_bytes),
+        state_content_bytes=s.state_bytes,
+    )
     page = int(latent.page_size_bytes)
     blocks = cdiv(int(latent.max_memory_usage_bytes(config)), page)
     if s.indexer_bytes:
         if v.indexer_role is None:
             raise TypeError("this vLLM has no indexer cache role")
-        indexer = v.mla(block_size=s.block_size, num_kv_heads=1, max_tp_shards=1, head_size=s.indexer_bytes,
-                        dtype=v.torch.uint8, cache_role=v.indexer_role)
+        indexer = v.mla(
+            block_size=s.block_size,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=s.indexer_bytes,
+            dtype=v.torch.uint8,
+            cache_role=v.indexer_role,
+        )
         page += int(indexer.page_size_bytes)
     return page, blocks, 0
 
@@ -304,15 +328,18 @@ def gib(n: float) -> str:
 
 def describe(s: KvSizing, per: str = "per GPU") -> str:
     """What one request holds, in the plan's words."""
-    text = (f"one {s.max_model_len}-token request needs {gib(s.request_bytes())} of KV cache {per} "
-            f"({s.rules}, {s.block_size}-token blocks")
+    text = (
+        f"one {s.max_model_len}-token request needs {gib(s.request_bytes())} of KV cache {per} "
+        f"({s.rules}, {s.block_size}-token blocks"
+    )
     if s.sliding_layers:
-        text += (f"; each of the {s.sliding_layers} sliding-window layers holds min({s.sliding_window} - 1 + "
-                 f"{s.in_flight_tokens} tokens in flight, {s.max_model_len}) = {s.sliding_tokens} tokens, "
-                 f"the tokens in flight being {s.steps_in_flight} steps x max_num_batched_tokens={s.step_tokens}")
+        text += (
+            f"; each of the {s.sliding_layers} sliding-window layers holds min({s.sliding_window} - 1 + "
+            f"{s.in_flight_tokens} tokens in flight, {s.max_model_len}) = {s.sliding_tokens} tokens, "
+            f"the tokens in flight being {s.steps_in_flight} steps x max_num_batched_tokens={s.step_tokens}"
+        )
     size, full_groups, sliding_groups = s.groups()
     padded = size * (full_groups + sliding_groups) - s.layers
     if padded:
         text += f"; {padded} empty layer(s) pad its layer groups, as vLLM pads them"
     return text + ")"
-

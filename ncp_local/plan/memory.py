@@ -153,11 +153,18 @@ def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
     for i, (model, users) in enumerate(groups.values()):
         # What the engine will run with: under deterministic=true its max_num_seqs is capped (engines/settings).
         note = max_num_seqs_note(with_run_switches(model, deterministic))
-        plans.append(EnginePlan(index=i, roles=users, model=model, facts=None,
-                                tp=int(getattr(model, "tensor_parallel_size", 1) or 1),
-                                dp=int(getattr(model, "data_parallel_size", 1) or 1),
-                                reserved=max(int(getattr(getattr(cfg, r), "max_tokens", 0) or 0) for r in users),
-                                notes=[note] if note else []))
+        plans.append(
+            EnginePlan(
+                index=i,
+                roles=users,
+                model=model,
+                facts=None,
+                tp=int(getattr(model, "tensor_parallel_size", 1) or 1),
+                dp=int(getattr(model, "data_parallel_size", 1) or 1),
+                reserved=max(int(getattr(getattr(cfg, r), "max_tokens", 0) or 0) for r in users),
+                notes=[note] if note else [],
+            )
+        )
     return plans
 
 
@@ -165,8 +172,9 @@ def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
 _KV_FORMATS_NOT_MODELLED = ("per_token_head", "nvfp4", "turboquant", "octave", "ultraquant", "_ds_mla")
 
 
-def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only: bool = False,
-               on_gpu: bool = True) -> None:
+def read_facts(
+    engines: list[EnginePlan], problems: list[Problem], on_disk_only: bool = False, on_gpu: bool = True
+) -> None:
     """Each engine's model facts; `on_disk_only` (mode=run) leaves out models whose weights are not there,
     since the run's own path check refuses them first, with the plainer message."""
     for e in engines:
@@ -180,8 +188,14 @@ def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only:
             continue
         if e.facts is None:
             # The run's own path check names the missing directory; the plan can only say what it lacks.
-            problems.append(Problem(f"{e.path}.path", f"{e.label}: no config.json at {e.model.path} and no built-in "
-                                    "facts for this model: its memory is not planned", fatal=False))
+            problems.append(
+                Problem(
+                    f"{e.path}.path",
+                    f"{e.label}: no config.json at {e.model.path} and no built-in "
+                    "facts for this model: its memory is not planned",
+                    fatal=False,
+                )
+            )
             continue
         e.compute_bytes = dtype_bytes(str(getattr(e.model, "dtype", "auto")), e.facts)
         e.weights_bytes = loaded_weights(e, e.facts)
@@ -191,8 +205,9 @@ def read_facts(engines: list[EnginePlan], problems: list[Problem], on_disk_only:
         e.kv_dtype_bytes = e.compute_bytes if kv == "auto" else DTYPE_BYTES.get(kv, 1 if kv.startswith("fp8") else 2)
         e.kv_state_bytes = mla_state_bytes(kv, e.facts)
         if e.kv_state_bytes is None and any(k in kv for k in _KV_FORMATS_NOT_MODELLED):
-            e.notes.append(f"kv_cache_dtype={kv}: sized at one byte an element; its scales and packing are "
-                           "not modelled")
+            e.notes.append(
+                f"kv_cache_dtype={kv}: sized at one byte an element; its scales and packing are not modelled"
+            )
             e.kv_dtype_bytes = 1
         e.kv = sizing(e, e.facts, on_gpu)
 
@@ -202,9 +217,11 @@ def loaded_weights(e: EnginePlan, f: ModelFacts) -> int:
     weights as they are), else its parameters at the engine's dtype; MTP layers left out (not loaded
     without speculative decoding)."""
     if f.mtp_bytes:
-        e.notes.append(f"{f.mtp_layers} multi-token-prediction layer(s) in the checkpoint, "
-                       f"{_gib(f.mtp_bytes)} (estimated), not loaded: vLLM loads them only for speculative "
-                       "decoding, which the rig does not turn on")
+        e.notes.append(
+            f"{f.mtp_layers} multi-token-prediction layer(s) in the checkpoint, "
+            f"{_gib(f.mtp_bytes)} (estimated), not loaded: vLLM loads them only for speculative "
+            "decoding, which the rig does not turn on"
+        )
     if f.quantization:
         return f.loaded_bytes
     if e.engine_arg("quantization"):
@@ -240,14 +257,21 @@ def sizing(e: EnginePlan, f: ModelFacts, on_gpu: bool) -> KvSizing:
     # (0.33 `unify_hybrid_kv_cache_specs`); it is on by default on CUDA and CPU.
     hybrid = not args.get("disable_hybrid_kv_cache_manager")
     sliding = f.sliding_layers if (f.sliding_window and hybrid) else 0
-    return KvSizing(full_layers=f.layers - sliding, sliding_layers=sliding,
-                    sliding_window=f.sliding_window if sliding else None,
-                    kv_heads=kv_heads_per_device(f.kv_heads, e.tp), head_dim=f.head_dim,
-                    dtype_bytes=e.kv_dtype_bytes, block_size=int(args.get("block_size") or DEFAULT_BLOCK_SIZE),
-                    max_model_len=e.window,
-                    step_tokens=step_tokens(args, e.window, int(getattr(e.model, "max_num_seqs", 1)), on_gpu),
-                    steps_in_flight=steps_in_flight(args), latent_dim=f.latent_dim, state_bytes=e.kv_state_bytes,
-                    indexer_bytes=f.indexer_bytes)
+    return KvSizing(
+        full_layers=f.layers - sliding,
+        sliding_layers=sliding,
+        sliding_window=f.sliding_window if sliding else None,
+        kv_heads=kv_heads_per_device(f.kv_heads, e.tp),
+        head_dim=f.head_dim,
+        dtype_bytes=e.kv_dtype_bytes,
+        block_size=int(args.get("block_size") or DEFAULT_BLOCK_SIZE),
+        max_model_len=e.window,
+        step_tokens=step_tokens(args, e.window, int(getattr(e.model, "max_num_seqs", 1)), on_gpu),
+        steps_in_flight=steps_in_flight(args),
+        latent_dim=f.latent_dim,
+        state_bytes=e.kv_state_bytes,
+        indexer_bytes=f.indexer_bytes,
+    )
 
 
 def check_windows(cfg: Any, engines: list[EnginePlan], problems: list[Problem]) -> None:
@@ -256,20 +280,34 @@ def check_windows(cfg: Any, engines: list[EnginePlan], problems: list[Problem]) 
         if e.facts is not None and e.facts.native_window:
             longest = e.facts.extended_window(e.engine_arg("hf_overrides"))
             if e.window > longest:
-                hint = ("or turn on rope scaling (YaRN) in engine_args.hf_overrides"
-                        if longest == e.facts.native_window else "")
-                problems.append(Problem(f"{e.path}.max_model_len", f"{e.label}: max_model_len {e.window} is over the "
-                                        f"model's {longest}-token window (vLLM refuses it): set "
-                                        f"{e.setting('max_model_len', longest)} {hint}".strip()))
+                hint = (
+                    "or turn on rope scaling (YaRN) in engine_args.hf_overrides"
+                    if longest == e.facts.native_window
+                    else ""
+                )
+                problems.append(
+                    Problem(
+                        f"{e.path}.max_model_len",
+                        f"{e.label}: max_model_len {e.window} is over the "
+                        f"model's {longest}-token window (vLLM refuses it): set "
+                        f"{e.setting('max_model_len', longest)} {hint}".strip(),
+                    )
+                )
         longest = e.facts.extended_window(e.engine_arg("hf_overrides")) if e.facts is not None else 0
         for role in e.roles:
             reserved = int(getattr(cfg, role).max_tokens)
             if reserved >= e.window:
-                raise_it = (f", or raise {role}.model.max_model_len (the model holds {longest})"
-                            if longest > e.window else "")
-                problems.append(Problem(f"{role}.max_tokens", f"{role}: max_tokens {reserved} leaves no room for a "
-                                        f"prompt in {e.name}'s {e.window}-token window: lower {role}.max_tokens"
-                                        f"{raise_it}"))
+                raise_it = (
+                    f", or raise {role}.model.max_model_len (the model holds {longest})" if longest > e.window else ""
+                )
+                problems.append(
+                    Problem(
+                        f"{role}.max_tokens",
+                        f"{role}: max_tokens {reserved} leaves no room for a "
+                        f"prompt in {e.name}'s {e.window}-token window: lower {role}.max_tokens"
+                        f"{raise_it}",
+                    )
+                )
 
 
 def check_heads(engines: list[EnginePlan], problems: list[Problem]) -> None:
@@ -281,10 +319,14 @@ def check_heads(engines: list[EnginePlan], problems: list[Problem]) -> None:
         if f is None or e.tp == 1 or not f.heads or _tp_fits_heads(f, e.tp):
             continue
         ok = [t for t in (1, 2, 4, 8) if _tp_fits_heads(f, t)]
-        problems.append(Problem(f"{e.path}.tensor_parallel_size",
-                                f"{e.label}: tensor_parallel_size={e.tp} does not split its {f.heads} attention heads "
-                                f"and {f.kv_heads} KV heads evenly (vLLM refuses it): set "
-                                f"{e.setting('tensor_parallel_size', max(ok))} (it takes {ok})"))
+        problems.append(
+            Problem(
+                f"{e.path}.tensor_parallel_size",
+                f"{e.label}: tensor_parallel_size={e.tp} does not split its {f.heads} attention heads "
+                f"and {f.kv_heads} KV heads evenly (vLLM refuses it): set "
+                f"{e.setting('tensor_parallel_size', max(ok))} (it takes {ok})",
+            )
+        )
 
 
 def check_expert_split(engines: list[EnginePlan], problems: list[Problem]) -> None:
@@ -298,11 +340,15 @@ def check_expert_split(engines: list[EnginePlan], problems: list[Problem]) -> No
             continue
         ranks = e.gpus
         if ranks > 1 and (f.moe_intermediate // ranks) % f.weight_block:
-            problems.append(Problem(f"{e.path}.enable_expert_parallel",
-                                    f"{e.label}: its FP8 experts ({f.moe_intermediate} columns in "
-                                    f"{f.weight_block}-wide blocks) sliced over {ranks} GPUs give "
-                                    f"{f.moe_intermediate // ranks} a GPU, not whole blocks (vLLM refuses to load "
-                                    f"them): set {e.setting('enable_expert_parallel', 'true')}"))
+            problems.append(
+                Problem(
+                    f"{e.path}.enable_expert_parallel",
+                    f"{e.label}: its FP8 experts ({f.moe_intermediate} columns in "
+                    f"{f.weight_block}-wide blocks) sliced over {ranks} GPUs give "
+                    f"{f.moe_intermediate // ranks} a GPU, not whole blocks (vLLM refuses to load "
+                    f"them): set {e.setting('enable_expert_parallel', 'true')}",
+                )
+            )
 
 
 def _tp_fits_heads(f: ModelFacts, tp: int) -> bool:
@@ -323,8 +369,11 @@ def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
     """On a CPU the share is of the NUMA node's RAM: the worker's weights and runtime, then the KV cache."""
     ram = inv.ram_bytes
     known = [e for e in engines if e.facts is not None]
-    planned = [e for e in known if share_is_planned(e.model.gpu_memory_utilization)
-               and not e.engine_arg("kv_cache_memory_bytes")]
+    planned = [
+        e
+        for e in known
+        if share_is_planned(e.model.gpu_memory_utilization) and not e.engine_arg("kv_cache_memory_bytes")
+    ]
     for e in known:
         explicit = e.engine_arg("kv_cache_memory_bytes")
         if explicit:
@@ -340,15 +389,24 @@ def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
         return
     total = sum(e.weights_bytes + CPU_RUNTIME_BYTES + e.kv_bytes for e in known)
     if total > ram:
-        problems.append(Problem(f"{known[0].path}.gpu_memory_utilization",
-                                f"weights, runtime and KV caches need {_gib(total)}, NUMA node 0 has {_gib(ram)} of "
-                                "RAM: lower the models' gpu_memory_utilization (their share of RAM on a CPU)"))
+        problems.append(
+            Problem(
+                f"{known[0].path}.gpu_memory_utilization",
+                f"weights, runtime and KV caches need {_gib(total)}, NUMA node 0 has {_gib(ram)} of "
+                "RAM: lower the models' gpu_memory_utilization (their share of RAM on a CPU)",
+            )
+        )
     for e in known:
         if e.kv_bytes < e.window_kv():
-            problems.append(Problem(f"{e.path}.gpu_memory_utilization", f"{e.label}: a KV cache of "
-                                    f"{_gib(e.kv_bytes)} cannot hold one {e.window}-token sequence "
-                                    f"({_gib(e.window_kv())}; vLLM refuses to start): raise its share of RAM or "
-                                    f"lower {e.path}.max_model_len"))
+            problems.append(
+                Problem(
+                    f"{e.path}.gpu_memory_utilization",
+                    f"{e.label}: a KV cache of "
+                    f"{_gib(e.kv_bytes)} cannot hold one {e.window}-token sequence "
+                    f"({_gib(e.window_kv())}; vLLM refuses to start): raise its share of RAM or "
+                    f"lower {e.path}.max_model_len",
+                )
+            )
 
 
 # ---- GPUs ----------------------------------------------------------------------------------
@@ -363,13 +421,19 @@ def _place(engines: list[EnginePlan], n: int, overhead: int, problems: list[Prob
             continue
         bad = [d for d in given if d >= n]
         if bad:
-            problems.append(Problem(f"{e.path}.devices", f"{e.label}: devices {list(given)} name GPU(s) {bad}, but "
-                                    f"{n} GPU(s) are visible (indices 0-{n - 1}): fix {e.path}.devices"))
+            problems.append(
+                Problem(
+                    f"{e.path}.devices",
+                    f"{e.label}: devices {list(given)} name GPU(s) {bad}, but "
+                    f"{n} GPU(s) are visible (indices 0-{n - 1}): fix {e.path}.devices",
+                )
+            )
             given = tuple(d for d in given if d < n)
         if len(given) != e.gpus:
             layout = f"tensor_parallel_size={e.tp}" + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
-            problems.append(Problem(f"{e.path}.devices", f"{e.label}: {len(given)} device(s) for "
-                                    f"{layout}: give {e.gpus} or none"))
+            problems.append(
+                Problem(f"{e.path}.devices", f"{e.label}: {len(given)} device(s) for {layout}: give {e.gpus} or none")
+            )
         e.devices = given
         for d in given:
             load[d] += e.device_need(overhead)
@@ -387,20 +451,28 @@ def _tp_problem(e: EnginePlan, engines: list[EnginePlan], inv: Inventory, pc: An
     cap = pc.max_device_share * sum(g.total_bytes for g in inv.gpus)
     need = sum(x.total_weights() + (overhead + x.window_kv()) * min(x.gpus, n) for x in engines)
     others = [x for x in engines if x is not e]
-    what = (f"{e.label} has tensor_parallel_size={e.tp}" + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
-            + f" but {n} GPU(s) are visible")
+    what = (
+        f"{e.label} has tensor_parallel_size={e.tp}"
+        + (f" x data_parallel_size={e.dp}" if e.dp > 1 else "")
+        + f" but {n} GPU(s) are visible"
+    )
     if e.dp > 1 and e.tp <= n:
-        return Problem(f"{e.path}.data_parallel_size", f"{what}: set {e.setting('data_parallel_size', n // e.tp)}, "
-                       f"or run on {e.gpus} GPUs")
+        return Problem(
+            f"{e.path}.data_parallel_size",
+            f"{what}: set {e.setting('data_parallel_size', n // e.tp)}, or run on {e.gpus} GPUs",
+        )
     if need > cap:
         held = " + ".join(f"{x.name} {_gib(x.weights_bytes)}" for x in [e, *others])
-        return Problem(f"{e.path}.tensor_parallel_size",
-                       f"{what}, and the weights alone ({held}) plus one max_model_len request of KV cache each need "
-                       f"{_gib(need)}, "
-                       f"more than {n} x {_gib(inv.gpus[0].total_bytes)} x {pc.max_device_share} = {_gib(cap)}: "
-                       f"run on {e.gpus} GPUs (plan.gpus or the allocation), or choose a smaller {e.roles[0]} model")
-    return Problem(f"{e.path}.tensor_parallel_size",
-                   f"{what}: set {e.setting('tensor_parallel_size', n)}, or run on {e.tp} GPUs")
+        return Problem(
+            f"{e.path}.tensor_parallel_size",
+            f"{what}, and the weights alone ({held}) plus one max_model_len request of KV cache each need "
+            f"{_gib(need)}, "
+            f"more than {n} x {_gib(inv.gpus[0].total_bytes)} x {pc.max_device_share} = {_gib(cap)}: "
+            f"run on {e.gpus} GPUs (plan.gpus or the allocation), or choose a smaller {e.roles[0]} model",
+        )
+    return Problem(
+        f"{e.path}.tensor_parallel_size", f"{what}: set {e.setting('tensor_parallel_size', n)}, or run on {e.tp} GPUs"
+    )
 
 
 @dataclass(frozen=True)
@@ -477,13 +549,19 @@ def _crowded_problem(gpu: _Gpu, engines: list[EnginePlan], n: int, overhead: int
     """One line for a GPU that cannot hold its engines with one request each, whatever the shares:
     a shorter window if the weights fit, else GPUs of their own (with the tensor parallel each needs)."""
     parts = " + ".join(f"{e.label} {_gib(e.device_need(overhead))}" for e in gpu.engines)
-    head = (f"GPU {gpu.index} ({gpu.name}, {_gib(gpu.size)}) cannot hold {parts} (weights, plan.overhead_gib="
-            f"{pc.overhead_gib:g} and one max_model_len request of KV cache each) = {_gib(gpu.need)} within "
-            f"plan.max_device_share={pc.max_device_share} x {_gib(gpu.size)} = {_gib(gpu.room)}")
-    return (_fix_by_spreading(gpu, engines, n, head, overhead) or _fix_by_window(gpu, head, overhead)
-            or _fix_by_gpus(gpu, engines, n, head, overhead, pc)
-            or Problem("plan.gpus", f"{head}: run on more GPUs (plan.gpus, or the job's allocation), or choose "
-                       "smaller models"))
+    head = (
+        f"GPU {gpu.index} ({gpu.name}, {_gib(gpu.size)}) cannot hold {parts} (weights, plan.overhead_gib="
+        f"{pc.overhead_gib:g} and one max_model_len request of KV cache each) = {_gib(gpu.need)} within "
+        f"plan.max_device_share={pc.max_device_share} x {_gib(gpu.size)} = {_gib(gpu.room)}"
+    )
+    return (
+        _fix_by_spreading(gpu, engines, n, head, overhead)
+        or _fix_by_window(gpu, head, overhead)
+        or _fix_by_gpus(gpu, engines, n, head, overhead, pc)
+        or Problem(
+            "plan.gpus", f"{head}: run on more GPUs (plan.gpus, or the job's allocation), or choose smaller models"
+        )
+    )
 
 
 def _need_at_tp(e: EnginePlan, tp: int, overhead: int) -> int:
@@ -511,9 +589,11 @@ def _fix_by_spreading(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, o
                 continue
             least = sorted(range(n), key=lambda d: (others[d], d))[:tp]
             if all(others[d] + _need_at_tp(x, tp, overhead) <= gpu.room for d in least):
-                return Problem(f"{x.path}.tensor_parallel_size",
-                               f"{head}: set {x.setting('tensor_parallel_size', tp)} (its weights spread over {tp} "
-                               f"GPUs beside the others), or run on more GPUs")
+                return Problem(
+                    f"{x.path}.tensor_parallel_size",
+                    f"{head}: set {x.setting('tensor_parallel_size', tp)} (its weights spread over {tp} "
+                    f"GPUs beside the others), or run on more GPUs",
+                )
     return None
 
 
@@ -530,8 +610,10 @@ def _fix_by_window(gpu: _Gpu, head: str, overhead: int) -> Problem | None:
         return None
     fp8 = big.kv.dtype_bytes > 1 and replace(big.kv, dtype_bytes=1).startup_bytes() <= budget
     alt = f", or {big.setting('engine_args.kv_cache_dtype', 'fp8', new_key=True)}" if fp8 else ""
-    return Problem(f"{big.path}.max_model_len", f"{head}: set {big.setting('max_model_len', window)} (the longest "
-                   f"window that fits){alt}, or run on more GPUs")
+    return Problem(
+        f"{big.path}.max_model_len",
+        f"{head}: set {big.setting('max_model_len', window)} (the longest window that fits){alt}, or run on more GPUs",
+    )
 
 
 # GPUs to name when a model's weights fit none of the inventory's: (plan.gpus spelling, GiB).
@@ -549,8 +631,7 @@ def _what_would(e: EnginePlan, overhead: int, pc: Any) -> str:
     return f"run on GPUs larger than {LARGER_GPUS[-1][0]}"
 
 
-def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int,
-                 pc: Any) -> Problem | None:
+def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhead: int, pc: Any) -> Problem | None:
     """An engine on GPUs of its own: how many GPUs that takes, and the tensor parallel (or window) the first
     engine that does not fit one GPU alone needs."""
     room = gpu.room - gpu.size // 1000  # less the rounding of shares
@@ -559,35 +640,53 @@ def _fix_by_gpus(gpu: _Gpu, engines: list[EnginePlan], n: int, head: str, overhe
     misfit = next((e for e in gpu.engines if alone[e.index] != e.tp), None)
     if misfit is None:
         if count > n:
-            return Problem("plan.gpus", f"{head}: run on {count} GPUs (plan.gpus, or the job's allocation), "
-                           "an engine on each, or choose smaller models")
+            return Problem(
+                "plan.gpus",
+                f"{head}: run on {count} GPUs (plan.gpus, or the job's allocation), "
+                "an engine on each, or choose smaller models",
+            )
         pinned = next((e for e in gpu.engines if not e.devices_planned), None)
         if pinned is None:
             return None
-        return Problem(f"{pinned.path}.devices", f"{head}: set {pinned.setting('devices', '[]')} so the plan places "
-                       "it, or pin it to other GPUs")
+        return Problem(
+            f"{pinned.path}.devices",
+            f"{head}: set {pinned.setting('devices', '[]')} so the plan places it, or pin it to other GPUs",
+        )
     tp = alone[misfit.index]
     window = _shorter(misfit, room - misfit.device_weights(overhead)) if misfit.tp == 1 else None
     smaller = f"choose a smaller {misfit.roles[0]} model"
     if tp is None:
         if window:
-            return Problem(f"{misfit.path}.max_model_len", f"{head}: set {misfit.setting('max_model_len', window)} "
-                           f"and give it a GPU of its own, or {smaller}")
+            return Problem(
+                f"{misfit.path}.max_model_len",
+                f"{head}: set {misfit.setting('max_model_len', window)} and give it a GPU of its own, or {smaller}",
+            )
         if misfit.weights_at(NODE_GPUS) + overhead > room:
             # Not even the weights: say it plainly, and what would hold them.
-            return Problem(misfit.roles[0], f"{misfit.label}: its weights ({_gib(misfit.weights_bytes)}, "
-                           f"{_gib(misfit.weights_at(NODE_GPUS))} a GPU at tensor parallel {NODE_GPUS}, plus "
-                           f"plan.overhead_gib={pc.overhead_gib:g}) do not fit GPUs of {_gib(gpu.size)} "
-                           f"({_gib(room)} usable at plan.max_device_share={pc.max_device_share}): "
-                           f"{_what_would(misfit, overhead, pc)} or across two nodes through a multi-node vLLM "
-                           f"server (engine=openai); or {smaller}")
-        return Problem(misfit.roles[0], f"{head}: {misfit.label} does not fit GPUs of {_gib(gpu.size)} even alone "
-                       f"with tensor parallel up to 8: {smaller} (or larger GPUs)")
-    where = (f"on {tp} GPUs (plan.gpus or the job's allocation)" if len(engines) == 1 else
-             f"on {tp} GPUs of its own ({count} GPUs in all, an engine on each: plan.gpus or the job's allocation)")
+            return Problem(
+                misfit.roles[0],
+                f"{misfit.label}: its weights ({_gib(misfit.weights_bytes)}, "
+                f"{_gib(misfit.weights_at(NODE_GPUS))} a GPU at tensor parallel {NODE_GPUS}, plus "
+                f"plan.overhead_gib={pc.overhead_gib:g}) do not fit GPUs of {_gib(gpu.size)} "
+                f"({_gib(room)} usable at plan.max_device_share={pc.max_device_share}): "
+                f"{_what_would(misfit, overhead, pc)} or across two nodes through a multi-node vLLM "
+                f"server (engine=openai); or {smaller}",
+            )
+        return Problem(
+            misfit.roles[0],
+            f"{head}: {misfit.label} does not fit GPUs of {_gib(gpu.size)} even alone "
+            f"with tensor parallel up to 8: {smaller} (or larger GPUs)",
+        )
+    where = (
+        f"on {tp} GPUs (plan.gpus or the job's allocation)"
+        if len(engines) == 1
+        else f"on {tp} GPUs of its own ({count} GPUs in all, an engine on each: plan.gpus or the job's allocation)"
+    )
     shorter = f"; or {misfit.setting('max_model_len', window)} on a GPU of its own" if window else ""
-    return Problem(f"{misfit.path}.tensor_parallel_size",
-                   f"{head}: set {misfit.setting('tensor_parallel_size', tp)} {where}{shorter}; or {smaller}")
+    return Problem(
+        f"{misfit.path}.tensor_parallel_size",
+        f"{head}: set {misfit.setting('tensor_parallel_size', tp)} {where}{shorter}; or {smaller}",
+    )
 
 
 def plan_gpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[Problem]) -> list[str]:
@@ -611,8 +710,11 @@ def plan_gpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
             problems.append(p)
     said = {e.index for g in crowded for e in g.engines}  # engines a fatal line already names
     # Shares the user set are taken as they are.
-    given = {e.index: float(e.model.gpu_memory_utilization) for e in known
-             if not share_is_planned(e.model.gpu_memory_utilization)}
+    given = {
+        e.index: float(e.model.gpu_memory_utilization)
+        for e in known
+        if not share_is_planned(e.model.gpu_memory_utilization)
+    }
     shares = _fill(known, given, size, overhead, cap)
     for e in known:
         e.share = shares.get(e.index)
@@ -638,25 +740,53 @@ def _share_lines(gpus: list[_Gpu], pc: Any, problems: list[Problem], inv: Invent
         total = sum(e.share or 0.0 for e in gpu.engines)
         parts = " + ".join(f"{e.name} {e.share or 0.0:.3f}" for e in gpu.engines)
         spare = pc.max_device_share - total
-        lines.append(f"GPU {gpu.index} ({g.name}, {_gib(g.total_bytes)}): shares {total:.3f}"
-                     + (f" = {parts}" if gpu.engines else " (unused)")
-                     + (f"; {_gib(spare * g.total_bytes)} left unplanned (the engines' shares are set on other GPUs)"
-                        if gpu.engines and spare > 0.05 else "")
-                     + ("; the least each engine starts with: the engines do not fit (the verdict says what to "
-                        "change)" if gpu.index in crowded else ""))
+        lines.append(
+            f"GPU {gpu.index} ({g.name}, {_gib(g.total_bytes)}): shares {total:.3f}"
+            + (f" = {parts}" if gpu.engines else " (unused)")
+            + (
+                f"; {_gib(spare * g.total_bytes)} left unplanned (the engines' shares are set on other GPUs)"
+                if gpu.engines and spare > 0.05
+                else ""
+            )
+            + (
+                "; the least each engine starts with: the engines do not fit (the verdict says what to change)"
+                if gpu.index in crowded
+                else ""
+            )
+        )
         # Shares rounded up to start their engine may pass the cap by 0.001 each.
         if pc.max_device_share + 0.001 * len(gpu.engines) + 1e-9 < total <= 1.0:
-            problems.append(Problem("plan.max_device_share", f"GPU {gpu.index}: shares add up to {total:.2f}, above "
-                                    f"plan.max_device_share={pc.max_device_share} (each engine's CUDA context lives "
-                                    "outside its share)", fatal=False))
+            problems.append(
+                Problem(
+                    "plan.max_device_share",
+                    f"GPU {gpu.index}: shares add up to {total:.2f}, above "
+                    f"plan.max_device_share={pc.max_device_share} (each engine's CUDA context lives "
+                    "outside its share)",
+                    fatal=False,
+                )
+            )
         if g.used_bytes > GIB:
-            problems.append(Problem("plan", f"GPU {gpu.index} has {_gib(g.used_bytes)} in use by other processes; "
-                                    "vLLM needs its share free when it starts", fatal=False))
+            problems.append(
+                Problem(
+                    "plan",
+                    f"GPU {gpu.index} has {_gib(g.used_bytes)} in use by other processes; "
+                    "vLLM needs its share free when it starts",
+                    fatal=False,
+                )
+            )
     return lines
 
 
-def _over_problem(gpus: list[_Gpu], known: list[EnginePlan], given: dict[int, float], size: list[int],
-                  overhead: int, cap: float, on_crowded: set[int], problems: list[Problem]) -> set[int]:
+def _over_problem(
+    gpus: list[_Gpu],
+    known: list[EnginePlan],
+    given: dict[int, float],
+    size: list[int],
+    overhead: int,
+    cap: float,
+    on_crowded: set[int],
+    problems: list[Problem],
+) -> set[int]:
     """Shares set by the user that add up to more than a GPU, with the split the plan would use;
     returns the engines it named."""
     over = []
@@ -672,16 +802,26 @@ def _over_problem(gpus: list[_Gpu], known: list[EnginePlan], given: dict[int, fl
         return set()  # planned shares alone fit wherever the GPU is not crowded
     keep = {i: v for i, v in given.items() if all(e.index != i for e in released)}
     alt = _fill(known, keep, size, overhead, cap)
-    split = " ".join(e.setting("gpu_memory_utilization", f"{alt[e.index]:.3f}") for e in released
-                     if e.index in alt)
-    problems.append(Problem(f"{released[0].path}.gpu_memory_utilization",
-                            f"memory shares add up to more than a whole GPU: {'; '.join(over)}: set them to null "
-                            f"so the plan shares the GPUs, or to its split: {split}"))
+    split = " ".join(e.setting("gpu_memory_utilization", f"{alt[e.index]:.3f}") for e in released if e.index in alt)
+    problems.append(
+        Problem(
+            f"{released[0].path}.gpu_memory_utilization",
+            f"memory shares add up to more than a whole GPU: {'; '.join(over)}: set them to null "
+            f"so the plan shares the GPUs, or to its split: {split}",
+        )
+    )
     return {e.index for gpu in gpus for e in gpu.engines if any(x in released for x in gpu.engines)}
 
 
-def _squeezed_problem(gpus: list[_Gpu], given: dict[int, float], size: list[int], overhead: int, cap: float,
-                      said: set[int], problems: list[Problem]) -> set[int]:
+def _squeezed_problem(
+    gpus: list[_Gpu],
+    given: dict[int, float],
+    size: list[int],
+    overhead: int,
+    cap: float,
+    said: set[int],
+    problems: list[Problem],
+) -> set[int]:
     """Shares set by the user that leave the planned engines beside them less than they need to start
     within plan.max_device_share; returns the engines it named."""
     named: set[int] = set()
@@ -697,44 +837,58 @@ def _squeezed_problem(gpus: list[_Gpu], given: dict[int, float], size: list[int]
         x = max(fixed, key=lambda e: (given[e.index], -e.index))
         most = math.floor(1000 * (cap - least - (taken - given[x.index]))) / 1000
         lower = f", or lower it to {most:.3f}" if most >= _least_share(x, size, overhead) else ""
-        problems.append(Problem(f"{x.path}.gpu_memory_utilization",
-                                f"GPU {gpu.index}: the share set for {x.label} ({given[x.index]:.3f}) leaves "
-                                f"{' and '.join(e.label for e in free)} less than the {least:.3f} "
-                                f"{'they need' if len(free) > 1 else 'it needs'} to start within "
-                                f"plan.max_device_share={cap}: set {x.setting('gpu_memory_utilization', 'null')} so "
-                                f"the plan shares the GPU{lower}"))
+        problems.append(
+            Problem(
+                f"{x.path}.gpu_memory_utilization",
+                f"GPU {gpu.index}: the share set for {x.label} ({given[x.index]:.3f}) leaves "
+                f"{' and '.join(e.label for e in free)} less than the {least:.3f} "
+                f"{'they need' if len(free) > 1 else 'it needs'} to start within "
+                f"plan.max_device_share={cap}: set {x.setting('gpu_memory_utilization', 'null')} so "
+                f"the plan shares the GPU{lower}",
+            )
+        )
         named |= {e.index for e in gpu.engines}
     return named
 
 
-def _window_problem(e: EnginePlan, gpus: list[_Gpu], given: dict[int, float], smallest: int, overhead: int,
-                    pc: Any) -> Problem:
+def _window_problem(
+    e: EnginePlan, gpus: list[_Gpu], given: dict[int, float], smallest: int, overhead: int, pc: Any
+) -> Problem:
     """An engine whose share leaves less KV cache than one max_model_len request (vLLM would not start)."""
-    head = (f"{e.label}: a share of {e.share or 0.0:.3f} x {_gib(smallest)} leaves {_gib(max(e.kv_bytes, 0))} of KV "
-            f"cache per GPU after {_gib(e.weights_at(e.tp))} of weights and {pc.overhead_gib:g} GiB overhead, less "
-            f"than one {e.window}-token request ({_gib(e.window_kv())}; vLLM refuses to start)")
+    head = (
+        f"{e.label}: a share of {e.share or 0.0:.3f} x {_gib(smallest)} leaves {_gib(max(e.kv_bytes, 0))} of KV "
+        f"cache per GPU after {_gib(e.weights_at(e.tp))} of weights and {pc.overhead_gib:g} GiB overhead, less "
+        f"than one {e.window}-token request ({_gib(e.window_kv())}; vLLM refuses to start)"
+    )
     if e.engine_arg("kv_cache_memory_bytes"):
-        return Problem(f"{e.path}.kv_cache_memory_bytes",
-                       f"{e.label}: kv_cache_memory_bytes={e.engine_arg('kv_cache_memory_bytes')} is less than one "
-                       f"{e.window}-token request ({_gib(e.window_kv())}; vLLM refuses to start): raise it to at least "
-                       f"{e.window_kv()} or lower {e.path}.max_model_len")
+        return Problem(
+            f"{e.path}.kv_cache_memory_bytes",
+            f"{e.label}: kv_cache_memory_bytes={e.engine_arg('kv_cache_memory_bytes')} is less than one "
+            f"{e.window}-token request ({_gib(e.window_kv())}; vLLM refuses to start): raise it to at least "
+            f"{e.window_kv()} or lower {e.path}.max_model_len",
+        )
     if e.index in given:
         needed = e.device_need(overhead) / smallest
-        return Problem(f"{e.path}.gpu_memory_utilization",
-                       f"{head}: set {e.setting('gpu_memory_utilization', f'{math.ceil(100 * needed) / 100:.2f}')} "
-                       f"or more, use engine_args.kv_cache_dtype=fp8, or lower {e.path}.max_model_len")
+        return Problem(
+            f"{e.path}.gpu_memory_utilization",
+            f"{head}: set {e.setting('gpu_memory_utilization', f'{math.ceil(100 * needed) / 100:.2f}')} "
+            f"or more, use engine_args.kv_cache_dtype=fp8, or lower {e.path}.max_model_len",
+        )
     # A planned share squeezed by shares the user set for the other engines on its GPUs.
     squeezers = [x for g in gpus if e in g.engines for x in g.engines if x.index in given]
     if squeezers:
         x = squeezers[0]
-        return Problem(f"{x.path}.gpu_memory_utilization",
-                       f"{head}: the share set for {x.label} ({given[x.index]:.3f}) leaves too little: set "
-                       f"{x.setting('gpu_memory_utilization', 'null')} so the plan shares the GPU, or lower it")
+        return Problem(
+            f"{x.path}.gpu_memory_utilization",
+            f"{head}: the share set for {x.label} ({given[x.index]:.3f}) leaves too little: set "
+            f"{x.setting('gpu_memory_utilization', 'null')} so the plan shares the GPU, or lower it",
+        )
     return Problem(f"{e.path}.max_model_len", f"{head}: lower {e.path}.max_model_len or run on more GPUs")
 
 
-def _fill(engines: list[EnginePlan], given: dict[int, float], size: list[int], overhead: int,
-          cap: float) -> dict[int, float]:
+def _fill(
+    engines: list[EnginePlan], given: dict[int, float], size: list[int], overhead: int, cap: float
+) -> dict[int, float]:
     """Shares for every engine not in `given` (engine index -> share), by water-filling.
 
     The most crowded GPU fixes the shares of the engines on it: each gets its

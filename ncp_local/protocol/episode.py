@@ -161,13 +161,16 @@ NEW_ID_LOOKAHEAD = 8
 
 def audit_ids(spec: Spec, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
     """The ids an audit answer may name: the active facts and the spec's commitments."""
-    return AuditIds(fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
-                    commitment_ids=tuple(c.id for c in spec.commitments),
-                    new_fact_ids=ledger.next_fact_ids(facts, NEW_ID_LOOKAHEAD))
+    return AuditIds(
+        fact_ids=tuple(f.id for f in ledger.active_facts(facts)),
+        commitment_ids=tuple(c.id for c in spec.commitments),
+        new_fact_ids=ledger.next_fact_ids(facts, NEW_ID_LOOKAHEAD),
+    )
 
 
-def resolve_targets(spec: Spec, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...],
-                    player_input: str, response: str) -> list[dict[str, str]]:
+def resolve_targets(
+    spec: Spec, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...], player_input: str, response: str
+) -> list[dict[str, str]]:
     """Each initial conflict with its target's text, for the double-check."""
     facts = {f.id: f.text for f in projected}
     commitments = {c.id: c.description for c in spec.commitments}
@@ -198,13 +201,17 @@ class Audit:
 
     def record_fields(self) -> dict[str, Any]:
         """The audit's part of a turn record (TurnRecord, and the re-audit's TurnAudit)."""
-        return dict(fact_update=self.fact_update, conflict_check=conflict_payload(self.first),
-                    double_check=conflict_payload(self.reviewed) if self.reviewed else None,
-                    conflicts=tuple(c.model_dump(mode="json") for c in self.standing))
+        return dict(
+            fact_update=self.fact_update,
+            conflict_check=conflict_payload(self.first),
+            double_check=conflict_payload(self.reviewed) if self.reviewed else None,
+            conflicts=tuple(c.model_dump(mode="json") for c in self.standing),
+        )
 
 
-async def audit_response(spec: Spec, state: EpisodeState, projected: tuple[ledger.FactEntry, ...],
-                         player_input: str, response: str, ask: Ask) -> Audit:
+async def audit_response(
+    spec: Spec, state: EpisodeState, projected: tuple[ledger.FactEntry, ...], player_input: str, response: str, ask: Ask
+) -> Audit:
     """PROTOCOL section 3, steps 3-5: `state` is the committed state before the turn, `projected` its
     facts with the pending updates applied. Shared by a run's turns and the re-audit."""
     ids = audit_ids(spec, projected)
@@ -214,8 +221,9 @@ async def audit_response(spec: Spec, state: EpisodeState, projected: tuple[ledge
     reviewed: DoubleCheckOut | None = None
     if first.conflicts:
         targets = resolve_targets(spec, first, projected, player_input, response)
-        reviewed = await ask("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)},
-                             ids=ids)
+        reviewed = await ask(
+            "double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)}, ids=ids
+        )
     return Audit(fu, first, reviewed)
 
 
@@ -261,9 +269,17 @@ class Speculation:
 
 
 class Episode:
-    def __init__(self, spec: Spec, narrator: Narrator, player: Player, ask_for: AskFactory,
-                 max_turns: int, on_commit: OnCommit, play_through: bool = False,
-                 speculative_player: bool = False) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        narrator: Narrator,
+        player: Player,
+        ask_for: AskFactory,
+        max_turns: int,
+        on_commit: OnCommit,
+        play_through: bool = False,
+        speculative_player: bool = False,
+    ) -> None:
         self.spec = spec
         # Ask the next turn's player while this turn's audits run (Speculation); the results are
         # the same either way, only the calls' order and timing differ.
@@ -297,8 +313,7 @@ class Episode:
             except CallFailed as exc:
                 await self._drop_next()
                 state = ledger.initial_state(self.spec)
-                empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(),
-                                   narrator_state={})
+                empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(), narrator_state={})
                 return self._result(exc.termination, state, [], empty, reason=str(exc))
         else:
             self.narrator.restore(checkpoint.narrator_state)
@@ -316,10 +331,15 @@ class Episode:
                     await self._drop_next()
                     return self._result("conflict", state, turns, checkpoint)
                 state = new_state
-                checkpoint = Checkpoint(spec_id=self.spec.id, state=state, opening_update=checkpoint.opening_update,
-                                        turns=tuple(turns), narrator_state=self.narrator.save(),
-                                        opening_bound_hits=checkpoint.opening_bound_hits,
-                                        opening_thought_tokens=checkpoint.opening_thought_tokens)
+                checkpoint = Checkpoint(
+                    spec_id=self.spec.id,
+                    state=state,
+                    opening_update=checkpoint.opening_update,
+                    turns=tuple(turns),
+                    narrator_state=self.narrator.save(),
+                    opening_bound_hits=checkpoint.opening_bound_hits,
+                    opening_thought_tokens=checkpoint.opening_thought_tokens,
+                )
                 await self.on_commit(checkpoint)
                 if self._resolved(state):
                     # Only known after the status check: the next turn's player was asked for nothing.
@@ -350,8 +370,11 @@ class Episode:
         """Turn t's player input and the turn's Ask: the speculative answer when it was asked on what
         the player sees now (always, for the protocol's player), else asked now."""
         early, self._next = self._next, None
-        if early is not None and early.turn == t and \
-                self.player.sees(self.spec, early.visible) == self.player.sees(self.spec, state):
+        if (
+            early is not None
+            and early.turn == t
+            and self.player.sees(self.spec, early.visible) == self.player.sees(self.spec, state)
+        ):
             return early.ask, await early.take()
         if early is not None:
             await early.drop()
@@ -361,26 +384,45 @@ class Episode:
     def _resolved(self, state: EpisodeState) -> bool:
         return not self.play_through and ledger.all_resolved(self.spec, state.statuses)
 
-    def _result(self, how: Termination, state: EpisodeState, turns: list[TurnRecord],
-                cp: Checkpoint, reason: str = "") -> EpisodeResult:
-        return EpisodeResult(spec_id=self.spec.id, termination=how, reason=reason, opening=state.opening,
-                             opening_update=cp.opening_update, turns=tuple(turns), final_state=state,
-                             max_turns=self.max_turns, opening_bound_hits=cp.opening_bound_hits,
-                             opening_thought_tokens=cp.opening_thought_tokens)
+    def _result(
+        self, how: Termination, state: EpisodeState, turns: list[TurnRecord], cp: Checkpoint, reason: str = ""
+    ) -> EpisodeResult:
+        return EpisodeResult(
+            spec_id=self.spec.id,
+            termination=how,
+            reason=reason,
+            opening=state.opening,
+            opening_update=cp.opening_update,
+            turns=tuple(turns),
+            final_state=state,
+            max_turns=self.max_turns,
+            opening_bound_hits=cp.opening_bound_hits,
+            opening_thought_tokens=cp.opening_thought_tokens,
+        )
 
     async def _open(self) -> Checkpoint:
         state = ledger.initial_state(self.spec)
         ask = self.ask_for(OPENING)
         text = await self.narrator.opening(self.spec, state, ask)
         self._speculate(0, state.model_copy(update={"opening": text}))
-        fu: FactUpdateOut = await ask("fact_update", "fact_update", fact_update_vars(self.spec, state.facts, text),
-                                      ids=audit_ids(self.spec, state.facts))
+        fu: FactUpdateOut = await ask(
+            "fact_update",
+            "fact_update",
+            fact_update_vars(self.spec, state.facts, text),
+            ids=audit_ids(self.spec, state.facts),
+        )
         rec = fu_record(fu)
         # The opening's updates are held as pending until turn 0 commits.
         state = state.model_copy(update={"opening": text, "pending": to_update(rec)})
-        cp = Checkpoint(spec_id=self.spec.id, state=state, opening_update=rec, turns=(),
-                        narrator_state=self.narrator.save(), opening_bound_hits=_hits(ask),
-                        opening_thought_tokens=_thought_tokens(ask))
+        cp = Checkpoint(
+            spec_id=self.spec.id,
+            state=state,
+            opening_update=rec,
+            turns=(),
+            narrator_state=self.narrator.save(),
+            opening_bound_hits=_hits(ask),
+            opening_thought_tokens=_thought_tokens(ask),
+        )
         await self.on_commit(cp)
         return cp
 
@@ -388,8 +430,12 @@ class Episode:
         """Steps 1-9; returns the record and the new state (None: conflict, nothing commits)."""
         ask, player_input = await self._player(t, state)
         response = await self.narrator.respond(self.spec, state, player_input, ask)
-        self._speculate(t + 1, state.model_copy(update={"exchanges": state.exchanges + (Exchange(
-            player_input=player_input, response=response),)}))
+        self._speculate(
+            t + 1,
+            state.model_copy(
+                update={"exchanges": state.exchanges + (Exchange(player_input=player_input, response=response),)}
+            ),
+        )
 
         projected = ledger.projected_facts(state)
         audit = await audit_response(self.spec, state, projected, player_input, response, ask)
@@ -404,8 +450,9 @@ class Episode:
         occurred, traj, node_done = state.node_occurred, None, None
         pending_node = ledger.first_pending_node(occurred)
         if pending_node is not None:  # at most one node per turn: the first pending one
-            tc: TrajectoryOut = await ask("trajectory_check", "trajectory_check",
-                                          trajectory_vars(self.spec, pending_node, facts, history))
+            tc: TrajectoryOut = await ask(
+                "trajectory_check", "trajectory_check", trajectory_vars(self.spec, pending_node, facts, history)
+            )
             traj = tc.model_dump(mode="json")
             if tc.completed:
                 occurred = ledger.complete_node(occurred, pending_node)
@@ -414,21 +461,29 @@ class Episode:
         statuses = state.statuses
         status_payload = None
         if self.commitment_ids:
-            sc: StatusOut = await ask("status_check", "status_check",
-                                      status_vars(self.spec, state, facts, occurred, history),
-                                      ids=AuditIds(commitment_ids=self.commitment_ids))
+            sc: StatusOut = await ask(
+                "status_check",
+                "status_check",
+                status_vars(self.spec, state, facts, occurred, history),
+                ids=AuditIds(commitment_ids=self.commitment_ids),
+            )
             # Overwritten each turn: a satisfied commitment can fall back to pending.
             statuses = tuple((e.id, _status(e.status)) for e in sc.statuses)
             status_payload = tuple(e.model_dump(mode="json") for e in sc.statuses)
         before = state.status_map
         record = TurnRecord(
-            **base, trajectory_check=traj, node_completed=node_done, status_check=status_payload,
+            **base,
+            trajectory_check=traj,
+            node_completed=node_done,
+            status_check=status_payload,
             newly_satisfied=tuple(cid for cid, s in statuses if s == "satisfied" and before[cid] != "satisfied"),
             back_to_pending=tuple(cid for cid, s in statuses if s == "pending" and before[cid] == "satisfied"),
-            bound_hits=_hits(ask), thought_tokens=_thought_tokens(ask),
+            bound_hits=_hits(ask),
+            thought_tokens=_thought_tokens(ask),
         )
-        new_state = ledger.commit_turn(state, update, occurred, statuses, Exchange(
-            player_input=player_input, response=response))
+        new_state = ledger.commit_turn(
+            state, update, occurred, statuses, Exchange(player_input=player_input, response=response)
+        )
         return record, new_state
 
 

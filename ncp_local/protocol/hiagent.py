@@ -54,8 +54,14 @@ class HiAgentNarrator:
     TEMPLATES = method_templates("hiagent")  # its stages in the registry (protocol/stages.py)
     Options = HiAgentOptions
 
-    def __init__(self, pack: PromptPack, roles: dict[str, Any] | None = None, budget_tokens: int = DEFAULT_BUDGET,
-                 history: str = "full", **_: Any) -> None:
+    def __init__(
+        self,
+        pack: PromptPack,
+        roles: dict[str, Any] | None = None,
+        budget_tokens: int = DEFAULT_BUDGET,
+        history: str = "full",
+        **_: Any,
+    ) -> None:
         self.pack = pack
         self.budget = budget_tokens
         self.first_line_history = history == "first_line"
@@ -64,7 +70,8 @@ class HiAgentNarrator:
         # The model's own tokenizer when the backend has one; else a rough
         # 4-characters-per-token estimate (scripted backend only).
         self.count: Callable[[str], int] = (
-            (lambda text: counter((Message("user", text),))) if counter else (lambda text: len(text) // 4 + 1))
+            (lambda text: counter((Message("user", text),))) if counter else (lambda text: len(text) // 4 + 1)
+        )
         self.subgoals: list[Subgoal] = []
 
     # -- checkpointing -------------------------------------------------------
@@ -80,7 +87,7 @@ class HiAgentNarrator:
         if sg.end is not None and not expanded:
             return f"[subgoal {i}, done] {sg.title}\nSUMMARY: {sg.summary}"
         label = "current" if sg.end is None else "done, retrieved in full"
-        body = "\n\n".join(f"PLAYER: {e.player_input}\n\nNARRATOR: {e.response}" for e in exchanges[sg.start:end])
+        body = "\n\n".join(f"PLAYER: {e.player_input}\n\nNARRATOR: {e.response}" for e in exchanges[sg.start : end])
         return f"[subgoal {i}, {label}] {sg.title}\n{body}".rstrip()
 
     def memory(self, state: EpisodeState, retrieved: int | None = None) -> str:
@@ -106,15 +113,23 @@ class HiAgentNarrator:
         return out.text.strip()
 
     async def respond(self, spec: Spec, state: EpisodeState, player_input: str, ask: Any) -> str:
-        variables = {**narrate_vars(spec, state, player_input, self.first_line_history),
-                     "working_memory": self.memory(state)}
-        step: HiAgentStep = await ask("hiagent_narrate", "hiagent_narrate", variables,
-                                      ids=AuditIds(retrievable=self.retrievable()), extra="hiagent_memory")
+        variables = {
+            **narrate_vars(spec, state, player_input, self.first_line_history),
+            "working_memory": self.memory(state),
+        }
+        step: HiAgentStep = await ask(
+            "hiagent_narrate",
+            "hiagent_narrate",
+            variables,
+            ids=AuditIds(retrievable=self.retrievable()),
+            extra="hiagent_memory",
+        )
         if step.retrieve is not None:
             # One retrieval per turn: expand that subgoal and answer again.
             variables["working_memory"] = self.memory(state, retrieved=step.retrieve)
-            step = await ask("hiagent_narrate", "hiagent_narrate", variables, ids=AuditIds(), key="retrieved",
-                             extra="hiagent_memory")
+            step = await ask(
+                "hiagent_narrate", "hiagent_narrate", variables, ids=AuditIds(), key="retrieved", extra="hiagent_memory"
+            )
         await self._advance(step.subgoal.strip(), state, ask)
         return step.text.strip()
 
@@ -126,11 +141,14 @@ class HiAgentNarrator:
         if current is not None:
             current.end = turn_index
             if current.end > current.start and current.summary is None:
-                text = format_history("", ((e.player_input, e.response)
-                                           for e in state.exchanges[current.start:current.end]))
-                out: Summary = await ask("hiagent_summarize", "hiagent_summarize",
-                                         {"history_text": text.removeprefix("NARRATOR: \n\n"),
-                                          "subgoal": current.title})
+                text = format_history(
+                    "", ((e.player_input, e.response) for e in state.exchanges[current.start : current.end])
+                )
+                out: Summary = await ask(
+                    "hiagent_summarize",
+                    "hiagent_summarize",
+                    {"history_text": text.removeprefix("NARRATOR: \n\n"), "subgoal": current.title},
+                )
                 current.summary = out.summary.strip()
             elif current.summary is None:
                 current.summary = "(no exchanges)"

@@ -83,7 +83,7 @@ def next_fact_ids(facts: tuple[FactEntry, ...], k: int) -> tuple[str, ...]:
     out = list(facts)
     for _ in range(k):
         out.append(FactEntry(id=_new_fact_id(out), text="", active=True))
-    return tuple(f.id for f in out[len(facts):])
+    return tuple(f.id for f in out[len(facts) :])
 
 
 def apply_update(facts: tuple[FactEntry, ...], update: FactUpdate) -> tuple[FactEntry, ...]:
@@ -125,13 +125,15 @@ def commit_turn(
     exchange: Exchange,
 ) -> EpisodeState:
     """Step 9: pending first, then this turn's updates; nodes; statuses; history."""
-    return state.model_copy(update={
-        "facts": apply_update(projected_facts(state), update),
-        "pending": FactUpdate(),
-        "node_occurred": node_occurred,
-        "statuses": statuses,
-        "exchanges": state.exchanges + (exchange,),
-    })
+    return state.model_copy(
+        update={
+            "facts": apply_update(projected_facts(state), update),
+            "pending": FactUpdate(),
+            "node_occurred": node_occurred,
+            "statuses": statuses,
+            "exchanges": state.exchanges + (exchange,),
+        }
+    )
 
 
 def all_resolved(spec: Spec, statuses: tuple[tuple[str, Status], ...]) -> bool:

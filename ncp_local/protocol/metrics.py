@@ -89,7 +89,9 @@ def episode_metrics(result: EpisodeResult) -> EpisodeMetrics:
         turns=len(result.turns),
         trajectory_progress=sum(nodes) / len(nodes) if nodes else 0.0,
         satisfied=statuses.count("satisfied") / len(statuses) if statuses else 0.0,
-        fact=flags["fact"], commitment=flags["commitment"], player_input=flags["player_input"],
+        fact=flags["fact"],
+        commitment=flags["commitment"],
+        player_input=flags["player_input"],
         bound_hits=len(opening_bound_hits(result)) + sum(len(turn_bound_hits(t)) for t in result.turns),
     )
 
@@ -143,8 +145,7 @@ class SurvivalCurve:
     hi: tuple[float, ...]
 
 
-def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int,
-                level: float = 0.95) -> SurvivalCurve:
+def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int, level: float = 0.95) -> SurvivalCurve:
     """Kaplan-Meier S(t) = P(T >= t), t = 0..max_turns, with a `level` confidence band.
 
     A censored episode of n turns counts as T > n (module docstring). Without
@@ -162,8 +163,10 @@ def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int,
         zeros = tuple(0.0 for _ in horizon)
         return SurvivalCurve(zeros, zeros, zeros)
 
-    data = stats.CensoredData(uncensored=[n for n, c in zip(turns, censored, strict=True) if not c],
-                              right=[n for n, c in zip(turns, censored, strict=True) if c])
+    data = stats.CensoredData(
+        uncensored=[n for n, c in zip(turns, censored, strict=True) if not c],
+        right=[n for n, c in zip(turns, censored, strict=True) if c],
+    )
     sf = stats.ecdf(data).sf
     # S(t) = P(T >= t) = P(T > t - 1): scipy's sf is P(T > x).
     at = [t - 1 for t in horizon]
@@ -183,7 +186,9 @@ def aggregate(metrics: list[EpisodeMetrics], max_turns: int, level: float = 0.95
     terms = {k: sum(m.termination == k for m in metrics) for k in TERMINATIONS}
     curve = km_survival([m.turns for m in scored], [m.censored for m in scored], max_turns, level)
     return Aggregate(
-        episodes=len(metrics), scored=len(scored), censored=sum(m.censored for m in scored),
+        episodes=len(metrics),
+        scored=len(scored),
+        censored=sum(m.censored for m in scored),
         avg_turns=_mean([m.turns for m in scored]),
         trajectory_pct=100 * _mean([m.trajectory_progress for m in scored]),
         satisfied_pct=100 * _mean([m.satisfied for m in scored]),
@@ -192,29 +197,37 @@ def aggregate(metrics: list[EpisodeMetrics], max_turns: int, level: float = 0.95
         player_input_pct=100 * _mean([float(m.player_input) for m in scored]),
         conflict_free=sum(m.termination != "conflict" for m in scored),
         terminations=terms,
-        survival=curve.s, survival_lo=curve.lo, survival_hi=curve.hi,
+        survival=curve.s,
+        survival_lo=curve.lo,
+        survival_hi=curve.hi,
         bound_hits=sum(m.bound_hits for m in metrics),
     )
 
 
-TABLE_HEADER = ("| run | episodes | avg turns | traj % | sat % | fact % | commit % | player % "
-                "| conflict-free | conflict | max_turns | all_resolved | context_limit | invalid | bound hits |")
+TABLE_HEADER = (
+    "| run | episodes | avg turns | traj % | sat % | fact % | commit % | player % "
+    "| conflict-free | conflict | max_turns | all_resolved | context_limit | invalid | bound hits |"
+)
 
 
 def table_row(name: str, a: Aggregate) -> str:
     t = a.terminations
-    return (f"| {name} | {a.episodes} | {a.avg_turns:.2f} | {a.trajectory_pct:.2f} | {a.satisfied_pct:.2f} "
-            f"| {a.fact_pct:.0f} | {a.commitment_pct:.0f} | {a.player_input_pct:.0f} | {a.conflict_free} "
-            f"| {t['conflict']} | {t['max_turns']} | {t['all_resolved']} | {t['context_limit']} | {t['invalid']} "
-            f"| {a.bound_hits} |")
+    return (
+        f"| {name} | {a.episodes} | {a.avg_turns:.2f} | {a.trajectory_pct:.2f} | {a.satisfied_pct:.2f} "
+        f"| {a.fact_pct:.0f} | {a.commitment_pct:.0f} | {a.player_input_pct:.0f} | {a.conflict_free} "
+        f"| {t['conflict']} | {t['max_turns']} | {t['all_resolved']} | {t['context_limit']} | {t['invalid']} "
+        f"| {a.bound_hits} |"
+    )
 
 
 def censored_note(a: Aggregate) -> str:
     """The line under a table that says what the averages of censored episodes mean ('' when none)."""
     if not a.censored:
         return ""
-    return (f"{a.censored} of {a.scored} scored episode(s) censored (context_limit): averaged at their committed "
-            "turns (a lower bound); S(t) is the Kaplan-Meier estimate with them censored")
+    return (
+        f"{a.censored} of {a.scored} scored episode(s) censored (context_limit): averaged at their committed "
+        "turns (a lower bound); S(t) is the Kaplan-Meier estimate with them censored"
+    )
 
 
 def results_table(rows: list[tuple[str, Aggregate]]) -> str:

@@ -60,8 +60,9 @@ class BaselineNarrator:
         return out.text.strip()
 
     async def respond(self, spec: Spec, state: EpisodeState, player_input: str, ask: Ask) -> str:
-        out: Narration = await ask("narrate", "narrate", narrate_vars(spec, state, player_input,
-                                                                      self.first_line_history))
+        out: Narration = await ask(
+            "narrate", "narrate", narrate_vars(spec, state, player_input, self.first_line_history)
+        )
         return out.text.strip()
 
     def save(self) -> dict[str, Any]:
@@ -71,16 +72,21 @@ class BaselineNarrator:
         return None
 
 
-METHODS: dict[str, str] = {"baseline": "ncp_local.protocol.narrators:BaselineNarrator",
-                           "hiagent": "ncp_local.protocol.hiagent:HiAgentNarrator"}
+METHODS: dict[str, str] = {
+    "baseline": "ncp_local.protocol.narrators:BaselineNarrator",
+    "hiagent": "ncp_local.protocol.hiagent:HiAgentNarrator",
+}
 
 
 def narrator_factory(method: str) -> type:
     """`baseline`, or a user class given as `package.module:Class`."""
     target = METHODS.get(method, method)
     if ":" not in target:
-        raise InputError("config", "method.name", f"unknown narrator method {method!r} "
-                         f"(known: {', '.join(METHODS)}; or give package.module:Class)")
+        raise InputError(
+            "config",
+            "method.name",
+            f"unknown narrator method {method!r} (known: {', '.join(METHODS)}; or give package.module:Class)",
+        )
     module, _, name = target.partition(":")
     try:
         cls = getattr(importlib.import_module(module), name)
@@ -90,8 +96,12 @@ def narrator_factory(method: str) -> type:
     # would otherwise fail at the first opening.
     missing = [m for m in ("opening", "respond", "save", "restore") if not callable(getattr(cls, m, None))]
     if not inspect.isclass(cls) or missing:
-        raise InputError("config", "method.name", f"{target!r} is not a narrator class "
-                         f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'})")
+        raise InputError(
+            "config",
+            "method.name",
+            f"{target!r} is not a narrator class "
+            f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'})",
+        )
     return cls
 
 

@@ -75,8 +75,9 @@ OFFICIAL_FILES: dict[str, str] = {
 OFFICIAL_METHOD_FILE = "method_response_generate_user.txt"
 OFFICIAL_METHODS: dict[str, str] = {"baseline": "narrate", "hiagent": "hiagent_narrate"}
 # Templates the reference does not publish: an official pack takes the rig's own.
-RIG_ONLY: tuple[str, ...] = tuple(n for n in TEMPLATE_VARS
-                                  if n not in {*OFFICIAL_FILES.values(), *OFFICIAL_METHODS.values()})
+RIG_ONLY: tuple[str, ...] = tuple(
+    n for n in TEMPLATE_VARS if n not in {*OFFICIAL_FILES.values(), *OFFICIAL_METHODS.values()}
+)
 
 
 def _official_root(path: Path) -> Path | None:
@@ -133,15 +134,19 @@ def placeholders(path: Path, text: str) -> set[str]:
     try:
         fields = list(string.Formatter().parse(text))
     except ValueError as exc:
-        raise InputError(path, "prompts.dir",
-                         f"not a str.format template: {exc} (write a literal brace as {{{{ or }}}})") from None
+        raise InputError(
+            path, "prompts.dir", f"not a str.format template: {exc} (write a literal brace as {{{{ or }}}})"
+        ) from None
     for _, name, spec, conversion in fields:
         if name is None:
             continue
         if not name.isidentifier() or spec or conversion:
             shown = name[:40] if name else "(empty)"
-            raise InputError(path, "prompts.dir", f"placeholder {{{shown}}} is not a plain name "
-                             "(write a literal brace as {{ or }})")
+            raise InputError(
+                path,
+                "prompts.dir",
+                f"placeholder {{{shown}}} is not a plain name (write a literal brace as {{{{ or }}}})",
+            )
         names.add(name)
     return names
 
@@ -184,8 +189,11 @@ class PromptPack:
             unknown = sorted(placeholders(f, text) - TEMPLATE_VARS[name])
             if unknown:
                 allowed = ", ".join(sorted(TEMPLATE_VARS[name]))
-                raise InputError(f, "prompts.dir", f"placeholder {{{unknown[0]}}} is not provided to the {name} stage "
-                                 f"(it provides: {allowed})")
+                raise InputError(
+                    f,
+                    "prompts.dir",
+                    f"placeholder {{{unknown[0]}}} is not provided to the {name} stage (it provides: {allowed})",
+                )
             templates[name] = text
         base = official_root or path
         sources = {n: _shown(files[n if n in files else FALLBACK[n]], base) for n in templates}
@@ -198,8 +206,9 @@ class PromptPack:
             h.update(name.encode() + b"\0" + self.templates[name].encode() + b"\0")
         return h.hexdigest()
 
-    def render(self, template: str, variables: Mapping[str, str], feedback: str = "",
-               extra: str | None = None) -> tuple[Message, ...]:
+    def render(
+        self, template: str, variables: Mapping[str, str], feedback: str = "", extra: str | None = None
+    ) -> tuple[Message, ...]:
         """One user message; `extra` names a second template appended after the first."""
         text = self.templates[template].format_map(variables).strip()
         if extra is not None:
@@ -229,10 +238,15 @@ def format_facts(facts: Iterable[FactEntry]) -> str:
 
 def format_commitments(spec: Spec, status: Mapping[str, str] | None) -> str:
     """Each commitment with its conditions; with its status inline when `status` is given."""
+
     def head(cid: str, ctype: str) -> str:
         return f"({ctype}, status: {status.get(cid, 'pending')})" if status is not None else f"({ctype})"
-    blocks = [f"[{c.id}] {head(c.id, c.type)} {c.description}\n  satisfied when: {c.satisfaction_condition}\n"
-              f"  violated when: {c.violation_condition}" for c in spec.commitments]
+
+    blocks = [
+        f"[{c.id}] {head(c.id, c.type)} {c.description}\n  satisfied when: {c.satisfaction_condition}\n"
+        f"  violated when: {c.violation_condition}"
+        for c in spec.commitments
+    ]
     return "\n".join(blocks) or NONE
 
 
@@ -252,15 +266,21 @@ def format_nodes(spec: Spec) -> str:
 
 
 def format_flags(spec: Spec, occurred: tuple[bool, ...]) -> str:
-    return ", ".join(f"{n.id}: {'occurred' if done else 'pending'}"
-                     for n, done in zip(spec.trajectory, occurred, strict=True))
+    return ", ".join(
+        f"{n.id}: {'occurred' if done else 'pending'}" for n, done in zip(spec.trajectory, occurred, strict=True)
+    )
 
 
 def format_trajectory(spec: Spec, occurred: tuple[bool, ...]) -> str:
     """The whole trajectory ledger: status, description, trigger and delta per node."""
-    return "\n".join(f"[{n.id}] (status: {'occurred' if done else 'pending'}) {n.description}\n"
-                     f"  trigger: {n.trigger_event}\n  delta: {n.key_delta}"
-                     for n, done in zip(spec.trajectory, occurred, strict=True)) or NONE
+    return (
+        "\n".join(
+            f"[{n.id}] (status: {'occurred' if done else 'pending'}) {n.description}\n"
+            f"  trigger: {n.trigger_event}\n  delta: {n.key_delta}"
+            for n, done in zip(spec.trajectory, occurred, strict=True)
+        )
+        or NONE
+    )
 
 
 def format_node(spec: Spec, index: int, with_description: bool = True) -> str:
@@ -305,25 +325,37 @@ def to_json(obj: object) -> str:
 
 
 def _commitments(spec: Spec, state: EpisodeState) -> dict[str, str]:
-    return {"narrative_commitments": format_commitments(spec, state.status_map),
-            "commitment_definitions": format_commitments(spec, None),
-            "commitment_statuses": format_commitment_statuses(spec, state)}
+    return {
+        "narrative_commitments": format_commitments(spec, state.status_map),
+        "commitment_definitions": format_commitments(spec, None),
+        "commitment_statuses": format_commitment_statuses(spec, state),
+    }
 
 
 def _audit_story(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) -> dict[str, str]:
-    return {**_commitments(spec, state), "trajectory_progress": format_trajectory(spec, occurred),
-            "trajectory_nodes": format_nodes(spec), "trajectory_flags": format_flags(spec, occurred)}
+    return {
+        **_commitments(spec, state),
+        "trajectory_progress": format_trajectory(spec, occurred),
+        "trajectory_nodes": format_nodes(spec),
+        "trajectory_flags": format_flags(spec, occurred),
+    }
 
 
 def opening_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
     # The first node only: never a later beat.
     facts = format_facts(state.facts)
-    return {"player_role": spec.meta.player_role, "current_node": format_node(spec, 0),
-            **_commitments(spec, state), "pre_turn_facts": facts, "facts": facts}
+    return {
+        "player_role": spec.meta.player_role,
+        "current_node": format_node(spec, 0),
+        **_commitments(spec, state),
+        "pre_turn_facts": facts,
+        "facts": facts,
+    }
 
 
-def narrate_vars(spec: Spec, state: EpisodeState, player_input: str,
-                 first_line_history: bool = False) -> dict[str, str]:
+def narrate_vars(
+    spec: Spec, state: EpisodeState, player_input: str, first_line_history: bool = False
+) -> dict[str, str]:
     """The baseline narrator's information set: the current node only, its own past passages (not the
     player's past inputs), commitments with status, the committed facts, the pending updates, this input."""
     facts = format_facts(state.facts)
@@ -331,10 +363,12 @@ def narrate_vars(spec: Spec, state: EpisodeState, player_input: str,
         "player_role": spec.meta.player_role,
         "current_node": format_node(spec, current_node(state.node_occurred)),
         **_commitments(spec, state),
-        "pre_turn_facts": facts, "facts": facts,
+        "pre_turn_facts": facts,
+        "facts": facts,
         "pending_fact_updates": format_update(state.pending, state.facts),
-        "system_response_history": format_responses(state.opening, (e.response for e in state.exchanges),
-                                                    cut_to_first_line=first_line_history),
+        "system_response_history": format_responses(
+            state.opening, (e.response for e in state.exchanges), cut_to_first_line=first_line_history
+        ),
         "user_input": player_input,
     }
 
@@ -353,8 +387,14 @@ def fact_update_vars(spec: Spec, projected: tuple[FactEntry, ...], response: str
     return {"player_role": spec.meta.player_role, "pre_turn_facts": facts, "facts": facts, "response_text": response}
 
 
-def conflict_vars(spec: Spec, state: EpisodeState, projected: tuple[FactEntry, ...], player_input: str,
-                  response: str, update: FactUpdate) -> dict[str, str]:
+def conflict_vars(
+    spec: Spec,
+    state: EpisodeState,
+    projected: tuple[FactEntry, ...],
+    player_input: str,
+    response: str,
+    update: FactUpdate,
+) -> dict[str, str]:
     facts = format_facts(projected)
     return {
         "player_role": spec.meta.player_role,
@@ -364,7 +404,8 @@ def conflict_vars(spec: Spec, state: EpisodeState, projected: tuple[FactEntry, .
         "candidate_fact_updates": format_update(update, projected),
         **_audit_story(spec, state, state.node_occurred),
         "current_node": format_node(spec, current_node(state.node_occurred)),
-        "pre_turn_facts": facts, "facts": facts,
+        "pre_turn_facts": facts,
+        "facts": facts,
     }
 
 
@@ -375,11 +416,20 @@ def end_of_turn_history(state: EpisodeState, player_input: str, response: str) -
 
 def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], history: str) -> dict[str, str]:
     # The node is shown without its description: only trigger and delta count.
-    return {"player_role": spec.meta.player_role, "history_text": history, "facts": format_facts(facts),
-            "current_node": format_node(spec, node_index, with_description=False)}
+    return {
+        "player_role": spec.meta.player_role,
+        "history_text": history,
+        "facts": format_facts(facts),
+        "current_node": format_node(spec, node_index, with_description=False),
+    }
 
 
-def status_vars(spec: Spec, state: EpisodeState, facts: tuple[FactEntry, ...], occurred: tuple[bool, ...],
-                history: str) -> dict[str, str]:
-    return {"player_role": spec.meta.player_role, "history_text": history, "facts": format_facts(facts),
-            **_audit_story(spec, state, occurred)}
+def status_vars(
+    spec: Spec, state: EpisodeState, facts: tuple[FactEntry, ...], occurred: tuple[bool, ...], history: str
+) -> dict[str, str]:
+    return {
+        "player_role": spec.meta.player_role,
+        "history_text": history,
+        "facts": format_facts(facts),
+        **_audit_story(spec, state, occurred),
+    }

@@ -71,8 +71,9 @@ def _statuses(rec: TurnRecord, before: EpisodeState) -> tuple[tuple[str, Status]
 
 def replay(spec: Spec, result: EpisodeResult) -> Replay:
     problems: list[str] = []
-    state = ledger.initial_state(spec).model_copy(update={
-        "opening": result.opening, "pending": to_update(result.opening_update)})
+    state = ledger.initial_state(spec).model_copy(
+        update={"opening": result.opening, "pending": to_update(result.opening_update)}
+    )
     opening_state = state
     node_index = {n.id: i for i, n in enumerate(spec.trajectory)}
     views = []
@@ -92,8 +93,13 @@ def replay(spec: Spec, result: EpisodeResult) -> Replay:
                 occurred = ledger.complete_node(occurred, node_index[rec.node_completed])
             else:
                 problems.append(f"{turns.label(rec.turn)}: completed node {rec.node_completed} is not in the spec")
-        after = ledger.commit_turn(state, update, occurred, _statuses(rec, state),
-                                   Exchange(player_input=rec.player_input, response=rec.response))
+        after = ledger.commit_turn(
+            state,
+            update,
+            occurred,
+            _statuses(rec, state),
+            Exchange(player_input=rec.player_input, response=rec.response),
+        )
         views.append(TurnView(rec, state, projected, pending, candidate, after))
         state = after
     stored = result.final_state
@@ -138,11 +144,16 @@ def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord |
             target = missing or commitments.get(cid, "(unknown commitment)")
         else:
             target = rec.player_input
-        out.append({
-            "type": ctype, "id": cid, "internal": internal, "target_text": target,
-            "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
-            "reason_reviewed": c.get("reason", ""),
-            "review_reason": review.get("review_reason", ""),
-            "confirmed": review.get("confirmed"),
-        })
+        out.append(
+            {
+                "type": ctype,
+                "id": cid,
+                "internal": internal,
+                "target_text": target,
+                "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
+                "reason_reviewed": c.get("reason", ""),
+                "review_reason": review.get("review_reason", ""),
+                "confirmed": review.get("confirmed"),
+            }
+        )
     return out

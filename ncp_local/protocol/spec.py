@@ -146,11 +146,13 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed",
-                                              event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not allowed", event.start_mark
+            )
         if self._depth >= MAX_YAML_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
-                                              event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+            )
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -168,8 +170,9 @@ class _StrictLoader(yaml.SafeLoader):
                 except TypeError:
                     continue  # unhashable: the base constructor reports it with its line
                 if repeated:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {shown(key)}",
-                                                            key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {shown(key)}", key_node.start_mark
+                    )
                 seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -268,11 +271,13 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
         negated = f.get("negated", False)
         if not isinstance(negated, bool):
             raise r.fail(f"initial_facts[{i}].negated", f"expected true or false, got {shown(negated)}")
-        facts.append(InitialFact(
-            id=r.ident(f, "id", f"initial_facts[{i}].id"),
-            content=r.text(f, "content", f"initial_facts[{i}].content"),
-            negated=negated,
-        ))
+        facts.append(
+            InitialFact(
+                id=r.ident(f, "id", f"initial_facts[{i}].id"),
+                content=r.text(f, "content", f"initial_facts[{i}].content"),
+                negated=negated,
+            )
+        )
     _unique(r, facts, "initial_facts")
 
     commitments = []
@@ -281,24 +286,28 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
         ctype = r.text(c, "type", f"commitments[{i}].type")
         if ctype not in COMMITMENT_TYPES:
             raise r.fail(f"commitments[{i}].type", f"{shown(ctype)} is not one of {', '.join(COMMITMENT_TYPES)}")
-        commitments.append(Commitment(
-            id=r.ident(c, "id", f"commitments[{i}].id"),
-            type=ctype,  # type: ignore[arg-type]
-            description=r.text(c, "description", f"commitments[{i}].description"),
-            satisfaction_condition=r.text(c, "satisfaction_condition", f"commitments[{i}].satisfaction_condition"),
-            violation_condition=r.text(c, "violation_condition", f"commitments[{i}].violation_condition"),
-        ))
+        commitments.append(
+            Commitment(
+                id=r.ident(c, "id", f"commitments[{i}].id"),
+                type=ctype,  # type: ignore[arg-type]
+                description=r.text(c, "description", f"commitments[{i}].description"),
+                satisfaction_condition=r.text(c, "satisfaction_condition", f"commitments[{i}].satisfaction_condition"),
+                violation_condition=r.text(c, "violation_condition", f"commitments[{i}].violation_condition"),
+            )
+        )
     _unique(r, commitments, "commitments")
 
     nodes = []
     for i, raw in enumerate(r.seq(doc["trajectory"], "trajectory")):
         n = r.mapping(raw, f"trajectory[{i}]")
-        nodes.append(Node(
-            id=r.ident(n, "id", f"trajectory[{i}].id"),
-            description=r.text(n, "description", f"trajectory[{i}].description"),
-            trigger_event=r.text(n, "trigger_event", f"trajectory[{i}].trigger_event"),
-            key_delta=r.text(n, "key_delta", f"trajectory[{i}].key_delta"),
-        ))
+        nodes.append(
+            Node(
+                id=r.ident(n, "id", f"trajectory[{i}].id"),
+                description=r.text(n, "description", f"trajectory[{i}].description"),
+                trigger_event=r.text(n, "trigger_event", f"trajectory[{i}].trigger_event"),
+                key_delta=r.text(n, "key_delta", f"trajectory[{i}].key_delta"),
+            )
+        )
     if not nodes:
         raise r.fail("trajectory", "empty: an episode needs at least one node")
     _unique(r, nodes, "trajectory")
@@ -317,15 +326,23 @@ def lint_spec(spec: Spec, file: str | Path) -> list[LintWarning]:
     out: list[LintWarning] = []
     for i, f in enumerate(spec.initial_facts):
         if f.negated:
-            out.append(LintWarning(file, f"initial_facts[{i}].negated",
-                                   f"{f.id} is negated at t=0: it starts inactive and is never shown"))
+            out.append(
+                LintWarning(
+                    file,
+                    f"initial_facts[{i}].negated",
+                    f"{f.id} is negated at t=0: it starts inactive and is never shown",
+                )
+            )
     node_ids = {n.id for n in spec.trajectory}
     for i, c in enumerate(spec.commitments):
         text = " ".join((c.description, c.satisfaction_condition, c.violation_condition))
         missing = sorted(set(NODE_REF.findall(text)) - node_ids, key=lambda s: int(s[2:]))
         if missing:
-            out.append(LintWarning(file, f"commitments[{i}]",
-                                   f"{c.id} names node(s) the trajectory lacks: {', '.join(missing)}"))
+            out.append(
+                LintWarning(
+                    file, f"commitments[{i}]", f"{c.id} names node(s) the trajectory lacks: {', '.join(missing)}"
+                )
+            )
     return out
 
 
@@ -382,6 +399,8 @@ def dataset_summary(ds: Dataset) -> str:
     nodes = sum(len(s.trajectory) for s in ds.specs)
     by_type = {t: sum(c.type == t for s in ds.specs for c in s.commitments) for t in COMMITMENT_TYPES}
     genres = sorted({g for s in ds.specs for g in s.meta.genres})
-    return (f"specs={len(ds.specs)} facts={facts} commitments={commitments} nodes={nodes} "
-            + " ".join(f"{t}={n}" for t, n in by_type.items())
-            + f" genres={len(genres)} warnings={len(ds.warnings)}")
+    return (
+        f"specs={len(ds.specs)} facts={facts} commitments={commitments} nodes={nodes} "
+        + " ".join(f"{t}={n}" for t, n in by_type.items())
+        + f" genres={len(genres)} warnings={len(ds.warnings)}"
+    )

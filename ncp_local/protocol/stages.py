@@ -66,8 +66,18 @@ class Bounds(BaseModel):
 
 UNBOUNDED = Bounds()
 # The embedded 135M model's bounds: 150 words is about 900 characters, 50 about 300.
-TIGHT = Bounds(text_chars=1000, player_chars=350, reason_chars=160, fact_chars=300, new_facts=8, negations=8,
-               conflicts=6, subgoal_chars=200, summary_chars=600, build_chars=240)
+TIGHT = Bounds(
+    text_chars=1000,
+    player_chars=350,
+    reason_chars=160,
+    fact_chars=300,
+    new_facts=8,
+    negations=8,
+    conflicts=6,
+    subgoal_chars=200,
+    summary_chars=600,
+    build_chars=240,
+)
 
 # How a schema names the ids of the call (fact and commitment ids, `input`, `response_internal`):
 # "enum" lists exactly those of the state under audit (the grammar admits only ids that exist,
@@ -79,12 +89,13 @@ ID_FORMS: tuple[str, ...] = get_args(IdForm)
 
 # What Python's str.strip() removes (every character with str.isspace()): the parser's notion of a
 # blank reason or narration, so the grammar's "starts with a non-blank character" is the same set.
-BLANK_CHARS = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
-               "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+BLANK_CHARS = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 # JSON Schema `pattern` (a search): the first character is not blank. Written with \u escapes, which
 # Python's re, xgrammar, llguidance and outlines all read.
-_BLANK_CLASS = ("\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f"
-                "\\u205f\\u3000")
+_BLANK_CLASS = "\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 NON_BLANK_START = f"^[^{_BLANK_CLASS}]"
 _QUOTES = "\"'`"  # what the player's clean-up strips besides blanks
 
@@ -112,8 +123,11 @@ def _negatable(ids: AuditIds) -> tuple[str, ...]:
 def conflict_targets(ids: AuditIds) -> dict[str, tuple[str, ...]]:
     """What a conflict of each type may name: the grammar's branches and the check after parsing."""
     # An internal contradiction names no fact, so it is offered even with no active facts.
-    return {"fact": (*ids.fact_ids, INTERNAL_ID), "commitment": ids.commitment_ids,
-            "player_input": PLAYER_INPUT_ALIASES}
+    return {
+        "fact": (*ids.fact_ids, INTERNAL_ID),
+        "commitment": ids.commitment_ids,
+        "player_input": PLAYER_INPUT_ALIASES,
+    }
 
 
 # ---- what an output field says about its schema ---------------------------
@@ -224,8 +238,12 @@ class Conflict(_Out):
         return self
 
 
-COUNT_KEYS = {"fact_conflict_count": "fact", "commitment_conflict_count": "commitment",
-              "player_input_conflict_count": "player_input", "total_conflict_count": "total"}
+COUNT_KEYS = {
+    "fact_conflict_count": "fact",
+    "commitment_conflict_count": "commitment",
+    "player_input_conflict_count": "player_input",
+    "total_conflict_count": "total",
+}
 
 
 class ConflictCheckOut(_Out):
@@ -414,8 +432,11 @@ def _branches(model: type[_Out], name: str, per: NamesPer, c: _Call, given: Mapp
     to name (no commitments) has no branch."""
     offered = per.of(c.ids)
     kinds = get_args(_asked(model)[per.by].annotation)
-    return [_object(model, c, {**given, per.by: {"const": kind}, name: _names(str, offered[kind], c.form)})
-            for kind in kinds if offered[kind]]
+    return [
+        _object(model, c, {**given, per.by: {"const": kind}, name: _names(str, offered[kind], c.form)})
+        for kind in kinds
+        if offered[kind]
+    ]
 
 
 def _schema(tp: Any, meta: tuple[Any, ...], c: _Call) -> dict[str, Any]:
@@ -574,46 +595,125 @@ class Stage:
 
 
 # Placeholders shared by several templates (PROTOCOL section 3).
-_NARRATOR = ("player_role", "current_node", "narrative_commitments", "commitment_definitions",
-             "commitment_statuses", "pre_turn_facts", "facts")
+_NARRATOR = (
+    "player_role",
+    "current_node",
+    "narrative_commitments",
+    "commitment_definitions",
+    "commitment_statuses",
+    "pre_turn_facts",
+    "facts",
+)
 _NARRATE = (*_NARRATOR, "pending_fact_updates", "system_response_history", "user_input")
-_AUDIT_STORY = ("narrative_commitments", "commitment_definitions", "commitment_statuses", "trajectory_progress",
-                "trajectory_nodes", "trajectory_flags")
-_CONFLICT = ("player_role", "system_response_history", "user_input", "response_text", "candidate_fact_updates",
-             "current_node", "pre_turn_facts", "facts", *_AUDIT_STORY)
+_AUDIT_STORY = (
+    "narrative_commitments",
+    "commitment_definitions",
+    "commitment_statuses",
+    "trajectory_progress",
+    "trajectory_nodes",
+    "trajectory_flags",
+)
+_CONFLICT = (
+    "player_role",
+    "system_response_history",
+    "user_input",
+    "response_text",
+    "candidate_fact_updates",
+    "current_node",
+    "pre_turn_facts",
+    "facts",
+    *_AUDIT_STORY,
+)
 _PLAYER = ("player_role", "history_text")
 MIN_ROOM_PER_COMMITMENT = 24  # a status entry
 
-STAGES: dict[str, Stage] = {s.name: s for s in (
-    Stage("opening", "narrator", Narration, (_template("opening", *_NARRATOR),), min_room=128),
-    Stage("narrate", "narrator", Narration, (_template("narrate", *_NARRATE),), min_room=128),
-    Stage("player", "player", None, (_template("player_adversarial", *_PLAYER), _template("player_natural", *_PLAYER)),
-          min_room=32, plain_bound="player_chars"),
-    Stage("fact_update", "auditor", FactUpdateOut,
-          (_template("fact_update", "player_role", "pre_turn_facts", "facts", "response_text"),), min_room=64),
-    Stage("conflict_check", "auditor", ConflictCheckOut, (_template("conflict_check", *_CONFLICT),), min_room=32),
-    Stage("double_check", "auditor", DoubleCheckOut,
-          (_template("double_check", *_CONFLICT, "initial_conflicts_json"),), min_room=48),
-    Stage("trajectory_check", "auditor", TrajectoryOut,
-          (_template("trajectory_check", "player_role", "history_text", "facts", "current_node"),), min_room=48),
-    Stage("status_check", "auditor", StatusOut,
-          (_template("status_check", "player_role", "history_text", "facts", *_AUDIT_STORY),),
-          min_room=32, room_per_commitment=MIN_ROOM_PER_COMMITMENT),
-    # HiAgent's memory block is appended to its narrator prompt (PromptPack.render's `extra`);
-    # a pack without `hiagent_narrate` lends it the baseline's narrator template.
-    Stage("hiagent_narrate", "narrator", HiAgentStep,
-          (_template("hiagent_narrate", *_NARRATE, fallback="narrate"),
-           _template("hiagent_memory", "player_role", "working_memory")), min_room=160, method="hiagent"),
-    Stage("hiagent_summarize", "narrator", Summary, (_template("hiagent_summarize", "subgoal", "history_text"),),
-          min_room=96, method="hiagent"),
-    Stage("build_trajectory", "builder", BuiltTrajectory,
-          (_template("build_trajectory", "player_role", "synopsis"),), min_room=256),
-    Stage("build_commitments", "builder", BuiltCommitments,
-          (_template("build_commitments", "player_role", "synopsis", "reference_trajectory"),), min_room=256),
-    Stage("build_facts", "builder", BuiltFacts,
-          (_template("build_facts", "player_role", "synopsis", "reference_trajectory", "commitments"),),
-          min_room=256),
-)}
+STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in (
+        Stage("opening", "narrator", Narration, (_template("opening", *_NARRATOR),), min_room=128),
+        Stage("narrate", "narrator", Narration, (_template("narrate", *_NARRATE),), min_room=128),
+        Stage(
+            "player",
+            "player",
+            None,
+            (_template("player_adversarial", *_PLAYER), _template("player_natural", *_PLAYER)),
+            min_room=32,
+            plain_bound="player_chars",
+        ),
+        Stage(
+            "fact_update",
+            "auditor",
+            FactUpdateOut,
+            (_template("fact_update", "player_role", "pre_turn_facts", "facts", "response_text"),),
+            min_room=64,
+        ),
+        Stage("conflict_check", "auditor", ConflictCheckOut, (_template("conflict_check", *_CONFLICT),), min_room=32),
+        Stage(
+            "double_check",
+            "auditor",
+            DoubleCheckOut,
+            (_template("double_check", *_CONFLICT, "initial_conflicts_json"),),
+            min_room=48,
+        ),
+        Stage(
+            "trajectory_check",
+            "auditor",
+            TrajectoryOut,
+            (_template("trajectory_check", "player_role", "history_text", "facts", "current_node"),),
+            min_room=48,
+        ),
+        Stage(
+            "status_check",
+            "auditor",
+            StatusOut,
+            (_template("status_check", "player_role", "history_text", "facts", *_AUDIT_STORY),),
+            min_room=32,
+            room_per_commitment=MIN_ROOM_PER_COMMITMENT,
+        ),
+        # HiAgent's memory block is appended to its narrator prompt (PromptPack.render's `extra`);
+        # a pack without `hiagent_narrate` lends it the baseline's narrator template.
+        Stage(
+            "hiagent_narrate",
+            "narrator",
+            HiAgentStep,
+            (
+                _template("hiagent_narrate", *_NARRATE, fallback="narrate"),
+                _template("hiagent_memory", "player_role", "working_memory"),
+            ),
+            min_room=160,
+            method="hiagent",
+        ),
+        Stage(
+            "hiagent_summarize",
+            "narrator",
+            Summary,
+            (_template("hiagent_summarize", "subgoal", "history_text"),),
+            min_room=96,
+            method="hiagent",
+        ),
+        Stage(
+            "build_trajectory",
+            "builder",
+            BuiltTrajectory,
+            (_template("build_trajectory", "player_role", "synopsis"),),
+            min_room=256,
+        ),
+        Stage(
+            "build_commitments",
+            "builder",
+            BuiltCommitments,
+            (_template("build_commitments", "player_role", "synopsis", "reference_trajectory"),),
+            min_room=256,
+        ),
+        Stage(
+            "build_facts",
+            "builder",
+            BuiltFacts,
+            (_template("build_facts", "player_role", "synopsis", "reference_trajectory", "commitments"),),
+            min_room=256,
+        ),
+    )
+}
 
 # Views of the registry.
 # mode=build: how many nodes / commitments / facts a built spec may have.
@@ -651,8 +751,9 @@ def regex_for(stage: str, bounds: Bounds = UNBOUNDED) -> str | None:
     return rf"[^\n{_BLANK_CLASS}{_QUOTES}][^\n]{{0,{limit - 1}}}"
 
 
-def schema_for(stage: str, ids: AuditIds = AuditIds(), bounds: Bounds = UNBOUNDED,
-               id_form: IdForm = "enum") -> dict[str, Any] | None:
+def schema_for(
+    stage: str, ids: AuditIds = AuditIds(), bounds: Bounds = UNBOUNDED, id_form: IdForm = "enum"
+) -> dict[str, Any] | None:
     """The grammar for one call: only what is valid in form, within the role's bounds; ids as
     `id_form` says (an id that does not exist is then the parser's to reject)."""
     s = _stage(stage)
@@ -670,7 +771,7 @@ def clean_player_text(text: str) -> str:
     lowered = text.lower()
     for label in PLAYER_LABELS:
         if lowered.startswith(label):
-            return text[len(label):].strip()
+            return text[len(label) :].strip()
     return text
 
 

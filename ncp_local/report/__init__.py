@@ -45,9 +45,18 @@ def runs_of(cfg: Any) -> list[Run]:
     return runs
 
 
-def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 0, level: float = 0.95,
-                 html: bool = True, gpu_hour_cost: float | None = None, plan: bool = False,
-                 dataset: str | None = None, review_sheet: str | Path | None = None) -> dict[str, Any]:
+def build_report(
+    runs: list[Run],
+    out: Path,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    html: bool = True,
+    gpu_hour_cost: float | None = None,
+    plan: bool = False,
+    dataset: str | None = None,
+    review_sheet: str | Path | None = None,
+) -> dict[str, Any]:
     """Write every report file into `out`; returns the tables' text and the paths written.
 
     A review sheet is read and checked against the runs first, so a bad one writes nothing."""
@@ -61,9 +70,19 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
     endings_md = endings_markdown(ends)
     auditor_md = auditor_error_markdown(err, level)
     notes = [f"- {line}" for line in run_notes(runs)]
-    doc = ("# NCP results\n\n" + summary_md + "\n\n## What ended each story\n\n" + endings_md
-           + "\n\n## The auditor's error\n\n" + auditor_md
-           + "\n\n## Per genre\n\n" + genres_md + "\n\n## Cost by role and stage\n\n" + cost_md + "\n")
+    doc = (
+        "# NCP results\n\n"
+        + summary_md
+        + "\n\n## What ended each story\n\n"
+        + endings_md
+        + "\n\n## The auditor's error\n\n"
+        + auditor_md
+        + "\n\n## Per genre\n\n"
+        + genres_md
+        + "\n\n## Cost by role and stage\n\n"
+        + cost_md
+        + "\n"
+    )
     if notes:
         doc += "\n## Notes\n\n" + "\n".join(notes) + "\n"
     files = [
@@ -82,11 +101,24 @@ def build_report(runs: list[Run], out: Path, resamples: int = 2000, seed: int = 
     ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
     files += [png, svg, ends_png, ends_svg]
     if html:
-        files.append(write_html(runs, rows, out, inline_svg(svg), level, costs,
-                                endings=(ends, inline_svg(ends_svg)), auditor=err))
-    return {"rows": rows, "summary_md": summary_md, "endings_md": endings_md, "endings": ends,
-            "auditor_md": auditor_md, "auditor_error": err,
-            "genres_md": genres_md, "cost_md": cost_md, "costs": costs, "notes": notes, "files": files}
+        files.append(
+            write_html(
+                runs, rows, out, inline_svg(svg), level, costs, endings=(ends, inline_svg(ends_svg)), auditor=err
+            )
+        )
+    return {
+        "rows": rows,
+        "summary_md": summary_md,
+        "endings_md": endings_md,
+        "endings": ends,
+        "auditor_md": auditor_md,
+        "auditor_error": err,
+        "genres_md": genres_md,
+        "cost_md": cost_md,
+        "costs": costs,
+        "notes": notes,
+        "files": files,
+    }
 
 
 def run_notes(runs: list[Run]) -> list[str]:

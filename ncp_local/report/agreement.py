@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ..protocol.episode import EpisodeResult
 from ..protocol.reaudit import ReauditResult
@@ -30,10 +31,16 @@ def turn_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[dic
             a = audits.get(rec.turn)
             if a is None or not a.judged:
                 continue
-            rows.append({"spec_id": src.spec_id, "turn": shown_turn(rec.turn),
-                         "original": _types(rec.conflicts), "reaudit": _types(a.conflicts),
-                         "original_first": bool(rec.conflict_check.get("conflicts")),
-                         "reaudit_first": bool((a.conflict_check or {}).get("conflicts"))})
+            rows.append(
+                {
+                    "spec_id": src.spec_id,
+                    "turn": shown_turn(rec.turn),
+                    "original": _types(rec.conflicts),
+                    "reaudit": _types(a.conflicts),
+                    "original_first": bool(rec.conflict_check.get("conflicts")),
+                    "reaudit_first": bool((a.conflict_check or {}).get("conflicts")),
+                }
+            )
     return rows
 
 
@@ -53,8 +60,11 @@ def episode_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[
         orig = _types(src.turns[-1].conflicts) if src.termination == "conflict" else set()
         first = next((a for a in sorted(re_.turns, key=lambda a: a.turn) if a.conflicts), None)
         re_types = _types(first.conflicts) if first else set()
-        row: dict[str, Any] = {"spec_id": src.spec_id, "turns_original": len(src.turns),
-                               "turns_reaudit": played(first.turn) if first else len(src.turns)}
+        row: dict[str, Any] = {
+            "spec_id": src.spec_id,
+            "turns_original": len(src.turns),
+            "turns_reaudit": played(first.turn) if first else len(src.turns),
+        }
         for t in (*CONFLICT_TYPES, "conflict"):
             row[f"{t}_original"] = int(bool(orig) if t == "conflict" else t in orig)
             row[f"{t}_reaudit"] = int(bool(re_types) if t == "conflict" else t in re_types)
@@ -63,9 +73,13 @@ def episode_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[
     return rows
 
 
-EPISODE_METRICS = (("turns", "turns to first conflict (censored)"), ("fact", "fact conflict"),
-                   ("commitment", "commitment conflict"), ("player_input", "player-input conflict"),
-                   ("conflict", "any conflict"))
+EPISODE_METRICS = (
+    ("turns", "turns to first conflict (censored)"),
+    ("fact", "fact conflict"),
+    ("commitment", "commitment conflict"),
+    ("player_input", "player-input conflict"),
+    ("conflict", "any conflict"),
+)
 
 
 def agreement(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> dict[str, Any]:
@@ -88,10 +102,22 @@ def agreement(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> dict[str,
     for key, _ in EPISODE_METRICS:
         x = [r[f"{key}_original"] for r in eps]
         y = [r[f"{key}_reaudit"] for r in eps]
-        per_episode[key] = {"original": _mean(x), "reaudit": _mean(y), "pearson": pearson(x, y),
-                            "spearman": spearman(x, y)}
-    return {"turns": len(turns), "failed_turns": failed, "episodes": len(eps), "per_turn": per_turn,
-            "types": cross, "per_episode": per_episode, "turn_rows": turns, "episode_rows": eps}
+        per_episode[key] = {
+            "original": _mean(x),
+            "reaudit": _mean(y),
+            "pearson": pearson(x, y),
+            "spearman": spearman(x, y),
+        }
+    return {
+        "turns": len(turns),
+        "failed_turns": failed,
+        "episodes": len(eps),
+        "per_turn": per_turn,
+        "types": cross,
+        "per_episode": per_episode,
+        "turn_rows": turns,
+        "episode_rows": eps,
+    }
 
 
 CROSS_LABELS = ("none", *CONFLICT_TYPES, "several")
@@ -102,7 +128,7 @@ def _cross_label(types: set[str]) -> str:
 
 
 def _share(a: Sequence[bool], b: Sequence[bool]) -> float:
-    return sum(x == y for x, y in zip(a, b)) / len(a) if a else math.nan
+    return sum(x == y for x, y in zip(a, b, strict=True)) / len(a) if a else math.nan
 
 
 def _mean(x: Sequence[float]) -> float:
@@ -115,30 +141,56 @@ def _f(x: float, d: int = 3) -> str:
 
 def agreement_markdown(agr: dict[str, Any], source: str, reauditor: str) -> str:
     head = ("item", "kappa", "agree %", "both yes", "original only", "re-audit only", "both no")
-    names = {"conflict": "conflict (after double-check)", "conflict_first_check": "conflict (first check)",
-             "fact": "fact", "commitment": "commitment", "player_input": "player_input"}
+    names = {
+        "conflict": "conflict (after double-check)",
+        "conflict_first_check": "conflict (first check)",
+        "fact": "fact",
+        "commitment": "commitment",
+        "player_input": "player_input",
+    }
     turn_rows = []
     for key in ("conflict", "conflict_first_check", *CONFLICT_TYPES):
         r = agr["per_turn"][key]
-        turn_rows.append([names[key], _f(r["kappa"]), _f(100 * r["agree"], 1) if r["agree"] == r["agree"] else "n/a",
-                          r["yes_yes"], r["yes_no"], r["no_yes"], r["no_no"]])
+        turn_rows.append(
+            [
+                names[key],
+                _f(r["kappa"]),
+                _f(100 * r["agree"], 1) if r["agree"] == r["agree"] else "n/a",
+                r["yes_yes"],
+                r["yes_no"],
+                r["no_yes"],
+                r["no_no"],
+            ]
+        )
     ep_rows = []
     for key, label in EPISODE_METRICS:
         r = agr["per_episode"][key]
         scale, d = (1, 2) if key == "turns" else (100, 1)
-        ep_rows.append([label + ("" if key == "turns" else " %"), _f(scale * r["original"], d),
-                        _f(scale * r["reaudit"], d), _f(r["pearson"]), _f(r["spearman"])])
-    return (f"# Re-audit agreement\n\noriginal: {source}\n\nre-auditor: {reauditor}\n\n"
-            f"## Per turn ({agr['turns']} turns judged by both"
-            + (f"; {agr['failed_turns']} the re-auditor failed to judge" if agr["failed_turns"] else "") + ")\n\n"
-            + markdown_table(head, turn_rows)
-            + "\n\nConflict type per turn (rows: original, columns: re-audit):\n\n"
-            + markdown_table(("original \\ re-audit", *CROSS_LABELS),
-                             [[a, *(agr["types"][a][b] for b in CROSS_LABELS)] for a in CROSS_LABELS])
-            + f"\n\n## Per episode ({agr['episodes']} episodes)\n\n"
-            + markdown_table(("metric", "original", "re-audit", "Pearson", "Spearman"), ep_rows)
-            + "\n\nRe-audit turns are censored at the recorded length: after the original's last turn "
-              "nothing was narrated.\n")
+        ep_rows.append(
+            [
+                label + ("" if key == "turns" else " %"),
+                _f(scale * r["original"], d),
+                _f(scale * r["reaudit"], d),
+                _f(r["pearson"]),
+                _f(r["spearman"]),
+            ]
+        )
+    return (
+        f"# Re-audit agreement\n\noriginal: {source}\n\nre-auditor: {reauditor}\n\n"
+        f"## Per turn ({agr['turns']} turns judged by both"
+        + (f"; {agr['failed_turns']} the re-auditor failed to judge" if agr["failed_turns"] else "")
+        + ")\n\n"
+        + markdown_table(head, turn_rows)
+        + "\n\nConflict type per turn (rows: original, columns: re-audit):\n\n"
+        + markdown_table(
+            ("original \\ re-audit", *CROSS_LABELS),
+            [[a, *(agr["types"][a][b] for b in CROSS_LABELS)] for a in CROSS_LABELS],
+        )
+        + f"\n\n## Per episode ({agr['episodes']} episodes)\n\n"
+        + markdown_table(("metric", "original", "re-audit", "Pearson", "Spearman"), ep_rows)
+        + "\n\nRe-audit turns are censored at the recorded length: after the original's last turn "
+        "nothing was narrated.\n"
+    )
 
 
 def write_agreement(out: Path, agr: dict[str, Any], source: str, reauditor: str) -> str:
@@ -146,10 +198,23 @@ def write_agreement(out: Path, agr: dict[str, Any], source: str, reauditor: str)
     write(out / "agreement.md", md)
     summary = {k: v for k, v in agr.items() if k not in ("turn_rows", "episode_rows")}
     write(out / "agreement.json", json.dumps(summary, indent=1, default=_json_nan))
-    write(out / "agreement_turns.csv", csv_text(
-        ("spec_id", "turn", "original", "reaudit", "original_first_check", "reaudit_first_check"),
-        [[r["spec_id"], r["turn"], " ".join(sorted(r["original"])), " ".join(sorted(r["reaudit"])),
-          int(r["original_first"]), int(r["reaudit_first"])] for r in agr["turn_rows"]]))
+    write(
+        out / "agreement_turns.csv",
+        csv_text(
+            ("spec_id", "turn", "original", "reaudit", "original_first_check", "reaudit_first_check"),
+            [
+                [
+                    r["spec_id"],
+                    r["turn"],
+                    " ".join(sorted(r["original"])),
+                    " ".join(sorted(r["reaudit"])),
+                    int(r["original_first"]),
+                    int(r["reaudit_first"]),
+                ]
+                for r in agr["turn_rows"]
+            ],
+        ),
+    )
     eps = agr["episode_rows"]
     cols = list(eps[0]) if eps else ["spec_id"]
     write(out / "agreement_episodes.csv", csv_text(cols, [[r[c] for c in cols] for r in eps]))

@@ -21,9 +21,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -78,8 +79,11 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
     """A re-audit directory's auditor, on its source run's recorded turns."""
     manifest = read_manifest(path / MANIFEST)
     cfg = manifest.get("config") or {}
-    name = ((manifest.get("models") or {}).get("auditor") or {}).get("name") or \
-        ((cfg.get("auditor") or {}).get("model") or {}).get("name") or path.name
+    name = (
+        ((manifest.get("models") or {}).get("auditor") or {}).get("name")
+        or ((cfg.get("auditor") or {}).get("model") or {}).get("name")
+        or path.name
+    )
     aud = Auditor(str(name), path, str((manifest.get("source") or {}).get("identity") or source.path.resolve()))
     aud.label += f" (seed {cfg.get('seed', 0)})" if cfg.get("seed") not in (None, 0) else ""
     for f in sorted((path / RESULTS).glob("*.json")):
@@ -91,9 +95,11 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
             continue
         ordered = sorted(re_.turns, key=lambda a: a.turn)
         first = next((a for a in ordered if a.conflicts), None)
-        aud.episodes[re_.spec_id] = Judged(played(first.turn) if first else len(src.turns),
-                                           _types(first.conflicts) if first else frozenset(),
-                                           tuple((a.turn, bool(a.conflicts)) for a in ordered))
+        aud.episodes[re_.spec_id] = Judged(
+            played(first.turn) if first else len(src.turns),
+            _types(first.conflicts) if first else frozenset(),
+            tuple((a.turn, bool(a.conflicts)) for a in ordered),
+        )
     return aud
 
 
@@ -124,18 +130,29 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
         auditors.append(of_reaudit(root, runs[src]))
         configs.append(read_manifest(root / MANIFEST).get("config") or {})
     # Re-audits with the same auditor model (other seeds, temperatures, prompts): named by what differs.
-    names = [a.label for a in auditors[-len(reaudits):]] if reaudits else []
+    names = [a.label for a in auditors[-len(reaudits) :]] if reaudits else []
     if len(set(names)) < len(names):
-        for a, extra in zip(auditors[-len(reaudits):], by_difference(configs) or []):
+        for a, extra in zip(auditors[-len(reaudits) :], by_difference(configs) or [], strict=False):
             a.label = f"{a.label} {extra}"
     labels = [a.label for a in auditors]
     for i, a in enumerate(auditors):
         if labels.count(a.label) > 1:
             a.label = f"{a.label} #{i + 1}"
     if len(auditors) < 2:
-        raise InputError(paths[0] if paths else "runs", "runs", "the auditor table needs two auditors at least "
-                         "(a run and its re-audits, several re-audits, or runs that differ in their auditor)")
+        raise InputError(
+            paths[0] if paths else "runs",
+            "runs",
+            "the auditor table needs two auditors at least "
+            "(a run and its re-audits, several re-audits, or runs that differ in their auditor)",
+        )
     return auditors
+
+
+def _paired(
+    stat: Callable[[Any, Any], float], x: np.ndarray, y: np.ndarray, resamples: int, seed: int, level: float
+) -> dict[str, Any]:
+    """`stat` of two aligned per-episode columns, with its bootstrap interval over episodes."""
+    return asdict(bootstrap_stat(len(x), lambda idx: stat(x[idx], y[idx]), resamples, seed, level))
 
 
 def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
@@ -146,17 +163,25 @@ def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: 
         eps = [a.episodes[s] for s in common]
         cols = {t: [100.0 * (t in e.types if t != "conflict" else bool(e.types)) for e in eps] for t in RATES}
         cols["turns"] = [float(e.turns) for e in eps]
-        rows.append({"auditor": a.label, "path": str(a.path), "episodes": n,
-                     **{k: asdict(iv) for k, iv in bootstrap(cols, resamples, seed, level).items()}})
+        rows.append(
+            {
+                "auditor": a.label,
+                "path": str(a.path),
+                "episodes": n,
+                **{k: asdict(iv) for k, iv in bootstrap(cols, resamples, seed, level).items()},
+            }
+        )
     pairs = []
-    for (i, a), (j, b) in itertools.combinations(enumerate(auditors), 2):
+    for a, b in itertools.combinations(auditors, 2):
         x = np.asarray([a.episodes[s].turns for s in common], dtype=float)
         y = np.asarray([b.episodes[s].turns for s in common], dtype=float)
-        entry: dict[str, Any] = {"a": a.label, "b": b.label, "episodes": n,
-                                 "pearson": asdict(bootstrap_stat(n, lambda idx: pearson(x[idx], y[idx]),
-                                                                  resamples, seed, level)),
-                                 "spearman": asdict(bootstrap_stat(n, lambda idx: spearman(x[idx], y[idx]),
-                                                                   resamples, seed, level))}
+        entry: dict[str, Any] = {
+            "a": a.label,
+            "b": b.label,
+            "episodes": n,
+            "pearson": _paired(pearson, x, y, resamples, seed, level),
+            "spearman": _paired(spearman, x, y, resamples, seed, level),
+        }
         if a.narration == b.narration:
             # Per episode, the turns both judged (a re-audit judges the recorded ones; a run's own
             # auditor judged the same), as aligned yes/no arrays.
@@ -167,7 +192,8 @@ def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: 
                 per_a.append(np.asarray([da[t] for t in both], dtype=bool))
                 per_b.append(np.asarray([db[t] for t in both], dtype=bool))
 
-            def kappa(idx: np.ndarray) -> float:
+            # Bound as defaults: the bootstrap runs within this iteration, but the names change in the next.
+            def kappa(idx: np.ndarray, per_a: list[np.ndarray] = per_a, per_b: list[np.ndarray] = per_b) -> float:
                 if not len(idx):
                     return math.nan
                 return cohen_kappa(np.concatenate([per_a[k] for k in idx]), np.concatenate([per_b[k] for k in idx]))
@@ -193,19 +219,38 @@ def _cell(iv: dict[str, float] | None, d: int) -> str:
 
 def markdown(t: dict[str, Any]) -> str:
     head = ("auditor", "episodes", "fact %", "commit %", "player %", "any conflict %", "turns")
-    body = [[r["auditor"], r["episodes"], *(_cell(r[k], 1) for k in RATES), _cell(r["turns"], 2)]
-            for r in t["auditors"]]
-    pair_head = ("auditor A", "auditor B", "turns both judged", "kappa (conflict per turn)", "Pearson (turns)",
-                 "Spearman (turns)")
-    pair_body = [[p["a"], p["b"], p["turns_judged"] or "-", _cell(p["kappa"], 3), _cell(p["pearson"], 3),
-                  _cell(p["spearman"], 3)] for p in t["pairs"]]
-    return (f"# Auditor sensitivity ({t['episodes']} episodes judged by every auditor)\n\n"
-            + markdown_table(head, body)
-            + "\n\n" + markdown_table(pair_head, pair_body)
-            + f"\n\nPoint estimate [{t['level']:.0%} bootstrap interval over episodes]. Rates: share of episodes "
-              "with a standing conflict of that type; turns: to the first standing conflict (a re-audit's are "
-              "censored at the recorded length, a run's at max_turns). Kappa: conflict yes/no on the turns both "
-              "judged, where both judged the same narration. Pearson and Spearman: per-episode turns.\n")
+    body = [
+        [r["auditor"], r["episodes"], *(_cell(r[k], 1) for k in RATES), _cell(r["turns"], 2)] for r in t["auditors"]
+    ]
+    pair_head = (
+        "auditor A",
+        "auditor B",
+        "turns both judged",
+        "kappa (conflict per turn)",
+        "Pearson (turns)",
+        "Spearman (turns)",
+    )
+    pair_body = [
+        [
+            p["a"],
+            p["b"],
+            p["turns_judged"] or "-",
+            _cell(p["kappa"], 3),
+            _cell(p["pearson"], 3),
+            _cell(p["spearman"], 3),
+        ]
+        for p in t["pairs"]
+    ]
+    return (
+        f"# Auditor sensitivity ({t['episodes']} episodes judged by every auditor)\n\n"
+        + markdown_table(head, body)
+        + "\n\n"
+        + markdown_table(pair_head, pair_body)
+        + f"\n\nPoint estimate [{t['level']:.0%} bootstrap interval over episodes]. Rates: share of episodes "
+        "with a standing conflict of that type; turns: to the first standing conflict (a re-audit's are "
+        "censored at the recorded length, a run's at max_turns). Kappa: conflict yes/no on the turns both "
+        "judged, where both judged the same narration. Pearson and Spearman: per-episode turns.\n"
+    )
 
 
 def write_table(out: Path, t: dict[str, Any]) -> str:
@@ -213,14 +258,23 @@ def write_table(out: Path, t: dict[str, Any]) -> str:
     write(out / "auditors.md", md)
     write(out / "auditors.json", json.dumps(t, indent=1, default=str))
     header = ["auditor", "episodes"] + [f"{k}{s}" for k in (*RATES, "turns") for s in ("", "_lo", "_hi")]
-    rows = [[r["auditor"], r["episodes"], *(r[k][f] for k in (*RATES, "turns") for f in ("point", "lo", "hi"))]
-            for r in t["auditors"]]
+    rows = [
+        [r["auditor"], r["episodes"], *(r[k][f] for k in (*RATES, "turns") for f in ("point", "lo", "hi"))]
+        for r in t["auditors"]
+    ]
     write(out / "auditors.csv", csv_text(header, rows))
-    pair_header = ["a", "b", "turns_judged"] + [f"{k}{s}" for k in ("kappa", "pearson", "spearman")
-                                                for s in ("", "_lo", "_hi")]
-    pair_rows = [[p["a"], p["b"], p["turns_judged"],
-                  *((p[k] or {}).get(f, "") for k in ("kappa", "pearson", "spearman") for f in ("point", "lo", "hi"))]
-                 for p in t["pairs"]]
+    pair_header = ["a", "b", "turns_judged"] + [
+        f"{k}{s}" for k in ("kappa", "pearson", "spearman") for s in ("", "_lo", "_hi")
+    ]
+    pair_rows = [
+        [
+            p["a"],
+            p["b"],
+            p["turns_judged"],
+            *((p[k] or {}).get(f, "") for k in ("kappa", "pearson", "spearman") for f in ("point", "lo", "hi")),
+        ]
+        for p in t["pairs"]
+    ]
     write(out / "auditor_pairs.csv", csv_text(pair_header, pair_rows))
     return md
 

@@ -46,8 +46,10 @@ COST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("busy_s", "busy s"),
     ("cost", "cost"),
 )
-PER_TURN_NOTE = ("per episode-turn: the run's figures divided by its episode-turns (the turns recorded in its "
-                 "finished episodes); the opening's calls and any unfinished episode's are in the run's figures")
+PER_TURN_NOTE = (
+    "per episode-turn: the run's figures divided by its episode-turns (the turns recorded in its "
+    "finished episodes); the opening's calls and any unfinished episode's are in the run's figures"
+)
 
 
 @dataclass
@@ -159,8 +161,9 @@ def plan_projection(run: Run, dataset: str | None = None) -> tuple[dict[tuple[st
         cfg = validate(raw)
         ready = preflight(cfg, models=False)
         assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
-        growth = play(cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs,
-                      ready.player)
+        growth = play(
+            cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs, ready.player
+        )
     except InputError as exc:
         return None, f"not projected: {exc}"
     out: dict[tuple[str, str], float] = {}
@@ -180,13 +183,15 @@ def _gpus(manifest: dict[str, Any], role: str) -> int:
     return max(1, int(model.get("tensor_parallel_size") or 1))
 
 
-def cost_table(run: Run, gpu_hour_cost: float | None = None, plan: bool = False,
-               dataset: str | None = None) -> CostTable:
+def cost_table(
+    run: Run, gpu_hour_cost: float | None = None, plan: bool = False, dataset: str | None = None
+) -> CostTable:
     """The run's cost by role and stage; with `plan`, mode=plan's projection of the same calls beside it."""
     by_part = part_calls(run)
     calls = [c for part in by_part for c in part]
-    table = CostTable(run.label, gpu_hour_cost=gpu_hour_cost,
-                      episode_turns=sum(len(r.turns) for r in run.results.values()))
+    table = CostTable(
+        run.label, gpu_hour_cost=gpu_hour_cost, episode_turns=sum(len(r.turns) for r in run.results.values())
+    )
     if plan:
         table.projected, table.projection_note = plan_projection(run, dataset)
     for c in calls:
@@ -209,8 +214,9 @@ def cost_table(run: Run, gpu_hour_cost: float | None = None, plan: bool = False,
         if unknown:
             u.busy_s = None
         u.gpus = _gpus(run.manifest, role)
-        table.costs[(role, stage)] = None if gpu_hour_cost is None else (
-            None if u.busy_s is None else u.busy_s / 3600 * u.gpus * gpu_hour_cost)
+        table.costs[(role, stage)] = (
+            None if gpu_hour_cost is None else (None if u.busy_s is None else u.busy_s / 3600 * u.gpus * gpu_hour_cost)
+        )
     table.rows = dict(sorted(table.rows.items()))
     return table
 
@@ -219,26 +225,46 @@ def cost_table(run: Run, gpu_hour_cost: float | None = None, plan: bool = False,
 
 # Decimals of each column: (the run's figures, per episode-turn).
 DECIMALS: dict[str, tuple[int, int]] = {
-    "calls": (0, 2), "attempts": (0, 2), "prompt_tokens": (0, 0), "plan_prompt_tokens": (0, 0),
-    "cached_tokens": (0, 0), "generated_tokens": (0, 0), "cache_hit_pct": (1, 1), "engine_s": (1, 2),
-    "busy_s": (1, 2), "cost": (4, 6)}
+    "calls": (0, 2),
+    "attempts": (0, 2),
+    "prompt_tokens": (0, 0),
+    "plan_prompt_tokens": (0, 0),
+    "cached_tokens": (0, 0),
+    "generated_tokens": (0, 0),
+    "cache_hit_pct": (1, 1),
+    "engine_s": (1, 2),
+    "busy_s": (1, 2),
+    "cost": (4, 6),
+}
 
 
 def columns(table: CostTable) -> list[str]:
     """The keys shown: `cost` only with a price, the plan's projection only when there is one."""
-    return [k for k, _ in COST_COLUMNS
-            if (k != "cost" or table.gpu_hour_cost is not None) and (k != "plan_prompt_tokens" or table.projected)]
+    return [
+        k
+        for k, _ in COST_COLUMNS
+        if (k != "cost" or table.gpu_hour_cost is not None) and (k != "plan_prompt_tokens" or table.projected)
+    ]
 
 
 def _values(u: Usage, cost: float | None, projected: float | None, per: float) -> dict[str, float | None]:
     """The row's figures divided by `per` (1 for the run's own figures: counts stay integers)."""
+
     def d(x: float | None) -> float | None:
         return None if x is None else x if per == 1 else x / per
 
-    return {"calls": d(u.calls), "attempts": d(u.attempts), "prompt_tokens": d(u.prompt_tokens),
-            "plan_prompt_tokens": d(None if projected is None else round(projected)),
-            "cached_tokens": d(u.cached_tokens), "generated_tokens": d(u.generated_tokens),
-            "cache_hit_pct": u.cache_hit_pct, "engine_s": u.engine_s / per, "busy_s": d(u.busy_s), "cost": d(cost)}
+    return {
+        "calls": d(u.calls),
+        "attempts": d(u.attempts),
+        "prompt_tokens": d(u.prompt_tokens),
+        "plan_prompt_tokens": d(None if projected is None else round(projected)),
+        "cached_tokens": d(u.cached_tokens),
+        "generated_tokens": d(u.generated_tokens),
+        "cache_hit_pct": u.cache_hit_pct,
+        "engine_s": u.engine_s / per,
+        "busy_s": d(u.busy_s),
+        "cost": d(cost),
+    }
 
 
 def rows_of(table: CostTable) -> Iterable[tuple[str, str, str, dict[str, float | None]]]:
@@ -268,18 +294,23 @@ def cells(table: CostTable, per: str, values: dict[str, float | None]) -> list[s
 
 
 def table_note(t: CostTable) -> str:
-    return (f"{t.episode_turns} episode-turns"
-            + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if t.gpu_hour_cost is not None else "")
-            + ("; busy time unknown (a call log without done_at)" if t.total.busy_s is None else "")
-            + (f"; plan: {t.projection_note}" if t.projection_note else ""))
+    return (
+        f"{t.episode_turns} episode-turns"
+        + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if t.gpu_hour_cost is not None else "")
+        + ("; busy time unknown (a call log without done_at)" if t.total.busy_s is None else "")
+        + (f"; plan: {t.projection_note}" if t.projection_note else "")
+    )
 
 
 def cost_markdown(tables: Sequence[CostTable]) -> str:
     out: list[str] = []
     for t in tables:
         body = [[per, role, stage, *cells(t, per, v)] for per, role, stage, v in rows_of(t)]
-        out.append(f"### {t.label}\n\n" + markdown_table(["per", "role", "stage", *headers(t)], body, 3)
-                   + f"\n\n{table_note(t)}")
+        out.append(
+            f"### {t.label}\n\n"
+            + markdown_table(["per", "role", "stage", *headers(t)], body, 3)
+            + f"\n\n{table_note(t)}"
+        )
     return "\n\n".join(out)
 
 
@@ -294,7 +325,15 @@ def cost_rows_csv(tables: Sequence[CostTable]) -> tuple[list[str], list[list[Any
     for t in tables:
         shown = set(columns(t))
         for per, role, stage, values in rows_of(t):
-            body.append([t.label, per, role, stage,
-                         *(_csv_value(values[k]) if k in shown else "" for k, _ in COST_COLUMNS),
-                         t.episode_turns, "" if t.gpu_hour_cost is None else t.gpu_hour_cost])
+            body.append(
+                [
+                    t.label,
+                    per,
+                    role,
+                    stage,
+                    *(_csv_value(values[k]) if k in shown else "" for k, _ in COST_COLUMNS),
+                    t.episode_turns,
+                    "" if t.gpu_hour_cost is None else t.gpu_hour_cost,
+                ]
+            )
     return header, body

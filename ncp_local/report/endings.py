@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..protocol.metrics import ENDING_CENSORED, ENDINGS, EpisodeMetrics
 from .runs import Run
@@ -87,7 +88,7 @@ def _encode(scored: Sequence[EpisodeMetrics]) -> tuple[list[float], list[int]]:
 def _step_at(times: Sequence[float], values: Sequence[float], x: float) -> float:
     """A right-continuous step function's value at x (0 before its first time)."""
     out = 0.0
-    for t, v in zip(times, values):
+    for t, v in zip(times, values, strict=True):
         if t > x:
             break
         out = v
@@ -161,8 +162,15 @@ def run_endings(runs: Sequence[Run], level: float = 0.95) -> list[RunEndings]:
     out = []
     for run in runs:
         ms = run.metrics()
-        out.append(RunEndings(run.label, str(run.path), cumulative_incidence(ms, run.max_turns),
-                              run.aggregate(level).survival, endings_by_band(ms, run.max_turns)))
+        out.append(
+            RunEndings(
+                run.label,
+                str(run.path),
+                cumulative_incidence(ms, run.max_turns),
+                run.aggregate(level).survival,
+                endings_by_band(ms, run.max_turns),
+            )
+        )
     return out
 
 
@@ -171,22 +179,36 @@ def pct(x: float) -> str:
 
 
 # Defined in glossary.ENDINGS_GLOSSARY (tests/test_glossary.py holds the two together).
-SUMMARY_HEADER = ("run", "scored", *(f"{e} %" for e in ENDINGS), "still going %",
-                  *(f"{c} (censored)" for c in ENDING_CENSORED))
-ENDINGS_NOTE = ("Each ending's share of the stories within the run's turns, the last included: the chance "
-                "that a story ended by k (Aalen-Johansen; `max_turns` and `context_limit` censored, `invalid` "
-                "left out); with the share still going when the turn limit stopped them, a row adds up to "
-                "100. At every t the endings so far and S(t) add up to 100% (endings.csv). `several_types`: "
-                "one turn's confirmed conflicts of two or three types. Then, per run, the episodes by what "
-                "ended them and the band of turns they played.")
+SUMMARY_HEADER = (
+    "run",
+    "scored",
+    *(f"{e} %" for e in ENDINGS),
+    "still going %",
+    *(f"{c} (censored)" for c in ENDING_CENSORED),
+)
+ENDINGS_NOTE = (
+    "Each ending's share of the stories within the run's turns, the last included: the chance "
+    "that a story ended by k (Aalen-Johansen; `max_turns` and `context_limit` censored, `invalid` "
+    "left out); with the share still going when the turn limit stopped them, a row adds up to "
+    "100. At every t the endings so far and S(t) add up to 100% (endings.csv). `several_types`: "
+    "one turn's confirmed conflicts of two or three types. Then, per run, the episodes by what "
+    "ended them and the band of turns they played."
+)
 
 
 def endings_summary_rows(ends: Sequence[RunEndings]) -> list[list[Any]]:
     rows = []
     for e in ends:
         inc = e.incidence
-        rows.append([e.label, inc.episodes, *(pct(inc.final(k)) for k in ENDINGS), pct(inc.still_going),
-                     *(inc.censored[c] for c in ENDING_CENSORED)])
+        rows.append(
+            [
+                e.label,
+                inc.episodes,
+                *(pct(inc.final(k)) for k in ENDINGS),
+                pct(inc.still_going),
+                *(inc.censored[c] for c in ENDING_CENSORED),
+            ]
+        )
     return rows
 
 

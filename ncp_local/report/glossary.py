@@ -10,30 +10,37 @@ from __future__ import annotations
 # (column as headed in the tables, its definition). Order: as the tables show them.
 GLOSSARY: tuple[tuple[str, str], ...] = (
     ("episodes", "finished episodes of the run, `invalid` ones included"),
-    ("avg turns", "mean player turns an episode played, the turn that ended it in a conflict included "
-                  "(turn N is the N-th player turn; the opening is not a turn)"),
+    (
+        "avg turns",
+        "mean player turns an episode played, the turn that ended it in a conflict included "
+        "(turn N is the N-th player turn; the opening is not a turn)",
+    ),
     ("turns", "player turns one episode played, the conflicting one included; `n+`: censored, more than n"),
     ("traj %", "mean share of the spec's story beats (trajectory nodes) the episode completed"),
     ("sat %", "mean share of the spec's commitments satisfied at the episode's end"),
     ("fact %", "share of episodes ended by a fact conflict: the narration contradicted an active fact or itself"),
     ("commit %", "share of episodes ended by a commitment conflict: the narration broke a narrative commitment"),
-    ("player %", "share of episodes ended by a player-input conflict: the narration contradicted what the "
-                 "player did"),
+    ("player %", "share of episodes ended by a player-input conflict: the narration contradicted what the player did"),
     ("conflict-free", "episodes that did not end in a conflict"),
     ("conflict", "episodes ended by a conflict the double-check confirmed"),
     ("max_turns", "episodes that played every turn allowed (`max_turns`) without a conflict"),
     ("all_resolved", "episodes that ended early because every achievement commitment was satisfied"),
-    ("context_limit", "episodes stopped because a call no longer fit the model's window: their length is "
-                      "only known from below (censored)"),
+    (
+        "context_limit",
+        "episodes stopped because a call no longer fit the model's window: their length is "
+        "only known from below (censored)",
+    ),
     ("invalid", "episodes a model's answers left unusable after every retry; counted, never averaged"),
     ("censored", "`context_limit` episodes: averaged at their committed turns, censored in S(t)"),
     ("bound hits", "answers that reached a configured output bound (length or count); none on real models"),
     ("overturned", "conflicts the first check raised and the double-check cleared"),
     ("S(t)", "share of episodes that played t turns or more (Kaplan-Meier when some are censored)"),
-    ("[lo, hi]", "the `report.level` bootstrap interval over episodes; not shown for fewer than 2 scored "
-                 "episodes"),
-    ("genre rows", "an episode counts once under each genre of its spec (two each in NCP-Bench), so a "
-                   "run's genre rows add up to more episodes than it has"),
+    ("[lo, hi]", "the `report.level` bootstrap interval over episodes; not shown for fewer than 2 scored episodes"),
+    (
+        "genre rows",
+        "an episode counts once under each genre of its spec (two each in NCP-Bench), so a "
+        "run's genre rows add up to more episodes than it has",
+    ),
 )
 # The cost table's columns (report/cost.py), in the order the table shows them.
 COST_GLOSSARY: tuple[tuple[str, str], ...] = (
@@ -43,26 +50,41 @@ COST_GLOSSARY: tuple[tuple[str, str], ...] = (
     ("cached tok", "prompt tokens the engine's prefix cache served instead of computing them"),
     ("generated tok", "tokens the model generated, over every attempt"),
     ("cache hit %", "cached tokens as a share of prompt tokens"),
-    ("engine s", "seconds the attempts spent in the engine, summed; calls batched together each count their "
-                 "own time, so under batching this exceeds the time the engine was busy"),
-    ("busy s", "the engine's busy wall-clock seconds charged to this stage: each moment a model's engine "
-               "worked is shared equally among the calls in flight then"),
+    (
+        "engine s",
+        "seconds the attempts spent in the engine, summed; calls batched together each count their "
+        "own time, so under batching this exceeds the time the engine was busy",
+    ),
+    (
+        "busy s",
+        "the engine's busy wall-clock seconds charged to this stage: each moment a model's engine "
+        "worked is shared equally among the calls in flight then",
+    ),
     ("cost", "busy hours x the GPUs of the model's engine (tensor_parallel_size) x report.gpu_hour_cost"),
-    ("plan prompt tok", "the same calls' prompt tokens as mode=plan projects them (its prompt growth played "
-                        "on the run's recorded config; report.plan=true)"),
+    (
+        "plan prompt tok",
+        "the same calls' prompt tokens as mode=plan projects them (its prompt growth played "
+        "on the run's recorded config; report.plan=true)",
+    ),
 )
 # The endings table's columns (report/endings.py): each ending's share of the stories by the last turn.
 ENDINGS_GLOSSARY: tuple[tuple[str, str], ...] = (
     ("run", "the run's label"),
     ("scored", "episodes the curves rest on: every finished one but the `invalid` ones"),
-    ("fact %", "share of stories a fact conflict alone ended within the run's turns, the last included "
-               "(Aalen-Johansen: F_fact(max_turns + 1))"),
+    (
+        "fact %",
+        "share of stories a fact conflict alone ended within the run's turns, the last included "
+        "(Aalen-Johansen: F_fact(max_turns + 1))",
+    ),
     ("commitment %", "the same for a commitment conflict alone"),
     ("player_input %", "the same for a player-input conflict alone"),
     ("several_types %", "the same for one turn's confirmed conflicts of two or three types"),
     ("all_resolved %", "the same for every achievement commitment satisfied"),
-    ("still going %", "share no ending reached within the run's turns (the turn limit stopped them; censored "
-                      "stories counted by Kaplan-Meier); the endings and this add up to 100"),
+    (
+        "still going %",
+        "share no ending reached within the run's turns (the turn limit stopped them; censored "
+        "stories counted by Kaplan-Meier); the endings and this add up to 100",
+    ),
     ("max_turns (censored)", "episodes the turn limit stopped: administrative censoring, not an ending"),
     ("context_limit (censored)", "episodes stopped by a full context window: censored, as in S(t)"),
     ("turns band", "episodes by what ended them and how many turns they played (`0`: in the opening)"),

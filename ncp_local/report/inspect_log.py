@@ -52,8 +52,11 @@ def model_name(run: Run, role: str) -> str:
     engine = str((cfg.get("engine") or {}).get("name") or "unknown")
     if engine == "scripted":
         return f"scripted/{NO_MODEL}"
-    name = (((cfg.get(role) or {}).get("model") or {}).get("name")
-            or ((run.manifest.get("models") or {}).get(role) or {}).get("name") or "unknown")
+    name = (
+        ((cfg.get(role) or {}).get("model") or {}).get("name")
+        or ((run.manifest.get("models") or {}).get(role) or {}).get("name")
+        or "unknown"
+    )
     return f"{engine}/{name}"
 
 
@@ -63,8 +66,13 @@ def conflict_label(m: EpisodeMetrics) -> str:
 
 def score_values(m: EpisodeMetrics) -> dict[str, Any]:
     """The episode's scores as its record gives them (the names are `SCORES`)."""
-    return {"termination": m.termination, "turns": m.turns, "trajectory": m.trajectory_progress,
-            "satisfied": m.satisfied, "conflict": conflict_label(m)}
+    return {
+        "termination": m.termination,
+        "turns": m.turns,
+        "trajectory": m.trajectory_progress,
+        "satisfied": m.satisfied,
+        "conflict": conflict_label(m),
+    }
 
 
 def _when(seconds: float | None) -> dt.datetime | None:
@@ -87,10 +95,15 @@ def accepted_output(result: EpisodeResult, stage: str, turn: int) -> str | None:
     rec = next((t for t in result.turns if t.turn == turn), None)
     if rec is None:
         return None
-    payload: Any = {"player": rec.player_input, "narrate": rec.response,
-                    "fact_update": rec.fact_update.model_dump(mode="json"), "conflict_check": rec.conflict_check,
-                    "double_check": rec.double_check, "trajectory_check": rec.trajectory_check,
-                    "status_check": rec.status_check}.get(stage)
+    payload: Any = {
+        "player": rec.player_input,
+        "narrate": rec.response,
+        "fact_update": rec.fact_update.model_dump(mode="json"),
+        "conflict_check": rec.conflict_check,
+        "double_check": rec.double_check,
+        "trajectory_check": rec.trajectory_check,
+        "status_check": rec.status_check,
+    }.get(stage)
     if payload is None:
         return None
     return payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
@@ -131,8 +144,9 @@ def build_log(run: Run) -> Any:
         )
         from inspect_ai.scorer import Score
     except ImportError as exc:
-        raise ConfigError("export.format", f"inspect needs inspect_ai, which is not installed ({exc.name}): "
-                          f"{INSTALL}") from None
+        raise ConfigError(
+            "export.format", f"inspect needs inspect_ai, which is not installed ({exc.name}): {INSTALL}"
+        ) from None
 
     cfg = run.manifest.get("config") or {}
     role_models = {r: model_name(run, r) for r in ROLES}
@@ -146,13 +160,19 @@ def build_log(run: Run) -> Any:
         for c in calls:
             prompt, cached = int(c.get("prompt_tokens") or 0), int(c.get("cached_tokens") or 0)
             gen = int(c.get("generated_tokens") or 0)
-            out = out + ModelUsage(input_tokens=prompt - cached, input_tokens_cache_read=cached, output_tokens=gen,
-                                   total_tokens=prompt + gen)
+            out = out + ModelUsage(
+                input_tokens=prompt - cached,
+                input_tokens_cache_read=cached,
+                output_tokens=gen,
+                total_tokens=prompt + gen,
+            )
         return out
 
     def usage_by(calls: list[dict[str, Any]], key: str) -> dict[str, Any]:
-        names = {"model": lambda c: role_models.get(str(c.get("role")), f"unknown/{c.get('model')}"),
-                 "role": lambda c: str(c.get("role"))}[key]
+        names = {
+            "model": lambda c: role_models.get(str(c.get("role")), f"unknown/{c.get('model')}"),
+            "role": lambda c: str(c.get("role")),
+        }[key]
         groups: dict[str, list[dict[str, Any]]] = {}
         for c in calls:
             groups.setdefault(names(c), []).append(c)
@@ -168,37 +188,77 @@ def build_log(run: Run) -> Any:
         model = role_models.get(role, f"unknown/{c.get('model')}")
         error = c.get("error")
         text = (c.get("output") or "") if error else (accepted_output(result, stage, turn) or "")
-        choice = ChatCompletionChoice(message=ChatMessageAssistant(content=text, source="generate", model=model),
-                                      stop_reason=STOP.get(str(c.get("finish_reason")), "unknown"))
+        choice = ChatCompletionChoice(
+            message=ChatMessageAssistant(content=text, source="generate", model=model),
+            stop_reason=STOP.get(str(c.get("finish_reason")), "unknown"),
+        )
         done = c.get("done_at")
         latency = float(c.get("latency_s") or 0.0)
-        extra = {} if done is None else {"timestamp": _when(done), "completed": _when(done),
-                                         "working_start": max(0.0, float(done) - latency - t0)}
+        extra = (
+            {}
+            if done is None
+            else {
+                "timestamp": _when(done),
+                "completed": _when(done),
+                "working_start": max(0.0, float(done) - latency - t0),
+            }
+        )
         return ModelEvent(
-            model=model, role=role, input=[], tools=[], tool_choice="none",
-            config=GenerateConfig(temperature=sampling(role).temperature, top_p=sampling(role).top_p,
-                                  max_tokens=sampling(role).max_tokens, seed=c.get("seed")),
+            model=model,
+            role=role,
+            input=[],
+            tools=[],
+            tool_choice="none",
+            config=GenerateConfig(
+                temperature=sampling(role).temperature,
+                top_p=sampling(role).top_p,
+                max_tokens=sampling(role).max_tokens,
+                seed=c.get("seed"),
+            ),
             output=ModelOutput(model=model, choices=[choice], completion=text, usage=usage([c]), time=latency),
-            error=error, working_time=latency, span_id=span,
-            metadata={"stage": stage, "role": role, "turn_id": turn, "attempt": c.get("attempt"),
-                      "seed": c.get("seed"), "finish_reason": c.get("finish_reason"), "key": c.get("key") or None,
-                      "output_from": "call log (failed attempt)" if error else "episode record (accepted answer)"},
-            **extra)
+            error=error,
+            working_time=latency,
+            span_id=span,
+            metadata={
+                "stage": stage,
+                "role": role,
+                "turn_id": turn,
+                "attempt": c.get("attempt"),
+                "seed": c.get("seed"),
+                "finish_reason": c.get("finish_reason"),
+                "key": c.get("key") or None,
+                "output_from": "call log (failed attempt)" if error else "episode record (accepted answer)",
+            },
+            **extra,
+        )
 
     samples = []
     for sid, result in run.results.items():
         m = episode_metrics(result)
         calls = by_episode.get(sid, [])
         spec = run.specs.get(sid)
-        messages: list[Any] = [ChatMessageAssistant(content=result.opening, source="generate",
-                                                    model=role_models["narrator"],
-                                                    metadata={"role": "narrator", "stage": "opening", "turn_id": -1})]
+        messages: list[Any] = [
+            ChatMessageAssistant(
+                content=result.opening,
+                source="generate",
+                model=role_models["narrator"],
+                metadata={"role": "narrator", "stage": "opening", "turn_id": -1},
+            )
+        ]
         for rec in result.turns:
-            messages.append(ChatMessageUser(content=rec.player_input, source="generate",
-                                            metadata={"role": "player", "turn_id": rec.turn}))
-            messages.append(ChatMessageAssistant(content=rec.response, source="generate",
-                                                 model=role_models["narrator"],
-                                                 metadata={"role": "narrator", "turn_id": rec.turn}))
+            messages.append(
+                ChatMessageUser(
+                    content=rec.player_input, source="generate", metadata={"role": "player", "turn_id": rec.turn}
+                )
+            )
+            messages.append(
+                ChatMessageAssistant(
+                    content=rec.response,
+                    source="generate",
+                    model=role_models["narrator"],
+                    metadata={"role": "narrator", "turn_id": rec.turn},
+                )
+            )
         starts = [float(c["done_at"]) - float(c.get("latency_s") or 0.0) for c in calls if c.get("done_at") is not None]
         t0 = min(starts) if starts else 0.0
         events: list[Any] = []
@@ -208,84 +268,158 @@ def build_log(run: Run) -> Any:
             if span != open_span:
                 if open_span is not None:
                     events.append(SpanEndEvent(id=open_span, span_id=open_span))
-                events.append(SpanBeginEvent(id=span, name=_turn_label(int(c.get("turn", 0))), type="turn",
-                                             span_id=span))
+                events.append(
+                    SpanBeginEvent(id=span, name=_turn_label(int(c.get("turn", 0))), type="turn", span_id=span)
+                )
                 open_span = span
             events.append(event(c, result, span, t0))
         if open_span is not None:
             events.append(SpanEndEvent(id=open_span, span_id=open_span))
         ends = [float(c["done_at"]) for c in calls if c.get("done_at") is not None]
         title = spec.meta.title if spec else sid
-        samples.append(EvalSample(
-            id=sid, epoch=1, target="",
-            input=(f"{title}; the player is {spec.meta.player_role}" if spec else sid),
-            messages=messages,
-            output=ModelOutput.from_content(role_models["narrator"],
-                                            result.turns[-1].response if result.turns else result.opening),
-            scores={name: Score(value=value, explanation=(result.reason or None) if name == "termination" else None)
-                    for name, value in score_values(m).items()},
-            metadata={"spec_id": sid, "title": title, "genres": list(spec.meta.genres) if spec else [],
-                      "termination_reason": result.reason, "censored": m.censored, "max_turns": result.max_turns,
-                      "bound_hits": m.bound_hits},
-            events=events,
-            model_usage=usage_by(calls, "model"), role_usage=usage_by(calls, "role"),
-            started_at=_when(min(starts)) if starts else None, completed_at=_when(max(ends)) if ends else None,
-            total_time=(max(ends) - min(starts)) if starts and ends else None,
-            working_time=sum(float(c.get("latency_s") or 0.0) for c in calls),
-        ))
+        samples.append(
+            EvalSample(
+                id=sid,
+                epoch=1,
+                target="",
+                input=(f"{title}; the player is {spec.meta.player_role}" if spec else sid),
+                messages=messages,
+                output=ModelOutput.from_content(
+                    role_models["narrator"], result.turns[-1].response if result.turns else result.opening
+                ),
+                scores={
+                    name: Score(value=value, explanation=(result.reason or None) if name == "termination" else None)
+                    for name, value in score_values(m).items()
+                },
+                metadata={
+                    "spec_id": sid,
+                    "title": title,
+                    "genres": list(spec.meta.genres) if spec else [],
+                    "termination_reason": result.reason,
+                    "censored": m.censored,
+                    "max_turns": result.max_turns,
+                    "bound_hits": m.bound_hits,
+                },
+                events=events,
+                model_usage=usage_by(calls, "model"),
+                role_usage=usage_by(calls, "role"),
+                started_at=_when(min(starts)) if starts else None,
+                completed_at=_when(max(ends)) if ends else None,
+                total_time=(max(ends) - min(starts)) if starts and ends else None,
+                working_time=sum(float(c.get("latency_s") or 0.0) for c in calls),
+            )
+        )
 
     agg = aggregate(run.metrics(), run.max_turns)
 
     def metric(name: str, value: float) -> Any:
         return EvalMetric(name=name, value=value)
 
-    results = EvalResults(total_samples=len(samples), completed_samples=agg.scored, scores=[
-        EvalScore(name="termination", scorer="termination", scored_samples=agg.episodes,
-                  metrics={k: metric(k, n) for k, n in agg.terminations.items()}),
-        EvalScore(name="turns", scorer="turns", scored_samples=agg.scored,
-                  metrics={"mean": metric("mean", agg.avg_turns)}),
-        EvalScore(name="trajectory", scorer="trajectory", scored_samples=agg.scored,
-                  metrics={"mean": metric("mean", agg.trajectory_pct / 100)}),
-        EvalScore(name="satisfied", scorer="satisfied", scored_samples=agg.scored,
-                  metrics={"mean": metric("mean", agg.satisfied_pct / 100)}),
-        EvalScore(name="conflict", scorer="conflict", scored_samples=agg.scored,
-                  metrics={"conflict_free": metric("conflict_free", agg.conflict_free),
-                           **{t: metric(t, getattr(agg, f"{t}_pct") / 100) for t in CONFLICT_TYPES}}),
-    ])
+    results = EvalResults(
+        total_samples=len(samples),
+        completed_samples=agg.scored,
+        scores=[
+            EvalScore(
+                name="termination",
+                scorer="termination",
+                scored_samples=agg.episodes,
+                metrics={k: metric(k, n) for k, n in agg.terminations.items()},
+            ),
+            EvalScore(
+                name="turns", scorer="turns", scored_samples=agg.scored, metrics={"mean": metric("mean", agg.avg_turns)}
+            ),
+            EvalScore(
+                name="trajectory",
+                scorer="trajectory",
+                scored_samples=agg.scored,
+                metrics={"mean": metric("mean", agg.trajectory_pct / 100)},
+            ),
+            EvalScore(
+                name="satisfied",
+                scorer="satisfied",
+                scored_samples=agg.scored,
+                metrics={"mean": metric("mean", agg.satisfied_pct / 100)},
+            ),
+            EvalScore(
+                name="conflict",
+                scorer="conflict",
+                scored_samples=agg.scored,
+                metrics={
+                    "conflict_free": metric("conflict_free", agg.conflict_free),
+                    **{t: metric(t, getattr(agg, f"{t}_pct") / 100) for t in CONFLICT_TYPES},
+                },
+            ),
+        ],
+    )
     dataset = run.manifest.get("dataset") or {}
     git = run.manifest.get("git") or {}
     commit = str(git.get("revision") or run.manifest.get("git_revision") or "")
     spec = EvalSpec(
-        eval_id=str(run.manifest.get("identity") or run.key), run_id=str(run.manifest.get("identity") or run.key),
-        created=_created(run), task=TASK, task_id=str(run.manifest.get("identity") or ""),
+        eval_id=str(run.manifest.get("identity") or run.key),
+        run_id=str(run.manifest.get("identity") or run.key),
+        created=_created(run),
+        task=TASK,
+        task_id=str(run.manifest.get("identity") or ""),
         task_version=str(run.manifest.get("rig_version") or "0"),
         task_display_name=f"NCP: {run.label}",
-        task_args={"condition": (cfg.get("condition") or {}).get("name"),
-                   "method": (cfg.get("method") or {}).get("name"), "max_turns": cfg.get("max_turns"),
-                   "seed": cfg.get("seed")},
-        dataset=EvalDataset(name=(cfg.get("dataset") or {}).get("name"), location=dataset.get("path"),
-                            samples=len(samples), sample_ids=list(run.results)),
-        model=role_models["narrator"], model_generate_config=sampling("narrator"),
+        task_args={
+            "condition": (cfg.get("condition") or {}).get("name"),
+            "method": (cfg.get("method") or {}).get("name"),
+            "max_turns": cfg.get("max_turns"),
+            "seed": cfg.get("seed"),
+        },
+        dataset=EvalDataset(
+            name=(cfg.get("dataset") or {}).get("name"),
+            location=dataset.get("path"),
+            samples=len(samples),
+            sample_ids=list(run.results),
+        ),
+        model=role_models["narrator"],
+        model_generate_config=sampling("narrator"),
         model_roles={r: ModelConfig(model=role_models[r], config=sampling(r)) for r in ROLES},
         config=EvalConfig(limit=cfg.get("limit"), epochs=1, max_samples=cfg.get("concurrency")),
         revision=EvalRevision(type="git", origin="", commit=commit, dirty=git.get("dirty")) if commit else None,
         packages={k: str(v) for k, v in (run.manifest.get("versions") or {}).items()},
-        metadata={"ncp_local": {"run_dir": str(run.path), "identity": run.manifest.get("identity"),
-                                "label": run.label, "dataset_sha256": dataset.get("sha256"),
-                                "turn_ids": "records keep the reference's turn_id: the opening is -1, the first "
-                                            "player turn 0; spans and labels count from turn 1"}},
+        metadata={
+            "ncp_local": {
+                "run_dir": str(run.path),
+                "identity": run.manifest.get("identity"),
+                "label": run.label,
+                "dataset_sha256": dataset.get("sha256"),
+                "turn_ids": "records keep the reference's turn_id: the opening is -1, the first "
+                "player turn 0; spans and labels count from turn 1",
+            }
+        },
     )
     starts = [s.started_at for s in samples if s.started_at]
     ends = [s.completed_at for s in samples if s.completed_at]
-    stats = EvalStats(started_at=min(starts) if starts else "", completed_at=max(ends) if ends else "",
-                      model_usage=usage_by(all_calls, "model"), role_usage=usage_by(all_calls, "role"))
-    return EvalLog(status="success" if not run.unfinished else "started", eval=spec,
-                   plan=EvalPlan(name="ncp", steps=[EvalPlanStep(solver="ncp_episode",
-                                                                 params={"narrator": role_models["narrator"],
-                                                                         "player": role_models["player"],
-                                                                         "auditor": role_models["auditor"]})],
-                                 config=sampling("narrator")),
-                   results=results, stats=stats, samples=samples)
+    stats = EvalStats(
+        started_at=min(starts) if starts else "",
+        completed_at=max(ends) if ends else "",
+        model_usage=usage_by(all_calls, "model"),
+        role_usage=usage_by(all_calls, "role"),
+    )
+    return EvalLog(
+        status="success" if not run.unfinished else "started",
+        eval=spec,
+        plan=EvalPlan(
+            name="ncp",
+            steps=[
+                EvalPlanStep(
+                    solver="ncp_episode",
+                    params={
+                        "narrator": role_models["narrator"],
+                        "player": role_models["player"],
+                        "auditor": role_models["auditor"],
+                    },
+                )
+            ],
+            config=sampling("narrator"),
+        ),
+        results=results,
+        stats=stats,
+        samples=samples,
+    )
 
 
 def write_log(log: Any, run: Run, out: Path) -> Path:

@@ -35,7 +35,7 @@ def flat(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 def _shown(v: Any) -> str:
     text = v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), default=str)
-    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "..."
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 3] + "..."
 
 
 def _settings(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,8 +30,9 @@ STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def survival_figure(runs: Sequence[Run], level: float = 0.95,
-                    corrected: Mapping[str, Sequence[float]] | None = None) -> Figure:
+def survival_figure(
+    runs: Sequence[Run], level: float = 0.95, corrected: Mapping[str, Sequence[float]] | None = None
+) -> Figure:
     """Kaplan-Meier S(t) per run, its band shaded, `+` where censored episodes leave the count; a thin
     dashed line of the same colour where a review sheet corrected a run's S(t) (report/precision.py)."""
     fig = Figure(figsize=(8.0, 4.8), dpi=120, layout="constrained")
@@ -50,20 +51,50 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95,
             return [100 * v for v in values] + ([100 * values[-1]] if len(values) else [])
 
         label = f"{run.label} (n={agg.scored}" + (f", {agg.censored} censored" if agg.censored else "") + ")"
-        (line,) = ax.step(ts, held(s), where="post", linewidth=1.8, label=label,
-                          linestyle=STYLES[i % len(STYLES)], marker=MARKERS[i % len(MARKERS)], markersize=4,
-                          markevery=list(range(0, len(s), max(1, len(s) // 12))), alpha=0.9)
-        ax.fill_between(ts, held(agg.survival_lo), held(agg.survival_hi), step="post",
-                        color=line.get_color(), alpha=0.15, linewidth=0)
+        (line,) = ax.step(
+            ts,
+            held(s),
+            where="post",
+            linewidth=1.8,
+            label=label,
+            linestyle=STYLES[i % len(STYLES)],
+            marker=MARKERS[i % len(MARKERS)],
+            markersize=4,
+            markevery=list(range(0, len(s), max(1, len(s) // 12))),
+            alpha=0.9,
+        )
+        ax.fill_between(
+            ts,
+            held(agg.survival_lo),
+            held(agg.survival_hi),
+            step="post",
+            color=line.get_color(),
+            alpha=0.15,
+            linewidth=0,
+        )
         if corrected and run.label in corrected:
             fixed = list(corrected[run.label])
-            ax.step([*range(len(fixed)), len(fixed) - 0.5], held(fixed), where="post", linewidth=1.0,
-                    linestyle=(0, (4, 2)), color=line.get_color(), label=f"{run.label}: corrected for the auditor")
+            ax.step(
+                [*range(len(fixed)), len(fixed) - 0.5],
+                held(fixed),
+                where="post",
+                linewidth=1.0,
+                linestyle=(0, (4, 2)),
+                color=line.get_color(),
+                label=f"{run.label}: corrected for the auditor",
+            )
         marks = sorted(t for t in censored_at(run) if t < len(s))
         if marks:
             any_censored = True
-            ax.plot(marks, [100 * s[t] for t in marks], linestyle="none", marker="+", markersize=9,
-                    markeredgewidth=1.6, color=line.get_color())
+            ax.plot(
+                marks,
+                [100 * s[t] for t in marks],
+                linestyle="none",
+                marker="+",
+                markersize=9,
+                markeredgewidth=1.6,
+                color=line.get_color(),
+            )
     # Half a turn beyond the last one: a drop at the last turn would sit on the frame otherwise.
     ax.set_xlim(-0.25, max(horizon, 1) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
@@ -72,8 +103,9 @@ def survival_figure(runs: Sequence[Run], level: float = 0.95,
     # turn 3 played 3 turns, so it is in S(3) and leaves the curve after t = 3.
     ax.set_xlabel("t: player turns played")
     ax.set_ylabel("episodes that played t turns or more (%)")
-    ax.set_title(f"Survival S(t), Kaplan-Meier with {level:.0%} band"
-                 + (" (+ censored: context_limit)" if any_censored else ""))
+    ax.set_title(
+        f"Survival S(t), Kaplan-Meier with {level:.0%} band" + (" (+ censored: context_limit)" if any_censored else "")
+    )
     ax.grid(True, alpha=0.3)
     if runs:
         # Below the axes: labels are long (models / condition / method) and
@@ -92,13 +124,14 @@ def _save(fig: Figure, out: Path, stem: str) -> tuple[Path, Path]:
     return png, svg
 
 
-def write_survival(runs: Sequence[Run], out: Path, level: float = 0.95,
-                   corrected: Mapping[str, Sequence[float]] | None = None) -> tuple[Path, Path]:
+def write_survival(
+    runs: Sequence[Run], out: Path, level: float = 0.95, corrected: Mapping[str, Sequence[float]] | None = None
+) -> tuple[Path, Path]:
     return _save(survival_figure(runs, level, corrected), out, "survival")
 
 
 # One colour per ending, S(t) in grey on top: the same ending has the same colour in every panel.
-ENDING_COLOURS = dict(zip(ENDINGS, ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c")))
+ENDING_COLOURS = dict(zip(ENDINGS, ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c"), strict=True))
 SURVIVING_COLOUR = "#c7c7c7"
 PANEL_COLUMNS = 3
 
@@ -112,16 +145,16 @@ def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> 
     fig = Figure(figsize=(max(8.0, 4.2 * cols), 3.6 * rows + 1.0), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
-    for ax, (label, inc, s) in zip(axes.flat, panels):
+    for ax, (label, inc, s) in zip(axes.flat, panels, strict=False):
         # t = max_turns + 1 holds the last turn's endings; the grey rest there is what the limit stopped.
         ts = [*range(inc.max_turns + 2), inc.max_turns + 1.5]
         base = [0.0] * len(ts)
         layers = [(e, inc.curves[e], ENDING_COLOURS[e]) for e in ENDINGS]
         layers.append(("still going: S(t)", (*s, inc.still_going), SURVIVING_COLOUR))
         for name, curve, colour in layers:
-            top = [b + 100 * v for b, v in zip(base, [*curve, curve[-1]])]
+            top = [b + 100 * v for b, v in zip(base, [*curve, curve[-1]], strict=True)]
             ax.fill_between(ts, base, top, step="post", color=colour, linewidth=0, label=name)
             base = top
         ax.set_xlim(0, inc.max_turns + 1.5)

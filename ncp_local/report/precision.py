@@ -23,9 +23,10 @@ Without a sheet nothing changes, and the report says its figures are uncorrected
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -33,8 +34,8 @@ from scipy import stats
 from ..errors import InputError
 from ..protocol.replay import conflict_key
 from ..protocol.stages import CONFLICT_TYPES
-from .sheet import read_sheet
 from .runs import Run
+from .sheet import read_sheet
 from .stats import Interval
 from .tables import csv_text, markdown_table
 
@@ -68,8 +69,11 @@ def read_verdicts(path: str | Path, runs: Sequence[Run]) -> list[Verdict]:
     for row_no, row in enumerate(rows, start=2):
         run = by_dir.get(Path(row["run_dir"]).expanduser().resolve())
         if run is None:
-            raise InputError(path, f"row {row_no}: run_dir", f"{row['run_dir']!r} is not one of the reported runs "
-                             "(a sheet from another run?)")
+            raise InputError(
+                path,
+                f"row {row_no}: run_dir",
+                f"{row['run_dir']!r} is not one of the reported runs (a sheet from another run?)",
+            )
         result = run.results.get(row["spec_id"])
         if result is None or result.termination != "conflict":
             what = "has no such episode" if result is None else f"ended in {result.termination}, not a conflict"
@@ -78,8 +82,12 @@ def read_verdicts(path: str | Path, runs: Sequence[Run]) -> list[Verdict]:
         standing = {conflict_key(c) for c in result.turns[-1].conflicts}
         key = conflict_key({"type": row["type"], "id": row["target_id"]})
         if key not in standing:
-            raise InputError(path, f"row {row_no}: target_id", f"{row['type']} {row['target_id']!r} is not a "
-                             f"conflict of {row['spec_id']}'s ending in {run.path} (a sheet from another run?)")
+            raise InputError(
+                path,
+                f"row {row_no}: target_id",
+                f"{row['type']} {row['target_id']!r} is not a "
+                f"conflict of {row['spec_id']}'s ending in {run.path} (a sheet from another run?)",
+            )
         ident = (str(run.path), row["spec_id"], *key)
         if ident in seen:
             raise InputError(path, f"row {row_no}", f"reviews the same conflict as row {seen[ident]}")
@@ -117,6 +125,7 @@ def precisions(verdicts: Sequence[Verdict], level: float) -> dict[str, Precision
 
 # ---- the corrected figures ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Episodes:
     """A run's scored episodes as arrays: turns played, censored or not, and per conflict type the
@@ -134,8 +143,11 @@ def episodes_of(run: Run) -> Episodes:
         if r.termination == "conflict":
             for c in r.turns[-1].conflicts:
                 counts[conflict_key(c)[0]][i] += 1
-    return Episodes(np.array([len(r.turns) for r in scored], dtype=int),
-                    np.array([r.termination == "context_limit" for r in scored], dtype=bool), counts)
+    return Episodes(
+        np.array([len(r.turns) for r in scored], dtype=int),
+        np.array([r.termination == "context_limit" for r in scored], dtype=bool),
+        counts,
+    )
 
 
 def _real(eps: Episodes, p: dict[str, float], idx: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -193,8 +205,9 @@ def _point(eps: Episodes, p: dict[str, float], idx: np.ndarray, max_turns: int) 
     return np.array([*rates, free, *weighted_survival(eps.turns[idx], weight, max_turns)])
 
 
-def correct(run: Run, prec: dict[str, Precision], verdicts: Sequence[Verdict], resamples: int, seed: int,
-            level: float) -> Corrected:
+def correct(
+    run: Run, prec: dict[str, Precision], verdicts: Sequence[Verdict], resamples: int, seed: int, level: float
+) -> Corrected:
     eps = episodes_of(run)
     n = len(eps.turns)
     max_turns = run.max_turns
@@ -206,27 +219,35 @@ def correct(run: Run, prec: dict[str, Precision], verdicts: Sequence[Verdict], r
     draws = []
     for _ in range(resamples if n else 0):
         idx = rng.integers(0, n, size=n)
-        p = {t: (float(np.mean(rng.choice(upheld[t], size=len(upheld[t])))) if len(upheld[t]) else 1.0)
-             for t in CONFLICT_TYPES}
+        p = {
+            t: (float(np.mean(rng.choice(upheld[t], size=len(upheld[t])))) if len(upheld[t]) else 1.0)
+            for t in CONFLICT_TYPES
+        }
         draws.append(_point(eps, p, idx, max_turns))
     alpha = (1 - level) / 2
     if draws:
         lo, hi = np.quantile(np.array(draws), [alpha, 1 - alpha], axis=0)
     else:
         lo = hi = np.full(len(point), math.nan)
-    ivs = [Interval(float(a), float(b), float(c)) for a, b, c in zip(point, lo, hi)]
+    ivs = [Interval(float(a), float(b), float(c)) for a, b, c in zip(point, lo, hi, strict=True)]
     k = len(CONFLICT_TYPES)
     return Corrected(
-        label=run.label, scored=n,
+        label=run.label,
+        scored=n,
         rates={RATE_KEYS[t]: (float(judged[i]), ivs[i]) for i, t in enumerate(CONFLICT_TYPES)},
         conflict_free=(float(judged[k]), ivs[k]),
-        survival=(tuple(float(x) for x in judged[k + 1:]), tuple(iv.point for iv in ivs[k + 1:]),
-                  tuple(iv.lo for iv in ivs[k + 1:]), tuple(iv.hi for iv in ivs[k + 1:])),
+        survival=(
+            tuple(float(x) for x in judged[k + 1 :]),
+            tuple(iv.point for iv in ivs[k + 1 :]),
+            tuple(iv.lo for iv in ivs[k + 1 :]),
+            tuple(iv.hi for iv in ivs[k + 1 :]),
+        ),
         uncorrected_types=tuple(t for t, pr in prec.items() if not pr.reviewed),
     )
 
 
 # ---- what the report shows --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AuditorError:
@@ -241,12 +262,18 @@ def auditor_error(sheet: str | Path, runs: Sequence[Run], resamples: int, seed: 
     prec = precisions(verdicts, level)
     reviewed = {v.run_dir for v in verdicts}
     mine = [r for r in runs if str(r.path) in reviewed]
-    return AuditorError(str(sheet), prec, [correct(r, prec, verdicts, resamples, seed, level) for r in mine],
-                        [r.label for r in runs if str(r.path) not in reviewed])
+    return AuditorError(
+        str(sheet),
+        prec,
+        [correct(r, prec, verdicts, resamples, seed, level) for r in mine],
+        [r.label for r in runs if str(r.path) not in reviewed],
+    )
 
 
-UNCORRECTED_NOTE = ("Conflict rates and S(t) are as the auditor judged them, uncorrected for its error: no review "
-                    "sheet was given (`mode=review` samples one; `review.sheet=FILE` on `mode=report` corrects them).")
+UNCORRECTED_NOTE = (
+    "Conflict rates and S(t) are as the auditor judged them, uncorrected for its error: no review "
+    "sheet was given (`mode=review` samples one; `review.sheet=FILE` on `mode=report` corrects them)."
+)
 
 
 def _iv(iv: Interval, d: int) -> str:
@@ -266,10 +293,12 @@ def survival_points(max_turns: int) -> list[int]:
 
 def intro(err: AuditorError, level: float) -> str:
     items = sum(p.reviewed for p in err.precision.values())
-    return (f"From the review sheet `{err.sheet}` ({items} reviewed conflict(s)): the auditor's precision per "
-            f"conflict type (the share of its conflicts a human upholds), with its exact {level:.0%} binomial "
-            "interval, and the figures that rest on its verdicts corrected for it. Corrected intervals: "
-            f"{level:.0%} bootstrap over the stories and, apart, over each type's reviewed items.")
+    return (
+        f"From the review sheet `{err.sheet}` ({items} reviewed conflict(s)): the auditor's precision per "
+        f"conflict type (the share of its conflicts a human upholds), with its exact {level:.0%} binomial "
+        "interval, and the figures that rest on its verdicts corrected for it. Corrected intervals: "
+        f"{level:.0%} bootstrap over the stories and, apart, over each type's reviewed items."
+    )
 
 
 PRECISION_HEADER = ("type", "reviewed", "upheld", "precision %")
@@ -277,18 +306,32 @@ CORRECTED_HEADER = ("figure", "as judged", "corrected")
 
 
 def precision_rows(err: AuditorError) -> list[list[Any]]:
-    return [[p.type, p.reviewed, p.upheld,
-             "n/a: not corrected" if p.value is None else f"{_pct(p.value)} [{_pct(p.lo)}, {_pct(p.hi)}]"]
-            for p in err.precision.values()]
+    return [
+        [
+            p.type,
+            p.reviewed,
+            p.upheld,
+            "n/a: not corrected" if p.value is None else f"{_pct(p.value)} [{_pct(p.lo)}, {_pct(p.hi)}]",
+        ]
+        for p in err.precision.values()
+    ]
 
 
 def corrected_rows(c: Corrected) -> list[list[Any]]:
-    rows: list[list[Any]] = [[key.replace("_pct", " %").replace("commitment", "commit").replace("player_input", "player"),
-                              f"{judged:.1f}", _iv(iv, 1)] for key, (judged, iv) in c.rates.items()]
+    rows: list[list[Any]] = [
+        [
+            key.replace("_pct", " %").replace("commitment", "commit").replace("player_input", "player"),
+            f"{judged:.1f}",
+            _iv(iv, 1),
+        ]
+        for key, (judged, iv) in c.rates.items()
+    ]
     rows.append(["conflict-free", f"{c.conflict_free[0]:.0f}", _iv(c.conflict_free[1], 1)])
     judged_s, corr_s, lo_s, hi_s = c.survival
     for t in survival_points(len(judged_s) - 1):
-        rows.append([f"S({t}) %", f"{100 * judged_s[t]:.1f}", _iv(Interval(100 * corr_s[t], 100 * lo_s[t], 100 * hi_s[t]), 1)])
+        rows.append(
+            [f"S({t}) %", f"{100 * judged_s[t]:.1f}", _iv(Interval(100 * corr_s[t], 100 * lo_s[t], 100 * hi_s[t]), 1)]
+        )
     return rows
 
 
@@ -307,8 +350,11 @@ def auditor_error_markdown(err: AuditorError | None, level: float) -> str:
         return UNCORRECTED_NOTE
     parts = [intro(err, level), markdown_table(PRECISION_HEADER, precision_rows(err))]
     for c in err.corrected:
-        parts.append(f"### {corrected_title(c)}\n\n" + markdown_table(CORRECTED_HEADER, corrected_rows(c))
-                     + (f"\n\n{n}" if (n := notes(err, c)) else ""))
+        parts.append(
+            f"### {corrected_title(c)}\n\n"
+            + markdown_table(CORRECTED_HEADER, corrected_rows(c))
+            + (f"\n\n{n}" if (n := notes(err, c)) else "")
+        )
     if n := notes(err):
         parts.append(n)
     return "\n\n".join(parts)
@@ -318,6 +364,6 @@ def corrected_survival_csv(err: AuditorError) -> str:
     header = ["label", "turns_played", "survival_as_judged", "survival_corrected", "lo", "hi"]
     body: list[list[Any]] = []
     for c in err.corrected:
-        for t, row in enumerate(zip(*c.survival)):
+        for t, row in enumerate(zip(*c.survival, strict=True)):
             body.append([c.label, t, *(round(x, 9) for x in row)])
     return csv_text(header, body)

@@ -41,15 +41,28 @@ def sample_conflicts(runs: Sequence[Run], n: int, seed: int) -> list[dict[str, A
         view = replay(spec, result).turns[-1] if spec is not None else None
         details = conflict_details(spec, view, rec)
         for d in details:
-            rows.append({
-                "item": f"{len(rows) + 1:03d}", "run": run.label, "run_dir": str(run.path), "spec_id": result.spec_id,
-                "turn": shown_turn(rec.turn), "type": d["type"], "target_id": d["id"], "target_text": d["target_text"],
-                "player_input": rec.player_input, "response": rec.response, "reason_initial": d["reason_initial"],
-                "reason_reviewed": d["reason_reviewed"], "review_reason": d["review_reason"], "verdict": "",
-                "note": "",
-                # For the HTML form only: what came just before, so a reviewer can judge.
-                "_context": [(t.player_input, t.response) for t in result.turns[-1 - CONTEXT_TURNS:-1]],
-                "_opening": result.opening if len(result.turns) <= CONTEXT_TURNS else ""})
+            rows.append(
+                {
+                    "item": f"{len(rows) + 1:03d}",
+                    "run": run.label,
+                    "run_dir": str(run.path),
+                    "spec_id": result.spec_id,
+                    "turn": shown_turn(rec.turn),
+                    "type": d["type"],
+                    "target_id": d["id"],
+                    "target_text": d["target_text"],
+                    "player_input": rec.player_input,
+                    "response": rec.response,
+                    "reason_initial": d["reason_initial"],
+                    "reason_reviewed": d["reason_reviewed"],
+                    "review_reason": d["review_reason"],
+                    "verdict": "",
+                    "note": "",
+                    # For the HTML form only: what came just before, so a reviewer can judge.
+                    "_context": [(t.player_input, t.response) for t in result.turns[-1 - CONTEXT_TURNS : -1]],
+                    "_opening": result.opening if len(result.turns) <= CONTEXT_TURNS else "",
+                }
+            )
     return rows
 
 
@@ -94,8 +107,10 @@ def _context_html(r: dict[str, Any]) -> str:
     if r.get("_opening"):
         parts.append(f"<div class=narrator><span class=who>opening</span>{esc(r['_opening'])}</div>")
     for player, narrator in r.get("_context", []):
-        parts.append(f"<div class=player><span class=who>player</span>{esc(player)}</div>"
-                     f"<div class=narrator><span class=who>narrator</span>{esc(narrator)}</div>")
+        parts.append(
+            f"<div class=player><span class=who>player</span>{esc(player)}</div>"
+            f"<div class=narrator><span class=who>narrator</span>{esc(narrator)}</div>"
+        )
     if not parts:
         return ""
     return f"<details><summary>the turns before</summary>{''.join(parts)}</details>"
@@ -107,8 +122,8 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         i = esc(r["item"])
         items.append(
-            f"<fieldset class=\"card review-item\" id=\"item-{i}\"><legend>#{i} &middot; {esc(r['spec_id'])} turn "
-            f"{esc(r['turn'])} &middot; <span class=\"badge {esc(r['type'])}\">{esc(r['type'])}</span> "
+            f'<fieldset class="card review-item" id="item-{i}"><legend>#{i} &middot; {esc(r["spec_id"])} turn '
+            f'{esc(r["turn"])} &middot; <span class="badge {esc(r["type"])}">{esc(r["type"])}</span> '
             f"{target_tag(r['type'], r['target_id'])} <span class='muted small'>{esc(r['run'])}</span></legend>"
             + _context_html(r)
             + f"<div class=player><span class=who>player</span>{esc(r['player_input'])}</div>"
@@ -117,19 +132,22 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
             f"<dt>first check</dt><dd>{esc(r['reason_initial'])}</dd>"
             f"<dt>after double-check</dt><dd>{esc(r['reason_reviewed'])}</dd>"
             f"<dt>review</dt><dd>{esc(r['review_reason'])}</dd></dl></div>"
-            f"<label><input type=radio name=\"verdict-{i}\" value=\"agree\"> agree: a real conflict</label> &nbsp; "
-            f"<label><input type=radio name=\"verdict-{i}\" value=\"dispute\"> dispute: not a conflict</label>"
-            f"<div><textarea id=\"note-{i}\" rows=2 style=\"width:100%\" "
-            "placeholder=\"note (optional)\"></textarea></div>"
-            "</fieldset>")
-    body = ("<h1>Conflict review sheet</h1><p class=muted>For each sampled conflict termination: is it a real "
-            "conflict? Pick agree or dispute, then save the filled CSV and read it back with "
-            "<code>python run.py mode=review review.sheet=FILE</code>.</p>"
-            "<p><button id=save type=button>Save filled CSV</button> <span id=progress class=muted></span></p>"
-            + "".join(items)
-            + f"<script type=\"application/json\" id=\"sheet-data\">{_json_for_script(public)}</script>"
-            + "<script type=\"application/json\" id=\"sheet-columns\">"
-            + f"{_json_for_script(list(SHEET_COLUMNS))}</script>")
+            f'<label><input type=radio name="verdict-{i}" value="agree"> agree: a real conflict</label> &nbsp; '
+            f'<label><input type=radio name="verdict-{i}" value="dispute"> dispute: not a conflict</label>'
+            f'<div><textarea id="note-{i}" rows=2 style="width:100%" '
+            'placeholder="note (optional)"></textarea></div>'
+            "</fieldset>"
+        )
+    body = (
+        "<h1>Conflict review sheet</h1><p class=muted>For each sampled conflict termination: is it a real "
+        "conflict? Pick agree or dispute, then save the filled CSV and read it back with "
+        "<code>python run.py mode=review review.sheet=FILE</code>.</p>"
+        "<p><button id=save type=button>Save filled CSV</button> <span id=progress class=muted></span></p>"
+        + "".join(items)
+        + f'<script type="application/json" id="sheet-data">{_json_for_script(public)}</script>'
+        + '<script type="application/json" id="sheet-columns">'
+        + f"{_json_for_script(list(SHEET_COLUMNS))}</script>"
+    )
     return page("Conflict review sheet", body, FORM_JS)
 
 
@@ -141,6 +159,7 @@ def export_sheet(runs: Sequence[Run], out: Path, n: int, seed: int) -> tuple[Pat
 
 
 # ---- reading a filled sheet back -------------------------------------------
+
 
 @dataclass(frozen=True)
 class TypeSummary:
@@ -158,8 +177,11 @@ def disputed_summary(rows: Sequence[dict[str, str]]) -> list[TypeSummary]:
     out = []
     for t in (*CONFLICT_TYPES, "all"):
         sel = [r for r in rows if t == "all" or r["type"] == t]
-        out.append(TypeSummary(t, len(sel), sum(r["verdict"] in VERDICTS for r in sel),
-                               sum(r["verdict"] == "dispute" for r in sel)))
+        out.append(
+            TypeSummary(
+                t, len(sel), sum(r["verdict"] in VERDICTS for r in sel), sum(r["verdict"] == "dispute" for r in sel)
+            )
+        )
     return out
 
 
@@ -175,6 +197,7 @@ def summary_markdown(summary: Sequence[TypeSummary]) -> str:
 
 
 def summary_csv(summary: Sequence[TypeSummary]) -> str:
-    return csv_text(("type", "items", "reviewed", "disputed", "disputed_rate"),
-                    [[s.type, s.items, s.reviewed, s.disputed, "" if s.rate is None else round(s.rate, 6)]
-                     for s in summary])
+    return csv_text(
+        ("type", "items", "reviewed", "disputed", "disputed_rate"),
+        [[s.type, s.items, s.reviewed, s.disputed, "" if s.rate is None else round(s.rate, 6)] for s in summary],
+    )

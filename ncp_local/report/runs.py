@@ -77,8 +77,12 @@ def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
         name = ((cfg.get(role) or {}).get("model") or {}).get("name")
         return name or (models.get(role) or {}).get("name")
 
-    parts = [model("narrator"), model("auditor"), (cfg.get("condition") or {}).get("name"),
-             (cfg.get("method") or {}).get("name")]
+    parts = [
+        model("narrator"),
+        model("auditor"),
+        (cfg.get("condition") or {}).get("name"),
+        (cfg.get("method") or {}).get("name"),
+    ]
     if not all(parts[:2]):
         return fallback
     return " / ".join(str(p) for p in parts if p)
@@ -88,8 +92,10 @@ def load_run(path: str | Path) -> Run:
     root = Path(path).expanduser()
     if not root.is_dir():
         raise InputError(root, "runs", "no such run directory")
-    shards = sorted((d for d in root.iterdir() if d.is_dir() and SHARD.match(d.name) and (d / RESULTS).is_dir()),
-                    key=lambda d: d.name)
+    shards = sorted(
+        (d for d in root.iterdir() if d.is_dir() and SHARD.match(d.name) and (d / RESULTS).is_dir()),
+        key=lambda d: d.name,
+    )
     parts = ([root] if (root / RESULTS).is_dir() else []) + shards
     if not parts:
         raise InputError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
@@ -108,8 +114,11 @@ def load_run(path: str | Path) -> Run:
             notes.append(f"shard dirs of different shard counts: {sorted(counts)}")
         missing = sorted(set(range(max(counts))) - present)
         if missing:
-            notes.append(f"{len(present)} of {max(counts)} shards present (missing "
-                         + ", ".join(f"{i:03d}" for i in missing) + ")")
+            notes.append(
+                f"{len(present)} of {max(counts)} shards present (missing "
+                + ", ".join(f"{i:03d}" for i in missing)
+                + ")"
+            )
     found: dict[str, EpisodeResult] = {}
     unfinished: set[str] = set()
     damaged: list[tuple[Path, str]] = []
@@ -132,8 +141,16 @@ def load_run(path: str | Path) -> Run:
     ordered = dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
     if unfinished:
         notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
-    return Run(path=root, label=label_from_manifest(manifest, root.name), manifest=manifest, results=ordered,
-               shards=tuple(shards), unfinished=tuple(sorted(unfinished)), notes=notes, damaged=tuple(damaged))
+    return Run(
+        path=root,
+        label=label_from_manifest(manifest, root.name),
+        manifest=manifest,
+        results=ordered,
+        shards=tuple(shards),
+        unfinished=tuple(sorted(unfinished)),
+        notes=notes,
+        damaged=tuple(damaged),
+    )
 
 
 GLOB_CHARS = set("*?[")
@@ -220,8 +237,9 @@ def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -
     if expected and root.is_dir():
         got = _dataset_digest(root)
         if got and got != expected:
-            run.notes.append(f"dataset at {root} differs from the one the run used (sha256 {got[:12]} != "
-                             f"{expected[:12]})")
+            run.notes.append(
+                f"dataset at {root} differs from the one the run used (sha256 {got[:12]} != {expected[:12]})"
+            )
     missing = []
     for sid in run.results:
         path = root / "specs" / f"{sid}.yaml"

@@ -12,8 +12,23 @@ from ..errors import InputError
 from ..protocol.stages import CONFLICT_TYPES
 
 VERDICTS = ("agree", "dispute")
-SHEET_COLUMNS = ("item", "run", "run_dir", "spec_id", "turn", "type", "target_id", "target_text", "player_input",
-                 "response", "reason_initial", "reason_reviewed", "review_reason", "verdict", "note")
+SHEET_COLUMNS = (
+    "item",
+    "run",
+    "run_dir",
+    "spec_id",
+    "turn",
+    "type",
+    "target_id",
+    "target_text",
+    "player_input",
+    "response",
+    "reason_initial",
+    "reason_reviewed",
+    "review_reason",
+    "verdict",
+    "note",
+)
 
 
 def read_sheet(path: str | Path) -> list[dict[str, str]]:

@@ -23,8 +23,13 @@ class Interval:
     hi: float
 
 
-def bootstrap(columns: Mapping[str, Sequence[float]], resamples: int = 2000, seed: int = 0,
-              level: float = 0.95, reduce: str = "mean") -> dict[str, Interval]:
+def bootstrap(
+    columns: Mapping[str, Sequence[float]],
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    reduce: str = "mean",
+) -> dict[str, Interval]:
     """Percentile intervals over episodes; one shared set of resamples for every column.
 
     Resampling whole episodes (the same index draw for every column) keeps the
@@ -101,8 +106,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.spearmanr(np.asarray(x, dtype=float), np.asarray(y, dtype=float)).statistic)
 
 
-def bootstrap_stat(n: int, stat: Callable[[np.ndarray], float], resamples: int = 2000, seed: int = 0,
-                   level: float = 0.95) -> Interval:
+def bootstrap_stat(
+    n: int, stat: Callable[[np.ndarray], float], resamples: int = 2000, seed: int = 0, level: float = 0.95
+) -> Interval:
     """A percentile interval for any statistic of n resampled units (episodes), given their indices.
 
     For statistics the column means of `bootstrap` do not cover (kappa over the turns of the drawn

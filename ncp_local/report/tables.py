@@ -54,8 +54,15 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
         agg = aggregate(ms, run.max_turns, level)
         scored = [m for m in ms if m.termination != "invalid"]
         ci = bootstrap(_columns(scored), resamples, seed, level)
-        ci.update(bootstrap({"conflict_free": [float(m.termination != "conflict") for m in scored]},
-                            resamples, seed, level, reduce="sum"))
+        ci.update(
+            bootstrap(
+                {"conflict_free": [float(m.termination != "conflict") for m in scored]},
+                resamples,
+                seed,
+                level,
+                reduce="sum",
+            )
+        )
         rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished)))
     return rows
 
@@ -102,14 +109,23 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
     body = []
     for r in rows:
         t = r.agg.terminations
-        body.append([r.label, r.agg.episodes, *(_cell(r.ci[k], d, r.agg.scored) for k, _, d in METRICS),
-                     _cell(r.ci["conflict_free"], 0, r.agg.scored),
-                     *(t[k] for k in TERMINATIONS), r.agg.bound_hits])
-    note = (f"Point estimate [{level:.0%} bootstrap interval over episodes; none with fewer than "
-            f"{MIN_FOR_INTERVAL} scored episodes]; averages and rates leave "
-            "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type; "
-            "`context_limit` episodes (the window was full) are averaged at their committed turns and censored "
-            "in S(t) (Kaplan-Meier); bound hits: outputs that reached a configured length or count bound.")
+        body.append(
+            [
+                r.label,
+                r.agg.episodes,
+                *(_cell(r.ci[k], d, r.agg.scored) for k, _, d in METRICS),
+                _cell(r.ci["conflict_free"], 0, r.agg.scored),
+                *(t[k] for k in TERMINATIONS),
+                r.agg.bound_hits,
+            ]
+        )
+    note = (
+        f"Point estimate [{level:.0%} bootstrap interval over episodes; none with fewer than "
+        f"{MIN_FOR_INTERVAL} scored episodes]; averages and rates leave "
+        "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type; "
+        "`context_limit` episodes (the window was full) are averaged at their committed turns and censored "
+        "in S(t) (Kaplan-Meier); bound hits: outputs that reached a configured length or count bound."
+    )
     censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
     return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
 
@@ -127,9 +143,14 @@ def summary_csv(rows: Sequence[Row]) -> str:
             iv = r.ci[k]
             line += [_round(iv.point), "" if few else _round(iv.lo), "" if few else _round(iv.hi)]
         cf = r.ci["conflict_free"]
-        line += [r.agg.conflict_free, "" if few else _round(cf.lo), "" if few else _round(cf.hi),
-                 *(r.agg.terminations[k] for k in TERMINATIONS),
-                 r.agg.bound_hits, r.unfinished]
+        line += [
+            r.agg.conflict_free,
+            "" if few else _round(cf.lo),
+            "" if few else _round(cf.hi),
+            *(r.agg.terminations[k] for k in TERMINATIONS),
+            r.agg.bound_hits,
+            r.unfinished,
+        ]
         body.append(line)
     return csv_text(header, body)
 
@@ -171,8 +192,17 @@ def _genre_values(a: Aggregate) -> tuple[float, ...]:
 
 def _genre_cells(r: GenreRow) -> list[Any]:
     a = r.agg
-    return [r.genre, a.episodes, a.censored, f"{a.avg_turns:.2f}", f"{a.trajectory_pct:.2f}", f"{a.satisfied_pct:.2f}",
-            f"{a.fact_pct:.1f}", f"{a.commitment_pct:.1f}", f"{a.player_input_pct:.1f}"]
+    return [
+        r.genre,
+        a.episodes,
+        a.censored,
+        f"{a.avg_turns:.2f}",
+        f"{a.trajectory_pct:.2f}",
+        f"{a.satisfied_pct:.2f}",
+        f"{a.fact_pct:.1f}",
+        f"{a.commitment_pct:.1f}",
+        f"{a.player_input_pct:.1f}",
+    ]
 
 
 GENRE_NOTE = f"Per genre, {define('genre rows')}."
@@ -186,17 +216,30 @@ def genre_markdown(runs: Sequence[Run]) -> str:
 
 
 def genre_csv(runs: Sequence[Run]) -> str:
-    header = ["label", "run_dir", "genre", "episodes", "censored", "avg_turns", "trajectory_pct", "satisfied_pct",
-              "fact_pct", "commitment_pct", "player_input_pct"]
+    header = [
+        "label",
+        "run_dir",
+        "genre",
+        "episodes",
+        "censored",
+        "avg_turns",
+        "trajectory_pct",
+        "satisfied_pct",
+        "fact_pct",
+        "commitment_pct",
+        "player_input_pct",
+    ]
     body = []
     for run in runs:
         for r in genre_rows(run):
-            body.append([run.label, str(run.path), r.genre, r.agg.episodes, r.agg.censored,
-                         *map(_round, _genre_values(r.agg))])
+            body.append(
+                [run.label, str(run.path), r.genre, r.agg.episodes, r.agg.censored, *map(_round, _genre_values(r.agg))]
+            )
     return csv_text(header, body)
 
 
 # ---- survival ---------------------------------------------------------------
+
 
 def censored_at(run: Run) -> dict[int, int]:
     """t -> how many censored episodes are counted as running through t for the last time.
@@ -222,8 +265,11 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
         line: list[Any] = [t]
         for a, c in zip(aggs, cens, strict=True):
             inside = t < len(a.survival)
-            line += ([_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
-                     if inside else ["", "", "", ""])
+            line += (
+                [_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
+                if inside
+                else ["", "", "", ""]
+            )
         body.append(line)
     header = ["turns_played"]  # t, as people count turns: S(t) = share of episodes that played t turns or more
     for r in runs:

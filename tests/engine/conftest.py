@@ -86,10 +86,23 @@ def reference_sweep(embedded_model_path: Path, tmp_path_factory: pytest.TempPath
     root = tmp_path_factory.mktemp("reference")
     dataset = reference_dataset(root / "dataset")
     sweep = root / "sweep"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched",
-                           f"method={','.join(METHODS)}", "speculative_player=false", f"dataset.path={dataset}",
-                           *REFERENCE, f"hydra.sweep.dir={sweep}"],
-                          capture_output=True, text=True, timeout=1800, cwd=root)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "-m",
+            "hydra/launcher=batched",
+            f"method={','.join(METHODS)}",
+            "speculative_player=false",
+            f"dataset.path={dataset}",
+            *REFERENCE,
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((sweep / "index.json").read_text())
     return ReferenceSweep(dataset, sweep, index, proc.stdout, proc.stderr)

@@ -24,15 +24,24 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL_BOUNDS: dict[str, dict[str, int]] = {
     "narrator": {"text_chars": 40, "reason_chars": 12, "subgoal_chars": 16, "summary_chars": 40},
     "player": {"player_chars": 30},
-    "auditor": {"reason_chars": 12, "fact_chars": 30, "new_facts": 1, "negations": 1, "conflicts": 1,
-                "build_chars": 30},
+    "auditor": {
+        "reason_chars": 12,
+        "fact_chars": 30,
+        "new_facts": 1,
+        "negations": 1,
+        "conflicts": 1,
+        "build_chars": 30,
+    },
 }
 
 
 def small_overrides(*roles: str) -> tuple[str, ...]:
     """SMALL_BOUNDS of these roles (every role if none is named) as command-line overrides."""
-    return tuple(f"{role}.bounds.{key}={value}" for role in roles or tuple(SMALL_BOUNDS)
-                 for key, value in SMALL_BOUNDS[role].items())
+    return tuple(
+        f"{role}.bounds.{key}={value}"
+        for role in roles or tuple(SMALL_BOUNDS)
+        for key, value in SMALL_BOUNDS[role].items()
+    )
 
 
 SMALL = small_overrides()
@@ -41,8 +50,13 @@ SMALL = small_overrides()
 # on the embedded model (one engine start), SMALL bounds, two turns, over the methods (baseline,
 # hiagent), on a dataset of two specs (`reference_dataset`). The seed gives a baseline episode of FITS
 # that commits turn 0 and plays turn 1 (test_mixed_engines asserts it).
-REFERENCE = ("max_turns=2", "progress=false", "seed=0", *SMALL,
-             *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ROLES))
+REFERENCE = (
+    "max_turns=2",
+    "progress=false",
+    "seed=0",
+    *SMALL,
+    *(f"+{role}.model.kv_cache_memory_bytes={1 << 30}" for role in ROLES),
+)
 METHODS = ("baseline", "hiagent")
 # FITS plays: red_riding_hood with one commitment of each type (of its 8), since the status check
 # answers one entry per commitment (about 20 tokens each, whatever the bounds: 8 made it the longest
@@ -71,10 +85,14 @@ def reference_dataset(root: Path) -> Path:
     n = len(doc["initial_facts"])
     # About 45 tokens each.
     doc["initial_facts"] += [
-        {"id": f"f_{n + i}", "negated": False,
-         "content": f"Ledger entry {i} of the Admiral Benbow records that a traveller paid for supper, a bed and "
-                    f"stabling on night {i} of the winter, and left by the Bristol road at first light."}
-        for i in range(CROWDING_FACTS)]
+        {
+            "id": f"f_{n + i}",
+            "negated": False,
+            "content": f"Ledger entry {i} of the Admiral Benbow records that a traveller paid for supper, a bed and "
+            f"stabling on night {i} of the winter, and left by the Bristol road at first light.",
+        }
+        for i in range(CROWDING_FACTS)
+    ]
     (root / "specs" / f"{CROWDED}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     (root / "index.yaml").write_text(yaml.safe_dump({"specs": [FITS, CROWDED]}))
     return root
@@ -156,24 +174,52 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
     calls: list[tuple[str, str, dict[str, str], object, str | None]] = [
         ("opening", "opening", opening_vars(spec, ledger.initial_state(spec)), AuditIds(), None),
         ("narrate", "narrate", narrate_vars(spec, state, player_input, True), AuditIds(), None),
-        ("hiagent_narrate", "hiagent_narrate",
-         {**narrate_vars(spec, state, player_input), "working_memory": "(no subgoal yet)"}, AuditIds(),
-         "hiagent_memory"),
+        (
+            "hiagent_narrate",
+            "hiagent_narrate",
+            {**narrate_vars(spec, state, player_input), "working_memory": "(no subgoal yet)"},
+            AuditIds(),
+            "hiagent_memory",
+        ),
         ("player", "player_adversarial", player_vars(spec, state), AuditIds(), None),
         ("player", "player_natural", player_vars(spec, state), AuditIds(), None),
         ("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids, None),
         ("conflict_check", "conflict_check", cvars, ids, None),
-        ("double_check", "double_check", {**cvars, "initial_conflicts_json": to_json([
-            {"type": "commitment", "id": spec.commitments[0].id, "target_text": spec.commitments[0].description,
-             "reason": "the wolf appears before the story allows"}])}, ids, None),
+        (
+            "double_check",
+            "double_check",
+            {
+                **cvars,
+                "initial_conflicts_json": to_json(
+                    [
+                        {
+                            "type": "commitment",
+                            "id": spec.commitments[0].id,
+                            "target_text": spec.commitments[0].description,
+                            "reason": "the wolf appears before the story allows",
+                        }
+                    ]
+                ),
+            },
+            ids,
+            None,
+        ),
         ("trajectory_check", "trajectory_check", trajectory_vars(spec, 0, facts, history), AuditIds(), None),
-        ("status_check", "status_check", status_vars(spec, state, facts, state.node_occurred, history),
-         AuditIds(commitment_ids=tuple(c.id for c in spec.commitments)), None),
+        (
+            "status_check",
+            "status_check",
+            status_vars(spec, state, facts, state.node_occurred, history),
+            AuditIds(commitment_ids=tuple(c.id for c in spec.commitments)),
+            None,
+        ),
     ]
     if build:
-        variables = {"player_role": spec.meta.player_role, "synopsis": spec.synopsis,
-                     "reference_trajectory": "\n".join(f"[{n.id}] {n.description}" for n in spec.trajectory[:4]),
-                     "commitments": "\n".join(f"[{c.id}] ({c.type}) {c.description}" for c in spec.commitments[:3])}
+        variables = {
+            "player_role": spec.meta.player_role,
+            "synopsis": spec.synopsis,
+            "reference_trajectory": "\n".join(f"[{n.id}] {n.description}" for n in spec.trajectory[:4]),
+            "commitments": "\n".join(f"[{c.id}] ({c.type}) {c.description}" for c in spec.commitments[:3]),
+        }
         calls += [(name, name, variables, AuditIds(), None) for name in BUILD_TEMPLATES]
     return calls
 
@@ -192,18 +238,23 @@ def ask_all(engine_session, service, spec_id: str, calls, timeout: float = 1500)
     import asyncio
 
     async def go() -> list:
-        return await asyncio.gather(*(
-            service.ask(spec_id, 0, stage, template, variables, ids=ids, key=template, extra=extra,
-                        role=call_role(stage))
-            for stage, template, variables, ids, extra in calls))
+        return await asyncio.gather(
+            *(
+                service.ask(
+                    spec_id, 0, stage, template, variables, ids=ids, key=template, extra=extra, role=call_role(stage)
+                )
+                for stage, template, variables, ids, extra in calls
+            )
+        )
 
     return engine_session.run(go(), timeout=timeout)
 
 
 def small_roles() -> dict:
     """embedded_roles() with SMALL_BOUNDS in place of the role files' bounds."""
-    return {r: (sampling, bounds.model_copy(update=SMALL_BOUNDS[r]))
-            for r, (sampling, bounds) in embedded_roles().items()}
+    return {
+        r: (sampling, bounds.model_copy(update=SMALL_BOUNDS[r])) for r, (sampling, bounds) in embedded_roles().items()
+    }
 
 
 def embedded_roles() -> dict:
@@ -213,8 +264,13 @@ def embedded_roles() -> dict:
     from ncp_local.execution.calls import Sampling
 
     cfg = default_config()
-    return {r: (Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
-                getattr(cfg, r).bounds) for r in ROLES}
+    return {
+        r: (
+            Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
+            getattr(cfg, r).bounds,
+        )
+        for r in ROLES
+    }
 
 
 @functools.cache

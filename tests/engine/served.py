@@ -54,8 +54,10 @@ class ServedModel:
         self.model = model.model_copy(update={"kv_cache_memory_bytes": KV_CACHE_BYTES})
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.args = ["--model", *serve_args(self.model, model_path, served_name=SERVED_NAME, host="127.0.0.1",
-                                            port=self.port, on_cpu=True)]
+        self.args = [
+            "--model",
+            *serve_args(self.model, model_path, served_name=SERVED_NAME, host="127.0.0.1", port=self.port, on_cpu=True),
+        ]
         self.env = dict(os.environ, **serve_env(self.model, on_cpu=True), VLLM_HOST_IP="127.0.0.1")
         self.log_dir = log_dir
         self.proc: subprocess.Popen | None = None
@@ -69,8 +71,13 @@ class ServedModel:
         self.starts += 1
         log_path = self.log_dir / f"server-{self.starts}.log"
         with open(log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self.args],
-                                         stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not healthy(f"http://127.0.0.1:{self.port}/health"):
             if self.proc.poll() is not None:

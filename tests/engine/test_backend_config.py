@@ -15,9 +15,18 @@ from ncp_local.engines.openai import OpenAIEngine
 from ncp_local.engines.vllm import _engine_args, engine_config
 
 MODEL = {
-    "name": "m", "path": "embedded", "dtype": "bfloat16", "max_model_len": 4096, "gpu_memory_utilization": 0.3,
-    "tensor_parallel_size": 1, "devices": [], "chat_template_kwargs": {"enable_thinking": False},
-    "structured_outputs_backend": "xgrammar", "enforce_eager": True, "max_num_seqs": 8, "revision": "abc",
+    "name": "m",
+    "path": "embedded",
+    "dtype": "bfloat16",
+    "max_model_len": 4096,
+    "gpu_memory_utilization": 0.3,
+    "tensor_parallel_size": 1,
+    "devices": [],
+    "chat_template_kwargs": {"enable_thinking": False},
+    "structured_outputs_backend": "xgrammar",
+    "enforce_eager": True,
+    "max_num_seqs": 8,
+    "revision": "abc",
 }
 
 
@@ -42,7 +51,8 @@ def test_openai_from_config_and_request_body() -> None:
     )
     body = backend._body(req)
     assert body["response_format"] == {
-        "type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": True},
     }
     assert body["seed"] == 3 and body["max_tokens"] == 7 and body["temperature"] == 0.5 and body["top_p"] == 0.9
     assert body["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}

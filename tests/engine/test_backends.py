@@ -52,9 +52,18 @@ def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path,
     from ncp_local.engines.settings import ModelSettings
     from ncp_local.engines.vllm import VLLMEngine
 
-    cfg = ModelSettings(name=f"smollm2-{backend}", path=str(embedded_model_path), max_model_len=8192,
-                        kv_cache_memory_bytes=1 << 29, max_num_seqs=16, enforce_eager=True, cpu_reserved_cores=0,
-                        dtype="float32", seed=0, structured_outputs_backend=backend)
+    cfg = ModelSettings(
+        name=f"smollm2-{backend}",
+        path=str(embedded_model_path),
+        max_model_len=8192,
+        kv_cache_memory_bytes=1 << 29,
+        max_num_seqs=16,
+        enforce_eager=True,
+        cpu_reserved_cores=0,
+        dtype="float32",
+        seed=0,
+        structured_outputs_backend=backend,
+    )
     loop = asyncio.new_event_loop()
     engine = loop.run_until_complete(asyncio.wait_for(VLLMEngine.start(cfg), 600))
     spec = load_dataset(ROOT / "specs").specs[0]
@@ -62,10 +71,14 @@ def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path,
     store = RunDir(tmp_path)
     store.open({"test": True}, f"backend-{backend}")
     roles = {r: RoleBinding(engine, s, cfg.name, b, id_form(backend)) for r, (s, b) in ROLES.items()}
-    runner = EpisodeScheduler(specs=(spec,), calls=CallService(roles=roles, pack=pack, store=store, seed=0),
-                              store=store, settings=EpisodeSettings(max_turns=1, concurrency=1),
-                              make_narrator=lambda: BaselineNarrator(pack=pack, roles=roles),
-                              player=Player("adversarial"))
+    runner = EpisodeScheduler(
+        specs=(spec,),
+        calls=CallService(roles=roles, pack=pack, store=store, seed=0),
+        store=store,
+        settings=EpisodeSettings(max_turns=1, concurrency=1),
+        make_narrator=lambda: BaselineNarrator(pack=pack, roles=roles),
+        player=Player("adversarial"),
+    )
     try:
         results = loop.run_until_complete(asyncio.wait_for(runner.run(), 1500))
     finally:
@@ -76,17 +89,24 @@ def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path,
     calls = read_calls(tmp_path / "calls.jsonl")
     assert result.termination != "invalid", (result.reason, [c for c in calls if c["error"]])
     assert result.turns, result
-    failed = [(c["stage"], c["error"], c.get("output")) for c in calls
-              if c["error"] and not any(why in c["error"] for why in NOT_FORM)]
+    failed = [
+        (c["stage"], c["error"], c.get("output"))
+        for c in calls
+        if c["error"] and not any(why in c["error"] for why in NOT_FORM)
+    ]
     assert not failed, failed
     # Every constrained call says whether the engine compiled its grammar for it.
     assert all(isinstance(c.get("grammar_new"), bool) for c in calls), calls
     if id_form(backend) == "pattern":
         new = Counter(c["stage"] for c in calls if c["grammar_new"])
         assert max(new.values()) == 1, new  # no stage's grammar compiled twice
-        audits = [s for s in ("fact_update", "conflict_check", "trajectory_check", "status_check")
-                  if sum(c["stage"] == s for c in calls) > 1]
+        audits = [
+            s
+            for s in ("fact_update", "conflict_check", "trajectory_check", "status_check")
+            if sum(c["stage"] == s for c in calls) > 1
+        ]
         assert audits, "the episode never called an audit stage twice"
         for stage in audits:
             assert [c["grammar_new"] for c in calls if c["stage"] == stage][1:] == [False] * (
-                sum(c["stage"] == stage for c in calls) - 1), stage
+                sum(c["stage"] == stage for c in calls) - 1
+            ), stage

@@ -73,8 +73,7 @@ def check_forced_run(stdout: str, row_label: str, out: Path, cwd: Path) -> None:
     assert agg.survival == expected
     assert survival([0, n], MAX_TURNS)[1] == 0.5
 
-    rep = run_cli("mode=report", f"runs=[{out}]", "report.resamples=200", f"report.out={cwd / 'report'}",
-                  cwd=cwd)
+    rep = run_cli("mode=report", f"runs=[{out}]", "report.resamples=200", f"report.out={cwd / 'report'}", cwd=cwd)
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert "1 of 2 scored episode(s) censored (context_limit)" in rep.stdout
     report = cwd / "report"

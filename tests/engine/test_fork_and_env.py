@@ -35,8 +35,14 @@ from engine_helpers import alive_after
 from ncp_local.engines import watchdog
 
 # Small: two engines start in this test (about 12 s each here).
-CFG = dict(max_model_len=512, kv_cache_memory_bytes=64 << 20, max_num_seqs=2, enforce_eager=True, dtype="float32",
-           cpu_reserved_cores=0)
+CFG = dict(
+    max_model_len=512,
+    kv_cache_memory_bytes=64 << 20,
+    max_num_seqs=2,
+    enforce_eager=True,
+    dtype="float32",
+    cpu_reserved_cores=0,
+)
 
 
 def _fd_targets(pid: int) -> set[str]:
@@ -56,6 +62,7 @@ def _own_fd_target(fd: int) -> str:
 
 
 # -- the watchdog pipe alone (no engine) -------------------------------------------
+
 
 def test_forked_children_hold_no_watchdog_pipe() -> None:
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -93,6 +100,7 @@ def test_forked_children_hold_no_watchdog_pipe() -> None:
 
 # -- two engines, forked ----------------------------------------------------------
 
+
 @pytest.fixture
 def fork_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """vLLM's CPU platform forces spawn on every config it builds; put fork back after it."""
@@ -123,8 +131,9 @@ def _start(loop: asyncio.AbstractEventLoop, cfg):  # type: ignore[no-untyped-def
     diff = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
     assert not diff, f"engine {cfg.name}'s start left os.environ changed: {diff}"
     # What was written for this engine (ours and vLLM's own) was there, and went.
-    assert {"VLLM_REGEX_COMPILATION_TIMEOUT_S", "VLLM_CPU_NUM_OF_RESERVED_CPU",
-            "VLLM_WORKER_MULTIPROC_METHOD"} <= set(backend.env_restored), backend.env_restored
+    assert {"VLLM_REGEX_COMPILATION_TIMEOUT_S", "VLLM_CPU_NUM_OF_RESERVED_CPU", "VLLM_WORKER_MULTIPROC_METHOD"} <= set(
+        backend.env_restored
+    ), backend.env_restored
     return backend
 
 
@@ -148,22 +157,30 @@ def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_pat
     marker_r, marker_w = os.pipe()
     try:
         a = _start(loop, ModelSettings(name="fork-a", path=str(embedded_model_path), **CFG))
-        b = _start(loop, ModelSettings(name="fork-b", path=str(embedded_model_path),
-                                       **{**CFG, "max_num_seqs": 40}, deterministic=True))
+        b = _start(
+            loop,
+            ModelSettings(
+                name="fork-b", path=str(embedded_model_path), **{**CFG, "max_num_seqs": 40}, deterministic=True
+            ),
+        )
         pids = a.engine_pids + b.engine_pids
         assert len(a.engine_pids) >= 2 and len(b.engine_pids) >= 2  # engine core + worker each
 
         # Forked, not spawned: the core by multiprocessing's fork, every process holding the marker.
         for backend in (a, b):
             assert {type(p._popen).__module__ for p in _engine_core_processes(backend._engine)} == {
-                "multiprocessing.popen_fork"}
+                "multiprocessing.popen_fork"
+            }
         marker = _own_fd_target(marker_r)
         forked = {pid: marker in _fd_targets(pid) for pid in b.engine_pids}
         core = [p.pid for p in _engine_core_processes(b._engine)]
         assert all(forked[pid] for pid in core) and sum(forked.values()) > len(core), forked  # core + worker
         # The one exec'd process is multiprocessing's resource tracker (it gets only the fds it is passed).
-        assert all("multiprocessing.resource_tracker" in " ".join(psutil.Process(pid).cmdline())
-                   for pid, yes in forked.items() if not yes), forked
+        assert all(
+            "multiprocessing.resource_tracker" in " ".join(psutil.Process(pid).cmdline())
+            for pid, yes in forked.items()
+            if not yes
+        ), forked
 
         # B's processes hold no copy of A's watchdog pipe.
         wd_a = a._watchdog

@@ -39,11 +39,19 @@ COMMON = (*REFERENCE, "limit=1")
 
 
 def _remote(url: str, roles: tuple[str, ...] = ("auditor",)) -> tuple[str, ...]:
-    return tuple(o for role in roles for o in (
-        f"{role}.engine=openai", f"{role}.endpoint.base_url={url}", f"{role}.endpoint.model={SERVED_NAME}",
-        f"{role}.endpoint.max_retries=2", f"{role}.endpoint.backoff_s=0.5",
-        # vLLM's own request extensions: the player's plain text is bounded by a regex, as in-process.
-        f"{role}.endpoint.vllm_extensions=true"))
+    return tuple(
+        o
+        for role in roles
+        for o in (
+            f"{role}.engine=openai",
+            f"{role}.endpoint.base_url={url}",
+            f"{role}.endpoint.model={SERVED_NAME}",
+            f"{role}.endpoint.max_retries=2",
+            f"{role}.endpoint.backoff_s=0.5",
+            # vLLM's own request extensions: the player's plain text is bounded by a regex, as in-process.
+            f"{role}.endpoint.vllm_extensions=true",
+        )
+    )
 
 
 def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
@@ -74,7 +82,8 @@ def _results(d: Path) -> dict[str, dict]:
 @pytest.mark.engine
 @pytest.mark.timeout(2400)  # two runs on the served model: minutes each on 2 cores
 def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_dies(
-        served, reference_sweep: ReferenceSweep, tmp_path: Path) -> None:
+    served, reference_sweep: ReferenceSweep, tmp_path: Path
+) -> None:
     expected = {f"{FITS}.json": _results(reference_sweep.point("baseline"))[f"{FITS}.json"]}
     assert len(expected[f"{FITS}.json"]["turns"]) == 2, "the seed must give an episode that plays both turns"
     dataset = reference_sweep.dataset
@@ -83,8 +92,9 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     relay = Relay(served.port)
     relay.start()
     run = tmp_path / "served"
-    proc = subprocess.Popen(_cmd(dataset, run, *_remote(relay.url, ROLES)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(dataset, run, *_remote(relay.url, ROLES)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 900
         while not _committed_turn(run):
@@ -110,8 +120,9 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
 
     relay.start()
     try:
-        again = subprocess.run(_cmd(dataset, run, *_remote(relay.url, ROLES)), capture_output=True, text=True,
-                               timeout=1800)
+        again = subprocess.run(
+            _cmd(dataset, run, *_remote(relay.url, ROLES)), capture_output=True, text=True, timeout=1800
+        )
     finally:
         relay.kill()
     assert again.returncode == 0, again.stderr[-3000:]
@@ -141,11 +152,28 @@ def test_a_batched_sweep_over_narrators_sends_every_auditor_call_to_the_shared_s
     auditor on the session's server: one endpoint client shared by both points (the sweep's engines), and
     each point's auditor calls answered by it."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched",
-                           "narrator=smollm2,qwen3", "narrator.engine=scripted", "player.engine=scripted",
-                           "max_turns=1", "limit=1", "progress=false", "seed=0", *small_overrides("auditor"),
-                           *_remote(served.url), f"hydra.sweep.dir={sweep}"],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "-m",
+            "hydra/launcher=batched",
+            "narrator=smollm2,qwen3",
+            "narrator.engine=scripted",
+            "player.engine=scripted",
+            "max_turns=1",
+            "limit=1",
+            "progress=false",
+            "seed=0",
+            *small_overrides("auditor"),
+            *_remote(served.url),
+            f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = json.loads((sweep / "index.json").read_text())
     rows = index["points"]

@@ -62,13 +62,15 @@ def test_every_official_template_leaves_its_answer_room(embedded_model_path: Pat
 
 
 @pytest.mark.parametrize("which", ["longest", pytest.param("all", marks=pytest.mark.slow)])
-def test_official_templates_get_a_parsed_answer(which: str, engine: Any, embedded_model_path: Path,
-                                                official_prompts: Path, tmp_path: Path) -> None:
+def test_official_templates_get_a_parsed_answer(
+    which: str, engine: Any, embedded_model_path: Path, official_prompts: Path, tmp_path: Path
+) -> None:
     pack, spec, calls = _calls(official_prompts)
     if which == "longest":
         sizes = _sizes(embedded_model_path, pack, calls)
-        longest = {role: max((t for t, (r, *_) in sizes.items() if r == role), key=lambda t: sizes[t][1])
-                   for role in ROLES}
+        longest = {
+            role: max((t for t, (r, *_) in sizes.items() if r == role), key=lambda t: sizes[t][1]) for role in ROLES
+        }
         # And the build stages (short prompts, one schema each): the real-engine sibling of the `slow`
         # build from a synopsis (test_rig_engine).
         calls = [c for c in calls if c[1] in longest.values() or c[0].startswith("build_")]

@@ -36,8 +36,13 @@ def client(server: str):
     # chat_template_kwargs exercises the vLLM request-body extension (this
     # template ignores it; Qwen3's reads enable_thinking).
     cfg = OpenAIEndpointConfig(
-        name="served", base_url=server, model=SERVED_NAME, timeout_s=120, max_retries=0,
-        chat_template_kwargs={"enable_thinking": False}, max_concurrency=4,
+        name="served",
+        base_url=server,
+        model=SERVED_NAME,
+        timeout_s=120,
+        max_retries=0,
+        chat_template_kwargs={"enable_thinking": False},
+        max_concurrency=4,
     )
     backend = loop.run_until_complete(OpenAIEngine.start(cfg))
 
@@ -76,8 +81,9 @@ def test_is_a_backend(client) -> None:
 
 def test_json_schema_round_trip(client) -> None:
     backend, run = client
-    req = _req("Facts: f_0 the door is red; f_1 it is night. Story: the blue door opens at noon. Audit it.",
-               json_schema=SCHEMA)
+    req = _req(
+        "Facts: f_0 the door is red; f_1 it is night. Story: the blue door opens at noon. Audit it.", json_schema=SCHEMA
+    )
     a = run(backend.generate(req))
     assert a.finish_reason == "stop", a
     jsonschema.validate(json.loads(a.text), SCHEMA)
@@ -130,16 +136,20 @@ def test_context_overflow_maps(client, server: str) -> None:
     too_long = "word " * (window * 3 // 2)
     assert _tokens(server, too_long) > window
     with pytest.raises(ContextOverflow, match=f"endpoint 'served': .*maximum context length is {window} tokens"):
-        run(backend.generate(Request(messages=(Message("user", too_long),), temperature=0.0, top_p=1.0,
-                                     max_tokens=16, seed=7)))
+        run(
+            backend.generate(
+                Request(messages=(Message("user", too_long),), temperature=0.0, top_p=1.0, max_tokens=16, seed=7)
+            )
+        )
     # Fits alone, not with max_tokens: the server caps max_tokens, the backend
     # turns the early cut-off into ContextOverflow.
     # (Only visible when the output runs into the cap: a model that stops
     # early within the room left simply answers. Counting keeps it going.)
     counting, room = _counting_prompt(server, window)
     # min_room: the call needs its whole budget, so a capped one is an overflow.
-    req = Request(messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7,
-                  min_room=100)
+    req = Request(
+        messages=(Message("user", counting),), temperature=0.0, top_p=1.0, max_tokens=100, seed=7, min_room=100
+    )
     with pytest.raises(ContextOverflow, match=f"left room for only {room} of max_tokens 100"):
         run(backend.generate(req), timeout=PREFILL_S)
 
@@ -179,24 +189,47 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
     from ncp_local.protocol.spec import load_dataset
     from ncp_local.protocol.stages import STAGES
 
-    cfg = validate(OmegaConf.to_container(compose([
-        "dataset.path=specs", "auditor.engine=openai", f"auditor.endpoint.base_url={served.url}",
-        f"auditor.endpoint.model={SERVED_NAME}", "auditor.endpoint.max_retries=0"]), resolve=True))
+    cfg = validate(
+        OmegaConf.to_container(
+            compose(
+                [
+                    "dataset.path=specs",
+                    "auditor.engine=openai",
+                    f"auditor.endpoint.base_url={served.url}",
+                    f"auditor.endpoint.model={SERVED_NAME}",
+                    "auditor.endpoint.max_retries=0",
+                ]
+            ),
+            resolve=True,
+        )
+    )
     spec = load_dataset(ROOT / "specs").specs[0]
     calls = [c for c in stage_calls(spec, build=False) if STAGES[c[0]].role == "auditor"]
-    assert {c[0] for c in calls} == {"fact_update", "conflict_check", "double_check", "trajectory_check",
-                                     "status_check"}
+    assert {c[0] for c in calls} == {
+        "fact_update",
+        "conflict_check",
+        "double_check",
+        "trajectory_check",
+        "status_check",
+    }
     sampling, bounds = embedded_roles()["auditor"]
     store = RunDir(tmp_path)
     store.open({"test": True}, "served-stage-schemas")
 
     async def go() -> list:
         async with OpenAIEngine(endpoint_config(cfg, "auditor")) as backend:
-            service = CallService(roles={"auditor": RoleBinding(backend, sampling, "smollm2", bounds)},
-                                  pack=PromptPack.load(required=TEMPLATES), store=store, seed=0)
-            return await asyncio.gather(*(
-                service.ask(spec.id, 0, stage, template, variables, ids=ids, key=template, extra=extra)
-                for stage, template, variables, ids, extra in calls))
+            service = CallService(
+                roles={"auditor": RoleBinding(backend, sampling, "smollm2", bounds)},
+                pack=PromptPack.load(required=TEMPLATES),
+                store=store,
+                seed=0,
+            )
+            return await asyncio.gather(
+                *(
+                    service.ask(spec.id, 0, stage, template, variables, ids=ids, key=template, extra=extra)
+                    for stage, template, variables, ids, extra in calls
+                )
+            )
 
     try:
         answers = asyncio.run(asyncio.wait_for(go(), 900))

@@ -67,14 +67,24 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
         return [
             await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids),
             await ask("conflict_check", "conflict_check", cvars, ids=ids),
-            await ask("double_check", "double_check",
-                      {**cvars, "initial_conflicts_json": to_json([{"type": "fact", "id": "f_0",
-                                                                    "target_text": projected[0].text,
-                                                                    "reason": "test"}])}, ids=ids),
+            await ask(
+                "double_check",
+                "double_check",
+                {
+                    **cvars,
+                    "initial_conflicts_json": to_json(
+                        [{"type": "fact", "id": "f_0", "target_text": projected[0].text, "reason": "test"}]
+                    ),
+                },
+                ids=ids,
+            ),
             await ask("trajectory_check", "trajectory_check", trajectory_vars(spec, 0, projected, history)),
-            await ask("status_check", "status_check", status_vars(spec, state, projected, state.node_occurred,
-                                                                  history),
-                      ids=AuditIds(commitment_ids=ids.commitment_ids)),
+            await ask(
+                "status_check",
+                "status_check",
+                status_vars(spec, state, projected, state.node_occurred, history),
+                ids=AuditIds(commitment_ids=ids.commitment_ids),
+            ),
         ]
 
     try:

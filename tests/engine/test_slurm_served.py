@@ -21,8 +21,15 @@ import pytest
 from engine_helpers import alive_after, free_port, small_overrides
 from test_slurm import _line, _results, _run, _submit, _wait_for
 
-OVERRIDES = ("narrator.engine=scripted", "player.engine=scripted", "max_turns=1", "limit=2", "progress=false",
-             "seed=0", *small_overrides("auditor"))
+OVERRIDES = (
+    "narrator.engine=scripted",
+    "player.engine=scripted",
+    "max_turns=1",
+    "limit=2",
+    "progress=false",
+    "seed=0",
+    *small_overrides("auditor"),
+)
 SERVED = "smollm2-135m-instruct"  # the model file's name: what submit.py serves it as
 WAIT_S = 900
 
@@ -48,12 +55,26 @@ def _state(job: str) -> str:
 
 @pytest.mark.served
 @pytest.mark.timeout(2700)
-def test_a_served_auditor_for_a_two_task_array_equals_one_process(slurm: None, embedded_model_path: Path,
-                                                                  tmp_path: Path) -> None:
+def test_a_served_auditor_for_a_two_task_array_equals_one_process(
+    slurm: None, embedded_model_path: Path, tmp_path: Path
+) -> None:
     cwd = tmp_path / "array"
     cwd.mkdir()
-    sub = _submit("--shards", "2", "--serve", "auditor", "--serve-gpus", "0", "--serve-port", str(free_port()),
-                  "--python", sys.executable, "--", *OVERRIDES, cwd=cwd)
+    sub = _submit(
+        "--shards",
+        "2",
+        "--serve",
+        "auditor",
+        "--serve-gpus",
+        "0",
+        "--serve-port",
+        str(free_port()),
+        "--python",
+        sys.executable,
+        "--",
+        *OVERRIDES,
+        cwd=cwd,
+    )
     assert sub.returncode == 0, sub.stdout + sub.stderr
     run_dir = Path(_line(sub.stdout, "run directory: ").split(": ", 1)[1])
     words = _line(sub.stdout, "submitted server job ").split()
@@ -65,14 +86,21 @@ def test_a_served_auditor_for_a_two_task_array_equals_one_process(slurm: None, e
         subprocess.run(["scontrol", "hold", stop], check=True, capture_output=True, timeout=60)
         deadline = time.monotonic() + WAIT_S
         while not endpoint.exists():
-            assert _state(server) in ("PENDING", "RUNNING"), \
-                "\n".join(p.read_text()[-3000:] for p in (run_dir / "slurm").glob("serve-*.out"))
+            assert _state(server) in ("PENDING", "RUNNING"), "\n".join(
+                p.read_text()[-3000:] for p in (run_dir / "slurm").glob("serve-*.out")
+            )
             assert time.monotonic() < deadline, "the server job wrote no endpoint file in time"
             time.sleep(2)
         url = endpoint.read_text().strip()
         assert url.startswith("http://") and url.endswith("/v1"), url
-        single = _run(*OVERRIDES, "auditor.engine=openai", f"auditor.endpoint.file={endpoint}",
-                      f"auditor.endpoint.model={SERVED}", f"out_dir={tmp_path / 'single'}", cwd=tmp_path)
+        single = _run(
+            *OVERRIDES,
+            "auditor.engine=openai",
+            f"auditor.endpoint.file={endpoint}",
+            f"auditor.endpoint.model={SERVED}",
+            f"out_dir={tmp_path / 'single'}",
+            cwd=tmp_path,
+        )
         assert single.returncode == 0, single.stderr[-3000:]
         _wait_for(array, time.monotonic() + WAIT_S)
         subprocess.run(["scontrol", "release", stop], check=True, capture_output=True, timeout=60)
@@ -92,8 +120,14 @@ def test_a_served_auditor_for_a_two_task_array_equals_one_process(slurm: None, e
         assert "ncp: serving at http://" in logs, logs
         assert not alive_after(_server_pids(server), timeout=30), "server processes left after the cancellation"
 
-        merged = _run(*OVERRIDES, "auditor.engine=openai", f"auditor.endpoint.model={SERVED}", "mode=merge",
-                      f"out_dir={run_dir}", cwd=cwd)
+        merged = _run(
+            *OVERRIDES,
+            "auditor.engine=openai",
+            f"auditor.endpoint.model={SERVED}",
+            "mode=merge",
+            f"out_dir={run_dir}",
+            cwd=cwd,
+        )
         assert merged.returncode == 0, merged.stderr
         assert _results(run_dir / "merged") == _results(tmp_path / "single")
         assert len(_results(run_dir / "merged")) == 2

@@ -58,8 +58,16 @@ def test_the_baseline_point_logs_every_call_of_its_episodes(reference_sweep: Ref
         assert not c.get("speculative"), c  # the speculative player is off in this sweep
         if c["spec_id"] == CROWDED:  # refused before the engine (test_context_limit): no tokens to count
             continue
-        for key in ("stage", "attempt", "seed", "prompt_tokens", "cached_tokens", "generated_tokens", "latency_s",
-                    "finish_reason"):
+        for key in (
+            "stage",
+            "attempt",
+            "seed",
+            "prompt_tokens",
+            "cached_tokens",
+            "generated_tokens",
+            "latency_s",
+            "finish_reason",
+        ):
             assert key in c, (key, c)
         assert c["prompt_tokens"] > 0 and c["generated_tokens"] > 0
         assert c["error"] is None or "cut off" in c["error"], c

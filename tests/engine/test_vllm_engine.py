@@ -64,7 +64,10 @@ def test_prefix_cache_hits_on_repeated_long_prompt(engine) -> None:
     # A prompt that only shares the prefix reuses it too (turn t reuses turn t-1).
     longer = Request(
         messages=(msgs[0], Message("user", history + " Turn 120: a new room.\nWhat happens next?")),
-        temperature=0.7, top_p=0.95, max_tokens=4, seed=6,
+        temperature=0.7,
+        top_p=0.95,
+        max_tokens=4,
+        seed=6,
     )
     third = engine.run(engine.backend.generate(longer))
     assert third.cached_tokens >= first.prompt_tokens // 2
@@ -77,11 +80,13 @@ def test_bench_cache_model_predicts_the_engines_hits(engine) -> None:
     backend = engine.backend
     assert backend.block_size and backend.max_num_seqs == 16
     base = " ".join(f"Beat {i}: the keeper locks gate {i} and hides key {i % 5}." for i in range(90))
-    reqs = [Request(messages=(Message("user", text),), temperature=0.7, top_p=0.95, max_tokens=2, seed=i)
-            for i, text in enumerate([base, base, base + " Beat 90: the lamp goes out.", "Other: " + base])]
+    reqs = [
+        Request(messages=(Message("user", text),), temperature=0.7, top_p=0.95, max_tokens=2, seed=i)
+        for i, text in enumerate([base, base, base + " Beat 90: the lamp goes out.", "Other: " + base])
+    ]
     engine.run(backend.reset_prefix_cache())
     measured = [engine.run(backend.generate(r)).cached_tokens for r in reqs]  # one at a time: nothing evicted
-    hits = [unbounded_cache_hit(reqs[:i + 1], backend.tokenize, backend.block_size)[0][1] for i in range(len(reqs))]
+    hits = [unbounded_cache_hit(reqs[: i + 1], backend.tokenize, backend.block_size)[0][1] for i in range(len(reqs))]
     predicted = [b - a for a, b in itertools.pairwise([0, *hits])]
     assert measured[0] == 0 and measured[1] > 0 and measured[2] > 0 and measured[3] == 0
     assert predicted == measured
@@ -123,13 +128,16 @@ def test_the_token_ids_sent_are_the_engines_own_tokenization(engine, embedded_mo
     from ncp_local.engines.chat_format import ChatFormat
 
     backend = engine.backend
-    msgs = (Message("system", "You narrate. Facts:\n- f_0: the door is shut"),
-            Message("user", "I open the door — slowly — and call: \"Anyone?\" 42 times!"))
+    msgs = (
+        Message("system", "You narrate. Facts:\n- f_0: the door is shut"),
+        Message("user", 'I open the door — slowly — and call: "Anyone?" 42 times!'),
+    )
     sent = backend.tokenize(msgs)
     # What vLLM's server does with the same chat request: its renderer, its tokenization.
     _, prompts = backend._engine.renderer.render_chat(
         [[{"role": m.role, "content": m.content} for m in msgs]],
-        ChatParams(chat_template_kwargs={"add_generation_prompt": True}))
+        ChatParams(chat_template_kwargs={"add_generation_prompt": True}),
+    )
     assert sent == list(prompts[0]["prompt_token_ids"])
     assert backend.chat.renderer is backend._engine.renderer
     assert ChatFormat.load(embedded_model_path, backend.cfg).tokenize(msgs) == sent

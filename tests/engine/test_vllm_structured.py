@@ -22,8 +22,11 @@ SCHEMAS: dict[str, dict] = {
         "type": "object",
         "properties": {
             "add_facts": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 2},
-            "negate_facts": {"type": "array", "items": {"type": "string", "enum": ["f_0", "f_1", "f_2"]},
-                             "maxItems": 3},
+            "negate_facts": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["f_0", "f_1", "f_2"]},
+                "maxItems": 3,
+            },
         },
         "required": ["add_facts", "negate_facts"],
         "additionalProperties": False,
@@ -36,15 +39,19 @@ SCHEMAS: dict[str, dict] = {
                 "anyOf": [
                     {
                         "type": "object",
-                        "properties": {"kind": {"const": "fact"},
-                                       "fact_id": {"type": "string", "enum": ["f_0", "f_1"]}},
+                        "properties": {
+                            "kind": {"const": "fact"},
+                            "fact_id": {"type": "string", "enum": ["f_0", "f_1"]},
+                        },
                         "required": ["kind", "fact_id"],
                         "additionalProperties": False,
                     },
                     {
                         "type": "object",
-                        "properties": {"kind": {"const": "commitment"},
-                                       "commitment_id": {"type": "string", "enum": ["c_0"]}},
+                        "properties": {
+                            "kind": {"const": "commitment"},
+                            "commitment_id": {"type": "string", "enum": ["c_0"]},
+                        },
                         "required": ["kind", "commitment_id"],
                         "additionalProperties": False,
                     },
@@ -126,15 +133,48 @@ CASES: dict[str, list[tuple[object, bool]]] = {
         ({"conflict": {"kind": "other"}}, False),
     ],
     "prefix_items": [
-        ({"statuses": [{"id": "c_0", "status": "PENDING"}, {"id": "c_1", "status": "SATISFIED"},
-                       {"id": "c_2", "status": "PENDING"}]}, True),
-        ({"statuses": [{"id": "c_1", "status": "PENDING"}, {"id": "c_0", "status": "SATISFIED"},
-                       {"id": "c_2", "status": "PENDING"}]}, False),
+        (
+            {
+                "statuses": [
+                    {"id": "c_0", "status": "PENDING"},
+                    {"id": "c_1", "status": "SATISFIED"},
+                    {"id": "c_2", "status": "PENDING"},
+                ]
+            },
+            True,
+        ),
+        (
+            {
+                "statuses": [
+                    {"id": "c_1", "status": "PENDING"},
+                    {"id": "c_0", "status": "SATISFIED"},
+                    {"id": "c_2", "status": "PENDING"},
+                ]
+            },
+            False,
+        ),
         ({"statuses": [{"id": "c_0", "status": "PENDING"}, {"id": "c_1", "status": "SATISFIED"}]}, False),
-        ({"statuses": [{"id": "c_0", "status": "PENDING"}, {"id": "c_1", "status": "SATISFIED"},
-                       {"id": "c_2", "status": "PENDING"}, {"id": "c_2", "status": "PENDING"}]}, False),
-        ({"statuses": [{"id": "c_0", "status": "DONE"}, {"id": "c_1", "status": "SATISFIED"},
-                       {"id": "c_2", "status": "PENDING"}]}, False),
+        (
+            {
+                "statuses": [
+                    {"id": "c_0", "status": "PENDING"},
+                    {"id": "c_1", "status": "SATISFIED"},
+                    {"id": "c_2", "status": "PENDING"},
+                    {"id": "c_2", "status": "PENDING"},
+                ]
+            },
+            False,
+        ),
+        (
+            {
+                "statuses": [
+                    {"id": "c_0", "status": "DONE"},
+                    {"id": "c_1", "status": "SATISFIED"},
+                    {"id": "c_2", "status": "PENDING"},
+                ]
+            },
+            False,
+        ),
         ({"statuses": []}, False),
     ],
     "bounded_strings": [
@@ -217,8 +257,9 @@ def test_engine_outputs_validate(engine) -> None:
 def test_unsupported_schema_feature_is_rejected(engine) -> None:
     """xgrammar on this vLLM rejects uniqueItems (and contains); the engine survives it."""
     schema = {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "uniqueItems": True}
-    req = Request(messages=(Message("user", "JSON"),), temperature=0.0, top_p=1.0, max_tokens=8, seed=1,
-                  json_schema=schema)
+    req = Request(
+        messages=(Message("user", "JSON"),), temperature=0.0, top_p=1.0, max_tokens=8, seed=1, json_schema=schema
+    )
     # The request's own failure (a failed attempt for the runner), not the end of the run.
     failed = engine.run(engine.backend.generate(req))
     assert failed.finish_reason == "error" and "not supported" in (failed.error or ""), failed

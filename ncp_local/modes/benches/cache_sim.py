@@ -21,7 +21,7 @@ def unbounded_cache_hit(requests: list[Request], tokenize: Any, block: int) -> d
         h = hashlib.sha256()
         hit, hitting = 0, True
         for start in range(0, len(ids) - len(ids) % block, block):
-            h.update(repr(ids[start:start + block]).encode())
+            h.update(repr(ids[start : start + block]).encode())
             key = h.digest()
             if hitting and key in seen:
                 hit += block

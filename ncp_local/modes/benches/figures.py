@@ -105,8 +105,7 @@ def spread(values: Iterable[float]) -> dict[str, Any]:
     if not xs:
         return {"n": 0, "median": None, "min": None, "max": None, "spread": None}
     med = statistics.median(xs)
-    return {"n": len(xs), "median": med, "min": xs[0], "max": xs[-1],
-            "spread": (xs[-1] - xs[0]) / med if med else None}
+    return {"n": len(xs), "median": med, "min": xs[0], "max": xs[-1], "spread": (xs[-1] - xs[0]) / med if med else None}
 
 
 def dumps(data: Any) -> str:

@@ -39,20 +39,19 @@ from ...execution.store import RunDir, read_calls
 from ...plan.growth import Sizes, _words, sized_answers
 from ...protocol import ROLES
 from ...protocol.episode import Checkpoint, EpisodeResult
-from ...protocol.turns import resumed
-from ...protocol.turns import shown as shown_turn
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
 from ...protocol.spec import Spec
 from ...protocol.stages import Bounds
+from ...protocol.turns import resumed
+from ...protocol.turns import shown as shown_turn
 from .cache_sim import unbounded_cache_hit
 
 
 class PrefillOnly:
     """The real engine reads each prompt (prefill + one token); the answer is the scripted one."""
 
-    def __init__(self, inner: Engine, answer: Callable[[Request], str], kv_tokens: int | None,
-                 grammar: bool) -> None:
+    def __init__(self, inner: Engine, answer: Callable[[Request], str], kv_tokens: int | None, grammar: bool) -> None:
         self.inner, self.answer, self.grammar = inner, answer, grammar
         self.kv_tokens = kv_tokens  # what the admission reads (None: the fixed levels, no admission)
         self.requests: list[Request] = []
@@ -68,9 +67,14 @@ class PrefillOnly:
         if not self.grammar:
             sent = replace(sent, json_schema=None, regex=None)
         out = await self.inner.generate(sent)
-        return Completion(text=self.answer(request), finish_reason="stop", prompt_tokens=out.prompt_tokens,
-                          cached_tokens=out.cached_tokens, generated_tokens=out.generated_tokens,
-                          latency_s=out.latency_s)
+        return Completion(
+            text=self.answer(request),
+            finish_reason="stop",
+            prompt_tokens=out.prompt_tokens,
+            cached_tokens=out.cached_tokens,
+            generated_tokens=out.generated_tokens,
+            latency_s=out.latency_s,
+        )
 
     async def close(self) -> None:
         return None
@@ -101,23 +105,44 @@ class Level:
 
 def _checkpoint(r: EpisodeResult) -> Checkpoint:
     # A played-through result is the state after its last turn (the baseline narrator keeps no state).
-    return Checkpoint(spec_id=r.spec_id, state=r.final_state, opening_update=r.opening_update, turns=r.turns,
-                      narrator_state={}, opening_bound_hits=r.opening_bound_hits)
+    return Checkpoint(
+        spec_id=r.spec_id,
+        state=r.final_state,
+        opening_update=r.opening_update,
+        turns=r.turns,
+        narrator_state={},
+        opening_bound_hits=r.opening_bound_hits,
+    )
 
 
-async def _play(specs: tuple[Spec, ...], engine: Any, pack: PromptPack, narrator_cls: type, player: Player,
-                seed: int, max_turns: int, concurrency: int, root: Path, bounds: dict[str, Bounds],
-                start: list[Checkpoint] | None = None, admit: bool = False) -> tuple[EpisodeScheduler, float]:
+async def _play(
+    specs: tuple[Spec, ...],
+    engine: Any,
+    pack: PromptPack,
+    narrator_cls: type,
+    player: Player,
+    seed: int,
+    max_turns: int,
+    concurrency: int,
+    root: Path,
+    bounds: dict[str, Bounds],
+    start: list[Checkpoint] | None = None,
+    admit: bool = False,
+) -> tuple[EpisodeScheduler, float]:
     store = RunDir(root)
     store.open({"bench": root.name}, root.name)
     for cp in start or []:
         store.write_checkpoint(cp)
     roles = {r: RoleBinding(engine, Sampling(), "bench", bounds[r]) for r in ROLES}
-    scheduler = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-                                 store=store, settings=EpisodeSettings(max_turns=max_turns, concurrency=concurrency,
-                                                                       play_through=True),
-                                 make_narrator=lambda: narrator_cls(pack=pack, roles=roles), player=player,
-                                 engines={r: engine for r in ROLES} if admit else {})
+    scheduler = EpisodeScheduler(
+        specs=specs,
+        calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
+        store=store,
+        settings=EpisodeSettings(max_turns=max_turns, concurrency=concurrency, play_through=True),
+        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
+        player=player,
+        engines={r: engine for r in ROLES} if admit else {},
+    )
     started = time.perf_counter()
     try:
         await scheduler.run()
@@ -126,9 +151,21 @@ async def _play(specs: tuple[Spec, ...], engine: Any, pack: PromptPack, narrator
     return scheduler, time.perf_counter() - started
 
 
-async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
-                       player: Player, seed: int, at_turn: int, turns: int, levels: list[int], sizes: Sizes,
-                       bounds: dict[str, Bounds], note: Callable[[str], None], grammar: bool = False) -> list[str]:
+async def long_horizon(
+    backend: Any,
+    specs: tuple[Spec, ...],
+    pack: PromptPack,
+    narrator_cls: type,
+    player: Player,
+    seed: int,
+    at_turn: int,
+    turns: int,
+    levels: list[int],
+    sizes: Sizes,
+    bounds: dict[str, Bounds],
+    note: Callable[[str], None],
+    grammar: bool = False,
+) -> list[str]:
     """Each level and the admission on the same long-horizon state; the table and the closing line."""
     answer = sized_answers(sizes, _words(specs), bounds, lambda *_: None)
     kv = getattr(backend, "kv_tokens", None)
@@ -136,8 +173,18 @@ async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, 
     first_warm = resumed(at_turn, 2)  # the first resumed turn meets a cold cache in every way
     with tempfile.TemporaryDirectory(prefix="ncp-bench-long-") as tmp:
         root = Path(tmp)
-        built, _ = await _play(specs, ScriptedEngine(rules=answer), pack, narrator_cls, player, seed, at_turn,
-                               len(specs), root / "state", bounds)
+        built, _ = await _play(
+            specs,
+            ScriptedEngine(rules=answer),
+            pack,
+            narrator_cls,
+            player,
+            seed,
+            at_turn,
+            len(specs),
+            root / "state",
+            bounds,
+        )
         state = [_checkpoint(built.results[s.id]) for s in specs]
         note(f"bench: {len(specs)} episodes played to turn {at_turn} on scripted answers")
         last: PrefillOnly | None = None
@@ -148,8 +195,20 @@ async def long_horizon(backend: Any, specs: tuple[Spec, ...], pack: PromptPack, 
             reset = getattr(backend, "reset_prefix_cache", None)
             if reset is not None:
                 await reset()
-            sched, wall = await _play(specs, engine, pack, narrator_cls, player, seed, at_turn + turns, concurrency,
-                                      root / f"way{i}", bounds, start=state, admit=admit)
+            sched, wall = await _play(
+                specs,
+                engine,
+                pack,
+                narrator_cls,
+                player,
+                seed,
+                at_turn + turns,
+                concurrency,
+                root / f"way{i}",
+                bounds,
+                start=state,
+                admit=admit,
+            )
             row = Level(name, wall_s=wall)
             for c in read_calls(root / f"way{i}" / "calls.jsonl"):
                 if "prompt_tokens" not in c:
@@ -176,26 +235,30 @@ def _unbounded_hit(backend: Any, requests: list[Request], first_warm: int) -> fl
     return sum(v[1] for t, v in by_turn.items() if t >= first_warm) / p if p else None
 
 
-def _lines(rows: list[Level], unbounded: float | None, kv: int | None, episodes: int, at_turn: int,
-           turns: int, first_warm: int) -> list[str]:
+def _lines(
+    rows: list[Level], unbounded: float | None, kv: int | None, episodes: int, at_turn: int, turns: int, first_warm: int
+) -> list[str]:
     fixed = [r for r in rows[:-1]]
     adaptive = rows[-1]
     best = max(fixed, key=lambda r: r.tokens_per_s)
     ideal = unbounded if unbounded is not None else float("nan")
-    out = [f"long-horizon: {episodes} episodes from turn {at_turn}, {turns} turns each on the real engine "
-           f"(prompt + 1 token per call), KV cache {kv or '?'} tokens; hit rate and recompute from turn "
-           f"{shown_turn(first_warm)} on",
-           "| way | wall s | prompt tok/s | hit rate | unbounded hit | prefill recomputed (tokens) "
-           "| most in flight | stepped back |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"long-horizon: {episodes} episodes from turn {at_turn}, {turns} turns each on the real engine "
+        f"(prompt + 1 token per call), KV cache {kv or '?'} tokens; hit rate and recompute from turn "
+        f"{shown_turn(first_warm)} on",
+        "| way | wall s | prompt tok/s | hit rate | unbounded hit | prefill recomputed (tokens) "
+        "| most in flight | stepped back |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         most = str(r.peak) if r is adaptive else r.name.split()[0]
-        out.append(f"| {r.name} | {r.wall_s:.1f} | {r.tokens_per_s:.0f} | {r.hit:.2f} | {ideal:.2f} "
-                   f"| {r.recomputed:,} | {most} | {r.pauses if r is adaptive else '-'} |")
+        out.append(
+            f"| {r.name} | {r.wall_s:.1f} | {r.tokens_per_s:.0f} | {r.hit:.2f} | {ideal:.2f} "
+            f"| {r.recomputed:,} | {most} | {r.pauses if r is adaptive else '-'} |"
+        )
     out.append(f"best fixed level: {best.name} ({best.tokens_per_s:.0f} tok/s)")
     out.append(
         f"long-horizon: adaptive_hit={adaptive.hit:.2f} unbounded_hit={ideal:.2f} "
         f"adaptive/best_fixed={adaptive.tokens_per_s / best.tokens_per_s if best.tokens_per_s else float('nan'):.2f}"
     )
     return out
-

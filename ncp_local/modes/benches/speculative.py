@@ -25,8 +25,17 @@ from ...protocol.prompts import PromptPack
 from ...protocol.spec import Spec
 
 
-async def _way(roles: dict[str, RoleBinding], specs: tuple[Spec, ...], pack: PromptPack, narrator_cls: type,
-               player: Player, seed: int, turns: int, root: Path, speculative: bool) -> tuple[list[float], dict, int]:
+async def _way(
+    roles: dict[str, RoleBinding],
+    specs: tuple[Spec, ...],
+    pack: PromptPack,
+    narrator_cls: type,
+    player: Player,
+    seed: int,
+    turns: int,
+    root: Path,
+    speculative: bool,
+) -> tuple[list[float], dict, int]:
     store = RunDir(root)
     store.open({"bench": root.name}, root.name)
     last: dict[str, float] = {}
@@ -38,12 +47,17 @@ async def _way(roles: dict[str, RoleBinding], specs: tuple[Spec, ...], pack: Pro
             latencies.append(now - last[spec_id])
         last[spec_id] = now
 
-    scheduler = EpisodeScheduler(specs=specs, calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-                                 store=store, settings=EpisodeSettings(max_turns=turns, concurrency=len(specs),
-                                                                       play_through=True,
-                                                                       speculative_player=speculative),
-                                 make_narrator=lambda: narrator_cls(pack=pack, roles=roles), player=player,
-                                 on_turn=on_turn)
+    scheduler = EpisodeScheduler(
+        specs=specs,
+        calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
+        store=store,
+        settings=EpisodeSettings(
+            max_turns=turns, concurrency=len(specs), play_through=True, speculative_player=speculative
+        ),
+        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
+        player=player,
+        on_turn=on_turn,
+    )
     try:
         results = await scheduler.run()
     finally:
@@ -52,9 +66,17 @@ async def _way(roles: dict[str, RoleBinding], specs: tuple[Spec, ...], pack: Pro
     return latencies, {k: v.model_dump_json() for k, v in results.items()}, dropped
 
 
-async def speculative_bench(backend: Any, roles: dict[str, RoleBinding], specs: tuple[Spec, ...], pack: PromptPack,
-                            narrator_cls: type, player: Player, seed: int, turns: int,
-                            note: Callable[[str], None]) -> list[str]:
+async def speculative_bench(
+    backend: Any,
+    roles: dict[str, RoleBinding],
+    specs: tuple[Spec, ...],
+    pack: PromptPack,
+    narrator_cls: type,
+    player: Player,
+    seed: int,
+    turns: int,
+    note: Callable[[str], None],
+) -> list[str]:
     """Both orders on the same seeds; mean and median turn latency, and whether the results are identical."""
     out = {}
     with tempfile.TemporaryDirectory(prefix="ncp-bench-spec-") as tmp:
@@ -62,8 +84,17 @@ async def speculative_bench(backend: Any, roles: dict[str, RoleBinding], specs: 
             reset = getattr(backend, "reset_prefix_cache", None)
             if reset is not None:
                 await reset()
-            out[speculative] = await _way(roles, specs, pack, narrator_cls, player, seed, turns,
-                                          Path(tmp) / f"speculative-{speculative}", speculative)
+            out[speculative] = await _way(
+                roles,
+                specs,
+                pack,
+                narrator_cls,
+                player,
+                seed,
+                turns,
+                Path(tmp) / f"speculative-{speculative}",
+                speculative,
+            )
             note(f"bench: speculative_player={str(speculative).lower()} done")
     (seq, a, _), (spec, b, dropped) = out[False], out[True]
     differ = sorted(k for k in a if a[k] != b.get(k))
