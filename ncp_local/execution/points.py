@@ -81,7 +81,7 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
     given = parser.parse_overrides(list(overrides))
     # The first point composed with Hydra's config, to read the sweeper params a config file declares.
     first = [
-        f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else o.input_line
+        f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override() else _line(o)
         for o in given
         if _unexpandable(o) is None
     ]
@@ -94,7 +94,7 @@ def expand(overrides: Sequence[str], config_name: str = "config") -> Grid:
     for o, from_params in [*((o, True) for o in declared), *((o, False) for o in task)]:
         why = _unexpandable(o)
         if why is not None:
-            unexpanded.append((o.input_line, why))
+            unexpanded.append((_line(o), why))
             continue
         key = o.get_key_element()
         if o.is_sweep_override():
@@ -141,6 +141,13 @@ def _written(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ",".join(f"{k}:{_written(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"not config data: {value!r}")
+
+
+def _line(o: Override) -> str:
+    """The override as written. Hydra types `input_line` optional (an Override can be built by hand),
+    but its parser, the only source of ours, sets it on every override it returns."""
+    assert o.input_line is not None, "Hydra's OverridesParser sets input_line on every override"
+    return o.input_line
 
 
 def _unexpandable(o: Override) -> Exception | None:

@@ -31,6 +31,7 @@ import argparse
 import shlex
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,7 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
 
 
 def resolve_sweep(
-    overrides: list[str], check_models: bool, served: list[str] = ()
+    overrides: list[str], check_models: bool, served: Sequence[str] = ()
 ) -> list[tuple[list[str], Path, str, list[str]]]:
     """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
     `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued).

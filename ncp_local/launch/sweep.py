@@ -127,6 +127,8 @@ def prepare(point: Point) -> Point:
         point.ready = checked.ready
         if cfg.mode != "run":
             return point  # run through the mode's own entry, one point after the other
+        # mode=run is one of points.CHECKED_ROLES: its check ran pre-flight.
+        assert point.ready is not None
         point.specs, point.ident, point.out = checked.where()
         check_place(point.out)
         point.engines = EnginePool(cfg, endpoints=point.ready.endpoints)
@@ -184,6 +186,8 @@ class SharedEngines:
         self._locks: dict[str, asyncio.Lock] = {}
 
     def register(self, p: Point) -> None:
+        # Only a runnable point is registered, and `prepare` gave each its EnginePool.
+        assert p.engines is not None, f"sweep point {p.name} registered without its engines"
         for role in ROLES:
             key = p.keys[role]
             e = self.engines.get(key)
@@ -379,6 +383,13 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
     return m
 
 
+def _cfg(p: Point) -> config_mod.RunConfig:
+    """The config of a point `prepare` validated: one that runs or ran (a runnable point, one with
+    results), or one of another mode (its mode is read from that config)."""
+    assert p.cfg is not None, f"sweep point {p.name}: no validated config"
+    return p.cfg
+
+
 def _todo(p: Point) -> bool:
     assert p.out is not None
     return not all(layout.result_file(p.out, s.id).exists() for s in p.specs)
@@ -414,7 +425,7 @@ class Sweep:
                 + "; ".join(" ".join(f"#{p.num}" for p in g) for g in self.groups)
             )
         for p in runnable:
-            self.progress.add_run(p.name, [s.id for s in p.specs], p.cfg.max_turns, p.out)
+            self.progress.add_run(p.name, [s.id for s in p.specs], _cfg(p).max_turns, p.out)
             self.progress.point(p.name, "waiting")
         self.index()
         task = asyncio.current_task()
@@ -561,7 +572,8 @@ class Sweep:
 def rows_labelled(points: Sequence[Point]) -> list[tuple[str, Any]]:
     """(label, aggregate) per point with results, labelled by what differs between the points."""
     with_results = [p for p in points if p.results]
-    template = next((p.cfg.report.label for p in with_results if getattr(p.cfg.report, "label", None)), None)
+    cfgs = [_cfg(p) for p in with_results]  # a point with results ran
+    template = next((c.report.label for c in cfgs if getattr(c.report, "label", None)), None)
     if template:
         labels = [from_template(template, p.raw or {}) for p in with_results]
     else:
@@ -569,8 +581,8 @@ def rows_labelled(points: Sequence[Point]) -> list[tuple[str, Any]]:
             p.out.name if p.out else p.name for p in with_results
         ]
     return [
-        (f"#{p.num} {label}", aggregate([episode_metrics(r) for r in p.results.values()], p.cfg.max_turns))
-        for p, label in zip(with_results, labels, strict=True)
+        (f"#{p.num} {label}", aggregate([episode_metrics(r) for r in p.results.values()], cfg.max_turns))
+        for p, cfg, label in zip(with_results, cfgs, labels, strict=True)
     ]
 
 
@@ -661,23 +673,25 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     rows = rows_labelled(points)
     if rows:
         print(results_table(rows))
-    reaudits = [p for p in points if p.mode == "reaudit" and p.status == "done" and len(p.cfg.runs) == 1]
+    # A point's mode is read from its validated config: a reaudit point has one.
+    reaudits = [p for p in points if p.mode == "reaudit" and p.status == "done" and len(_cfg(p).runs) == 1]
     if reaudits:
         for p in reaudits:
-            p.out = point_dir(p.cfg, p.raw or {})
+            p.out = point_dir(_cfg(p), p.raw or {})
         sweep.index()
-        if len(reaudits) > 1 and len({tuple(p.cfg.runs) for p in reaudits}) == 1:
+        first = _cfg(reaudits[0])
+        if len(reaudits) > 1 and len({tuple(_cfg(p).runs) for p in reaudits}) == 1:
             # Several auditors on one run: the paper's Table 2 over the run and its re-audits.
-            print(f"auditor table over {len(reaudits)} re-audits of {reaudits[0].cfg.runs[0]}:")
+            print(f"auditor table over {len(reaudits)} re-audits of {first.runs[0]}:")
             auditor_table(
-                reaudits[0].cfg.model_copy(
+                first.model_copy(
                     update={
-                        "report": reaudits[0].cfg.report.model_copy(
-                            update={"out": reaudits[0].cfg.report.out or str(sweep_dir / "auditors")}
+                        "report": first.report.model_copy(
+                            update={"out": first.report.out or str(sweep_dir / "auditors")}
                         )
                     }
                 ),
-                [reaudits[0].cfg.runs[0], *(str(p.out) for p in reaudits)],
+                [first.runs[0], *(str(p.out) for p in reaudits)],
             )
     for p in points:
         if p.out is not None and p.status == "done":

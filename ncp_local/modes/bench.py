@@ -695,8 +695,8 @@ async def sweep_bench(
                 )
             )
         finally:
-            for b in pool.values():
-                await b.close()
+            for engine in pool.values():
+                await engine.close()
         batched.wall_s = time.perf_counter() - started
         note(f"bench: batched way done in {batched.wall_s:.0f} s; now point by point")
         for num, (results, calls) in enumerate(done):
@@ -757,7 +757,10 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         return _main_long(cfg)
     ready = preflight(cfg, roles=("narrator",))  # memory shares and windows as mode=run plans them
     cfg = ready.cfg
-    assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
+    # Pre-flight for episodes (its default) reads all three. Bound to names: go() below keeps the
+    # narrowing of a name, not that of an attribute (`ready.player`).
+    dataset, narrator_cls, player = ready.dataset, ready.narrator_cls, ready.player
+    assert dataset is not None and narrator_cls is not None and player is not None
     b, rc = cfg.bench, cfg.narrator
     print(
         f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
@@ -777,10 +780,10 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
                 started["narrator"],
                 rc.model.name,
                 Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-                ready.dataset.specs,
+                dataset.specs,
                 ready.pack,
-                ready.narrator_cls,
-                ready.player,
+                narrator_cls,
+                player,
                 cfg.seed,
                 b.episodes,
                 b.turns,
@@ -852,8 +855,11 @@ def _main_long(cfg: RunConfig) -> int:
         cfg = with_kv_tokens(cfg, b.kv_tokens)
     ready = preflight(cfg, roles=("narrator",))
     cfg = ready.cfg
-    assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
-    specs = workload(ready.dataset.specs, b.episodes)
+    # Pre-flight for episodes (its default) reads all three. Bound to names: go() below keeps the
+    # narrowing of a name, not that of an attribute (`ready.player`).
+    dataset, narrator_cls, player = ready.dataset, ready.narrator_cls, ready.player
+    assert dataset is not None and narrator_cls is not None and player is not None
+    specs = workload(dataset.specs, b.episodes)
     facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
     sizes = Sizes(
         pc.narration_words,
@@ -890,8 +896,8 @@ def _main_long(cfg: RunConfig) -> int:
                     roles,
                     specs[: b.speculative_episodes],
                     ready.pack,
-                    ready.narrator_cls,
-                    ready.player,
+                    narrator_cls,
+                    player,
                     cfg.seed,
                     b.turns,
                     note=_say,
@@ -901,8 +907,8 @@ def _main_long(cfg: RunConfig) -> int:
                     backend,
                     specs,
                     ready.pack,
-                    ready.narrator_cls,
-                    ready.player,
+                    narrator_cls,
+                    player,
                     cfg.seed,
                     b.at_turn,
                     b.turns,
