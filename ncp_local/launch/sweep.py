@@ -239,7 +239,7 @@ class SharedEngines:
 
 def _plan_of(engines: list[SharedEngine], cfg: Any) -> Any:
     """`ncp_local.plan.check` on the group's distinct engines, one pseudo-role each."""
-    names = tuple(f"engine_{e.id}" for e in engines)
+    names = tuple(_plan_role(e) for e in engines)
     fake = SimpleNamespace(
         engine=cfg.engine,
         plan=cfg.plan,
@@ -253,6 +253,11 @@ def _plan_of(engines: list[SharedEngine], cfg: Any) -> Any:
         },
     )
     return check(fake, names)
+
+
+def _plan_role(e: SharedEngine) -> str:
+    """The engine's pseudo-role in `_plan_of`'s plan."""
+    return f"engine_{e.id}"
 
 
 def fits(engines: list[SharedEngine], cfg: Any) -> bool:
@@ -281,8 +286,12 @@ def place(group: list[Point], pool: SharedEngines) -> None:
     keys = sorted({k for p in group for k in p.keys.values()})
     engines = [pool.engines[k] for k in keys]
     plan = _plan_of(engines, group[0].cfg)
-    for e, ep in zip(engines, plan.engines, strict=True):
-        if e.engine is not None:
+    # The plan has engines for the in-process (vLLM) ones only (none for scripted or openai), one per
+    # distinct model: each is found by its pseudo-roles, not by position.
+    planned = {role: ep for ep in plan.engines for role in ep.roles}
+    for e in engines:
+        ep = planned.get(_plan_role(e))
+        if e.engine is not None or ep is None:
             continue
         change: dict[str, Any] = {}
         if ep.share_planned and ep.share is not None:
