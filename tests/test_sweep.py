@@ -6,6 +6,7 @@ is tests/engine/test_sweep_engine.py)."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import shutil
 import subprocess
@@ -49,6 +50,13 @@ def _results(d: Path) -> dict[str, bytes]:
 
 def _index(d: Path) -> dict[str, Any]:
     return json.loads((d / "index.json").read_text())
+
+
+def _result_rows(stdout: str) -> list[str]:
+    """The rows of a report's results table, its first (the endings table after it has a row per run too)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| run |"))
+    return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :]))
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +129,7 @@ def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, sub
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=work)
     assert rep.returncode == 0, rep.stderr
     labels = [
-        line.split("|")[1].strip() for line in rep.stdout.splitlines() if line.startswith("| narrator.temperature")
+        line.split("|")[1].strip() for line in _result_rows(rep.stdout) if line.startswith("| narrator.temperature")
     ]
     assert labels == [r.split(" ", 1)[1] for r in rows]
     assert (work / "sw" / "report" / "results.md").is_file()  # the report of a sweep folder goes in it
@@ -135,9 +143,8 @@ def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, sub
         cwd=work,
     )
     assert glob.returncode == 0, glob.stderr
-    assert sorted(
-        line.split("|")[1].strip() for line in glob.stdout.splitlines() if line.startswith("| ") and "@0." in line
-    ) == ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
+    labelled = sorted(line.split("|")[1].strip() for line in _result_rows(glob.stdout) if "@0." in line)
+    assert labelled == ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
 
 
 def test_one_invalid_point_the_others_run(tmp_path: Path) -> None:
@@ -521,5 +528,5 @@ def test_sharded_batched_tasks_write_their_own_index(tmp_path: Path) -> None:
     assert len({r["run_dir"] for r in rows}) == 2 and all("shard_dir" in r for r in rows)
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
-    assert [line.split("|")[2].strip() for line in rep.stdout.splitlines() if line.startswith("| seed=")] == ["3", "3"]
+    assert [line.split("|")[2].strip() for line in _result_rows(rep.stdout) if line.startswith("| seed=")] == ["3", "3"]
     shutil.rmtree(tmp_path / "runs")
