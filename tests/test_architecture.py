@@ -27,6 +27,7 @@ DEFERRED = (
     "setproctitle",
     "psutil",
     "inspect_ai",
+    "lifelines",  # pandas and its own fitters: about 1 s, read only by the endings section of a report
     "ncp_local.engines.vllm",
     "ncp_local.engines.openai",
     "..engines.vllm",
