@@ -37,7 +37,7 @@ from .stages import (
     FailureModesOut,
     StatusOut,
     TrajectoryOut,
-    conflict_key,
+    conflict_name,
 )
 from .turns import OPENING
 from .turns import at as said_at
@@ -225,7 +225,7 @@ class Audit:
         if self.modes is not None:
             by_key = {m.conflict: m for m in self.modes.modes}
             fields["failure_modes"] = tuple(
-                by_key[conflict_key(c.type, c.id)].model_dump(mode="json") for c in self.standing
+                by_key[conflict_name(c.type, c.id)].model_dump(mode="json") for c in self.standing
             )
         return fields
 
@@ -254,7 +254,12 @@ async def audit_response(
         )
     audit = Audit(fu, first, reviewed)
     if failure_modes and audit.standing:
-        audit = replace(audit, modes=await ask_modes(spec, audit.standing, cvars, projected, player_input, ask))
+        try:
+            audit = replace(audit, modes=await ask_modes(spec, audit.standing, cvars, projected, player_input, ask))
+        except CallFailed:
+            # An analysis of the ending, not part of it: the conflict stands and the episode ends as
+            # it would have; its conflicts go unclassified (the call log keeps the failed answers).
+            pass
     return audit
 
 
@@ -269,7 +274,7 @@ async def ask_modes(
     """The failure-mode stage: one mode per standing conflict (a repeated type and id is asked once)."""
     response = cvars["response_text"]
     listed = [
-        {"conflict": conflict_key(t["type"], t["id"]), "target_text": t["target_text"], "reason": t["reason"]}
+        {"conflict": conflict_name(t["type"], t["id"]), "target_text": t["target_text"], "reason": t["reason"]}
         for t in resolve_targets(spec, standing, projected, player_input, response)
     ]
     keys = tuple(dict.fromkeys(item["conflict"] for item in listed))

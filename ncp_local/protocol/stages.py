@@ -114,7 +114,7 @@ class AuditIds:
     # fact_update: the ids this update's own additions would get, so that an
     # update may negate a fact it adds (PROTOCOL section 2: additions first).
     new_fact_ids: tuple[str, ...] = ()
-    # failure_mode: the standing conflicts of the turn, as `conflict_key`s.
+    # failure_mode: the standing conflicts of the turn, as `conflict_name`s.
     conflict_keys: tuple[str, ...] = ()
 
 
@@ -323,7 +323,7 @@ FailureMode = Literal["yielded_to_player", "lost_continuity", "broke_commitment"
 FAILURE_MODES: tuple[str, ...] = get_args(FailureMode)
 
 
-def conflict_key(type_: str, id_: str) -> str:
+def conflict_name(type_: str, id_: str) -> str:
     """How the failure-mode stage names a standing conflict: `fact:F3`, `commitment:c2`, `player_input:input`."""
     return f"{type_}:{id_}"
 
