@@ -79,6 +79,10 @@ NOT_IDENTITY = (
     # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
     *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")),
 )
+# Keys added after runs existed, left out of the identity while they hold the value that plays
+# exactly as before: a run made before them keeps its identity (and resumes), one that turns
+# them on is another experiment.
+IDENTITY_WHEN_SET: dict[str, Any] = {"audit.failure_modes": False}
 
 
 SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"
@@ -221,6 +225,19 @@ class ReviewCfg(_Cfg):
     sheet: str | None = None  # a filled review CSV: report its disputed rate
 
 
+class AuditCfg(_Cfg):
+    """What the auditor is asked besides PROTOCOL section 3's steps."""
+
+    # One more auditor call on a turn whose conflicts stand: each conflict's failure mode
+    # (stages.FAILURE_MODES), in the turn record; mode=reaudit asks it over a finished run.
+    failure_modes: bool = False
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        """The optional stages' templates these settings ask (protocol.prompts.OPTIONAL)."""
+        return ("failure_mode",) if self.failure_modes else ()
+
+
 class BenchCfg(_Cfg):
     episodes: int = Field(16, ge=1)
     turns: int = Field(4, ge=1)
@@ -296,9 +313,14 @@ class RunConfig(_Cfg):
     report: ReportCfg = ReportCfg()
     export: ExportCfg = ExportCfg()
     review: ReviewCfg = ReviewCfg()
+    audit: AuditCfg = AuditCfg()
     plan: PlanCfg = PlanCfg()
     models_root: str | None = None  # interpolated into model paths (conf/model/*.yaml)
     from_: str | None = Field(None, alias="from")  # mode=rerun: the run directory to repeat
+
+    @property
+    def optional_templates(self) -> tuple[str, ...]:
+        return self.audit.templates
 
     @property
     def method_name(self) -> str:

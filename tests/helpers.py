@@ -15,7 +15,7 @@ from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ncp_local.execution.store import RunDir, read_calls
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
-from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.prompts import OPTIONAL, TEMPLATES, PromptPack
 from ncp_local.protocol.spec import parse_spec
 
 # Nothing happens unless a rule says so: no conflicts, nodes, facts or satisfactions.
@@ -112,8 +112,10 @@ class Scripted:
         play_through: bool = False,
         bounds: dict[str, Any] | None = None,
         speculative_player: bool = False,
+        failure_modes: bool = False,
     ) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
+        self.failure_modes = failure_modes
         self.play_through = play_through
         self.speculative_player = speculative_player
         self.concurrency = concurrency
@@ -124,7 +126,7 @@ class Scripted:
         self.bounds = bounds or {}  # role -> stages.Bounds (default: unbounded)
 
     def run(self) -> dict[str, Any]:
-        pack = PromptPack.load(self.pack_dir)
+        pack = PromptPack.load(self.pack_dir, (*TEMPLATES, *OPTIONAL) if self.failure_modes else TEMPLATES)
         store = RunDir(self.root)
         store.open({"test": True}, identity="test")
         roles = {
@@ -142,6 +144,7 @@ class Scripted:
                 concurrency=self.concurrency,
                 play_through=self.play_through,
                 speculative_player=self.speculative_player,
+                failure_modes=self.failure_modes,
             ),
             make_narrator=lambda: self.narrator(pack, roles),
             player=Player(self.condition),

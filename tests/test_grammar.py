@@ -10,7 +10,13 @@ import pytest
 from ncp_local.engines.grammar import BACKENDS, adapt_schema, unsupported
 from ncp_local.protocol.stages import TIGHT, UNBOUNDED, AuditIds, InvalidOutput, check_bounds, parse, schema_for
 
-IDS = AuditIds(fact_ids=("f_0", "f_1"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_2",))
+IDS = AuditIds(
+    fact_ids=("f_0", "f_1"),
+    commitment_ids=("c_0", "c_1"),
+    retrievable=(0,),
+    new_fact_ids=("f_2",),
+    conflict_keys=("fact:f_0", "player_input:input"),
+)
 STAGES = (
     "opening",
     "narrate",

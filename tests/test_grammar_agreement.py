@@ -39,7 +39,13 @@ from ncp_local.protocol.stages import (
     schema_for,
 )
 
-IDS = AuditIds(fact_ids=("f_0", "f_1", "f_12"), commitment_ids=("c_0", "c_1"), retrievable=(0,), new_fact_ids=("f_13",))
+IDS = AuditIds(
+    fact_ids=("f_0", "f_1", "f_12"),
+    commitment_ids=("c_0", "c_1"),
+    retrievable=(0,),
+    new_fact_ids=("f_13",),
+    conflict_keys=("fact:f_0", "commitment:c_1"),
+)
 JSON_STAGES = tuple(s.name for s in STAGES.values() if s.json)
 # Whole-spec builders hold up to 20 objects of 3-4 strings: their corners are the same kinds,
 # at many times the cost; build_commitments stays for its prefixItems.

@@ -120,6 +120,20 @@ class RandomPolicy:
                     ]
                 }
             )
+        if stage == "failure_mode":
+            items = schema["properties"]["modes"]["prefixItems"]
+            return json.dumps(
+                {
+                    "modes": [
+                        {
+                            "conflict": it["properties"]["conflict"]["const"],
+                            "mode": rng.choice(it["properties"]["mode"]["enum"]),
+                            "reason": "scripted",
+                        }
+                        for it in items
+                    ]
+                }
+            )
         if stage == "scaling":  # mode=bench's engine-alone measurement: any text of the asked length
             return "a" * (4 * request.max_tokens)
         raise ValueError(f"scripted backend: no policy for stage {stage!r}")

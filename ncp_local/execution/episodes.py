@@ -154,7 +154,10 @@ async def play(
         calls=calls,
         store=store,
         settings=EpisodeSettings(
-            max_turns=cfg.max_turns, concurrency=cfg.concurrency, speculative_player=cfg.speculative_player
+            max_turns=cfg.max_turns,
+            concurrency=cfg.concurrency,
+            speculative_player=cfg.speculative_player,
+            failure_modes=cfg.audit.failure_modes,
         ),
         make_narrator=lambda: ready.make_narrator(roles),
         player=ready.player,

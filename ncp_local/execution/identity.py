@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from ..config import NOT_IDENTITY, dataset_path, role_endpoint, role_engine, validate
+from ..config import IDENTITY_WHEN_SET, NOT_IDENTITY, AuditCfg, dataset_path, role_endpoint, role_engine, validate
 from ..engines import embedded as emb
 from ..engines.settings import EMBEDDED
 from ..errors import InputError
@@ -81,11 +81,18 @@ def digest(obj: Any) -> str:
 # ---- the parts -----------------------------------------------------------------
 
 
+def _neutral(path: str, v: Any) -> bool:
+    """A key (or a section of only such keys) at the value that plays as before it existed."""
+    if isinstance(v, Mapping):
+        return bool(v) and all(_neutral(f"{path}.{k}", x) for k, x in v.items())
+    return path in IDENTITY_WHEN_SET and v == IDENTITY_WHEN_SET[path]
+
+
 def _without(raw: Mapping[str, Any], skip: frozenset[str], prefix: str = "") -> dict[str, Any]:
     out = {}
     for k, v in raw.items():
         path = f"{prefix}{k}"
-        if path in skip:
+        if path in skip or _neutral(path, v):
             continue
         out[k] = _without(v, skip, path + ".") if isinstance(v, Mapping) else v
     return out
@@ -248,7 +255,7 @@ def _models(cfg: Any, roles: tuple[str, ...], endpoints: Mapping[str, Any] | Non
 
 
 def _load_pack(cfg: Any) -> Any:
-    return PromptPack.load(cfg.prompts.get("dir"), required=())
+    return PromptPack.load(cfg.prompts.get("dir"), required=cfg.optional_templates)
 
 
 def run_key(raw: Mapping[str, Any]) -> str:
@@ -488,10 +495,12 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
 
     # Prompts: where the run read them, its prompts.dir, else this command's (or the rig's own).
 
+    asked = AuditCfg.model_validate(raw.get("audit") or {}).templates  # optional stages it asked: in its hashes
+
     def prompts_ok(where: str) -> list[str]:
         try:
             return _files(
-                "", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=()).templates)
+                "", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=asked).templates)
             )
         except InputError as exc:
             return [exc.message]

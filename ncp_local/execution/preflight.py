@@ -92,7 +92,7 @@ def preflight(
         cfg = plan.planned(cfg, roles)
     dataset = narrator_cls = player = None
     kwargs: dict[str, Any] = {}
-    needed = tuple(templates)
+    needed = (*templates, *cfg.optional_templates)
     if episodes:
         dataset = _dataset(cfg, datasets)
         narrator_cls = narrator_factory(cfg.method_name)

@@ -29,6 +29,7 @@ class EpisodeSettings:
     max_turns: int = 100
     concurrency: int = 64
     play_through: bool = False  # benchmarks only: see Episode.play_through
+    failure_modes: bool = False  # audit.failure_modes: see protocol.episode.audit_response
     speculative_player: bool = False  # ask the next turn's player during the audits (see Speculation)
 
 
@@ -70,6 +71,7 @@ class EpisodeScheduler:
                 on_commit,
                 play_through=self.settings.play_through,
                 speculative_player=self.settings.speculative_player,
+                failure_modes=self.settings.failure_modes,
             )
             result = await episode.run(checkpoint)
             self.store.write_result(result)

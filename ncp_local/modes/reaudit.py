@@ -38,18 +38,19 @@ from ..execution.progress import Metered, Progress
 from ..execution.store import RunDir, resume_hint
 from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
-from ..protocol.prompts import PromptPack
+from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
 from ..report import run_notes
 from ..report.agreement import agreement, write_agreement
 from ..report.auditors import main as table_main
+from ..report.failure_modes import reaudit_modes, write_modes
 from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
 
 
 async def reaudit_episode(
-    spec: Spec, result: EpisodeResult, calls: CallService, gate: asyncio.Semaphore
+    spec: Spec, result: EpisodeResult, calls: CallService, gate: asyncio.Semaphore, failure_modes: bool = False
 ) -> ReauditResult:
     rp = replay(spec, result)
 
@@ -58,7 +59,7 @@ async def reaudit_episode(
             return await calls.ask(spec.id, view.record.turn, stage, template, variables, **kw)
 
         async with gate:
-            return await audit_turn(spec, view, ask)
+            return await audit_turn(spec, view, ask, failure_modes)
 
     audits = await asyncio.gather(*(one(v) for v in rp.turns))
     return ReauditResult(spec_id=spec.id, source_termination=result.termination, turns=tuple(audits))
@@ -69,12 +70,13 @@ async def reaudit_all(
     calls: CallService,
     concurrency: int,
     on_result: Callable[[ReauditResult], None] | None = None,
+    failure_modes: bool = False,
 ) -> dict[str, ReauditResult]:
     gate = asyncio.Semaphore(max(1, concurrency))
     out: dict[str, ReauditResult] = {}
 
     async def episode(spec: Spec, result: EpisodeResult) -> None:
-        res = await reaudit_episode(spec, result, calls, gate)
+        res = await reaudit_episode(spec, result, calls, gate, failure_modes)
         out[spec.id] = res
         if on_result:
             on_result(res)
@@ -122,7 +124,7 @@ def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tup
 def point_dir(cfg: Any, raw: dict[str, Any]) -> Path:
     """Where `mode=reaudit` with this config writes (a sweep's index names it)."""
     source = load_run(cfg.runs[0])
-    return out_dir(cfg, raw, source, PromptPack.load(cfg.prompts.get("dir")))[0]
+    return out_dir(cfg, raw, source, PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates)))[0]
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
@@ -204,6 +206,9 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     pairs = [(r, done[sid]) for sid, r in source.results.items() if sid in done]
     agr = agreement(pairs)
     print(write_agreement(out, agr, f"{source.label} ({source.path})", reauditor))
+    if cfg.audit.failure_modes:
+        modes = reaudit_modes(reauditor, str(out), [done[sid] for sid in source.results if sid in done])
+        print(f"failure modes: {', '.join(str(p) for p in write_modes(out, [modes]))}")
     print(f"re-audit directory: {out}")
     return 0
 
@@ -225,7 +230,9 @@ async def _run(
 
         bar.start()
         try:
-            return await reaudit_all(todo, calls, cfg.concurrency, on_result=save)
+            return await reaudit_all(
+                todo, calls, cfg.concurrency, on_result=save, failure_modes=cfg.audit.failure_modes
+            )
         finally:
             bar.close()
     finally:

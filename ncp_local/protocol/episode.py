@@ -8,8 +8,8 @@ through `ledger`'s pure functions, and only when a turn commits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -30,11 +30,14 @@ from .spec import Spec
 from .stages import (
     INTERNAL_ID,
     AuditIds,
+    Conflict,
     ConflictCheckOut,
     DoubleCheckOut,
     FactUpdateOut,
+    FailureModesOut,
     StatusOut,
     TrajectoryOut,
+    conflict_name,
 )
 from .turns import OPENING
 from .turns import at as said_at
@@ -49,6 +52,8 @@ Termination = Literal["conflict", "max_turns", "all_resolved", "invalid", "conte
 # Counts added after runs were first written: left out of a record while zero, so a record of a
 # model that does not think serializes (and seals) byte for byte as before.
 _OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens")
+# Likewise a stage a run asks only when turned on (audit.failure_modes): absent, not null, when off.
+_OMITTED_WHEN_NONE = ("failure_modes",)
 
 
 class _Record(BaseModel):
@@ -60,6 +65,9 @@ class _Record(BaseModel):
         if isinstance(data, dict):
             for name in _OMITTED_WHEN_ZERO:
                 if data.get(name) == 0:
+                    del data[name]
+            for name in _OMITTED_WHEN_NONE:
+                if name in data and data[name] is None:
                     del data[name]
         return data
 
@@ -78,6 +86,8 @@ class TurnRecord(_Record):
     conflict_check: dict[str, Any]  # the first payload, with derived counts
     double_check: dict[str, Any] | None  # the reviewed decision, when there was one
     conflicts: tuple[dict[str, Any], ...]  # what stands after the double-check
+    # audit.failure_modes: each standing conflict's mode ({conflict, mode, reason}, in `conflicts`' order).
+    failure_modes: tuple[dict[str, Any], ...] | None = None
     trajectory_check: dict[str, Any] | None = None
     node_completed: str | None = None
     status_check: tuple[dict[str, Any], ...] | None = None
@@ -169,13 +179,17 @@ def audit_ids(spec: Spec, facts: tuple[ledger.FactEntry, ...]) -> AuditIds:
 
 
 def resolve_targets(
-    spec: Spec, out: ConflictCheckOut, projected: tuple[ledger.FactEntry, ...], player_input: str, response: str
+    spec: Spec,
+    conflicts: Sequence[Conflict],
+    projected: tuple[ledger.FactEntry, ...],
+    player_input: str,
+    response: str,
 ) -> list[dict[str, str]]:
-    """Each initial conflict with its target's text, for the double-check."""
+    """Each conflict with its target's text (the double-check's and the failure-mode stage's input)."""
     facts = {f.id: f.text for f in projected}
     commitments = {c.id: c.description for c in spec.commitments}
     resolved = []
-    for c in out.conflicts:
+    for c in conflicts:
         if c.type == "fact":
             # An internal contradiction names the narration itself.
             target = response if c.id == INTERNAL_ID else facts.get(c.id, "")
@@ -194,37 +208,82 @@ class Audit:
     fact_update: FactUpdateRecord
     first: ConflictCheckOut
     reviewed: DoubleCheckOut | None
+    modes: FailureModesOut | None = None  # audit.failure_modes, on a turn with standing conflicts
 
     @property
-    def standing(self) -> tuple[Any, ...]:
+    def standing(self) -> tuple[Conflict, ...]:
         return tuple(self.reviewed.standing() if self.reviewed else self.first.conflicts)
 
     def record_fields(self) -> dict[str, Any]:
         """The audit's part of a turn record (TurnRecord, and the re-audit's TurnAudit)."""
-        return dict(
+        fields: dict[str, Any] = dict(
             fact_update=self.fact_update,
             conflict_check=conflict_payload(self.first),
             double_check=conflict_payload(self.reviewed) if self.reviewed else None,
             conflicts=tuple(c.model_dump(mode="json") for c in self.standing),
         )
+        if self.modes is not None:
+            by_key = {m.conflict: m for m in self.modes.modes}
+            fields["failure_modes"] = tuple(
+                by_key[conflict_name(c.type, c.id)].model_dump(mode="json") for c in self.standing
+            )
+        return fields
 
 
 async def audit_response(
-    spec: Spec, state: EpisodeState, projected: tuple[ledger.FactEntry, ...], player_input: str, response: str, ask: Ask
+    spec: Spec,
+    state: EpisodeState,
+    projected: tuple[ledger.FactEntry, ...],
+    player_input: str,
+    response: str,
+    ask: Ask,
+    failure_modes: bool = False,
 ) -> Audit:
     """PROTOCOL section 3, steps 3-5: `state` is the committed state before the turn, `projected` its
-    facts with the pending updates applied. Shared by a run's turns and the re-audit."""
+    facts with the pending updates applied. Shared by a run's turns and the re-audit. With
+    `failure_modes`, a turn whose conflicts stand asks the auditor one more call: each one's mode."""
     ids = audit_ids(spec, projected)
     fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids))
     cvars = conflict_vars(spec, state, projected, player_input, response, to_update(fu))
     first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
     reviewed: DoubleCheckOut | None = None
     if first.conflicts:
-        targets = resolve_targets(spec, first, projected, player_input, response)
+        targets = resolve_targets(spec, first.conflicts, projected, player_input, response)
         reviewed = await ask(
             "double_check", "double_check", {**cvars, "initial_conflicts_json": to_json(targets)}, ids=ids
         )
-    return Audit(fu, first, reviewed)
+    audit = Audit(fu, first, reviewed)
+    if failure_modes and audit.standing:
+        try:
+            audit = replace(audit, modes=await ask_modes(spec, audit.standing, cvars, projected, player_input, ask))
+        except CallFailed:
+            # An analysis of the ending, not part of it: the conflict stands and the episode ends as
+            # it would have; its conflicts go unclassified (the call log keeps the failed answers).
+            pass
+    return audit
+
+
+async def ask_modes(
+    spec: Spec,
+    standing: Sequence[Conflict],
+    cvars: dict[str, str],
+    projected: tuple[ledger.FactEntry, ...],
+    player_input: str,
+    ask: Ask,
+) -> FailureModesOut:
+    """The failure-mode stage: one mode per standing conflict (a repeated type and id is asked once)."""
+    response = cvars["response_text"]
+    listed = [
+        {"conflict": conflict_name(t["type"], t["id"]), "target_text": t["target_text"], "reason": t["reason"]}
+        for t in resolve_targets(spec, standing, projected, player_input, response)
+    ]
+    keys = tuple(dict.fromkeys(item["conflict"] for item in listed))
+    listed = list({item["conflict"]: item for item in listed}.values())
+    ids = AuditIds(conflict_keys=keys)
+    out: FailureModesOut = await ask(
+        "failure_mode", "failure_mode", {**cvars, "standing_conflicts_json": to_json(listed)}, ids=ids
+    )
+    return out
 
 
 class Speculation:
@@ -279,8 +338,10 @@ class Episode:
         on_commit: OnCommit,
         play_through: bool = False,
         speculative_player: bool = False,
+        failure_modes: bool = False,
     ) -> None:
         self.spec = spec
+        self.failure_modes = failure_modes  # audit.failure_modes: see audit_response
         # Ask the next turn's player while this turn's audits run (Speculation); the results are
         # the same either way, only the calls' order and timing differ.
         self.speculative_player = speculative_player
@@ -438,7 +499,7 @@ class Episode:
         )
 
         projected = ledger.projected_facts(state)
-        audit = await audit_response(self.spec, state, projected, player_input, response, ask)
+        audit = await audit_response(self.spec, state, projected, player_input, response, ask, self.failure_modes)
         base = dict(turn=t, player_input=player_input, response=response, **audit.record_fields())
         if audit.standing and not self.play_through:
             return TurnRecord(**base, bound_hits=_hits(ask), thought_tokens=_thought_tokens(ask)), None

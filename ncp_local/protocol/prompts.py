@@ -52,7 +52,12 @@ _ALL = [(s, t) for s in STAGES.values() for t in s.templates]
 # Placeholders each template may use: exactly the keys its builder provides.
 TEMPLATE_VARS: dict[str, frozenset[str]] = {t.name: t.placeholders for _, t in _ALL}
 # What every run of the benchmark reads; a narrator method adds its own (its class's `TEMPLATES`).
-TEMPLATES: tuple[str, ...] = tuple(t.name for s, t in _ALL if s.role != "builder" and s.method is None)
+TEMPLATES: tuple[str, ...] = tuple(
+    t.name for s, t in _ALL if s.role != "builder" and s.method is None and not s.optional
+)
+# Asked only when a run turns them on (stages.Stage.optional); a pack may leave them out and then
+# lends the rig's own, and a pack holds them only when required (the run's identity hashes its pack).
+OPTIONAL: tuple[str, ...] = tuple(t.name for s, t in _ALL if s.optional)
 BUILD_TEMPLATES: tuple[str, ...] = tuple(t.name for s, t in _ALL if s.role == "builder")
 # A template a pack may leave out because another stands in for it.
 FALLBACK: dict[str, str] = {t.name: t.fallback for _, t in _ALL if t.fallback}
@@ -171,6 +176,11 @@ class PromptPack:
         else:
             files = {f.stem: f for f in sorted(path.glob("*.txt")) if f.stem in TEMPLATE_VARS}
         needed = list(dict.fromkeys(required))
+        for name in OPTIONAL:
+            if name in needed:
+                files.setdefault(name, DEFAULT_DIR / f"{name}.txt")
+            else:
+                files.pop(name, None)
         missing = [n for n in needed if n not in files and FALLBACK.get(n) not in files]
         if missing:
             shown = ", ".join(_missing_name(m, official_root is not None) for m in missing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from .episode import CallFailed, FactUpdateRecord, audit_response
 from .narrators import Ask
@@ -16,6 +16,14 @@ from .spec import Spec
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @model_serializer(mode="wrap")
+    def _omit_unasked(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # As a run's turn record: a stage not asked is absent, so older re-audits serialize as before.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("failure_modes", ()) is None:
+            del data["failure_modes"]
+        return data
+
 
 class TurnAudit(_Record):
     turn: int
@@ -23,6 +31,7 @@ class TurnAudit(_Record):
     conflict_check: dict[str, Any] | None = None
     double_check: dict[str, Any] | None = None
     conflicts: tuple[dict[str, Any], ...] = ()  # what stands after the double-check
+    failure_modes: tuple[dict[str, Any], ...] | None = None  # audit.failure_modes: each standing one's mode
     error: str = ""  # a call stayed invalid: the turn is left out of the agreement
 
     @property
@@ -36,11 +45,14 @@ class ReauditResult(_Record):
     turns: tuple[TurnAudit, ...]
 
 
-async def audit_turn(spec: Spec, view: TurnView, ask: Ask) -> TurnAudit:
-    """PROTOCOL section 3, steps 3-5, on a recorded turn and the state before it."""
+async def audit_turn(spec: Spec, view: TurnView, ask: Ask, failure_modes: bool = False) -> TurnAudit:
+    """PROTOCOL section 3, steps 3-5, on a recorded turn and the state before it (and, with
+    `failure_modes`, the modes of the conflicts this auditor finds standing)."""
     rec = view.record
     try:
-        audit = await audit_response(spec, view.before, view.projected, rec.player_input, rec.response, ask)
+        audit = await audit_response(
+            spec, view.before, view.projected, rec.player_input, rec.response, ask, failure_modes
+        )
     except CallFailed as exc:
         return TurnAudit(turn=rec.turn, error=str(exc))
     return TurnAudit(turn=rec.turn, **audit.record_fields())

@@ -132,8 +132,9 @@ def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord |
     missing = "(spec not available)" if spec is None or view is None else None
     first = {conflict_key(c): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
     review = rec.double_check or {}
+    modes = rec.failure_modes or ()  # in `conflicts`' order, when the run asked for them
     out = []
-    for c in rec.conflicts:
+    for i, c in enumerate(rec.conflicts):
         ctype, cid = conflict_key(c)
         internal = is_internal(c)
         if internal:
@@ -154,6 +155,8 @@ def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord |
                 "reason_reviewed": c.get("reason", ""),
                 "review_reason": review.get("review_reason", ""),
                 "confirmed": review.get("confirmed"),
+                "mode": modes[i]["mode"] if i < len(modes) else None,
+                "mode_reason": modes[i]["reason"] if i < len(modes) else "",
             }
         )
     return out

@@ -114,6 +114,8 @@ class AuditIds:
     # fact_update: the ids this update's own additions would get, so that an
     # update may negate a fact it adds (PROTOCOL section 2: additions first).
     new_fact_ids: tuple[str, ...] = ()
+    # failure_mode: the standing conflicts of the turn, as `conflict_name`s.
+    conflict_keys: tuple[str, ...] = ()
 
 
 def _negatable(ids: AuditIds) -> tuple[str, ...]:
@@ -314,6 +316,40 @@ class StatusOut(_Out):
     statuses: Annotated[tuple[StatusEntry, ...], OnePerName("id")]
 
 
+# audit.failure_modes: why a standing conflict happened. The paper sorts its conflicts into the four
+# modes of its Figure 5, whose names the reference code does not publish; these four are the rig's
+# own, each a distinct cause a reader can act on, and `other` takes what fits none (docs/guide/endings.md).
+FailureMode = Literal["yielded_to_player", "lost_continuity", "broke_commitment", "ignored_input", "other"]
+FAILURE_MODES: tuple[str, ...] = get_args(FailureMode)
+
+
+def conflict_name(type_: str, id_: str) -> str:
+    """How the failure-mode stage names a standing conflict: `fact:F3`, `commitment:c2`, `player_input:input`."""
+    return f"{type_}:{id_}"
+
+
+class ModeEntry(_Out):
+    conflict: Annotated[str, Names(attrgetter("conflict_keys"))]
+    mode: FailureMode
+    reason: Reason
+
+    @field_validator("conflict")
+    @classmethod
+    def _strip_key(cls, v: str) -> str:
+        return v.strip()
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _any_case(cls, v: Any) -> Any:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    _reason = field_validator("reason")(_nonempty)
+
+
+class FailureModesOut(_Out):
+    modes: Annotated[tuple[ModeEntry, ...], OnePerName("conflict")]
+
+
 class HiAgentStep(_Out):
     """HiAgent's answer: the subgoal it is pursuing, an optional memory
     retrieval, and the narration (its action)."""
@@ -375,6 +411,7 @@ def _unwrap(tp: Any, meta: tuple[Any, ...] = ()) -> tuple[Any, tuple[Any, ...]]:
 
 
 _M = TypeVar("_M")
+_E = TypeVar("_E", bound=_Out)
 
 
 def _marker(meta: tuple[Any, ...], kind: type[_M]) -> _M | None:
@@ -575,6 +612,9 @@ class Stage:
     room_per_commitment: int = 0
     plain_bound: str | None = None
     method: str | None = None  # a narrator method's own stage: asked for by its class, not every run
+    # An analysis stage a run asks only when turned on (audit.failure_modes): not in what every
+    # run reads, so a pack without its template still loads and the run's identity is unchanged.
+    optional: bool = False
 
     @property
     def json(self) -> bool:
@@ -654,6 +694,14 @@ STAGES: dict[str, Stage] = {
             DoubleCheckOut,
             (_template("double_check", *_CONFLICT, "initial_conflicts_json"),),
             min_room=48,
+        ),
+        Stage(
+            "failure_mode",
+            "auditor",
+            FailureModesOut,
+            (_template("failure_mode", *_CONFLICT, "standing_conflicts_json"),),
+            min_room=48,
+            optional=True,
         ),
         Stage(
             "trajectory_check",
@@ -823,13 +871,21 @@ def _semantic_check(stage: str, out: Any, ids: AuditIds) -> Any:
     # Said by the grammar too, but not every backend's grammar can carry it (engines/grammar.py).
     _check_sizes(stage, out)
     if isinstance(out, StatusOut):
-        got = [e.id for e in out.statuses]
-        # Any order is accepted; each commitment exactly once; kept in spec order.
-        if sorted(got) != sorted(ids.commitment_ids):
-            raise InvalidOutput(f"statuses must list each commitment once; got {got}")
-        by_id = {e.id: e for e in out.statuses}
-        out = out.model_copy(update={"statuses": tuple(by_id[c] for c in ids.commitment_ids)})
+        out = out.model_copy(
+            update={"statuses": _one_each(out.statuses, "id", ids.commitment_ids, "statuses", "commitment")}
+        )
+    if isinstance(out, FailureModesOut):
+        out = out.model_copy(update={"modes": _one_each(out.modes, "conflict", ids.conflict_keys, "modes", "conflict")})
     return out
+
+
+def _one_each(entries: tuple[_E, ...], field: str, names: tuple[str, ...], listed: str, what: str) -> tuple[_E, ...]:
+    """A `OnePerName` list: any order is accepted, each name exactly once; returned in `names`' order."""
+    got = [getattr(e, field) for e in entries]
+    if sorted(got) != sorted(names):
+        raise InvalidOutput(f"{listed} must list each {what} once; got {got}")
+    by_name = {getattr(e, field): e for e in entries}
+    return tuple(by_name[n] for n in names)
 
 
 def _check_conflicts(out: ConflictCheckOut, ids: AuditIds) -> ConflictCheckOut:

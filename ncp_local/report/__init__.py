@@ -14,6 +14,7 @@ from typing import Any
 from ..config import ConfigError
 from .cost import cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
+from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
 from .plots import inline_svg, write_endings, write_survival
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
@@ -68,6 +69,8 @@ def build_report(
     cost_md = cost_markdown(costs)
     ends = run_endings(runs, level)
     endings_md = endings_markdown(ends)
+    modes = [run_modes(r) for r in runs]
+    modes_md = modes_markdown(modes)
     auditor_md = auditor_error_markdown(err, level)
     notes = [f"- {line}" for line in run_notes(runs)]
     doc = (
@@ -75,6 +78,8 @@ def build_report(
         + summary_md
         + "\n\n## What ended each story\n\n"
         + endings_md
+        + "\n\n## Failure modes\n\n"
+        + modes_md
         + "\n\n## The auditor's error\n\n"
         + auditor_md
         + "\n\n## Per genre\n\n"
@@ -92,6 +97,7 @@ def build_report(
         write(out / "genres.csv", genre_csv(runs)),
         write(out / "survival.csv", survival_csv(runs, level)),
         write(out / "endings.csv", endings_csv(ends)),
+        write(out / "failure_modes.csv", modes_csv(modes)),
         write(out / "cost.csv", csv_text(*cost_rows_csv(costs))),
     ]
     if err is not None:
@@ -103,7 +109,15 @@ def build_report(
     if html:
         files.append(
             write_html(
-                runs, rows, out, inline_svg(svg), level, costs, endings=(ends, inline_svg(ends_svg)), auditor=err
+                runs,
+                rows,
+                out,
+                inline_svg(svg),
+                level,
+                costs,
+                endings=(ends, inline_svg(ends_svg)),
+                auditor=err,
+                modes=modes,
             )
         )
     return {
@@ -111,6 +125,8 @@ def build_report(
         "summary_md": summary_md,
         "endings_md": endings_md,
         "endings": ends,
+        "modes_md": modes_md,
+        "modes": modes,
         "auditor_md": auditor_md,
         "auditor_error": err,
         "genres_md": genres_md,

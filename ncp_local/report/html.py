@@ -21,11 +21,12 @@ from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
-from . import precision
+from . import failure_modes, precision
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
 from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
 from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
+from .failure_modes import RunModes
 from .glossary import define, define_cost, define_ending, plain
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
@@ -323,6 +324,21 @@ def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
     return "".join(parts)
 
 
+def _modes_html(modes: Sequence[RunModes]) -> str:
+    """Each run's conflicts by failure mode, and by conflict type and mode."""
+    parts = [f"<p class='muted small'>{esc(failure_modes.NOTE)}</p>"]
+    if any(m.asked for m in modes):
+        parts.append(_count_table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
+        for m in modes:
+            if m.asked:
+                parts += [
+                    f"<h3>{esc(m.label)}: failure modes by conflict type</h3>",
+                    _count_table("modes", *failure_modes.type_rows(m), tips=False),
+                ]
+    parts += [f"<p class='muted small'>{esc(line)}</p>" for line in failure_modes.notes(modes)]
+    return "".join(parts)
+
+
 def _auditor_html(err: AuditorError | None, level: float) -> str:
     """The review sheet's precision per type and each reviewed run's figures as judged and corrected."""
     if err is None:
@@ -351,6 +367,7 @@ def index_page(
     costs: Sequence[CostTable] = (),
     endings: tuple[Sequence[RunEndings], str] | None = None,
     auditor: AuditorError | None = None,
+    modes: Sequence[RunModes] = (),
 ) -> str:
     parts = [
         "<h1>NCP report</h1>",
@@ -366,6 +383,8 @@ def index_page(
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
     if endings is not None:
         parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
+    if modes:
+        parts += ["<h2>Failure modes</h2>", _modes_html(modes)]
     parts += ["<h2>The auditor's error</h2>", _auditor_html(auditor, level)]
     if costs:
         parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
@@ -437,7 +456,13 @@ def _conflict_block(details: list[dict[str, Any]], turn: int) -> str:
             + f"<div class=target>{esc(d['target_text'])}</div><dl>"
             f"<dt>first check</dt><dd>{esc(d['reason_initial'])}</dd>"
             f"<dt>after double-check</dt><dd>{esc(d['reason_reviewed'])}</dd>"
-            f"<dt>review</dt><dd>{esc(d['review_reason'])}</dd></dl></div>"
+            f"<dt>review</dt><dd>{esc(d['review_reason'])}</dd>"
+            + (
+                f"<dt>failure mode</dt><dd>{_badge(d['mode'], 'mode')} {esc(d['mode_reason'])}</dd>"
+                if d.get("mode")
+                else ""
+            )
+            + "</dl></div>"
         )
     return "".join(blocks)
 
@@ -672,11 +697,12 @@ def write_html(
     costs: Sequence[CostTable] = (),
     endings: tuple[Sequence[RunEndings], str] | None = None,
     auditor: AuditorError | None = None,
+    modes: Sequence[RunModes] = (),
 ) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor))
+    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor, modes))
     return index

@@ -18,7 +18,9 @@ from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.store import RunDir, read_calls
 from ncp_local.modes.build import build_all, load_sources
 from ncp_local.protocol import ledger
+from ncp_local.protocol.episode import ask_modes
 from ncp_local.protocol.prompts import (
+    OPTIONAL,
     TEMPLATES,
     PromptPack,
     conflict_vars,
@@ -30,9 +32,11 @@ from ncp_local.protocol.prompts import (
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.protocol.stages import (
     AuditIds,
+    Conflict,
     ConflictCheckOut,
     DoubleCheckOut,
     FactUpdateOut,
+    FailureModesOut,
     StatusOut,
     TrajectoryOut,
 )
@@ -47,7 +51,8 @@ def _calls(engine: Any, root: Path) -> tuple[CallService, RunDir]:
     store = RunDir(root)
     store.open({"test": True}, "engine-test")
     roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in ROLES.items()}
-    return CallService(roles=roles, pack=PromptPack.load(required=TEMPLATES), store=store, seed=0), store
+    pack = PromptPack.load(required=(*TEMPLATES, *OPTIONAL))  # the failure-mode stage's template too
+    return CallService(roles=roles, pack=pack, store=store, seed=0), store
 
 
 def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path) -> None:
@@ -85,15 +90,28 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
                 status_vars(spec, state, projected, state.node_occurred, history),
                 ids=AuditIds(commitment_ids=ids.commitment_ids),
             ),
+            # audit.failure_modes: a turn whose fact and player-input conflicts stood.
+            await ask_modes(
+                spec,
+                (
+                    Conflict(type="fact", id="f_0", reason="test"),
+                    Conflict(type="player_input", id="input", reason="test"),
+                ),
+                cvars,
+                projected,
+                player_input,
+                ask,
+            ),
         ]
 
     try:
         outs = engine.run(all_stages(), timeout=600)
     finally:
         store.close()
-    kinds = (FactUpdateOut, ConflictCheckOut, DoubleCheckOut, TrajectoryOut, StatusOut)
+    kinds = (FactUpdateOut, ConflictCheckOut, DoubleCheckOut, TrajectoryOut, StatusOut, FailureModesOut)
     assert [type(o) for o in outs] == list(kinds)
     assert [e.id for e in outs[4].statuses] == list(ids.commitment_ids)
+    assert [m.conflict for m in outs[5].modes] == ["fact:f_0", "player_input:input"]
     calls = read_calls(tmp_path / "calls.jsonl")
     assert not [c for c in calls if c["error"] and "cut off" not in c["error"]], "grammar output failed to parse"
 
