@@ -7,8 +7,9 @@ comes from the settings that change results, not from bookkeeping ones.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -17,6 +18,7 @@ from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator
 
+from .engines.registry import KINDS, EngineKind, kind
 from .engines.settings import ModelSettings
 from .errors import InputError, shown
 from .protocol import ROLES
@@ -100,8 +102,10 @@ class _Cfg(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-ENGINES: tuple[str, ...] = ("vllm", "scripted", "openai")
+# The engine kinds (engines/registry.py); the Literal lets the config name them, and must agree.
 EngineName = Literal["vllm", "scripted", "openai"]
+ENGINES: tuple[str, ...] = tuple(KINDS)
+assert set(get_args(EngineName)) == set(ENGINES), "config.EngineName and engines/registry.py disagree"
 
 
 class EndpointCfg(_Cfg):
@@ -333,7 +337,7 @@ class RunConfig(_Cfg):
 
     def model_name(self, role: str) -> str:
         """What played `role`: its model's name, or `scripted` when no model ran (engine=scripted)."""
-        return SCRIPTED if role_engine(self, role) == SCRIPTED else getattr(self, role).model.name
+        return getattr(self, role).model.name if role_kind(self, role).runs_model else SCRIPTED
 
     @property
     def condition_name(self) -> str:
@@ -365,6 +369,23 @@ def role_engine(cfg: Any, role: str) -> str:
     return getattr(getattr(cfg, role), "engine", None) or cfg.engine.name
 
 
+def recorded_engine(raw: Mapping[str, Any], role: str | None = None) -> str:
+    """The engine a recorded config (a manifest's) gave a role, or the run (role None); "" if none."""
+    own = (raw.get(role) or {}).get("engine") if role else None
+    return str(own or (raw.get("engine") or {}).get("name") or "")
+
+
+def ran_no_model(raw: Mapping[str, Any], role: str | None = None) -> bool:
+    """A recorded config whose engine for the role (or the run) answers from a script: no model ran."""
+    row = KINDS.get(recorded_engine(raw, role))
+    return row is not None and not row.runs_model
+
+
+def role_kind(cfg: Any, role: str) -> EngineKind:
+    """What the role's engine is (engines/registry.py): in process, served, or no model at all."""
+    return kind(role_engine(cfg, role))
+
+
 # The endpoint settings a role's `endpoint` may take from the top-level `engine=openai` group.
 _ENDPOINT_KEYS = (
     "base_url",
@@ -383,7 +404,7 @@ _ENDPOINT_KEYS = (
 def role_endpoint(cfg: Any, role: str) -> dict[str, Any]:
     """A role's endpoint settings that are set: `<role>.endpoint` over the top-level `engine=openai` group's.
     The top-level group's other options (extra_body, schema_name, ...) come along."""
-    top = cfg.engine.model_dump(exclude={"name"}, exclude_none=True) if cfg.engine.name == "openai" else {}
+    top = cfg.engine.model_dump(exclude={"name"}, exclude_none=True) if KINDS[cfg.engine.name].served else {}
     own = getattr(getattr(cfg, role), "endpoint", None)
     mine = own.model_dump(exclude_none=True, exclude_defaults=True) if own is not None else {}
     merged = {**top, **mine}

@@ -420,3 +420,8 @@ def wait_for_endpoint(
                 waited = f" after waiting {wait_s:.0f} s" if wait_s else ""
                 raise EndpointProblem(f"{exc}{waited}") from None
             time.sleep(poll_s)
+
+
+async def start(model: Any, engine: Any, endpoint: OpenAIEndpointConfig) -> OpenAIEngine:
+    """The registry's start (engines/registry.py): a client of the role's endpoint, as health-checked."""
+    return OpenAIEngine(endpoint)

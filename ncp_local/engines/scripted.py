@@ -172,3 +172,20 @@ class ScriptedEngine:
 
     async def close(self) -> None:
         return None
+
+
+async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
+    """The registry's start (engines/registry.py): the run's `engine=scripted` settings, or the
+    defaults for a scripted role in a run whose top-level engine is another."""
+    if getattr(engine, "name", None) != "scripted":
+        return ScriptedEngine(policy=RandomPolicy())
+    return ScriptedEngine(
+        policy=RandomPolicy(
+            conflict_rate=engine.conflict_rate,
+            overturn_rate=engine.overturn_rate,
+            node_rate=engine.node_rate,
+            satisfy_rate=engine.satisfy_rate,
+        ),
+        delay_s=engine.delay_s,
+        die_after_calls=engine.die_after_calls,
+    )

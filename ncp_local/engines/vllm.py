@@ -686,3 +686,8 @@ def _error_text(exc: BaseException) -> str:
         parts.append(f"{type(e).__name__}: {text}" if text else type(e).__name__)
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
     return " <- ".join(parts)[:2000]
+
+
+async def start(model: ModelSettings, engine: Any, endpoint: Any) -> VLLMEngine:
+    """The registry's start (engines/registry.py): an in-process engine for the model record."""
+    return await VLLMEngine.from_model_config(model)

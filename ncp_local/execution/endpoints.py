@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError, role_endpoint, role_engine
+from ..config import ConfigError, role_endpoint, role_kind
 from ..engines.openai import EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
 from ..plan.growth import Growth
 
@@ -44,7 +44,7 @@ class Endpoint:
 
 
 def remote_roles(cfg: Any, roles: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(r for r in roles if role_engine(cfg, r) == "openai")
+    return tuple(r for r in roles if role_kind(cfg, r).served)
 
 
 def _key(settings: Mapping[str, Any]) -> str:

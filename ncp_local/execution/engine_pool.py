@@ -15,9 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import RunConfig, role_engine
+from ..config import RunConfig, role_engine, role_kind
+from ..engines import registry
 from ..engines.base import Engine, EngineDead
-from ..engines.scripted import RandomPolicy, ScriptedEngine
 from ..engines.settings import EMBEDDED, ModelSettings, share_engines, with_run_switches
 from ..protocol import ROLES
 from . import engine_log
@@ -34,7 +34,7 @@ EMBEDDED_NOTE = (
 def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:
     """The one-line note when the embedded model plays a role on a real engine, else None."""
     # Only roles that run the embedded model on vLLM (not scripted, not behind an endpoint).
-    playing = [r for r in roles if role_engine(cfg, r) == "vllm" and getattr(cfg, r).model.path == EMBEDDED]
+    playing = [r for r in roles if role_kind(cfg, r).in_process and getattr(cfg, r).model.path == EMBEDDED]
     return EMBEDDED_NOTE.format(roles=", ".join(playing)) if playing else None
 
 
@@ -46,21 +46,22 @@ class EnginePool:
         self.kind: str = cfg.engine.name
         self.roles = roles
         self.endpoints = dict(endpoints or {})
-        self.kinds: dict[str, str] = {}  # engine key -> vllm | openai | scripted
+        self.kinds: dict[str, str] = {}  # engine key -> its kind (engines/registry.py)
         self.models: dict[str, ModelSettings] = {}
         self.role_key: dict[str, str] = {}
         by_kind: dict[str, list[str]] = {}
         for role in roles:
             by_kind.setdefault(role_engine(cfg, role), []).append(role)
         for kind, users in by_kind.items():
-            if kind == "vllm":
+            row = registry.kind(kind)
+            if row.in_process:
                 groups = share_engines({role: getattr(cfg, role).model for role in users})
                 # A run with every role in-process keeps the keys it always had (a batched sweep keys on them).
-                named = {key if kind == self.kind else f"vllm:{key}": value for key, value in groups.items()}
-            elif kind == "openai":
+                named = {key if kind == self.kind else f"{kind}:{key}": value for key, value in groups.items()}
+            elif row.served:
                 named = {}
                 for role in users:
-                    key = "openai:" + json.dumps(self._endpoint(role).model_dump(mode="json"), sort_keys=True)
+                    key = f"{kind}:" + json.dumps(self._endpoint(role).model_dump(mode="json"), sort_keys=True)
                     first, shared = named.get(key, (getattr(cfg, role).model, ()))
                     named[key] = (first, (*shared, role))
             else:
@@ -81,7 +82,7 @@ class EnginePool:
 
     def remote(self) -> tuple[str, ...]:
         """The roles served by an endpoint, not in this process."""
-        return tuple(r for r in self.roles if self.kind_of(r) == "openai")
+        return tuple(r for r in self.roles if registry.kind(self.kind_of(r)).served)
 
     def model_for(self, key: str) -> ModelSettings:
         """The model record an engine starts with: the run-wide `engine.deterministic` applied."""
@@ -142,28 +143,11 @@ class EnginePool:
 
     async def _start(self, model: ModelSettings, kind: str, key: str | None) -> Engine:
         # Each engine's package is imported only when it starts (vllm and openai are optional extras).
-        if kind == "scripted":
-            e = self.cfg.engine
-            if e.name != "scripted":  # a scripted role in a run whose top-level engine is another: the defaults
-                return ScriptedEngine(policy=RandomPolicy())
-            return ScriptedEngine(
-                policy=RandomPolicy(
-                    conflict_rate=e.conflict_rate,
-                    overturn_rate=e.overturn_rate,
-                    node_rate=e.node_rate,
-                    satisfy_rate=e.satisfy_rate,
-                ),
-                delay_s=e.delay_s,
-                die_after_calls=e.die_after_calls,
-            )
-        if kind == "openai":
-            from ..engines.openai import OpenAIEngine
-
-            role = next(r for r in self.roles if key is None or self.role_key[r] == key)
-            return OpenAIEngine(self._endpoint(role))
-        from ..engines.vllm import VLLMEngine
-
-        return await VLLMEngine.from_model_config(model)
+        row = registry.kind(kind)
+        endpoint = None
+        if row.served:
+            endpoint = self._endpoint(next(r for r in self.roles if key is None or self.role_key[r] == key))
+        return await row.starter()(model, self.cfg.engine, endpoint)
 
     async def close(self) -> None:
         for b in self.engines.values():

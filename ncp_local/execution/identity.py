@@ -40,6 +40,7 @@ import yaml
 
 from ..config import IDENTITY_WHEN_SET, NOT_IDENTITY, AuditCfg, dataset_path, role_endpoint, role_engine, validate
 from ..engines import embedded as emb
+from ..engines.registry import kind
 from ..engines.settings import EMBEDDED
 from ..errors import InputError
 from ..protocol import ROLES
@@ -175,9 +176,10 @@ def embedded_fingerprint() -> dict[str, str]:
 
 def model_weights(model: Any, engine: str) -> dict[str, Any]:
     """How the weights of one role's model are identified under this engine."""
-    if engine == "scripted":
-        return {"kind": "none (scripted engine: no weights are read)"}
-    if engine == "openai":
+    row = kind(engine)
+    if not row.runs_model:
+        return {"kind": f"none ({engine} engine: no weights are read)"}
+    if row.served:
         return {"kind": "remote (served by the endpoint: name and revision only)"}
     if model.path == EMBEDDED:
         return {"kind": "embedded", "files": embedded_fingerprint()}
@@ -239,18 +241,18 @@ def _models(cfg: Any, roles: tuple[str, ...], endpoints: Mapping[str, Any] | Non
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     out = {}
     for role in roles:
-        kind = role_engine(cfg, role)
+        engine = role_engine(cfg, role)
         model = getattr(cfg, role).model
-        if kind == "openai":
+        if kind(engine).served:
             entry = served_model(cfg, role, (endpoints or {}).get(role))
         else:
-            key = (kind, model.path)
+            key = (engine, model.path)
             if key not in seen:  # roles sharing a model fingerprint it once
-                seen[key] = model_weights(model, kind)
+                seen[key] = model_weights(model, engine)
             entry = seen[key]
         # The top-level engine is in the settings; a role's own engine, when another, is said here
         # (so a config with every role on the top-level engine keeps the identity it always had).
-        out[role] = entry if kind == cfg.engine.name else {**entry, "engine": kind}
+        out[role] = entry if engine == cfg.engine.name else {**entry, "engine": engine}
     return out
 
 

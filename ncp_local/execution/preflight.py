@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import plan
-from ..config import ConfigError, RunConfig, dataset_path, role_endpoint, role_engine
+from ..config import ConfigError, RunConfig, dataset_path, role_endpoint, role_engine, role_kind
+from ..engines import registry
 from ..engines.grammar import id_form, unsupported
 from ..engines.settings import EMBEDDED, ModelSettings
 from ..protocol import ROLES
@@ -32,21 +33,8 @@ from ..protocol.stages import STAGES, UNBOUNDED, AuditIds, Bounds, schema_for
 from . import endpoints as endpoints_mod
 from .projection import play
 
-# The package each engine imports when it starts, and how to install it (pyproject extras).
-ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": (
-        "vllm",
-        (
-            "make install, or pip install -e '.[cpu]' (CPU; torch first, see the Makefile); on a GPU node "
-            "make install-gpu"
-        ),
-    ),
-    "openai": ("openai", "pip install -e '.[openai]'"),
-}
-# What vLLM itself imports to run (its tensors, and each structured-output backend's compiler): a
-# missing one means vLLM is not importable, which is what the line must say (not the grammar check's
-# "xgrammar is not installed", which would send the user after the wrong package).
-ENGINE_DEPENDENCIES: dict[str, tuple[str, ...]] = {"vllm": ("torch",)}
+# The structured-output backends vLLM compiles grammars with (engines/grammar.py): the package
+# each needs. An engine's own package, its dependencies and the install fix are in its registry row.
 BACKEND_PACKAGES = {"xgrammar": "xgrammar", "guidance": "llguidance", "outlines": "outlines_core"}
 
 
@@ -134,35 +122,40 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
     every stage's grammar on its structured-output backend (`engine_args`: `check_engine_args`,
     before the plan). (Endpoints are asked what they serve afterwards: `endpoints.check`.)"""
     kinds = {role: role_engine(cfg, role) for role in roles}
-    for kind in dict.fromkeys(kinds.values()):
-        if kind not in ENGINE_PACKAGES:
+    for name in dict.fromkeys(kinds.values()):
+        row = registry.kind(name)
+        if row.package is None:
             continue
         # First, before anything that needs the engine's packages (the grammar check below).
-        package, install = ENGINE_PACKAGES[kind]
-        key = "engine" if cfg.engine.name == kind else f"{next(r for r in roles if kinds[r] == kind)}.engine"
-        if importlib.util.find_spec(package) is None:
-            raise ConfigError(key, f"engine={kind} needs the {package} package, which is not installed: {install}")
-        needed = ENGINE_DEPENDENCIES.get(kind, ()) + tuple(
+        key = "engine" if cfg.engine.name == name else f"{next(r for r in roles if kinds[r] == name)}.engine"
+        if importlib.util.find_spec(row.package) is None:
+            raise ConfigError(
+                key, f"engine={name} needs the {row.package} package, which is not installed: {row.install}"
+            )
+        # What the package itself imports to run (its tensors; an in-process engine's grammar compilers):
+        # one missing means the engine is not importable, which is what the line must say (not the grammar
+        # check's "xgrammar is not installed", which would send the user after the wrong package).
+        needed = row.requires + tuple(
             BACKEND_PACKAGES.get(getattr(cfg, role).model.structured_outputs_backend, "")
             for role in roles
-            if kind == "vllm" and kinds[role] == kind
+            if row.in_process and kinds[role] == name
         )
-        missing = [name for name in dict.fromkeys(needed) if name and importlib.util.find_spec(name) is None]
+        missing = [dep for dep in dict.fromkeys(needed) if dep and importlib.util.find_spec(dep) is None]
         if missing:
             raise ConfigError(
                 key,
-                f"engine={kind}: the {package} package is not importable (its dependency "
-                f"{missing[0]} is not installed): {install}",
+                f"engine={name}: the {row.package} package is not importable (its dependency "
+                f"{missing[0]} is not installed): {row.install}",
             )
     for role in roles:
-        if kinds[role] != "openai":
+        if not registry.kind(kinds[role]).served:
             continue
         key_env = role_endpoint(cfg, role).get("api_key_env")
         if key_env and not os.environ.get(key_env):
-            inherited = cfg.engine.name == "openai" and not getattr(cfg, role).endpoint.api_key_env
+            inherited = registry.kind(cfg.engine.name).served and not getattr(cfg, role).endpoint.api_key_env
             field = "engine.api_key_env" if inherited else f"{role}.endpoint.api_key_env"
             raise ConfigError(field, f"environment variable {key_env} is not set")
-    models = {role: getattr(cfg, role).model for role in roles if kinds[role] == "vllm"}
+    models = {role: getattr(cfg, role).model for role in roles if registry.kind(kinds[role]).in_process}
     for role, model in models.items():
         problem = None if model.path == EMBEDDED else _model_dir_problem(Path(model.path).expanduser())
         if problem:
@@ -244,7 +237,7 @@ def _check_format(role: str, model: ModelSettings) -> None:
 def check_engine_args(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
     """Every in-process role's `engine_args` key is one vLLM takes (checked before the plan reads them)."""
     for role in roles:
-        if role_engine(cfg, role) == "vllm":
+        if role_kind(cfg, role).in_process:
             _check_engine_args(role, getattr(cfg, role).model)
 
 

@@ -52,6 +52,7 @@ from hydra.errors import HydraException
 
 from ..config import ConfigError, RunConfig, hydra_error_line
 from ..engines.base import Completion, Engine, Message, Request
+from ..engines.registry import kind
 from ..errors import InputError
 from ..execution import engine_log, layout, points, provenance
 from ..execution.calls import CallService, RoleBinding, Sampling, bindings
@@ -916,7 +917,7 @@ def _main_long(cfg: RunConfig) -> int:
                     sizes,
                     {r: UNBOUNDED for r in ROLES},
                     note=_say,
-                    grammar=cfg.engine.name == "scripted",
+                    grammar=not kind(cfg.engine.name).runs_model,
                 )
             return lines
         finally:

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError, role_engine
+from ..config import ConfigError, role_kind
 from ..protocol import ROLES
 from ..protocol.turns import at as said_at
 from ..protocol.turns import id_of as turn_id_of
@@ -115,8 +115,8 @@ def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) 
     pc = cfg.plan
     inv = inventory(pc.gpus)
     problems: list[Problem] = []
-    remote = tuple(r for r in roles if role_engine(cfg, r) == "openai")
-    local = tuple(r for r in roles if role_engine(cfg, r) == "vllm")  # in this process: planned
+    remote = tuple(r for r in roles if role_kind(cfg, r).served)
+    local = tuple(r for r in roles if role_kind(cfg, r).in_process)  # in this process: planned
     if not local:
         return Plan(cfg, inv, [], problems, remote=remote)
     engines = engines_of(cfg, local)

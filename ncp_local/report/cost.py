@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import validate
+from ..config import ran_no_model, validate
 from ..errors import InputError
 from ..execution.layout import CALLS, parts
 from ..execution.preflight import preflight
@@ -152,7 +152,7 @@ def plan_projection(run: Run, dataset: str | None = None) -> tuple[dict[tuple[st
     raw = copy.deepcopy(run.manifest.get("config") or {})
     if not raw:
         return None, "not projected: the manifest records no config"
-    if (raw.get("engine") or {}).get("name") == "scripted":
+    if ran_no_model(raw):
         return None, "not projected: a scripted run (no model, no window)"
     raw.setdefault("dataset", {})["path"] = dataset or (run.manifest.get("dataset") or {}).get("path")
     if (run.manifest.get("prompts") or {}).get("path"):

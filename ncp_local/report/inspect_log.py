@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, ran_no_model, recorded_engine
 from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import EpisodeMetrics, aggregate, episode_metrics
@@ -49,9 +49,9 @@ def model_name(run: Run, role: str) -> str:
     """Inspect's `provider/model` for a role: the engine that served it and its model; a scripted run
     is `scripted/no-model` whatever its config names."""
     cfg = run.manifest.get("config") or {}
-    engine = str((cfg.get("engine") or {}).get("name") or "unknown")
-    if engine == "scripted":
-        return f"scripted/{NO_MODEL}"
+    engine = recorded_engine(cfg, role) or "unknown"
+    if ran_no_model(cfg, role):
+        return f"{engine}/{NO_MODEL}"
     name = (
         ((cfg.get(role) or {}).get("model") or {}).get("name")
         or ((run.manifest.get("models") or {}).get(role) or {}).get("name")

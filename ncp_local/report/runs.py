@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ..config import SCRIPTED
+from ..config import SCRIPTED, ran_no_model
 from ..errors import InputError
 from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..execution.store import check_result
@@ -72,7 +72,7 @@ def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
     models = manifest.get("models") or {}
 
     def model(role: str) -> str | None:
-        if (cfg.get("engine") or {}).get("name") == SCRIPTED:
+        if ran_no_model(cfg, role):
             return SCRIPTED  # no model ran: never label it as one
         name = ((cfg.get(role) or {}).get("model") or {}).get("name")
         return name or (models.get(role) or {}).get("name")
