@@ -338,7 +338,7 @@ def gen_config() -> str:
         "",
         (
             "The validator (`ncp_local/config.py`, `ncp_local/engines/settings.py`, "
-            "`ncp_local/protocol/stages.py` `Bounds`) also accepts these; give them on the command line "
+            "`ncp_local/protocol/stages/_base.py` `Bounds`) also accepts these; give them on the command line "
             "(`+key=value` when no file sets them) or in a file of your own. Unknown keys are refused."
         ),
         "",

@@ -51,7 +51,7 @@ def _same(a: str, b: str) -> bool:
 
 
 class HiAgentNarrator:
-    TEMPLATES = method_templates("hiagent")  # its stages in the registry (protocol/stages.py)
+    TEMPLATES = method_templates("hiagent")  # its stages in the registry (protocol/stages/_registry.py)
     Options = HiAgentOptions
 
     def __init__(
