@@ -208,8 +208,12 @@ class ReportCfg(_Cfg):
 class ExportCfg(_Cfg):
     """`mode=export`: the runs as logs another tool reads."""
 
-    format: Literal["inspect"] = "inspect"  # Inspect's .eval log (inspect_ai, the `inspect` extra)
-    out: str | None = None  # null: <first run>/inspect (a sweep folder: <folder>/inspect)
+    # inspect: Inspect's .eval log (inspect_ai, the `inspect` extra); parquet: the analysis tables
+    format: Literal["inspect", "parquet"] = "inspect"
+    out: str | None = None  # null: <first run>/<format> (a sweep folder: <folder>/<format>)
+    # inspect: also every call as a model event (a 100-turn episode makes hundreds; Inspect's viewer
+    # slows on very large logs); false leaves them out, the transcript and scores stay.
+    events: bool = True
 
 
 class ReviewCfg(_Cfg):

@@ -277,7 +277,9 @@ def place(group: list[Point], pool: SharedEngines) -> None:
     keys = sorted({k for p in group for k in p.keys.values()})
     engines = [pool.engines[k] for k in keys]
     plan = _plan_of(engines, group[0].cfg)
-    for e, ep in zip(engines, plan.engines, strict=True):
+    # The plan lists only the engines it places (none for scripted ones): pairs as before a97203b's strict=True,
+    # which made every scripted batched sweep fail.
+    for e, ep in zip(engines, plan.engines, strict=False):
         if e.engine is not None:
             continue
         change: dict[str, Any] = {}
