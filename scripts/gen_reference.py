@@ -47,6 +47,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "player": ("<role>", "smollm2"),
     "auditor": ("<role>", "smollm2"),
     "model": ("<role>.model", "smollm2"),
+    "tracker": ("tracker", "none"),
 }
 # Groups whose files only choose or set keys defined above (listed as options, keys not read).
 PRESET_GROUPS = ("experiment", "hydra/launcher")

@@ -27,6 +27,8 @@ DEFERRED = (
     "setproctitle",
     "psutil",
     "inspect_ai",
+    "mlflow",
+    "wandb",
     "ncp_local.engines.vllm",
     "ncp_local.engines.openai",
     "..engines.vllm",
