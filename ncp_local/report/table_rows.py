@@ -21,6 +21,7 @@ from ..protocol.ledger import FactEntry, active_facts, first_pending_node
 from ..protocol.metrics import episode_metrics
 from ..protocol.replay import LedgerDiff, Replay, conflict_key, is_internal, replay, target_text
 from ..protocol.spec import Spec
+from .cost import SUMS, Usage
 from .runs import Run
 from .table_schema import TABLES
 
@@ -61,26 +62,10 @@ def _turn(turn: int) -> Row:
     return {"turn": turn, "turn_number": turn_ids.shown(turn)}
 
 
-@dataclass
-class _Usage:
-    calls: int = 0
-    attempts: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    engine_s: float = 0.0
-
-    def add(self, c: dict[str, Any]) -> None:
-        # The same sums as the report's cost table (cost.Usage), per episode and per turn.
-        self.calls += int(int(c.get("attempt") or 0) == 0)
-        self.attempts += 1
-        self.prompt_tokens += int(c.get("prompt_tokens") or 0)
-        self.cached_tokens += int(c.get("cached_tokens") or 0)
-        self.generated_tokens += int(c.get("generated_tokens") or 0)
-        self.engine_s += float(c.get("latency_s") or 0.0)
-
-    def row(self) -> Row:
-        return dict(self.__dict__)
+def _sums(u: Usage | None) -> Row:
+    """The call log's sums for an episode or a turn (the report's cost table sums the same way)."""
+    u = u or Usage()
+    return {name: getattr(u, name) for name in SUMS}
 
 
 def _int(v: Any) -> int | None:
@@ -142,7 +127,7 @@ def _satisfied(status_check: Any) -> int:
 
 
 def _episode_rows(
-    src: Source, result: EpisodeResult, usage: dict[tuple[str, int, int | None], _Usage]
+    src: Source, result: EpisodeResult, usage: dict[tuple[str, int, int | None], Usage]
 ) -> dict[str, list[Row]]:
     spec: Spec | None = src.run.specs.get(result.spec_id)
     trial = trial_of(result)
@@ -178,7 +163,7 @@ def _episode_rows(
             "player_input": m.player_input,
             "bound_hits": m.bound_hits,
             "thought_tokens": result.opening_thought_tokens + sum(t.thought_tokens for t in result.turns),
-            **usage.get((result.spec_id, trial, None), _Usage()).row(),
+            **_sums(usage.get((result.spec_id, trial, None))),
         }
     )
     views = rp.turns if rp is not None else ()
@@ -221,7 +206,7 @@ def _episode_rows(
                 "response": rec.response,
                 "bound_hits": list(rec.bound_hits),
                 "thought_tokens": rec.thought_tokens,
-                **usage.get((result.spec_id, trial, rec.turn), _Usage()).row(),
+                **_sums(usage.get((result.spec_id, trial, rec.turn))),
             }
         )
         # Ledger events: only what committed, in the order commit_turn applies it.
@@ -298,10 +283,10 @@ def run_rows(src: Source) -> dict[str, list[Row]]:
     out["calls"] = list(call_rows(src))
     # Per episode and per (episode, turn): the call log's sums (speculative calls of turns never played
     # count in their episode only).
-    usage: dict[tuple[str, int, int | None], _Usage] = {}
+    usage: dict[tuple[str, int, int | None], Usage] = {}
     for c in out["calls"]:
         for turn in (None, c["turn"]):
-            usage.setdefault((c["spec_id"], c["trial"], turn), _Usage()).add(
+            usage.setdefault((c["spec_id"], c["trial"], turn), Usage()).add(
                 {k: c[k] for k in ("attempt", "prompt_tokens", "cached_tokens", "generated_tokens", "latency_s")}
             )
     for result in src.run.results.values():

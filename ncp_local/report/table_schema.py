@@ -54,7 +54,12 @@ STRS = pa.list_(pa.string())
 KEYS: tuple[Column, ...] = (
     Column("run", STR, "the run directory's name (its key)"),
     Column("label", STR, "the run's row label in the report (what differs between the exported runs)"),
-    Column("point", STR, "the sweep point's overrides (`narrator.temperature=0.2 seed=1`); null outside a sweep"),
+    Column(
+        "point",
+        STR,
+        "the sweep point: the overrides that tell it from the sweep's others (`narrator.temperature=0.2 seed=1`); "
+        "null for a run not given through its sweep folder",
+    ),
     Column("episode", STR, "the episode's key: the story's spec id, with `#<trial>` after it for trials above 0"),
     Column("spec_id", STR, "the story (spec) the episode played"),
     Column("trial", INT, "the play of that story (0 when the run plays each story once)"),

@@ -14,12 +14,12 @@ from typing import Any
 
 from ..config import RunConfig
 from ..report import build_report
-from ..report.cost import Usage, cost_table
+from ..report.cost import SUMS, Usage, cost_table
 from ..report.runs import Run, attach_specs, load_run
 from ..report.tables import summary_record, summary_rows
 
 # The cost table's sums logged per role (report/cost.py's Usage fields).
-COST_FIELDS: tuple[str, ...] = ("calls", "attempts", "prompt_tokens", "cached_tokens", "generated_tokens", "engine_s")
+COST_FIELDS = SUMS
 NOT_METRICS = ("label", "run_dir")
 
 
