@@ -86,6 +86,7 @@ def test_mlflow_logs_the_reports_figures_and_a_resume_continues_its_run(tmp_path
         tokens = sum(u.prompt_tokens for (r, _), u in table.rows.items() if r == role)
         assert got.data.metrics[f"cost.{role}.prompt_tokens"] == tokens
     assert got.data.tags["identity"] and got.data.params["max_turns"] == "4"
+    assert {a.path for a in client.list_artifacts(run_id)} >= {"survival.json", "cost_by_role.json", "config.json"}
     arts = {a.path for a in client.list_artifacts(run_id, "report")}
     assert {"report/results.csv", "report/survival.png", "report/cost.csv"} <= arts
 

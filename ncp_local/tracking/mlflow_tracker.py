@@ -88,6 +88,14 @@ class MlflowTracker:
             self.client.log_batch(found, metrics=list(mbatch))
         self.client.log_batch(found, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.log_dict(found, rec.config, "config.json")
+        # The tables as JSON artifacts, rewritten by each logging (MLflow's log_table would append a
+        # resumed run's rows to the first logging's).
+        self.client.log_dict(
+            found,
+            {"columns": ["turns_played", "S", "lo", "hi"], "data": [list(r) for r in rec.survival]},
+            "survival.json",
+        )
+        self.client.log_dict(found, rec.cost, "cost_by_role.json")
         for name, text in rec.files.items():
             self.client.log_text(found, text, name)
         if rec.report is not None:
