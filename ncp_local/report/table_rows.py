@@ -16,10 +16,10 @@ from typing import Any
 from ..execution.layout import CALLS, parts
 from ..execution.store import read_calls
 from ..protocol import turns as turn_ids
-from ..protocol.episode import EpisodeResult
+from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.ledger import FactEntry, active_facts, first_pending_node
 from ..protocol.metrics import episode_metrics
-from ..protocol.replay import LedgerDiff, Replay, conflict_key, is_internal, replay, target_text
+from ..protocol.replay import LedgerDiff, Replay, TurnView, conflict_key, is_internal, replay, target_text
 from ..protocol.spec import Spec
 from .cost import SUMS, Usage
 from .runs import Run
@@ -170,8 +170,8 @@ def _episode_rows(
     nodes_done = 0
     satisfied = 0
     seq = 0
-    commitments = {c.id: c for c in spec.commitments} if spec else {}
-    node_text = {n.id: n.description for n in spec.trajectory} if spec else {}
+    if rp is not None:
+        src.run.notes += [f"{result.spec_id}: {p}" for p in rp.problems]
     for i, rec in enumerate(result.turns):
         view = views[i] if i < len(views) else None
         committed = not rec.conflicts
@@ -209,23 +209,8 @@ def _episode_rows(
                 **_sums(usage.get((result.spec_id, trial, rec.turn))),
             }
         )
-        # Ledger events: only what committed, in the order commit_turn applies it.
-        if committed:
-            events: list[tuple[str, str, str, str | None, str | None]] = []
-            if view is not None:
-                for source, diff in (("opening", view.pending), ("turn", view.update)):
-                    events += [("fact_added", source, f.id, f.text, None) for f in diff.added]
-                    events += [("fact_negated", source, f.id, f.text, None) for f in negations(diff)]
-            if rec.node_completed is not None:
-                events.append(("node_reached", "turn", rec.node_completed, node_text.get(rec.node_completed), None))
-            for kind, ids in (
-                ("commitment_satisfied", rec.newly_satisfied),
-                ("commitment_pending", rec.back_to_pending),
-            ):
-                for cid in ids:
-                    c = commitments.get(cid)
-                    events.append((kind, "turn", cid, c.description if c else None, c.type if c else None))
-            for kind, source, target, text, ctype in events:
+        if committed:  # a turn that did not commit changed nothing: no events
+            for kind, source, target, text, ctype in _events(rec, view, spec):
                 out["ledger_events"].append(
                     {
                         **keys,
@@ -243,7 +228,32 @@ def _episode_rows(
     return out
 
 
-def _conflict_rows(keys: Row, result: EpisodeResult, rec: Any, view: Any, spec: Spec | None, last: bool) -> list[Row]:
+Event = tuple[str, str, str, str | None, str | None]  # (event, source, target, text, commitment type)
+
+
+def _events(rec: TurnRecord, view: TurnView | None, spec: Spec | None) -> list[Event]:
+    """A committed turn's changes in the order `commit_turn` applies them: the opening's pending updates
+    (turn 0), the turn's own fact update, the node, then the statuses. Fact events need the replay."""
+    events: list[Event] = []
+    if view is not None:
+        for source, diff in (("opening", view.pending), ("turn", view.update)):
+            events += [("fact_added", source, f.id, f.text, None) for f in diff.added]
+            events += [("fact_negated", source, f.id, f.text, None) for f in negations(diff)]
+    if rec.node_completed is not None:
+        nodes = {n.id: n.description for n in spec.trajectory} if spec else {}
+        events.append(("node_reached", "turn", rec.node_completed, nodes.get(rec.node_completed), None))
+    commitments = {c.id: c for c in spec.commitments} if spec else {}
+    for kind, ids in (("commitment_satisfied", rec.newly_satisfied), ("commitment_pending", rec.back_to_pending)):
+        for cid in ids:
+            c = commitments.get(cid)
+            events.append((kind, "turn", cid, c.description if c else None, c.type if c else None))
+    return events
+
+
+def _conflict_rows(
+    keys: Row, result: EpisodeResult, rec: TurnRecord, view: TurnView | None, spec: Spec | None, last: bool
+) -> list[Row]:
+    """Each conflict the turn's audits raised: the first check's, then any only the double-check named."""
     first = list(rec.conflict_check.get("conflicts") or ())
     review = rec.double_check
     reviewed = {conflict_key(c): c for c in (review or {}).get("conflicts") or ()} if review else {}
