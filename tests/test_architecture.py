@@ -28,6 +28,8 @@ DEFERRED = (
     "psutil",
     "inspect_ai",
     "lifelines",  # pandas and its own fitters: about 1 s, read only by the endings section of a report
+    "mlflow",
+    "wandb",
     "ncp_local.engines.vllm",
     "ncp_local.engines.openai",
     "..engines.vllm",

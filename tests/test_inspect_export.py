@@ -137,6 +137,21 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
     }
 
 
+def test_events_can_be_left_out(exported: tuple[Path, Path], tmp_path: Path) -> None:
+    """export.events=false: no per-call event, the same transcript, scores and token usage, a smaller file."""
+    run_dir, full_path = exported
+    res = run_cli("mode=export", f"runs=[{run_dir}]", "export.events=false", f"export.out={tmp_path}", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    [path] = sorted(tmp_path.glob("*.eval"))
+    full, lean = inspect_log.read_eval_log(str(full_path)), inspect_log.read_eval_log(str(path))
+    assert all(s.events == [] for s in lean.samples) and any(s.events for s in full.samples)
+    for a, b in zip(full.samples, lean.samples, strict=True):
+        assert [m.text for m in a.messages] == [m.text for m in b.messages]
+        assert {k: v.value for k, v in a.scores.items()} == {k: v.value for k, v in b.scores.items()}
+        assert a.model_usage == b.model_usage and a.role_usage == b.role_usage
+    assert lean.results == full.results and path.stat().st_size < full_path.stat().st_size
+
+
 def test_unknown_format_is_one_line(tmp_path: Path) -> None:
     # `export.format` accepts only formats the rig writes.
     res = run_cli("mode=export", "runs=[x]", "export.format=csv", cwd=tmp_path)

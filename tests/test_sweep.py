@@ -48,18 +48,22 @@ def _results(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((d / "results").glob("*.json"))}
 
 
+def _main_table(stdout: str) -> list[list[str]]:
+    """The cells of the report's main table (the first one it prints; the endings table follows it)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| run |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.split("|")[1:-1]])
+    return rows
+
+
 def _index(d: Path) -> dict[str, Any]:
     return json.loads((d / "index.json").read_text())
 
 
-def _result_rows(stdout: str) -> list[str]:
-    """The rows of a report's results table, its first (the endings table after it has a row per run too)."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| run |"))
-    return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :]))
-
-
-@pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The must-show sweep: 2 temperatures x 2 seeds, batched, in its own working directory."""
     work = tmp_path_factory.mktemp("sweep")
@@ -128,9 +132,7 @@ def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, sub
     # ...and the report of the sweep folder (and of a glob over the run directories).
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=work)
     assert rep.returncode == 0, rep.stderr
-    labels = [
-        line.split("|")[1].strip() for line in _result_rows(rep.stdout) if line.startswith("| narrator.temperature")
-    ]
+    labels = [r[0] for r in _main_table(rep.stdout)]
     assert labels == [r.split(" ", 1)[1] for r in rows]
     assert (work / "sw" / "report" / "results.md").is_file()  # the report of a sweep folder goes in it
     glob = _run(
@@ -143,8 +145,7 @@ def test_sweep_report_labels_rows_by_temperature_and_seed(swept: tuple[Path, sub
         cwd=work,
     )
     assert glob.returncode == 0, glob.stderr
-    labelled = sorted(line.split("|")[1].strip() for line in _result_rows(glob.stdout) if "@0." in line)
-    assert labelled == ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
+    assert sorted(r[0] for r in _main_table(glob.stdout)) == ["0@0.2", "0@0.6", "1@0.2", "1@0.6"]
 
 
 def test_one_invalid_point_the_others_run(tmp_path: Path) -> None:
@@ -528,5 +529,5 @@ def test_sharded_batched_tasks_write_their_own_index(tmp_path: Path) -> None:
     assert len({r["run_dir"] for r in rows}) == 2 and all("shard_dir" in r for r in rows)
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
-    assert [line.split("|")[2].strip() for line in _result_rows(rep.stdout) if line.startswith("| seed=")] == ["3", "3"]
+    assert [(r[0], r[1]) for r in _main_table(rep.stdout)] == [("seed=0", "3"), ("seed=1", "3")]
     shutil.rmtree(tmp_path / "runs")

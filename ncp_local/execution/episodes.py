@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,9 @@ def manifest(
     }
 
 
-def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    """Check, play and report one run; the exit code."""
+def run(cfg: RunConfig, raw: dict[str, Any], on_finished: Callable[[Path], None] | None = None) -> int:
+    """Check, play and report one run; the exit code. `on_finished(run dir)` runs once the run has finished
+    and reported (exit 0): the tracker's turn (ncp_local/tracking)."""
     ready = preflight(cfg)  # all checked before anything starts
     cfg = ready.cfg  # memory shares and devices as planned
     assert ready.dataset is not None
@@ -109,6 +110,8 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     if broken:
         print(f"error: {broken} (max_invalid_share={cfg.max_invalid_share})", file=sys.stderr)
         return EXIT_SYSTEMATIC
+    if on_finished is not None:
+        on_finished(out)
     return 0
 
 

@@ -45,7 +45,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from .. import config as config_mod
-from .. import modes
+from .. import modes, tracking
 from ..engines.base import Engine, EngineDead
 from ..engines.settings import ModelSettings
 from ..errors import InputError
@@ -661,6 +661,13 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
         # Several experiments, one run directory: the second would be refused only after the first ran.
         say(f"error: {shared}")
         return EXIT_BAD_INPUT
+    for p in points:
+        if p.status == "waiting" and p.cfg is not None:
+            try:
+                tracking.require(p.cfg.tracker)  # a tracker that is not installed: nothing starts
+            except InputError as exc:
+                say(f"error: {exc}")
+                return EXIT_BAD_INPUT
     bad = [p for p in points if p.status == "failed"]
     for p in bad:
         say(f"error: sweep point {p.name}: {p.message} (it will not run; the other points do)")
@@ -705,6 +712,15 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     for p in points:
         if p.out is not None and p.status == "done":
             print(f"run directory: #{p.num} {p.out}")
+    # The finished run points, as one tracker group (after every result is on disk; never fails the sweep).
+    tracking.track_sweep(
+        [
+            tracking.Point(p.cfg, p.out, p.name)
+            for p in points
+            if p.mode == "run" and p.status == "done" and p.out is not None and p.cfg is not None
+        ],
+        sweep_dir,
+    )
     code, line = summary(points)
     if code:
         say(f"error: {line}")

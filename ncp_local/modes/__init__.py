@@ -51,8 +51,10 @@ MODES: tuple[Mode, ...] = (
     Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)"),
     Mode(
         "export",
-        "runs as Inspect logs: runs=[DIR,...] export.format=inspect, one `.eval` per run in "
-        "`<first run>/inspect` or `export.out` (`inspect view --log-dir DIR` opens them)",
+        "runs as files other tools read: runs=[DIR,...] export.format=inspect, one Inspect `.eval` per run "
+        "(`inspect view --log-dir DIR`; export.events=false leaves the per-call events out); "
+        "export.format=parquet, the analysis tables (episodes, turns, calls, ledger_events, conflicts) over "
+        "all the runs; into `<first run>/<format>` or `export.out`",
     ),
 )
 BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}

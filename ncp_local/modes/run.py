@@ -1,12 +1,20 @@
-"""`mode=run` (the default): play episodes into a run directory; the same command resumes."""
+"""`mode=run` (the default): play episodes into a run directory; the same command resumes. With
+`tracker=mlflow|wandb`, the finished run is logged to the tracker too (ncp_local/tracking)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
 from ..execution import episodes
+from ..tracking import require, track_run
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    return episodes.run(cfg, raw)
+    require(cfg.tracker)  # a tracker that is not installed is refused before anything starts
+
+    def track(out: Path) -> None:
+        track_run(cfg, out)
+
+    return episodes.run(cfg, raw, on_finished=track if cfg.tracker.name != "none" else None)

@@ -118,6 +118,23 @@ def is_internal(conflict: dict[str, Any]) -> bool:
     return conflict.get("type") == "fact" and conflict.get("id") == INTERNAL_ID
 
 
+def target_text(spec: Spec | None, view: TurnView | None, rec: TurnRecord, conflict: dict[str, Any]) -> str:
+    """What a conflict cites, in words: the fact's text (as the audit saw the ledger), the commitment's
+    description, the player input, or the internal-contradiction label. Without the spec (or its replay)
+    only the targets that need none are resolved."""
+    ctype, cid = conflict_key(conflict)
+    missing = "(spec not available)" if spec is None or view is None else None
+    if is_internal(conflict):
+        return INTERNAL_LABEL
+    if ctype == "fact":
+        facts = {f.id: f.text for f in view.projected} if view is not None else {}
+        return missing or facts.get(cid, "(unknown fact)")
+    if ctype == "commitment":
+        commitments = {c.id: c.description for c in spec.commitments} if spec is not None else {}
+        return missing or commitments.get(cid, "(unknown commitment)")
+    return rec.player_input
+
+
 def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord | None = None) -> list[dict[str, Any]]:
     """Each standing conflict with its target's text and the reasons before and after the double-check.
 
@@ -127,30 +144,18 @@ def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord |
     rec = view.record if view is not None else rec
     if rec is None:
         raise ValueError("conflict_details: give a turn view or a turn record")
-    facts = {f.id: f.text for f in view.projected} if view is not None else {}
-    commitments = {c.id: c.description for c in spec.commitments} if spec is not None else {}
-    missing = "(spec not available)" if spec is None or view is None else None
     first = {conflict_key(c): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
     review = rec.double_check or {}
     modes = rec.failure_modes or ()  # in `conflicts`' order, when the run asked for them
     out = []
     for i, c in enumerate(rec.conflicts):
         ctype, cid = conflict_key(c)
-        internal = is_internal(c)
-        if internal:
-            target = INTERNAL_LABEL
-        elif ctype == "fact":
-            target = missing or facts.get(cid, "(unknown fact)")
-        elif ctype == "commitment":
-            target = missing or commitments.get(cid, "(unknown commitment)")
-        else:
-            target = rec.player_input
         out.append(
             {
                 "type": ctype,
                 "id": cid,
-                "internal": internal,
-                "target_text": target,
+                "internal": is_internal(c),
+                "target_text": target_text(spec, view, rec, c),
                 "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
                 "reason_reviewed": c.get("reason", ""),
                 "review_reason": review.get("review_reason", ""),

@@ -52,6 +52,10 @@ PER_TURN_NOTE = (
 )
 
 
+# Usage's plain sums over attempts (the analysis tables and the trackers carry the same).
+SUMS: tuple[str, ...] = ("calls", "attempts", "prompt_tokens", "cached_tokens", "generated_tokens", "engine_s")
+
+
 @dataclass
 class Usage:
     """One row: sums over the attempts of a role and stage (or of a whole run)."""
@@ -74,7 +78,7 @@ class Usage:
         self.engine_s += float(call.get("latency_s") or 0.0)
 
     def merge(self, other: Usage) -> None:
-        for name in ("calls", "attempts", "prompt_tokens", "cached_tokens", "generated_tokens", "engine_s"):
+        for name in SUMS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.busy_s = None if self.busy_s is None or other.busy_s is None else self.busy_s + other.busy_s
 

@@ -6,7 +6,7 @@ dataset item. Here a sample is an episode:
 
 - `messages`: the transcript as people read it: the opening and each narration as the
   assistant's, each player input as the user's (metadata names the role and `turn_id`);
-- `events`: every line of the run's call log, in order, as a model event carrying its
+- `events` (unless `export.events=false`): every line of the run's call log, in order, as a model event carrying its
   role, stage, turn, attempt and seed, its token usage and time in the engine, grouped
   in one span per turn. The call log keeps no prompts, so an event's input is empty; its
   output is the failed attempt's raw text when the attempt failed, and for an accepted
@@ -115,8 +115,9 @@ def _turn_label(turn: int) -> str:
     return "opening" if turn <= OPENING else str(shown_turn(turn))
 
 
-def build_log(run: Run) -> Any:
-    """The run as an `inspect_ai.log.EvalLog`."""
+def build_log(run: Run, events: bool = True) -> Any:
+    """The run as an `inspect_ai.log.EvalLog`; `events=False` leaves the per-call model events out (the
+    messages, scores and token usage stay): Inspect's viewer struggles with very large logs."""
     try:
         from inspect_ai.event import ModelEvent, SpanBeginEvent, SpanEndEvent
         from inspect_ai.log import (
@@ -261,20 +262,20 @@ def build_log(run: Run) -> Any:
             )
         starts = [float(c["done_at"]) - float(c.get("latency_s") or 0.0) for c in calls if c.get("done_at") is not None]
         t0 = min(starts) if starts else 0.0
-        events: list[Any] = []
+        sample_events: list[Any] = []
         open_span: str | None = None
-        for c in calls:
+        for c in calls if events else ():
             span = f"{sid}/{_turn_label(int(c.get('turn', 0)))}"
             if span != open_span:
                 if open_span is not None:
-                    events.append(SpanEndEvent(id=open_span, span_id=open_span))
-                events.append(
+                    sample_events.append(SpanEndEvent(id=open_span, span_id=open_span))
+                sample_events.append(
                     SpanBeginEvent(id=span, name=_turn_label(int(c.get("turn", 0))), type="turn", span_id=span)
                 )
                 open_span = span
-            events.append(event(c, result, span, t0))
+            sample_events.append(event(c, result, span, t0))
         if open_span is not None:
-            events.append(SpanEndEvent(id=open_span, span_id=open_span))
+            sample_events.append(SpanEndEvent(id=open_span, span_id=open_span))
         ends = [float(c["done_at"]) for c in calls if c.get("done_at") is not None]
         title = spec.meta.title if spec else sid
         samples.append(
@@ -300,7 +301,7 @@ def build_log(run: Run) -> Any:
                     "max_turns": result.max_turns,
                     "bound_hits": m.bound_hits,
                 },
-                events=events,
+                events=sample_events,
                 model_usage=usage_by(calls, "model"),
                 role_usage=usage_by(calls, "role"),
                 started_at=_when(min(starts)) if starts else None,

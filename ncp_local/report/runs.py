@@ -186,6 +186,23 @@ def expand_runs(paths: list[str]) -> list[str]:
     return out
 
 
+def sweep_points(paths: list[str]) -> dict[Path, str]:
+    """The sweep point of each run directory that `runs=` names through a sweep folder: its resolved path ->
+    the overrides that tell its point from the sweep's others, as one string (`narrator.temperature=0.2
+    seed=1`; the overrides every point shares are left out)."""
+    out: dict[Path, str] = {}
+    for entry in paths:
+        root = Path(entry).expanduser()
+        if GLOB_CHARS & set(str(entry)) or not is_sweep_folder(root):
+            continue
+        rows = [r for r in read_index(root) if r.get("run_dir")]
+        shared = set.intersection(*(set(map(str, r.get("overrides") or ())) for r in rows)) if rows else set()
+        for row in rows:
+            own = [str(o) for o in row.get("overrides") or () if str(o) not in shared]
+            out.setdefault(Path(row["run_dir"]).expanduser().resolve(), " ".join(own))
+    return out
+
+
 def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
     """The runs to compare, each labelled by what differs between them (or by the `label` template)."""
     runs = [load_run(p) for p in expand_runs(paths)]

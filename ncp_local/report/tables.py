@@ -130,29 +130,36 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
     return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
 
 
-def summary_csv(rows: Sequence[Row]) -> str:
-    header = ["label", "run_dir", "episodes", "scored", "censored"]
+def summary_record(r: Row) -> dict[str, Any]:
+    """One run's row of results.csv as a mapping: each metric's point and interval (blank where there is
+    none), the conflict-free count, the terminations (the trackers log the same figures)."""
+    out: dict[str, Any] = {
+        "label": r.label,
+        "run_dir": r.path,
+        "episodes": r.agg.episodes,
+        "scored": r.agg.scored,
+        "censored": r.agg.censored,
+    }
+    few = r.agg.scored < MIN_FOR_INTERVAL  # no interval for fewer than 2 scored episodes
     for k, _, _ in METRICS:
-        header += [k, f"{k}_lo", f"{k}_hi"]
-    header += ["conflict_free", "conflict_free_lo", "conflict_free_hi", *TERMINATIONS, "bound_hits", "unfinished"]
-    body = []
-    for r in rows:
-        line: list[Any] = [r.label, r.path, r.agg.episodes, r.agg.scored, r.agg.censored]
-        few = r.agg.scored < MIN_FOR_INTERVAL  # no interval for fewer than 2 scored episodes
-        for k, _, _ in METRICS:
-            iv = r.ci[k]
-            line += [_round(iv.point), "" if few else _round(iv.lo), "" if few else _round(iv.hi)]
-        cf = r.ci["conflict_free"]
-        line += [
-            r.agg.conflict_free,
-            "" if few else _round(cf.lo),
-            "" if few else _round(cf.hi),
-            *(r.agg.terminations[k] for k in TERMINATIONS),
-            r.agg.bound_hits,
-            r.unfinished,
-        ]
-        body.append(line)
-    return csv_text(header, body)
+        iv = r.ci[k]
+        out |= {k: _round(iv.point), f"{k}_lo": "" if few else _round(iv.lo), f"{k}_hi": "" if few else _round(iv.hi)}
+    cf = r.ci["conflict_free"]
+    out |= {
+        "conflict_free": r.agg.conflict_free,
+        "conflict_free_lo": "" if few else _round(cf.lo),
+        "conflict_free_hi": "" if few else _round(cf.hi),
+        **{k: r.agg.terminations[k] for k in TERMINATIONS},
+        "bound_hits": r.agg.bound_hits,
+        "unfinished": r.unfinished,
+    }
+    return out
+
+
+def summary_csv(rows: Sequence[Row]) -> str:
+    records = [summary_record(r) for r in rows]
+    header = list(records[0]) if records else []  # a report has at least one run
+    return csv_text(header, [list(rec.values()) for rec in records])
 
 
 def _round(x: float) -> Any:

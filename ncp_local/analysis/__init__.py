@@ -1,0 +1,78 @@
+"""The analysis tables as pandas DataFrames, for a researcher's own questions.
+
+    from ncp_local import analysis
+    eps = analysis.episodes("runs/ncp_bench-1a2b3c")          # a run directory
+    turns = analysis.turns(["runs/a", "runs/b"])               # several runs: `run`/`label` columns
+    sweep = analysis.episodes("multirun/2026-12-04/10-00-00")  # a sweep folder: a `point` column too
+    calls = analysis.calls("runs/a/parquet")                   # or the files mode=export wrote
+
+Each loader returns one table of `ncp_local.report.table_schema` (columns and meaning: the docs' analysis
+tables reference): from run directories it builds the table as `mode=export export.format=parquet` would
+write it, so both ways give the same frame. Reads only; imports no mode. See docs/guide/analysis.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ..report.parquet import build_tables, is_table_folder, read_table
+from ..report.runs import attach_specs, load_runs, sweep_points
+from ..report.table_rows import Source, point_of
+from ..report.table_schema import TABLES
+
+__all__ = ["TABLES", "calls", "conflicts", "episodes", "ledger_events", "tables", "turns"]
+
+Runs = str | Path | Sequence[str | Path]
+
+
+def _entries(runs: Runs) -> list[str]:
+    return [str(runs)] if isinstance(runs, str | Path) else [str(r) for r in runs]
+
+
+def tables(
+    runs: Runs, names: Sequence[str] = tuple(TABLES), label: str | None = None, dataset: str | None = None
+) -> dict[str, pd.DataFrame]:
+    """The named tables (all five by default) of run directories, sweep folders, globs, or one folder of
+    Parquet files the export wrote. `label`: a row-label template as `report.label`; `dataset`: where the
+    specs are when the run's manifest points elsewhere (`report.dataset`)."""
+    unknown = [n for n in names if n not in TABLES]
+    if unknown:
+        raise KeyError(f"no table {unknown[0]!r} (tables: {', '.join(TABLES)})")
+    entries = _entries(runs)
+    if len(entries) == 1 and is_table_folder(Path(entries[0]).expanduser()):
+        folder = Path(entries[0]).expanduser()
+        return {n: read_table(folder, n).to_pandas() for n in names}
+    loaded = load_runs(entries, label)
+    for run in loaded:
+        attach_specs(run, dataset)
+    points = sweep_points(entries)
+    built = build_tables(Source(run, point_of(run.path, points)) for run in loaded)
+    return {n: built[n].to_pandas() for n in names}
+
+
+def episodes(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
+    """One row per finished episode: termination, turns, trajectory and satisfied shares, genres, counts."""
+    return tables(runs, ("episodes",), label, dataset)["episodes"]
+
+
+def turns(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
+    """One row per turn record: its conflict, facts added and negated, node, statuses, tokens."""
+    return tables(runs, ("turns",), label, dataset)["turns"]
+
+
+def calls(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
+    """One row per line of the call logs: stage, role, attempt, tokens, latency, outcome."""
+    return tables(runs, ("calls",), label, dataset)["calls"]
+
+
+def ledger_events(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
+    """One row per committed change: a fact added or negated, a node reached, a commitment's status."""
+    return tables(runs, ("ledger_events",), label, dataset)["ledger_events"]
+
+
+def conflicts(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
+    """One row per conflict an audit raised, with the double-check's verdict and whether it stood."""
+    return tables(runs, ("conflicts",), label, dataset)["conflicts"]
