@@ -6,7 +6,6 @@ is tests/engine/test_sweep_engine.py)."""
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import shutil
 import subprocess
