@@ -32,6 +32,7 @@ from ncp_local.plan.kv import (
     steps_in_flight,
 )
 from ncp_local.plan.memory import CPU_RUNTIME_BYTES, engines_of
+from ncp_local.protocol import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO = ["H100-80GB", "H100-80GB"]
@@ -667,7 +668,7 @@ def test_gpu_commands_fit_two_gpus_and_say_what_to_change_on_one(overrides: list
     assert not p.fatal, [f.message for f in p.fatal]
     one = plan_mod.check(planned(cfg_for(overrides + [f"plan.gpus=[{','.join(ONE)}]"])))
     needs_two = any(e.tp > 1 for e in one.engines) or any(
-        getattr(cfg, r).model.devices and max(getattr(cfg, r).model.devices) >= 1 for r in plan_mod.ROLES
+        getattr(cfg, r).model.devices and max(getattr(cfg, r).model.devices) >= 1 for r in ROLES
     )
     if needs_two:
         assert one.fatal and one.fatal[0].field.split(".")[-1] in ("tensor_parallel_size", "devices")

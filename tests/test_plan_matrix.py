@@ -42,7 +42,8 @@ TRIPLES = 40  # of the 13 x 12 x 11 = 1716 distinct triples, a fixed sample
 PAIRS = 160  # of the 2 x 13 x 12 = 312 pairs both ways round, a fixed sample (the run time grows with the square)
 RENDERED = 7  # every 7th combination is also rendered whole (every line one line)
 SAMPLE = 3000  # of the 25,560 combinations, for `make test`
-ROLES = plan_mod.ROLES
+from ncp_local.protocol import ROLES  # noqa: E402
+
 # A fatal line says what to change.
 SAYS_WHAT = re.compile(r": (set|run on|give|lower|raise|choose|fix|use) ")
 

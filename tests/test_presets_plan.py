@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
+from ncp_local.protocol import ROLES
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = sorted((ROOT / "conf" / "experiment").glob("*.yaml"))
@@ -134,7 +135,7 @@ def test_the_paper_command_on_one_80gb_gpu_is_refused_with_the_32b_auditor_needi
 
 def _uses_gpu_models(overrides: list[str]) -> bool:
     cfg = cfg_for(overrides)
-    return any(getattr(cfg, r).model.path != "embedded" for r in plan_mod.ROLES)
+    return any(getattr(cfg, r).model.path != "embedded" for r in ROLES)
 
 
 @pytest.mark.parametrize("preset", [p.stem for p in PRESETS])
