@@ -63,6 +63,7 @@ def _index(d: Path) -> dict[str, Any]:
     return json.loads((d / "index.json").read_text())
 
 
+@pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The must-show sweep: 2 temperatures x 2 seeds, batched, in its own working directory."""
     work = tmp_path_factory.mktemp("sweep")
