@@ -10,15 +10,10 @@ from typing import Any
 
 from cli_runner import run_cli
 from ncp_local.engines.base import Message, Request
-from ncp_local.modes.bench import (
-    Scaling,
-    Way,
-    late_hit,
-    projection,
-    unbounded_cache_hit,
-    workload,
-)
+from ncp_local.modes.benches.cache_sim import unbounded_cache_hit
 from ncp_local.modes.benches.figures import BenchFigures
+from ncp_local.modes.benches.scaling import Scaling, late_hit, projection
+from ncp_local.modes.benches.ways import Way, workload
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +59,7 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
 
 def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> None:
     from ncp_local.engines.base import Completion
-    from ncp_local.modes.bench import run_replay_k
+    from ncp_local.modes.benches.ways import run_replay_k
 
     class Probe:
         def __init__(self) -> None:

@@ -11,6 +11,7 @@ from ..protocol import ROLES
 from ..protocol.turns import at as said_at
 from ..protocol.turns import id_of as turn_id_of
 from ..protocol.turns import label as turn_label
+from .gpus import plan_gpu
 from .growth import Growth, StageGrowth
 from .hardware import Inventory, inventory
 from .memory import (
@@ -20,7 +21,6 @@ from .memory import (
     check_windows,
     engines_of,
     plan_cpu,
-    plan_gpu,
     read_facts,
 )
 

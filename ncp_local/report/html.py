@@ -22,6 +22,7 @@ from ..protocol.metrics import EpisodeMetrics, episode_metrics, opening_bound_hi
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
 from . import failure_modes, precision
+from .assets import asset
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
 from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
@@ -37,96 +38,10 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-# The page's stylesheet and script are kept verbatim, some lines wider than the code's (noqa: E501 on each).
-CSS = """
-:root{--fg:#1d2330;--muted:#5d6677;--line:#dde1e8;--bg:#f6f7f9;--card:#fff;--accent:#2f5fb3;
---bad:#b3261e;--badbg:#fdecea;--ok:#1e7d3a;--okbg:#e7f5ea;--warnbg:#fff6dd;--pending:#c9ced8}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);
-background:var(--bg)}
-main{max-width:1240px;margin:0 auto;padding:24px 20px 60px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px}h3{font-size:15px;margin:18px 0 8px}
-a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
-.muted{color:var(--muted)}.small{font-size:12px}
-table{border-collapse:collapse;width:100%;background:var(--card);border:1px solid var(--line);margin:6px 0 14px}
-th,td{padding:5px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600;white-space:nowrap}
-th.sortable{cursor:pointer}th.sortable:after{content:" \\2195";color:#9aa3b2;font-size:11px}
-td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.episode:hover td{background:#f3f6fb}
-.badge{display:inline-block;padding:1px 7px;border-radius:10px;font-size:12px;background:#e8ebf0;margin-right:4px;
-white-space:nowrap}
-.badge.conflict,.badge.t-conflict{background:var(--badbg);color:var(--bad)}
-.badge.t-max_turns{background:#e6eefb;color:#23508f}.badge.t-all_resolved{background:var(--okbg);color:var(--ok)}
-.badge.t-invalid{background:var(--warnbg);color:#8a5a00}.badge.t-context_limit{background:#ece6f7;color:#4b3a80}
-.badge.internal{background:#fde7d8;color:#9a3d00;font-style:italic}.badge.bound{background:var(--warnbg);color:#8a5a00}
-.turn.bound-hit{border-left:4px solid #d9a300}
-.badge.fact{background:#fde7d8;color:#9a3d00}.badge.commitment{background:#efe3fb;color:#5b2a86}
-.badge.player_input{background:#dff3f6;color:#0b5f6b}
-.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:12px 14px;margin:10px 0}
-.turn h3{margin:0 0 8px;font-size:14px}
-.player,.narrator{padding:8px 10px;border-radius:6px;margin:6px 0;white-space:pre-wrap}
-.player{background:#eef3fb;border-left:3px solid #6b8fd6}.narrator{background:#f7f7f2;border-left:3px solid #b8a85a}
-.who{font-size:11px;font-weight:600;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);display:block}
-ul.changes{list-style:none;padding:0;margin:6px 0}ul.changes li{padding:2px 0}
-.add{color:var(--ok)}.neg{color:var(--bad)}.node-done{color:#23508f}.sat{color:var(--ok)}.unsat{color:#8a5a00}
-.fid{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;background:#eef1f5;padding:0 4px;border-radius:3px}
-.turn.conflict-turn{border-color:var(--bad);box-shadow:0 0 0 1px var(--bad) inset}
-.conflict{background:var(--badbg);border:1px solid #f1b8b3;border-left:4px solid var(--bad);border-radius:6px;
-padding:10px 12px;margin:8px 0}
-.conflict .target{margin:6px 0;padding:6px 10px;background:#fff;border-radius:4px;white-space:pre-wrap}
-.conflict dl{display:grid;grid-template-columns:150px 1fr;gap:2px 10px;margin:6px 0 0}.conflict dt{color:var(--muted)}
-.conflict dd{margin:0;white-space:pre-wrap}
-.overturned{background:var(--warnbg);border-left:4px solid #d9a300;border-radius:6px;padding:6px 10px;margin:6px 0}
-.warn{background:var(--warnbg);border:1px solid #ecd48a;border-radius:6px;padding:8px 12px;margin:8px 0}
-details{margin:6px 0}summary{cursor:pointer;color:var(--muted);font-size:12px}
-pre{white-space:pre-wrap;background:#f3f4f7;padding:8px;border-radius:4px;font-size:12px;margin:4px 0}
-tr.inactive td.text{text-decoration:line-through;color:var(--muted)}
-.strip{display:flex;gap:1px;flex-wrap:nowrap}.strip span{width:7px;height:14px;background:var(--pending);display:inline-block}
-.strip span.s{background:#3ea35a}
-.controls{display:flex;gap:10px;align-items:center;margin:6px 0}
-.controls input,.controls select{font:inherit;padding:3px 6px;border:1px solid var(--line);border-radius:4px}
-figure{margin:10px 0;background:var(--card);border:1px solid var(--line);border-radius:8px;padding:8px}
-figure svg{max-width:100%;height:auto}
-.metrics{display:flex;flex-wrap:wrap;gap:8px;margin:10px 0}
-.metrics div{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:6px 12px}
-.metrics b{display:block;font-size:16px}
-.scroll{overflow-x:auto}.summary td:first-child{min-width:220px}.terms{white-space:nowrap;line-height:1.35}
-.ending{font-weight:600;color:var(--bad)}tr.cost.total td{font-weight:600}.summary .small{white-space:nowrap}
-"""  # noqa: E501
+# The page's stylesheet and the index's script: files of the package (report/assets/), read once.
+CSS = asset("report.css")
 
-INDEX_JS = """
-document.querySelectorAll('table.sortable').forEach(function(table){
-  table.querySelectorAll('th').forEach(function(th, col){
-    th.classList.add('sortable');
-    th.addEventListener('click', function(){
-      var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
-      var dir = th.dataset.dir === 'asc' ? -1 : 1; th.dataset.dir = dir > 0 ? 'asc' : 'desc';
-      rows.sort(function(a, b){
-        var x = a.cells[col].dataset.v || a.cells[col].textContent, y = b.cells[col].dataset.v || b.cells[col].textContent;
-        var nx = parseFloat(x), ny = parseFloat(y);
-        if (!isNaN(nx) && !isNaN(ny)) return dir * (nx - ny);
-        return dir * x.localeCompare(y);
-      });
-      rows.forEach(function(r){ body.appendChild(r); });
-    });
-  });
-});
-document.querySelectorAll('.controls').forEach(function(ctl){
-  var table = document.getElementById(ctl.dataset.table);
-  var sel = ctl.querySelector('select'), box = ctl.querySelector('input'), count = ctl.querySelector('.count');
-  function apply(){
-    var term = sel.value, q = box.value.toLowerCase(), shown = 0;
-    Array.prototype.forEach.call(table.tBodies[0].rows, function(r){
-      var ok = (!term || r.dataset.termination === term) && (!q || r.textContent.toLowerCase().indexOf(q) >= 0);
-      r.style.display = ok ? '' : 'none'; if (ok) shown++;
-    });
-    count.textContent = shown + ' shown';
-  }
-  sel.addEventListener('change', apply); box.addEventListener('input', apply);
-  apply();
-});
-"""  # noqa: E501
+INDEX_JS = asset("index.js")
 
 
 def page(title: str, body: str, script: str = "") -> str:

@@ -19,6 +19,7 @@ from ..execution.store import atomic_write
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import shown as shown_turn
+from .assets import asset
 from .html import esc, page, target_tag
 from .runs import Run
 from .sheet import SHEET_COLUMNS, VERDICTS, read_sheet
@@ -70,31 +71,7 @@ def sheet_csv(rows: Sequence[dict[str, Any]]) -> str:
     return csv_text(SHEET_COLUMNS, [[r[c] for c in SHEET_COLUMNS] for r in rows])
 
 
-FORM_JS = """
-var rows = JSON.parse(document.getElementById('sheet-data').textContent);
-var columns = JSON.parse(document.getElementById('sheet-columns').textContent);
-function cell(v){ v = String(v == null ? '' : v); return /[",\\n\\r]/.test(v) ? '"' + v.replace(/"/g, '""') + '"' : v; }
-function filled(){
-  var done = 0;
-  rows.forEach(function(r){
-    var pick = document.querySelector('input[name="verdict-' + r.item + '"]:checked');
-    r.verdict = pick ? pick.value : '';
-    r.note = document.getElementById('note-' + r.item).value;
-    if (r.verdict) done++;
-  });
-  document.getElementById('progress').textContent = done + ' of ' + rows.length + ' reviewed';
-  return rows;
-}
-document.querySelectorAll('input[type=radio]').forEach(function(el){ el.addEventListener('change', filled); });
-document.getElementById('save').addEventListener('click', function(){
-  var lines = [columns.join(',')];
-  filled().forEach(function(r){ lines.push(columns.map(function(c){ return cell(r[c]); }).join(',')); });
-  var blob = new Blob([lines.join('\\n') + '\\n'], {type: 'text/csv'});
-  var a = document.createElement('a'); a.href = URL.createObjectURL(blob); a.download = 'review_filled.csv';
-  document.body.appendChild(a); a.click(); a.remove();
-});
-filled();
-"""
+FORM_JS = asset("review.js")
 
 
 def _json_for_script(obj: Any) -> str:
