@@ -31,7 +31,7 @@ from .failures import exit_for
 from .points import where
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
-from .scheduler import EpisodeScheduler, EpisodeSettings
+from .scheduler import EpisodeScheduler, EpisodeSettings, episodes_of
 from .store import RunDir, read_calls, resume_hint
 
 
@@ -74,15 +74,16 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     store.open(manifest(cfg, raw, ready.dataset, ready, engines, ident), ident)
     engine_log.place(out / layout.ENGINE_LOG)
     stopped: list[str] = []
+    names = [name for name, _, _ in episodes_of(specs, cfg.trials.count)]
     try:
-        if all(store.has_result(s.id) for s in specs):
+        if all(store.has_result(n) for n in names):
             # Nothing to run: no engine is started, the stored results are reported.
-            print(f"all {len(specs)} episodes already finished in {out}; nothing left to do")
-            results = {s.id: store.load_result(s.id) for s in specs}
+            print(f"all {len(names)} episodes already finished in {out}; nothing left to do")
+            results = {n: store.load_result(n) for n in names}
         else:
             results = asyncio.run(_run_async(ready, specs, engines, store, stopped))
         if not stopped:
-            store.mark_done(len(specs))
+            store.mark_done(len(names))
     except asyncio.CancelledError:
         results = {}
     except Exception as exc:
@@ -94,7 +95,7 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     finally:
         store.close()
     if stopped:
-        left = sum(not store.has_result(s.id) for s in specs)
+        left = sum(not store.has_result(n) for n in names)
         print(
             f"stopped by {stopped[0]}: " + resume_hint(f"{left} unfinished episode(s) checkpointed", out),
             file=sys.stderr,
@@ -131,7 +132,7 @@ async def _run_async(
     try:
         cfg = ready.cfg
         bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-        bar.add_run("run", [s.id for s in specs], cfg.max_turns, store.root)
+        bar.add_run("run", [n for n, _, _ in episodes_of(specs, cfg.trials.count)], cfg.max_turns, store.root)
         bar.start()
         try:
             return await play(ready, specs, started, store, bar, "run")
@@ -147,19 +148,22 @@ async def play(
     """Every unfinished episode of `specs`, on these engines (role -> engine), metered on `bar`."""
     cfg = ready.cfg
     roles = bindings(cfg, engines, ROLES, wrap=lambda e: Metered(e, bar))
-    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed)
+    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
         specs=specs,
         calls=calls,
         store=store,
         settings=EpisodeSettings(
-            max_turns=cfg.max_turns, concurrency=cfg.concurrency, speculative_player=cfg.speculative_player
+            max_turns=cfg.max_turns,
+            concurrency=cfg.concurrency,
+            speculative_player=cfg.speculative_player,
+            trials=cfg.trials.count,
         ),
         make_narrator=lambda: ready.make_narrator(roles),
         player=ready.player,
         engines=engines,
-        on_result=lambda r: bar.result(name, r.spec_id, len(r.turns)),
+        on_result=lambda r: bar.result(name, r.episode, len(r.turns)),
         on_turn=lambda sid, n: bar.turn(name, sid, n),
     )
     try:

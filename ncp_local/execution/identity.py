@@ -45,6 +45,7 @@ from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
 from ..protocol.spec import parse_yaml, text_bytes
+from ..protocol.trials import ALL, varied_roles
 from . import layout
 from .provenance import rig_version
 
@@ -93,7 +94,18 @@ def _without(raw: Mapping[str, Any], skip: frozenset[str], prefix: str = "") -> 
 
 def settings(raw: Mapping[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """The resolved config without the keys that never change results."""
-    return _without(raw, frozenset(NOT_IDENTITY + drop))
+    out = _without(raw, frozenset(NOT_IDENTITY + drop))
+    trials = out.pop("trials", None)
+    vary = trials.get("vary", ALL) if isinstance(trials, Mapping) else ALL
+    try:
+        roles = varied_roles(vary)
+    except (ValueError, TypeError):
+        roles = None  # refused by the config's own check; kept as given here
+    if roles != frozenset(ROLES):
+        # Which roles vary changes trials 1.. (never trial 0); the default stays out, so a config
+        # without trials keeps the identity (and run directory) it had before trials existed.
+        out["trials"] = {"vary": sorted(roles) if roles is not None else vary}
+    return out
 
 
 def dataset_files(root: str | Path) -> dict[str, str]:
@@ -281,7 +293,7 @@ def of_run(
 
 
 # What the source run fixed (story, players, limit) is not a re-audit's or a build's setting.
-_JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition")
+_JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition", "trials")
 
 
 def of_reaudit(

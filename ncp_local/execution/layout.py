@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
+from ..protocol.trials import episode_names
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -62,7 +63,8 @@ def shard_dir(cfg: RunConfig, root: Path) -> Path:
 
 
 def shard_of(specs: Sequence[T], index: int, count: int) -> tuple[T, ...]:
-    """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index)."""
+    """Task i of n takes specs i, i+n, i+2n, ... (balanced; stable for a given index). A story's
+    trials stay with it, in its shard: they share their prompts' prefixes (one engine's cache)."""
     return tuple(specs[index::count])
 
 
@@ -77,9 +79,10 @@ def shard_specs(cfg: RunConfig, specs: Sequence[T]) -> tuple[T, ...]:
     return shard_of(specs, cfg.shard.index, cfg.shard.count)
 
 
-def result_file(run_dir: Path, spec_id: str) -> Path:
-    """Where a finished episode's result is (a shard directory holds its own)."""
-    return run_dir / RESULTS / f"{spec_id}.json"
+def result_file(run_dir: Path, episode: str) -> Path:
+    """Where a finished episode's result is (a shard directory holds its own); `episode`: its name
+    (protocol/trials.py), the spec id for trial 0."""
+    return run_dir / RESULTS / f"{episode}.json"
 
 
 def is_done(run_dir: Path) -> bool:
@@ -87,11 +90,12 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / DONE).exists()
 
 
-def shard_finished(root: Path, index: int, count: int, spec_ids: Sequence[str]) -> bool:
+def shard_finished(root: Path, index: int, count: int, spec_ids: Sequence[str], trials: int = 1) -> bool:
     """Shard `index` of `count` of the run in `root` has its DONE marker and the result of every
-    spec it takes (the marker alone could be a different split's)."""
+    episode it plays: each trial of each spec it takes (the marker alone could be a different split's)."""
     d = shard_path(root, index, count)
-    return is_done(d) and all(result_file(d, s).exists() for s in shard_of(spec_ids, index, count))
+    mine = episode_names(shard_of(spec_ids, index, count), trials)
+    return is_done(d) and all(result_file(d, e).exists() for e in mine)
 
 
 def endpoint_file(root: Path, role: str) -> Path:

@@ -72,6 +72,7 @@ from ..modes.reaudit import auditor_table, point_dir
 from ..plan import check
 from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
+from ..protocol.trials import episode_names
 from ..report.labels import by_difference, from_template
 
 # ---- points -------------------------------------------------------------------------
@@ -379,9 +380,15 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
     return m
 
 
+def _episodes(p: Point) -> list[str]:
+    """The point's episodes: each trial of each of its specs (protocol/trials.py names them)."""
+    assert p.cfg is not None
+    return episode_names([s.id for s in p.specs], p.cfg.trials.count)
+
+
 def _todo(p: Point) -> bool:
     assert p.out is not None
-    return not all(layout.result_file(p.out, s.id).exists() for s in p.specs)
+    return not all(layout.result_file(p.out, e).exists() for e in _episodes(p))
 
 
 class Sweep:
@@ -414,7 +421,7 @@ class Sweep:
                 + "; ".join(" ".join(f"#{p.num}" for p in g) for g in self.groups)
             )
         for p in runnable:
-            self.progress.add_run(p.name, [s.id for s in p.specs], p.cfg.max_turns, p.out)
+            self.progress.add_run(p.name, _episodes(p), p.cfg.max_turns, p.out)
             self.progress.point(p.name, "waiting")
         self.index()
         task = asyncio.current_task()
@@ -479,12 +486,13 @@ class Sweep:
         if store is None:
             return True
         try:
-            if not all(store.has_result(s.id) for s in p.specs):
+            names = _episodes(p)
+            if not all(store.has_result(e) for e in names):
                 return False
-            p.results = {s.id: store.load_result(s.id) for s in p.specs}
-            store.mark_done(len(p.specs))
+            p.results = {e: store.load_result(e) for e in names}
+            store.mark_done(len(names))
             p.status, p.code = "done", 0
-            self.say(f"sweep: {p.name}: all {len(p.specs)} episodes already finished in {p.out}; nothing left to do")
+            self.say(f"sweep: {p.name}: all {len(names)} episodes already finished in {p.out}; nothing left to do")
         except (InputError, DiskFull) as exc:
             known = exit_for(exc)
             assert known is not None
@@ -527,7 +535,7 @@ class Sweep:
             # The point as it would run alone, on the sweep's shared engines (its own config, not the
             # group's placement: placement never changes what a run computes).
             p.results = await play(replace(p.ready, cfg=cfg), p.specs, engines, store, self.progress, p.name)
-            store.mark_done(len(p.specs))
+            store.mark_done(len(_episodes(p)))
             broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
             if broken:
                 p.fail(EXIT_SYSTEMATIC, f"{broken} (max_invalid_share={cfg.max_invalid_share})")
