@@ -5,7 +5,9 @@ differ exactly where their seeds do."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,11 @@ import pytest
 from cli_runner import run_cli
 from ncp_local import config as config_mod
 from ncp_local.execution import identity
+from ncp_local.protocol.metrics import EpisodeMetrics
 from ncp_local.protocol.spec import ID_PATTERN
 from ncp_local.protocol.trials import SEPARATOR, episode_name, parse_episode, seed_episode
+from ncp_local.report.stats import bootstrap
+from ncp_local.report.trials import Story, noise_floor, pass_k
 
 STORIES = ("red_riding_hood", "treasure_island", "hound_of_the_baskervilles")  # specs/ (dataset=local)
 
@@ -149,3 +154,81 @@ def test_shards_keep_a_storys_trials_and_merge_joins_every_trial(tmp_path: Path)
     assert merged.returncode == 0, merged.stderr
     assert len(list((out / "merged" / "results").glob("*.json"))) == 6
     assert json.loads((out / "merged" / "manifest.json").read_text())["trials"] == 2
+
+
+# ---- the report's trials section --------------------------------------------------------
+
+
+def _play(spec_id: str, trial: int, turns: int, termination: str = "conflict") -> EpisodeMetrics:
+    return EpisodeMetrics(spec_id, termination, turns, 0.0, 0.0, termination == "conflict", False, False, trial=trial)
+
+
+def test_pass_k_is_the_share_of_k_subsets_that_all_survive() -> None:
+    # Story a: plays surviving 3, 5, 1, 8 turns; story b: 2, 2, 9, 9.
+    a = Story("a", tuple(_play("a", i, n) for i, n in enumerate((3, 5, 1, 8))))
+    b = Story("b", tuple(_play("b", i, n) for i, n in enumerate((2, 2, 9, 9))))
+    # At t=3: a has c=3 of 4, b has c=2 of 4.
+    assert pass_k([a, b], 1, 3) == pytest.approx((3 / 4 + 2 / 4) / 2)
+    assert pass_k([a, b], 2, 3) == pytest.approx((math.comb(3, 2) / 6 + math.comb(2, 2) / 6) / 2)
+    assert pass_k([a, b], 4, 3) == 0.0
+    assert pass_k([a, b], 4, 1) == 1.0
+    # A play censored before t is unknown there: story a then has 3 known plays at t=6.
+    c = Story("c", (_play("c", 0, 2, "context_limit"), _play("c", 1, 7), _play("c", 2, 6), _play("c", 3, 1)))
+    assert pass_k([c], 1, 6) == pytest.approx(2 / 3)
+    assert math.isnan(pass_k([c], 4, 6))
+
+
+def test_noise_floor_by_hand() -> None:
+    # Turns 1, 3 (story a) and 5, 7 (story b): within = (1+1+1+1)/2 = 2; story means 2 and 6, their
+    # variance 8, between = 8 - 2 * (1/2) = 7.
+    a = Story("a", (_play("a", 0, 1), _play("a", 1, 3)))
+    b = Story("b", (_play("b", 0, 5), _play("b", 1, 7)))
+    turns = next(n for n in noise_floor([a, b], 0.95) if n.metric == "avg_turns")
+    z = 1.959963984540054
+    assert (turns.within, turns.between, turns.ratio) == pytest.approx((2.0, 7.0, 2 / 7))
+    assert turns.mdd_replay == pytest.approx(z * math.sqrt(2 * 2 / (2 * 2)))
+    assert turns.mdd_runs == pytest.approx(z * math.sqrt(2 * (7 / 2 + 2 / 4)))
+
+
+def test_story_bootstrap_draws_a_storys_trials_together() -> None:
+    # Four stories of five plays: two always end at 0, two at 1.
+    values = [0.0] * 10 + [1.0] * 10
+    stories = [s for s in "abcd" for _ in range(5)]
+    by_story = bootstrap({"x": values}, 2000, 0, 0.95, groups=stories)["x"]
+    by_episode = bootstrap({"x": values}, 2000, 0, 0.95)["x"]
+    # Drawing stories, a resample's mean is a multiple of 1/4 and often 1/4 or 3/4: the spread of four
+    # stories, not of twenty independent plays.
+    assert by_story.lo <= 0.25 and by_story.hi >= 0.75
+    assert 0.25 < by_episode.lo < by_episode.hi < 0.75
+    # One play per story: the draws are the episode bootstrap's, so a run of one trial reports as before.
+    assert bootstrap({"x": values}, 2000, 0, 0.95, groups=[str(i) for i in range(20)]) == {"x": by_episode}
+
+
+def test_report_of_four_trials(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _run(out, "trials.count=4", "max_turns=8")
+    rep = run_cli("mode=report", f"runs=[{out}]", "report.html=false", "progress=false")
+    assert rep.returncode == 0, rep.stderr
+    rows = list(csv.DictReader((out / "report" / "passk.csv").open()))
+    curve = {(int(r["k"]), int(r["t"])): float(r["pass_k"]) for r in rows}
+    survival = {int(r["t"]): float(r["survival"]) for r in rows}
+    assert {k for k, _ in curve} == {1, 2, 3, 4}
+    for t in survival:
+        assert curve[1, t] == pytest.approx(survival[t])  # every story has 4 plays, none censored
+        assert all(curve[k, t] >= curve[k + 1, t] - 1e-12 for k in (1, 2, 3))
+    noise = list(csv.DictReader((out / "report" / "noise.csv").open()))
+    assert {r["metric"] for r in noise} >= {"avg_turns", "conflict_free_pct"}
+    stories = list(csv.DictReader((out / "report" / "stories.csv").open()))
+    assert sorted(r["spec_id"] for r in stories) == sorted(STORIES)
+    assert all(r["plays"] == "4" and len(r["endings"].split()) == 4 for r in stories)
+    text = (out / "report" / "results.md").read_text()
+    assert "## Trials: pass^k and the noise floor" in text and "pass^4 %" in text
+
+
+def test_one_trial_has_no_trials_section(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _run(out)
+    rep = run_cli("mode=report", f"runs=[{out}]", "report.html=false", "progress=false")
+    assert rep.returncode == 0, rep.stderr
+    assert "Trials" not in (out / "report" / "results.md").read_text()
+    assert not (out / "report" / "passk.csv").exists()

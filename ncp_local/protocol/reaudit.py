@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from .episode import CallFailed, FactUpdateRecord, audit_response
 from .narrators import Ask
 from .replay import TurnView
 from .spec import Spec
+from .trials import episode_name
 
 
 class _Record(BaseModel):
@@ -34,6 +35,19 @@ class ReauditResult(_Record):
     spec_id: str
     source_termination: str
     turns: tuple[TurnAudit, ...]
+    trial: int = Field(0, ge=0)  # the judged episode's trial (protocol/trials.py); left out while 0
+
+    @property
+    def episode(self) -> str:
+        return episode_name(self.spec_id, self.trial)
+
+    @model_serializer(mode="wrap")
+    def _omit_trial_zero(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A re-audit of a trial-0 episode is written (and sealed) as before trials existed.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("trial") == 0:
+            del data["trial"]
+        return data
 
 
 async def audit_turn(spec: Spec, view: TurnView, ask: Ask) -> TurnAudit:

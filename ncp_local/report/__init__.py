@@ -15,7 +15,7 @@ from ..config import ConfigError
 from .cost import cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .html import write_html
-from .plots import inline_svg, write_endings, write_survival
+from .plots import inline_svg, write_endings, write_passk, write_survival
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
@@ -32,6 +32,7 @@ from .tables import (
 from .tables import (
     summary_markdown as results_markdown,
 )
+from .trials import noise_csv, passk_csv, run_trials, stories_csv, stories_markdown, trials_markdown
 
 __all__ = ["build_report", "default_out", "load_runs", "runs_of", "Run"]
 
@@ -69,12 +70,15 @@ def build_report(
     ends = run_endings(runs, level)
     endings_md = endings_markdown(ends)
     auditor_md = auditor_error_markdown(err, level)
+    rts = run_trials(runs, level)  # only runs that played their stories more than once
+    trials_md = trials_markdown(rts, level) if rts else ""
     notes = [f"- {line}" for line in run_notes(runs)]
     doc = (
         "# NCP results\n\n"
         + summary_md
         + "\n\n## What ended each story\n\n"
         + endings_md
+        + ("\n\n## Trials: pass^k and the noise floor\n\n" + trials_md if rts else "")
         + "\n\n## The auditor's error\n\n"
         + auditor_md
         + "\n\n## Per genre\n\n"
@@ -100,10 +104,30 @@ def build_report(
     png, svg = write_survival(runs, out, level, corrected)
     ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
     files += [png, svg, ends_png, ends_svg]
+    passk_svg = None
+    if rts:
+        files += [
+            write(
+                out / "trials.md", "# Trials\n\n" + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n"
+            ),
+            write(out / "passk.csv", passk_csv(rts)),
+            write(out / "noise.csv", noise_csv(rts)),
+            write(out / "stories.csv", stories_csv(rts)),
+        ]
+        passk_png, passk_svg = write_passk(rts, out)
+        files += [passk_png, passk_svg]
     if html:
         files.append(
             write_html(
-                runs, rows, out, inline_svg(svg), level, costs, endings=(ends, inline_svg(ends_svg)), auditor=err
+                runs,
+                rows,
+                out,
+                inline_svg(svg),
+                level,
+                costs,
+                endings=(ends, inline_svg(ends_svg)),
+                auditor=err,
+                trials=(rts, inline_svg(passk_svg)) if passk_svg is not None else None,
             )
         )
     return {
@@ -111,6 +135,8 @@ def build_report(
         "summary_md": summary_md,
         "endings_md": endings_md,
         "endings": ends,
+        "trials_md": trials_md,
+        "trials": rts,
         "auditor_md": auditor_md,
         "auditor_error": err,
         "genres_md": genres_md,

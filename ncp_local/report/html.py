@@ -30,6 +30,7 @@ from .glossary import define, define_cost, define_ending, plain
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
 from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
+from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table
 
 
 def esc(value: Any) -> str:
@@ -242,9 +243,9 @@ def _episode_table(i: int, run: Run) -> str:
     key = run_key(i, run)
     tid = f"episodes-{i}"
     rows = []
-    for sid, result in run.results.items():
+    for sid, result in run.results.items():  # sid: the episode's name (a story's trial past 0: <spec>~t<k>)
         m = episode_metrics(result)
-        spec = run.specs.get(sid)
+        spec = run.specs.get(result.spec_id)
         title = spec.meta.title if spec else ""
         genres = ", ".join(spec.meta.genres) if spec else ""
         rows.append(
@@ -343,6 +344,19 @@ def _auditor_html(err: AuditorError | None, level: float) -> str:
     return "".join(parts)
 
 
+def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
+    """The pass^k plot, then per run its pass^k table and its noise floor (report/trials.py)."""
+    parts = [f"<figure>{svg}</figure>"]
+    for rt in rts:
+        parts += [
+            f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
+            _count_table("passk", *passk_table(rt), tips=False),
+            _count_table("noise", *noise_table(rt, level), tips=False),
+        ]
+    parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
+    return "".join(parts)
+
+
 def index_page(
     runs: Sequence[Run],
     rows: Sequence[Row],
@@ -351,6 +365,7 @@ def index_page(
     costs: Sequence[CostTable] = (),
     endings: tuple[Sequence[RunEndings], str] | None = None,
     auditor: AuditorError | None = None,
+    trials: tuple[Sequence[RunTrials], str] | None = None,
 ) -> str:
     parts = [
         "<h1>NCP report</h1>",
@@ -366,6 +381,8 @@ def index_page(
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
     if endings is not None:
         parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
+    if trials is not None:
+        parts += ["<h2>Trials: pass^k and the noise floor</h2>", _trials_html(*trials, level)]
     parts += ["<h2>The auditor's error</h2>", _auditor_html(auditor, level)]
     if costs:
         parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
@@ -581,7 +598,7 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     m = episode_metrics(result)
     rp = replay(spec, result) if spec is not None else None
     views: dict[int, TurnView] = {v.record.turn: v for v in rp.turns} if rp else {}
-    title = f"{result.spec_id}" + (f" — {spec.meta.title}" if spec else "")
+    title = f"{result.episode}" + (f" — {spec.meta.title}" if spec else "")
     parts = [
         f'<p class=small><a href="{esc(index_href)}">&larr; all episodes</a> &middot; {esc(run.label)}</p>',
         f"<h1>{esc(title)}</h1>",
@@ -672,11 +689,12 @@ def write_html(
     costs: Sequence[CostTable] = (),
     endings: tuple[Sequence[RunEndings], str] | None = None,
     auditor: AuditorError | None = None,
+    trials: tuple[Sequence[RunTrials], str] | None = None,
 ) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor))
+    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor, trials))
     return index

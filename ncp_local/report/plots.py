@@ -23,6 +23,7 @@ from ..protocol.metrics import ENDINGS
 from .endings import Incidence
 from .runs import Run
 from .tables import censored_at
+from .trials import RunTrials
 
 # Curves of a sweep often coincide (same seed, near temperatures): a line style and a marker per
 # run keep each visible under the others, as well as its colour.
@@ -173,6 +174,47 @@ def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> 
 
 def write_endings(panels: Sequence[tuple[str, Incidence, Sequence[float]]], out: Path) -> tuple[Path, Path]:
     return _save(endings_figure(panels), out, "endings")
+
+
+def passk_figure(rts: Sequence[RunTrials]) -> Figure:
+    """Per run, pass^k(t) for every k (one curve each, darker as k grows) and S(t) dashed: the gap
+    between pass^1 and pass^k is how much of survival is luck of the draw (report/trials.py)."""
+    cols = max(1, min(PANEL_COLUMNS, len(rts)))
+    rows = max(1, math.ceil(len(rts) / cols))
+    fig = Figure(figsize=(max(8.0, 4.2 * cols), 3.6 * rows + 0.8), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
+    for ax in axes.flat[len(rts) :]:
+        ax.set_visible(False)
+    for ax, rt in zip(axes.flat, rts, strict=False):
+        ts = range(rt.max_turns + 1)
+        ax.step(ts, [100 * v for v in rt.survival], where="post", color="0.5", linestyle="--", label="S(t)")
+        for i, (k, curve) in enumerate(rt.curves.items()):
+            shade = 0.15 + 0.75 * i / max(1, len(rt.curves) - 1)
+            ax.step(
+                ts,
+                [100 * v for v in curve],
+                where="post",
+                color=(0.1, 0.3 * (1 - shade) + 0.1, shade),
+                linewidth=1.6,
+                marker=MARKERS[i % len(MARKERS)],
+                markersize=3,
+                label=f"pass^{k}",
+            )
+        ax.set_xlim(0, rt.max_turns)
+        ax.set_ylim(0, 100)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{rt.label} ({rt.trials} trials x {len(rt.stories)} stories)", fontsize=9)
+        ax.set_xlabel("t: player turns played")
+        ax.legend(fontsize=8, frameon=False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("stories (%)")
+    fig.suptitle("pass^k(t): all k plays of a story survive t turns", fontsize=10)
+    return fig
+
+
+def write_passk(rts: Sequence[RunTrials], out: Path) -> tuple[Path, Path]:
+    return _save(passk_figure(rts), out, "passk")
 
 
 def inline_svg(svg_path: Path) -> str:
