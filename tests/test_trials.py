@@ -223,6 +223,23 @@ def test_report_of_four_trials(tmp_path: Path) -> None:
     assert all(r["plays"] == "4" and len(r["endings"].split()) == 4 for r in stories)
     text = (out / "report" / "results.md").read_text()
     assert "## Trials: pass^k and the noise floor" in text and "pass^4 %" in text
+    # The cost table counts each trial's calls (together the run's) and the average story's.
+    cost = {(r["per"], r["role"]): r for r in csv.DictReader((out / "report" / "cost.csv").open())}
+    by_trial = [int(cost[f"trial {t}", "all"]["calls"]) for t in range(4)]
+    assert all(by_trial) and sum(by_trial) == int(cost["run", "all"]["calls"])
+    assert float(cost["story", "all"]["calls"]) == pytest.approx(sum(by_trial) / len(STORIES))
+
+
+def test_inspect_export_maps_trials_to_epochs(tmp_path: Path) -> None:
+    log_mod = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")
+    out = tmp_path / "run"
+    _run(out, "trials.count=2")
+    res = run_cli("mode=export", f"runs=[{out}]", f"export.out={tmp_path / 'logs'}", "progress=false")
+    assert res.returncode == 0, res.stderr[-2000:]
+    [path] = sorted((tmp_path / "logs").glob("*.eval"))
+    log = log_mod.read_eval_log(str(path))
+    assert log.eval.config.epochs == 2
+    assert sorted((s.id, s.epoch) for s in log.samples) == sorted((s, e) for s in STORIES for e in (1, 2))
 
 
 def test_one_trial_has_no_trials_section(tmp_path: Path) -> None:
