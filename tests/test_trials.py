@@ -142,17 +142,24 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_results(tmp_path: Pat
     assert not list((out / "checkpoints").glob("*.json"))
 
 
-def test_shards_keep_a_storys_trials_and_merge_joins_every_trial(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("shards", "together"), [(3, True), (2, False)])
+def test_shards_split_trials_as_balances_best_and_merge_to_the_unsharded_run(
+    tmp_path: Path, shards: int, together: bool
+) -> None:
+    # 3 stories x 2 trials: 3 shards hold a story each, its 2 trials together (2 episodes a shard);
+    # 2 shards would hold 4 and 2 that way, so they deal the 6 episodes out, 3 each.
+    whole = tmp_path / "whole"
+    _run(whole, "trials.count=2")
     out = tmp_path / "sharded"
-    for i in (0, 1):
-        _run(out, "trials.count=2", "shard.count=2", f"shard.index={i}")
-    # Each story's trials are in the shard of the story (they share their prompts' prefixes).
-    for shard in out.glob("shard-*"):
-        names = {p.stem for p in (shard / "results").glob("*.json")}
-        assert names == {n for s in {parse_episode(n)[0] for n in names} for n in (s, f"{s}~t1")}
+    said = [_run(out, "trials.count=2", f"shard.count={shards}", f"shard.index={i}").stdout for i in range(shards)]
+    assert all(("together" in line) == together for line in said), said
+    held = [{p.stem for p in (d / "results").glob("*.json")} for d in sorted(out.glob("shard-*"))]
+    assert sorted(len(h) for h in held) == [6 // shards] * shards
+    stories_split = any(len({parse_episode(n)[0] for n in h}) != len(h) // 2 for h in held)
+    assert stories_split != together
     merged = run_cli("mode=merge", f"out_dir={out}", "progress=false")
     assert merged.returncode == 0, merged.stderr
-    assert len(list((out / "merged" / "results").glob("*.json"))) == 6
+    assert _files(out / "merged") == _files(whole)  # the same episodes, byte for byte, however split
     assert json.loads((out / "merged" / "manifest.json").read_text())["trials"] == 2
 
 

@@ -31,7 +31,7 @@ from .failures import exit_for
 from .points import where
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
-from .scheduler import EpisodeScheduler, EpisodeSettings, episodes_of
+from .scheduler import EpisodeScheduler, EpisodeSettings
 from .store import RunDir, read_calls, resume_hint
 
 
@@ -74,14 +74,17 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
     store.open(manifest(cfg, raw, ready.dataset, ready, engines, ident), ident)
     engine_log.place(out / layout.ENGINE_LOG)
     stopped: list[str] = []
-    names = [name for name, _, _ in episodes_of(specs, cfg.trials.count)]
+    names = list(layout.run_episodes(cfg, [s.id for s in ready.dataset.specs]))
+    sharding = layout.sharding_note(cfg, len(ready.dataset.specs))
+    if sharding:
+        print(f"shard {cfg.shard.index} of {cfg.shard.count}: {len(names)} episodes; {sharding}")
     try:
         if all(store.has_result(n) for n in names):
             # Nothing to run: no engine is started, the stored results are reported.
             print(f"all {len(names)} episodes already finished in {out}; nothing left to do")
             results = {n: store.load_result(n) for n in names}
         else:
-            results = asyncio.run(_run_async(ready, specs, engines, store, stopped))
+            results = asyncio.run(_run_async(ready, specs, engines, store, stopped, tuple(names)))
         if not stopped:
             store.mark_done(len(names))
     except asyncio.CancelledError:
@@ -114,7 +117,12 @@ def run(cfg: RunConfig, raw: dict[str, Any]) -> int:
 
 
 async def _run_async(
-    ready: Ready, specs: tuple[Spec, ...], engines: EnginePool, store: RunDir, stopped: list[str]
+    ready: Ready,
+    specs: tuple[Spec, ...],
+    engines: EnginePool,
+    store: RunDir,
+    stopped: list[str],
+    episodes: tuple[str, ...],
 ) -> dict[str, EpisodeResult]:
     # SIGTERM (Slurm preemption) and SIGINT cancel the run; each committed turn
     # is already on disk, so cancelling loses at most the turns in flight.
@@ -132,10 +140,10 @@ async def _run_async(
     try:
         cfg = ready.cfg
         bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-        bar.add_run("run", [n for n, _, _ in episodes_of(specs, cfg.trials.count)], cfg.max_turns, store.root)
+        bar.add_run("run", list(episodes), cfg.max_turns, store.root)
         bar.start()
         try:
-            return await play(ready, specs, started, store, bar, "run")
+            return await play(ready, specs, started, store, bar, "run", episodes)
         finally:
             bar.close()
     finally:
@@ -143,9 +151,16 @@ async def _run_async(
 
 
 async def play(
-    ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engine], store: RunDir, bar: Progress, name: str
+    ready: Ready,
+    specs: tuple[Spec, ...],
+    engines: Mapping[str, Engine],
+    store: RunDir,
+    bar: Progress,
+    name: str,
+    episodes: tuple[str, ...] | None = None,
 ) -> dict[str, EpisodeResult]:
-    """Every unfinished episode of `specs`, on these engines (role -> engine), metered on `bar`."""
+    """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
+    engine), metered on `bar`."""
     cfg = ready.cfg
     roles = bindings(cfg, engines, ROLES, wrap=lambda e: Metered(e, bar))
     calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
@@ -165,6 +180,7 @@ async def play(
         engines=engines,
         on_result=lambda r: bar.result(name, r.episode, len(r.turns)),
         on_turn=lambda sid, n: bar.turn(name, sid, n),
+        episodes=episodes,
     )
     try:
         return await scheduler.run()

@@ -59,6 +59,8 @@ class EpisodeScheduler:
     # role -> its engine (unwrapped): the admission reads each engine's `kv_tokens`; none: no cache bound.
     engines: Mapping[str, Any] = field(default_factory=dict)
     results: dict[str, EpisodeResult] = field(default_factory=dict)
+    # The episodes to play, when not every trial of every spec (a shard that deals a story's trials out).
+    episodes: tuple[str, ...] | None = None
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
 
     async def _one(self, name: str, spec: Spec, trial: int, gate: Admission, checkpoint: Checkpoint | None) -> None:
@@ -98,6 +100,8 @@ class EpisodeScheduler:
         """Play every episode (each trial of each spec) without a result; returns all results by
         episode name, in spec order (a story's trials in trial order)."""
         plays = episodes_of(self.specs, self.settings.trials)
+        if self.episodes is not None:
+            plays = [p for p in plays if p[0] in set(self.episodes)]
         for name, _, _ in plays:
             if self.store.has_result(name):
                 self.results[name] = self.store.load_result(name)

@@ -72,7 +72,6 @@ from ..modes.reaudit import auditor_table, point_dir
 from ..plan import check
 from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
-from ..protocol.trials import episode_names
 from ..report.labels import by_difference, from_template
 
 # ---- points -------------------------------------------------------------------------
@@ -380,10 +379,10 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
     return m
 
 
-def _episodes(p: Point) -> list[str]:
-    """The point's episodes: each trial of each of its specs (protocol/trials.py names them)."""
-    assert p.cfg is not None
-    return episode_names([s.id for s in p.specs], p.cfg.trials.count)
+def _episodes(p: Point) -> tuple[str, ...]:
+    """The point's episodes: each trial of each of its specs, or its shard's (protocol/trials.py names them)."""
+    assert p.cfg is not None and p.ready is not None and p.ready.dataset is not None
+    return layout.run_episodes(p.cfg, [s.id for s in p.ready.dataset.specs])
 
 
 def _todo(p: Point) -> bool:
@@ -534,7 +533,9 @@ class Sweep:
             engines = {role: await self.pool.get(p.keys[role]) for role in ROLES}
             # The point as it would run alone, on the sweep's shared engines (its own config, not the
             # group's placement: placement never changes what a run computes).
-            p.results = await play(replace(p.ready, cfg=cfg), p.specs, engines, store, self.progress, p.name)
+            p.results = await play(
+                replace(p.ready, cfg=cfg), p.specs, engines, store, self.progress, p.name, _episodes(p)
+            )
             store.mark_done(len(_episodes(p)))
             broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
             if broken:

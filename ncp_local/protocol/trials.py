@@ -10,6 +10,7 @@ name never reads as another story's.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from . import ROLES
 from .spec import is_plain_id
@@ -60,7 +61,7 @@ def seed_episode(episode: str, role: str, vary: frozenset[str]) -> str:
     return episode if trial and role in vary else spec_id
 
 
-def episode_names(spec_ids: list[str] | tuple[str, ...], trials: int) -> list[str]:
+def episode_names(spec_ids: Sequence[str], trials: int) -> list[str]:
     """Every play of these stories, a story's trials side by side (they share their opening prompts,
     so an engine's prefix cache serves them together)."""
     return [episode_name(s, t) for s in spec_ids for t in range(trials)]
