@@ -22,6 +22,7 @@ from ncp_local.protocol.trials import SEPARATOR, episode_name, parse_episode, se
 from ncp_local.report.stats import bootstrap
 from ncp_local.report.trials import Story, noise_floor, pass_k
 
+ROOT = Path(__file__).resolve().parent.parent
 STORIES = ("red_riding_hood", "treasure_island", "hound_of_the_baskervilles")  # specs/ (dataset=local)
 
 
@@ -256,3 +257,21 @@ def test_one_trial_has_no_trials_section(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     assert "Trials" not in (out / "report" / "results.md").read_text()
     assert not (out / "report" / "passk.csv").exists()
+
+
+def test_every_trials_column_is_defined_and_documented() -> None:
+    import importlib.util
+
+    from ncp_local.report.glossary import TRIALS_GLOSSARY, define_trials
+    from ncp_local.report.trials import STORY_HEADER, RunTrials, noise_table, passk_table
+
+    rt = RunTrials("r", 3, 4, [], {k: (1.0,) * 5 for k in (1, 2, 3)}, (1.0,) * 5, [])
+    shown = [h for h in noise_table(rt, 0.95)[0]] + [row[0] for row in passk_table(rt)[1]] + list(STORY_HEADER[2:])
+    for column in shown:
+        assert define_trials(column)  # KeyError for a column nobody defined
+    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    page = gen.generate("trials-columns")
+    assert all(f"| `{c}` |" in page for c, _ in TRIALS_GLOSSARY)

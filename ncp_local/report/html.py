@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -26,7 +26,7 @@ from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
 from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
 from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
-from .glossary import define, define_cost, define_ending, plain
+from .glossary import define, define_cost, define_ending, define_trials, plain
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
 from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
@@ -295,12 +295,18 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
     return "".join(parts)
 
 
-def _count_table(cls: str, header: Sequence[str], rows: Sequence[Sequence[Any]], tips: bool = True) -> str:
-    """A table whose first column names the row and the rest are numbers; an endings table's headers get
-    their glossary text as tooltips."""
+def _count_table(
+    cls: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    tips: bool = True,
+    define: Callable[[str], str] = define_ending,
+) -> str:
+    """A table whose first column names the row and the rest are numbers; its headers get their glossary
+    text (`define`: the endings table's by default) as tooltips."""
 
     def th(i: int, h: str) -> str:
-        tip = f' title="{esc(plain(define_ending(h)))}"' if tips else ""
+        tip = f' title="{esc(plain(define(h)))}"' if tips and h else ""
         return f"<th{'' if i == 0 else ' class=num'}{tip}>{esc(h)}</th>"
 
     head = "<tr>" + "".join(th(i, h) for i, h in enumerate(header)) + "</tr>"
@@ -350,8 +356,8 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
     for rt in rts:
         parts += [
             f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
-            _count_table("passk", *passk_table(rt), tips=False),
-            _count_table("noise", *noise_table(rt, level), tips=False),
+            _count_table("passk", *passk_table(rt), define=define_trials),
+            _count_table("noise", *noise_table(rt, level), define=define_trials),
         ]
     parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
     return "".join(parts)

@@ -196,8 +196,8 @@ def noise_table(rt: RunTrials, level: float) -> Table:
         "within-story var",
         "between-story var",
         "within / between",
-        f"smallest real diff, replay ({level:.0%})",
-        f"smallest real diff, other stories ({level:.0%})",
+        "smallest real diff, replay",
+        "smallest real diff, other stories",
     ]
     rows = [
         [n.label, _num(n.mean), _num(n.within), _num(n.between), _num(n.ratio), _num(n.mdd_replay), _num(n.mdd_runs)]
@@ -227,7 +227,7 @@ def trials_markdown(rts: Sequence[RunTrials], level: float) -> str:
             markdown_table(*noise_table(rt, level)),
             "",
         ]
-    return "\n".join(parts + [NOISE_NOTE])
+    return "\n".join(parts + [f"Smallest real differences at the {level:.0%} level. " + NOISE_NOTE])
 
 
 def _ending(m: EpisodeMetrics) -> str:
