@@ -104,6 +104,16 @@ def test_raising_trials_on_a_finished_run_plays_only_the_new_trials(tmp_path: Pa
     assert "already finished" in again.stdout
 
 
+def test_rerun_repeats_every_trial_a_resume_added(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    _run(out)
+    _run(out, "trials.count=2")
+    again = run_cli("mode=rerun", f"from={out}", f"out_dir={tmp_path / 'again'}", "progress=false")
+    assert again.returncode == 0, again.stderr
+    # The same identity (a rerun checks it), so the same sealed files, byte for byte.
+    assert _files(tmp_path / "again") == _files(out) and len(_files(out)) == 2 * len(STORIES)
+
+
 def test_vary_auditor_keeps_trial_zero_seeds_for_narrator_and_player(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _run(out, "trials.count=2", "trials.vary=[auditor]", "limit=1")

@@ -471,6 +471,10 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
     if not recorded or recorded.get("format") != FORMAT:
         raise RerunError(mpath, "recorded by an earlier version of the rig: its content hashes cannot be checked")
     raw: dict[str, Any] = copy.deepcopy(manifest["config"])
+    # The trials a resume raised the count to (the config is written once; its resumes say the rest).
+    raised = [e["trials"] for e in manifest.get("resumes") or [] if isinstance(e, dict) and "trials" in e]
+    if raised:
+        raw["trials"] = {**(raw.get("trials") or {}), "count": raised[-1]}
     raw.update(
         mode="run",
         concurrency=now.get("concurrency", raw.get("concurrency")),
