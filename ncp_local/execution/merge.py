@@ -150,7 +150,7 @@ def merge(root: str | Path) -> Merged:
         src = RunDir(shards[source[spec]]).result_path(spec)
         atomic_write(out.result_path(spec), src.read_text(encoding="utf-8"))
     for stale in out.results.glob("*.json"):
-        if stale.stem not in source or stale.stem not in expected:
+        if stale.stem not in expected:
             stale.unlink()
     atomic_write(
         out.manifest_path,

@@ -101,7 +101,8 @@ class EpisodeScheduler:
         episode name, in spec order (a story's trials in trial order)."""
         plays = episodes_of(self.specs, self.settings.trials)
         if self.episodes is not None:
-            plays = [p for p in plays if p[0] in set(self.episodes)]
+            mine = set(self.episodes)
+            plays = [p for p in plays if p[0] in mine]
         for name, _, _ in plays:
             if self.store.has_result(name):
                 self.results[name] = self.store.load_result(name)
