@@ -225,8 +225,11 @@ def test_story_bootstrap_draws_a_storys_trials_together() -> None:
 def test_report_of_four_trials(tmp_path: Path) -> None:
     out = tmp_path / "run"
     _run(out, "trials.count=4", "max_turns=8")
-    rep = run_cli("mode=report", f"runs=[{out}]", "report.html=false", "progress=false")
+    rep = run_cli("mode=report", f"runs=[{out}]", "progress=false")
     assert rep.returncode == 0, rep.stderr
+    html = (out / "report" / "index.html").read_text()
+    assert "Trials: pass^k and the noise floor" in html and "pass^4 %" in html
+    assert (out / "report" / "episodes").is_dir() and any((out / "report" / "episodes").rglob("*~t3.html"))
     rows = list(csv.DictReader((out / "report" / "passk.csv").open()))
     curve = {(int(r["k"]), int(r["t"])): float(r["pass_k"]) for r in rows}
     survival = {int(r["t"]): float(r["survival"]) for r in rows}
@@ -276,7 +279,8 @@ def test_every_trials_column_is_defined_and_documented() -> None:
     from ncp_local.report.trials import STORY_HEADER, RunTrials, noise_table, passk_table
 
     rt = RunTrials("r", 3, 4, [], {k: (1.0,) * 5 for k in (1, 2, 3)}, (1.0,) * 5, [])
-    shown = [h for h in noise_table(rt, 0.95)[0]] + [row[0] for row in passk_table(rt)[1]] + list(STORY_HEADER[2:])
+    shown = [*noise_table(rt, 0.95)[0], *passk_table(rt)[0][1:], *(row[0] for row in passk_table(rt)[1])]
+    shown += STORY_HEADER[2:]
     for column in shown:
         assert define_trials(column)  # KeyError for a column nobody defined
     spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")

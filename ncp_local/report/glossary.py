@@ -91,6 +91,7 @@ ENDINGS_GLOSSARY: tuple[tuple[str, str], ...] = (
 )
 # The trials section's columns and rows (report/trials.py): pass^k, the noise floor, each story's plays.
 TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("t=N", "after N player turns (the pass^k table shows turn 1, the quarters of max_turns and max_turns)"),
     ("S(t) %", "share of the plays still going after t turns (Kaplan-Meier), as on the survival plot"),
     (
         "pass^k %",
@@ -145,8 +146,10 @@ def define_ending(column: str) -> str:
 
 
 def define_trials(column: str) -> str:
-    """The definition of a trials-section column or row (`pass^3 %` reads as `pass^k %`)."""
-    return _TRIALS_BY_NAME.get(column) or _TRIALS_BY_NAME["pass^k %" if column.startswith("pass^") else column]
+    """The definition of a trials-section column or row (`pass^3 %` reads as `pass^k %`, `t=7` as `t=N`)."""
+    if column in _TRIALS_BY_NAME:
+        return _TRIALS_BY_NAME[column]
+    return _TRIALS_BY_NAME["pass^k %" if column.startswith("pass^") else "t=N" if column.startswith("t=") else column]
 
 
 def plain(text: str) -> str:

@@ -189,7 +189,6 @@ def passk_figure(rts: Sequence[RunTrials]) -> Figure:
     fig, axes = _panel_grid(len(rts), 0.8)
     for ax, rt in zip(axes.flat, rts, strict=False):
         ts = range(rt.max_turns + 1)
-        ax.step(ts, [100 * v for v in rt.survival], where="post", color="0.5", linestyle="--", label="S(t)")
         for i, (k, curve) in enumerate(rt.curves.items()):
             shade = 0.15 + 0.75 * i / max(1, len(rt.curves) - 1)
             ax.step(
@@ -202,6 +201,17 @@ def passk_figure(rts: Sequence[RunTrials]) -> Figure:
                 markersize=3,
                 label=f"pass^{k}",
             )
+        # On top, dashed: where pass^1 and S(t) agree (same plays per story, none censored) both show.
+        ax.step(
+            ts,
+            [100 * v for v in rt.survival],
+            where="post",
+            color="black",
+            linestyle="--",
+            linewidth=0.9,
+            zorder=3,
+            label="S(t)",
+        )
         ax.set_xlim(0, rt.max_turns)
         ax.set_ylim(0, 100)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -130,7 +130,7 @@ def noise_floor(story_list: Sequence[Story], level: float = 0.95) -> list[Noise]
                 grand,
                 within,
                 between,
-                within / between if between > 0 else math.inf,
+                within / between if between > 0 else math.inf if within > 0 else math.nan,  # 0/0: no spread
                 z * math.sqrt(2 * within / (n_stories * per)),
                 z * math.sqrt(2 * (between / n_stories + within / (n_stories * per))),
             )
