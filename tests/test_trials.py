@@ -22,7 +22,6 @@ from ncp_local.protocol.trials import SEPARATOR, episode_name, parse_episode, se
 from ncp_local.report.stats import bootstrap
 from ncp_local.report.trials import Story, noise_floor, pass_k
 
-ROOT = Path(__file__).resolve().parent.parent
 STORIES = ("red_riding_hood", "treasure_island", "hound_of_the_baskervilles")  # specs/ (dataset=local)
 
 
@@ -48,7 +47,7 @@ def test_episode_names_round_trip_and_never_read_as_a_spec() -> None:
     # The separator is no spec id character, so no spec id is taken for another story's trial.
     assert not ID_PATTERN.fullmatch(f"movie09{SEPARATOR}1")
     # Trial 0 has no suffix (`x~t0` would be a second name for `x`), nor a trial a leading zero.
-    for bad in ("movie09~t0", "movie09~t01", "movie09~tx", "~t1", "a b"):
+    for bad in ("movie09~t0", "movie09~t01", "movie09~tx", "~t1", ""):
         with pytest.raises(ValueError):
             parse_episode(bad)
 
@@ -273,8 +272,6 @@ def test_one_trial_has_no_trials_section(tmp_path: Path) -> None:
 
 
 def test_every_trials_column_is_defined_and_documented() -> None:
-    import importlib.util
-
     from ncp_local.report.glossary import TRIALS_GLOSSARY, define_trials
     from ncp_local.report.trials import STORY_HEADER, RunTrials, noise_table, passk_table
 
@@ -283,9 +280,7 @@ def test_every_trials_column_is_defined_and_documented() -> None:
     shown += STORY_HEADER[2:]
     for column in shown:
         assert define_trials(column)  # KeyError for a column nobody defined
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
-    assert spec is not None and spec.loader is not None
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    from test_docs import gen  # scripts/gen_reference.py, loaded once for the docs' tests
+
     page = gen.generate("trials-columns")
     assert all(f"| `{c}` |" in page for c, _ in TRIALS_GLOSSARY)

@@ -13,7 +13,6 @@ import re
 from collections.abc import Sequence
 
 from . import ROLES
-from .spec import is_plain_id
 
 SEPARATOR = "~t"
 # Which roles draw trial-specific seeds in trials after the first: every role unless told otherwise.
@@ -29,10 +28,12 @@ def episode_name(spec_id: str, trial: int) -> str:
 
 
 def parse_episode(name: str) -> tuple[str, int]:
-    """(spec id, trial) of an episode name; ValueError for a name no episode has."""
+    """(spec id, trial) of an episode name; ValueError for a name no episode has: empty, or with the
+    separator but no trial after it (`x~t0`, `x~t01`, `x~t`). Any other name is a story's own (trial 0):
+    dataset ids are plain (spec.ID_PATTERN), and `mode=bench` names its repeats `<id>~<n>`."""
     m = _NAME.match(name)
     spec_id, trial = (m.group("spec"), int(m.group("trial"))) if m else (name, 0)
-    if not is_plain_id(spec_id):
+    if not spec_id or (trial == 0 and SEPARATOR in name):
         raise ValueError(f"{name!r} is not an episode name (<spec id> or <spec id>{SEPARATOR}<trial>)")
     return spec_id, trial
 
