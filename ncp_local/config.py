@@ -23,6 +23,7 @@ from .engines.settings import ModelSettings
 from .errors import InputError, shown
 from .protocol import ROLES
 from .protocol.stages import Bounds
+from .protocol.trials import ALL, varied_roles
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Keys that never change what a run computes, so they stay out of its identity
@@ -52,6 +53,9 @@ NOT_IDENTITY = (
     "verbose",
     "hydra",
     "limit",
+    # Like `limit`: plays are independent, so raising it resumes the run and plays only the new trials.
+    # (`trials.vary` is in the identity, unless it is the default: execution/identity.py.)
+    "trials.count",
     "runs",
     "report",
     "review",
@@ -85,7 +89,8 @@ NOT_IDENTITY = (
 # Keys added after runs existed, left out of the identity while they hold the value that plays
 # exactly as before: a run made before them keeps its identity (and resumes), one that turns
 # them on is another experiment.
-IDENTITY_WHEN_SET: dict[str, Any] = {"audit.failure_modes": False}
+# (`trials.vary` is also normalized there: a list of every role is `all`; execution/identity.py.)
+IDENTITY_WHEN_SET: dict[str, Any] = {"audit.failure_modes": False, "trials.vary": ALL}
 
 
 SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"
@@ -194,6 +199,27 @@ class DatasetCfg(_Cfg):
 class ShardCfg(_Cfg):
     index: int = Field(0, ge=0)
     count: int = Field(1, ge=1)
+
+
+class TrialsCfg(_Cfg):
+    """`trials`: each story played `count` times (docs/guide/trials.md). Trial 0 is the episode a run
+    without trials plays; in the others the roles in `vary` draw new seeds, the rest keep trial 0's."""
+
+    count: int = Field(1, ge=1)
+    vary: str | list[str] = ALL  # `all`, or a list of roles, e.g. [auditor]; [] replays trial 0's seeds
+
+    @field_validator("vary")
+    @classmethod
+    def _roles(cls, v: str | list[str]) -> str | list[str]:
+        varied_roles(v)
+        if isinstance(v, list) and len(set(v)) != len(v):
+            raise ValueError(f"{v} names a role twice")
+        return v
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """The roles whose calls draw trial-specific seeds."""
+        return varied_roles(self.vary)
 
 
 class ReportCfg(_Cfg):
@@ -333,6 +359,7 @@ class RunConfig(_Cfg):
     condition: dict[str, Any]
     prompts: dict[str, Any] = {}
     shard: ShardCfg = ShardCfg()
+    trials: TrialsCfg = TrialsCfg()
     runs: list[str] = []  # run directories read by report, reaudit and review
     bench: BenchCfg = BenchCfg()
     sources: str | None = None  # mode=build: the synopsis sources file
@@ -372,6 +399,14 @@ class RunConfig(_Cfg):
     def _method_name(cls, v: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(v.get("name", "baseline"), str):
             raise ValueError(f"method.name must be a string, got {shown(v.get('name'))}")
+        return v
+
+    @field_validator("trials", mode="before")
+    @classmethod
+    def _trials_group(cls, v: Any) -> Any:
+        # Hydra lets `trials=4` replace the whole group: say the spelling that works.
+        if not isinstance(v, dict | TrialsCfg):
+            raise ValueError(f"{shown(v)} is not the trials group: set trials.count=N (and trials.vary=...)")
         return v
 
     @field_validator("condition", "prompts")

@@ -9,7 +9,7 @@ page is replaced by the Markdown `generate(NAME)` returns (an unknown name fails
   file sets (ncp_local/config.py, engines/settings.py, protocol/stages.Bounds, with their comments);
 - modes: the `MODES` table (ncp_local/modes/__init__.py);
 - exits: ncp_local/exits.py;
-- columns, cost-columns, endings-columns: the glossary (ncp_local/report/glossary.py);
+- columns, cost-columns, endings-columns, trials-columns: the glossary (ncp_local/report/glossary.py);
 - records: the record models a run directory's files are read with (pydantic);
 - tables: the analysis tables' schemas (ncp_local/report/table_schema.py).
 
@@ -425,6 +425,15 @@ def gen_tables() -> str:
     return "\n".join(parts)
 
 
+def gen_trials_columns() -> str:
+    from ncp_local.report.glossary import TRIALS_GLOSSARY
+
+    return (
+        "\n".join(["| column | meaning |", "| --- | --- |", *(f"| `{c}` | {_cell(t)} |" for c, t in TRIALS_GLOSSARY)])
+        + "\n"
+    )
+
+
 def _type(ann: Any) -> str:
     text = getattr(ann, "__name__", None) if isinstance(ann, type) else None
     text = text or str(ann).replace("typing.", "")
@@ -490,6 +499,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "columns": gen_columns,
     "cost-columns": gen_cost_columns,
     "endings-columns": gen_endings_columns,
+    "trials-columns": gen_trials_columns,
     "records": gen_records,
     "tables": gen_tables,
 }

@@ -208,6 +208,13 @@ CASES = [
     Case("cfg-die-after-bool", ("engine.die_after_calls=true",), ("engine.die_after_calls", "valid integer")),
     Case("cfg-openai-timeout", ("engine=openai", "+engine.timeout_s=-1"), ("engine.timeout_s", "greater than 0")),
     Case("cfg-condition-key", ("+condition.level=3",), ("condition", "unknown key 'level'")),
+    # Trials (issue 37): the count, the roles that vary, and the spelling Hydra would otherwise take.
+    Case("trials-count-zero", ("trials.count=0",), ("trials.count", "greater than or equal to 1")),
+    Case("trials-count-negative", ("trials.count=-1",), ("trials.count", "greater than or equal to 1")),
+    Case("trials-vary-unknown-role", ("trials.vary=[nobody]",), ("trials.vary", "'nobody' is not a role")),
+    Case("trials-vary-word", ("trials.vary=some",), ("trials.vary", "'some' is neither 'all'")),
+    Case("trials-vary-twice", ("trials.vary=[player,player]",), ("trials.vary", "names a role twice")),
+    Case("trials-as-number", ("trials=4",), ("trials", "set trials.count=N")),
     # -- method options (the narrator's Options; plugin narrators checked first) ----
     Case("method-budget-not-int", ("method=hiagent", "method.budget_tokens=abc"), ("method.budget_tokens",)),
     Case("method-budget-negative", ("method=hiagent", "method.budget_tokens=-5"), ("method.budget_tokens",)),

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
+from ..protocol import ROLES
 from ..protocol.episode import CallFailed, ContextLimit, EpisodeResult
 from ..protocol.prompts import PromptPack
 from ..protocol.stages import (
@@ -34,6 +35,7 @@ from ..protocol.stages import (
     regex_for,
     schema_for,
 )
+from ..protocol.trials import episode_name, parse_episode, seed_episode
 from .footprint import text_of
 from .store import RunDir
 
@@ -197,6 +199,9 @@ class CallService:
     pack: PromptPack
     store: RunDir
     seed: int = 0
+    # The roles whose calls in trials after the first draw seeds of their own (`trials.vary`); the
+    # others draw trial 0's (protocol/trials.seed_episode).
+    vary: frozenset[str] = frozenset(ROLES)
     attempts: int = ATTEMPTS
     watch: FailureWatch | None = None  # fail fast on a systematic engine-side failure (set by the scheduler)
     # (spec id, role, stage, prompt tokens, answer tokens, prompt text) after each answered call: the
@@ -205,7 +210,7 @@ class CallService:
 
     async def ask(
         self,
-        spec_id: str,
+        episode: str,
         turn: int,
         stage: str,
         template: str,
@@ -219,7 +224,8 @@ class CallService:
         held: list[Effect] | None = None,
         thoughts: list[int] | None = None,
     ) -> Any:
-        """One call with up to `attempts` tries on the same inputs; logs every attempt.
+        """One call of `episode` (an episode name, protocol/trials.py) with up to `attempts` tries on
+        the same inputs; logs every attempt.
 
         `extra` appends a second template to the prompt (HiAgent's memory);
         `hits` collects the output bounds the accepted answer reached; `held`, when given, collects
@@ -235,6 +241,8 @@ class CallService:
 
         info = STAGES[stage]
         binding = self.roles[role or info.role]
+        seeded_as = seed_episode(episode, role or info.role, self.vary)
+        spec_id, trial = parse_episode(episode)
         prepared = time.perf_counter()
         messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
         schema = schema_for(stage, ids, binding.bounds, binding.id_form) if info.json else None
@@ -244,7 +252,7 @@ class CallService:
         last = ""
         for attempt in range(self.attempts):
             # `key` tells apart two calls of one stage in one turn (a retrieval, a re-ask).
-            seed = call_seed(self.seed, spec_id, turn, f"{stage}/{key}" if key else stage, attempt)
+            seed = call_seed(self.seed, seeded_as, turn, f"{stage}/{key}" if key else stage, attempt)
             request = Request(
                 messages=messages,
                 temperature=binding.sampling.temperature,
@@ -254,10 +262,11 @@ class CallService:
                 json_schema=schema,
                 regex=regex,
                 min_room=room,
-                tags={"stage": stage, "episode": spec_id, "turn": turn, "attempt": attempt, "role": role or info.role},
+                tags={"stage": stage, "episode": episode, "turn": turn, "attempt": attempt, "role": role or info.role},
             )
             log: dict[str, Any] = {
                 "spec_id": spec_id,
+                **({"trial": trial} if trial else {}),  # trial 0's line is the line of a run without trials
                 "turn": turn,
                 "stage": stage,
                 "role": role or info.role,
@@ -274,7 +283,7 @@ class CallService:
             checked = time.perf_counter()
             if self.observe is not None:
                 self.observe(
-                    spec_id,
+                    episode,
                     role or info.role,
                     f"{stage}/{key}",
                     completion.prompt_tokens,
@@ -350,7 +359,7 @@ class CallService:
                 return out
             last = error
             overhead = 0.0
-        effect("failed", (stage, binding.model, spec_id, last))
+        effect("failed", (stage, binding.model, episode, last))
         raise CallFailed(stage, turn, f"invalid after {self.attempts} attempts: {last}")
 
     def effect(self, kind: str, what: Any) -> None:
@@ -367,12 +376,12 @@ class CallService:
     def _out_of_room(self, log: dict[str, Any], reason: str, effect: Callable[[str, Any], None]) -> NoReturn:
         """The call cannot fit the window: logged, watched for a systematic cause, the episode censored."""
         effect("log", {**log, "error": reason, "done_at": round(time.time(), 3)})
-        effect("failed", (log["stage"], log["model"], log["spec_id"], reason))
+        effect("failed", (log["stage"], log["model"], episode_name(log["spec_id"], log.get("trial", 0)), reason))
         raise ContextLimit(log["stage"], log["turn"], reason)
 
-    def ask_for(self, spec_id: str) -> Callable[[int], TurnAsk]:
-        """turn -> the `Ask` of that turn of this episode."""
-        return lambda turn: TurnAsk(self, spec_id, turn)
+    def ask_for(self, episode: str) -> Callable[[int], TurnAsk]:
+        """turn -> the `Ask` of that turn of this episode (an episode name)."""
+        return lambda turn: TurnAsk(self, episode, turn)
 
 
 def bindings(

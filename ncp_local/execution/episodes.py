@@ -75,15 +75,19 @@ def run(cfg: RunConfig, raw: dict[str, Any], on_finished: Callable[[Path], None]
     store.open(manifest(cfg, raw, ready.dataset, ready, engines, ident), ident)
     engine_log.place(out / layout.ENGINE_LOG)
     stopped: list[str] = []
+    names = list(layout.run_episodes(cfg, [s.id for s in ready.dataset.specs]))
+    sharding = layout.sharding_note(cfg, len(ready.dataset.specs))
+    if sharding:
+        print(f"shard {cfg.shard.index} of {cfg.shard.count}: {len(names)} episodes; {sharding}")
     try:
-        if all(store.has_result(s.id) for s in specs):
+        if all(store.has_result(n) for n in names):
             # Nothing to run: no engine is started, the stored results are reported.
-            print(f"all {len(specs)} episodes already finished in {out}; nothing left to do")
-            results = {s.id: store.load_result(s.id) for s in specs}
+            print(f"all {len(names)} episodes already finished in {out}; nothing left to do")
+            results = {n: store.load_result(n) for n in names}
         else:
-            results = asyncio.run(_run_async(ready, specs, engines, store, stopped))
+            results = asyncio.run(_run_async(ready, specs, engines, store, stopped, tuple(names)))
         if not stopped:
-            store.mark_done(len(specs))
+            store.mark_done(len(names))
     except asyncio.CancelledError:
         results = {}
     except Exception as exc:
@@ -95,7 +99,7 @@ def run(cfg: RunConfig, raw: dict[str, Any], on_finished: Callable[[Path], None]
     finally:
         store.close()
     if stopped:
-        left = sum(not store.has_result(s.id) for s in specs)
+        left = sum(not store.has_result(n) for n in names)
         print(
             f"stopped by {stopped[0]}: " + resume_hint(f"{left} unfinished episode(s) checkpointed", out),
             file=sys.stderr,
@@ -116,7 +120,12 @@ def run(cfg: RunConfig, raw: dict[str, Any], on_finished: Callable[[Path], None]
 
 
 async def _run_async(
-    ready: Ready, specs: tuple[Spec, ...], engines: EnginePool, store: RunDir, stopped: list[str]
+    ready: Ready,
+    specs: tuple[Spec, ...],
+    engines: EnginePool,
+    store: RunDir,
+    stopped: list[str],
+    episodes: tuple[str, ...],
 ) -> dict[str, EpisodeResult]:
     # SIGTERM (Slurm preemption) and SIGINT cancel the run; each committed turn
     # is already on disk, so cancelling loses at most the turns in flight.
@@ -134,10 +143,10 @@ async def _run_async(
     try:
         cfg = ready.cfg
         bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-        bar.add_run("run", [s.id for s in specs], cfg.max_turns, store.root)
+        bar.add_run("run", list(episodes), cfg.max_turns, store.root)
         bar.start()
         try:
-            return await play(ready, specs, started, store, bar, "run")
+            return await play(ready, specs, started, store, bar, "run", episodes)
         finally:
             bar.close()
     finally:
@@ -145,12 +154,19 @@ async def _run_async(
 
 
 async def play(
-    ready: Ready, specs: tuple[Spec, ...], engines: Mapping[str, Engine], store: RunDir, bar: Progress, name: str
+    ready: Ready,
+    specs: tuple[Spec, ...],
+    engines: Mapping[str, Engine],
+    store: RunDir,
+    bar: Progress,
+    name: str,
+    episodes: tuple[str, ...] | None = None,
 ) -> dict[str, EpisodeResult]:
-    """Every unfinished episode of `specs`, on these engines (role -> engine), metered on `bar`."""
+    """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
+    engine), metered on `bar`."""
     cfg = ready.cfg
     roles = bindings(cfg, engines, ROLES, wrap=lambda e: Metered(e, bar))
-    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed)
+    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
         specs=specs,
@@ -161,12 +177,14 @@ async def play(
             concurrency=cfg.concurrency,
             speculative_player=cfg.speculative_player,
             failure_modes=cfg.audit.failure_modes,
+            trials=cfg.trials.count,
         ),
         make_narrator=lambda: ready.make_narrator(roles),
         player=ready.player,
         engines=engines,
-        on_result=lambda r: bar.result(name, r.spec_id, len(r.turns)),
+        on_result=lambda r: bar.result(name, r.episode, len(r.turns)),
         on_turn=lambda sid, n: bar.turn(name, sid, n),
+        episodes=episodes,
     )
     try:
         return await scheduler.run()

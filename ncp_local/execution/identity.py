@@ -46,6 +46,7 @@ from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
 from ..protocol.spec import parse_yaml, text_bytes
+from ..protocol.trials import ALL, varied_roles
 from . import layout
 from .provenance import rig_version
 
@@ -101,7 +102,18 @@ def _without(raw: Mapping[str, Any], skip: frozenset[str], prefix: str = "") -> 
 
 def settings(raw: Mapping[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """The resolved config without the keys that never change results."""
-    return _without(raw, frozenset(NOT_IDENTITY + drop))
+    out = _without(raw, frozenset(NOT_IDENTITY + drop))
+    trials = out.pop("trials", None)
+    vary = trials.get("vary", ALL) if isinstance(trials, Mapping) else ALL
+    try:
+        roles = varied_roles(vary)
+    except (ValueError, TypeError):
+        roles = None  # refused by the config's own check; kept as given here
+    if roles != frozenset(ROLES):
+        # Which roles vary changes trials 1.. (never trial 0); the default stays out, so a config
+        # without trials keeps the identity (and run directory) it had before trials existed.
+        out["trials"] = {"vary": sorted(roles) if roles is not None else vary}
+    return out
 
 
 def dataset_files(root: str | Path) -> dict[str, str]:
@@ -290,7 +302,7 @@ def of_run(
 
 
 # What the source run fixed (story, players, limit) is not a re-audit's or a build's setting.
-_JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition")
+_JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", "condition", "trials")
 
 
 def of_reaudit(
@@ -468,6 +480,10 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
     if not recorded or recorded.get("format") != FORMAT:
         raise RerunError(mpath, "recorded by an earlier version of the rig: its content hashes cannot be checked")
     raw: dict[str, Any] = copy.deepcopy(manifest["config"])
+    # The trials a resume raised the count to (the config is written once; its resumes say the rest).
+    raised = [e["trials"] for e in manifest.get("resumes") or [] if isinstance(e, dict) and "trials" in e]
+    if raised:
+        raw["trials"] = {**(raw.get("trials") or {}), "count": raised[-1]}
     raw.update(
         mode="run",
         concurrency=now.get("concurrency", raw.get("concurrency")),

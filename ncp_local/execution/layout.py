@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
+from ..protocol.trials import episode_names, story_of
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -66,20 +67,59 @@ def shard_of(specs: Sequence[T], index: int, count: int) -> tuple[T, ...]:
     return tuple(specs[index::count])
 
 
-def shard_specs(cfg: RunConfig, specs: Sequence[T]) -> tuple[T, ...]:
-    """This run's specs: all of them, or its shard's (`shard_of`)."""
+def trials_together(stories: int, trials: int, count: int) -> bool:
+    """Whether `count` shards keep each story's trials in the story's shard (True) or deal the episodes
+    out one by one (False): together unless that leaves the largest shard with more episodes. Together,
+    a story's trials share their prompts' prefixes in one engine's cache."""
+    return -(-stories // count) * trials <= -(-(stories * trials) // count)
+
+
+def shard_episodes(spec_ids: Sequence[str], trials: int, index: int, count: int) -> tuple[str, ...]:
+    """The episodes shard `index` of `count` plays: every trial of its stories (`shard_of`), or, when
+    that balances worse (`trials_together`), episodes i, i+n, ... of the run's episodes in order."""
+    if trials_together(len(spec_ids), trials, count):
+        return tuple(episode_names(shard_of(spec_ids, index, count), trials))
+    return shard_of(episode_names(spec_ids, trials), index, count)
+
+
+def _check_shard(cfg: RunConfig) -> None:
+    if cfg.shard.index >= cfg.shard.count:
+        raise ConfigError("shard.index", f"{cfg.shard.index} is not below shard.count={cfg.shard.count}")
+
+
+def run_episodes(cfg: RunConfig, spec_ids: Sequence[str]) -> tuple[str, ...]:
+    """The episodes this run plays, of the dataset's (limited) specs: every trial of each, or its shard's."""
+    if cfg.shard.count == 1:
+        return tuple(episode_names(spec_ids, cfg.trials.count))
+    _check_shard(cfg)
+    return shard_episodes(spec_ids, cfg.trials.count, cfg.shard.index, cfg.shard.count)
+
+
+def shard_specs(cfg: RunConfig, specs: Sequence[Any]) -> tuple[Any, ...]:
+    """This run's specs (objects with an `id`): all of them, or those its shard plays an episode of."""
     if cfg.shard.count == 1:
         # Unsharded: the whole run, whatever $SLURM_ARRAY_TASK_ID says (Hydra's
         # submitit launcher runs each sweep point as a task of an array job).
         return tuple(specs)
-    if cfg.shard.index >= cfg.shard.count:
-        raise ConfigError("shard.index", f"{cfg.shard.index} is not below shard.count={cfg.shard.count}")
-    return shard_of(specs, cfg.shard.index, cfg.shard.count)
+    _check_shard(cfg)
+    mine = {story_of(e) for e in run_episodes(cfg, [s.id for s in specs])}
+    return tuple(s for s in specs if s.id in mine)
 
 
-def result_file(run_dir: Path, spec_id: str) -> Path:
-    """Where a finished episode's result is (a shard directory holds its own)."""
-    return run_dir / RESULTS / f"{spec_id}.json"
+def sharding_note(cfg: RunConfig, stories: int) -> str | None:
+    """One line saying how the shards split a story's trials (None: no shards or one trial)."""
+    n, k = cfg.shard.count, cfg.trials.count
+    if n == 1 or k == 1:
+        return None
+    if trials_together(stories, k, n):
+        return f"{n} shards keep each story's {k} trials together (stories dealt out; the larger share of cache)"
+    return f"{n} shards deal out the {stories * k} episodes one by one (a story's trials apart balances better)"
+
+
+def result_file(run_dir: Path, episode: str) -> Path:
+    """Where a finished episode's result is (a shard directory holds its own); `episode`: its name
+    (protocol/trials.py), the spec id for trial 0."""
+    return run_dir / RESULTS / f"{episode}.json"
 
 
 def is_done(run_dir: Path) -> bool:
@@ -87,11 +127,11 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / DONE).exists()
 
 
-def shard_finished(root: Path, index: int, count: int, spec_ids: Sequence[str]) -> bool:
+def shard_finished(root: Path, index: int, count: int, spec_ids: Sequence[str], trials: int = 1) -> bool:
     """Shard `index` of `count` of the run in `root` has its DONE marker and the result of every
-    spec it takes (the marker alone could be a different split's)."""
+    episode it plays: each trial of each spec it takes (the marker alone could be a different split's)."""
     d = shard_path(root, index, count)
-    return is_done(d) and all(result_file(d, s).exists() for s in shard_of(spec_ids, index, count))
+    return is_done(d) and all(result_file(d, e).exists() for e in shard_episodes(spec_ids, trials, index, count))
 
 
 def endpoint_file(root: Path, role: str) -> Path:

@@ -2,7 +2,7 @@
 
 Task i of n wrote `<run>/shard-iii-of-nnn/results/`; the merge checks that
 the shards form one run (same config identity, same spec list), that every
-spec of the run has exactly one result across the shards, and copies the
+episode of the run (each trial of each spec) has exactly one result across the shards, and copies the
 results byte for byte into `<run>/merged/results/`, beside a manifest naming
 each result's shard. The shards are only read, so a merge can be repeated.
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..protocol.trials import episode_names, parse_episode, story_of
 from . import provenance
 from .layout import LOCK, MANIFEST, RESULTS, is_done, read_manifest, shard_dirs
 from .store import RunDir, atomic_write, check_destination, check_result
@@ -35,7 +36,7 @@ class MergeError(RuntimeError):
 class Merged:
     root: Path  # the run directory; results are in root/merged/results
     count: int  # shards
-    specs: tuple[str, ...]  # the run's specs, in dataset order
+    specs: tuple[str, ...]  # the run's episodes (protocol/trials.py), in dataset order, a story's trials together
     ignored: int  # results in the shards that are not specs of this run (e.g. an earlier, larger `limit`)
     manifest: dict[str, Any]  # the first shard's manifest (config, versions, dataset)
     problems: tuple[str, ...] = ()  # result files that failed their check: named, never merged
@@ -107,35 +108,39 @@ def merge(root: str | Path) -> Merged:
             raise MergeError(
                 f"{shards[i] / 'manifest.json'}: dataset.specs differs from shard 0's (different dataset or limit)"
             )
-    expected: list[str] = list(first["dataset"]["specs"])
-    wanted = set(expected)
-    source: dict[str, int] = {}
+    stories: list[str] = list(first["dataset"]["specs"])
+    wanted = set(stories)
+    source: dict[str, int] = {}  # episode name -> its shard
     duplicated: list[str] = []
     problems: list[str] = []
     ignored = 0
     for i in range(count):
         for path in sorted((shards[i] / RESULTS).glob("*.json")):
-            spec = path.stem
+            name = path.stem
             # The run's own check (seal, spec, identity, dataset): a failing file is
             # named and left out; re-submitting its shard plays the episode again.
             _, why = check_result(path, manifests[i])
             if why:
                 problems.append(f"{path}: {why}")
                 continue
-            if spec not in wanted:
+            if story_of(name) not in wanted:
                 ignored += 1
-            elif spec in source:
-                duplicated.append(f"{spec} (shards {source[spec]} and {i})")
+            elif name in source:
+                duplicated.append(f"{name} (shards {source[name]} and {i})")
             else:
-                source[spec] = i
+                source[name] = i
     if duplicated:
         raise MergeError(f"{root}: duplicated result(s): {_few(duplicated)}")
+    # Trials: the run played each story as often as its most-played story (a count is not part of
+    # the identity, so the shards' results say it); a story short of a trial is missing that episode.
+    trials = 1 + max((parse_episode(name)[1] for name in source), default=0)
+    expected = episode_names(stories, trials)
     missing = [s for s in expected if s not in source]
     if missing:
         states = ", ".join(f"{i}: {shard_state(shards[i])}" for i in range(count) if shard_state(shards[i]) != "done")
         bad = f"; {len(problems)} result file(s) failed their check ({_few(problems, 2)})" if problems else ""
         raise MergeError(
-            f"{root}: {len(missing)} of {len(expected)} spec(s) have no result ({_few(missing)}); "
+            f"{root}: {len(missing)} of {len(expected)} episode(s) have no result ({_few(missing)}); "
             f"shards not done: {states or 'none'}{bad}; re-submit to finish them"
         )
 
@@ -145,7 +150,7 @@ def merge(root: str | Path) -> Merged:
         src = RunDir(shards[source[spec]]).result_path(spec)
         atomic_write(out.result_path(spec), src.read_text(encoding="utf-8"))
     for stale in out.results.glob("*.json"):
-        if stale.stem not in wanted:
+        if stale.stem not in expected:
             stale.unlink()
     atomic_write(
         out.manifest_path,
@@ -162,7 +167,8 @@ def merge(root: str | Path) -> Merged:
                 "models": first.get("models"),
                 "versions": first.get("versions"),
                 "git_revision": {shards[i].name: manifests[i].get("git_revision") for i in range(count)},
-                "source": {spec: shards[source[spec]].name for spec in expected},
+                "source": {name: shards[source[name]].name for name in expected},
+                **({"trials": trials} if trials > 1 else {}),
             },
             indent=2,
             default=str,

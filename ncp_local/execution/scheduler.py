@@ -18,6 +18,7 @@ from ..protocol.episode import Checkpoint, Episode, EpisodeResult
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
 from ..protocol.spec import Spec
+from ..protocol.trials import episode_names, parse_episode
 from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
 from .footprint import counter, estimate
@@ -31,6 +32,17 @@ class EpisodeSettings:
     play_through: bool = False  # benchmarks only: see Episode.play_through
     failure_modes: bool = False  # audit.failure_modes: see protocol.episode.audit_response
     speculative_player: bool = False  # ask the next turn's player during the audits (see Speculation)
+    trials: int = 1  # plays of each story (protocol/trials.py names them)
+
+
+def episodes_of(specs: tuple[Spec, ...], trials: int) -> list[tuple[str, Spec, int]]:
+    """(episode name, spec, trial) for every play, in `trials.episode_names`' order."""
+    by_id = {s.id: s for s in specs}
+    return [
+        (name, by_id[sid], t)
+        for name in episode_names([s.id for s in specs], trials)
+        for sid, t in [parse_episode(name)]
+    ]
 
 
 @dataclass
@@ -48,25 +60,28 @@ class EpisodeScheduler:
     # role -> its engine (unwrapped): the admission reads each engine's `kv_tokens`; none: no cache bound.
     engines: Mapping[str, Any] = field(default_factory=dict)
     results: dict[str, EpisodeResult] = field(default_factory=dict)
+    # The episodes to play, when not every trial of every spec (a shard that deals a story's trials out).
+    episodes: tuple[str, ...] | None = None
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
 
-    async def _one(self, spec: Spec, gate: Admission, checkpoint: Checkpoint | None) -> None:
-        await gate.enter(spec.id)
+    async def _one(self, name: str, spec: Spec, trial: int, gate: Admission, checkpoint: Checkpoint | None) -> None:
+        await gate.enter(name)
         try:
             if checkpoint is not None and self.on_turn:
-                self.on_turn(spec.id, len(checkpoint.turns))
+                self.on_turn(name, len(checkpoint.turns))
 
             async def on_commit(cp: Checkpoint) -> None:
-                self.store.write_checkpoint(cp)
+                # The episode knows its story, not which play of it this is: the records say.
+                self.store.write_checkpoint(cp.model_copy(update={"trial": trial}) if trial else cp)
                 if self.on_turn:
-                    self.on_turn(spec.id, len(cp.turns))
-                await gate.turn_done(spec.id)
+                    self.on_turn(name, len(cp.turns))
+                await gate.turn_done(name)
 
             episode = Episode(
                 spec,
                 self.make_narrator(),
                 self.player,
-                self.calls.ask_for(spec.id),
+                self.calls.ask_for(name),
                 self.settings.max_turns,
                 on_commit,
                 play_through=self.settings.play_through,
@@ -74,23 +89,30 @@ class EpisodeScheduler:
                 failure_modes=self.settings.failure_modes,
             )
             result = await episode.run(checkpoint)
+            if trial:
+                result = result.model_copy(update={"trial": trial})
             self.store.write_result(result)
-            self.results[spec.id] = result
+            self.results[name] = result
             if self.on_result:
                 self.on_result(result)
         finally:
-            gate.leave(spec.id)
+            gate.leave(name)
 
     async def run(self) -> dict[str, EpisodeResult]:
-        """Run every spec without a result; returns all results in spec order."""
-        for spec in self.specs:
-            if self.store.has_result(spec.id):
-                self.results[spec.id] = self.store.load_result(spec.id)
-        todo = [s for s in self.specs if s.id not in self.results]
+        """Play every episode (each trial of each spec) without a result; returns all results by
+        episode name, in spec order (a story's trials in trial order)."""
+        plays = episodes_of(self.specs, self.settings.trials)
+        if self.episodes is not None:
+            mine = set(self.episodes)
+            plays = [p for p in plays if p[0] in mine]
+        for name, _, _ in plays:
+            if self.store.has_result(name):
+                self.results[name] = self.store.load_result(name)
+        todo = [(name, s, t) for name, s, t in plays if name not in self.results]
         if self.calls.watch is None:
             self.calls.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
         gate = self.admission = self.admission or Admission.for_engines(self.engines, self.settings.concurrency)
-        checkpoints = {s.id: self.store.load_checkpoint(s.id) for s in todo}
+        checkpoints = {name: self.store.load_checkpoint(name) for name, _, _ in todo}
         # What each episode will hold before it has run (a resumed one from its checkpoint), for the
         # engines with a cache bound only: the admission's start-up guess.
         counts = {
@@ -98,9 +120,9 @@ class EpisodeScheduler:
             for role, engine in self.engines.items()
             if gate.capacity.get(gate.engine_of[role]) is not None
         }
-        by_id = {s.id: s for s in todo}
+        by_id = {name: s for name, s, _ in todo}
         gate.register(
-            [s.id for s in todo],
+            list(by_id),
             (lambda sid: estimate(by_id[sid], checkpoints[sid], self.calls.pack, counts)) if counts else None,
             resumed={sid for sid, cp in checkpoints.items() if cp is not None},
         )
@@ -109,6 +131,6 @@ class EpisodeScheduler:
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.
         async with asyncio.TaskGroup() as tg:
-            for spec in todo:
-                tg.create_task(self._one(spec, gate, checkpoints[spec.id]))
-        return {s.id: self.results[s.id] for s in self.specs}
+            for name, spec, trial in todo:
+                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name]))
+        return {name: self.results[name] for name, _, _ in plays}

@@ -3,8 +3,8 @@
 Layout:
     manifest.json            written once: identity and its parts, resolved config,
                              command, versions, git, hardware; plus `resumes`
-    results/<spec>.json      one finished episode each
-    checkpoints/<spec>.json  the last committed turn of an unfinished episode
+    results/<episode>.json      one finished episode each (<spec> for trial 0, <spec>~t<k> for trial k)
+    checkpoints/<episode>.json  the last committed turn of an unfinished episode
     quarantine/              files that failed verification, moved aside
     calls.jsonl              every model call attempt (append-only)
     DONE                     every episode of this (shard's) run has its result
@@ -15,8 +15,8 @@ a full disk at any moment leaves either the old or the new file, never half
 of one. Files are created with mode 0666 and the umask decides (no
 `mkstemp`, whose 0600 would hide results from a team on a shared disk).
 
-Every result and checkpoint carries a seal: its spec id, the sha256 of the
-spec file it was played on, the run identity and a hash of its own record.
+Every result and checkpoint carries a seal: its spec id (and trial, past
+trial 0), the sha256 of the spec file it was played on, the run identity and a hash of its own record.
 Loading checks the seal; a file that fails (truncated, not JSON, another
 spec's, another run's, a spec the dataset lacks) is never used: the run
 moves it to `quarantine/`, says so in one line, and plays the episode again.
@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InputError
 from ..protocol.episode import Checkpoint, EpisodeResult
 from ..protocol.reaudit import ReauditResult
+from ..protocol.trials import episode_name, parse_episode
 from .identity import Identity, differences, summary
 from .layout import (
     CALLS,
@@ -137,7 +138,14 @@ Sealed = EpisodeResult | ReauditResult | Checkpoint
 
 def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
     """The record's JSON with its seal first (spec id, spec hash, run identity, record hash)."""
-    seal = {"spec_id": record.spec_id, "spec_sha256": spec_sha256, "run": run, "sha256": _body_hash(record)}
+    trial = getattr(record, "trial", 0)
+    seal = {
+        "spec_id": record.spec_id,
+        **({"trial": trial} if trial else {}),  # trial 0's seal is the seal a run without trials writes
+        "spec_sha256": spec_sha256,
+        "run": run,
+        "sha256": _body_hash(record),
+    }
     return json.dumps({SEAL: seal, **record.model_dump(mode="json")}, indent=1, ensure_ascii=False)
 
 
@@ -154,7 +162,10 @@ def check_file(
     spec id -> file hash for every spec of the run's dataset (None: not
     checked); `require_seal=False` accepts an unsealed file of an older rig.
     """
-    expected = path.stem
+    try:
+        expected, trial = parse_episode(path.stem)
+    except ValueError:
+        return None, "not an episode's file (a stray file)"
     try:
         data = json.loads(path.read_bytes())
     except OSError as exc:
@@ -171,8 +182,8 @@ def check_file(
     if seal is not None and not isinstance(seal, dict):
         return None, "damaged seal"
     if seal:
-        if seal.get("spec_id") != expected:
-            return None, f"holds spec {seal.get('spec_id')!r}, not {expected!r} (a file moved or copied)"
+        if seal.get("spec_id") != expected or seal.get("trial", 0) != trial:
+            return None, _moved(str(seal.get("spec_id")), int(seal.get("trial") or 0), path.stem)
         if run is not None and seal.get("run") != run:
             return None, f"from another run (identity {seal.get('run')}, this run is {run})"
         if spec_hashes is not None and seal.get("spec_sha256") and seal["spec_sha256"] != spec_hashes[expected]:
@@ -183,12 +194,17 @@ def check_file(
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         return None, f"not a valid {model.__name__}: {where}: {err['msg']}"
-    held = getattr(record, "spec_id", expected)
-    if held != expected:
-        return None, f"holds spec {held!r}, not {expected!r} (a file moved or copied)"
+    held = (getattr(record, "spec_id", expected), getattr(record, "trial", 0))
+    if held != (expected, trial):
+        return None, _moved(*held, path.stem)
     if seal and seal.get("sha256") != _body_hash(record):
         return None, "its content does not match its seal (edited or damaged)"
     return record, ""
+
+
+def _moved(spec_id: str, trial: int, stem: str) -> str:
+    held = f"spec {spec_id!r}" if not trial else f"episode {episode_name(spec_id, trial)!r}"
+    return f"holds {held}, not {stem!r} (a file moved or copied)"
 
 
 class RunDir:
@@ -273,7 +289,10 @@ class RunDir:
             entry = resume_entry()
             limit = (manifest.get("config") or {}).get("limit", "absent")
             if limit != "absent" and limit != (old.get("config") or {}).get("limit", "absent"):
-                entry["limit"] = limit  # the one setting outside the identity that changes which specs run
+                entry["limit"] = limit  # outside the identity, it changes which specs run
+            trials = ((manifest.get("config") or {}).get("trials") or {}).get("count", 1)
+            if trials != ((old.get("config") or {}).get("trials") or {}).get("count", 1):
+                entry["trials"] = trials  # likewise: how many plays of each story run
             # Written once: only the list of resumes grows (an older manifest's counter is carried over).
             prior = old.get("resumes")
             resumes: list[Any] = (
@@ -401,26 +420,27 @@ class RunDir:
     def _spec_hash(self, spec_id: str) -> str:
         return (self.spec_hashes or {}).get(spec_id, "")
 
-    def result_path(self, spec_id: str) -> Path:
-        return result_file(self.root, spec_id)
+    # `episode`: an episode name (protocol/trials.py), the spec id itself for trial 0.
+    def result_path(self, episode: str) -> Path:
+        return result_file(self.root, episode)
 
-    def has_result(self, spec_id: str) -> bool:
-        return self.result_path(spec_id).exists()
+    def has_result(self, episode: str) -> bool:
+        return self.result_path(episode).exists()
 
     def write_result(self, result: EpisodeResult | ReauditResult) -> None:
-        spec_id = result.spec_id
-        self._write(self.result_path(spec_id), sealed_json(result, self._spec_hash(spec_id), self.identity))
+        name = episode_name(result.spec_id, getattr(result, "trial", 0))
+        self._write(self.result_path(name), sealed_json(result, self._spec_hash(result.spec_id), self.identity))
         # The result supersedes the checkpoint; dropped only after the result is safe.
-        (self.checkpoints / f"{spec_id}.json").unlink(missing_ok=True)
+        (self.checkpoints / f"{name}.json").unlink(missing_ok=True)
 
     def write_checkpoint(self, cp: Checkpoint) -> None:
         self._write(
-            self.checkpoints / f"{cp.spec_id}.json", sealed_json(cp, self._spec_hash(cp.spec_id), self.identity)
+            self.checkpoints / f"{cp.episode}.json", sealed_json(cp, self._spec_hash(cp.spec_id), self.identity)
         )
 
-    def load_checkpoint(self, spec_id: str) -> Checkpoint | None:
+    def load_checkpoint(self, episode: str) -> Checkpoint | None:
         """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
-        path = self.checkpoints / f"{spec_id}.json"
+        path = self.checkpoints / f"{episode}.json"
         if not path.exists():
             return None
         cp, problem = check_file(path, Checkpoint, self.identity, self.spec_hashes)
@@ -432,11 +452,11 @@ class RunDir:
             return None
         return cp
 
-    def load_result(self, spec_id: str) -> Any:
-        record, problem = check_file(self.result_path(spec_id), self.record, self.identity or None, self.spec_hashes)
+    def load_result(self, episode: str) -> Any:
+        record, problem = check_file(self.result_path(episode), self.record, self.identity or None, self.spec_hashes)
         if problem:
             # verify() ran at open: only a file changed under a running process gets here.
-            raise InputError(self.result_path(spec_id), "", f"{problem}; re-run the same command to play it again")
+            raise InputError(self.result_path(episode), "", f"{problem}; re-run the same command to play it again")
         return record
 
     def iter_results(self) -> Iterator[Any]:

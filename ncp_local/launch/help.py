@@ -75,6 +75,7 @@ def help_text() -> str:
                 "== Often used ==",
                 "  max_turns=N limit=N seed=N concurrency=N out_dir=DIR progress=false progress_every_s=S",
                 "  narrator.temperature=T auditor.max_tokens=N dataset=ncp_bench dataset.path=DIR shard.count=N",
+                "  trials.count=K trials.vary=[auditor]   (each story K times; the roles sampling anew after trial 0)",
                 "  python run.py --cfg job [overrides]   shows the composed config",
                 "",
                 "== Exit codes ==",

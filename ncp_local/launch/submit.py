@@ -122,8 +122,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
-def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True) -> tuple[Path, str, list[str]]:
-    """(run directory, config identity, spec ids) for these overrides; fails like run.py would."""
+def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True) -> tuple[Path, str, list[str], int]:
+    """(run directory, config identity, spec ids, trials per spec) for these overrides; fails like run.py would."""
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in RESERVED:
@@ -142,7 +142,7 @@ def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True
     # What each task would refuse at its start (models: unless they live on the compute nodes only).
     checked = points.check(raw, models=check_models, endpoints=endpoints)
     specs, ident, root = checked.where()
-    return (Path.cwd() / root).resolve(), ident.key, [s.id for s in specs]
+    return (Path.cwd() / root).resolve(), ident.key, [s.id for s in specs], cfg.trials.count
 
 
 def sweep_points(overrides: list[str]) -> list[list[str]]:
@@ -162,8 +162,8 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
 
 def resolve_sweep(
     overrides: list[str], check_models: bool, served: Sequence[str] = ()
-) -> list[tuple[list[str], Path, str, list[str]]]:
-    """(point overrides, run directory, identity, spec ids) per point of the sweep, each checked as
+) -> list[tuple[list[str], Path, str, list[str], int]]:
+    """(point overrides, run directory, identity, spec ids, trials per spec) per point of the sweep, each checked as
     `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued).
     `served`: the overrides sending a role to the sweep's server (its endpoint is not asked here)."""
     for o in overrides:
@@ -178,11 +178,11 @@ def resolve_sweep(
     out = []
     for point in sweep_points(overrides):
         try:
-            root, ident, specs = resolve_run([*point, *served], check_models, endpoints=not served)
+            root, ident, specs, trials = resolve_run([*point, *served], check_models, endpoints=not served)
         except (SubmitError, InputError) as exc:
             raise SubmitError(f"sweep point {' '.join(point)}: {exc}") from None
-        out.append((point, root, ident, specs))
-    roots = [r for _, r, _, _ in out]
+        out.append((point, root, ident, specs, trials))
+    roots = [r for _, r, _, _, _ in out]
     if len(set(roots)) < len(roots):
         same = next(r for r in roots if roots.count(r) > 1)
         raise SubmitError(
@@ -202,7 +202,9 @@ def main(argv: list[str]) -> int:
         if args.serve:
             serving = served_role(args, [overrides])
             overrides = [*overrides, *serving["overrides"]]
-        root, ident, specs = resolve_run(overrides, check_models=not args.skip_model_check, endpoints=not serving)
+        root, ident, specs, trials = resolve_run(
+            overrides, check_models=not args.skip_model_check, endpoints=not serving
+        )
         if n > len(specs):
             raise SubmitError(f"--shards {n}: more shards than the run's {len(specs)} spec(s)")
         state_path = root / layout.SUBMIT_STATE
@@ -221,7 +223,7 @@ def main(argv: list[str]) -> int:
         if other:
             raise SubmitError(f"{root}: holds shards of another layout (of-{other[0]:03d}); use another out_dir")
         jobs: list[dict[str, Any]] = state.get("jobs", [])
-        done = [i for i in range(n) if layout.shard_finished(root, i, n, specs)]
+        done = [i for i in range(n) if layout.shard_finished(root, i, n, specs, trials)]
         busy = queued_tasks([j["job"] for j in jobs]) - set(done)
         if not args.dry_run and shutil.which("sbatch") is None:
             raise SubmitError(
@@ -297,10 +299,10 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         resolved = resolve_sweep(
             overrides, check_models=not args.skip_model_check, served=serving["overrides"] if serving else []
         )
-        least = min(len(specs) for _, _, _, specs in resolved)
+        least = min(len(specs) for _, _, _, specs, _ in resolved)
         if n > least:
             raise SubmitError(f"--shards {n}: more shards than the smallest point's {least} spec(s)")
-        ident = digest(sorted(i for _, _, i, _ in resolved))
+        ident = digest(sorted(i for _, _, i, _, _ in resolved))
         sweep_dir = (Path.cwd() / "multirun" / f"sweep-{ident}").resolve()
         state_path = sweep_dir / layout.SUBMIT_STATE
         state = read_state(state_path)
@@ -309,7 +311,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
                 f"{state_path}: shards: this sweep was split into {state.get('shards')} shards; "
                 f"re-submit with --shards {state.get('shards')}"
             )
-        for _, root, _, _ in resolved:
+        for _, root, _, _, _ in resolved:
             other = sorted(c for c in layout.shard_dirs(root) if c != n)
             if other:
                 raise SubmitError(
@@ -320,7 +322,9 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
             done = [k for k in range(n) if served_task_done(sweep_dir, k, n, len(resolved))]
         else:
             done = [
-                k for k in range(n) if all(layout.shard_finished(root, k, n, specs) for _, root, _, specs in resolved)
+                k
+                for k in range(n)
+                if all(layout.shard_finished(root, k, n, specs, trials) for _, root, _, specs, trials in resolved)
             ]
         busy = queued_tasks([j["job"] for j in jobs]) - set(done)
         if not args.dry_run and shutil.which("sbatch") is None:
@@ -331,7 +335,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         return refused(exc)
 
     print(f"sweep folder: {sweep_dir} ({len(resolved)} points, index-shard-*.json per task)")
-    for point, root, _, specs in resolved:
+    for point, root, _, specs, _ in resolved:
         # A served role's run directories are named by what its server reports (identity), so only the
         # tasks know them: they write them in their index-shard-*.json.
         where = "its run directory in the tasks' index-shard-*.json" if serving else str(root)
@@ -342,7 +346,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     if serving:
         merge = [f"{run_py} mode=merge out_dir=<each run_dir in {sweep_dir}/index-shard-*.json>"]
     else:
-        merge = [f"{run_py} mode=merge out_dir={shlex.quote(str(r))}" for _, r, _, _ in resolved]
+        merge = [f"{run_py} mode=merge out_dir={shlex.quote(str(r))}" for _, r, _, _, _ in resolved]
     if not todo:
         if len(done) == n:
             print("all shards of every point are done; merge each point with:\n  " + "\n  ".join(merge))
@@ -364,7 +368,9 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         "identity": ident,
         "shards": n,
         "overrides": overrides,
-        "sweep": [{"overrides": p, "run_dir": None if serving else str(r), "identity": i} for p, r, i, _ in resolved],
+        "sweep": [
+            {"overrides": p, "run_dir": None if serving else str(r), "identity": i} for p, r, i, _, _ in resolved
+        ],
     }
     if serving:
         return submit_served(args, serving, sweep_dir, endpoint, cmd, todo, jobs, state_path, record)

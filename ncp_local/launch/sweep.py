@@ -399,9 +399,15 @@ def _cfg(p: Point) -> config_mod.RunConfig:
     return p.cfg
 
 
+def _episodes(p: Point) -> tuple[str, ...]:
+    """The point's episodes: each trial of each of its specs, or its shard's (protocol/trials.py names them)."""
+    assert p.cfg is not None and p.ready is not None and p.ready.dataset is not None
+    return layout.run_episodes(p.cfg, [s.id for s in p.ready.dataset.specs])
+
+
 def _todo(p: Point) -> bool:
     assert p.out is not None
-    return not all(layout.result_file(p.out, s.id).exists() for s in p.specs)
+    return not all(layout.result_file(p.out, e).exists() for e in _episodes(p))
 
 
 class Sweep:
@@ -434,7 +440,7 @@ class Sweep:
                 + "; ".join(" ".join(f"#{p.num}" for p in g) for g in self.groups)
             )
         for p in runnable:
-            self.progress.add_run(p.name, [s.id for s in p.specs], _cfg(p).max_turns, p.out)
+            self.progress.add_run(p.name, _episodes(p), _cfg(p).max_turns, p.out)
             self.progress.point(p.name, "waiting")
         self.index()
         task = asyncio.current_task()
@@ -499,12 +505,13 @@ class Sweep:
         if store is None:
             return True
         try:
-            if not all(store.has_result(s.id) for s in p.specs):
+            names = _episodes(p)
+            if not all(store.has_result(e) for e in names):
                 return False
-            p.results = {s.id: store.load_result(s.id) for s in p.specs}
-            store.mark_done(len(p.specs))
+            p.results = {e: store.load_result(e) for e in names}
+            store.mark_done(len(names))
             p.status, p.code = "done", 0
-            self.say(f"sweep: {p.name}: all {len(p.specs)} episodes already finished in {p.out}; nothing left to do")
+            self.say(f"sweep: {p.name}: all {len(names)} episodes already finished in {p.out}; nothing left to do")
         except (InputError, DiskFull) as exc:
             known = exit_for(exc)
             assert known is not None
@@ -546,8 +553,10 @@ class Sweep:
             engines = {role: await self.pool.get(p.keys[role]) for role in ROLES}
             # The point as it would run alone, on the sweep's shared engines (its own config, not the
             # group's placement: placement never changes what a run computes).
-            p.results = await play(replace(p.ready, cfg=cfg), p.specs, engines, store, self.progress, p.name)
-            store.mark_done(len(p.specs))
+            p.results = await play(
+                replace(p.ready, cfg=cfg), p.specs, engines, store, self.progress, p.name, _episodes(p)
+            )
+            store.mark_done(len(_episodes(p)))
             broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
             if broken:
                 p.fail(EXIT_SYSTEMATIC, f"{broken} (max_invalid_share={cfg.max_invalid_share})")

@@ -56,13 +56,15 @@ async def reaudit_episode(
 
     async def one(view: TurnView) -> TurnAudit:
         async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
-            return await calls.ask(spec.id, view.record.turn, stage, template, variables, **kw)
+            return await calls.ask(result.episode, view.record.turn, stage, template, variables, **kw)
 
         async with gate:
             return await audit_turn(spec, view, ask, failure_modes)
 
     audits = await asyncio.gather(*(one(v) for v in rp.turns))
-    return ReauditResult(spec_id=spec.id, source_termination=result.termination, turns=tuple(audits))
+    return ReauditResult(
+        spec_id=spec.id, source_termination=result.termination, turns=tuple(audits), trial=result.trial
+    )
 
 
 async def reaudit_all(
@@ -77,7 +79,7 @@ async def reaudit_all(
 
     async def episode(spec: Spec, result: EpisodeResult) -> None:
         res = await reaudit_episode(spec, result, calls, gate, failure_modes)
-        out[spec.id] = res
+        out[res.episode] = res
         if on_result:
             on_result(res)
 
@@ -102,7 +104,7 @@ def _identity(cfg: Any, raw: dict[str, Any], pack: PromptPack, source: Run) -> i
 
 def _load_done(store: RunDir) -> dict[str, ReauditResult]:
     # Verified when the store opened: a failing file was moved to quarantine/ and is judged again.
-    return {r.spec_id: r for r in store.iter_results()}
+    return {r.episode: r for r in store.iter_results()}
 
 
 def auditor_table(cfg: Any, paths: Sequence[str]) -> int:
@@ -190,7 +192,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     engine_log.place(out / ENGINE_LOG)
     try:
         done = _load_done(store)
-        todo = [(source.specs[sid], r) for sid, r in source.results.items() if sid not in done]
+        todo = [(source.specs[r.spec_id], r) for sid, r in source.results.items() if sid not in done]
         if todo:
             done.update(asyncio.run(_run(acfg, pack, engines, store, todo)))
         else:
@@ -218,15 +220,15 @@ async def _run(
 ) -> dict[str, ReauditResult]:
     started = await engines.start()
     bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-    for spec, result in todo:  # progress counts the recorded turns judged again
-        bar.add_run("re-audit", [spec.id], len(result.turns))
+    for _, result in todo:  # progress counts the recorded turns judged again
+        bar.add_run("re-audit", [result.episode], len(result.turns))
     try:
         roles = bindings(cfg, started, ("auditor",), wrap=lambda e: Metered(e, bar))
         calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
 
         def save(res: ReauditResult) -> None:
             store.write_result(res)
-            bar.result("re-audit", res.spec_id, len(res.turns))
+            bar.result("re-audit", res.episode, len(res.turns))
 
         bar.start()
         try:

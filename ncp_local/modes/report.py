@@ -29,12 +29,15 @@ def main(cfg: RunConfig, raw: dict) -> int:
     )
     print(rep["summary_md"])
     print("\nwhat ended each story:\n" + rep["endings_md"])
+    if rep["trials"]:
+        print("\ntrials: pass^k and the noise floor:\n" + rep["trials_md"])
     print("\nthe auditor's error:\n" + rep["auditor_md"])
     print("\ncost by role and stage:\n" + rep["cost_md"])
     for note in rep["notes"]:
         print(note)
     print(
         f"report: {out} (results.md/.csv, genres.md/.csv, cost.csv, survival.png/.svg/.csv, endings.png/.svg/.csv"
+        + (", trials.md, passk.png/.svg/.csv, noise.csv, stories.csv" if rep["trials"] else "")
         + (", survival_corrected.csv" if cfg.review.sheet else "")
         + (", index.html" if cfg.report.html else "")
         + ")"

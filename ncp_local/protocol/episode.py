@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from . import ledger
 from .ledger import EpisodeState, Exchange, FactUpdate, Status
@@ -39,6 +39,7 @@ from .stages import (
     TrajectoryOut,
     conflict_name,
 )
+from .trials import episode_name
 from .turns import OPENING
 from .turns import at as said_at
 
@@ -51,7 +52,8 @@ Termination = Literal["conflict", "max_turns", "all_resolved", "invalid", "conte
 
 # Counts added after runs were first written: left out of a record while zero, so a record of a
 # model that does not think serializes (and seals) byte for byte as before.
-_OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens")
+# `trial` likewise: trial 0 of a story is the episode a run without trials plays (protocol/trials.py).
+_OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens", "trial")
 # Likewise a stage a run asks only when turned on (audit.failure_modes): absent, not null, when off.
 _OMITTED_WHEN_NONE = ("failure_modes",)
 
@@ -112,6 +114,11 @@ class EpisodeResult(_Record):
     max_turns: int
     opening_bound_hits: tuple[str, ...] = ()
     opening_thought_tokens: int = 0
+    trial: int = Field(0, ge=0)  # which play of the story this is (protocol/trials.py)
+
+    @property
+    def episode(self) -> str:
+        return episode_name(self.spec_id, self.trial)
 
 
 class Checkpoint(_Record):
@@ -124,6 +131,11 @@ class Checkpoint(_Record):
     narrator_state: dict[str, Any]
     opening_bound_hits: tuple[str, ...] = ()
     opening_thought_tokens: int = 0
+    trial: int = Field(0, ge=0)
+
+    @property
+    def episode(self) -> str:
+        return episode_name(self.spec_id, self.trial)
 
 
 class CallFailed(Exception):

@@ -55,6 +55,7 @@ class EpisodeMetrics:
     commitment: bool
     player_input: bool
     bound_hits: int = 0  # outputs of this episode (opening included) that reached a configured bound
+    trial: int = 0  # which play of the story (protocol/trials.py)
 
     @property
     def censored(self) -> bool:
@@ -93,6 +94,7 @@ def episode_metrics(result: EpisodeResult) -> EpisodeMetrics:
         commitment=flags["commitment"],
         player_input=flags["player_input"],
         bound_hits=len(opening_bound_hits(result)) + sum(len(turn_bound_hits(t)) for t in result.turns),
+        trial=result.trial,
     )
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from .episode import CallFailed, FactUpdateRecord, audit_response
 from .narrators import Ask
 from .replay import TurnView
 from .spec import Spec
+from .trials import episode_name
 
 
 class _Record(BaseModel):
@@ -18,10 +19,14 @@ class _Record(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_unasked(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # As a run's turn record: a stage not asked is absent, so older re-audits serialize as before.
+        # As a run's records: a stage not asked (failure_modes) and trial 0 are absent, so re-audits
+        # made before them serialize (and seal) as they were.
         data = handler(self)
-        if isinstance(data, dict) and data.get("failure_modes", ()) is None:
-            del data["failure_modes"]
+        if isinstance(data, dict):
+            if data.get("failure_modes", ()) is None:
+                del data["failure_modes"]
+            if data.get("trial") == 0:
+                del data["trial"]
         return data
 
 
@@ -43,6 +48,11 @@ class ReauditResult(_Record):
     spec_id: str
     source_termination: str
     turns: tuple[TurnAudit, ...]
+    trial: int = Field(0, ge=0)  # the judged episode's trial (protocol/trials.py); left out while 0
+
+    @property
+    def episode(self) -> str:
+        return episode_name(self.spec_id, self.trial)
 
 
 async def audit_turn(spec: Spec, view: TurnView, ask: Ask, failure_modes: bool = False) -> TurnAudit:

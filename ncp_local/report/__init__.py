@@ -16,7 +16,7 @@ from .cost import cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
-from .plots import inline_svg, write_endings, write_survival
+from .plots import inline_svg, write_endings, write_passk, write_survival
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
@@ -33,6 +33,7 @@ from .tables import (
 from .tables import (
     summary_markdown as results_markdown,
 )
+from .trials import noise_csv, passk_csv, run_trials, stories_csv, stories_markdown, trials_markdown
 
 __all__ = ["build_report", "default_out", "load_runs", "runs_of", "Run"]
 
@@ -72,6 +73,8 @@ def build_report(
     modes = [run_modes(r) for r in runs]
     modes_md = modes_markdown(modes)
     auditor_md = auditor_error_markdown(err, level)
+    rts = run_trials(runs, level)  # only runs that played their stories more than once
+    trials_md = trials_markdown(rts, level) if rts else ""
     notes = [f"- {line}" for line in run_notes(runs)]
     doc = (
         "# NCP results\n\n"
@@ -80,6 +83,7 @@ def build_report(
         + endings_md
         + "\n\n## Failure modes\n\n"
         + modes_md
+        + ("\n\n## Trials: pass^k and the noise floor\n\n" + trials_md if rts else "")
         + "\n\n## The auditor's error\n\n"
         + auditor_md
         + "\n\n## Per genre\n\n"
@@ -106,6 +110,18 @@ def build_report(
     png, svg = write_survival(runs, out, level, corrected)
     ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
     files += [png, svg, ends_png, ends_svg]
+    passk_svg = None
+    if rts:
+        files += [
+            write(
+                out / "trials.md", "# Trials\n\n" + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n"
+            ),
+            write(out / "passk.csv", passk_csv(rts)),
+            write(out / "noise.csv", noise_csv(rts)),
+            write(out / "stories.csv", stories_csv(rts)),
+        ]
+        passk_png, passk_svg = write_passk(rts, out)
+        files += [passk_png, passk_svg]
     if html:
         files.append(
             write_html(
@@ -118,6 +134,7 @@ def build_report(
                 endings=(ends, inline_svg(ends_svg)),
                 auditor=err,
                 modes=modes,
+                trials=(rts, inline_svg(passk_svg)) if passk_svg is not None else None,
             )
         )
     return {
@@ -127,6 +144,8 @@ def build_report(
         "endings": ends,
         "modes_md": modes_md,
         "modes": modes,
+        "trials_md": trials_md,
+        "trials": rts,
         "auditor_md": auditor_md,
         "auditor_error": err,
         "genres_md": genres_md,

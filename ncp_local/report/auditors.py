@@ -90,12 +90,12 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
         re_, problem = check_result(f, manifest, ReauditResult)
         if re_ is None:
             continue
-        src = source.results.get(re_.spec_id)
+        src = source.results.get(re_.episode)
         if src is None or src.termination == "invalid" or any(not a.judged for a in re_.turns):
             continue
         ordered = sorted(re_.turns, key=lambda a: a.turn)
         first = next((a for a in ordered if a.conflicts), None)
-        aud.episodes[re_.spec_id] = Judged(
+        aud.episodes[re_.episode] = Judged(
             played(first.turn) if first else len(src.turns),
             _types(first.conflicts) if first else frozenset(),
             tuple((a.turn, bool(a.conflicts)) for a in ordered),

@@ -98,6 +98,11 @@ class CostTable:
     costs: dict[tuple[str, str], float | None] = field(default_factory=dict)
     projected: dict[tuple[str, str], float] | None = None  # the plan's prompt tokens for these calls
     projection_note: str = ""  # where the projection came from, or why there is none
+    # A run of several trials: each trial's sums over every role and stage, and its cost; the stories
+    # played (the per-story row divides the run's figures by them).
+    trials: dict[int, Usage] = field(default_factory=dict)
+    trial_costs: dict[int, float | None] = field(default_factory=dict)
+    stories: int = 0
 
     @property
     def total(self) -> Usage:
@@ -198,8 +203,14 @@ def cost_table(
     )
     if plan:
         table.projected, table.projection_note = plan_projection(run, dataset)
+    trial_of = {r.episode: r.trial for r in run.results.values()}
+    several = len(set(trial_of.values())) > 1
+    table.stories = len({r.spec_id for r in run.results.values()})
     for c in calls:
         table.rows.setdefault((str(c.get("role", "")), str(c.get("stage", ""))), Usage()).add(c)
+        if several:
+            table.trials.setdefault(int(c.get("trial") or 0), Usage()).add(c)
+    trial_busy: dict[tuple[str, int], float] = {}
     # One engine per distinct model and process (a shard is a process of its own): its calls share its
     # busy time.
     by_model: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -208,12 +219,15 @@ def cost_table(
             by_model.setdefault((i, str(c.get("model", ""))), []).append(c)
     unknown = False
     for group in by_model.values():
-        shares = busy_shares(group, lambda c: (str(c.get("role", "")), str(c.get("stage", ""))))
+        shares = busy_shares(
+            group, lambda c: (str(c.get("role", "")), str(c.get("stage", "")), int(c.get("trial") or 0))
+        )
         if shares is None:
             unknown = True
             continue
-        for k, s in shares.items():
-            table.rows[k].busy_s = (table.rows[k].busy_s or 0.0) + s
+        for (role, stage, trial), s in shares.items():
+            table.rows[(role, stage)].busy_s = (table.rows[(role, stage)].busy_s or 0.0) + s
+            trial_busy[(role, trial)] = trial_busy.get((role, trial), 0.0) + s
     for (role, stage), u in table.rows.items():
         if unknown:
             u.busy_s = None
@@ -221,7 +235,12 @@ def cost_table(
         table.costs[(role, stage)] = (
             None if gpu_hour_cost is None else (None if u.busy_s is None else u.busy_s / 3600 * u.gpus * gpu_hour_cost)
         )
+    for trial, u in table.trials.items():
+        u.busy_s = None if unknown else sum(s for (_, t), s in trial_busy.items() if t == trial)
+        priced = [s / 3600 * _gpus(run.manifest, role) for (role, t), s in trial_busy.items() if t == trial]
+        table.trial_costs[trial] = None if gpu_hour_cost is None or unknown else sum(priced) * gpu_hour_cost
     table.rows = dict(sorted(table.rows.items()))
+    table.trials = dict(sorted(table.trials.items()))
     return table
 
 
@@ -272,7 +291,8 @@ def _values(u: Usage, cost: float | None, projected: float | None, per: float) -
 
 
 def rows_of(table: CostTable) -> Iterable[tuple[str, str, str, dict[str, float | None]]]:
-    """(per, role, stage, values) for the run's figures, then per episode-turn."""
+    """(per, role, stage, values) for the run's figures, then per episode-turn; a run of several trials
+    then has each trial's figures (`trial k`, every role and stage) and the average story's (`story`)."""
     total = table.total
     proj = table.projected or {}
     for per, div in (("run", 1.0), ("episode-turn", float(table.episode_turns))):
@@ -281,6 +301,11 @@ def rows_of(table: CostTable) -> Iterable[tuple[str, str, str, dict[str, float |
         for key, u in table.rows.items():
             yield per, key[0], key[1], _values(u, table.costs.get(key), proj.get(key), div)
         yield per, "all", "all", _values(total, table.total_cost, sum(proj.values()) if proj else None, div)
+    if table.trials:
+        for trial, u in table.trials.items():
+            yield f"trial {trial}", "all", "all", _values(u, table.trial_costs.get(trial), None, 1.0)
+        if table.stories:
+            yield "story", "all", "all", _values(total, table.total_cost, None, float(table.stories))
 
 
 def headers(table: CostTable) -> list[str]:
@@ -293,7 +318,7 @@ def _num(x: float | None, d: int) -> str:
 
 
 def cells(table: CostTable, per: str, values: dict[str, float | None]) -> list[str]:
-    i = 0 if per == "run" else 1
+    i = 0 if per == "run" or per.startswith("trial ") else 1  # sums as integers, averages with decimals
     return [_num(values[k], DECIMALS[k][i]) for k in columns(table)]
 
 
@@ -303,6 +328,12 @@ def table_note(t: CostTable) -> str:
         + (f"; cost at {t.gpu_hour_cost:g} per GPU-hour" if t.gpu_hour_cost is not None else "")
         + ("; busy time unknown (a call log without done_at)" if t.total.busy_s is None else "")
         + (f"; plan: {t.projection_note}" if t.projection_note else "")
+        + (
+            f"; `trial k`: that trial's calls in all {t.stories} stories; `story`: the run's figures per story "
+            "(all its trials)"
+            if t.trials
+            else ""
+        )
     )
 
 

@@ -89,9 +89,45 @@ ENDINGS_GLOSSARY: tuple[tuple[str, str], ...] = (
     ("context_limit (censored)", "episodes stopped by a full context window: censored, as in S(t)"),
     ("turns band", "episodes by what ended them and how many turns they played (`0`: in the opening)"),
 )
+# The trials section's columns and rows (report/trials.py): pass^k, the noise floor, each story's plays.
+TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("t=N", "after N player turns (the pass^k table shows turn 1, the quarters of max_turns and max_turns)"),
+    ("S(t) %", "share of the plays still going after t turns (Kaplan-Meier), as on the survival plot"),
+    (
+        "pass^k %",
+        "chance that k plays of a story all survive t turns: C(c,k)/C(n,k) for a story with c of its n "
+        "plays surviving, averaged over the stories (pass^1 = S(t) with as many plays per story, none censored)",
+    ),
+    ("metric", "a main-table metric, per play (conflict-free %: 100 for a play no conflict ended)"),
+    ("mean", "its mean over the scored plays"),
+    ("within-story var", "variance of one play around its story's mean, pooled over the stories: sampling noise"),
+    (
+        "between-story var",
+        "variance of the stories' means less the noise in them (within / plays per story): how the stories differ",
+    ),
+    ("within / between", "their ratio (inf: the stories do not differ beyond the noise)"),
+    (
+        "smallest real diff, replay",
+        "the least difference between two runs of the same stories, as many plays each, that the noise allows "
+        "to call real at the report's level: z * sqrt(2 * within / (stories * plays))",
+    ),
+    (
+        "smallest real diff, other stories",
+        "the same for two runs of as many other stories: z * sqrt(2 * (between / stories + within / "
+        "(stories * plays)))",
+    ),
+    ("plays", "the story's scored plays (`invalid` ones left out)"),
+    ("survived", "its plays that no conflict ended"),
+    ("turns min", "the fewest turns one of its plays played"),
+    ("turns median", "the median of its plays' turns"),
+    ("turns max", "the most turns one of its plays played"),
+    ("turns sd", "the standard deviation of its plays' turns"),
+    ("endings", "each play's trial, ending and turns played, e.g. `t1:fact@7`"),
+)
 _BY_NAME = dict(GLOSSARY)
 _COST_BY_NAME = dict(COST_GLOSSARY)
 _ENDINGS_BY_NAME = dict(ENDINGS_GLOSSARY)
+_TRIALS_BY_NAME = dict(TRIALS_GLOSSARY)
 
 
 def define(column: str) -> str:
@@ -107,6 +143,13 @@ def define_cost(column: str) -> str:
 def define_ending(column: str) -> str:
     """The definition of an endings-table column; a turn band's header (`1-5`, `all`) gets the bands' text."""
     return _ENDINGS_BY_NAME.get(column, _ENDINGS_BY_NAME["turns band"])
+
+
+def define_trials(column: str) -> str:
+    """The definition of a trials-section column or row (`pass^3 %` reads as `pass^k %`, `t=7` as `t=N`)."""
+    if column in _TRIALS_BY_NAME:
+        return _TRIALS_BY_NAME[column]
+    return _TRIALS_BY_NAME["pass^k %" if column.startswith("pass^") else "t=N" if column.startswith("t=") else column]
 
 
 def plain(text: str) -> str:

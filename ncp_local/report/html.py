@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -28,10 +28,11 @@ from .cost import cells as cost_cells
 from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
 from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
 from .failure_modes import RunModes
-from .glossary import define, define_cost, define_ending, plain
+from .glossary import define, define_cost, define_ending, define_trials, plain
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
 from .tables import METRICS, MIN_FOR_INTERVAL, TERMINATIONS, Row
+from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table
 
 
 def esc(value: Any) -> str:
@@ -158,9 +159,9 @@ def _episode_table(i: int, run: Run) -> str:
     key = run_key(i, run)
     tid = f"episodes-{i}"
     rows = []
-    for sid, result in run.results.items():
+    for sid, result in run.results.items():  # sid: the episode's name (a story's trial past 0: <spec>~t<k>)
         m = episode_metrics(result)
-        spec = run.specs.get(sid)
+        spec = run.specs.get(result.spec_id)
         title = spec.meta.title if spec else ""
         genres = ", ".join(spec.meta.genres) if spec else ""
         rows.append(
@@ -210,12 +211,18 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
     return "".join(parts)
 
 
-def _count_table(cls: str, header: Sequence[str], rows: Sequence[Sequence[Any]], tips: bool = True) -> str:
-    """A table whose first column names the row and the rest are numbers; an endings table's headers get
-    their glossary text as tooltips."""
+def _count_table(
+    cls: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    tips: bool = True,
+    define: Callable[[str], str] = define_ending,
+) -> str:
+    """A table whose first column names the row and the rest are numbers; its headers get their glossary
+    text (`define`: the endings table's by default) as tooltips."""
 
     def th(i: int, h: str) -> str:
-        tip = f' title="{esc(plain(define_ending(h)))}"' if tips else ""
+        tip = f' title="{esc(plain(define(h)))}"' if tips and h else ""
         return f"<th{'' if i == 0 else ' class=num'}{tip}>{esc(h)}</th>"
 
     head = "<tr>" + "".join(th(i, h) for i, h in enumerate(header)) + "</tr>"
@@ -274,6 +281,19 @@ def _auditor_html(err: AuditorError | None, level: float) -> str:
     return "".join(parts)
 
 
+def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
+    """The pass^k plot, then per run its pass^k table and its noise floor (report/trials.py)."""
+    parts = [f"<figure>{svg}</figure>"]
+    for rt in rts:
+        parts += [
+            f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
+            _count_table("passk", *passk_table(rt), define=define_trials),
+            _count_table("noise", *noise_table(rt, level), define=define_trials),
+        ]
+    parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
+    return "".join(parts)
+
+
 def index_page(
     runs: Sequence[Run],
     rows: Sequence[Row],
@@ -283,6 +303,7 @@ def index_page(
     endings: tuple[Sequence[RunEndings], str] | None = None,
     auditor: AuditorError | None = None,
     modes: Sequence[RunModes] = (),
+    trials: tuple[Sequence[RunTrials], str] | None = None,
 ) -> str:
     parts = [
         "<h1>NCP report</h1>",
@@ -300,6 +321,8 @@ def index_page(
         parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
     if modes:
         parts += ["<h2>Failure modes</h2>", _modes_html(modes)]
+    if trials is not None:
+        parts += ["<h2>Trials: pass^k and the noise floor</h2>", _trials_html(*trials, level)]
     parts += ["<h2>The auditor's error</h2>", _auditor_html(auditor, level)]
     if costs:
         parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
@@ -521,7 +544,7 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     m = episode_metrics(result)
     rp = replay(spec, result) if spec is not None else None
     views: dict[int, TurnView] = {v.record.turn: v for v in rp.turns} if rp else {}
-    title = f"{result.spec_id}" + (f" — {spec.meta.title}" if spec else "")
+    title = f"{result.episode}" + (f" — {spec.meta.title}" if spec else "")
     parts = [
         f'<p class=small><a href="{esc(index_href)}">&larr; all episodes</a> &middot; {esc(run.label)}</p>',
         f"<h1>{esc(title)}</h1>",
@@ -613,11 +636,12 @@ def write_html(
     endings: tuple[Sequence[RunEndings], str] | None = None,
     auditor: AuditorError | None = None,
     modes: Sequence[RunModes] = (),
+    trials: tuple[Sequence[RunTrials], str] | None = None,
 ) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor, modes))
+    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor, modes, trials))
     return index

@@ -32,6 +32,7 @@ from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.stages import CONFLICT_TYPES
+from ..protocol.trials import episode_name
 from ..protocol.turns import OPENING
 from ..protocol.turns import shown as shown_turn
 from .cost import run_calls
@@ -182,7 +183,7 @@ def build_log(run: Run, events: bool = True) -> Any:
     all_calls = run_calls(run)
     by_episode: dict[str, list[dict[str, Any]]] = {}
     for c in all_calls:
-        by_episode.setdefault(str(c.get("spec_id")), []).append(c)
+        by_episode.setdefault(episode_name(str(c.get("spec_id")), int(c.get("trial") or 0)), []).append(c)
 
     def event(c: dict[str, Any], result: EpisodeResult, span: str, t0: float) -> Any:
         role, stage, turn = str(c.get("role")), str(c.get("stage")), int(c.get("turn", 0))
@@ -236,8 +237,8 @@ def build_log(run: Run, events: bool = True) -> Any:
     samples = []
     for sid, result in run.results.items():
         m = episode_metrics(result)
-        calls = by_episode.get(sid, [])
-        spec = run.specs.get(sid)
+        calls = by_episode.get(sid, [])  # sid: the episode's name; a story's trials are its epochs
+        spec = run.specs.get(result.spec_id)
         messages: list[Any] = [
             ChatMessageAssistant(
                 content=result.opening,
@@ -277,13 +278,13 @@ def build_log(run: Run, events: bool = True) -> Any:
         if open_span is not None:
             sample_events.append(SpanEndEvent(id=open_span, span_id=open_span))
         ends = [float(c["done_at"]) for c in calls if c.get("done_at") is not None]
-        title = spec.meta.title if spec else sid
+        title = spec.meta.title if spec else result.spec_id
         samples.append(
             EvalSample(
-                id=sid,
-                epoch=1,
+                id=result.spec_id,
+                epoch=result.trial + 1,  # Inspect counts epochs from 1
                 target="",
-                input=(f"{title}; the player is {spec.meta.player_role}" if spec else sid),
+                input=(f"{title}; the player is {spec.meta.player_role}" if spec else result.spec_id),
                 messages=messages,
                 output=ModelOutput.from_content(
                     role_models["narrator"], result.turns[-1].response if result.turns else result.opening
@@ -293,7 +294,7 @@ def build_log(run: Run, events: bool = True) -> Any:
                     for name, value in score_values(m).items()
                 },
                 metadata={
-                    "spec_id": sid,
+                    "spec_id": result.spec_id,
                     "title": title,
                     "genres": list(spec.meta.genres) if spec else [],
                     "termination_reason": result.reason,
@@ -372,13 +373,17 @@ def build_log(run: Run, events: bool = True) -> Any:
         dataset=EvalDataset(
             name=(cfg.get("dataset") or {}).get("name"),
             location=dataset.get("path"),
-            samples=len(samples),
-            sample_ids=list(run.results),
+            samples=len({r.spec_id for r in run.results.values()}),
+            sample_ids=list(dict.fromkeys(r.spec_id for r in run.results.values())),
         ),
         model=role_models["narrator"],
         model_generate_config=sampling("narrator"),
         model_roles={r: ModelConfig(model=role_models[r], config=sampling(r)) for r in ROLES},
-        config=EvalConfig(limit=cfg.get("limit"), epochs=1, max_samples=cfg.get("concurrency")),
+        config=EvalConfig(
+            limit=cfg.get("limit"),
+            epochs=1 + max((r.trial for r in run.results.values()), default=0),
+            max_samples=cfg.get("concurrency"),
+        ),
         revision=EvalRevision(type="git", origin="", commit=commit, dirty=git.get("dirty")) if commit else None,
         packages={k: str(v) for k, v in (run.manifest.get("versions") or {}).items()},
         metadata={

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -23,6 +24,7 @@ from ..protocol.metrics import ENDINGS
 from .endings import Incidence
 from .runs import Run
 from .tables import censored_at
+from .trials import RunTrials
 
 # Curves of a sweep often coincide (same seed, near temperatures): a line style and a marker per
 # run keep each visible under the others, as well as its colour.
@@ -136,17 +138,23 @@ SURVIVING_COLOUR = "#c7c7c7"
 PANEL_COLUMNS = 3
 
 
+def _panel_grid(n: int, extra_height: float) -> tuple[Figure, Any]:
+    """A figure of `n` panels, up to PANEL_COLUMNS a row, sharing their y axis (the unused ones hidden)."""
+    cols = max(1, min(PANEL_COLUMNS, n))
+    rows = max(1, math.ceil(n / cols))
+    # At least the survival plot's width: titles and legends need it.
+    fig = Figure(figsize=(max(8.0, 4.2 * cols), 3.6 * rows + extra_height), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
 def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> Figure:
     """Per run (label, incidence, S(t)): the endings' F_k(t) stacked from the bottom, S(t) filling the rest,
     one step past the last turn (where the last turn's endings show)."""
-    cols = max(1, min(PANEL_COLUMNS, len(panels)))
-    rows = max(1, math.ceil(len(panels) / cols))
-    # At least the survival plot's width: the title and the legend's six names need it.
-    fig = Figure(figsize=(max(8.0, 4.2 * cols), 3.6 * rows + 1.0), dpi=120, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
+    fig, axes = _panel_grid(len(panels), 1.0)
     for ax, (label, inc, s) in zip(axes.flat, panels, strict=False):
         # t = max_turns + 1 holds the last turn's endings; the grey rest there is what the limit stopped.
         ts = [*range(inc.max_turns + 2), inc.max_turns + 1.5]
@@ -173,6 +181,51 @@ def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> 
 
 def write_endings(panels: Sequence[tuple[str, Incidence, Sequence[float]]], out: Path) -> tuple[Path, Path]:
     return _save(endings_figure(panels), out, "endings")
+
+
+def passk_figure(rts: Sequence[RunTrials]) -> Figure:
+    """Per run, pass^k(t) for every k (one curve each, darker as k grows) and S(t) dashed: the gap
+    between pass^1 and pass^k is how much of survival is luck of the draw (report/trials.py)."""
+    fig, axes = _panel_grid(len(rts), 0.8)
+    for ax, rt in zip(axes.flat, rts, strict=False):
+        ts = range(rt.max_turns + 1)
+        for i, (k, curve) in enumerate(rt.curves.items()):
+            shade = 0.15 + 0.75 * i / max(1, len(rt.curves) - 1)
+            ax.step(
+                ts,
+                [100 * v for v in curve],
+                where="post",
+                color=(0.1, 0.3 * (1 - shade) + 0.1, shade),
+                linewidth=1.6,
+                marker=MARKERS[i % len(MARKERS)],
+                markersize=3,
+                label=f"pass^{k}",
+            )
+        # On top, dashed: where pass^1 and S(t) agree (same plays per story, none censored) both show.
+        ax.step(
+            ts,
+            [100 * v for v in rt.survival],
+            where="post",
+            color="black",
+            linestyle="--",
+            linewidth=0.9,
+            zorder=3,
+            label="S(t)",
+        )
+        ax.set_xlim(0, rt.max_turns)
+        ax.set_ylim(0, 100)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{rt.label} ({rt.trials} trials x {len(rt.stories)} stories)", fontsize=9)
+        ax.set_xlabel("t: player turns played")
+        ax.legend(fontsize=8, frameon=False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("stories (%)")
+    fig.suptitle("pass^k(t): all k plays of a story survive t turns", fontsize=10)
+    return fig
+
+
+def write_passk(rts: Sequence[RunTrials], out: Path) -> tuple[Path, Path]:
+    return _save(passk_figure(rts), out, "passk")
 
 
 def inline_svg(svg_path: Path) -> str:

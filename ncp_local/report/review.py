@@ -47,7 +47,7 @@ def sample_conflicts(runs: Sequence[Run], n: int, seed: int) -> list[dict[str, A
                     "item": f"{len(rows) + 1:03d}",
                     "run": run.label,
                     "run_dir": str(run.path),
-                    "spec_id": result.spec_id,
+                    "spec_id": result.episode,  # the episode's name: a trial past 0 is <spec>~t<k>
                     "turn": shown_turn(rec.turn),
                     "type": d["type"],
                     "target_id": d["id"],

@@ -31,7 +31,9 @@ class Run:
     path: Path
     label: str
     manifest: dict[str, Any]
-    results: dict[str, EpisodeResult]  # spec id -> result, in dataset order
+    # episode name (protocol/trials.py: the spec id for trial 0) -> result, in dataset order, a story's
+    # trials together in trial order
+    results: dict[str, EpisodeResult]
     shards: tuple[Path, ...] = ()
     unfinished: tuple[str, ...] = ()  # a checkpoint but no result yet
     notes: list[str] = field(default_factory=list)
@@ -129,16 +131,18 @@ def load_run(path: str | Path) -> Run:
                 notes.append(f"{f}: {why}: not counted")  # a failing file is named, never counted
                 damaged.append((f, why))
                 continue
-            if result.spec_id in found:
-                notes.append(f"{result.spec_id}: result in more than one shard; kept the first ({f} ignored)")
+            if result.episode in found:
+                notes.append(f"{result.episode}: result in more than one shard; kept the first ({f} ignored)")
                 continue
-            found[result.spec_id] = result
+            found[result.episode] = result
         if (part / CHECKPOINTS).is_dir():
             unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
     unfinished -= set(found)
     order = list((manifest.get("dataset") or {}).get("specs") or [])
     rank = {sid: i for i, sid in enumerate(order)}
-    ordered = dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+    ordered = dict(
+        sorted(found.items(), key=lambda kv: (rank.get(kv[1].spec_id, len(rank)), kv[1].spec_id, kv[1].trial))
+    )
     if unfinished:
         notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
     return Run(
@@ -258,7 +262,7 @@ def attach_specs(run: Run, dataset: str | None = None, required: bool = False) -
                 f"dataset at {root} differs from the one the run used (sha256 {got[:12]} != {expected[:12]})"
             )
     missing = []
-    for sid in run.results:
+    for sid in dict.fromkeys(r.spec_id for r in run.results.values()):  # each story once, whatever its trials
         path = root / "specs" / f"{sid}.yaml"
         if not path.is_file():
             missing.append(sid)

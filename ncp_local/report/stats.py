@@ -29,17 +29,22 @@ def bootstrap(
     seed: int = 0,
     level: float = 0.95,
     reduce: str = "mean",
+    groups: Sequence[str] | None = None,
 ) -> dict[str, Interval]:
     """Percentile intervals over episodes; one shared set of resamples for every column.
 
     Resampling whole episodes (the same index draw for every column) keeps the
     columns' dependence, and a fixed seed makes the table reproducible.
     `reduce` is `mean` or `sum` (a count such as conflict-free runs).
+    `groups` (one per value, e.g. each episode's story) resamples groups instead: the values of a
+    drawn group move together (a story's trials), and a mean is over the drawn groups' values.
     """
     names = list(columns)
     data = np.asarray([np.asarray(columns[k], dtype=float) for k in names])
     if data.ndim != 2 or data.shape[1] == 0:
         return {k: Interval(math.nan, math.nan, math.nan) for k in names}
+    if groups is not None and len(set(groups)) < len(groups):
+        return _group_bootstrap(names, data, list(groups), resamples, seed, level, reduce)
     n = data.shape[1]
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(resamples, n))
@@ -48,6 +53,28 @@ def bootstrap(
     for i, k in enumerate(names):
         draws = data[i][idx]
         stat = draws.sum(axis=1) if reduce == "sum" else draws.mean(axis=1)
+        point = float(data[i].sum() if reduce == "sum" else data[i].mean())
+        lo, hi = np.quantile(stat, [alpha, 1 - alpha])
+        out[k] = Interval(point, float(lo), float(hi))
+    return out
+
+
+def _group_bootstrap(
+    names: list[str], data: np.ndarray, groups: list[str], resamples: int, seed: int, level: float, reduce: str
+) -> dict[str, Interval]:
+    """`bootstrap` over groups: each resample draws as many groups as there are, with replacement."""
+    keys = list(dict.fromkeys(groups))
+    at = {g: i for i, g in enumerate(keys)}
+    member = np.asarray([at[g] for g in groups])
+    sizes = np.bincount(member, minlength=len(keys)).astype(float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(keys), size=(resamples, len(keys)))
+    alpha = (1 - level) / 2
+    out = {}
+    for i, k in enumerate(names):
+        sums = np.bincount(member, weights=data[i], minlength=len(keys))
+        total = sums[idx].sum(axis=1)
+        stat = total if reduce == "sum" else total / sizes[idx].sum(axis=1)
         point = float(data[i].sum() if reduce == "sum" else data[i].mean())
         lo, hi = np.quantile(stat, [alpha, 1 - alpha])
         out[k] = Interval(point, float(lo), float(hi))

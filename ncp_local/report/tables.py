@@ -53,7 +53,9 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
         ms = run.metrics()
         agg = aggregate(ms, run.max_turns, level)
         scored = [m for m in ms if m.termination != "invalid"]
-        ci = bootstrap(_columns(scored), resamples, seed, level)
+        # A story's trials move together in the resamples (each story once when it was played once).
+        stories = [m.spec_id for m in scored]
+        ci = bootstrap(_columns(scored), resamples, seed, level, groups=stories)
         ci.update(
             bootstrap(
                 {"conflict_free": [float(m.termination != "conflict") for m in scored]},
@@ -61,6 +63,7 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
                 seed,
                 level,
                 reduce="sum",
+                groups=stories,
             )
         )
         rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished)))
@@ -120,7 +123,8 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
             ]
         )
     note = (
-        f"Point estimate [{level:.0%} bootstrap interval over episodes; none with fewer than "
+        f"Point estimate [{level:.0%} bootstrap interval over episodes (over stories when a story was "
+        f"played more than once: its trials are drawn together); none with fewer than "
         f"{MIN_FOR_INTERVAL} scored episodes]; averages and rates leave "
         "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type; "
         "`context_limit` episodes (the window was full) are averaged at their committed turns and censored "
