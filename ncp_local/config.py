@@ -208,8 +208,10 @@ class ReportCfg(_Cfg):
 class ExportCfg(_Cfg):
     """`mode=export`: the runs as logs another tool reads."""
 
-    format: Literal["inspect"] = "inspect"  # Inspect's .eval log (inspect_ai, the `inspect` extra)
-    out: str | None = None  # null: <first run>/inspect (a sweep folder: <folder>/inspect)
+    # inspect: Inspect's .eval log (inspect_ai, the `inspect` extra); reference: the official
+    # NCP-Bench result files, one folder per run
+    format: Literal["inspect", "reference"] = "inspect"
+    out: str | None = None  # null: <first run>/<format> (a sweep folder: <folder>/<format>)
 
 
 class ReviewCfg(_Cfg):
