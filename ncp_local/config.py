@@ -73,6 +73,7 @@ NOT_IDENTITY = (
     "bench",
     "sources",
     "export",
+    "submission",
     *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
     # A role's engine and endpoint enter the identity as that role's model identity
     # (execution/identity.py: the engine when it differs from `engine`, the served model and
@@ -297,6 +298,7 @@ class RunConfig(_Cfg):
     out: str | None = None  # mode=build: where the built specs go
     report: ReportCfg = ReportCfg()
     export: ExportCfg = ExportCfg()
+    submission: str | None = None  # mode=submission: the archive to write; mode=validate: the archive to check
     review: ReviewCfg = ReviewCfg()
     plan: PlanCfg = PlanCfg()
     models_root: str | None = None  # interpolated into model paths (conf/model/*.yaml)

@@ -154,11 +154,24 @@ def check_file(
     spec id -> file hash for every spec of the run's dataset (None: not
     checked); `require_seal=False` accepts an unsealed file of an older rig.
     """
-    expected = path.stem
     try:
-        data = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except OSError as exc:
         return None, f"cannot read ({exc.strerror})"
+    return check_bytes(raw, path.stem, model, run, spec_hashes, require_seal)
+
+
+def check_bytes(
+    raw: bytes,
+    expected: str,
+    model: type[BaseModel],
+    run: str | None,
+    spec_hashes: Mapping[str, str] | None = None,
+    require_seal: bool = True,
+) -> tuple[Any, str]:
+    """`check_file` on a file's bytes (`expected`: the spec id its name gives), e.g. one read from an archive."""
+    try:
+        data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None, "not JSON (truncated or damaged)"
     if not isinstance(data, dict):

@@ -12,12 +12,12 @@ from ..config import RunConfig
 from ..execution.layout import require_finished
 from ..execution.store import check_destination
 from ..report import Run, default_out, runs_of
+from ..report.inspect_log import build_log, write_log
+from ..report.reference_runs import write_reference_folder
 from ..report.runs import attach_specs
 
 
 def _inspect(runs: list[Run], out: Path) -> None:
-    from ..report.inspect_log import build_log, write_log  # inspect_ai is an optional extra
-
     logs = [build_log(run) for run in runs]  # every log builds (inspect_ai is there) before a file is written
     check_destination(out, "export.out")
     for run, log in zip(runs, logs, strict=True):
@@ -26,8 +26,6 @@ def _inspect(runs: list[Run], out: Path) -> None:
 
 
 def _reference(runs: list[Run], out: Path, dataset: str | None) -> None:
-    from ..report.reference_runs import write_reference_folder
-
     for run in runs:
         attach_specs(run, dataset, required=True)  # the official format carries the spec's texts
     check_destination(out, "export.out")

@@ -89,6 +89,14 @@ def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
     return " / ".join(str(p) for p in parts if p)
 
 
+def in_dataset_order(found: dict[str, EpisodeResult], manifest: dict[str, Any]) -> dict[str, EpisodeResult]:
+    """Results in the order of the run's dataset index (others after, by id): the order the bootstrap
+    resamples, so anyone recomputing a run's intervals gets the same ones."""
+    order = list((manifest.get("dataset") or {}).get("specs") or [])
+    rank = {sid: i for i, sid in enumerate(order)}
+    return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+
 def load_run(path: str | Path) -> Run:
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -143,9 +151,7 @@ def load_run(path: str | Path) -> Run:
         if (part / CHECKPOINTS).is_dir():
             unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
     unfinished -= set(found)
-    order = list((manifest.get("dataset") or {}).get("specs") or [])
-    rank = {sid: i for i, sid in enumerate(order)}
-    ordered = dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+    ordered = in_dataset_order(found, manifest)
     if unfinished:
         notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
     return Run(
