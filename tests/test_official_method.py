@@ -3,8 +3,8 @@
 The official baseline (imported from NCP_BENCH_REFERENCE, never copied) on the scripted engine over the
 official dataset gives the same results as the rig's own `method=baseline` with the official prompt pack:
 its calls carry the same stages and seeds, so the scripted answers are the same. A run killed in the middle
-resumes from the rig's checkpoints to the same results. The method's synchronous code runs on a thread of
-its own, so two episodes' calls are in flight together. A class of neither kind is one line, exit 2."""
+resumes from the rig's checkpoints to the same results; so does the official HiAgent. The method's
+synchronous code runs on a thread of its own, so two episodes' calls are in flight together. A class of neither kind is one line, exit 2."""
 
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ BASELINE = "ncpbench_reference_baseline:BaselineNarrator"
 @pytest.fixture(scope="module")
 def reference_on_path() -> Path:
     root = Path(os.environ.get("NCP_BENCH_REFERENCE") or "/nonexistent")
-    paths = [root / "src", root / "reference-methods" / "baseline" / "src"]
+    paths = [
+        root / "src",
+        root / "reference-methods" / "baseline" / "src",
+        root / "reference-methods" / "hiagent" / "src",
+    ]
     if not all(p.is_dir() for p in paths):
         pytest.skip("official sources not available (set NCP_BENCH_REFERENCE to a reference clone)")
     for p in paths:
@@ -136,3 +140,32 @@ def test_a_class_of_neither_kind_is_one_line(tmp_path: Path) -> None:
     [line] = res.stderr.strip().splitlines()
     assert "method.name" in line and "collections:OrderedDict" in line and "official ncpbench Narrator" in line
     assert not out.exists()
+
+
+def test_official_hiagent_runs_unchanged_and_resumes(
+    official_run: Path, reference_on_path: Path, official_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HiAgent counts tokens with tiktoken's `o200k_base`, a file tiktoken downloads at first use (not here):
+    that one encoding stands in as a byte-level one; the method's code is the official one."""
+    tiktoken = pytest.importorskip("tiktoken")
+    registry = pytest.importorskip("tiktoken.registry")
+
+    standin = tiktoken.Encoding(
+        name="o200k_base", pat_str=r"\S+|\s+", mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={}
+    )
+    monkeypatch.setitem(registry.ENCODINGS, "o200k_base", standin)
+    out = tmp_path / "run"
+    args = ("method=official_hiagent", "+method.config={max_input_tokens:4000}")
+    killed = _play(out, official_dataset, reference_on_path, *args, "engine.die_after_calls=1500")
+    assert killed.returncode != 0 and "resume" in killed.stderr
+    # The method's memory went into the rig's checkpoints (its checkpoint_state), turn by turn.
+    states = [json.loads(f.read_text())["narrator_state"] for f in (out / "checkpoints").glob("*.json")]
+    assert states and all(s["core"]["memory"][0] == [["Observation", "Story initialized."]] for s in states)
+    assert any(len(s["core"]["memory"]) > 2 for s in states)
+    resumed = _play(out, official_dataset, reference_on_path, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    bodies = _bodies(out)
+    assert len(bodies) == 100 and not any(b["termination"] == "invalid" for b in bodies.values())
+    # On the scripted engine an answer depends on the call's stage and seed only, and HiAgent's turn calls
+    # are the baseline's stage (`method_response_generate`, sent as plain text): the same stories.
+    assert bodies == _bodies(official_run)

@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from . import ledger
+from .failures import CallFailed as CallFailed  # re-exported: the rig imports both from here
+from .failures import ContextLimit as ContextLimit
 from .ledger import EpisodeState, Exchange, FactUpdate, Status
 from .narrators import Ask, Narrator
 from .player import Player
@@ -37,7 +39,6 @@ from .stages import (
     TrajectoryOut,
 )
 from .turns import OPENING
-from .turns import at as said_at
 
 # `context_limit`: the episode could not go on because a call no longer fits the
 # model's window; it is censored at its last committed turn (PROTOCOL section 5
@@ -114,22 +115,6 @@ class Checkpoint(_Record):
     narrator_state: dict[str, Any]
     opening_bound_hits: tuple[str, ...] = ()
     opening_thought_tokens: int = 0
-
-
-class CallFailed(Exception):
-    """A call stayed invalid after every attempt; ends this episode only."""
-
-    termination: Termination = "invalid"
-
-    def __init__(self, stage: str, turn: int, reason: str) -> None:
-        super().__init__(f"{stage} {said_at(turn)}: {reason}")
-        self.stage, self.turn, self.reason = stage, turn, reason
-
-
-class ContextLimit(CallFailed):
-    """A call's prompt leaves less room than its stage needs: the episode is censored."""
-
-    termination: Termination = "context_limit"
 
 
 AskFactory = Callable[[int], Ask]  # turn id -> a call bound to that turn (turns.OPENING: the opening)

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import importlib
 import inspect
+import typing
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -30,8 +32,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..chat import Message
+from .failures import CallFailed
 from .ledger import EpisodeState, active_facts, first_pending_node
 from .spec import Spec
+from .turns import OPENING
 
 Ask = Callable[..., Coroutine[Any, Any, Any]]  # narrators.Ask (which imports this module, so named again)
 
@@ -55,13 +59,17 @@ class OfficialOptions(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
     history: Literal["full", "first_line"] = "full"
+    # The method's stages sent with the rig's grammar for that stage (the official runner's JSON mode:
+    # both for its baseline, only `opening` for its HiAgent, whose turn answers are plain text).
+    structured_stages: tuple[str, ...] = ("opening", "method_response_generate")
 
 
 class _Client:
     """The method's model client: `complete()` runs on the method's thread and waits for a rig call on the loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, structured: tuple[str, ...]) -> None:
         self.loop = loop
+        self.structured = frozenset(structured)
         self.ask: Ask | None = None  # the current turn's, set before each call into the method
         self.count: dict[str, int] = {}  # calls of one stage in this turn: the second one is seeded apart
 
@@ -78,7 +86,13 @@ class _Client:
         key = ("" if rig_stage else stage) + (f"#{n}" if n else "")
         sent = tuple(Message(m["role"], m["content"]) for m in messages)
         call = self.ask(
-            rig_stage or PLAIN_STAGE, "", {}, messages=sent, grammar=rig_stage is not None, key=key, role="narrator"
+            rig_stage or PLAIN_STAGE,
+            "",
+            {},
+            messages=sent,
+            grammar=rig_stage is not None and stage in self.structured,
+            key=key,
+            role="narrator",
         )
         try:
             future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(call, self.loop)
@@ -116,9 +130,17 @@ class OfficialMethod:
     TEMPLATES: tuple[str, ...] = ()  # an official method brings its own prompts
     Options = OfficialOptions
 
-    def __init__(self, pack: Any = None, roles: Any = None, history: str = "full", **options: Any) -> None:
+    def __init__(
+        self,
+        pack: Any = None,
+        roles: Any = None,
+        history: str = "full",
+        structured_stages: tuple[str, ...] = OfficialOptions().structured_stages,
+        **options: Any,
+    ) -> None:
         # `pack`, `roles`, `history`: what the rig gives every narrator; an official method has no use for them.
-        self._options = options
+        self._structured = tuple(structured_stages)
+        self._options = constructor_args(self.METHOD, options)
         self._client: _Client | None = None
         self._method: Any = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="official-method")
@@ -162,11 +184,13 @@ class OfficialMethod:
 
     # ---- running the method's synchronous code ----
 
-    async def _call(self, ask: Ask, name: str, *args: Any) -> Any:
-        """`method.<name>(*args)` on the method's thread, with `ask` for the calls it makes."""
+    async def _call(self, ask: Ask, turn: int, name: str, *args: Any) -> Any:
+        """`method.<name>(*args)` on the method's thread, with `ask` for the calls it makes. The method's own
+        failure (its retries spent on answers it could not parse, a bad checkpoint) ends the episode
+        `invalid` with its words, as a failed call does."""
         loop = asyncio.get_running_loop()
         if self._client is None:
-            self._client = _Client(loop)
+            self._client = _Client(loop, self._structured)
             # Constructed on its thread too: a constructor may read files or load a tokenizer.
             self._method = await loop.run_in_executor(self._thread, partial(self.METHOD, self._client, **self._options))
         self._client.bind(ask)
@@ -176,22 +200,24 @@ class OfficialMethod:
             if stop.error is not None:
                 raise stop.error from None
             raise asyncio.CancelledError from None
+        except Exception as exc:
+            raise CallFailed(f"method.{name}", turn, f"{type(exc).__name__}: {exc}") from None
 
     async def opening(self, spec: Spec, state: EpisodeState, ask: Ask) -> str:
-        await self._call(ask, "start_episode", self._context(spec))
+        await self._call(ask, OPENING, "start_episode", self._context(spec))
         request = self._official.OpeningRequest(
             player_role=spec.meta.player_role,
             active_facts=self._facts(state),
             commitments=self._commitments(spec, state),
             trajectory=self._trajectory(spec, state.node_occurred),
         )
-        response = await self._call(ask, "open", request)
+        response = await self._call(ask, OPENING, "open", request)
         return str(response.text).strip()
 
     async def respond(self, spec: Spec, state: EpisodeState, player_input: str, ask: Ask) -> str:
         if self._restore is not None:  # resumed from a checkpoint: the method's state at that turn
             data, self._restore = self._restore, None
-            await self._call(ask, "restore_episode", self._context(spec), data)
+            await self._call(ask, len(state.exchanges), "restore_episode", self._context(spec), data)
         turn = len(state.exchanges)
         history = [self._models.StoryTurn(-1, None, state.opening)]
         history += [self._models.StoryTurn(i, x.player_input, x.response) for i, x in enumerate(state.exchanges)]
@@ -210,7 +236,7 @@ class OfficialMethod:
             current_node_id=spec.trajectory[current].id if current is not None else None,
             pending_fact_updates=pending,
         )
-        response = await self._call(ask, "respond", request)
+        response = await self._call(ask, turn, "respond", request)
         return str(response.text).strip()
 
     def save(self) -> dict[str, Any]:
@@ -219,6 +245,24 @@ class OfficialMethod:
     def restore(self, data: dict[str, Any]) -> None:
         # The official restore needs the episode's context, which the next call brings.
         self._restore = dict(data)
+
+
+def constructor_args(cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`method.*` as the constructor's keyword arguments: a mapping given for a parameter annotated with a
+    dataclass (HiAgent's `config: HiAgentRuntimeConfig | None`) is made into that dataclass."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]  # the class, not an instance
+    except Exception:  # annotations that do not resolve: the options go as given
+        hints = {}
+    out = dict(options)
+    for name, value in options.items():
+        hint = hints.get(name)
+        kinds: list[type] = [
+            t for t in (typing.get_args(hint) or (hint,)) if isinstance(t, type) and dataclasses.is_dataclass(t)
+        ]
+        if isinstance(value, Mapping) and kinds:
+            out[name] = kinds[0](**value)
+    return out
 
 
 def adapter_for(cls: type) -> type:
