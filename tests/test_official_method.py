@@ -4,7 +4,8 @@ The official baseline (imported from NCP_BENCH_REFERENCE, never copied) on the s
 official dataset gives the same results as the rig's own `method=baseline` with the official prompt pack:
 its calls carry the same stages and seeds, so the scripted answers are the same. A run killed in the middle
 resumes from the rig's checkpoints to the same results; so does the official HiAgent. The method's
-synchronous code runs on a thread of its own, so two episodes' calls are in flight together. A class of neither kind is one line, exit 2."""
+synchronous code runs on a thread of its own, so two episodes' calls are in flight together. A class of
+neither kind is one line, exit 2."""
 
 from __future__ import annotations
 
