@@ -42,6 +42,7 @@ from ..execution.provenance import now, rig_version
 from ..execution.store import check_bytes
 from ..protocol.episode import EpisodeResult
 from ..protocol.prompts import FALLBACK, OFFICIAL_SHA256, TEMPLATES
+from ..protocol.reference_format import validation_problem
 from ..protocol.stages import method_templates
 from .reference_runs import REFERENCE_KIND
 from .runs import Run, in_dataset_order
@@ -412,9 +413,7 @@ def validate(path: str | Path) -> Submission:
     try:
         sub = Submission.model_validate(_load_json(path, INDEX, members[INDEX]))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise InputError(f"{path}:{INDEX}", where, err["msg"].lower()) from None
+        raise InputError(f"{path}:{INDEX}", "", validation_problem(exc)) from None
     if sub.format != FORMAT:
         raise InputError(f"{path}:{INDEX}", "format", f"{sub.format}, this rig reads {FORMAT}")
     listed = {e.key for e in sub.runs}
