@@ -103,7 +103,7 @@ def narrator_factory(method: str) -> type:
         raise InputError(
             "config",
             "method.name",
-            f"{target!r} is neither a rig narrator class "
+            f"{target!r} is not a narrator class: neither the rig's kind "
             f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'}) "
             "nor a subclass of the official ncpbench Narrator",
         )
