@@ -80,6 +80,7 @@ NOT_IDENTITY = (
     "sources",
     "export",
     "tracker",
+    "submission",
     *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
     # A role's engine and endpoint enter the identity as that role's model identity
     # (execution/identity.py: the engine when it differs from `engine`, the served model and
@@ -243,8 +244,9 @@ class ReportCfg(_Cfg):
 class ExportCfg(_Cfg):
     """`mode=export`: the runs as logs another tool reads."""
 
-    # inspect: Inspect's .eval log (inspect_ai, the `inspect` extra); parquet: the analysis tables
-    format: Literal["inspect", "parquet"] = "inspect"
+    # inspect: Inspect's .eval log (inspect_ai, the `inspect` extra); parquet: the analysis tables;
+    # reference: the official NCP-Bench result files, one folder per run
+    format: Literal["inspect", "parquet", "reference"] = "inspect"
     out: str | None = None  # null: <first run>/<format> (a sweep folder: <folder>/<format>)
     # inspect: also every call as a model event (a 100-turn episode makes hundreds; Inspect's viewer
     # slows on very large logs); false leaves them out, the transcript and scores stay.
@@ -367,6 +369,7 @@ class RunConfig(_Cfg):
     report: ReportCfg = ReportCfg()
     export: ExportCfg = ExportCfg()
     tracker: TrackerCfg = TrackerCfg()
+    submission: str | None = None  # mode=submission: the archive to write; mode=validate: the archive to check
     review: ReviewCfg = ReviewCfg()
     audit: AuditCfg = AuditCfg()
     plan: PlanCfg = PlanCfg()

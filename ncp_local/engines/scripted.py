@@ -40,6 +40,10 @@ class RandomPolicy:
         turn = request.tags.get("turn", 0)
         if stage == "player":
             return f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
+        if stage == "narrate" and request.json_schema is None:
+            # A method's plain-text turn (an official method's call sent without grammar): HiAgent's
+            # `Action:` form, which a plain narration also reads as.
+            return f"Action: You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."
         if stage in ("opening", "narrate"):
             return json.dumps(
                 {"text": f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."}

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from ..chat import Message
 from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
@@ -223,9 +224,16 @@ class CallService:
         hits: list[str] | None = None,
         held: list[Effect] | None = None,
         thoughts: list[int] | None = None,
+        messages: tuple[Message, ...] | None = None,
+        grammar: bool = True,
     ) -> Any:
         """One call of `episode` (an episode name, protocol/trials.py) with up to `attempts` tries on
         the same inputs; logs every attempt.
+
+        `messages`: a method's own prompt, sent as it is (no template is rendered), and the answer's
+        text returned as it came once it passes the stage's check (an official NCP-Bench method parses
+        it itself; protocol/official_method.py); `grammar=False` sends it without the stage's grammar
+        and checks only that the answer is not empty.
 
         `extra` appends a second template to the prompt (HiAgent's memory);
         `hits` collects the output bounds the accepted answer reached; `held`, when given, collects
@@ -244,9 +252,12 @@ class CallService:
         seeded_as = seed_episode(episode, role or info.role, self.vary)
         spec_id, trial = parse_episode(episode)
         prepared = time.perf_counter()
-        messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
-        schema = schema_for(stage, ids, binding.bounds, binding.id_form) if info.json else None
-        regex, room = regex_for(stage, binding.bounds), min_room(stage, ids)
+        raw = messages is not None
+        if messages is None:
+            messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
+        schema = schema_for(stage, ids, binding.bounds, binding.id_form) if info.json and grammar else None
+        regex = regex_for(stage, binding.bounds) if grammar else None
+        room = min_room(stage, ids)
         # The rig's own time per call (render, schema, parse, log), apart from the engine's.
         overhead = time.perf_counter() - prepared
         last = ""
@@ -317,9 +328,14 @@ class CallService:
                 error = f"cut off at max_tokens={sent}"
             else:
                 try:
-                    out = parse(stage, completion.text, ids)
-                    check_bounds(stage, out, binding.bounds)
-                    reached = bound_hits(stage, out, binding.bounds)
+                    if raw and not grammar:
+                        if not completion.text.strip():
+                            raise InvalidOutput("empty answer")
+                    else:
+                        checked_out = parse(stage, completion.text, ids)
+                        check_bounds(stage, checked_out, binding.bounds)
+                        reached = bound_hits(stage, checked_out, binding.bounds)
+                    out = completion.text if raw else checked_out
                 except InvalidOutput as exc:
                     error = str(exc)
             overhead += time.perf_counter() - checked

@@ -135,6 +135,15 @@ def dataset_files(root: str | Path) -> dict[str, str]:
     return out
 
 
+# `files_digest` of the official NCP-Bench release's `dataset_files` (index.yaml and its 100 specs).
+OFFICIAL_DATASET_FILES = "92347278b2ed934e9905c2e527f67b52c2ee912a0ff153c3e8f6e944eeab45c1"
+
+
+def files_digest(files: Mapping[str, str]) -> str:
+    """One sha256 over a `dataset_files` map (the identity's record of a dataset by content)."""
+    return sha256_bytes(json.dumps(dict(files), sort_keys=True).encode())
+
+
 def prompt_files(templates: Mapping[str, str]) -> dict[str, str]:
     """{'<name>.txt': sha256 of its text} for a pack's templates."""
     return {f"{name}.txt": sha256_bytes(templates[name].encode("utf-8")) for name in sorted(templates)}

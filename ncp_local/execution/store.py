@@ -163,13 +163,28 @@ def check_file(
     checked); `require_seal=False` accepts an unsealed file of an older rig.
     """
     try:
-        expected, trial = parse_episode(path.stem)
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, f"cannot read ({exc.strerror})"
+    return check_bytes(raw, path.stem, model, run, spec_hashes, require_seal)
+
+
+def check_bytes(
+    raw: bytes,
+    name: str,
+    model: type[BaseModel],
+    run: str | None,
+    spec_hashes: Mapping[str, str] | None = None,
+    require_seal: bool = True,
+) -> tuple[Any, str]:
+    """`check_file` on a file's bytes (`name`: its file name's stem, the episode it must hold), e.g. one
+    read from an archive."""
+    try:
+        expected, trial = parse_episode(name)
     except ValueError:
         return None, "not an episode's file (a stray file)"
     try:
-        data = json.loads(path.read_bytes())
-    except OSError as exc:
-        return None, f"cannot read ({exc.strerror})"
+        data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None, "not JSON (truncated or damaged)"
     if not isinstance(data, dict):
@@ -183,7 +198,7 @@ def check_file(
         return None, "damaged seal"
     if seal:
         if seal.get("spec_id") != expected or seal.get("trial", 0) != trial:
-            return None, _moved(str(seal.get("spec_id")), int(seal.get("trial") or 0), path.stem)
+            return None, _moved(str(seal.get("spec_id")), int(seal.get("trial") or 0), name)
         if run is not None and seal.get("run") != run:
             return None, f"from another run (identity {seal.get('run')}, this run is {run})"
         if spec_hashes is not None and seal.get("spec_sha256") and seal["spec_sha256"] != spec_hashes[expected]:
@@ -196,7 +211,7 @@ def check_file(
         return None, f"not a valid {model.__name__}: {where}: {err['msg']}"
     held = (getattr(record, "spec_id", expected), getattr(record, "trial", 0))
     if held != (expected, trial):
-        return None, _moved(*held, path.stem)
+        return None, _moved(*held, name)
     if seal and seal.get("sha256") != _body_hash(record):
         return None, "its content does not match its seal (edited or damaged)"
     return record, ""

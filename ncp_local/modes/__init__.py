@@ -14,7 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..config import ConfigError, RunConfig, validate
+from ..config import ConfigError, RunConfig
+from ..config import validate as validate_config  # not `validate`: that name is the mode module modes/validate.py
 from ..execution import engine_log
 from ..execution.failures import exit_for
 from ..exits import EXIT_BAD_INPUT
@@ -54,8 +55,15 @@ MODES: tuple[Mode, ...] = (
         "runs as files other tools read: runs=[DIR,...] export.format=inspect, one Inspect `.eval` per run "
         "(`inspect view --log-dir DIR`; export.events=false leaves the per-call events out); "
         "export.format=parquet, the analysis tables (episodes, turns, calls, ledger_events, conflicts) over "
-        "all the runs; into `<first run>/<format>` or `export.out`",
+        "all the runs; export.format=reference, the official NCP-Bench result files, a folder per run; "
+        "into `<first run>/<format>` or `export.out`",
     ),
+    Mode(
+        "submission",
+        "runs=[DIR,...] packed into one verifiable archive (submission=FILE, default <first run>/submission.tar.gz) "
+        "with computed flags official_prompts/official_dataset/complete/verified",
+    ),
+    Mode("validate", "check a submission archive: submission=FILE (seals, hashes, every metric and flag recomputed)"),
 )
 BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 
@@ -78,7 +86,7 @@ def main(dcfg: DictConfig) -> int:
     except Exception as exc:  # interpolation errors name the key themselves
         return fail(f"config: {exc}".splitlines()[0])
     try:
-        cfg = validate(raw)
+        cfg = validate_config(raw)
         mode = find(cfg.mode)
         # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
         with engine_log.quiet(cfg.verbose, mode.name):

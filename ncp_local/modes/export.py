@@ -1,20 +1,66 @@
-"""`mode=export`: finished runs as files another tool reads. `export.format=inspect` writes one Inspect
-`.eval` log per run (report/inspect_log.py), which `inspect view --log-dir DIR` lists and opens;
-`export.format=parquet` writes the analysis tables over all the runs (report/parquet.py), one Parquet
-file per table, read by pandas, `ncp_local.analysis` or any Arrow reader."""
+"""`mode=export`: finished runs as files another tool reads, one function per `export.format`:
+`inspect`, one Inspect `.eval` log per run (report/inspect_log.py), which `inspect view --log-dir DIR`
+lists and opens; `parquet`, the analysis tables over all the runs (report/parquet.py), one Parquet file
+per table, read by pandas, `ncp_local.analysis` or any Arrow reader; `reference`, each run's results
+as the official NCP-Bench code writes them (report/reference_runs.py), one folder per run, which the
+official metric functions and `mode=report` read."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..config import RunConfig
 from ..execution.layout import require_finished
 from ..execution.store import check_destination
-from ..report import default_out, run_notes, runs_of
+from ..protocol.trials import episode_name
+from ..report import Run, default_out, run_notes, runs_of
 from ..report.inspect_log import build_log, write_log
 from ..report.parquet import build_tables, write_tables
-from ..report.runs import sweep_points
+from ..report.reference_runs import write_reference_folder
+from ..report.runs import attach_specs, sweep_points
 from ..report.table_rows import Source, point_of
+
+
+def _inspect(cfg: RunConfig, runs: list[Run], out: Path) -> None:
+    logs = [build_log(run, events=cfg.export.events) for run in runs]  # every log builds before a file is written
+    check_destination(out, "export.out")
+    for run, log in zip(runs, logs, strict=True):
+        print(f"{run.label}: {write_log(log, run, out)}")
+    print(f"inspect logs: {out} (inspect view --log-dir {out})")
+
+
+def _parquet(cfg: RunConfig, runs: list[Run], out: Path) -> None:
+    points = sweep_points(list(cfg.runs))
+    tables = build_tables(Source(run, point_of(run.path, points)) for run in runs)
+    check_destination(out, "export.out")
+    for path in write_tables(tables, out):
+        print(f"{path.stem}: {tables[path.stem].num_rows} rows")
+    for line in run_notes(runs):
+        print(f"note: {line}")
+    print(f"tables: {out}")
+
+
+def _reference(cfg: RunConfig, runs: list[Run], out: Path) -> None:
+    for run in runs:
+        attach_specs(run, cfg.report.dataset, required=True)  # the official format carries the spec's texts
+    check_destination(out, "export.out")
+    for run in runs:
+        # The official format plays each story once: a run with trials gives a folder per trial,
+        # trial 0's named as the run (protocol/trials.py names the others' folders as their episodes).
+        by_trial: dict[int, dict[str, Any]] = {}
+        for result in run.results.values():
+            by_trial.setdefault(result.trial, {})[result.spec_id] = result
+        for trial, results in sorted(by_trial.items()):
+            folder = out / episode_name(run.key, trial)
+            notes = write_reference_folder(results, run.specs, folder)
+            print(f"{run.label}{f' (trial {trial})' if trial else ''}: {folder}")
+            for note in notes:
+                print(f"  {note}")
+    print(f"official result folders: {out} (mode=report runs=[{out}/<run>] reads one back)")
+
+
+FORMATS = {"inspect": _inspect, "parquet": _parquet, "reference": _reference}
 
 
 def main(cfg: RunConfig, raw: dict) -> int:
@@ -22,19 +68,5 @@ def main(cfg: RunConfig, raw: dict) -> int:
     runs = runs_of(cfg)
     fmt = cfg.export.format
     out = Path(cfg.export.out).expanduser() if cfg.export.out else default_out(cfg, runs, fmt)
-    if fmt == "parquet":
-        points = sweep_points(list(cfg.runs))
-        tables = build_tables(Source(run, point_of(run.path, points)) for run in runs)
-        check_destination(out, "export.out")
-        for path in write_tables(tables, out):
-            print(f"{path.stem}: {tables[path.stem].num_rows} rows")
-        for line in run_notes(runs):
-            print(f"note: {line}")
-        print(f"tables: {out}")
-        return 0
-    logs = [build_log(run, events=cfg.export.events) for run in runs]  # every log builds before a file is written
-    check_destination(out, "export.out")
-    for run, log in zip(runs, logs, strict=True):
-        print(f"{run.label}: {write_log(log, run, out)}")
-    print(f"inspect logs: {out} (inspect view --log-dir {out})")
+    FORMATS[fmt](cfg, runs, out)
     return 0

@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from . import ledger
+from .failures import CallFailed as CallFailed  # re-exported: the rig imports both from here
+from .failures import ContextLimit as ContextLimit
 from .ledger import EpisodeState, Exchange, FactUpdate, Status
 from .narrators import Ask, Narrator
 from .player import Player
@@ -41,7 +43,6 @@ from .stages import (
 )
 from .trials import episode_name
 from .turns import OPENING
-from .turns import at as said_at
 
 # `context_limit`: the episode could not go on because a call no longer fits the
 # model's window; it is censored at its last committed turn (PROTOCOL section 5
@@ -136,22 +137,6 @@ class Checkpoint(_Record):
     @property
     def episode(self) -> str:
         return episode_name(self.spec_id, self.trial)
-
-
-class CallFailed(Exception):
-    """A call stayed invalid after every attempt; ends this episode only."""
-
-    termination: Termination = "invalid"
-
-    def __init__(self, stage: str, turn: int, reason: str) -> None:
-        super().__init__(f"{stage} {said_at(turn)}: {reason}")
-        self.stage, self.turn, self.reason = stage, turn, reason
-
-
-class ContextLimit(CallFailed):
-    """A call's prompt leaves less room than its stage needs: the episode is censored."""
-
-    termination: Termination = "context_limit"
 
 
 AskFactory = Callable[[int], Ask]  # turn id -> a call bound to that turn (turns.OPENING: the opening)

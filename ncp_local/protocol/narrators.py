@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import InputError
 from .ledger import EpisodeState
+from .official_method import adapter_for, is_official_narrator
 from .prompts import PromptPack, narrate_vars, opening_vars
 from .spec import Spec
 from .stages import Narration
@@ -92,6 +93,9 @@ def narrator_factory(method: str) -> type:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise InputError("config", "method.name", f"cannot import {target!r}: {exc}") from None
+    # A method written for the official NCP-Bench code runs as it is, behind an adapter.
+    if is_official_narrator(cls):
+        return adapter_for(cls)
     # Checked here, before any engine starts: a class that is not a narrator
     # would otherwise fail at the first opening.
     missing = [m for m in ("opening", "respond", "save", "restore") if not callable(getattr(cls, m, None))]
@@ -99,8 +103,9 @@ def narrator_factory(method: str) -> type:
         raise InputError(
             "config",
             "method.name",
-            f"{target!r} is not a narrator class "
-            f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'})",
+            f"{target!r} is not a narrator class: neither the rig's kind "
+            f"(needs opening, respond, save, restore; missing: {', '.join(missing) or 'a class'}) "
+            "nor a subclass of the official ncpbench Narrator",
         )
     return cls
 

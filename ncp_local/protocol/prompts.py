@@ -79,6 +79,25 @@ OFFICIAL_FILES: dict[str, str] = {
 }
 OFFICIAL_METHOD_FILE = "method_response_generate_user.txt"
 OFFICIAL_METHODS: dict[str, str] = {"baseline": "narrate", "hiagent": "hiagent_narrate"}
+# The sha256 of each official prompt file's bytes (the reference release of 2026, MIT; hashes only,
+# never the text), by the rig's template name: a run whose templates all hash to these ran on the
+# official prompts (report/submission.py computes the flag from the run's manifest).
+OFFICIAL_SHA256: dict[str, str] = {
+    "opening": "e9fd75f3551793275a2a34f3d32a678012e4fee1f79bfabc11cf636cb857ac56",
+    "player_adversarial": "b6b2d50e7e10b56ae88b7ad150e17d4795abae5cd0ca5b0c1983a02a0eff4f6e",
+    "player_natural": "2e707bdb82d0cd63ff42aafaa062d3f451d2c4aade7acc3308f36fb878c46332",
+    "fact_update": "14bf0a31e51587517a7d270d7ffa74e5083d8dc06e2414154a273e16272a72b4",
+    "conflict_check": "2b8761e16262a87745b28e8414fd3f47a8f8efe5c7d5e412be23787804806998",
+    "double_check": "353e43468819f87f52ba6516f60abe5c38198fc5f532e71ec7f83eea26b897c3",
+    "trajectory_check": "73c3e8f1453ad51cf4f33f623f1208952e1bc8a4b092981a122319626b57a086",
+    "status_check": "9caf4d8094ec692379e6b85c910f7384ef132b0e8cfdcff990ab06e4c480e73a",
+    # The baseline's and HiAgent's method files are the same file.
+    "narrate": "5467b46ceb9df38a31734705108301a26c6478d05138a2c63d7696169ec96076",
+    "hiagent_narrate": "5467b46ceb9df38a31734705108301a26c6478d05138a2c63d7696169ec96076",
+    "build_trajectory": "de51bdbe96758180c70c45153cb77dc76f9ebb28488f50239f51128d97088ca7",
+    "build_commitments": "2a2f063dba47cd32e5e2e2f6ea6cb96a72e523d64579dbcecc72b0fa6ecf76c3",
+    "build_facts": "353e8b5efcfa76dfadcd5d73bc864d38acb85df76514c1267004be5469c42b50",
+}
 # Templates the reference does not publish: an official pack takes the rig's own.
 RIG_ONLY: tuple[str, ...] = tuple(
     n for n in TEMPLATE_VARS if n not in {*OFFICIAL_FILES.values(), *OFFICIAL_METHODS.values()}

@@ -22,6 +22,7 @@ from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml, text_bytes
 from .labels import by_difference, from_template
+from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder
 
 REAUDIT_KIND = "reaudit"
 
@@ -90,6 +91,15 @@ def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
     return " / ".join(str(p) for p in parts if p)
 
 
+def in_dataset_order(found: dict[str, EpisodeResult], manifest: dict[str, Any]) -> dict[str, EpisodeResult]:
+    """Results in the order of the run's dataset index (others after, by id): the order the bootstrap
+    resamples, so anyone recomputing a run's intervals gets the same ones."""
+    order = list((manifest.get("dataset") or {}).get("specs") or [])
+    rank = {sid: i for i, sid in enumerate(order)}
+    # A story's trials together, trial 0 first (keyed by episode name: protocol/trials.py).
+    return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[1].spec_id, len(rank)), kv[1].spec_id, kv[1].trial)))
+
+
 def load_run(path: str | Path) -> Run:
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -99,8 +109,14 @@ def load_run(path: str | Path) -> Run:
         key=lambda d: d.name,
     )
     parts = ([root] if (root / RESULTS).is_dir() else []) + shards
+    if not parts and looks_like_reference(root):
+        return _reference_run(root)
     if not parts:
-        raise InputError(root, "runs", "not a run directory (no results/ and no shard-XXX-of-YYY/results/)")
+        raise InputError(
+            root,
+            "runs",
+            "not a run directory (no results/ and no shard-XXX-of-YYY/results/) nor a folder of official result files",
+        )
     manifest: dict[str, Any] = {}
     for part in parts:
         if (part / MANIFEST).is_file():
@@ -138,11 +154,7 @@ def load_run(path: str | Path) -> Run:
         if (part / CHECKPOINTS).is_dir():
             unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
     unfinished -= set(found)
-    order = list((manifest.get("dataset") or {}).get("specs") or [])
-    rank = {sid: i for i, sid in enumerate(order)}
-    ordered = dict(
-        sorted(found.items(), key=lambda kv: (rank.get(kv[1].spec_id, len(rank)), kv[1].spec_id, kv[1].trial))
-    )
+    ordered = in_dataset_order(found, manifest)
     if unfinished:
         notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
     return Run(
@@ -154,6 +166,19 @@ def load_run(path: str | Path) -> Run:
         unfinished=tuple(sorted(unfinished)),
         notes=notes,
         damaged=tuple(damaged),
+    )
+
+
+def _reference_run(root: Path) -> Run:
+    """A folder the official code wrote, as a run (its notes say what it lacks)."""
+    folder = read_reference_folder(root)
+    return Run(
+        path=root,
+        label=label_from_manifest(folder.manifest, root.name),
+        manifest=folder.manifest,
+        results=folder.results,
+        unfinished=folder.unfinished,
+        notes=folder.notes,
     )
 
 
@@ -210,10 +235,16 @@ def sweep_points(paths: list[str]) -> dict[Path, str]:
 def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
     """The runs to compare, each labelled by what differs between them (or by the `label` template)."""
     runs = [load_run(p) for p in expand_runs(paths)]
-    configs = [r.manifest.get("config") or {} for r in runs]
+    # A folder of official result files records next to no config: it keeps its own label
+    # (`official: <models or folder>`) rather than being told apart by keys it does not have.
+    rig = [r for r in runs if r.manifest.get("kind") != REFERENCE_KIND]
+    for r in runs:
+        if r.manifest.get("kind") == REFERENCE_KIND:
+            r.label = f"official: {r.label}"
+    configs = [r.manifest.get("config") or {} for r in rig]
     named = [from_template(label, c) for c in configs] if label else by_difference(configs)
     if named:
-        for r, name in zip(runs, named, strict=True):
+        for r, name in zip(rig, named, strict=True):
             r.label = name
     # Runs of the same models and condition (other seeds, say) still need a
     # row each that a reader can tell apart.

@@ -1,0 +1,69 @@
+"""The official baseline narrator (the official code, imported from NCP_BENCH_REFERENCE) on the real engine with
+the embedded model: one story, two turns, its calls through the rig's call service; then the same episode
+resumed from the rig's checkpoint after its first turn, by a fresh method instance restored from its
+`checkpoint_state`, ends the same (float32 and per-call seeds: the engine reproduces).
+
+Content quality is not asserted (a 135M model); that the method's calls ran on the engine under the
+narrator role, and that a resume reproduces the episode, are.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_helpers import embedded_roles
+from ncp_local.execution.calls import CallService, RoleBinding
+from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.protocol.episode import Checkpoint, Episode
+from ncp_local.protocol.narrators import narrator_factory
+from ncp_local.protocol.player import Player
+from ncp_local.protocol.prompts import TEMPLATES, PromptPack
+from ncp_local.protocol.spec import load_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+BASELINE = "ncpbench_reference_baseline:BaselineNarrator"
+
+
+def test_official_baseline_on_the_engine_resumes(engine: Any, tmp_path: Path) -> None:
+    reference = Path(os.environ.get("NCP_BENCH_REFERENCE") or "/nonexistent")
+    paths = [reference / "src", reference / "reference-methods" / "baseline" / "src"]
+    if not all(p.is_dir() for p in paths):
+        pytest.skip("official sources not available (set NCP_BENCH_REFERENCE to a reference clone)")
+    for p in paths:
+        if str(p) not in sys.path:
+            sys.path.insert(0, str(p))
+    spec = load_dataset(ROOT / "specs").specs[0]
+    store = RunDir(tmp_path)
+    store.open({"test": True}, "engine-test")
+    roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in embedded_roles().items()}
+    service = CallService(roles=roles, pack=PromptPack.load(required=TEMPLATES), store=store, seed=0)
+    method = narrator_factory(BASELINE)
+
+    def play(checkpoints: list[Checkpoint], start: Checkpoint | None = None) -> Any:
+        async def on_commit(cp: Checkpoint) -> None:
+            checkpoints.append(cp)
+
+        episode = Episode(spec, method(), Player("adversarial"), service.ask_for(spec.id), 2, on_commit)
+        return engine.run(episode.run(start), timeout=900)
+
+    first: list[Checkpoint] = []
+    whole = play(first)
+    assert whole.termination in ("conflict", "max_turns", "all_resolved", "invalid")
+    calls = read_calls(tmp_path / "calls.jsonl")
+    narrator_calls = [c for c in calls if c["role"] == "narrator"]
+    assert {c["stage"] for c in narrator_calls} >= {"opening"}
+    assert all(c["model"] == "smollm2" and c["prompt_tokens"] > 0 for c in narrator_calls if "prompt_tokens" in c)
+
+    # "Killed" after turn 0 committed when the story went on past it, else right after the opening: a fresh
+    # method instance, restored from that checkpoint's narrator state, plays the rest.
+    assert first, "no checkpoint: the opening itself failed"
+    went_on = [cp for cp in first if len(cp.turns) == 1 and len(whole.turns) == 2]
+    cp = went_on[0] if went_on else first[0]
+    assert cp.narrator_state == {}  # the official baseline keeps no state of its own
+    resumed = play([], cp)
+    assert resumed == whole
