@@ -170,3 +170,28 @@ def test_official_hiagent_runs_unchanged_and_resumes(
     # On the scripted engine an answer depends on the call's stage and seed only, and HiAgent's turn calls
     # are the baseline's stage (`method_response_generate`, sent as plain text): the same stories.
     assert bodies == _bodies(official_run)
+
+
+def test_each_episode_ends_with_the_methods_close_episode(reference_on_path: Path, tmp_path: Path) -> None:
+    """The official runner's last call of an episode is `close_episode`; the rig makes it too, once per
+    episode, so a method that holds resources per episode releases them."""
+    from helpers import Scripted, make_spec
+    from ncp_local.protocol.official_method import adapter_for
+    from ncp_local.protocol.prompts import PromptPack
+
+    base = narrator_factory(BASELINE).METHOD
+    closed: list[int] = []
+
+    class Counting(base):  # type: ignore[misc, valid-type]
+        def close_episode(self) -> None:
+            closed.append(id(self))
+            super().close_episode()
+
+    cls = adapter_for(Counting)
+    specs = [make_spec(), make_spec("tiny2")]
+    pack_dir = reference_on_path  # the official pack: the method's own prompt file is there
+    run = Scripted(tmp_path, specs, max_turns=2, narrator=lambda pack, roles: cls(), pack_dir=pack_dir)
+    results = run.run()
+    assert set(results) == {"tiny", "tiny2"}
+    assert len(closed) == 2 and len(set(closed)) == 2  # each episode's own method instance, once
+    assert PromptPack.load(pack_dir).official

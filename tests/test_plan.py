@@ -624,10 +624,11 @@ def readme_gpu_commands() -> list[list[str]]:
     """Every `run.py` line of the README and the docs that puts a role on a GPU model (not the embedded one),
     each command once."""
     out: list[list[str]] = []
+    # A command continued with a trailing backslash is one command.
     lines = [
         line
         for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-        for line in doc.read_text(encoding="utf-8").splitlines()
+        for line in doc.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
     ]
     for line in lines:
         if "run.py" not in line or line.lstrip().startswith(("#", "`python")):

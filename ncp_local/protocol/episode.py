@@ -8,6 +8,7 @@ through `ledger`'s pure functions, and only when a turn commits.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -363,6 +364,18 @@ class Episode:
             if self._next is not None:
                 self._next.task.cancel()
                 self._next = None
+            self._close_narrator()
+
+    def _close_narrator(self) -> None:
+        """A narrator with a `close()` (an official method's `close_episode`) releases what it holds: the
+        episode is over, or this process stops playing it (a resume makes a new narrator)."""
+        close = getattr(self.narrator, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception as exc:  # releasing failed: the episode's result stands
+            print(f"warning: {self.spec.id}: the narrator's close failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     async def _run(self, checkpoint: Checkpoint | None) -> EpisodeResult:
         if checkpoint is None:

@@ -35,6 +35,9 @@ class Narrator(Protocol):
 
     def restore(self, data: dict[str, Any]) -> None: ...
 
+    # Optional: `close()`, called once when the episode's run ends (protocol/episode.py), for a method
+    # that holds resources per episode (an official method's `close_episode`).
+
 
 class NarratorOptions(BaseModel):
     """A narrator method's options (everything under `method` but its name); unknown keys are refused."""

@@ -242,6 +242,11 @@ class OfficialMethod:
     def save(self) -> dict[str, Any]:
         return dict(self._method.checkpoint_state()) if self._method is not None else {}
 
+    def close(self) -> None:
+        """The official runner's last call of an episode (Episode.run makes it)."""
+        if self._method is not None:
+            self._method.close_episode()
+
     def restore(self, data: dict[str, Any]) -> None:
         # The official restore needs the episode's context, which the next call brings.
         self._restore = dict(data)
