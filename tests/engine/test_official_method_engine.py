@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from engine_helpers import embedded_roles
+from engine_helpers import small_roles
 from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.store import RunDir, read_calls
 from ncp_local.protocol.episode import Checkpoint, Episode
@@ -40,7 +40,9 @@ def test_official_baseline_on_the_engine_resumes(engine: Any, tmp_path: Path) ->
     spec = load_dataset(ROOT / "specs").specs[0]
     store = RunDir(tmp_path)
     store.open({"test": True}, "engine-test")
-    roles = {r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in embedded_roles().items()}
+    roles = {
+        r: RoleBinding(engine.backend, s, "smollm2", b) for r, (s, b) in small_roles().items()
+    }  # the small bounds: the subject is the method, not the text
     service = CallService(roles=roles, pack=PromptPack.load(required=TEMPLATES), store=store, seed=0)
     method = narrator_factory(BASELINE)
 
