@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import RunConfig
 from ..errors import InputError
 from .formats import check_version, stamped
 from .layout import shard_name
@@ -18,8 +19,9 @@ from .store import atomic_write
 INDEX = "index.json"
 
 
-def name_for(cfg: Any) -> str:
-    """`index.json`, or one per shard when array tasks run shards of the same sweep (never one file for two)."""
+def name_for(cfg: RunConfig | None) -> str:
+    """`index.json`, or one per shard when array tasks run shards of the same sweep (never one file for two);
+    a point refused before its config validated (None) writes the plain index."""
     if cfg is None or cfg.shard.count == 1:
         return INDEX
     return shard_index(cfg.shard.index, cfg.shard.count)
