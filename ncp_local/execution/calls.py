@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..chat import Message
+from ..config import RunConfig
 from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
@@ -401,7 +402,7 @@ class CallService:
 
 
 def bindings(
-    cfg: Any, engines: Mapping[str, Engine], roles: Iterable[str], wrap: Callable[[Engine], Engine] | None = None
+    cfg: RunConfig, engines: Mapping[str, Engine], roles: Iterable[str], wrap: Callable[[Engine], Engine] | None = None
 ) -> dict[str, RoleBinding]:
     """Each role's engine with its configured sampling and bounds (`wrap`: e.g. a progress meter)."""
     out = {}

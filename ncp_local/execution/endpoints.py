@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError, role_endpoint, role_kind
+from ..config import ConfigError, RunConfig, role_endpoint, role_kind
 from ..engines.openai import EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
 from ..plan.growth import Growth
 
@@ -43,7 +43,7 @@ class Endpoint:
         }
 
 
-def remote_roles(cfg: Any, roles: tuple[str, ...]) -> tuple[str, ...]:
+def remote_roles(cfg: RunConfig, roles: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(r for r in roles if role_kind(cfg, r).served)
 
 
@@ -51,7 +51,7 @@ def _key(settings: Mapping[str, Any]) -> str:
     return "file" if settings.get("file") and not settings.get("base_url") else "base_url"
 
 
-def endpoint_config(cfg: Any, role: str, base_url: str | None = None) -> OpenAIEndpointConfig:
+def endpoint_config(cfg: RunConfig, role: str, base_url: str | None = None) -> OpenAIEndpointConfig:
     """The engine settings of a role's endpoint (`base_url`: as read from its endpoint file)."""
     ep = role_endpoint(cfg, role)
     model = getattr(cfg, role).model
@@ -90,7 +90,10 @@ def _first_turn(growth: Growth, role: str) -> tuple[int, str]:
 
 
 def check(
-    cfg: Any, roles: tuple[str, ...], growth: Callable[[], Growth | None], cache: dict[str, Endpoint] | None = None
+    cfg: RunConfig,
+    roles: tuple[str, ...],
+    growth: Callable[[], Growth | None],
+    cache: dict[str, Endpoint] | None = None,
 ) -> dict[str, Endpoint]:
     """Each remote role's endpoint, waited for and checked (see the module doc); ConfigError when not.
 

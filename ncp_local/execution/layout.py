@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
 from ..protocol.trials import episode_names, story_of
+from .formats import check_version
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -201,6 +202,8 @@ def read_manifest(path: Path, field: str = "") -> dict[str, Any]:
         data = json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(path, field, f"cannot read the manifest: {exc}") from None
+    if isinstance(data, dict):
+        check_version(path, data, "manifest")
     problem = manifest_problem(data)
     if problem:
         raise InputError(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, RunConfig
 from ..engines.scripted import ScriptedEngine
 from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
 from ..protocol import ROLES
@@ -27,7 +27,7 @@ from .store import RunDir, read_calls
 
 
 def play(
-    cfg: Any,
+    cfg: RunConfig,
     pc: Any,
     specs: Sequence[Any],
     pack: Any,

@@ -42,6 +42,7 @@ from ..errors import InputError
 from ..protocol.episode import Checkpoint, EpisodeResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.trials import episode_name, parse_episode
+from .formats import FORMAT_KEY, Kind, check_version, stamped
 from .identity import Identity, differences, summary
 from .layout import (
     CALLS,
@@ -132,8 +133,13 @@ def _body_hash(record: BaseModel) -> str:
     return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
 
 
-# The records a run directory seals, each of one spec.
+# The records a run directory seals, each of one spec, and their kinds of file (execution/formats.py).
 Sealed = EpisodeResult | ReauditResult | Checkpoint
+_KIND: dict[type[BaseModel], Kind] = {EpisodeResult: "result", Checkpoint: "checkpoint", ReauditResult: "reaudit"}
+
+
+def _kind(record: BaseModel) -> Kind:
+    return _KIND.get(type(record), "result")
 
 
 def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
@@ -146,7 +152,8 @@ def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
         "run": run,
         "sha256": _body_hash(record),
     }
-    return json.dumps({SEAL: seal, **record.model_dump(mode="json")}, indent=1, ensure_ascii=False)
+    body = stamped(record.model_dump(mode="json"), _kind(record))
+    return json.dumps({SEAL: seal, **body}, indent=1, ensure_ascii=False)
 
 
 def check_file(
@@ -166,7 +173,7 @@ def check_file(
         raw = path.read_bytes()
     except OSError as exc:
         return None, f"cannot read ({exc.strerror})"
-    return check_bytes(raw, path.stem, model, run, spec_hashes, require_seal)
+    return check_bytes(raw, path.stem, model, run, spec_hashes, require_seal, where=path)
 
 
 def check_bytes(
@@ -176,9 +183,11 @@ def check_bytes(
     run: str | None,
     spec_hashes: Mapping[str, str] | None = None,
     require_seal: bool = True,
+    where: str | Path | None = None,
 ) -> tuple[Any, str]:
     """`check_file` on a file's bytes (`name`: its file name's stem, the episode it must hold), e.g. one
-    read from an archive."""
+    read from an archive (`where` names it). A file in a newer format raises `NewerFormat`: it is
+    refused, never taken for damage."""
     try:
         expected, trial = parse_episode(name)
     except ValueError:
@@ -190,6 +199,8 @@ def check_bytes(
     if not isinstance(data, dict):
         return None, "not a JSON object"
     seal = data.pop(SEAL, None)
+    check_version(where or name, data, _KIND.get(model, "result"))
+    data.pop(FORMAT_KEY, None)
     if spec_hashes is not None and expected not in spec_hashes:
         return None, f"no spec {expected!r} in the run's dataset (a stray file)"
     if seal is None and require_seal:
@@ -314,6 +325,7 @@ class RunDir:
                 prior if isinstance(prior, list) else [{"count": old["resumed"]}] if old.get("resumed") else []
             )
             self.manifest = {**{k: v for k, v in old.items() if k != "resumed"}, "resumes": [*resumes, entry]}
+        self.manifest = stamped(self.manifest, "manifest")
         atomic_write(self.manifest_path, json.dumps(self.manifest, indent=2, default=str, ensure_ascii=False))
         self.results.mkdir(exist_ok=True)
         self.checkpoints.mkdir(exist_ok=True)
@@ -327,6 +339,8 @@ class RunDir:
             return None
         try:
             data = json.loads(self.manifest_path.read_bytes())
+            if isinstance(data, dict):
+                check_version(self.manifest_path, data, "manifest")  # a newer rig's: refused, not replaced
             shape = manifest_problem(data)
             if shape is None and "identity" in data:
                 return data
@@ -553,6 +567,7 @@ def read_calls(path: str | Path) -> list[dict[str, Any]]:
             except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
             if isinstance(record, dict):
+                check_version(path, record, "calls")
                 out.append(record)
     return out
 

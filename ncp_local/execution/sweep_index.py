@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..config import RunConfig
 from ..errors import InputError
+from .formats import check_version, stamped
 from .layout import shard_name
 from .provenance import command, now
 from .store import atomic_write
@@ -17,8 +19,9 @@ from .store import atomic_write
 INDEX = "index.json"
 
 
-def name_for(cfg: Any) -> str:
-    """`index.json`, or one per shard when array tasks run shards of the same sweep (never one file for two)."""
+def name_for(cfg: RunConfig | None) -> str:
+    """`index.json`, or one per shard when array tasks run shards of the same sweep (never one file for two);
+    a point refused before its config validated (None) writes the plain index."""
     if cfg is None or cfg.shard.count == 1:
         return INDEX
     return shard_index(cfg.shard.index, cfg.shard.count)
@@ -50,7 +53,7 @@ def write(
         "groups": groups,
     }
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(sweep_dir / name, json.dumps(doc, indent=2, default=str))
+    atomic_write(sweep_dir / name, json.dumps(stamped(doc, "sweep_index"), indent=2, default=str))
     lines = ["| job | status | exit | run directory | overrides |", "|---:|---|---:|---|---|"]
     for r in rows:
         lines.append(
@@ -78,13 +81,19 @@ def read_index(sweep_dir: Path) -> list[dict[str, Any]]:
             raise InputError(path, "runs", f"cannot read the sweep index: {exc}".splitlines()[0]) from None
         if not isinstance(doc, dict) or doc.get("kind") != "ncp-sweep" or not isinstance(doc.get("points"), list):
             raise InputError(path, "runs", "not a sweep index (kind ncp-sweep with a list of points)")
+        check_version(path, doc, "sweep_index")
         rows += [r for r in doc["points"] if isinstance(r, dict)]
     return rows
 
 
 def read_rows(path: Path) -> list[dict[str, Any]] | None:
+    """A sweep index's rows, None when unreadable (the launcher then writes a new one); one of a newer
+    rig's format is refused (`NewerFormat`), never overwritten."""
     try:
         doc = json.loads(path.read_bytes())
-        return [r for r in doc.get("points", []) if isinstance(r, dict)]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError):
         return None
+    if not isinstance(doc, dict):
+        return None
+    check_version(path, doc, "sweep_index")
+    return [r for r in doc.get("points", []) if isinstance(r, dict)]

@@ -95,7 +95,7 @@ async def reaudit_all(
 # ---- mode=reaudit -----------------------------------------------------------------
 
 
-def _identity(cfg: Any, raw: dict[str, Any], pack: PromptPack, source: Run) -> identity_mod.Identity:
+def _identity(cfg: RunConfig, raw: dict[str, Any], pack: PromptPack, source: Run) -> identity_mod.Identity:
     # Tied to the source run's identity (its path when it has none), so a re-audit
     # never shares an identity with a run or with a re-audit of another run.
     src = source.manifest.get("identity") or str(source.path.resolve())
@@ -107,14 +107,14 @@ def _load_done(store: RunDir) -> dict[str, ReauditResult]:
     return {r.episode: r for r in store.iter_results()}
 
 
-def auditor_table(cfg: Any, paths: Sequence[str]) -> int:
+def auditor_table(cfg: RunConfig, paths: Sequence[str]) -> int:
     """Several auditors of the same episodes (re-audits of one run, with or without the run itself, or runs
     that differ in their auditor): the paper's Table 2 (report/auditors.py). No model is loaded."""
     out = Path(cfg.report.out).expanduser() if cfg.report.out else None
     return table_main(paths, out, cfg.report.resamples, cfg.report.seed, cfg.report.level)
 
 
-def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
+def out_dir(cfg: RunConfig, raw: dict[str, Any], source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
     """The re-audit's directory (`out_dir`, else reaudit-<source>-<identity> beside the source run, so
     where it lands does not depend on the directory the command was started from) and its identity."""
     ident = _identity(cfg, raw, pack, source)
@@ -123,7 +123,7 @@ def out_dir(cfg: Any, raw: dict[str, Any], source: Run, pack: PromptPack) -> tup
     return out, ident
 
 
-def point_dir(cfg: Any, raw: dict[str, Any]) -> Path:
+def point_dir(cfg: RunConfig, raw: dict[str, Any]) -> Path:
     """Where `mode=reaudit` with this config writes (a sweep's index names it)."""
     source = load_run(cfg.runs[0])
     return out_dir(cfg, raw, source, PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates)))[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, RunConfig
 from .cost import cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
@@ -38,7 +38,7 @@ from .trials import noise_csv, passk_csv, run_trials, stories_csv, stories_markd
 __all__ = ["build_report", "default_out", "load_runs", "runs_of", "Run"]
 
 
-def runs_of(cfg: Any) -> list[Run]:
+def runs_of(cfg: RunConfig) -> list[Run]:
     if not cfg.runs:
         raise ConfigError("runs", "give at least one run directory: runs=[DIR,...]")
     runs = load_runs(list(cfg.runs), cfg.report.label)
@@ -161,7 +161,7 @@ def run_notes(runs: list[Run]) -> list[str]:
     return [f"{r.label}: {n}" for r in runs for n in r.notes]
 
 
-def default_out(cfg: Any, runs: list[Run], name: str) -> Path:
+def default_out(cfg: RunConfig, runs: list[Run], name: str) -> Path:
     """`<sweep folder>/<name>` for one sweep folder, else `<first run>/<name>`."""
     given = [Path(r).expanduser() for r in cfg.runs]
     if len(given) == 1 and is_sweep_folder(given[0]):
