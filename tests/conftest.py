@@ -39,22 +39,11 @@ def official_prompts() -> Path:
 
 @pytest.fixture(scope="session")
 def scripted_official_run(official_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The official dataset played on the scripted engine for 15 turns (in-process, about 10 s): a mix of
-    endings (conflicts of each type, stories resolved, stories stopped at the limit). Read it, never write
-    into it."""
-    from cli_runner import run_cli
+    """The official dataset played on the scripted engine for 15 turns: a mix of endings (conflicts of
+    each type, stories resolved, stories stopped at the limit). Read it, never write into it."""
+    from helpers import play_scripted_official
 
-    out = tmp_path_factory.mktemp("scripted-official") / "run"
-    done = run_cli(
-        "engine=scripted",
-        "dataset=ncp_bench",
-        f"dataset.path={official_dataset}",
-        "max_turns=15",
-        f"out_dir={out}",
-        "progress=false",
-    )
-    assert done.returncode == 0, done.stderr
-    return out
+    return play_scripted_official(official_dataset, tmp_path_factory.mktemp("scripted-official") / "run")
 
 
 # The fixture that puts a test in a tier (tests/engine/conftest.py defines `engine`, `reference_sweep` and

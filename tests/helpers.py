@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cli_runner import run_cli
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
@@ -165,3 +166,19 @@ class Scripted:
             and (episode is None or r.tags["episode"] == episode)
             and (turn is None or r.tags["turn"] == turn)
         ]
+
+
+def play_scripted_official(dataset: Path, out: Path, *extra: str) -> Path:
+    """The official dataset played on the scripted engine for 15 turns into `out` (in-process, about 10 s),
+    with `extra` overrides."""
+    done = run_cli(
+        "engine=scripted",
+        "dataset=ncp_bench",
+        f"dataset.path={dataset}",
+        "max_turns=15",
+        f"out_dir={out}",
+        "progress=false",
+        *extra,
+    )
+    assert done.returncode == 0, done.stderr
+    return out

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cli_runner import run_cli
-from helpers import Scripted, conflicts, make_spec, tag
+from helpers import Scripted, conflicts, make_spec, play_scripted_official, tag
 from ncp_local.engines.base import Request
 from ncp_local.execution.identity import settings
 from ncp_local.protocol.stages import FAILURE_MODES, AuditIds, InvalidOutput, conflict_name, parse, schema_for
@@ -99,17 +99,7 @@ def test_off_keeps_the_identity_settings_of_a_config_without_the_key() -> None:
 @pytest.fixture(scope="module")
 def modes_run(official_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("modes") / "run"
-    done = run_cli(
-        "engine=scripted",
-        "dataset=ncp_bench",
-        f"dataset.path={official_dataset}",
-        "max_turns=15",
-        f"out_dir={out}",
-        "progress=false",
-        "audit.failure_modes=true",
-    )
-    assert done.returncode == 0, done.stderr
-    return out
+    return play_scripted_official(official_dataset, out, "audit.failure_modes=true")
 
 
 def _results(run: Path) -> dict[str, dict[str, Any]]:
