@@ -20,7 +20,7 @@ from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import shown as shown_turn
 from .assets import asset
-from .html import esc, page, target_tag
+from .html_parts import esc, page, target_tag
 from .runs import Run
 from .sheet import SHEET_COLUMNS, VERDICTS, read_sheet
 from .tables import csv_text, markdown_table

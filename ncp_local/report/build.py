@@ -1,0 +1,162 @@
+"""`mode=report`'s report: every table, plot and page of a set of runs written into one folder, and the
+notes a reader of those runs must see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, RunConfig
+from .cost import cost_markdown, cost_rows_csv, cost_table
+from .endings import endings_csv, endings_markdown, run_endings
+from .failure_modes import modes_csv, modes_markdown, run_modes
+from .html import write_html
+from .plots import inline_svg, write_endings, write_passk, write_survival
+from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
+from .runs import Run, attach_specs, is_sweep_folder, load_runs
+from .tables import (
+    csv_text,
+    genre_csv,
+    genre_markdown,
+    summary_rows,
+    survival_csv,
+    write,
+)
+from .tables import (
+    summary_csv as results_csv,
+)
+from .tables import (
+    summary_markdown as results_markdown,
+)
+from .trials import noise_csv, passk_csv, run_trials, stories_csv, stories_markdown, trials_markdown
+
+
+def runs_of(cfg: RunConfig) -> list[Run]:
+    if not cfg.runs:
+        raise ConfigError("runs", "give at least one run directory: runs=[DIR,...]")
+    runs = load_runs(list(cfg.runs), cfg.report.label)
+    for run in runs:
+        attach_specs(run, cfg.report.dataset)
+    return runs
+
+
+def build_report(
+    runs: list[Run],
+    out: Path,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    html: bool = True,
+    gpu_hour_cost: float | None = None,
+    plan: bool = False,
+    dataset: str | None = None,
+    review_sheet: str | Path | None = None,
+) -> dict[str, Any]:
+    """Write every report file into `out`; returns the tables' text and the paths written.
+
+    A review sheet is read and checked against the runs first, so a bad one writes nothing."""
+    err = auditor_error(review_sheet, runs, resamples, seed, level) if review_sheet else None
+    rows = summary_rows(runs, resamples, seed, level)
+    summary_md = results_markdown(rows, level)
+    genres_md = genre_markdown(runs)
+    costs = [cost_table(r, gpu_hour_cost, plan, dataset) for r in runs]
+    cost_md = cost_markdown(costs)
+    ends = run_endings(runs, level)
+    endings_md = endings_markdown(ends)
+    modes = [run_modes(r) for r in runs]
+    modes_md = modes_markdown(modes)
+    auditor_md = auditor_error_markdown(err, level)
+    rts = run_trials(runs, level)  # only runs that played their stories more than once
+    trials_md = trials_markdown(rts, level) if rts else ""
+    notes = [f"- {line}" for line in run_notes(runs)]
+    doc = (
+        "# NCP results\n\n"
+        + summary_md
+        + "\n\n## What ended each story\n\n"
+        + endings_md
+        + "\n\n## Failure modes\n\n"
+        + modes_md
+        + ("\n\n## Trials: pass^k and the noise floor\n\n" + trials_md if rts else "")
+        + "\n\n## The auditor's error\n\n"
+        + auditor_md
+        + "\n\n## Per genre\n\n"
+        + genres_md
+        + "\n\n## Cost by role and stage\n\n"
+        + cost_md
+        + "\n"
+    )
+    if notes:
+        doc += "\n## Notes\n\n" + "\n".join(notes) + "\n"
+    files = [
+        write(out / "results.md", doc),
+        write(out / "results.csv", results_csv(rows)),
+        write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
+        write(out / "genres.csv", genre_csv(runs)),
+        write(out / "survival.csv", survival_csv(runs, level)),
+        write(out / "endings.csv", endings_csv(ends)),
+        write(out / "failure_modes.csv", modes_csv(modes)),
+        write(out / "cost.csv", csv_text(*cost_rows_csv(costs))),
+    ]
+    if err is not None:
+        files.append(write(out / "survival_corrected.csv", corrected_survival_csv(err)))
+    corrected = {c.label: c.survival[1] for c in err.corrected} if err is not None else {}
+    png, svg = write_survival(runs, out, level, corrected)
+    ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
+    files += [png, svg, ends_png, ends_svg]
+    passk_svg = None
+    if rts:
+        files += [
+            write(
+                out / "trials.md", "# Trials\n\n" + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n"
+            ),
+            write(out / "passk.csv", passk_csv(rts)),
+            write(out / "noise.csv", noise_csv(rts)),
+            write(out / "stories.csv", stories_csv(rts)),
+        ]
+        passk_png, passk_svg = write_passk(rts, out)
+        files += [passk_png, passk_svg]
+    if html:
+        files.append(
+            write_html(
+                runs,
+                rows,
+                out,
+                inline_svg(svg),
+                level,
+                costs,
+                endings=(ends, inline_svg(ends_svg)),
+                auditor=err,
+                modes=modes,
+                trials=(rts, inline_svg(passk_svg)) if passk_svg is not None else None,
+            )
+        )
+    return {
+        "rows": rows,
+        "summary_md": summary_md,
+        "endings_md": endings_md,
+        "endings": ends,
+        "modes_md": modes_md,
+        "modes": modes,
+        "trials_md": trials_md,
+        "trials": rts,
+        "auditor_md": auditor_md,
+        "auditor_error": err,
+        "genres_md": genres_md,
+        "cost_md": cost_md,
+        "costs": costs,
+        "notes": notes,
+        "files": files,
+    }
+
+
+def run_notes(runs: list[Run]) -> list[str]:
+    """What a reader of these runs must know (files not counted, unfinished episodes left out), one line each."""
+    return [f"{r.label}: {n}" for r in runs for n in r.notes]
+
+
+def default_out(cfg: RunConfig, runs: list[Run], name: str) -> Path:
+    """`<sweep folder>/<name>` for one sweep folder, else `<first run>/<name>`."""
+    given = [Path(r).expanduser() for r in cfg.runs]
+    if len(given) == 1 and is_sweep_folder(given[0]):
+        return given[0] / name
+    return runs[0].path / name

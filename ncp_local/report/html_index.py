@@ -1,0 +1,249 @@
+"""The report's index page: the results table, survival, endings, failure modes, the auditor's error,
+trials, cost, and each run's episodes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..protocol.episode import EpisodeResult
+from ..protocol.metrics import episode_metrics
+from ..protocol.stages import CONFLICT_TYPES
+from . import failure_modes, precision
+from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
+from .cost import cells as cost_cells
+from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
+from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
+from .failure_modes import RunModes
+from .glossary import define, define_cost, define_trials, plain
+from .html_parts import (
+    INDEX_JS,
+    _badge,
+    _conflict_badges,
+    _count_table,
+    _th,
+    _turns_cell,
+    _with_interval,
+    episode_href,
+    esc,
+    page,
+    run_key,
+)
+from .precision import UNCORRECTED_NOTE, AuditorError
+from .runs import Run
+from .tables import METRICS, TERMINATIONS, Row
+from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table
+
+
+def _overturned(result: EpisodeResult) -> int:
+    return sum(bool(t.conflict_check.get("conflicts")) and not t.conflicts for t in result.turns)
+
+
+# ---- index -------------------------------------------------------------------
+
+
+def _summary_html(rows: Sequence[Row]) -> str:
+    head = (
+        "<tr><th>run</th>"
+        + _th("episodes", "num")
+        + "".join(_th(h, "num") for _, h, _ in METRICS)
+        + _th("conflict-free", "num")
+        + "<th>terminations</th>"
+        + _th("bound hits", "num")
+        + "</tr>"
+    )
+    body = []
+    for r in rows:
+        # Censored episodes are in the averages at their committed turns: say how many, beside the count.
+        censored = (
+            f"<div class='muted small censored' title=\"context_limit: averaged at their committed turns, "
+            f'censored in S(t)">{r.agg.censored} censored</div>'
+            if r.agg.censored
+            else ""
+        )
+        cells = [
+            f"<td>{esc(r.label)}<div class='muted small'>{esc(r.path)}</div></td>",
+            f"<td class=num>{r.agg.episodes}{censored}</td>",
+        ]
+        for k, _, d in METRICS:
+            iv = r.ci[k]
+            if iv.point != iv.point:  # NaN: no scored episode
+                cells.append("<td class=num>n/a</td>")
+            else:
+                cells.append(f"<td class=num>{_with_interval(iv, d, r.agg.scored)}</td>")
+        cells.append(f"<td class=num>{_with_interval(r.ci['conflict_free'], 0, r.agg.scored)}</td>")
+        cells.append(
+            "<td class='small terms'>"
+            + "<br>".join(
+                f'<span title="{esc(plain(define(t)))}">{t}</span>&nbsp;<b>{r.agg.terminations[t]}</b>'
+                for t in TERMINATIONS
+            )
+            + (f"<br>unfinished&nbsp;<b>{r.unfinished}</b>" if r.unfinished else "")
+            + "</td>"
+        )
+        cells.append(f"<td class=num>{r.agg.bound_hits}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<div class=scroll><table class='summary'><thead>{head}</thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+def _episode_table(i: int, run: Run) -> str:
+    key = run_key(i, run)
+    tid = f"episodes-{i}"
+    rows = []
+    for sid, result in run.results.items():  # sid: the episode's name (a story's trial past 0: <spec>~t<k>)
+        m = episode_metrics(result)
+        spec = run.specs.get(result.spec_id)
+        title = spec.meta.title if spec else ""
+        genres = ", ".join(spec.meta.genres) if spec else ""
+        rows.append(
+            f'<tr class="episode" data-termination="{esc(m.termination)}" data-spec="{esc(sid)}">'
+            f'<td><a href="{esc(episode_href(key, sid))}">{esc(sid)}</a></td><td>{esc(title)}</td>'
+            f"<td class=small>{esc(genres)}</td><td>{_badge(m.termination, 't-' + m.termination)}</td>"
+            f"{_turns_cell(m)}<td class=num>{100 * m.trajectory_progress:.1f}</td>"
+            f"<td class=num>{100 * m.satisfied:.1f}</td>"
+            f'<td data-v="{esc(" ".join(t for t in CONFLICT_TYPES if getattr(m, t)))}">'
+            f"{_conflict_badges(m)}</td><td class=num>{_overturned(result)}</td>"
+            f"<td class=num>{m.bound_hits}</td></tr>"
+        )
+    options = "".join(f'<option value="{t}">{t}</option>' for t in TERMINATIONS)
+    return (
+        f'<div class="controls" data-table="{tid}"><select aria-label="termination">'
+        f'<option value="">all terminations</option>{options}</select>'
+        f'<input type="search" placeholder="filter episodes" aria-label="filter">'
+        f'<span class="count muted small">{len(rows)} episodes</span></div>'
+        f'<table class="sortable episodes" id="{tid}"><thead><tr><th>episode</th><th>title</th><th>genres</th>'
+        f"<th>termination</th>{_th('turns', 'num')}{_th('traj %', 'num')}{_th('sat %', 'num')}"
+        f"<th>conflict</th>{_th('overturned', 'num')}{_th('bound hits', 'num')}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _cost_html(tables: Sequence[CostTable]) -> str:
+    """Per run: the cost table, run figures then per episode-turn, each header defined in its tooltip."""
+    parts = [f"<p class='muted small'>{esc(PER_TURN_NOTE)}.</p>"]
+    for t in tables:
+        head = (
+            "<tr><th>per</th><th>role</th><th>stage</th>"
+            + "".join(f'<th class=num title="{esc(plain(define_cost(h)))}">{esc(h)}</th>' for h in headers(t))
+            + "</tr>"
+        )
+        body = "".join(
+            f'<tr class="cost{" total" if role == "all" else ""}" data-per="{esc(per)}"><td>{esc(per)}</td>'
+            f"<td>{esc(role)}</td><td>{esc(stage)}</td>"
+            + "".join(f"<td class=num>{esc(c)}</td>" for c in cost_cells(t, per, values))
+            + "</tr>"
+            for per, role, stage, values in rows_of(t)
+        )
+        note = table_note(t) + ("" if t.gpu_hour_cost is not None else "; set report.gpu_hour_cost= for a cost figure")
+        parts.append(
+            f"<h3>{esc(t.label)}</h3><p class='muted small'>{esc(note)}</p><div class=scroll>"
+            f"<table class='cost'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+        )
+    return "".join(parts)
+
+
+def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
+    """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
+    parts = [
+        f"<p class='muted small'>{esc(ENDINGS_NOTE)}</p>",
+        _count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
+    ]
+    if svg:
+        parts.append(f"<figure>{svg}</figure>")
+    for e in ends:
+        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", _count_table("bands", *e.bands)]
+    return "".join(parts)
+
+
+def _modes_html(modes: Sequence[RunModes]) -> str:
+    """Each run's conflicts by failure mode, and by conflict type and mode."""
+    parts = [f"<p class='muted small'>{esc(failure_modes.NOTE)}</p>"]
+    if any(m.asked for m in modes):
+        parts.append(_count_table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
+        for m in modes:
+            if m.asked:
+                parts += [
+                    f"<h3>{esc(m.label)}: failure modes by conflict type</h3>",
+                    _count_table("modes", *failure_modes.type_rows(m), tips=False),
+                ]
+    parts += [f"<p class='muted small'>{esc(line)}</p>" for line in failure_modes.notes(modes)]
+    return "".join(parts)
+
+
+def _auditor_html(err: AuditorError | None, level: float) -> str:
+    """The review sheet's precision per type and each reviewed run's figures as judged and corrected."""
+    if err is None:
+        return f"<p class='muted small'>{esc(plain(UNCORRECTED_NOTE))}</p>"
+    parts = [
+        f"<p class='muted small'>{esc(plain(precision.intro(err, level)))}</p>",
+        _count_table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False),
+    ]
+    for c in err.corrected:
+        parts += [
+            f"<h3>{esc(precision.corrected_title(c))}</h3>",
+            _count_table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False),
+        ]
+        if note := precision.notes(err, c):
+            parts.append(f"<p class='muted small'>{esc(note)}</p>")
+    if note := precision.notes(err):
+        parts.append(f"<p class='muted small'>{esc(note)}</p>")
+    return "".join(parts)
+
+
+def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
+    """The pass^k plot, then per run its pass^k table and its noise floor (report/trials.py)."""
+    parts = [f"<figure>{svg}</figure>"]
+    for rt in rts:
+        parts += [
+            f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
+            _count_table("passk", *passk_table(rt), define=define_trials),
+            _count_table("noise", *noise_table(rt, level), define=define_trials),
+        ]
+    parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
+    return "".join(parts)
+
+
+def index_page(
+    runs: Sequence[Run],
+    rows: Sequence[Row],
+    svg: str,
+    level: float,
+    costs: Sequence[CostTable] = (),
+    endings: tuple[Sequence[RunEndings], str] | None = None,
+    auditor: AuditorError | None = None,
+    modes: Sequence[RunModes] = (),
+    trials: tuple[Sequence[RunTrials], str] | None = None,
+) -> str:
+    parts = [
+        "<h1>NCP report</h1>",
+        f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
+        f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out. "
+        "<code>context_limit</code> episodes (the model's window was full) are averaged at their committed "
+        "turns and censored in S(t), the Kaplan-Meier estimate (band: its confidence interval, "
+        "+: where a censored episode leaves the count).</p>",
+        "<h2>Results</h2>",
+        _summary_html(rows),
+    ]
+    if svg:
+        parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
+    if endings is not None:
+        parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
+    if modes:
+        parts += ["<h2>Failure modes</h2>", _modes_html(modes)]
+    if trials is not None:
+        parts += ["<h2>Trials: pass^k and the noise floor</h2>", _trials_html(*trials, level)]
+    parts += ["<h2>The auditor's error</h2>", _auditor_html(auditor, level)]
+    if costs:
+        parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
+    for i, run in enumerate(runs):
+        parts.append(
+            f"<h2 id=\"run-{i}\">{esc(run.label)}</h2><p class='muted small'>{esc(run.path)}"
+            + (f" &middot; {len(run.shards)} shard(s)" if run.shards else "")
+            + "</p>"
+        )
+        for note in run.notes:
+            parts.append(f"<div class=warn>{esc(note)}</div>")
+        parts.append(_episode_table(i, run))
+    return page("NCP report", "\n".join(parts), INDEX_JS)
+
+
+# ---- one episode -------------------------------------------------------------

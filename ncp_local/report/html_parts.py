@@ -1,0 +1,114 @@
+"""The HTML report's shared parts: escaping, the page frame with its stylesheet, links, badges, tables."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from ..protocol import turns
+from ..protocol.metrics import EpisodeMetrics
+from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
+from .assets import asset
+from .glossary import define, define_ending, plain
+from .runs import Run
+from .tables import MIN_FOR_INTERVAL
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# The page's stylesheet and the index's script: files of the package (report/assets/), read once.
+CSS = asset("report.css")
+
+INDEX_JS = asset("index.js")
+
+
+def page(title: str, body: str, script: str = "") -> str:
+    js = f"<script>{script}</script>" if script else ""
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
+        f"<body><main>\n{body}\n</main>{js}</body></html>\n"
+    )
+
+
+def run_key(i: int, run: Run) -> str:
+    return f"{i:02d}-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", run.key).strip("._") or "run")
+
+
+def episode_href(key: str, spec_id: str) -> str:
+    return f"episodes/{quote(key)}/{quote(spec_id)}.html"
+
+
+def _th(column: str, cls: str = "", text: str | None = None) -> str:
+    """A column header with its glossary definition as the tooltip (report/glossary.py)."""
+    klass = f" class={cls}" if cls else ""
+    return f'<th{klass} title="{esc(plain(define(column)))}">{esc(text or column)}</th>'
+
+
+def _with_interval(iv: Any, d: int, scored: int) -> str:
+    """A cell's value, and its interval below it when there are 2 or more scored episodes."""
+    if scored < MIN_FOR_INTERVAL or iv.lo != iv.lo:
+        return f"{iv.point:.{d}f}"
+    return f"{iv.point:.{d}f}<div class='muted small'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div>"
+
+
+def _badge(text: str, cls: str = "") -> str:
+    return f'<span class="badge {esc(cls)}">{esc(text)}</span>'
+
+
+def _conflict_badges(m: EpisodeMetrics) -> str:
+    return "".join(_badge(t, t) for t in CONFLICT_TYPES if getattr(m, t))
+
+
+def _turns_cell(m: EpisodeMetrics) -> str:
+    """Turns; a censored episode's count is a lower bound (`n+`)."""
+    if m.censored:
+        return (
+            f'<td class=num data-v="{m.turns}" title="censored: the window filled during '
+            f'{turns.label(m.turns)}">'
+            f"{m.turns}+</td>"
+        )
+    return f"<td class=num>{m.turns}</td>"
+
+
+def target_tag(ctype: str, target_id: str) -> str:
+    """What names a conflict's target: its fact or commitment id, or a label where it has none."""
+    if ctype == "fact" and target_id == INTERNAL_ID:
+        return _badge("internal contradiction", "internal")
+    if ctype == "player_input":
+        return ""  # the target is the player input itself, shown in full
+    return f"<span class=fid>{esc(target_id)}</span>"
+
+
+def _count_table(
+    cls: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    tips: bool = True,
+    define: Callable[[str], str] = define_ending,
+) -> str:
+    """A table whose first column names the row and the rest are numbers; its headers get their glossary
+    text (`define`: the endings table's by default) as tooltips."""
+
+    def th(i: int, h: str) -> str:
+        tip = f' title="{esc(plain(define(h)))}"' if tips and h else ""
+        return f"<th{'' if i == 0 else ' class=num'}{tip}>{esc(h)}</th>"
+
+    head = "<tr>" + "".join(th(i, h) for i, h in enumerate(header)) + "</tr>"
+    body = "".join(
+        "<tr>" + "".join(f"<td{'' if i == 0 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<div class=scroll><table class='{cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+
+
+def _table(cls: str, headers: tuple[str, ...], rows: list[str]) -> str:
+    """A plain table of an episode page: fixed headers, rows already rendered."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
