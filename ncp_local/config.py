@@ -7,7 +7,7 @@ comes from the settings that change results, not from bookkeeping ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -87,11 +87,26 @@ NOT_IDENTITY = (
     # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
     *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")),
 )
-# Keys added after runs existed, left out of the identity while they hold the value that plays
-# exactly as before: a run made before them keeps its identity (and resumes), one that turns
-# them on is another experiment.
-# (`trials.vary` is also normalized there: a list of every role is `all`; execution/identity.py.)
-IDENTITY_WHEN_SET: dict[str, Any] = {"audit.failure_modes": False, "trials.vary": ALL}
+
+
+def _vary_read(value: Any) -> Any:
+    """`trials.vary` as the identity holds it: `all`, or the sorted roles (a list of every role is `all`);
+    a value the config refuses is kept as given (its own check names it)."""
+    try:
+        roles = varied_roles(value)
+    except (ValueError, TypeError):
+        return value
+    return ALL if roles == frozenset(ROLES) else sorted(roles)
+
+
+# Keys added after runs existed: the value that plays exactly as before the key existed, and how a
+# value reads in the identity. At that value the key (and a section left empty by it) stays out of
+# the identity, so a run made before it keeps its identity and resumes; another value is another
+# experiment. Labels show the value for a run that has no such key.
+LATER_KEYS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "audit.failure_modes": (False, lambda value: value),
+    "trials.vary": (ALL, _vary_read),
+}
 
 
 SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"

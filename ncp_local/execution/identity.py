@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from ..config import IDENTITY_WHEN_SET, NOT_IDENTITY, AuditCfg, dataset_path, role_endpoint, role_engine, validate
+from ..config import LATER_KEYS, NOT_IDENTITY, AuditCfg, dataset_path, role_endpoint, role_engine, validate
 from ..engines import embedded as emb
 from ..engines.registry import kind
 from ..engines.settings import EMBEDDED
@@ -46,7 +46,6 @@ from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
 from ..protocol.spec import parse_yaml, text_bytes
-from ..protocol.trials import ALL, varied_roles
 from . import layout
 from .provenance import rig_version
 
@@ -83,37 +82,31 @@ def digest(obj: Any) -> str:
 # ---- the parts -----------------------------------------------------------------
 
 
-def _neutral(path: str, v: Any) -> bool:
-    """A key (or a section of only such keys) at the value that plays as before it existed."""
-    if isinstance(v, Mapping):
-        return bool(v) and all(_neutral(f"{path}.{k}", x) for k, x in v.items())
-    return path in IDENTITY_WHEN_SET and v == IDENTITY_WHEN_SET[path]
-
-
 def _without(raw: Mapping[str, Any], skip: frozenset[str], prefix: str = "") -> dict[str, Any]:
     out = {}
     for k, v in raw.items():
         path = f"{prefix}{k}"
-        if path in skip or _neutral(path, v):
+        if path in skip:
             continue
-        out[k] = _without(v, skip, path + ".") if isinstance(v, Mapping) else v
+        if path in LATER_KEYS:  # a key added later: as the identity reads it, left out at its old behaviour
+            neutral, read = LATER_KEYS[path]
+            v = read(v)
+            if v == neutral:
+                continue
+        if isinstance(v, Mapping):
+            inner = _without(v, skip, path + ".")
+            if not inner and any(key.startswith(path + ".") for key in LATER_KEYS):
+                continue  # a section of later keys, all at their old behaviour (`audit`, `trials`)
+            out[k] = inner
+        else:
+            out[k] = v
     return out
 
 
 def settings(raw: Mapping[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The resolved config without the keys that never change results."""
-    out = _without(raw, frozenset(NOT_IDENTITY + drop))
-    trials = out.pop("trials", None)
-    vary = trials.get("vary", ALL) if isinstance(trials, Mapping) else ALL
-    try:
-        roles = varied_roles(vary)
-    except (ValueError, TypeError):
-        roles = None  # refused by the config's own check; kept as given here
-    if roles != frozenset(ROLES):
-        # Which roles vary changes trials 1.. (never trial 0); the default stays out, so a config
-        # without trials keeps the identity (and run directory) it had before trials existed.
-        out["trials"] = {"vary": sorted(roles) if roles is not None else vary}
-    return out
+    """The resolved config without the keys that never change results (config.NOT_IDENTITY) and
+    without the later keys at their old behaviour (config.LATER_KEYS)."""
+    return _without(raw, frozenset(NOT_IDENTITY + drop))
 
 
 def dataset_files(root: str | Path) -> dict[str, str]:

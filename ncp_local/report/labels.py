@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..config import IDENTITY_WHEN_SET
+from ..config import LATER_KEYS
 from ..execution.identity import settings
 from ..protocol import ROLES
 
@@ -71,8 +71,11 @@ def _collapsed(keys: list[str], flats: list[dict[str, Any]]) -> list[tuple[str, 
 
 
 def _label(f: Mapping[str, Any], parts: list[tuple[str, Any]]) -> str:
-    # A key the identity leaves out at its neutral value (config.IDENTITY_WHEN_SET) shows that value.
-    shown = [f"{name}={_shown(f.get(key, IDENTITY_WHEN_SET.get(key)))}" for name, key in parts[:MAX_KEYS]]
+    # A later key the identity leaves out at its old behaviour (config.LATER_KEYS) shows that value.
+    shown = [
+        f"{name}={_shown(f.get(key, LATER_KEYS[key][0] if key in LATER_KEYS else None))}"
+        for name, key in parts[:MAX_KEYS]
+    ]
     if len(parts) > MAX_KEYS:
         shown.append(f"+{len(parts) - MAX_KEYS} more")
     return " ".join(shown)
