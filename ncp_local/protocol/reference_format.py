@@ -14,9 +14,9 @@ through them, so a file of another format fails on its first wrong field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .episode import EpisodeResult, FactUpdateRecord, TurnRecord
 from .ledger import EpisodeState, Exchange, FactEntry, FactUpdate
@@ -31,8 +31,13 @@ MISSING_FROM_REFERENCE = (
 )
 # Rig terminations the official runner never writes, so no official result file can hold them.
 NOT_EXPORTED: frozenset[str] = frozenset({"invalid"})
-# The official trajectory assessment has one reason for both parts of the check.
+# The official trajectory assessment has one reason for both parts of the check: each part's name,
+# ": " and its reason (an empty one said as "missing"), the two joined by " | ".
+_PARTS = ("trigger", "delta")
 _TRIGGER, _DELTA = "trigger: ", " | delta: "
+# A count the official decision records per conflict type, and a commitment's status as it spells it.
+Count = Annotated[int, Field(ge=0)]
+OfficialStatus = Literal["pending", "satisfied"]
 
 
 class _Official(BaseModel):
@@ -59,13 +64,14 @@ class OfficialConflict(_Official):
 
 class OfficialDecision(_Official):
     has_conflict: bool
-    fact_count: int
-    commitment_count: int
-    player_input_count: int
-    total_count: int
     conflicts: list[OfficialConflict]
     double_checked: bool
     review_reason: str | None = None
+    total_count: Count
+    # One per conflict type (stages.CONFLICT_TYPES), as the official names spell them.
+    fact_count: Count
+    commitment_count: Count
+    player_input_count: Count
 
 
 class OfficialEvaluation(_Official):
@@ -81,7 +87,7 @@ class OfficialTrajectoryAssessment(_Official):
 
 class OfficialCommitmentAssessment(_Official):
     commitment_id: str
-    status: Literal["pending", "satisfied"]
+    status: OfficialStatus
     reason: str
 
 
@@ -105,18 +111,20 @@ class OfficialFact(_Official):
 class OfficialCommitment(_Official):
     id: str
     kind: str
+    status: OfficialStatus
     description: str
+    # What settles it either way (spec.Commitment's two conditions).
     satisfaction_condition: str
     violation_condition: str
-    status: Literal["pending", "satisfied"]
 
 
 class OfficialNode(_Official):
     id: str
+    occurred: bool
     description: str
+    # The event that leads to the node and the change that shows it happened (spec.Node's).
     trigger_event: str
     key_delta: str
-    occurred: bool
 
 
 class OfficialStoryTurn(_Official):
@@ -170,13 +178,12 @@ def _trajectory(rec: TurnRecord, spec: Spec, done_before: int) -> list[dict[str,
     check = rec.trajectory_check
     if not check or done_before >= len(spec.trajectory):
         return []
-    trigger, delta = check["trigger"], check["delta"]
     return [
         {
             # Nodes complete in order, one a turn at most: the node checked is the first pending one.
             "target_node_id": spec.trajectory[done_before].id,
-            "occurred": bool(trigger["occurred"] and delta["occurred"]),
-            "reason": f"{_TRIGGER}{trigger['reason'] or 'missing'}{_DELTA}{delta['reason'] or 'missing'}",
+            "occurred": all(bool(check[part]["occurred"]) for part in _PARTS),
+            "reason": " | ".join(f"{part}: {check[part]['reason'] or 'missing'}" for part in _PARTS),
         }
     ]
 
