@@ -73,6 +73,21 @@ class OpenAIEndpointConfig(BaseModel):
     vllm_extensions: bool = False
 
 
+# The endpoint settings taken as given, from the `engine=openai` group or a role's `endpoint`
+# (the others, base_url and model, have their own fallbacks: execution/endpoints.endpoint_config).
+ENDPOINT_SETTINGS: tuple[str, ...] = (
+    "api_key_env",
+    "timeout_s",
+    "max_retries",
+    "backoff_s",
+    "max_concurrency",
+    "schema_name",
+    "use_max_completion_tokens",
+    "extra_body",
+    "vllm_extensions",
+)
+
+
 class OpenAIEngine:
     """Create with `await OpenAIEngine.start(cfg)` (checks that the endpoint serves the model)."""
 
@@ -118,17 +133,7 @@ class OpenAIEngine:
             # The server's reasoning parser (vllm serve --reasoning-parser) splits the thought off;
             # the template's switch is turned on here, as the in-process engine does.
             fields["chat_template_kwargs"].update({key: True for key in THINKING_TEMPLATE_KEYS})
-        for key in (
-            "api_key_env",
-            "timeout_s",
-            "max_retries",
-            "backoff_s",
-            "max_concurrency",
-            "schema_name",
-            "use_max_completion_tokens",
-            "extra_body",
-            "vllm_extensions",
-        ):
+        for key in ENDPOINT_SETTINGS:
             value = get(engine, key)
             if value is not None:
                 fields[key] = value

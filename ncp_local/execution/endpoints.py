@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigError, RunConfig, role_endpoint, role_kind
-from ..engines.openai import EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
+from ..engines.openai import ENDPOINT_SETTINGS, EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
 from ..plan.growth import Growth
 
 __all__ = ["Endpoint", "check", "endpoint_config", "remote_roles"]
@@ -61,17 +61,7 @@ def endpoint_config(cfg: RunConfig, role: str, base_url: str | None = None) -> O
         "model": ep.get("model") or model.name,
         "chat_template_kwargs": dict(model.chat_template_kwargs),
     }
-    for k in (
-        "api_key_env",
-        "timeout_s",
-        "max_retries",
-        "backoff_s",
-        "max_concurrency",
-        "schema_name",
-        "use_max_completion_tokens",
-        "extra_body",
-        "vllm_extensions",
-    ):
+    for k in ENDPOINT_SETTINGS:
         if ep.get(k) is not None:
             fields[k] = ep[k]
     return OpenAIEndpointConfig(**fields)

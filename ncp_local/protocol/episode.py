@@ -271,15 +271,15 @@ async def ask_modes(
 ) -> FailureModesOut:
     """The failure-mode stage: one mode per standing conflict (a repeated type and id is asked once)."""
     response = cvars["response_text"]
-    listed = [
-        {"conflict": conflict_name(t["type"], t["id"]), "target_text": t["target_text"], "reason": t["reason"]}
-        for t in resolve_targets(spec, standing, projected, player_input, response)
-    ]
-    keys = tuple(dict.fromkeys(item["conflict"] for item in listed))
-    listed = list({item["conflict"]: item for item in listed}.values())
-    ids = AuditIds(conflict_keys=keys)
+    listed: dict[str, dict[str, str]] = {}  # a repeated type and id is listed once, as first given
+    for t in resolve_targets(spec, standing, projected, player_input, response):
+        listed.setdefault(conflict_name(t["type"], t["id"]), {"target_text": t["target_text"], "reason": t["reason"]})
+    ids = AuditIds(conflict_keys=tuple(listed))
     out: FailureModesOut = await ask(
-        "failure_mode", "failure_mode", {**cvars, "standing_conflicts_json": to_json(listed)}, ids=ids
+        "failure_mode",
+        "failure_mode",
+        {**cvars, "standing_conflicts_json": to_json([{"conflict": k, **v} for k, v in listed.items()])},
+        ids=ids,
     )
     return out
 

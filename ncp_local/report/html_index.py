@@ -9,6 +9,7 @@ from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import episode_metrics
 from ..protocol.stages import CONFLICT_TYPES
 from . import failure_modes, precision
+from .assets import asset
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
 from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
@@ -16,7 +17,6 @@ from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
 from .failure_modes import RunModes
 from .glossary import define, define_cost, define_trials, plain
 from .html_parts import (
-    INDEX_JS,
     _badge,
     _conflict_badges,
     _count_table,
@@ -243,7 +243,7 @@ def index_page(
         for note in run.notes:
             parts.append(f"<div class=warn>{esc(note)}</div>")
         parts.append(_episode_table(i, run))
-    return page("NCP report", "\n".join(parts), INDEX_JS)
+    return page("NCP report", "\n".join(parts), asset("index.js"))
 
 
 # ---- one episode -------------------------------------------------------------

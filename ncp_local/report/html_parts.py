@@ -21,18 +21,12 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-# The page's stylesheet and the index's script: files of the package (report/assets/), read once.
-CSS = asset("report.css")
-
-INDEX_JS = asset("index.js")
-
-
 def page(title: str, body: str, script: str = "") -> str:
     js = f"<script>{script}</script>" if script else ""
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
+        f"<title>{esc(title)}</title><style>{asset('report.css')}</style></head>\n"
         f"<body><main>\n{body}\n</main>{js}</body></html>\n"
     )
 

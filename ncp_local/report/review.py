@@ -71,9 +71,6 @@ def sheet_csv(rows: Sequence[dict[str, Any]]) -> str:
     return csv_text(SHEET_COLUMNS, [[r[c] for c in SHEET_COLUMNS] for r in rows])
 
 
-FORM_JS = asset("review.js")
-
-
 def _json_for_script(obj: Any) -> str:
     # Inside <script> only "</" can end the element early; \\u003c keeps it inert.
     return json.dumps(obj, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
@@ -125,7 +122,7 @@ def sheet_html(rows: Sequence[dict[str, Any]]) -> str:
         + '<script type="application/json" id="sheet-columns">'
         + f"{_json_for_script(list(SHEET_COLUMNS))}</script>"
     )
-    return page("Conflict review sheet", body, FORM_JS)
+    return page("Conflict review sheet", body, asset("review.js"))
 
 
 def export_sheet(runs: Sequence[Run], out: Path, n: int, seed: int) -> tuple[Path, Path, int]:
