@@ -7,7 +7,7 @@ comes from the settings that change results, not from bookkeeping ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -18,7 +18,7 @@ from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, ValidationInfo, field_validator
 
-from .engines.registry import KINDS, EngineKind, kind
+from .engines.registry import KINDS
 from .engines.settings import ModelSettings
 from .errors import InputError, shown
 from .protocol import ROLES
@@ -404,10 +404,6 @@ class RunConfig(_Cfg):
         """Everything under `method` except its name goes to the narrator's constructor."""
         return {k: v for k, v in self.method.items() if k != "name"}
 
-    def model_name(self, role: str) -> str:
-        """What played `role`: its model's name, or `scripted` when no model ran (engine=scripted)."""
-        return getattr(self, role).model.name if role_kind(self, role).runs_model else SCRIPTED
-
     @property
     def condition_name(self) -> str:
         return str(self.condition.get("name", ""))
@@ -439,55 +435,6 @@ class RunConfig(_Cfg):
             if v.get(key) is not None and not isinstance(v[key], str):
                 raise ValueError(f"{key} must be a string, got {shown(v[key])}")
         return v
-
-
-def role_engine(cfg: Any, role: str) -> str:
-    """The engine a role runs on: its own `<role>.engine`, else the top-level `engine`."""
-    return getattr(getattr(cfg, role), "engine", None) or cfg.engine.name
-
-
-def recorded_engine(raw: Mapping[str, Any], role: str | None = None) -> str:
-    """The engine a recorded config (a manifest's) gave a role, or the run (role None); "" if none."""
-    own = (raw.get(role) or {}).get("engine") if role else None
-    return str(own or (raw.get("engine") or {}).get("name") or "")
-
-
-def ran_no_model(raw: Mapping[str, Any], role: str | None = None) -> bool:
-    """A recorded config whose engine for the role (or the run) answers from a script: no model ran."""
-    row = KINDS.get(recorded_engine(raw, role))
-    return row is not None and not row.runs_model
-
-
-def role_kind(cfg: Any, role: str) -> EngineKind:
-    """What the role's engine is (engines/registry.py): in process, served, or no model at all."""
-    return kind(role_engine(cfg, role))
-
-
-# The endpoint settings a role's `endpoint` may take from the top-level `engine=openai` group.
-_ENDPOINT_KEYS = (
-    "base_url",
-    "file",
-    "wait_s",
-    "model",
-    "api_key_env",
-    "timeout_s",
-    "max_retries",
-    "backoff_s",
-    "max_concurrency",
-    "vllm_extensions",
-)
-
-
-def role_endpoint(cfg: Any, role: str) -> dict[str, Any]:
-    """A role's endpoint settings that are set: `<role>.endpoint` over the top-level `engine=openai` group's.
-    The top-level group's other options (extra_body, schema_name, ...) come along."""
-    top = cfg.engine.model_dump(exclude={"name"}, exclude_none=True) if KINDS[cfg.engine.name].served else {}
-    own = getattr(getattr(cfg, role), "endpoint", None)
-    mine = own.model_dump(exclude_none=True, exclude_defaults=True) if own is not None else {}
-    merged = {**top, **mine}
-    if own is not None and "wait_s" not in merged:
-        merged["wait_s"] = own.wait_s
-    return merged
 
 
 def validate(raw: dict[str, Any]) -> RunConfig:

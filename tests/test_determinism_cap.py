@@ -15,6 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
+from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.engines.settings import (
     DETERMINISTIC_MAX_NUM_SEQS,
     ModelSettings,
@@ -106,7 +107,7 @@ def test_the_run_wide_switch_caps_every_engine() -> None:
         ([], ()),
     ):
         raw = OmegaConf.to_container(config_mod.compose(overrides), resolve=True)
-        pool = EnginePool(config_mod.validate(raw))  # type: ignore[arg-type]
+        pool = EnginePool(bind(config_mod.validate(raw)))  # type: ignore[arg-type]
         for role in ("narrator", "auditor"):
             model = pool.model_for(pool.role_key[role])
             assert model.max_num_seqs > DETERMINISTIC_MAX_NUM_SEQS, (role, model.max_num_seqs)

@@ -21,6 +21,7 @@ openai = pytest.importorskip("openai", reason="openai is not installed (pip inst
 import httpx  # noqa: E402
 
 from ncp_local import config as config_mod  # noqa: E402
+from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError  # noqa: E402
 from ncp_local.engines.base import EngineDead, Message, Request  # noqa: E402
 from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine, read_endpoint_file  # noqa: E402
@@ -99,7 +100,7 @@ def _remote(url: str, *more: str) -> tuple[str, ...]:
 
 def test_a_role_defaults_to_the_top_level_engine_and_unchanged_configs_keep_their_identity() -> None:
     cfg = _cfg()
-    assert [config_mod.role_engine(cfg, r) for r in ("narrator", "player", "auditor")] == ["vllm"] * 3
+    assert [bind(cfg)[r].engine for r in ("narrator", "player", "auditor")] == ["vllm"] * 3
     default = identity.of_run(cfg, _raw())
     # Saying the default engine out loud is the same experiment; the new keys are not in the settings.
     assert identity.of_run(_cfg("auditor.engine=vllm"), _raw("auditor.engine=vllm")).key == default.key
@@ -133,10 +134,10 @@ def test_a_remote_role_is_identified_by_the_served_model_not_the_url() -> None:
 
 
 def test_roles_share_in_process_engines_and_endpoints() -> None:
-    pool = EnginePool(_cfg(*_remote("http://a:1/v1")))
+    pool = EnginePool(bind(_cfg(*_remote("http://a:1/v1"))))
     assert pool.role_key["narrator"] == pool.role_key["player"] != pool.role_key["auditor"]
     assert pool.kind_of("narrator") == "vllm" and pool.kind_of("auditor") == "openai" and pool.remote() == ("auditor",)
-    both = EnginePool(_cfg("engine=openai", "engine.base_url=http://a:1/v1", "narrator.engine=vllm"))
+    both = EnginePool(bind(_cfg("engine=openai", "engine.base_url=http://a:1/v1", "narrator.engine=vllm")))
     assert both.role_key["player"] == both.role_key["auditor"] and both.remote() == ("player", "auditor")
     assert both.describe()["narrator"]["engine"] == "vllm"
 

@@ -26,6 +26,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
+from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError
 from ncp_local.engines.settings import ModelSettings
 
@@ -91,7 +92,7 @@ def test_devices_must_match_tensor_parallel(devices: list[int], tp: int, ok: boo
 def _check_with(role: str, **engine_args: Any) -> None:
     raw = _compose()[1]
     raw[role]["model"]["engine_args"] = engine_args
-    check_engine_args(config_mod.validate(raw))
+    check_engine_args(bind(config_mod.validate(raw)))
 
 
 def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
@@ -111,7 +112,7 @@ def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
     # No check needed (and none made) for engines that are not vLLM.
     raw = _compose("engine=scripted")[1]
     raw["narrator"]["model"]["engine_args"] = {"nope": 1}
-    check_engine_args(config_mod.validate(raw))
+    check_engine_args(bind(config_mod.validate(raw)))
 
 
 @pytest.mark.parametrize(
@@ -200,7 +201,7 @@ def test_deterministic_sets_batch_invariance_for_gpu_engines_only() -> None:
         (["narrator=qwen3", "narrator.model.deterministic=true"], (True, False)),
     ):
         cfg_run, _ = _compose(*overrides)
-        engines = EnginePool(cfg_run)
+        engines = EnginePool(bind(cfg_run))
         got = (
             engines.model_for(engines.role_key["narrator"]).deterministic,
             engines.model_for(engines.role_key["auditor"]).deterministic,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ncp_local.config import ENGINES, RunConfig, compose, ran_no_model, recorded_engine, role_kind, validate
+from ncp_local.bindings import bind, ran_no_model, recorded_engine
+from ncp_local.config import ENGINES, RunConfig, compose, validate
 from ncp_local.engines.registry import KINDS, kind
 from ncp_local.engines.scripted import ScriptedEngine
 
@@ -40,8 +41,9 @@ def test_the_scripted_start_takes_the_run_settings_only_when_the_run_is_scripted
 
 def test_roles_and_recorded_configs_read_the_facts_not_the_names() -> None:
     cfg = default_config(["auditor.engine=scripted"])
-    assert role_kind(cfg, "narrator").in_process and not role_kind(cfg, "auditor").runs_model
-    assert cfg.model_name("auditor") == "scripted" and cfg.model_name("narrator") != "scripted"
+    bound = bind(cfg)
+    assert bound["narrator"].kind.in_process and not bound["auditor"].kind.runs_model
+    assert bound["auditor"].label == "scripted" and bound["narrator"].label == cfg.narrator.model.name
     raw = {"engine": {"name": "vllm"}, "auditor": {"engine": "scripted"}}
     assert recorded_engine(raw, "auditor") == "scripted" and recorded_engine(raw, "narrator") == "vllm"
     assert ran_no_model(raw, "auditor") and not ran_no_model(raw, "narrator") and not ran_no_model(raw)

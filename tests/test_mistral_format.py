@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from ncp_local import config as config_mod
+from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError
 from ncp_local.execution.preflight import HF_FORMAT, check_engines
 
@@ -58,14 +59,14 @@ def test_the_model_file_pins_the_hugging_face_format(tmp_path: Path) -> None:
     _download(tmp_path)
     cfg = _cfg(tmp_path)
     assert {k: cfg.auditor.model.engine_args.get(k) for k in HF_FORMAT} == HF_FORMAT
-    check_engines(cfg, ("auditor",))  # the pinned file passes the pre-flight
+    check_engines(bind(cfg), ("auditor",))  # the pinned file passes the pre-flight
 
 
 def test_a_folder_left_to_auto_is_refused_in_one_line(tmp_path: Path) -> None:
     _download(tmp_path)
     cfg = _cfg(tmp_path, "auditor.model.engine_args.tokenizer_mode=auto")
     with pytest.raises(ConfigError) as err:
-        check_engines(cfg, ("auditor",))
+        check_engines(bind(cfg), ("auditor",))
     assert err.value.field == "auditor.model.engine_args.tokenizer_mode"
     assert "consolidated.safetensors" in err.value.message and "\n" not in str(err.value)
 

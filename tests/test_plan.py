@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from cli_runner import CliResult, run_cli
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
+from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError
 from ncp_local.modes.plan import full as plan_full
 from ncp_local.plan.facts import BUILT_IN, model_facts, read_model_dir
@@ -515,7 +516,7 @@ def test_preflight_starts_engines_as_planned(models_root: Path) -> None:
     assert out.narrator.model == out.player.model  # still one engine for both
     assert out.auditor.model.devices == [0, 1] and out.narrator.model.devices in ([0], [1])
     assert out.narrator.model.gpu_memory_utilization + out.auditor.model.gpu_memory_utilization <= 0.9 + 1e-9
-    assert len(engines_of(out, ("narrator", "player", "auditor"))) == 2
+    assert len(engines_of(bind(out), ("narrator", "player", "auditor"))) == 2
 
 
 def test_one_gpu_refuses_tensor_parallel_two_in_one_line(models_root: Path) -> None:

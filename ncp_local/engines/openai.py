@@ -74,7 +74,7 @@ class OpenAIEndpointConfig(BaseModel):
 
 
 # The endpoint settings taken as given, from the `engine=openai` group or a role's `endpoint`
-# (the others, base_url and model, have their own fallbacks: execution/endpoints.endpoint_config).
+# (the others, base_url and model, have their own fallbacks: bindings.Binding.endpoint_config).
 ENDPOINT_SETTINGS: tuple[str, ...] = (
     "api_key_env",
     "timeout_s",

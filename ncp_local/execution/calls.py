@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from ..bindings import Bindings, Sampling
 from ..chat import Message
-from ..config import RunConfig
 from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
@@ -44,13 +44,6 @@ from .store import RunDir
 ATTEMPTS = 3
 # Fail fast after this many episodes (or all, if fewer) failed a stage the same engine-side way.
 FAIL_FAST_EPISODES = 3
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_tokens: int = 512
 
 
 @dataclass(frozen=True)
@@ -401,19 +394,18 @@ class CallService:
         return lambda turn: TurnAsk(self, episode, turn)
 
 
-def bindings(
-    cfg: RunConfig, engines: Mapping[str, Engine], roles: Iterable[str], wrap: Callable[[Engine], Engine] | None = None
+def with_engines(
+    bound: Bindings, engines: Mapping[str, Engine], roles: Iterable[str], wrap: Callable[[Engine], Engine] | None = None
 ) -> dict[str, RoleBinding]:
-    """Each role's engine with its configured sampling and bounds (`wrap`: e.g. a progress meter)."""
+    """Each role's binding with its started engine (`wrap`: e.g. a progress meter)."""
     out = {}
     for role in roles:
-        rc = getattr(cfg, role)
-        engine = engines[role]
+        b, engine = bound[role], engines[role]
         out[role] = RoleBinding(
             backend=wrap(engine) if wrap else engine,
-            model=cfg.model_name(role),
-            sampling=Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-            bounds=rc.bounds,
-            id_form=grammar.id_form(rc.model.structured_outputs_backend),
+            model=b.label,
+            sampling=b.sampling,
+            bounds=b.bounds,
+            id_form=grammar.id_form(b.model.structured_outputs_backend),
         )
     return out

@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConfigError, RunConfig, role_endpoint, role_kind
-from ..engines.openai import ENDPOINT_SETTINGS, EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
+from ..bindings import Bindings
+from ..config import ConfigError
+from ..engines.openai import EndpointProblem, EndpointReport, OpenAIEndpointConfig, wait_for_endpoint
 from ..plan.growth import Growth
 
-__all__ = ["Endpoint", "check", "endpoint_config", "remote_roles"]
+__all__ = ["Endpoint", "check"]
 
 
 @dataclass(frozen=True)
@@ -43,28 +44,8 @@ class Endpoint:
         }
 
 
-def remote_roles(cfg: RunConfig, roles: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(r for r in roles if role_kind(cfg, r).served)
-
-
 def _key(settings: Mapping[str, Any]) -> str:
     return "file" if settings.get("file") and not settings.get("base_url") else "base_url"
-
-
-def endpoint_config(cfg: RunConfig, role: str, base_url: str | None = None) -> OpenAIEndpointConfig:
-    """The engine settings of a role's endpoint (`base_url`: as read from its endpoint file)."""
-    ep = role_endpoint(cfg, role)
-    model = getattr(cfg, role).model
-    fields: dict[str, Any] = {
-        "name": model.name,
-        "base_url": base_url or ep.get("base_url") or "",
-        "model": ep.get("model") or model.name,
-        "chat_template_kwargs": dict(model.chat_template_kwargs),
-    }
-    for k in ENDPOINT_SETTINGS:
-        if ep.get(k) is not None:
-            fields[k] = ep[k]
-    return OpenAIEndpointConfig(**fields)
 
 
 def _first_turn(growth: Growth, role: str) -> tuple[int, str]:
@@ -80,7 +61,7 @@ def _first_turn(growth: Growth, role: str) -> tuple[int, str]:
 
 
 def check(
-    cfg: RunConfig,
+    bindings: Bindings,
     roles: tuple[str, ...],
     growth: Callable[[], Growth | None],
     cache: dict[str, Endpoint] | None = None,
@@ -91,8 +72,9 @@ def check(
     episodes to play). `cache`: endpoints already checked, by settings (a sweep's points share them)."""
     out: dict[str, Endpoint] = {}
     played: list[Growth | None] = []
-    for role in remote_roles(cfg, roles):
-        ep = role_endpoint(cfg, role)
+    for role in bindings.served(roles):
+        binding = bindings[role]
+        ep = binding.endpoint
         key = _key(ep)
         field = f"{role}.endpoint.{key}"
         if not ep.get("base_url") and not ep.get("file"):
@@ -101,7 +83,7 @@ def check(
                 f"{role}.engine=openai needs the server's address: "
                 f"{role}.endpoint.base_url=URL or {role}.endpoint.file=PATH",
             )
-        memo = repr(sorted(ep.items())) + repr(endpoint_config(cfg, role, "x").model_dump())
+        memo = repr(sorted(ep.items())) + repr(binding.endpoint_config("x").model_dump())
         if cache is not None and memo in cache:
             out[role] = cache[memo]
             continue
@@ -112,9 +94,9 @@ def check(
             # URL must answer now.
             conf, report = wait_for_endpoint(
                 file,
-                None if file else endpoint_config(cfg, role),
+                None if file else binding.endpoint_config(),
                 float(ep["wait_s"]) if file else 0.0,
-                make=lambda url, role=role: endpoint_config(cfg, role, url),
+                make=binding.endpoint_config,
             )
         except EndpointProblem as exc:
             raise ConfigError(field, f"health check: {exc}") from None

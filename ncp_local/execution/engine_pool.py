@@ -11,17 +11,17 @@ too: `ready.endpoints`); this module only starts and stops engines.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import RunConfig, role_engine, role_kind
+from ..bindings import Bindings
 from ..engines import registry
 from ..engines.base import Engine, EngineDead
-from ..engines.settings import EMBEDDED, ModelSettings, share_engines, with_run_switches
+from ..engines.openai import OpenAIEndpointConfig
+from ..engines.settings import EMBEDDED, ModelSettings
 from ..protocol import ROLES
 from . import engine_log
-from .endpoints import Endpoint, endpoint_config
+from .endpoints import Endpoint
 from .identity import digest
 
 # Said once per run that the embedded model plays: it is there to exercise the pipeline.
@@ -31,51 +31,36 @@ EMBEDDED_NOTE = (
 )
 
 
-def embedded_note(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> str | None:
+def embedded_note(bindings: Bindings, roles: tuple[str, ...] = ROLES) -> str | None:
     """The one-line note when the embedded model plays a role on a real engine, else None."""
     # Only roles that run the embedded model on vLLM (not scripted, not behind an endpoint).
-    playing = [r for r in roles if role_kind(cfg, r).in_process and getattr(cfg, r).model.path == EMBEDDED]
+    playing = [r for r in bindings.in_process(roles) if bindings[r].model.path == EMBEDDED]
     return EMBEDDED_NOTE.format(roles=", ".join(playing)) if playing else None
 
 
 class EnginePool:
+    """Starts and stops the engines of the run's engine plan (`Bindings.groups`)."""
+
     def __init__(
-        self, cfg: RunConfig, roles: tuple[str, ...] = ROLES, endpoints: Mapping[str, Endpoint] | None = None
+        self, bindings: Bindings, roles: tuple[str, ...] = ROLES, endpoints: Mapping[str, Endpoint] | None = None
     ) -> None:
-        self.cfg = cfg
-        self.kind: str = cfg.engine.name
+        self.bindings = bindings
+        self.kind: str = bindings.engine.name
         self.roles = roles
         self.endpoints = dict(endpoints or {})
         self.kinds: dict[str, str] = {}  # engine key -> its kind (engines/registry.py)
         self.models: dict[str, ModelSettings] = {}
         self.role_key: dict[str, str] = {}
-        by_kind: dict[str, list[str]] = {}
-        for role in roles:
-            by_kind.setdefault(role_engine(cfg, role), []).append(role)
-        for kind, users in by_kind.items():
-            row = registry.kind(kind)
-            if row.in_process:
-                groups = share_engines({role: getattr(cfg, role).model for role in users})
-                # A run with every role in-process keeps the keys it always had (a batched sweep keys on them).
-                named = {key if kind == self.kind else f"{kind}:{key}": value for key, value in groups.items()}
-            elif row.served:
-                named = {}
-                for role in users:
-                    key = f"{kind}:" + json.dumps(self._endpoint(role).model_dump(mode="json"), sort_keys=True)
-                    first, shared = named.get(key, (getattr(cfg, role).model, ()))
-                    named[key] = (first, (*shared, role))
-            else:
-                named = {kind: (getattr(cfg, users[0]).model, tuple(users))}
-            for key, (model, shared) in named.items():
-                self.models[key], self.kinds[key] = model, kind
-                self.role_key.update({role: key for role in shared})
+        for group in bindings.groups(roles, self._endpoint):
+            self.models[group.key], self.kinds[group.key] = group.model, group.kind
+            self.role_key.update({role: group.key for role in group.roles})
         self.engines: dict[str, Engine] = {}
 
-    def _endpoint(self, role: str) -> Any:
+    def _endpoint(self, role: str) -> OpenAIEndpointConfig:
         """The role's endpoint settings: as health-checked (its URL read from the endpoint file), else configured."""
         if role in self.endpoints:
             return self.endpoints[role].config
-        return endpoint_config(self.cfg, role)
+        return self.bindings[role].endpoint_config()
 
     def kind_of(self, role: str) -> str:
         return self.kinds[self.role_key[role]]
@@ -86,18 +71,18 @@ class EnginePool:
 
     def model_for(self, key: str) -> ModelSettings:
         """The model record an engine starts with: the run-wide `engine.deterministic` applied."""
-        return with_run_switches(self.models[key], getattr(self.cfg.engine, "deterministic", False))
+        return self.bindings.started_model(self.models[key])
 
     def key_of(self, role: str) -> str:
         """One engine per distinct (engine settings, model settings): the same key across runs and points."""
-        return digest({"engine": self.cfg.engine.model_dump(mode="json"), "model": self.role_key[role]})
+        return digest({"engine": self.bindings.engine.model_dump(mode="json"), "model": self.role_key[role]})
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, dict[str, Any]] = {}
         for role in self.roles:
             m = self.models[self.role_key[role]]
             out[role] = {
-                "name": self.cfg.model_name(role),
+                "name": self.bindings[role].label,
                 "path": m.path,
                 "revision": m.revision,
                 "engine": self.kind_of(role),
@@ -147,7 +132,7 @@ class EnginePool:
         endpoint = None
         if row.served:
             endpoint = self._endpoint(next(r for r in self.roles if key is None or self.role_key[r] == key))
-        return await row.starter()(model, self.cfg.engine, endpoint)
+        return await row.starter()(model, self.bindings.engine, endpoint)
 
     async def close(self) -> None:
         for b in self.engines.values():

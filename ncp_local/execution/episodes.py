@@ -25,7 +25,7 @@ from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..protocol.spec import Dataset, Spec
 from . import engine_log, layout, provenance
 from . import identity as identity_mod
-from .calls import CallService, bindings, systematic_invalid
+from .calls import CallService, systematic_invalid, with_engines
 from .engine_pool import EnginePool, embedded_note
 from .failures import exit_for
 from .points import where
@@ -67,8 +67,8 @@ def run(cfg: RunConfig, raw: dict[str, Any], on_finished: Callable[[Path], None]
     cfg = ready.cfg  # memory shares and devices as planned
     assert ready.dataset is not None
     specs, ident, out = where(ready, raw)
-    engines = EnginePool(cfg, endpoints=ready.endpoints)
-    note = embedded_note(cfg)
+    engines = EnginePool(ready.bindings, endpoints=ready.endpoints)
+    note = embedded_note(ready.bindings)
     if note:
         print(note)
     store = RunDir(out)
@@ -165,7 +165,7 @@ async def play(
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
     engine), metered on `bar`."""
     cfg = ready.cfg
-    roles = bindings(cfg, engines, ROLES, wrap=lambda e: Metered(e, bar))
+    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(e, bar))
     calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
     assert ready.player is not None
     scheduler = EpisodeScheduler(

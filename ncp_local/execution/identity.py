@@ -38,7 +38,8 @@ from typing import Any
 
 import yaml
 
-from ..config import LATER_KEYS, NOT_IDENTITY, AuditCfg, dataset_path, role_endpoint, role_engine, validate
+from ..bindings import Binding, Bindings, bind
+from ..config import LATER_KEYS, NOT_IDENTITY, AuditCfg, dataset_path, validate
 from ..engines import embedded as emb
 from ..engines.registry import kind
 from ..engines.settings import EMBEDDED
@@ -224,16 +225,15 @@ class Identity:
         }
 
 
-def served_model(cfg: Any, role: str, endpoint: Any | None) -> dict[str, Any]:
+def served_model(binding: Binding, endpoint: Any | None) -> dict[str, Any]:
     """A role on an endpoint, identified by what is served: the served model name and revision as
     configured, and the server's own record of it (`/v1/models`: id, the model it loaded, by name
     and not by where it lies on the server, its window). `endpoint`: the health check's (None:
     not asked, e.g. the Slurm submitter before the server runs)."""
-    model = getattr(cfg, role).model
     out: dict[str, Any] = {
         "kind": "endpoint",
-        "served_model": role_endpoint(cfg, role).get("model") or model.name,
-        "revision": model.revision,
+        "served_model": binding.served_model,
+        "revision": binding.model.revision,
     }
     if endpoint is None:
         out["reported"] = None
@@ -251,14 +251,13 @@ def served_model(cfg: Any, role: str, endpoint: Any | None) -> dict[str, Any]:
     return out
 
 
-def _models(cfg: Any, roles: tuple[str, ...], endpoints: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def _models(bindings: Bindings, roles: tuple[str, ...], endpoints: Mapping[str, Any] | None = None) -> dict[str, Any]:
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     out = {}
     for role in roles:
-        engine = role_engine(cfg, role)
-        model = getattr(cfg, role).model
+        engine, model = bindings[role].engine, bindings[role].model
         if kind(engine).served:
-            entry = served_model(cfg, role, (endpoints or {}).get(role))
+            entry = served_model(bindings[role], (endpoints or {}).get(role))
         else:
             key = (engine, model.path)
             if key not in seen:  # roles sharing a model fingerprint it once
@@ -266,7 +265,7 @@ def _models(cfg: Any, roles: tuple[str, ...], endpoints: Mapping[str, Any] | Non
             entry = seen[key]
         # The top-level engine is in the settings; a role's own engine, when another, is said here
         # (so a config with every role on the top-level engine keeps the identity it always had).
-        out[role] = entry if engine == cfg.engine.name else {**entry, "engine": engine}
+        out[role] = entry if engine == bindings.engine.name else {**entry, "engine": engine}
     return out
 
 
@@ -298,7 +297,7 @@ def of_run(
             "settings": settings(raw),
             "dataset": dataset_files(root),
             "prompts": prompt_files(templates),
-            "models": _models(cfg, ROLES, endpoints),
+            "models": _models(bind(cfg), ROLES, endpoints),
         }
     )
 
@@ -322,7 +321,7 @@ def of_reaudit(
             "rig": rig_version(),
             "settings": settings(raw, _JUDGE_ONLY),
             "prompts": prompt_files(templates),
-            "models": _models(cfg, ("auditor",), endpoints),
+            "models": _models(bind(cfg), ("auditor",), endpoints),
             "source": source,
         }
     )
@@ -346,7 +345,7 @@ def of_build(
             "rig": rig_version(),
             "settings": settings(raw, _JUDGE_ONLY + ("sources",)),
             "prompts": prompt_files(templates),
-            "models": _models(cfg, ("auditor",), endpoints),
+            "models": _models(bind(cfg), ("auditor",), endpoints),
             "sources": sha256_bytes(text),
         }
     )

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import plan
-from ..config import ConfigError, RunConfig, dataset_path, role_endpoint, role_engine, role_kind
+from ..bindings import Bindings, bind
+from ..config import ConfigError, RunConfig, dataset_path
 from ..engines import registry
 from ..engines.grammar import id_form, unsupported
 from ..engines.settings import EMBEDDED, ModelSettings
@@ -29,7 +30,7 @@ from ..protocol.narrators import narrator_factory, narrator_options
 from ..protocol.player import Player
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.spec import Dataset, load_dataset
-from ..protocol.stages import STAGES, UNBOUNDED, AuditIds, Bounds, schema_for
+from ..protocol.stages import STAGES, AuditIds, Bounds, schema_for
 from . import endpoints as endpoints_mod
 from .projection import play
 
@@ -50,6 +51,11 @@ class Ready:
     player: Player | None = None
     # The roles on an OpenAI-compatible endpoint, health-checked: settings and the server's report.
     endpoints: dict[str, endpoints_mod.Endpoint] = field(default_factory=dict)
+
+    @functools.cached_property
+    def bindings(self) -> Bindings:
+        """What each role runs on, resolved from the config as planned."""
+        return bind(self.cfg)
 
     def make_narrator(self, roles: Any) -> Any:
         assert self.narrator_cls is not None
@@ -76,7 +82,7 @@ def preflight(
     if models:
         # The plan reads engine_args (the KV cache's size and dtype): a misspelt key is named
         # before a plan made without it can refuse the run for another reason.
-        check_engine_args(cfg, roles)
+        check_engine_args(bind(cfg), roles)
         cfg = plan.planned(cfg, roles)
     dataset = narrator_cls = player = None
     kwargs: dict[str, Any] = {}
@@ -90,8 +96,9 @@ def preflight(
     pack = PromptPack.load(cfg.prompts.get("dir"), required=needed)
     served: dict[str, endpoints_mod.Endpoint] = {}
     if models:
-        check_engines(cfg, roles)
-        remote = endpoints_mod.remote_roles(cfg, roles)
+        bindings = bind(cfg)
+        check_engines(bindings, roles)
+        remote = bindings.served(roles)
         if remote and endpoints:
 
             def growth() -> Any:
@@ -102,7 +109,7 @@ def preflight(
                     cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls, kwargs, player
                 )
 
-            served = endpoints_mod.check(cfg, remote, growth)
+            served = endpoints_mod.check(bindings, remote, growth)
     return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served)
 
 
@@ -117,17 +124,17 @@ def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:
     return ds
 
 
-def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
+def check_engines(bindings: Bindings, roles: tuple[str, ...] = ROLES) -> None:
     """Each role's engine: its package and API key; for in-process roles every local model path and
     every stage's grammar on its structured-output backend (`engine_args`: `check_engine_args`,
     before the plan). (Endpoints are asked what they serve afterwards: `endpoints.check`.)"""
-    kinds = {role: role_engine(cfg, role) for role in roles}
+    kinds = {role: bindings[role].engine for role in roles}
     for name in dict.fromkeys(kinds.values()):
         row = registry.kind(name)
         if row.package is None:
             continue
         # First, before anything that needs the engine's packages (the grammar check below).
-        key = "engine" if cfg.engine.name == name else f"{next(r for r in roles if kinds[r] == name)}.engine"
+        key = "engine" if bindings.engine.name == name else f"{next(r for r in roles if kinds[r] == name)}.engine"
         if importlib.util.find_spec(row.package) is None:
             raise ConfigError(
                 key, f"engine={name} needs the {row.package} package, which is not installed: {row.install}"
@@ -136,7 +143,7 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
         # one missing means the engine is not importable, which is what the line must say (not the grammar
         # check's "xgrammar is not installed", which would send the user after the wrong package).
         needed = row.requires + tuple(
-            BACKEND_PACKAGES.get(getattr(cfg, role).model.structured_outputs_backend, "")
+            BACKEND_PACKAGES.get(bindings[role].model.structured_outputs_backend, "")
             for role in roles
             if row.in_process and kinds[role] == name
         )
@@ -150,12 +157,12 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
     for role in roles:
         if not registry.kind(kinds[role]).served:
             continue
-        key_env = role_endpoint(cfg, role).get("api_key_env")
+        key_env = bindings[role].endpoint.get("api_key_env")
         if key_env and not os.environ.get(key_env):
-            inherited = registry.kind(cfg.engine.name).served and not getattr(cfg, role).endpoint.api_key_env
-            field = "engine.api_key_env" if inherited else f"{role}.endpoint.api_key_env"
-            raise ConfigError(field, f"environment variable {key_env} is not set")
-    models = {role: getattr(cfg, role).model for role in roles if registry.kind(kinds[role]).in_process}
+            raise ConfigError(
+                bindings[role].endpoint_field("api_key_env"), f"environment variable {key_env} is not set"
+            )
+    models = {role: bindings[role].model for role in bindings.in_process(roles)}
     for role, model in models.items():
         problem = None if model.path == EMBEDDED else _model_dir_problem(Path(model.path).expanduser())
         if problem:
@@ -168,9 +175,9 @@ def check_engines(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
         _check_thinking(role, model)
         _check_format(role, model)
         if model.path == EMBEDDED:
-            _check_embedded_bounds(role, getattr(cfg, role).bounds)
+            _check_embedded_bounds(role, bindings[role].bounds)
     for role in models:
-        _check_grammars(role, models[role].structured_outputs_backend, getattr(cfg, role).bounds or UNBOUNDED)
+        _check_grammars(role, models[role].structured_outputs_backend, bindings[role].bounds)
 
 
 def _check_embedded_bounds(role: str, bounds: Bounds | None) -> None:
@@ -234,11 +241,10 @@ def _check_format(role: str, model: ModelSettings) -> None:
         )
 
 
-def check_engine_args(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> None:
+def check_engine_args(bindings: Bindings, roles: tuple[str, ...] = ROLES) -> None:
     """Every in-process role's `engine_args` key is one vLLM takes (checked before the plan reads them)."""
-    for role in roles:
-        if role_kind(cfg, role).in_process:
-            _check_engine_args(role, getattr(cfg, role).model)
+    for role in bindings.in_process(roles):
+        _check_engine_args(role, bindings[role].model)
 
 
 def _check_engine_args(role: str, model: ModelSettings) -> None:

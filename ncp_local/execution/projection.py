@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..bindings import Sampling
 from ..config import ConfigError, RunConfig
 from ..engines.scripted import ScriptedEngine
 from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
 from ..protocol import ROLES
 from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
-from .calls import CallService, RoleBinding, Sampling
+from .calls import CallService, RoleBinding
 from .layout import CALLS
 from .scheduler import EpisodeScheduler, EpisodeSettings
 from .store import RunDir, read_calls

@@ -46,6 +46,7 @@ from omegaconf import OmegaConf
 
 from .. import config as config_mod
 from .. import modes, tracking
+from ..bindings import Binding, Bindings, Sampling, bind
 from ..engines.base import Engine, EngineDead
 from ..engines.settings import ModelSettings
 from ..errors import InputError
@@ -72,6 +73,7 @@ from ..modes.reaudit import auditor_table, point_dir
 from ..plan import check
 from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
+from ..protocol.stages import Bounds
 from ..report.labels import by_difference, from_template
 
 # ---- points -------------------------------------------------------------------------
@@ -131,7 +133,7 @@ def prepare(point: Point) -> Point:
         assert point.ready is not None
         point.specs, point.ident, point.out = checked.where()
         check_place(point.out)
-        point.engines = EnginePool(cfg, endpoints=point.ready.endpoints)
+        point.engines = EnginePool(bind(cfg), endpoints=point.ready.endpoints)
         point.keys = {r: point.engines.key_of(r) for r in ROLES}
     except InputError as exc:
         point.fail(EXIT_BAD_INPUT, str(exc))
@@ -252,7 +254,22 @@ def _plan_of(engines: list[SharedEngine], cfg: Any) -> Any:
             for n, e in zip(names, engines, strict=True)
         },
     )
-    return check(fake, names)
+    bound = Bindings(
+        cfg.engine,
+        {
+            n: Binding(
+                role=n,
+                engine=e.factory.kinds[e.role_key],
+                model=(e.started_model() if e.engine is not None else e.model),
+                sampling=Sampling(max_tokens=e.max_tokens),
+                bounds=Bounds(),
+                endpoint={},
+                own_endpoint=frozenset(),
+            )
+            for n, e in zip(names, engines, strict=True)
+        },
+    )
+    return check(fake, names, bindings=bound)
 
 
 def _plan_role(e: SharedEngine) -> str:

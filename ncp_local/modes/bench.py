@@ -44,11 +44,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..bindings import Sampling, bind
 from ..config import ConfigError, RunConfig
 from ..engines.base import Engine
 from ..engines.registry import kind
 from ..execution import engine_log, layout, provenance
-from ..execution.calls import RoleBinding, Sampling
+from ..execution.calls import RoleBinding
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import preflight
 from ..plan.facts import dtype_bytes, model_facts
@@ -209,7 +210,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         f"max_tokens={rc.max_tokens}, seed={cfg.seed}",
         flush=True,
     )
-    engines = EnginePool(cfg, roles=("narrator",), endpoints=ready.endpoints)
+    engines = EnginePool(ready.bindings, roles=("narrator",), endpoints=ready.endpoints)
 
     out = bench_dir(cfg)
     engine_log.place(out / layout.ENGINE_LOG)
@@ -316,7 +317,7 @@ def _main_long(cfg: RunConfig) -> int:
             f"then {b.turns} turns on {cfg.narrator.model.name} at {b.levels} in flight and by cache admission",
             flush=True,
         )
-    engines = EnginePool(cfg, roles=("narrator",))
+    engines = EnginePool(bind(cfg), roles=("narrator",))
     rc = cfg.narrator
 
     async def go() -> list[str]:

@@ -21,7 +21,7 @@ import yaml
 from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
 from ..execution import identity, provenance
-from ..execution.calls import CallService, bindings
+from ..execution.calls import CallService, with_engines
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import preflight
 from ..execution.store import RunDir, atomic_write, check_destination
@@ -234,7 +234,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     sources = load_sources(sources_file)
     ready = preflight(cfg, episodes=False, templates=BUILD_TEMPLATES)
     cfg, pack = ready.cfg, ready.pack
-    engines = EnginePool(cfg, endpoints=ready.endpoints)
+    engines = EnginePool(ready.bindings, endpoints=ready.endpoints)
     out = Path(out_dir).expanduser()
     existing_index(out, sources)  # before anything is written or any model called
     store = RunDir(out / ".build")
@@ -246,7 +246,9 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     async def go() -> dict[str, str]:
         started = await engines.start()
         try:
-            calls = CallService(roles=bindings(cfg, started, ("auditor",)), pack=pack, store=store, seed=cfg.seed)
+            calls = CallService(
+                roles=with_engines(ready.bindings, started, ("auditor",)), pack=pack, store=store, seed=cfg.seed
+            )
             return await build_all(calls, sources, out)
         finally:
             await engines.close()

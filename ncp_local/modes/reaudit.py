@@ -29,7 +29,7 @@ from ..engines.base import EngineDead
 from ..errors import InputError
 from ..execution import engine_log, provenance
 from ..execution import identity as identity_mod
-from ..execution.calls import CallService, bindings
+from ..execution.calls import CallService, with_engines
 from ..execution.engine_pool import EnginePool
 from ..execution.failures import exit_for
 from ..execution.layout import ENGINE_LOG, require_finished
@@ -157,9 +157,11 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     # Only the auditor is needed: it alone is planned and checked (a missing model is named
     # auditor.model.path), then the other roles point at its model so the pool starts one engine.
     ready = preflight(cfg, roles=("auditor",), episodes=False)
-    acfg = ready.cfg.model_copy(update={"narrator": ready.cfg.auditor, "player": ready.cfg.auditor})
     pack = ready.pack
-    engines = EnginePool(acfg, endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints})
+    engines = EnginePool(
+        ready.bindings.all_as("auditor"),
+        endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
+    )
     out, ident = out_dir(cfg, raw, source, pack)
     src_root = source.path.resolve()
     if src_root in out.resolve().parents:
@@ -194,7 +196,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         done = _load_done(store)
         todo = [(source.specs[r.spec_id], r) for sid, r in source.results.items() if sid not in done]
         if todo:
-            done.update(asyncio.run(_run(acfg, pack, engines, store, todo)))
+            done.update(asyncio.run(_run(ready.cfg, pack, engines, store, todo)))
         else:
             print(f"all {len(done)} episodes already re-audited in {out}; nothing left to do")
         store.mark_done(len(done))
@@ -223,7 +225,7 @@ async def _run(
     for _, result in todo:  # progress counts the recorded turns judged again
         bar.add_run("re-audit", [result.episode], len(result.turns))
     try:
-        roles = bindings(cfg, started, ("auditor",), wrap=lambda e: Metered(e, bar))
+        roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
         calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
 
         def save(res: ReauditResult) -> None:

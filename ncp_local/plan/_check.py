@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError, role_kind
+from ..bindings import Bindings, bind
+from ..config import ConfigError
 from ..protocol import ROLES
 from ..protocol.turns import at as said_at
 from ..protocol.turns import id_of as turn_id_of
@@ -71,18 +72,22 @@ class Plan:
         return min(hits, key=lambda r: (r.first_over, r.stage)) if hits else None
 
 
-def check(cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False) -> Plan:
+def check(
+    cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False, bindings: Bindings | None = None
+) -> Plan:
     """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play.
 
-    `on_disk_only`: plan only the models whose files are here (mode=run: the others fail its path check)."""
+    `on_disk_only`: plan only the models whose files are here (mode=run: the others fail its path check).
+    `bindings`: the roles as resolved (default: from `cfg`; a batched sweep plans pseudo-roles)."""
     pc = cfg.plan
     inv = inventory(pc.gpus)
     problems: list[Problem] = []
-    remote = tuple(r for r in roles if role_kind(cfg, r).served)
-    local = tuple(r for r in roles if role_kind(cfg, r).in_process)  # in this process: planned
+    bindings = bindings or bind(cfg)
+    remote = bindings.served(roles)
+    local = bindings.in_process(roles)  # in this process: planned
     if not local:
         return Plan(cfg, inv, [], problems, remote=remote)
-    engines = engines_of(cfg, local)
+    engines = engines_of(bindings, local)
     read_facts(engines, problems, on_disk_only, on_gpu=inv.kind == "gpu")
     check_windows(cfg, engines, problems)
     if inv.kind == "gpu":

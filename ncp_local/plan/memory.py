@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engines.settings import max_num_seqs_note, share_engines, with_run_switches
+from ..bindings import Bindings
+from ..engines.settings import max_num_seqs_note
 from .facts import DTYPE_BYTES, ModelFacts, dtype_bytes, model_facts
 from .hardware import GIB, Inventory
 from .kv import (
@@ -145,14 +146,14 @@ def share_is_planned(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() == "auto")
 
 
-def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
-    """One engine per distinct model, as the engine pool groups roles (engines/settings.share_engines)."""
-    groups = share_engines({role: getattr(cfg, role).model for role in roles})
-    deterministic = bool(getattr(cfg.engine, "deterministic", False))
+def engines_of(bindings: Bindings, roles: tuple[str, ...]) -> list[EnginePlan]:
+    """One engine per distinct model of the in-process `roles`, as the engine pool groups them
+    (`Bindings.groups`)."""
     plans = []
-    for i, (model, users) in enumerate(groups.values()):
+    for i, group in enumerate(bindings.groups(roles)):
+        model, users = group.model, group.roles
         # What the engine will run with: under deterministic=true its max_num_seqs is capped (engines/settings).
-        note = max_num_seqs_note(with_run_switches(model, deterministic))
+        note = max_num_seqs_note(bindings.started_model(model))
         plans.append(
             EnginePlan(
                 index=i,
@@ -161,7 +162,7 @@ def engines_of(cfg: Any, roles: tuple[str, ...]) -> list[EnginePlan]:
                 facts=None,
                 tp=int(getattr(model, "tensor_parallel_size", 1) or 1),
                 dp=int(getattr(model, "data_parallel_size", 1) or 1),
-                reserved=max(int(getattr(getattr(cfg, r), "max_tokens", 0) or 0) for r in users),
+                reserved=max(bindings[r].sampling.max_tokens for r in users),
                 notes=[note] if note else [],
             )
         )

@@ -24,7 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ran_no_model, validate
+from ..bindings import ran_no_model
+from ..config import validate
 from ..errors import InputError
 from ..execution.layout import CALLS, parts
 from ..execution.preflight import preflight

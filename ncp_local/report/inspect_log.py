@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, ran_no_model, recorded_engine
+from ..bindings import ran_no_model, recorded_engine
+from ..config import ConfigError
 from ..protocol import ROLES
 from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import EpisodeMetrics, aggregate, episode_metrics

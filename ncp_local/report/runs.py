@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from ..config import SCRIPTED, ran_no_model
+from ..bindings import ran_no_model
+from ..config import SCRIPTED
 from ..errors import InputError
 from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..execution.store import check_result

@@ -180,10 +180,10 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
     and every stage gets an answer that passes its contract."""
     from omegaconf import OmegaConf
 
+    from ncp_local.bindings import bind
     from ncp_local.config import compose, validate
     from ncp_local.engines.openai import OpenAIEngine
     from ncp_local.execution.calls import CallService, RoleBinding
-    from ncp_local.execution.endpoints import endpoint_config
     from ncp_local.execution.store import RunDir, read_calls
     from ncp_local.protocol.prompts import TEMPLATES, PromptPack
     from ncp_local.protocol.spec import load_dataset
@@ -217,7 +217,7 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
     store.open({"test": True}, "served-stage-schemas")
 
     async def go() -> list:
-        async with OpenAIEngine(endpoint_config(cfg, "auditor")) as backend:
+        async with OpenAIEngine(bind(cfg)["auditor"].endpoint_config()) as backend:
             service = CallService(
                 roles={"auditor": RoleBinding(backend, sampling, "smollm2", bounds)},
                 pack=PromptPack.load(required=TEMPLATES),

@@ -31,9 +31,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...bindings import Sampling
 from ...engines.base import Completion, Engine, Request
 from ...engines.scripted import ScriptedEngine
-from ...execution.calls import CallService, RoleBinding, Sampling
+from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ...execution.store import RunDir, read_calls
 from ...plan.growth import Sizes, _words, sized_answers

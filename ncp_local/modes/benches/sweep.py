@@ -16,7 +16,7 @@ from ...config import ConfigError, RunConfig, hydra_error_line
 from ...engines.base import Engine
 from ...errors import InputError
 from ...execution import points, provenance
-from ...execution.calls import CallService, bindings
+from ...execution.calls import CallService, with_engines
 from ...execution.engine_pool import EnginePool
 from ...execution.preflight import Ready
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
@@ -90,7 +90,7 @@ async def _sweep_point(
     ready: Ready, backends: dict[str, Engine], specs: tuple[Spec, ...], turns: int, root: Path
 ) -> tuple[dict[str, Any], list]:
     cfg = ready.cfg
-    roles = bindings(cfg, backends, ROLES)
+    roles = with_engines(ready.bindings, backends, ROLES)
     store = RunDir(root)
     store.open({"bench": "sweep"}, root.name)
     assert ready.player is not None
@@ -141,7 +141,7 @@ async def sweep_bench(
         try:
             per_point = []
             for _, ready in points:
-                engines = EnginePool(ready.cfg, endpoints=ready.endpoints)
+                engines = EnginePool(ready.bindings, endpoints=ready.endpoints)
                 backends = {}
                 for role in ROLES:
                     key = engines.key_of(role)
@@ -170,7 +170,7 @@ async def sweep_bench(
             seq = SweepWay("sequential (point by point, an engine each)")
             started = time.perf_counter()
             for num, (_, ready) in enumerate(points):
-                engines = EnginePool(ready.cfg, endpoints=ready.endpoints)
+                engines = EnginePool(ready.bindings, endpoints=ready.endpoints)
                 t0 = time.perf_counter()
                 backends = await engines.start()
                 seq.start_s += time.perf_counter() - t0
