@@ -460,18 +460,34 @@ def record_models() -> list[tuple[str, type]]:
         WayFigures,
         Workload,
     )
-    from ncp_local.protocol.episode import (
+    from ncp_local.protocol.reaudit import ReauditResult, TurnAudit
+    from ncp_local.protocol.records import (
         Checkpoint,
+        ConflictCheckRecord,
+        ConflictCounts,
+        ConflictRecord,
+        DoubleCheckRecord,
         EpisodeResult,
         FactUpdateRecord,
+        ModeRecord,
+        OccurrenceRecord,
+        StatusRecord,
+        TrajectoryRecord,
         TurnRecord,
     )
-    from ncp_local.protocol.reaudit import ReauditResult, TurnAudit
 
     return [
         ("results/<spec>.json", EpisodeResult),
         ("results/<spec>.json: each of `turns`", TurnRecord),
         ("`opening_update` and each turn's `fact_update`", FactUpdateRecord),
+        ("each turn's `conflict_check`", ConflictCheckRecord),
+        ("each turn's `double_check` (null when the first check found none)", DoubleCheckRecord),
+        ("each of `conflicts` (a turn's standing ones, and each check's)", ConflictRecord),
+        ("each check's `counts`", ConflictCounts),
+        ("each turn's `failure_modes` (audit.failure_modes), one per standing conflict", ModeRecord),
+        ("each turn's `trajectory_check`", TrajectoryRecord),
+        ("`trajectory_check`'s `trigger` and `delta`", OccurrenceRecord),
+        ("each of a turn's `status_check`", StatusRecord),
         ("checkpoints/<spec>.json", Checkpoint),
         ("a re-audit's results/<spec>.json", ReauditResult),
         ("each of a re-audit's `turns`", TurnAudit),

@@ -11,9 +11,10 @@ from typing import Any
 from cli_runner import run_cli
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
+from ncp_local.execution.call_log import CallLine, read_calls
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.execution.store import RunDir
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import OPTIONAL, TEMPLATES, PromptPack
@@ -87,6 +88,13 @@ def conflicts(items: list[tuple[str, str]], **extra: Any) -> str:
     return json.dumps({"conflicts": [{"type": t, "id": i, "reason": "r"} for t, i in items], **extra})
 
 
+def first_check(items: list[tuple[str, str]] = (), reason: str = "r") -> dict[str, Any]:  # type: ignore[assignment]
+    """A recorded first conflict check (protocol/records.py ConflictCheckRecord) of `items`, with its counts."""
+    listed = [{"type": t, "id": i, "reason": reason} for t, i in items]
+    counts = {t: sum(c["type"] == t for c in listed) for t in ("fact", "commitment", "player_input")}
+    return {"conflicts": listed, "counts": {**counts, "total": len(listed)}}
+
+
 def facts(add: list[str] = (), negate: list[str] = ()) -> str:  # type: ignore[assignment]
     return json.dumps({"add_facts": list(add), "negate_facts": list(negate), "reason": "r"})
 
@@ -155,7 +163,7 @@ class Scripted:
         finally:
             store.close()
 
-    def calls(self) -> list[dict[str, Any]]:
+    def calls(self) -> list[CallLine]:
         return read_calls(self.root / "calls.jsonl")
 
     def requests(self, stage: str, episode: str | None = None, turn: int | None = None) -> list[Request]:

@@ -13,10 +13,10 @@ from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.footprint import counter, estimate
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ncp_local.execution.store import RunDir
-from ncp_local.protocol.episode import Checkpoint
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.records import Checkpoint
 
 CALM = RandomPolicy(conflict_rate=0.0, node_rate=0.3, satisfy_rate=0.0)
 
@@ -135,7 +135,7 @@ def test_a_resumed_episode_is_estimated_from_its_checkpoint(tmp_path: Path) -> N
     """A checkpoint's history makes every stage's prompt longer: a resumed episode is guessed larger
     than a fresh one, and start-up admits fewer of them into the same cache."""
     results, _ = _run(tmp_path / "played", None, concurrency=8, episodes=4, turns=5)
-    from ncp_local.protocol.episode import EpisodeResult
+    from ncp_local.protocol.records import EpisodeResult
 
     done = {k: EpisodeResult.model_validate_json(v) for k, v in results.items()}
     start = {

@@ -16,7 +16,7 @@ import pytest
 from cli_runner import run_cli
 from ncp_local import analysis
 from ncp_local.errors import InputError
-from ncp_local.execution.store import read_calls
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.sweep_index import read_index
 from ncp_local.report.cost import cost_table
 from ncp_local.report.parquet import build_tables, read_table

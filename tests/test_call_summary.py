@@ -18,6 +18,11 @@ def _call(
     budget: int = 512,
 ) -> dict:
     return {
+        "spec_id": "a",
+        "turn": 0,
+        "role": "narrator",
+        "model": "m",
+        "seed": attempt,
         "stage": stage,
         "attempt": attempt,
         "finish_reason": finish,

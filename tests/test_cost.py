@@ -7,33 +7,32 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
 from ncp_local.config import compose
-from ncp_local.execution.store import read_calls
+from ncp_local.execution.call_log import CallLine, read_calls
 from ncp_local.report import build_report
 from ncp_local.report.cost import busy_shares, cost_table, plan_projection
 from ncp_local.report.runs import load_run
 from test_report import make_run, write_dataset
 
 
-def _call(role: str, stage: str, start: float, end: float, attempt: int = 0, model: str = "m", **kw: Any) -> dict:
-    return {
-        "spec_id": "a",
-        "turn": 0,
-        "role": role,
-        "stage": stage,
-        "model": model,
-        "attempt": attempt,
-        "prompt_tokens": 100,
-        "cached_tokens": 40,
-        "generated_tokens": 10,
-        "latency_s": end - start,
-        "done_at": end,
-        **kw,
-    }
+def _call(role: str, stage: str, start: float, end: float, attempt: int = 0, model: str = "m") -> CallLine:
+    return CallLine(
+        spec_id="a",
+        turn=0,
+        role=role,
+        stage=stage,
+        model=model,
+        attempt=attempt,
+        seed=attempt,
+        prompt_tokens=100,
+        cached_tokens=40,
+        generated_tokens=10,
+        latency_s=end - start,
+        done_at=end,
+    )
 
 
 def test_busy_time_is_shared_among_calls_in_flight() -> None:
@@ -44,12 +43,12 @@ def test_busy_time_is_shared_among_calls_in_flight() -> None:
         _call("auditor", "fact_update", 2, 5),
         _call("auditor", "status_check", 7, 8),
     ]
-    shares = busy_shares(calls, lambda c: c["stage"])
+    shares = busy_shares(calls, lambda c: c.stage)
     assert shares == {"narrate": 3.0, "fact_update": 2.0, "status_check": 1.0}
     # A call ending as another starts is not in flight with it.
-    assert busy_shares([_call("a", "x", 0, 1), _call("a", "y", 1, 2)], lambda c: c["stage"]) == {"x": 1.0, "y": 1.0}
+    assert busy_shares([_call("a", "x", 0, 1), _call("a", "y", 1, 2)], lambda c: c.stage) == {"x": 1.0, "y": 1.0}
     # An older log (no done_at): unknown, not guessed.
-    assert busy_shares([{**calls[0], "done_at": None}], lambda c: c["stage"]) is None
+    assert busy_shares([calls[0].model_copy(update={"done_at": None})], lambda c: c.stage) is None
 
 
 def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
@@ -61,7 +60,7 @@ def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
         _call("auditor", "fact_update", 5, 6, attempt=1, model="aud"),
         _call("narrator", "narrate", 3, 4),
     ]
-    (run_dir / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in calls))
+    (run_dir / "calls.jsonl").write_text("".join(c.to_line() + "\n" for c in calls))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["config"]["auditor"]["model"]["tensor_parallel_size"] = 2
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
@@ -98,7 +97,9 @@ def test_cost_table_sums_and_prices(tmp_path: Path) -> None:
     assert "Cost by role and stage" in index and 'title="cached tokens as a share of prompt tokens"' in index
 
     # Without a price there is no cost column; a log without done_at has no busy time.
-    (run_dir / "calls.jsonl").write_text("".join(json.dumps({**c, "done_at": None}) + "\n" for c in calls))
+    # An older rig's log: no `done_at`.
+    older = [c.model_dump(exclude={"done_at"}) for c in calls]
+    (run_dir / "calls.jsonl").write_text("".join(json.dumps(c) + "\n" for c in older))
     t = cost_table(load_run(run_dir), gpu_hour_cost=3.6)
     assert t.total.busy_s is None and t.total_cost is None
     md = build_report([load_run(run_dir)], tmp_path / "r2", resamples=50)["cost_md"]
@@ -122,12 +123,12 @@ def test_plan_projection_beside_the_measured_tokens(tmp_path: Path) -> None:
     projected, source = plan_projection(run)
     assert projected is not None and "played" in source
     calls = read_calls(run_dir / "calls.jsonl")
-    assert set(projected) == {(c["role"], c["stage"]) for c in calls}
+    assert set(projected) == {(c.role, c.stage) for c in calls}
     # Each call is read off the plan's growth at its own turn: the two openings at one size, and a
     # narration prompt (which holds the story so far) above an opening's.
-    openings = [c for c in calls if c["stage"] == "opening"]
+    openings = [c for c in calls if c.stage == "opening"]
     assert len(openings) == 2
-    narrate = [c for c in calls if c["stage"] == "narrate"]
+    narrate = [c for c in calls if c.stage == "narrate"]
     assert projected[("narrator", "narrate")] / len(narrate) > projected[("narrator", "opening")] / 2 > 0
 
     out = tmp_path / "report"
@@ -136,7 +137,7 @@ def test_plan_projection_beside_the_measured_tokens(tmp_path: Path) -> None:
     rows = list(csv.DictReader(io.StringIO((out / "cost.csv").read_text())))
     total = next(r for r in rows if r["per"] == "run" and r["stage"] == "all")
     assert abs(float(total["plan_prompt_tokens"]) - sum(projected.values())) <= 1
-    assert total["prompt_tokens"] == str(sum(c["prompt_tokens"] for c in calls))  # measured, beside it
+    assert total["prompt_tokens"] == str(sum(c.prompt_tokens for c in calls))  # measured, beside it
 
 
 def test_shards_are_timed_apart(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_shards_are_timed_apart(tmp_path: Path) -> None:
     root = tmp_path / "sharded"
     for i, sid in enumerate(("a", "c")):
         part = make_run(root / f"shard-00{i}-of-002", dataset, [sid])
-        (part / "calls.jsonl").write_text(json.dumps(_call("narrator", "narrate", 0, 4)) + "\n")
+        (part / "calls.jsonl").write_text(_call("narrator", "narrate", 0, 4).to_line() + "\n")
     t = cost_table(load_run(root))
     narrate = t.rows[("narrator", "narrate")]
     assert (narrate.attempts, narrate.engine_s, narrate.busy_s) == (2, 8.0, 8.0)

@@ -13,6 +13,7 @@ from helpers import Scripted, conflicts, facts, make_spec, prompt, statuses, tag
 from ncp_local.engines.base import Completion, Request
 from ncp_local.execution.calls import call_seed
 from ncp_local.protocol.metrics import episode_metrics
+from ncp_local.protocol.records import ConflictRecord
 
 
 def test_opening_updates_pending_on_turn_0_then_applied_first(tmp_path: Path) -> None:
@@ -68,8 +69,9 @@ def test_conflict_leaves_committed_state_untouched(tmp_path: Path) -> None:
     assert result.termination == "conflict"
     assert len(result.turns) == 2  # the conflicting turn is recorded
     last = result.turns[-1]
-    assert last.conflicts == ({"type": "fact", "id": "f_1", "reason": "r"},)
-    assert last.double_check["confirmed"] is True and last.conflict_check["counts"]["fact"] == 1
+    assert last.conflicts == (ConflictRecord(type="fact", id="f_1", reason="r"),)
+    assert last.double_check is not None and last.double_check.confirmed is True
+    assert last.conflict_check.counts.fact == 1
     # State as after turn 0: turn 1's fact, node and statuses never committed.
     st = result.final_state
     assert [f.text for f in st.facts][-1] == "fact from turn 0"
@@ -196,12 +198,12 @@ def test_exhausted_retries_end_one_episode_only(tmp_path: Path) -> None:
     b = results["b"]
     assert b.termination == "invalid" and "status_check at turn 2" in b.reason and "bad JSON" in b.reason
     assert len(b.turns) == 1  # only the committed turn 0
-    log = [c for c in run.calls() if c["spec_id"] == "b" and c["stage"] == "status_check" and c["turn"] == 1]
-    assert [c["attempt"] for c in log] == [0, 1, 2] and all(c["error"].startswith("bad JSON") for c in log)
-    assert len({c["seed"] for c in log}) == 3  # each attempt its own seed
-    cut = [c for c in run.calls() if c["spec_id"] == "c" and c["stage"] == "narrate" and c["turn"] == 0]
-    assert [c["finish_reason"] for c in cut] == ["length", "length", "stop"]
-    assert [c["error"] is not None for c in cut] == [True, True, False]
+    log = [c for c in run.calls() if c.spec_id == "b" and c.stage == "status_check" and c.turn == 1]
+    assert [c.attempt for c in log] == [0, 1, 2] and all(c.error.startswith("bad JSON") for c in log)
+    assert len({c.seed for c in log}) == 3  # each attempt its own seed
+    cut = [c for c in run.calls() if c.spec_id == "c" and c.stage == "narrate" and c.turn == 0]
+    assert [c.finish_reason for c in cut] == ["length", "length", "stop"]
+    assert [c.error is not None for c in cut] == [True, True, False]
 
 
 def test_player_sees_only_visible_history(tmp_path: Path) -> None:
@@ -392,22 +394,22 @@ def test_speculative_player_gives_byte_identical_results(tmp_path: Path) -> None
     assert ends == {"conflict", "all_resolved", "max_turns"}, ends  # dropped both ways, and none to drop
 
     def key(c: dict[str, Any]) -> tuple[Any, ...]:
-        return c["spec_id"], c["turn"], c["stage"], c["attempt"], c["seed"]
+        return c.spec_id, c.turn, c.stage, c.attempt, c.seed
 
-    used = [c for c in spec.calls() if not c.get("speculative")]
-    dropped = [c for c in spec.calls() if c.get("speculative")]
+    used = [c for c in spec.calls() if not c.speculative]
+    dropped = [c for c in spec.calls() if c.speculative]
     # The calls that were used are the sequential order's calls, same seeds, each episode's in the same order.
     assert sorted(map(key, used)) == sorted(map(key, seq.calls()))
     for sid in a:
-        assert [key(c) for c in used if c["spec_id"] == sid] == [key(c) for c in seq.calls() if c["spec_id"] == sid]
+        assert [key(c) for c in used if c.spec_id == sid] == [key(c) for c in seq.calls() if c.spec_id == sid]
     # A dropped call is the player of the turn after a conflict or all_resolved, never at max_turns.
     early_ends = {
         (sid, len(r.turns))
         for sid, r in a.items()
         if r.termination in ("conflict", "all_resolved") and len(r.turns) < 6
     }
-    assert dropped and {(c["spec_id"], c["turn"]) for c in dropped} == early_ends
-    assert all(c["stage"] == "player" for c in dropped)
+    assert dropped and {(c.spec_id, c.turn) for c in dropped} == early_ends
+    assert all(c.stage == "player" for c in dropped)
     # Turn t+1's player was asked before turn t's audits ended.
     order = [tag(r) for r in spec.backend.requests if tag(r)[1] == "e0"]
     if len(a["e0"].turns) > 1:
@@ -426,7 +428,7 @@ def test_speculative_player_failure_counts_only_when_used(tmp_path: Path) -> Non
     seq, spec_run = _both_orders(tmp_path / "used", [spec], None, max_turns=3, rules=rules)
     a, b = seq.run(), spec_run.run()
     assert _results_json(a) == _results_json(b) and a["tiny"].termination == "invalid"
-    assert not any(c.get("speculative") for c in spec_run.calls())
+    assert not any(c.speculative for c in spec_run.calls())
 
     def conflict_at_0(req: Request) -> Any:
         stage, _, turn, _ = tag(req)
@@ -441,5 +443,5 @@ def test_speculative_player_failure_counts_only_when_used(tmp_path: Path) -> Non
     seq, spec_run = _both_orders(tmp_path / "dropped", [spec], None, max_turns=3, rules=conflict_at_0)
     a, b = seq.run(), spec_run.run()
     assert _results_json(a) == _results_json(b) and a["tiny"].termination == "conflict"
-    dropped = [c for c in spec_run.calls() if c.get("speculative")]
-    assert len(dropped) == 3 and all(c["stage"] == "player" and c["turn"] == 1 and c["error"] for c in dropped)
+    dropped = [c for c in spec_run.calls() if c.speculative]
+    assert len(dropped) == 3 and all(c.stage == "player" and c.turn == 1 and c.error for c in dropped)

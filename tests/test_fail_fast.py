@@ -26,8 +26,8 @@ def test_engine_error_is_logged_with_the_engines_message_not_bad_json(tmp_path: 
     run = Scripted(tmp_path, [make_spec("a")], _engine_error("trajectory_check"), max_turns=1)
     with pytest.raises(BaseExceptionGroup) as group:
         run.run()
-    calls = [c for c in run.calls() if c["stage"] == "trajectory_check"]
-    assert [c["error"] for c in calls] == ["engine error: grammar compilation failed: feature X"] * 3
+    calls = [c for c in run.calls() if c.stage == "trajectory_check"]
+    assert [c.error for c in calls] == ["engine error: grammar compilation failed: feature X"] * 3
     assert isinstance(group.value.exceptions[0], SystematicFailure)  # one episode is all there is
 
 
@@ -40,7 +40,7 @@ def test_a_stage_failing_the_same_engine_way_everywhere_stops_the_run_early(tmp_
     assert isinstance(failure, SystematicFailure) and failure.stage == "fact_update"
     assert "first 3 episodes" in str(failure) and "grammar compilation failed" in str(failure)
     # Stopped early: far fewer than 8 episodes' worth of calls were made.
-    assert len({c["spec_id"] for c in run.calls()}) <= 4
+    assert len({c.spec_id for c in run.calls()}) <= 4
 
 
 def test_a_stage_that_already_worked_is_not_systematic(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_a_standing_conflict_gets_its_mode_in_the_turn_record(tmp_path: Path) ->
     assert result.termination == "conflict" and len(result.turns) == 2
     last = result.turns[-1]
     # One entry per standing conflict, in their order; a repeated type and id is asked once.
-    assert [m["mode"] for m in last.failure_modes] == ["lost_continuity", "yielded_to_player", "lost_continuity"]
+    assert [m.mode for m in last.failure_modes] == ["lost_continuity", "yielded_to_player", "lost_continuity"]
     asked = run.requests("failure_mode")
     assert len(asked) == 1 and asked[0].tags["turn"] == 1
     listed = json.loads(

@@ -188,10 +188,10 @@ def test_misbehaving_model_ends_only_its_episode(tmp_path: Path, kind: str) -> N
     assert results["good1"].termination == results["good2"].termination == "max_turns"
     bad = results["bad"]
     assert bad.termination == "invalid" and "conflict_check at turn 2: invalid after 3 attempts" in bad.reason
-    attempts = [c for c in run.calls() if c["spec_id"] == "bad" and c["stage"] == "conflict_check" and c["turn"] == 1]
-    assert [c["attempt"] for c in attempts] == [0, 1, 2]
-    assert all(c["error"] for c in attempts)
-    assert len({c["error"] for c in attempts}) == 1  # the same inputs fail the same way, each recorded
+    attempts = [c for c in run.calls() if c.spec_id == "bad" and c.stage == "conflict_check" and c.turn == 1]
+    assert [c.attempt for c in attempts] == [0, 1, 2]
+    assert all(c.error for c in attempts)
+    assert len({c.error for c in attempts}) == 1  # the same inputs fail the same way, each recorded
 
 
 def _local(out: Path, *extra: str) -> CliResult:

@@ -17,6 +17,7 @@ from ncp_local.errors import InputError
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.prompts import OFFICIAL_FILES, TEMPLATE_VARS, PromptPack, placeholders
+from ncp_local.protocol.records import ConflictRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,7 +88,7 @@ def test_response_internal_ends_the_episode_as_a_fact_conflict(tmp_path: Path) -
     run = Scripted(tmp_path, [make_spec()], rules, max_turns=4)
     result = run.run()["tiny"]
     assert result.termination == "conflict" and len(result.turns) == 2
-    assert result.turns[1].conflicts == ({"type": "fact", "id": "response_internal", "reason": "r"},)
+    assert result.turns[1].conflicts == (ConflictRecord(type="fact", id="response_internal", reason="r"),)
     m = episode_metrics(result)
     assert m.fact and not m.commitment and not m.player_input
     # The double-check is shown the narration itself as the conflict's target.
@@ -108,8 +109,8 @@ def test_player_input_conflict_uses_the_id_input(tmp_path: Path) -> None:
         return None
 
     result = Scripted(tmp_path, [make_spec()], rules, max_turns=2).run()["tiny"]
-    assert result.turns[0].conflict_check["conflicts"][0]["id"] == "input"
-    assert result.turns[0].conflicts[0]["id"] == "input" and episode_metrics(result).player_input
+    assert result.turns[0].conflict_check.conflicts[0].id == "input"
+    assert result.turns[0].conflicts[0].id == "input" and episode_metrics(result).player_input
 
 
 def test_unknown_negation_is_ignored_not_a_failed_attempt(tmp_path: Path) -> None:
@@ -122,7 +123,7 @@ def test_unknown_negation_is_ignored_not_a_failed_attempt(tmp_path: Path) -> Non
     run = Scripted(tmp_path, [make_spec()], rules, max_turns=1)
     result = run.run()["tiny"]
     assert result.termination == "max_turns"
-    assert all(c["error"] is None for c in run.calls() if c["stage"] == "fact_update")
+    assert all(c.error is None for c in run.calls() if c.stage == "fact_update")
     ledger = {f.id: (f.text, f.active) for f in result.final_state.facts}
     assert ledger["f_1"][1] is False and ledger["f_3"] == ("a new fact", False) and "f_99" not in ledger
 
@@ -136,9 +137,9 @@ def test_player_label_only_answer_is_retried(tmp_path: Path) -> None:
 
     run = Scripted(tmp_path, [make_spec()], rules, max_turns=1)
     result = run.run()["tiny"]
-    player_calls = [c for c in run.calls() if c["stage"] == "player" and c["turn"] == 0]
-    assert [c["error"] is None for c in player_calls] == [False, False, True]
-    assert "empty player input" in player_calls[0]["error"]
+    player_calls = [c for c in run.calls() if c.stage == "player" and c.turn == 0]
+    assert [c.error is None for c in player_calls] == [False, False, True]
+    assert "empty player input" in (player_calls[0].error or "")
     assert result.turns[0].player_input == '"Let me in," I say.'
     assert '"Let me in," I say.' in prompt(run.requests("narrate", turn=0)[0])
 
@@ -172,8 +173,8 @@ def test_bound_hits_go_to_the_call_log_and_the_turn_record(tmp_path: Path) -> No
     run = Scripted(tmp_path, [make_spec()], rules, max_turns=1, bounds={"auditor": TIGHT})
     result = run.run()["tiny"]
     assert result.turns[0].bound_hits == ("fact_update:new_facts",)
-    logged = [c for c in run.calls() if c.get("bound_hits")]
-    assert [(c["stage"], c["turn"], c["bound_hits"]) for c in logged] == [("fact_update", 0, ["fact_update:new_facts"])]
+    logged = [c for c in run.calls() if c.bound_hits]
+    assert [(c.stage, c.turn, c.bound_hits) for c in logged] == [("fact_update", 0, ("fact_update:new_facts",))]
 
 
 # ---- the official prompt files ------------------------------------------

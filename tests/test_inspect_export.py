@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from cli_runner import run_cli
-from ncp_local.execution.store import read_calls
+from ncp_local.execution.call_log import read_calls
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.report.inspect_log import conflict_label
 from ncp_local.report.runs import load_run
@@ -88,31 +88,31 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
         ]
 
         # The model events are the call log's lines for this episode, in order, with role and stage.
-        mine = [c for c in calls if c["spec_id"] == sample.id]
+        mine = [c for c in calls if c.spec_id == sample.id]
         events = [e for e in sample.events if e.event == "model"]
         assert len(events) == len(mine) > 0
         for e, c in zip(events, mine, strict=True):
             assert (e.role, e.metadata["stage"], e.metadata["turn_id"], e.metadata["attempt"], e.metadata["seed"]) == (
-                c["role"],
-                c["stage"],
-                c["turn"],
-                c["attempt"],
-                c["seed"],
+                c.role,
+                c.stage,
+                c.turn,
+                c.attempt,
+                c.seed,
             )
             u = e.output.usage
             assert (u.input_tokens + u.input_tokens_cache_read, u.input_tokens_cache_read, u.output_tokens) == (
-                c["prompt_tokens"],
-                c["cached_tokens"],
-                c["generated_tokens"],
+                c.prompt_tokens,
+                c.cached_tokens,
+                c.generated_tokens,
             )
-            assert e.error == c["error"]
-            if c["error"]:
-                assert e.output.completion == c["output"]  # a failed attempt's raw text
+            assert e.error == c.error
+            if c.error:
+                assert e.output.completion == c.output  # a failed attempt's raw text
         # Token usage per model and per role is the log summed.
         usage = sample.model_usage["scripted/no-model"]
-        assert usage.input_tokens + usage.input_tokens_cache_read == sum(c["prompt_tokens"] for c in mine)
-        assert usage.output_tokens == sum(c["generated_tokens"] for c in mine)
-        assert set(sample.role_usage) == {c["role"] for c in mine}
+        assert usage.input_tokens + usage.input_tokens_cache_read == sum(c.prompt_tokens for c in mine)
+        assert usage.output_tokens == sum(c.generated_tokens for c in mine)
+        assert set(sample.role_usage) == {c.role for c in mine}
 
     by_id = {s.id: s for s in log.samples}
     assert (
@@ -124,7 +124,7 @@ def test_log_reads_back_as_the_run(exported: tuple[Path, Path]) -> None:
     # The accepted narration of a turn is the record's text.
     narrate = next(e for e in by_id["b"].events if e.event == "model" and e.metadata["stage"] == "narrate")
     assert narrate.output.completion == run.results["b"].turns[0].response
-    assert log.stats.model_usage["scripted/no-model"].output_tokens == sum(c["generated_tokens"] for c in calls)
+    assert log.stats.model_usage["scripted/no-model"].output_tokens == sum(c.generated_tokens for c in calls)
     # Results: the rig's own averages over scored episodes (invalid left out).
     turns = next(s for s in log.results.scores if s.name == "turns")
     assert turns.metrics["mean"].value == pytest.approx((2 + 4 + 3 + 1) / 4)

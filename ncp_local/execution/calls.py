@@ -21,8 +21,9 @@ from ..chat import Message
 from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
-from ..protocol.episode import CallFailed, ContextLimit, EpisodeResult
+from ..protocol.episode import CallFailed, ContextLimit
 from ..protocol.prompts import PromptPack
+from ..protocol.records import EpisodeResult
 from ..protocol.stages import (
     STAGES,
     UNBOUNDED,
@@ -38,6 +39,7 @@ from ..protocol.stages import (
     schema_for,
 )
 from ..protocol.trials import episode_name, parse_episode, seed_episode
+from .call_log import CallLine
 from .footprint import text_of
 from .store import RunDir
 
@@ -177,7 +179,7 @@ class TurnAsk:
             if used:
                 self.calls.effect(kind, what)
             elif kind == "log":
-                self.calls.effect(kind, {**what, "speculative": True})
+                self.calls.effect(kind, what.model_copy(update={"speculative": True}))
 
 
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
@@ -269,22 +271,24 @@ class CallService:
                 min_room=room,
                 tags={"stage": stage, "episode": episode, "turn": turn, "attempt": attempt, "role": role or info.role},
             )
-            log: dict[str, Any] = {
-                "spec_id": spec_id,
+            log = CallLine(
+                spec_id=spec_id,
                 **({"trial": trial} if trial else {}),  # trial 0's line is the line of a run without trials
-                "turn": turn,
-                "stage": stage,
-                "role": role or info.role,
-                "model": binding.model,
-                "attempt": attempt,
-                "seed": seed,
-                "key": key,
-            }
+                turn=turn,
+                stage=stage,
+                role=role or info.role,
+                model=binding.model,
+                attempt=attempt,
+                seed=seed,
+                key=key,
+            )
             try:
                 completion = await binding.backend.generate(request)
             except ContextOverflow as exc:
                 # Same inputs would overflow again: no retry.
-                self._out_of_room({**log, "finish_reason": "context_overflow"}, f"context_overflow: {exc}", effect)
+                self._out_of_room(
+                    log.model_copy(update={"finish_reason": "context_overflow"}), f"context_overflow: {exc}", effect
+                )
             checked = time.perf_counter()
             if self.observe is not None:
                 self.observe(
@@ -308,13 +312,14 @@ class CallService:
                     # The window, not the stage's budget, cut the answer: the same inputs would be
                     # cut again, so the episode has run out of room (censored, not invalid).
                     self._out_of_room(
-                        {
-                            **log,
-                            "prompt_tokens": completion.prompt_tokens,
-                            "generated_tokens": completion.generated_tokens,
-                            "max_tokens_sent": sent,
-                            "finish_reason": "length",
-                        },
+                        log.model_copy(
+                            update={
+                                "prompt_tokens": completion.prompt_tokens,
+                                "generated_tokens": completion.generated_tokens,
+                                "max_tokens_sent": sent,
+                                "finish_reason": "length",
+                            }
+                        ),
                         f"context_overflow: the window left {sent} of "
                         f"max_tokens={binding.sampling.max_tokens} and the answer did not fit",
                         effect,
@@ -335,30 +340,35 @@ class CallService:
             overhead += time.perf_counter() - checked
             effect(
                 "log",
-                {
-                    **log,
-                    "prompt_tokens": completion.prompt_tokens,
-                    "cached_tokens": completion.cached_tokens,
-                    "generated_tokens": completion.generated_tokens,
-                    "max_tokens_sent": completion.max_tokens_sent,
-                    "latency_s": round(completion.latency_s, 4),
-                    "done_at": round(time.time(), 3),
-                    "overhead_s": round(overhead, 6),
-                    "finish_reason": completion.finish_reason,
-                    "error": error,
-                    "output": completion.text if error else None,
-                    # Whether the engine had not seen this grammar before (it compiled it for this call).
-                    **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
-                    **({"bound_hits": list(reached)} if reached else {}),
-                    # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
-                    **({"transport_errors": list(completion.transport_errors)} if completion.transport_errors else {}),
-                    # A thinking model's thought: kept whole here, only its size goes into the episode.
-                    **(
-                        {"thought_tokens": completion.thought_tokens, "thought": completion.thought}
-                        if completion.thought is not None
-                        else {}
-                    ),
-                },
+                log.model_copy(
+                    update={
+                        "prompt_tokens": completion.prompt_tokens,
+                        "cached_tokens": completion.cached_tokens,
+                        "generated_tokens": completion.generated_tokens,
+                        "max_tokens_sent": completion.max_tokens_sent,
+                        "latency_s": round(completion.latency_s, 4),
+                        "done_at": round(time.time(), 3),
+                        "overhead_s": round(overhead, 6),
+                        "finish_reason": completion.finish_reason,
+                        "error": error,
+                        "output": completion.text if error else None,
+                        # Whether the engine had not seen this grammar before (it compiled it for this call).
+                        **({} if completion.grammar_new is None else {"grammar_new": completion.grammar_new}),
+                        **({"bound_hits": reached} if reached else {}),
+                        # An endpoint's connection errors, timeouts, 429/5xx retried before this answer.
+                        **(
+                            {"transport_errors": tuple(completion.transport_errors)}
+                            if completion.transport_errors
+                            else {}
+                        ),
+                        # A thinking model's thought: kept whole here, only its size goes into the episode.
+                        **(
+                            {"thought_tokens": completion.thought_tokens, "thought": completion.thought}
+                            if completion.thought is not None
+                            else {}
+                        ),
+                    }
+                ),
             )
             if error is None:
                 if hits is not None:
@@ -383,11 +393,11 @@ class CallService:
         else:
             self.watch.failed_call(*what)
 
-    def _out_of_room(self, log: dict[str, Any], reason: str, effect: Callable[[str, Any], None]) -> NoReturn:
+    def _out_of_room(self, log: CallLine, reason: str, effect: Callable[[str, Any], None]) -> NoReturn:
         """The call cannot fit the window: logged, watched for a systematic cause, the episode censored."""
-        effect("log", {**log, "error": reason, "done_at": round(time.time(), 3)})
-        effect("failed", (log["stage"], log["model"], episode_name(log["spec_id"], log.get("trial", 0)), reason))
-        raise ContextLimit(log["stage"], log["turn"], reason)
+        effect("log", log.model_copy(update={"error": reason, "done_at": round(time.time(), 3)}))
+        effect("failed", (log.stage, log.model, episode_name(log.spec_id, log.trial), reason))
+        raise ContextLimit(log.stage, log.turn, reason)
 
     def ask_for(self, episode: str) -> Callable[[int], TurnAsk]:
         """turn -> the `Ask` of that turn of this episode (an episode name)."""

@@ -20,11 +20,12 @@ from ..config import RunConfig
 from ..engines.base import Engine
 from ..exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL, EXIT_SYSTEMATIC
 from ..protocol import ROLES
-from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import aggregate, episode_metrics, results_table
+from ..protocol.records import EpisodeResult
 from ..protocol.spec import Dataset, Spec
 from . import engine_log, layout, provenance
 from . import identity as identity_mod
+from .call_log import CallLine, read_calls
 from .calls import CallService, systematic_invalid, with_engines
 from .engine_pool import EnginePool, embedded_note
 from .failures import exit_for
@@ -32,7 +33,7 @@ from .points import where
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings
-from .store import RunDir, read_calls, resume_hint
+from .store import RunDir, resume_hint
 
 
 def manifest(
@@ -200,9 +201,9 @@ def call_summary(calls_path: str | Path) -> list[str]:
     if not Path(calls_path).exists():
         return []
     calls = read_calls(calls_path)
-    by_stage: dict[str, list[dict[str, Any]]] = {}
+    by_stage: dict[str, list[CallLine]] = {}
     for c in calls:
-        by_stage.setdefault(str(c.get("stage")), []).append(c)
+        by_stage.setdefault(c.stage, []).append(c)
     # A call is a question to a model; its retries are further attempts of the same call (as in the
     # report's cost table), said apart below.
     lines = [f"calls: {_asked(calls)} (" + ", ".join(f"{k} {_asked(v)}" for k, v in by_stage.items()) + ")"]
@@ -210,40 +211,40 @@ def call_summary(calls_path: str | Path) -> list[str]:
         said = _stage_events(cs)
         if said:
             lines.append(f"  {stage}: {_count(_asked(cs), 'call')}, " + ", ".join(said))
-    prompt = sum(c.get("prompt_tokens", 0) for c in calls)
-    cached = sum(c.get("cached_tokens", 0) for c in calls)
+    prompt = sum(c.prompt_tokens or 0 for c in calls)
+    cached = sum(c.cached_tokens or 0 for c in calls)
     lines.append(
-        f"tokens: prompt={prompt} cached={cached} generated={sum(c.get('generated_tokens', 0) for c in calls)}"
+        f"tokens: prompt={prompt} cached={cached} generated={sum(c.generated_tokens or 0 for c in calls)}"
         + (f" cache_hit={cached / prompt:.2f}" if prompt else "")
     )
     return lines
 
 
-def _asked(calls: list[dict[str, Any]]) -> int:
-    return sum(int(c.get("attempt") or 0) == 0 for c in calls)
+def _asked(calls: list[CallLine]) -> int:
+    return sum(c.attempt == 0 for c in calls)
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _stage_events(calls: list[dict[str, Any]]) -> list[str]:
+def _stage_events(calls: list[CallLine]) -> list[str]:
     """What went other than plainly for one stage's calls, in words ([] when nothing did)."""
     said = []
-    cut = [c for c in calls if c.get("finish_reason") == "length"]
+    cut = [c for c in calls if c.finish_reason == "length"]
     if cut:
-        bounds = sorted({int(c.get("max_tokens_sent") or 0) for c in cut})
+        bounds = sorted({c.max_tokens_sent or 0 for c in cut})
         bound = f"{bounds[0]}-token bound" if len(bounds) == 1 and bounds[0] else "token bound"
-        secs = sum(float(c.get("latency_s") or 0) for c in cut)
+        secs = sum(c.latency_s or 0.0 for c in cut)
         said.append(
             f"1 cut at its {bound} after {secs:.0f} s"
             if len(cut) == 1
             else f"{len(cut)} cut at their {bound} after {secs:.0f} s in all"
         )
-    failed = sum(c.get("error") is not None and c.get("finish_reason") != "length" for c in calls)
+    failed = sum(c.error is not None and c.finish_reason != "length" for c in calls)
     if failed:
         said.append(f"{failed} failed")
-    retried = sum(int(c.get("attempt") or 0) > 0 for c in calls)
+    retried = sum(c.attempt > 0 for c in calls)
     if retried:
         said.append(f"{retried} {'retry' if retried == 1 else 'retries'}")
     return said

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..engines.base import Message
-from ..protocol.episode import Checkpoint
 from ..protocol.ledger import initial_state
 from ..protocol.prompts import PromptPack, conflict_vars, format_history, narrate_vars, player_vars, status_vars
+from ..protocol.records import Checkpoint
 from ..protocol.spec import Spec
 from ..protocol.stages import STAGES
 

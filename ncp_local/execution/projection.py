@@ -21,10 +21,11 @@ from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, s
 from ..protocol import ROLES
 from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
+from .call_log import read_calls
 from .calls import CallService, RoleBinding
 from .layout import CALLS
 from .scheduler import EpisodeScheduler, EpisodeSettings
-from .store import RunDir, read_calls
+from .store import RunDir
 
 
 def play(
@@ -112,13 +113,13 @@ def measured(run_dir: str | Path) -> Growth:
     need: dict[str, int] = {}
     role_of: dict[str, str] = {}
     for c in read_calls(path):
-        if "prompt_tokens" not in c:
+        if c.prompt_tokens is None:  # never reached the engine
             continue
-        stage, turn = str(c["stage"]), shown_turn(int(c.get("turn", 0)))
-        role_of[stage] = str(c.get("role", ""))
+        stage, turn = c.stage, shown_turn(c.turn)
+        role_of[stage] = c.role
         by_turn = prompts.setdefault(stage, {})
-        by_turn[turn] = max(by_turn.get(turn, 0), int(c["prompt_tokens"]))
+        by_turn[turn] = max(by_turn.get(turn, 0), c.prompt_tokens)
         # The answer alone: a thinking model's thought is reserved apart (its thinking_budget).
-        answer = int(c.get("generated_tokens", 0)) - int(c.get("thought_tokens", 0))
+        answer = (c.generated_tokens or 0) - (c.thought_tokens or 0)
         need[stage] = max(need.get(stage, 0), answer)
     return fit(prompts, need, role_of, f"measured in {path}", {})

@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.episode import Checkpoint, Episode, EpisodeResult
+from ..protocol.episode import Episode
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
+from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
 from .admission import Admission

@@ -39,9 +39,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import InputError
-from ..protocol.episode import Checkpoint, EpisodeResult
 from ..protocol.reaudit import ReauditResult
+from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name, parse_episode
+from .call_log import CallLine, CrossCheckNote
 from .formats import FORMAT_KEY, Kind, check_version, stamped
 from .identity import Identity, differences, summary
 from .layout import (
@@ -429,9 +430,9 @@ class RunDir:
         """A marker that every episode of this (shard's) run has its result."""
         self._write(self.root / DONE, f"{n_episodes}\n")
 
-    def log_call(self, record: dict[str, Any]) -> None:
+    def log_call(self, record: CallLine | CrossCheckNote) -> None:
         assert self._calls_fd is not None, "run directory not open"
-        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        line = (record.to_line() + "\n").encode("utf-8")
         size = os.fstat(self._calls_fd).st_size
         try:
             # One write per line, unbuffered: a kill loses at most the line in flight.
@@ -553,23 +554,6 @@ def check_place(root: Path) -> None:
     elif resolved.exists():
         raise InputError(root, "out_dir", "exists and is not a directory")
     check_destination(root, "out_dir")
-
-
-def read_calls(path: str | Path) -> list[dict[str, Any]]:
-    """The call log, skipping a line that is not a whole record: cut short by a kill, or torn by a
-    full or failing disk (not JSON, not UTF-8, not an object). The log is a record of attempts, one
-    line each, that no result depends on, so a damaged line costs that line only."""
-    out = []
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if isinstance(record, dict):
-                check_version(path, record, "calls")
-                out.append(record)
-    return out
 
 
 def check_result(path: Path, manifest: Mapping[str, Any], model: type[BaseModel] = EpisodeResult) -> tuple[Any, str]:

@@ -21,6 +21,7 @@ import yaml
 from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
 from ..execution import identity, provenance
+from ..execution.call_log import CrossCheckNote
 from ..execution.calls import CallService, with_engines
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import preflight
@@ -123,7 +124,7 @@ class Builder:
                 return items
             feedback = "\n".join(f"- {e}" for e in errors)
             self.calls.store.log_call(
-                {"spec_id": source.id, "stage": stage, "round": round_, "cross_check_errors": errors}
+                CrossCheckNote(spec_id=source.id, stage=stage, round=round_, cross_check_errors=tuple(errors))
             )
         raise InputError(source.id, stage, f"still invalid after {ROUNDS} rounds: {feedback}")
 

@@ -37,9 +37,9 @@ from ..execution.preflight import preflight
 from ..execution.progress import Metered, Progress
 from ..execution.store import RunDir, resume_hint
 from ..protocol import ROLES
-from ..protocol.episode import EpisodeResult
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
+from ..protocol.records import EpisodeResult
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
 from ..report import run_notes

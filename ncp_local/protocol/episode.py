@@ -11,9 +11,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from typing import Any
 
 from . import ledger
 from .failures import CallFailed as CallFailed  # re-exported: the rig imports both from here
@@ -29,6 +27,19 @@ from .prompts import (
     to_json,
     trajectory_vars,
 )
+from .records import (
+    Checkpoint,
+    ConflictCheckRecord,
+    ConflictRecord,
+    DoubleCheckRecord,
+    EpisodeResult,
+    FactUpdateRecord,
+    ModeRecord,
+    StatusRecord,
+    Termination,
+    TrajectoryRecord,
+    TurnRecord,
+)
 from .spec import Spec
 from .stages import (
     INTERNAL_ID,
@@ -42,103 +53,7 @@ from .stages import (
     TrajectoryOut,
     conflict_name,
 )
-from .trials import episode_name
 from .turns import OPENING
-
-# `context_limit`: the episode could not go on because a call no longer fits the
-# model's window; it is censored at its last committed turn (PROTOCOL section 5
-# counts survival to the end of the story; such an episode did not fail, it ran
-# out of room), never dropped as `invalid`.
-Termination = Literal["conflict", "max_turns", "all_resolved", "invalid", "context_limit"]
-
-
-# Counts added after runs were first written: left out of a record while zero, so a record of a
-# model that does not think serializes (and seals) byte for byte as before.
-# `trial` likewise: trial 0 of a story is the episode a run without trials plays (protocol/trials.py).
-_OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens", "trial")
-# Likewise a stage a run asks only when turned on (audit.failure_modes): absent, not null, when off.
-_OMITTED_WHEN_NONE = ("failure_modes",)
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_serializer(mode="wrap")
-    def _omit_zero_counts(self, handler: SerializerFunctionWrapHandler) -> Any:
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in _OMITTED_WHEN_ZERO:
-                if data.get(name) == 0:
-                    del data[name]
-            for name in _OMITTED_WHEN_NONE:
-                if name in data and data[name] is None:
-                    del data[name]
-        return data
-
-
-class FactUpdateRecord(_Record):
-    add_facts: tuple[str, ...]
-    negate_facts: tuple[str, ...]
-    reason: str
-
-
-class TurnRecord(_Record):
-    turn: int
-    player_input: str
-    response: str
-    fact_update: FactUpdateRecord
-    conflict_check: dict[str, Any]  # the first payload, with derived counts
-    double_check: dict[str, Any] | None  # the reviewed decision, when there was one
-    conflicts: tuple[dict[str, Any], ...]  # what stands after the double-check
-    # audit.failure_modes: each standing conflict's mode ({conflict, mode, reason}, in `conflicts`' order).
-    failure_modes: tuple[dict[str, Any], ...] | None = None
-    trajectory_check: dict[str, Any] | None = None
-    node_completed: str | None = None
-    status_check: tuple[dict[str, Any], ...] | None = None
-    newly_satisfied: tuple[str, ...] = ()
-    back_to_pending: tuple[str, ...] = ()
-    # Answers of this turn that reached an output bound ("stage:bound"); empty
-    # on a compliant model under loose bounds (PROTOCOL section 6).
-    bound_hits: tuple[str, ...] = ()
-    # Tokens this turn's accepted answers spent thinking (thinking models; the thoughts themselves
-    # stay in the call log). They were generated, never carried into a later prompt.
-    thought_tokens: int = 0
-
-
-class EpisodeResult(_Record):
-    spec_id: str
-    termination: Termination
-    reason: str = ""
-    opening: str
-    opening_update: FactUpdateRecord | None
-    turns: tuple[TurnRecord, ...]
-    final_state: EpisodeState
-    max_turns: int
-    opening_bound_hits: tuple[str, ...] = ()
-    opening_thought_tokens: int = 0
-    trial: int = Field(0, ge=0)  # which play of the story this is (protocol/trials.py)
-
-    @property
-    def episode(self) -> str:
-        return episode_name(self.spec_id, self.trial)
-
-
-class Checkpoint(_Record):
-    """Everything needed to continue after the last committed turn."""
-
-    spec_id: str
-    state: EpisodeState
-    opening_update: FactUpdateRecord | None
-    turns: tuple[TurnRecord, ...]
-    narrator_state: dict[str, Any]
-    opening_bound_hits: tuple[str, ...] = ()
-    opening_thought_tokens: int = 0
-    trial: int = Field(0, ge=0)
-
-    @property
-    def episode(self) -> str:
-        return episode_name(self.spec_id, self.trial)
-
 
 AskFactory = Callable[[int], Ask]  # turn id -> a call bound to that turn (turns.OPENING: the opening)
 OnCommit = Callable[[Checkpoint], Awaitable[None]]
@@ -156,10 +71,14 @@ def to_update(rec: FactUpdateRecord | None) -> FactUpdate:
     return FactUpdate(add_facts=rec.add_facts, negate_facts=rec.negate_facts)
 
 
-def conflict_payload(out: ConflictCheckOut) -> dict[str, Any]:
-    data = out.model_dump(mode="json")
-    data["counts"] = out.counts()
-    return data
+def check_record(out: ConflictCheckOut) -> ConflictCheckRecord:
+    """The first check's answer as recorded, with its derived counts (PROTOCOL section 8)."""
+    return ConflictCheckRecord.model_validate({**out.model_dump(mode="json"), "counts": out.counts()})
+
+
+def review_record(out: DoubleCheckOut) -> DoubleCheckRecord:
+    """The double-check's answer as recorded, with its derived counts."""
+    return DoubleCheckRecord.model_validate({**out.model_dump(mode="json"), "counts": out.counts()})
 
 
 # The grammar offers a fact update the ids its own first additions would get,
@@ -216,14 +135,15 @@ class Audit:
         """The audit's part of a turn record (TurnRecord, and the re-audit's TurnAudit)."""
         fields: dict[str, Any] = dict(
             fact_update=self.fact_update,
-            conflict_check=conflict_payload(self.first),
-            double_check=conflict_payload(self.reviewed) if self.reviewed else None,
-            conflicts=tuple(c.model_dump(mode="json") for c in self.standing),
+            conflict_check=check_record(self.first),
+            double_check=review_record(self.reviewed) if self.reviewed else None,
+            conflicts=tuple(ConflictRecord.model_validate(c.model_dump(mode="json")) for c in self.standing),
         )
         if self.modes is not None:
             by_key = {m.conflict: m for m in self.modes.modes}
             fields["failure_modes"] = tuple(
-                by_key[conflict_name(c.type, c.id)].model_dump(mode="json") for c in self.standing
+                ModeRecord.model_validate(by_key[conflict_name(c.type, c.id)].model_dump(mode="json"))
+                for c in self.standing
             )
         return fields
 
@@ -518,19 +438,20 @@ class Episode:
 
         facts = ledger.apply_update(projected, update)
         history = end_of_turn_history(state, player_input, response)
-        occurred, traj, node_done = state.node_occurred, None, None
+        occurred, node_done = state.node_occurred, None
+        traj: TrajectoryRecord | None = None
         pending_node = ledger.first_pending_node(occurred)
         if pending_node is not None:  # at most one node per turn: the first pending one
             tc: TrajectoryOut = await ask(
                 "trajectory_check", "trajectory_check", trajectory_vars(self.spec, pending_node, facts, history)
             )
-            traj = tc.model_dump(mode="json")
+            traj = TrajectoryRecord.model_validate(tc.model_dump(mode="json"))
             if tc.completed:
                 occurred = ledger.complete_node(occurred, pending_node)
                 node_done = self.spec.trajectory[pending_node].id
 
         statuses = state.statuses
-        status_payload = None
+        status_payload: tuple[StatusRecord, ...] | None = None
         if self.commitment_ids:
             sc: StatusOut = await ask(
                 "status_check",
@@ -540,7 +461,7 @@ class Episode:
             )
             # Overwritten each turn: a satisfied commitment can fall back to pending.
             statuses = tuple((e.id, _status(e.status)) for e in sc.statuses)
-            status_payload = tuple(e.model_dump(mode="json") for e in sc.statuses)
+            status_payload = tuple(StatusRecord.model_validate(e.model_dump(mode="json")) for e in sc.statuses)
         before = state.status_map
         record = TurnRecord(
             **base,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from .episode import EpisodeResult
+from .records import EpisodeResult
 from .stages import CONFLICT_TYPES
 
 # Every termination a report counts, in table order.
@@ -83,7 +83,7 @@ def episode_metrics(result: EpisodeResult) -> EpisodeMetrics:
         # the narration) is a fact conflict, an `input` / `player_input` id a
         # player-input one.
         for c in result.turns[-1].conflicts:
-            flags[c["type"]] = True
+            flags[c.type] = True
     return EpisodeMetrics(
         spec_id=result.spec_id,
         termination=result.termination,

@@ -7,8 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from .episode import CallFailed, FactUpdateRecord, audit_response
+from .episode import CallFailed, audit_response
 from .narrators import Ask
+from .records import ConflictCheckRecord, ConflictRecord, DoubleCheckRecord, FactUpdateRecord, ModeRecord
 from .replay import TurnView
 from .spec import Spec
 from .trials import episode_name
@@ -33,10 +34,10 @@ class _Record(BaseModel):
 class TurnAudit(_Record):
     turn: int
     fact_update: FactUpdateRecord | None = None
-    conflict_check: dict[str, Any] | None = None
-    double_check: dict[str, Any] | None = None
-    conflicts: tuple[dict[str, Any], ...] = ()  # what stands after the double-check
-    failure_modes: tuple[dict[str, Any], ...] | None = None  # audit.failure_modes: each standing one's mode
+    conflict_check: ConflictCheckRecord | None = None
+    double_check: DoubleCheckRecord | None = None
+    conflicts: tuple[ConflictRecord, ...] = ()  # what stands after the double-check
+    failure_modes: tuple[ModeRecord, ...] | None = None  # audit.failure_modes: each standing one's mode
     error: str = ""  # a call stayed invalid: the turn is left out of the agreement
 
     @property

@@ -14,14 +14,25 @@ through them, so a file of another format fails on its first wrong field.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .episode import EpisodeResult, FactUpdateRecord, TurnRecord
 from .ledger import EpisodeState, Exchange, FactEntry, FactUpdate
+from .records import (
+    ConflictCheckRecord,
+    ConflictCounts,
+    ConflictRecord,
+    DoubleCheckRecord,
+    EpisodeResult,
+    FactUpdateRecord,
+    OccurrenceRecord,
+    StatusRecord,
+    TrajectoryRecord,
+    TurnRecord,
+)
 from .spec import Spec
-from .stages import CONFLICT_TYPES
+from .stages import ConflictType
 from .turns import OPENING
 
 # What a run read from official result files lacks, one line for the report's notes.
@@ -33,7 +44,6 @@ MISSING_FROM_REFERENCE = (
 NOT_EXPORTED: frozenset[str] = frozenset({"invalid"})
 # The official trajectory assessment has one reason for both parts of the check: each part's name,
 # ": " and its reason (an empty one said as "missing"), the two joined by " | ".
-_PARTS = ("trigger", "delta")
 _TRIGGER, _DELTA = "trigger: ", " | delta: "
 # A count the official decision records per conflict type, and a commitment's status as it spells it.
 Count = Annotated[int, Field(ge=0)]
@@ -57,7 +67,7 @@ class OfficialFactUpdate(_Official):
 
 
 class OfficialConflict(_Official):
-    kind: str
+    kind: ConflictType
     target_id: str | None = None
     reason: str
 
@@ -160,15 +170,15 @@ def validation_problem(exc: ValidationError) -> str:
 def _decision(rec: TurnRecord) -> dict[str, object]:
     # The standing decision: after the double-check when there was one (what the official runner
     # records and its metric functions count).
-    counts = {t: sum(c["type"] == t for c in rec.conflicts) for t in CONFLICT_TYPES}
-    review = (rec.double_check or {}).get("review_reason") or None
+    counts = ConflictCounts.of(rec.conflicts)
+    review = (rec.double_check.review_reason if rec.double_check else "") or None
     return {
         "has_conflict": bool(rec.conflicts),
-        "fact_count": counts["fact"],
-        "commitment_count": counts["commitment"],
-        "player_input_count": counts["player_input"],
-        "total_count": len(rec.conflicts),
-        "conflicts": [{"kind": c["type"], "target_id": c["id"], "reason": c["reason"]} for c in rec.conflicts],
+        "fact_count": counts.fact,
+        "commitment_count": counts.commitment,
+        "player_input_count": counts.player_input,
+        "total_count": counts.total,
+        "conflicts": [{"kind": c.type, "target_id": c.id, "reason": c.reason} for c in rec.conflicts],
         "double_checked": rec.double_check is not None,
         "review_reason": review,
     }
@@ -176,14 +186,15 @@ def _decision(rec: TurnRecord) -> dict[str, object]:
 
 def _trajectory(rec: TurnRecord, spec: Spec, done_before: int) -> list[dict[str, object]]:
     check = rec.trajectory_check
-    if not check or done_before >= len(spec.trajectory):
+    if check is None or done_before >= len(spec.trajectory):
         return []
+    parts = {"trigger": check.trigger, "delta": check.delta}
     return [
         {
             # Nodes complete in order, one a turn at most: the node checked is the first pending one.
             "target_node_id": spec.trajectory[done_before].id,
-            "occurred": all(bool(check[part]["occurred"]) for part in _PARTS),
-            "reason": " | ".join(f"{part}: {check[part]['reason'] or 'missing'}" for part in _PARTS),
+            "occurred": check.completed,
+            "reason": " | ".join(f"{name}: {part.reason or 'missing'}" for name, part in parts.items()),
         }
     ]
 
@@ -203,8 +214,7 @@ def _turn(rec: TurnRecord, spec: Spec, done_before: int) -> dict[str, object]:
         },
         "trajectory_assessments": _trajectory(rec, spec, done_before),
         "commitment_assessments": [
-            {"commitment_id": s["id"], "status": str(s["status"]).lower(), "reason": s["reason"]}
-            for s in rec.status_check or ()
+            {"commitment_id": s.id, "status": s.status.lower(), "reason": s.reason} for s in rec.status_check or ()
         ],
         "newly_occurred_node_ids": [rec.node_completed] if rec.node_completed else [],
         "new_satisfaction_ids": list(rec.newly_satisfied),
@@ -269,38 +279,42 @@ def _split_reason(reason: str) -> tuple[str, str]:
     return reason, reason
 
 
-def _conflict_payload(decision: OfficialDecision, conflicts: tuple[dict[str, Any], ...]) -> dict[str, Any]:
-    counts = {
-        "fact": decision.fact_count,
-        "commitment": decision.commitment_count,
-        "player_input": decision.player_input_count,
-        "total": decision.total_count,
-    }
-    return {"conflicts": list(conflicts), "counts": counts}
-
-
 def _turn_record(turn: OfficialTurn) -> TurnRecord:
     decision = turn.evaluation.conflict
     # The official file keeps the standing decision only; the first check's answer is not recorded.
     conflicts = tuple(
-        {"type": c.kind, "id": c.target_id or "", "reason": c.reason}
+        ConflictRecord(type=c.kind, id=c.target_id or "", reason=c.reason)
         for c in decision.conflicts
         if decision.has_conflict
     )
-    payload = _conflict_payload(decision, conflicts)
+    counts = ConflictCounts(
+        fact=decision.fact_count,
+        commitment=decision.commitment_count,
+        player_input=decision.player_input_count,
+        total=decision.total_count,
+    )
     double = None
     if decision.double_checked:
-        double = {**payload, "confirmed": decision.has_conflict, "review_reason": decision.review_reason or ""}
+        double = DoubleCheckRecord(
+            conflicts=conflicts,
+            confirmed=decision.has_conflict,
+            review_reason=decision.review_reason or "",
+            counts=counts,
+        )
     trajectory = None
     if turn.trajectory_assessments:
         a = turn.trajectory_assessments[0]
         trigger, delta = _split_reason(a.reason)
         # Only the conjunction is recorded: a node not completed reads as neither part observed.
-        trajectory = {
-            "trigger": {"occurred": a.occurred, "reason": trigger},
-            "delta": {"occurred": a.occurred, "reason": delta},
-        }
+        trajectory = TrajectoryRecord(
+            trigger=OccurrenceRecord(occurred=a.occurred, reason=trigger),
+            delta=OccurrenceRecord(occurred=a.occurred, reason=delta),
+        )
     fu = turn.evaluation.fact_update
+    statuses = tuple(
+        StatusRecord(id=s.commitment_id, status="SATISFIED" if s.status == "satisfied" else "PENDING", reason=s.reason)
+        for s in turn.commitment_assessments
+    )
     return TurnRecord(
         turn=turn.turn_id,
         player_input=turn.player_input,
@@ -308,15 +322,12 @@ def _turn_record(turn: OfficialTurn) -> TurnRecord:
         fact_update=FactUpdateRecord(
             add_facts=tuple(fu.add_facts), negate_facts=tuple(fu.negate_fact_ids), reason=fu.reason or ""
         ),
-        conflict_check=payload,
+        conflict_check=ConflictCheckRecord(conflicts=conflicts, counts=counts),
         double_check=double,
         conflicts=conflicts,
         trajectory_check=trajectory,
         node_completed=turn.newly_occurred_node_ids[0] if turn.newly_occurred_node_ids else None,
-        status_check=tuple(
-            {"id": s.commitment_id, "status": s.status.upper(), "reason": s.reason} for s in turn.commitment_assessments
-        )
-        or None,
+        status_check=statuses or None,
         newly_satisfied=tuple(turn.new_satisfaction_ids),
     )
 

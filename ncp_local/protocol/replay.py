@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import ledger, turns
-from .episode import EpisodeResult, TurnRecord, to_update
+from .episode import to_update
 from .ledger import EpisodeState, Exchange, FactEntry, Status
+from .records import ConflictRecord, EpisodeResult, TurnRecord
 from .spec import Spec
-from .stages import INTERNAL_ID, PLAYER_INPUT_ID
 
 # The ids of conflicts that name no fact or commitment are the stages' (PROTOCOL section 4); a record
-# written before may say `player_input` for `input`: both are read as one.
+# written before may say `player_input` for `input`: both are read as one (records.conflict_key).
 INTERNAL_LABEL = "internal contradiction in the narration"
 
 
@@ -66,7 +66,7 @@ class Replay:
 def _statuses(rec: TurnRecord, before: EpisodeState) -> tuple[tuple[str, Status], ...]:
     if rec.status_check is None:
         return before.statuses
-    return tuple((e["id"], "satisfied" if e["status"] == "SATISFIED" else "pending") for e in rec.status_check)
+    return tuple((e.id, "satisfied" if e.status == "SATISFIED" else "pending") for e in rec.status_check)
 
 
 def replay(spec: Spec, result: EpisodeResult) -> Replay:
@@ -108,23 +108,13 @@ def replay(spec: Spec, result: EpisodeResult) -> Replay:
     return Replay(spec, result, opening_state, tuple(views), state, tuple(problems))
 
 
-def conflict_key(conflict: dict[str, Any]) -> tuple[str, str]:
-    """(type, id) with the player-input aliases made one, to match a first-check conflict to its review."""
-    ctype, cid = str(conflict.get("type", "")), str(conflict.get("id", ""))
-    return (ctype, PLAYER_INPUT_ID) if ctype == "player_input" else (ctype, cid)
-
-
-def is_internal(conflict: dict[str, Any]) -> bool:
-    return conflict.get("type") == "fact" and conflict.get("id") == INTERNAL_ID
-
-
-def target_text(spec: Spec | None, view: TurnView | None, rec: TurnRecord, conflict: dict[str, Any]) -> str:
+def target_text(spec: Spec | None, view: TurnView | None, rec: TurnRecord, conflict: ConflictRecord) -> str:
     """What a conflict cites, in words: the fact's text (as the audit saw the ledger), the commitment's
     description, the player input, or the internal-contradiction label. Without the spec (or its replay)
     only the targets that need none are resolved."""
-    ctype, cid = conflict_key(conflict)
+    ctype, cid = conflict.key
     missing = "(spec not available)" if spec is None or view is None else None
-    if is_internal(conflict):
+    if conflict.internal:
         return INTERNAL_LABEL
     if ctype == "fact":
         facts = {f.id: f.text for f in view.projected} if view is not None else {}
@@ -144,24 +134,24 @@ def conflict_details(spec: Spec | None, view: TurnView | None, rec: TurnRecord |
     rec = view.record if view is not None else rec
     if rec is None:
         raise ValueError("conflict_details: give a turn view or a turn record")
-    first = {conflict_key(c): c.get("reason", "") for c in rec.conflict_check.get("conflicts", [])}
-    review = rec.double_check or {}
+    first = {c.key: c.reason for c in rec.conflict_check.conflicts}
+    review = rec.double_check
     modes = rec.failure_modes or ()  # in `conflicts`' order, when the run asked for them
     out = []
     for i, c in enumerate(rec.conflicts):
-        ctype, cid = conflict_key(c)
+        ctype, cid = c.key
         out.append(
             {
                 "type": ctype,
                 "id": cid,
-                "internal": is_internal(c),
+                "internal": c.internal,
                 "target_text": target_text(spec, view, rec, c),
                 "reason_initial": first.get((ctype, cid), "(not raised by the first check)"),
-                "reason_reviewed": c.get("reason", ""),
-                "review_reason": review.get("review_reason", ""),
-                "confirmed": review.get("confirmed"),
-                "mode": modes[i]["mode"] if i < len(modes) else None,
-                "mode_reason": modes[i]["reason"] if i < len(modes) else "",
+                "reason_reviewed": c.reason,
+                "review_reason": review.review_reason if review else "",
+                "confirmed": review.confirmed if review else None,
+                "mode": modes[i].mode if i < len(modes) else None,
+                "mode_reason": modes[i].reason if i < len(modes) else "",
             }
         )
     return out

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..protocol.episode import EpisodeResult
 from ..protocol.reaudit import ReauditResult
+from ..protocol.records import ConflictRecord, EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import played
 from ..protocol.turns import shown as shown_turn
@@ -19,8 +19,8 @@ from .stats import cohen_kappa, confusion, pearson, spearman
 from .tables import csv_text, markdown_table, write
 
 
-def _types(conflicts: Sequence[dict[str, Any]]) -> set[str]:
-    return {c["type"] for c in conflicts}
+def _types(conflicts: Sequence[ConflictRecord]) -> set[str]:
+    return {c.type for c in conflicts}
 
 
 def turn_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[dict[str, Any]]:
@@ -37,8 +37,8 @@ def turn_pairs(pairs: Sequence[tuple[EpisodeResult, ReauditResult]]) -> list[dic
                     "turn": shown_turn(rec.turn),
                     "original": _types(rec.conflicts),
                     "reaudit": _types(a.conflicts),
-                    "original_first": bool(rec.conflict_check.get("conflicts")),
-                    "reaudit_first": bool((a.conflict_check or {}).get("conflicts")),
+                    "original_first": bool(rec.conflict_check.conflicts),
+                    "reaudit_first": bool(a.conflict_check and a.conflict_check.conflicts),
                 }
             )
     return rows

@@ -32,10 +32,11 @@ from ..errors import InputError
 from ..execution.layout import MANIFEST, RESULTS, read_manifest
 from ..execution.store import check_destination, check_result
 from ..protocol.reaudit import ReauditResult
+from ..protocol.records import ConflictRecord
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import played
 from .labels import by_difference
-from .runs import REAUDIT_KIND, load_run
+from .runs import REAUDIT_KIND, Run, load_run
 from .stats import bootstrap, bootstrap_stat, cohen_kappa, pearson, spearman
 from .tables import csv_text, markdown_table, write
 
@@ -59,11 +60,11 @@ class Auditor:
     episodes: dict[str, Judged] = field(default_factory=dict)
 
 
-def _types(conflicts: Sequence[dict[str, Any]]) -> frozenset[str]:
-    return frozenset(c["type"] for c in conflicts)
+def _types(conflicts: Sequence[ConflictRecord]) -> frozenset[str]:
+    return frozenset(c.type for c in conflicts)
 
 
-def of_run(run: Any) -> Auditor:
+def of_run(run: Run) -> Auditor:
     """A run's own auditor: its episodes as they ended (an `invalid` episode is not judged)."""
     name = ((run.manifest.get("config") or {}).get("auditor") or {}).get("model", {}).get("name") or run.label
     aud = Auditor(str(name), run.path, str(run.manifest.get("identity") or run.path.resolve()))
@@ -75,7 +76,7 @@ def of_run(run: Any) -> Auditor:
     return aud
 
 
-def of_reaudit(path: Path, source: Any) -> Auditor:
+def of_reaudit(path: Path, source: Run) -> Auditor:
     """A re-audit directory's auditor, on its source run's recorded turns."""
     manifest = read_manifest(path / MANIFEST)
     cfg = manifest.get("config") or {}
@@ -105,7 +106,7 @@ def of_reaudit(path: Path, source: Any) -> Auditor:
 
 def gather(paths: Sequence[str | Path]) -> list[Auditor]:
     """The auditors of these directories: re-audits (with their source run's auditor first) and runs."""
-    runs: dict[str, Any] = {}  # resolved path -> Run
+    runs: dict[str, Run] = {}  # resolved path -> Run
     auditors: list[Auditor] = []
     sources: list[str] = []
     reaudits: list[tuple[Path, str]] = []

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..bindings import ran_no_model
 from ..config import validate
 from ..errors import InputError
+from ..execution.call_log import CallLine, read_calls
 from ..execution.layout import CALLS, parts
 from ..execution.preflight import preflight
 from ..execution.projection import play
-from ..execution.store import read_calls
+from ..protocol.turns import shown as shown_turn
 from .runs import Run
 from .tables import markdown_table
 
@@ -70,13 +71,13 @@ class Usage:
     busy_s: float | None = 0.0  # None: some attempt had no `done_at` (an older log)
     gpus: int = 1
 
-    def add(self, call: dict[str, Any]) -> None:
+    def add(self, call: CallLine) -> None:
         self.attempts += 1
-        self.calls += int(call.get("attempt", 0) == 0)
-        self.prompt_tokens += int(call.get("prompt_tokens") or 0)
-        self.cached_tokens += int(call.get("cached_tokens") or 0)
-        self.generated_tokens += int(call.get("generated_tokens") or 0)
-        self.engine_s += float(call.get("latency_s") or 0.0)
+        self.calls += int(call.attempt == 0)
+        self.prompt_tokens += call.prompt_tokens or 0
+        self.cached_tokens += call.cached_tokens or 0
+        self.generated_tokens += call.generated_tokens or 0
+        self.engine_s += call.latency_s or 0.0
 
     def merge(self, other: Usage) -> None:
         for name in SUMS:
@@ -118,27 +119,27 @@ class CostTable:
         return None if not got or any(c is None for c in got) else sum(c for c in got if c is not None)
 
 
-def part_calls(run: Run) -> list[list[dict[str, Any]]]:
+def part_calls(run: Run) -> list[list[CallLine]]:
     """The attempts logged by each part of the run (the run directory, then each shard's): a part ran
     in its own process, on engines of its own."""
     return [read_calls(part / CALLS) for part in parts(run.path) if (part / CALLS).is_file()]
 
 
-def run_calls(run: Run) -> list[dict[str, Any]]:
+def run_calls(run: Run) -> list[CallLine]:
     """Every attempt logged by the run and its shards."""
     return [c for calls in part_calls(run) for c in calls]
 
 
-def busy_shares(calls: Sequence[dict[str, Any]], key: Any) -> dict[Any, float] | None:
+def busy_shares(calls: Sequence[CallLine], key: Callable[[CallLine], Any]) -> dict[Any, float] | None:
     """Busy wall-clock seconds of one engine, charged to `key(call)`: while k calls are in flight, each
     is charged 1/k of the time. None when an attempt lacks its `done_at` (logs of an older rig)."""
     edges: list[tuple[float, int, Any]] = []
     for c in calls:
-        end = c.get("done_at")
+        end = c.done_at
         if end is None:
             return None
-        start = float(end) - float(c.get("latency_s") or 0.0)
-        edges += [(start, 1, key(c)), (float(end), -1, key(c))]
+        start = end - (c.latency_s or 0.0)
+        edges += [(start, 1, key(c)), (end, -1, key(c))]
     # At one instant, ends before starts: a call that ends as another starts is not in flight with it.
     edges.sort(key=lambda e: (e[0], e[1]))
     in_flight: dict[Any, int] = {}
@@ -178,13 +179,12 @@ def plan_projection(run: Run, dataset: str | None = None) -> tuple[dict[tuple[st
         return None, f"not projected: {exc}"
     out: dict[tuple[str, str], float] = {}
     for c in run_calls(run):
-        g = growth.stages.get(str(c.get("stage")))
+        g = growth.stages.get(c.stage)
         if g is None:
             continue
-        key = (str(c.get("role", "")), str(c.get("stage", "")))
-        # Records count the opening as turn -1 and the first player turn as 0; the plan's growth
-        # counts the opening as 0 and the first player turn as 1.
-        out[key] = out.get(key, 0.0) + max(0.0, g.prompt_at(int(c.get("turn", 0)) + 1))
+        key = (c.role, c.stage)
+        # The plan's growth counts turns as they are shown (the opening 0, the first player turn 1).
+        out[key] = out.get(key, 0.0) + max(0.0, g.prompt_at(shown_turn(c.turn)))
     return out, growth.source
 
 
@@ -208,21 +208,19 @@ def cost_table(
     several = len(set(trial_of.values())) > 1
     table.stories = len({r.spec_id for r in run.results.values()})
     for c in calls:
-        table.rows.setdefault((str(c.get("role", "")), str(c.get("stage", ""))), Usage()).add(c)
+        table.rows.setdefault((c.role, c.stage), Usage()).add(c)
         if several:
-            table.trials.setdefault(int(c.get("trial") or 0), Usage()).add(c)
+            table.trials.setdefault(c.trial, Usage()).add(c)
     trial_busy: dict[tuple[str, int], float] = {}
     # One engine per distinct model and process (a shard is a process of its own): its calls share its
     # busy time.
-    by_model: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    by_model: dict[tuple[int, str], list[CallLine]] = {}
     for i, part in enumerate(by_part):
         for c in part:
-            by_model.setdefault((i, str(c.get("model", ""))), []).append(c)
+            by_model.setdefault((i, c.model), []).append(c)
     unknown = False
     for group in by_model.values():
-        shares = busy_shares(
-            group, lambda c: (str(c.get("role", "")), str(c.get("stage", "")), int(c.get("trial") or 0))
-        )
+        shares = busy_shares(group, lambda c: (c.role, c.stage, c.trial))
         if shares is None:
             unknown = True
             continue

@@ -9,12 +9,13 @@ conflicts stand on two facts counts twice. A run that did not ask says so instea
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..protocol.reaudit import ReauditResult
+from ..protocol.records import ConflictRecord, ModeRecord
 from ..protocol.stages import CONFLICT_TYPES, FAILURE_MODES
 from .runs import Run
 from .tables import csv_text, markdown_table, write
@@ -43,7 +44,7 @@ class RunModes:
         return sum(n for (t, m), n in self.counts.items() if m == mode and (ctype is None or t == ctype))
 
 
-Judged = tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None]  # (conflicts, their modes)
+Judged = tuple[Sequence[ConflictRecord], Sequence[ModeRecord] | None]  # (conflicts, their modes)
 
 
 def count_modes(label: str, path: str, asked: bool, judged: Iterable[Judged]) -> RunModes:
@@ -56,7 +57,7 @@ def count_modes(label: str, path: str, asked: bool, judged: Iterable[Judged]) ->
             continue
         asked = True
         for conflict, mode in zip(conflicts, modes, strict=True):
-            counts[(str(conflict["type"]), str(mode["mode"]))] += 1
+            counts[(conflict.type, mode.mode)] += 1
     return RunModes(label, path, asked, counts, unclassified)
 
 

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from ..protocol import ledger, turns
-from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.metrics import episode_metrics, opening_bound_hits, turn_bound_hits
+from ..protocol.records import EpisodeResult, TurnRecord
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
 from .html_parts import _badge, _conflict_badges, _table, esc, page, target_tag
 from .runs import Run
@@ -79,25 +79,26 @@ def _conflict_block(details: list[dict[str, Any]], turn: int) -> str:
 
 
 def _audit_details(rec: TurnRecord) -> str:
-    first = rec.conflict_check.get("conflicts", [])
+    first = rec.conflict_check.conflicts
     out = []
     if first and not rec.conflicts:
         out.append(
             "<div class=overturned>The first check raised "
-            + ", ".join(f"{esc(c['type'])} <span class=fid>{esc(c['id'])}</span>" for c in first)
+            + ", ".join(f"{esc(c.type)} <span class=fid>{esc(c.id)}</span>" for c in first)
             + "; the double-check cleared it"
-            + (f": {esc((rec.double_check or {}).get('review_reason', ''))}" if rec.double_check else "")
+            + (f": {esc(rec.double_check.review_reason)}" if rec.double_check else "")
             + "</div>"
         )
     payload = {
-        "fact_update": rec.fact_update.model_dump(mode="json"),
+        "fact_update": rec.fact_update,
         "conflict_check": rec.conflict_check,
         "double_check": rec.double_check,
         "trajectory_check": rec.trajectory_check,
     }
+    shown = {k: v.model_dump(mode="json") if v is not None else None for k, v in payload.items()}
     out.append(
         "<details><summary>auditor outputs</summary><pre>"
-        + esc(json.dumps(payload, indent=1, ensure_ascii=False))
+        + esc(json.dumps(shown, indent=1, ensure_ascii=False))
         + "</pre></details>"
     )
     return "".join(out)
@@ -251,7 +252,7 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
         parts.append(f"<div class=warn>{esc(problem)}</div>")
     last = result.turns[-1] if result.turns else None
     if last is not None and last.conflicts:
-        kinds = ", ".join(sorted({c["type"] for c in last.conflicts}))
+        kinds = ", ".join(sorted({c.type for c in last.conflicts}))
         parts.append(
             f"<p class=ending>Ended by a {esc(kinds)} conflict at "
             f'<a href="#t{turns.shown(last.turn)}">{turns.label(last.turn)} &darr;</a></p>'

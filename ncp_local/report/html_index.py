@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import episode_metrics
+from ..protocol.records import EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
 from . import failure_modes, precision
 from .assets import asset
@@ -35,7 +35,7 @@ from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table
 
 
 def _overturned(result: EpisodeResult) -> int:
-    return sum(bool(t.conflict_check.get("conflicts")) and not t.conflicts for t in result.turns)
+    return sum(bool(t.conflict_check.conflicts) and not t.conflicts for t in result.turns)
 
 
 # ---- index -------------------------------------------------------------------

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..bindings import ran_no_model, recorded_engine
 from ..config import ConfigError
+from ..execution.call_log import CallLine
 from ..protocol import ROLES
-from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import EpisodeMetrics, aggregate, episode_metrics
+from ..protocol.records import EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.trials import episode_name
 from ..protocol.turns import OPENING
@@ -97,18 +100,21 @@ def accepted_output(result: EpisodeResult, stage: str, turn: int) -> str | None:
     rec = next((t for t in result.turns if t.turn == turn), None)
     if rec is None:
         return None
-    payload: Any = {
+    answers: dict[str, str | BaseModel | tuple[BaseModel, ...] | None] = {
         "player": rec.player_input,
         "narrate": rec.response,
-        "fact_update": rec.fact_update.model_dump(mode="json"),
+        "fact_update": rec.fact_update,
         "conflict_check": rec.conflict_check,
         "double_check": rec.double_check,
         "trajectory_check": rec.trajectory_check,
         "status_check": rec.status_check,
-    }.get(stage)
-    if payload is None:
-        return None
-    return payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    }
+    payload = answers.get(stage)
+    if payload is None or isinstance(payload, str):
+        return payload
+    if isinstance(payload, tuple):
+        return json.dumps([p.model_dump(mode="json") for p in payload], ensure_ascii=False)
+    return json.dumps(payload.model_dump(mode="json"), ensure_ascii=False)
 
 
 def _turn_label(turn: int) -> str:
@@ -158,11 +164,11 @@ def build_log(run: Run, events: bool = True) -> Any:
         rc = cfg.get(role) or {}
         return GenerateConfig(temperature=rc.get("temperature"), top_p=rc.get("top_p"), max_tokens=rc.get("max_tokens"))
 
-    def usage(calls: Iterable[dict[str, Any]]) -> Any:
+    def usage(calls: Iterable[CallLine]) -> Any:
         out = ModelUsage()
         for c in calls:
-            prompt, cached = int(c.get("prompt_tokens") or 0), int(c.get("cached_tokens") or 0)
-            gen = int(c.get("generated_tokens") or 0)
+            prompt, cached = c.prompt_tokens or 0, c.cached_tokens or 0
+            gen = c.generated_tokens or 0
             out = out + ModelUsage(
                 input_tokens=prompt - cached,
                 input_tokens_cache_read=cached,
@@ -171,39 +177,39 @@ def build_log(run: Run, events: bool = True) -> Any:
             )
         return out
 
-    def usage_by(calls: list[dict[str, Any]], key: str) -> dict[str, Any]:
-        names = {
-            "model": lambda c: role_models.get(str(c.get("role")), f"unknown/{c.get('model')}"),
-            "role": lambda c: str(c.get("role")),
+    def usage_by(calls: list[CallLine], key: str) -> dict[str, Any]:
+        names: Callable[[CallLine], str] = {
+            "model": lambda c: role_models.get(c.role, f"unknown/{c.model}"),
+            "role": lambda c: c.role,
         }[key]
-        groups: dict[str, list[dict[str, Any]]] = {}
+        groups: dict[str, list[CallLine]] = {}
         for c in calls:
             groups.setdefault(names(c), []).append(c)
         return {k: usage(v) for k, v in sorted(groups.items())}
 
     all_calls = run_calls(run)
-    by_episode: dict[str, list[dict[str, Any]]] = {}
+    by_episode: dict[str, list[CallLine]] = {}
     for c in all_calls:
-        by_episode.setdefault(episode_name(str(c.get("spec_id")), int(c.get("trial") or 0)), []).append(c)
+        by_episode.setdefault(episode_name(c.spec_id, c.trial), []).append(c)
 
-    def event(c: dict[str, Any], result: EpisodeResult, span: str, t0: float) -> Any:
-        role, stage, turn = str(c.get("role")), str(c.get("stage")), int(c.get("turn", 0))
-        model = role_models.get(role, f"unknown/{c.get('model')}")
-        error = c.get("error")
-        text = (c.get("output") or "") if error else (accepted_output(result, stage, turn) or "")
+    def event(c: CallLine, result: EpisodeResult, span: str, t0: float) -> Any:
+        role, stage, turn = c.role, c.stage, c.turn
+        model = role_models.get(role, f"unknown/{c.model}")
+        error = c.error
+        text = (c.output or "") if error else (accepted_output(result, stage, turn) or "")
         choice = ChatCompletionChoice(
             message=ChatMessageAssistant(content=text, source="generate", model=model),
-            stop_reason=STOP.get(str(c.get("finish_reason")), "unknown"),
+            stop_reason=STOP.get(str(c.finish_reason), "unknown"),
         )
-        done = c.get("done_at")
-        latency = float(c.get("latency_s") or 0.0)
+        done = c.done_at
+        latency = c.latency_s or 0.0
         extra = (
             {}
             if done is None
             else {
                 "timestamp": _when(done),
                 "completed": _when(done),
-                "working_start": max(0.0, float(done) - latency - t0),
+                "working_start": max(0.0, done - latency - t0),
             }
         )
         return ModelEvent(
@@ -216,7 +222,7 @@ def build_log(run: Run, events: bool = True) -> Any:
                 temperature=sampling(role).temperature,
                 top_p=sampling(role).top_p,
                 max_tokens=sampling(role).max_tokens,
-                seed=c.get("seed"),
+                seed=c.seed,
             ),
             output=ModelOutput(model=model, choices=[choice], completion=text, usage=usage([c]), time=latency),
             error=error,
@@ -226,10 +232,10 @@ def build_log(run: Run, events: bool = True) -> Any:
                 "stage": stage,
                 "role": role,
                 "turn_id": turn,
-                "attempt": c.get("attempt"),
-                "seed": c.get("seed"),
-                "finish_reason": c.get("finish_reason"),
-                "key": c.get("key") or None,
+                "attempt": c.attempt,
+                "seed": c.seed,
+                "finish_reason": c.finish_reason,
+                "key": c.key or None,
                 "output_from": "call log (failed attempt)" if error else "episode record (accepted answer)",
             },
             **extra,
@@ -262,23 +268,21 @@ def build_log(run: Run, events: bool = True) -> Any:
                     metadata={"role": "narrator", "turn_id": rec.turn},
                 )
             )
-        starts = [float(c["done_at"]) - float(c.get("latency_s") or 0.0) for c in calls if c.get("done_at") is not None]
+        starts = [c.done_at - (c.latency_s or 0.0) for c in calls if c.done_at is not None]
         t0 = min(starts) if starts else 0.0
         sample_events: list[Any] = []
         open_span: str | None = None
         for c in calls if events else ():
-            span = f"{sid}/{_turn_label(int(c.get('turn', 0)))}"
+            span = f"{sid}/{_turn_label(c.turn)}"
             if span != open_span:
                 if open_span is not None:
                     sample_events.append(SpanEndEvent(id=open_span, span_id=open_span))
-                sample_events.append(
-                    SpanBeginEvent(id=span, name=_turn_label(int(c.get("turn", 0))), type="turn", span_id=span)
-                )
+                sample_events.append(SpanBeginEvent(id=span, name=_turn_label(c.turn), type="turn", span_id=span))
                 open_span = span
             sample_events.append(event(c, result, span, t0))
         if open_span is not None:
             sample_events.append(SpanEndEvent(id=open_span, span_id=open_span))
-        ends = [float(c["done_at"]) for c in calls if c.get("done_at") is not None]
+        ends = [c.done_at for c in calls if c.done_at is not None]
         title = spec.meta.title if spec else result.spec_id
         samples.append(
             EvalSample(
@@ -309,7 +313,7 @@ def build_log(run: Run, events: bool = True) -> Any:
                 started_at=_when(min(starts)) if starts else None,
                 completed_at=_when(max(ends)) if ends else None,
                 total_time=(max(ends) - min(starts)) if starts and ends else None,
-                working_time=sum(float(c.get("latency_s") or 0.0) for c in calls),
+                working_time=sum(c.latency_s or 0.0 for c in calls),
             )
         )
 

@@ -32,7 +32,7 @@ import numpy as np
 from scipy import stats
 
 from ..errors import InputError
-from ..protocol.replay import conflict_key
+from ..protocol.records import conflict_key
 from ..protocol.stages import CONFLICT_TYPES
 from .runs import Run
 from .sheet import read_sheet
@@ -79,8 +79,8 @@ def read_verdicts(path: str | Path, runs: Sequence[Run]) -> list[Verdict]:
             what = "has no such episode" if result is None else f"ended in {result.termination}, not a conflict"
             raise InputError(path, f"row {row_no}: spec_id", f"{row['spec_id']!r}: {run.path} {what}")
         # A player-input conflict's target may be written either way; conflict_key makes them one.
-        standing = {conflict_key(c) for c in result.turns[-1].conflicts}
-        key = conflict_key({"type": row["type"], "id": row["target_id"]})
+        standing = {c.key for c in result.turns[-1].conflicts}
+        key = conflict_key(str(row["type"]), str(row["target_id"]))
         if key not in standing:
             raise InputError(
                 path,
@@ -142,7 +142,7 @@ def episodes_of(run: Run) -> Episodes:
     for i, r in enumerate(scored):
         if r.termination == "conflict":
             for c in r.turns[-1].conflicts:
-                counts[conflict_key(c)[0]][i] += 1
+                counts[c.type][i] += 1
     return Episodes(
         np.array([len(r.turns) for r in scored], dtype=int),
         np.array([r.termination == "context_limit" for r in scored], dtype=bool),

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import InputError
 from ..execution.store import atomic_write
-from ..protocol.episode import EpisodeResult
+from ..protocol.records import EpisodeResult
 from ..protocol.reference_format import (
     MISSING_FROM_REFERENCE,
     NOT_EXPORTED,

@@ -19,8 +19,8 @@ from ..errors import InputError
 from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..execution.store import check_result
 from ..execution.sweep_index import read_index
-from ..protocol.episode import EpisodeResult
 from ..protocol.metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
+from ..protocol.records import EpisodeResult
 from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml, text_bytes
 from .labels import by_difference, from_template
 from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder

@@ -40,8 +40,8 @@ from ..execution.identity import OFFICIAL_DATASET_FILES, Identity, digest, files
 from ..execution.layout import MANIFEST, RESULTS, manifest_problem, parts
 from ..execution.provenance import now, rig_version
 from ..execution.store import check_bytes
-from ..protocol.episode import EpisodeResult
 from ..protocol.prompts import FALLBACK, OFFICIAL_SHA256, TEMPLATES
+from ..protocol.records import EpisodeResult
 from ..protocol.reference_format import validation_problem
 from ..protocol.stages import method_templates
 from .reference_runs import REFERENCE_KIND

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..execution.call_log import CallLine, read_calls
 from ..execution.layout import CALLS, parts
-from ..execution.store import read_calls
 from ..protocol import turns as turn_ids
-from ..protocol.episode import EpisodeResult, TurnRecord
 from ..protocol.ledger import FactEntry, active_facts, first_pending_node
 from ..protocol.metrics import episode_metrics
-from ..protocol.replay import LedgerDiff, Replay, TurnView, conflict_key, is_internal, replay, target_text
+from ..protocol.records import EpisodeResult, StatusRecord, TurnRecord
+from ..protocol.replay import LedgerDiff, Replay, TurnView, replay, target_text
 from ..protocol.spec import Spec
 from .cost import SUMS, Usage
 from .runs import Run
@@ -31,12 +31,6 @@ Row = dict[str, Any]
 def episode_key(spec_id: str, trial: int) -> str:
     """An episode's name: the story, and its trial when a run plays a story more than once."""
     return spec_id if not trial else f"{spec_id}#{trial}"
-
-
-def trial_of(record: Any) -> int:
-    """A result's or call line's trial (0 for records written without one)."""
-    value = record.get("trial") if isinstance(record, dict) else getattr(record, "trial", None)
-    return int(value or 0)
 
 
 @dataclass(frozen=True)
@@ -68,52 +62,47 @@ def _sums(u: Usage | None) -> Row:
     return {name: getattr(u, name) for name in SUMS}
 
 
-def _int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def _float(v: Any) -> float | None:
-    return None if v is None else float(v)
-
-
-def call_rows(src: Source) -> Iterator[Row]:
-    """Every line of the run's call logs (the run directory's, then each shard's), in order."""
+def call_lines(src: Source) -> Iterator[tuple[str, int, CallLine]]:
+    """Every line of the run's call logs (the run directory's, then each shard's), in order: (the part's
+    name, the line's number in its log, the line)."""
     root = src.run.path
     for part in parts(root):
-        if not (part / CALLS).is_file():
-            continue
-        name = "" if part == root else part.name
-        for i, c in enumerate(read_calls(part / CALLS)):
-            spec_id, turn = str(c.get("spec_id", "")), int(c.get("turn", 0))
-            error = c.get("error")
-            yield {
-                **_keys(src, spec_id, trial_of(c)),
-                "part": name,
-                "line": i,
-                **_turn(turn),
-                "stage": str(c.get("stage", "")),
-                "role": str(c.get("role", "")),
-                "model": None if c.get("model") is None else str(c.get("model")),
-                "attempt": int(c.get("attempt") or 0),
-                "key": str(c.get("key") or ""),
-                "seed": _int(c.get("seed")),
-                "prompt_tokens": int(c.get("prompt_tokens") or 0),
-                "cached_tokens": int(c.get("cached_tokens") or 0),
-                "generated_tokens": int(c.get("generated_tokens") or 0),
-                "max_tokens_sent": _int(c.get("max_tokens_sent")),
-                "latency_s": float(c.get("latency_s") or 0.0),
-                "done_at": _float(c.get("done_at")),
-                "overhead_s": _float(c.get("overhead_s")),
-                "finish_reason": None if c.get("finish_reason") is None else str(c.get("finish_reason")),
-                "accepted": error is None,
-                "error": None if error is None else str(error),
-                "output": c.get("output"),
-                "speculative": bool(c.get("speculative", False)),
-                "grammar_new": c.get("grammar_new"),
-                "bound_hits": [str(h) for h in c.get("bound_hits") or ()],
-                "transport_errors": len(c.get("transport_errors") or ()),
-                "thought_tokens": _int(c.get("thought_tokens")),
-            }
+        if (part / CALLS).is_file():
+            name = "" if part == root else part.name
+            for i, c in enumerate(read_calls(part / CALLS)):
+                yield name, i, c
+
+
+def call_row(src: Source, name: str, i: int, c: CallLine) -> Row:
+    """One line of a call log as a row of the `calls` table."""
+    return {
+        **_keys(src, c.spec_id, c.trial),
+        "part": name,
+        "line": i,
+        **_turn(c.turn),
+        "stage": c.stage,
+        "role": c.role,
+        "model": c.model,
+        "attempt": c.attempt,
+        "key": c.key,
+        "seed": c.seed,
+        "prompt_tokens": c.prompt_tokens or 0,
+        "cached_tokens": c.cached_tokens or 0,
+        "generated_tokens": c.generated_tokens or 0,
+        "max_tokens_sent": c.max_tokens_sent,
+        "latency_s": c.latency_s or 0.0,
+        "done_at": c.done_at,
+        "overhead_s": c.overhead_s,
+        "finish_reason": c.finish_reason,
+        "accepted": c.error is None,
+        "error": c.error,
+        "output": c.output,
+        "speculative": c.speculative,
+        "grammar_new": c.grammar_new,
+        "bound_hits": list(c.bound_hits),
+        "transport_errors": len(c.transport_errors),
+        "thought_tokens": c.thought_tokens,
+    }
 
 
 def negations(diff: LedgerDiff) -> tuple[FactEntry, ...]:
@@ -122,15 +111,15 @@ def negations(diff: LedgerDiff) -> tuple[FactEntry, ...]:
     return diff.negated + tuple(f for f in diff.added if not f.active)
 
 
-def _satisfied(status_check: Any) -> int:
-    return sum(1 for e in status_check or () if e.get("status") == "SATISFIED")
+def _satisfied(status_check: tuple[StatusRecord, ...] | None) -> int:
+    return sum(1 for e in status_check or () if e.status == "SATISFIED")
 
 
 def _episode_rows(
     src: Source, result: EpisodeResult, usage: dict[tuple[str, int, int | None], Usage]
 ) -> dict[str, list[Row]]:
     spec: Spec | None = src.run.specs.get(result.spec_id)
-    trial = trial_of(result)
+    trial = result.trial
     keys = _keys(src, result.spec_id, trial)
     m = episode_metrics(result)
     rp: Replay | None = replay(spec, result) if spec is not None else None
@@ -188,10 +177,10 @@ def _episode_rows(
                 **_turn(rec.turn),
                 "committed": committed,
                 "conflict": not committed,
-                "conflict_types": [str(c.get("type")) for c in rec.conflicts],
-                "first_check_conflicts": len(rec.conflict_check.get("conflicts") or ()),
+                "conflict_types": [c.type for c in rec.conflicts],
+                "first_check_conflicts": len(rec.conflict_check.conflicts),
                 "double_checked": review is not None,
-                "confirmed": None if review is None else bool(review.get("confirmed")),
+                "confirmed": None if review is None else review.confirmed,
                 "node": spec.trajectory[pending_node].id if spec is not None and pending_node is not None else None,
                 "node_completed": rec.node_completed,
                 "nodes_completed": nodes_done,
@@ -254,16 +243,18 @@ def _conflict_rows(
     keys: Row, result: EpisodeResult, rec: TurnRecord, view: TurnView | None, spec: Spec | None, last: bool
 ) -> list[Row]:
     """Each conflict the turn's audits raised: the first check's, then any only the double-check named."""
-    first = list(rec.conflict_check.get("conflicts") or ())
+    first = rec.conflict_check.conflicts
     review = rec.double_check
-    reviewed = {conflict_key(c): c for c in (review or {}).get("conflicts") or ()} if review else {}
-    standing = {conflict_key(c) for c in rec.conflicts}
+    reviewed = {c.key: c for c in review.conflicts} if review else {}
+    standing = {c.key for c in rec.conflicts}
+    # audit.failure_modes: one mode per standing conflict, in `conflicts`' order.
+    modes = {c.key: m.mode for c, m in zip(rec.conflicts, rec.failure_modes or (), strict=False)}
     raised = [(c, "first_check") for c in first]
-    seen = {conflict_key(c) for c in first}
+    seen = {c.key for c in first}
     raised += [(c, "double_check") for k, c in reviewed.items() if k not in seen]
     rows = []
     for c, by in raised:
-        key = conflict_key(c)
+        key = c.key
         again = reviewed.get(key)
         rows.append(
             {
@@ -271,17 +262,17 @@ def _conflict_rows(
                 **_turn(rec.turn),
                 "type": key[0],
                 "id": key[1],
-                "internal": is_internal(c),
+                "internal": c.internal,
                 "target_text": target_text(spec, view, rec, c),
                 "raised_by": by,
-                "reason": str(c.get("reason", "")) if by == "first_check" else None,
+                "reason": c.reason if by == "first_check" else None,
                 "double_checked": review is not None,
-                "confirmed": None if review is None else bool(review.get("confirmed")),
-                "review_reason": None if review is None else str(review.get("review_reason", "")),
-                "reason_reviewed": None if again is None else str(again.get("reason", "")),
+                "confirmed": None if review is None else review.confirmed,
+                "review_reason": None if review is None else review.review_reason,
+                "reason_reviewed": None if again is None else again.reason,
                 "standing": key in standing,
                 "ended_episode": key in standing and last and result.termination == "conflict",
-                "failure_mode": None if c.get("failure_mode") is None else str(c.get("failure_mode")),
+                "failure_mode": modes.get(key),
             }
         )
     return rows
@@ -290,15 +281,13 @@ def _conflict_rows(
 def run_rows(src: Source) -> dict[str, list[Row]]:
     """Every table's rows for one run."""
     out: dict[str, list[Row]] = {name: [] for name in TABLES}
-    out["calls"] = list(call_rows(src))
     # Per episode and per (episode, turn): the call log's sums (speculative calls of turns never played
     # count in their episode only).
     usage: dict[tuple[str, int, int | None], Usage] = {}
-    for c in out["calls"]:
-        for turn in (None, c["turn"]):
-            usage.setdefault((c["spec_id"], c["trial"], turn), Usage()).add(
-                {k: c[k] for k in ("attempt", "prompt_tokens", "cached_tokens", "generated_tokens", "latency_s")}
-            )
+    for name, i, c in call_lines(src):
+        out["calls"].append(call_row(src, name, i, c))
+        for turn in (None, c.turn):
+            usage.setdefault((c.spec_id, c.trial, turn), Usage()).add(c)
     for result in src.run.results.values():
         for name, rows in _episode_rows(src, result, usage).items():
             out[name] += rows

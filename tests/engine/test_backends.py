@@ -22,9 +22,10 @@ import pytest
 
 from engine_helpers import small_roles
 from ncp_local.engines.grammar import id_form
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.execution.store import RunDir
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import TEMPLATES, PromptPack
@@ -87,26 +88,22 @@ def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path,
         loop.close()
     result = results[spec.id]
     calls = read_calls(tmp_path / "calls.jsonl")
-    assert result.termination != "invalid", (result.reason, [c for c in calls if c["error"]])
+    assert result.termination != "invalid", (result.reason, [c for c in calls if c.error])
     assert result.turns, result
-    failed = [
-        (c["stage"], c["error"], c.get("output"))
-        for c in calls
-        if c["error"] and not any(why in c["error"] for why in NOT_FORM)
-    ]
+    failed = [(c.stage, c.error, c.output) for c in calls if c.error and not any(why in c.error for why in NOT_FORM)]
     assert not failed, failed
     # Every constrained call says whether the engine compiled its grammar for it.
-    assert all(isinstance(c.get("grammar_new"), bool) for c in calls), calls
+    assert all(isinstance(c.grammar_new, bool) for c in calls), calls
     if id_form(backend) == "pattern":
-        new = Counter(c["stage"] for c in calls if c["grammar_new"])
+        new = Counter(c.stage for c in calls if c.grammar_new)
         assert max(new.values()) == 1, new  # no stage's grammar compiled twice
         audits = [
             s
             for s in ("fact_update", "conflict_check", "trajectory_check", "status_check")
-            if sum(c["stage"] == s for c in calls) > 1
+            if sum(c.stage == s for c in calls) > 1
         ]
         assert audits, "the episode never called an audit stage twice"
         for stage in audits:
-            assert [c["grammar_new"] for c in calls if c["stage"] == stage][1:] == [False] * (
-                sum(c["stage"] == stage for c in calls) - 1
+            assert [c.grammar_new for c in calls if c.stage == stage][1:] == [False] * (
+                sum(c.stage == stage for c in calls) - 1
             ), stage

@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 
 from engine_helpers import small_roles
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.store import RunDir, read_calls
-from ncp_local.protocol.episode import Checkpoint, Episode
+from ncp_local.execution.store import RunDir
+from ncp_local.protocol.episode import Episode
 from ncp_local.protocol.narrators import narrator_factory
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import TEMPLATES, PromptPack
+from ncp_local.protocol.records import Checkpoint
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +59,9 @@ def test_official_baseline_on_the_engine_resumes(engine: Any, tmp_path: Path) ->
     whole = play(first)
     assert whole.termination in ("conflict", "max_turns", "all_resolved", "invalid")
     calls = read_calls(tmp_path / "calls.jsonl")
-    narrator_calls = [c for c in calls if c["role"] == "narrator"]
-    assert {c["stage"] for c in narrator_calls} >= {"opening"}
-    assert all(c["model"] == "smollm2" and c["prompt_tokens"] > 0 for c in narrator_calls if "prompt_tokens" in c)
+    narrator_calls = [c for c in calls if c.role == "narrator"]
+    assert {c.stage for c in narrator_calls} >= {"opening"}
+    assert all(c.model == "smollm2" and c.prompt_tokens > 0 for c in narrator_calls if c.prompt_tokens is not None)
 
     # "Killed" after turn 0 committed when the story went on past it, else right after the opening: a fresh
     # method instance, restored from that checkpoint's narrator state, plays the rest.

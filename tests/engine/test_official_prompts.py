@@ -22,8 +22,9 @@ import pytest
 from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 from ncp_local.engines.chat_format import ChatFormat
 from ncp_local.engines.settings import ModelSettings
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.execution.store import RunDir
 from ncp_local.protocol.prompts import BUILD_TEMPLATES, OFFICIAL_FILES, PromptPack
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.protocol.stages import min_room
@@ -86,8 +87,8 @@ def test_official_templates_get_a_parsed_answer(
         store.close()
     assert len(answers) == len(calls) and all(a is not None for a in answers)
     logged = read_calls(tmp_path / "calls.jsonl")
-    ok = {c["key"] for c in logged if c.get("error") is None}
+    ok = {c.key for c in logged if c.error is None}
     assert ok == {template for _, template, *_ in calls}
     # Every prompt was the official file's text with the state filled in.
     for c in logged:
-        assert c["prompt_tokens"] > 500, c
+        assert c.prompt_tokens > 500, c

@@ -183,8 +183,9 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
     from ncp_local.bindings import bind
     from ncp_local.config import compose, validate
     from ncp_local.engines.openai import OpenAIEngine
+    from ncp_local.execution.call_log import read_calls
     from ncp_local.execution.calls import CallService, RoleBinding
-    from ncp_local.execution.store import RunDir, read_calls
+    from ncp_local.execution.store import RunDir
     from ncp_local.protocol.prompts import TEMPLATES, PromptPack
     from ncp_local.protocol.spec import load_dataset
     from ncp_local.protocol.stages import STAGES
@@ -239,8 +240,8 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
     logged = read_calls(tmp_path / "calls.jsonl")
     # The server refused no schema (its refusals are logged as the endpoint's errors), and every stage
     # ended with an answer that passed its contract.
-    assert not [c["error"] for c in logged if "endpoint '" in (c.get("error") or "")]
-    assert {c["key"] for c in logged if c.get("error") is None} == {template for _, template, *_ in calls}
+    assert not [c.error for c in logged if "endpoint '" in (c.error or "")]
+    assert {c.key for c in logged if c.error is None} == {template for _, template, *_ in calls}
 
 
 def test_unknown_model_is_a_clear_error(server: str) -> None:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from engine_helpers import embedded_roles
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.store import RunDir, read_calls
+from ncp_local.execution.store import RunDir
 from ncp_local.modes.build import build_all, load_sources
 from ncp_local.protocol import ledger
 from ncp_local.protocol.episode import ask_modes
@@ -113,7 +114,7 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
     assert [e.id for e in outs[4].statuses] == list(ids.commitment_ids)
     assert [m.conflict for m in outs[5].modes] == ["fact:f_0", "player_input:input"]
     calls = read_calls(tmp_path / "calls.jsonl")
-    assert not [c for c in calls if c["error"] and "cut off" not in c["error"]], "grammar output failed to parse"
+    assert not [c for c in calls if c.error and "cut off" not in c.error], "grammar output failed to parse"
 
 
 # `slow`: the 135M model writes list items until max_tokens (2,048 tokens, some 4 minutes a call on 2 cores;

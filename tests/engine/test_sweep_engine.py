@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_helpers import CROWDED, FITS, METHODS, ReferenceSweep
-from ncp_local.execution.store import read_calls
+from ncp_local.execution.call_log import read_calls
 from ncp_local.report.runs import load_run
 
 
@@ -51,12 +51,12 @@ def test_the_baseline_point_logs_every_call_of_its_episodes(reference_sweep: Ref
     fits = run.results[FITS]
     assert fits.termination in ("conflict", "max_turns", "all_resolved", "invalid")
     assert "bad JSON" not in fits.reason and "schema" not in fits.reason
-    ok = [c for c in calls if c["spec_id"] == FITS and c["error"] is None]
+    ok = [c for c in calls if c.spec_id == FITS and c.error is None]
     if fits.termination != "invalid":
         assert len(ok) == _expected_calls(fits)
     for c in calls:
-        assert not c.get("speculative"), c  # the speculative player is off in this sweep
-        if c["spec_id"] == CROWDED:  # refused before the engine (test_context_limit): no tokens to count
+        assert not c.speculative, c  # the speculative player is off in this sweep
+        if c.spec_id == CROWDED:  # refused before the engine (test_context_limit): no tokens to count
             continue
         for key in (
             "stage",
@@ -69,9 +69,9 @@ def test_the_baseline_point_logs_every_call_of_its_episodes(reference_sweep: Ref
             "finish_reason",
         ):
             assert key in c, (key, c)
-        assert c["prompt_tokens"] > 0 and c["generated_tokens"] > 0
-        assert c["error"] is None or "cut off" in c["error"], c
-    assert sum(c.get("cached_tokens", 0) for c in calls) > 0  # prefixes shared between calls are reused
+        assert c.prompt_tokens > 0 and c.generated_tokens > 0
+        assert c.error is None or "cut off" in c.error, c
+    assert sum((c.cached_tokens or 0) for c in calls) > 0  # prefixes shared between calls are reused
 
 
 def test_the_hiagent_point_narrates_with_its_memory(reference_sweep: ReferenceSweep) -> None:
@@ -80,7 +80,7 @@ def test_the_hiagent_point_narrates_with_its_memory(reference_sweep: ReferenceSw
     hi = run.results[FITS]
     assert hi.termination != "invalid", hi.reason
     calls = read_calls(run_dir / "calls.jsonl")
-    narrate = [c for c in calls if c["spec_id"] == FITS and c["stage"] == "hiagent_narrate" and c["error"] is None]
+    narrate = [c for c in calls if c.spec_id == FITS and c.stage == "hiagent_narrate" and c.error is None]
     assert hi.turns and len(narrate) >= len(hi.turns)
-    assert not [c for c in calls if c["stage"] == "narrate"]  # the baseline's stage is not used
+    assert not [c for c in calls if c.stage == "narrate"]  # the baseline's stage is not used
     assert json.loads((run_dir / "results" / f"{FITS}.json").read_text())["spec_id"] == FITS

@@ -34,14 +34,15 @@ from typing import Any
 from ...bindings import Sampling
 from ...engines.base import Completion, Engine, Request
 from ...engines.scripted import ScriptedEngine
+from ...execution.call_log import read_calls
 from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...execution.store import RunDir, read_calls
+from ...execution.store import RunDir
 from ...plan.growth import Sizes, _words, sized_answers
 from ...protocol import ROLES
-from ...protocol.episode import Checkpoint, EpisodeResult
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
+from ...protocol.records import Checkpoint, EpisodeResult
 from ...protocol.spec import Spec
 from ...protocol.stages import Bounds
 from ...protocol.turns import resumed
@@ -212,12 +213,12 @@ async def long_horizon(
             )
             row = Level(name, wall_s=wall)
             for c in read_calls(root / f"way{i}" / "calls.jsonl"):
-                if "prompt_tokens" not in c:
+                if c.prompt_tokens is None:  # never reached the engine (no room in the window)
                     continue
-                row.prompt += c["prompt_tokens"]
-                if c["turn"] >= first_warm:
-                    row.warm_prompt += c["prompt_tokens"]
-                    row.warm_cached += c["cached_tokens"]
+                row.prompt += c.prompt_tokens
+                if c.turn >= first_warm:
+                    row.warm_prompt += c.prompt_tokens
+                    row.warm_cached += c.cached_tokens or 0
             adm = sched.admission
             row.peak, row.pauses = (adm.peak, adm.pauses) if adm else (0, 0)
             rows.append(row)

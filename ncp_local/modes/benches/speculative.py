@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...execution.call_log import read_calls
 from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...execution.store import RunDir, read_calls
+from ...execution.store import RunDir
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
 from ...protocol.spec import Spec
@@ -62,7 +63,7 @@ async def _way(
         results = await scheduler.run()
     finally:
         store.close()
-    dropped = sum(1 for c in read_calls(store.calls_path) if c.get("speculative"))
+    dropped = sum(1 for c in read_calls(store.calls_path) if c.speculative)
     return latencies, {k: v.model_dump_json() for k, v in results.items()}, dropped
 
 

@@ -16,11 +16,12 @@ from ...config import ConfigError, RunConfig, hydra_error_line
 from ...engines.base import Engine
 from ...errors import InputError
 from ...execution import points, provenance
+from ...execution.call_log import read_calls
 from ...execution.calls import CallService, with_engines
 from ...execution.engine_pool import EnginePool
 from ...execution.preflight import Ready
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...execution.store import RunDir, read_calls
+from ...execution.store import RunDir
 from ...protocol import ROLES
 from ...protocol.spec import Spec
 from .ways import Tally, _say, _silent, workload

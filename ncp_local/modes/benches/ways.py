@@ -6,14 +6,16 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ...engines.base import Completion, Engine, Request
+from ...execution.call_log import CallLine, read_calls
 from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...execution.store import RunDir, read_calls
+from ...execution.store import RunDir
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
 from ...protocol.spec import Meta, Spec
@@ -134,25 +136,25 @@ def workload(specs: tuple[Spec, ...], k: int) -> tuple[Spec, ...]:
     return tuple(out)
 
 
-def _summarise(way: Way, calls: list[dict[str, Any]]) -> None:
-    calls = [c for c in calls if "prompt_tokens" in c]
+def _summarise(way: Way, lines: list[CallLine]) -> None:
+    calls = [c for c in lines if c.prompt_tokens is not None]  # left out: never reached the engine
     way.calls = len(calls)
-    way.prompt_tokens = sum(c["prompt_tokens"] for c in calls)
-    way.cached_tokens = sum(c["cached_tokens"] for c in calls)
-    way.generated_tokens = sum(c["generated_tokens"] for c in calls)
-    overheads = [c["overhead_s"] for c in calls if c.get("overhead_s") is not None]
+    way.prompt_tokens = sum(c.prompt_tokens or 0 for c in calls)
+    way.cached_tokens = sum(c.cached_tokens or 0 for c in calls)
+    way.generated_tokens = sum(c.generated_tokens or 0 for c in calls)
+    overheads = [c.overhead_s for c in calls if c.overhead_s is not None]
     way.overhead_ms = 1000 * statistics.median(overheads) if overheads else None
     by_turn: dict[int, tuple[int, int]] = {}
     alive: dict[int, set[str]] = {}
     for c in calls:
-        p, h = by_turn.get(c["turn"], (0, 0))
-        by_turn[c["turn"]] = (p + c["prompt_tokens"], h + c["cached_tokens"])
-        alive.setdefault(c["turn"], set()).add(c["spec_id"])
-        n, g = way.by_episode.get(c["spec_id"], (0, 0))
-        way.by_episode[c["spec_id"]] = (n + 1, g + c["generated_tokens"])
+        p, h = by_turn.get(c.turn, (0, 0))
+        by_turn[c.turn] = (p + (c.prompt_tokens or 0), h + (c.cached_tokens or 0))
+        alive.setdefault(c.turn, set()).add(c.spec_id)
+        n, g = way.by_episode.get(c.spec_id, (0, 0))
+        way.by_episode[c.spec_id] = (n + 1, g + (c.generated_tokens or 0))
     way.tokens_by_turn = dict(sorted(by_turn.items()))
     if way.wall_s:
-        way.in_flight = sum(c.get("latency_s") or 0.0 for c in calls) / way.wall_s
+        way.in_flight = sum(c.latency_s or 0.0 for c in calls) / way.wall_s
     way.prompt_by_turn = {t: p / len(alive[t]) for t, (p, _) in way.tokens_by_turn.items()}
 
 
@@ -195,24 +197,32 @@ async def run_rig(
     return way
 
 
+def _as_logged(requests: list[Request], outs: Sequence[Completion | None]) -> list[CallLine]:
+    """Each answer of a replay as the rig would have logged it: one summary reads every way."""
+    return [
+        CallLine(
+            spec_id=str(r.tags.get("episode", "")),
+            turn=int(r.tags.get("turn", 0)),
+            stage=str(r.tags.get("stage", "")),
+            role=str(r.tags.get("role", "")),
+            model="",
+            attempt=int(r.tags.get("attempt", 0)),
+            seed=r.seed,
+            prompt_tokens=o.prompt_tokens,
+            cached_tokens=o.cached_tokens,
+            generated_tokens=o.generated_tokens,
+            latency_s=o.latency_s,
+        )
+        for r, o in zip(requests, outs, strict=True)
+        if o is not None
+    ]
+
+
 async def run_ceiling(backend: Engine, requests: list[Request], turns: int) -> Way:
     started = time.perf_counter()
     outs = await asyncio.gather(*(backend.generate(r) for r in requests))
     way = Way("c ceiling (same requests, one batch)", wall_s=time.perf_counter() - started, turns=turns)
-    _summarise(
-        way,
-        [
-            {
-                "prompt_tokens": o.prompt_tokens,
-                "cached_tokens": o.cached_tokens,
-                "generated_tokens": o.generated_tokens,
-                "turn": r.tags.get("turn", 0),
-                "spec_id": r.tags.get("episode", ""),
-                "latency_s": o.latency_s,
-            }
-            for r, o in zip(requests, outs, strict=True)
-        ],
-    )
+    _summarise(way, _as_logged(requests, outs))
     way.overhead_ms = None
     return way
 
@@ -240,21 +250,7 @@ async def run_replay_k(backend: Engine, requests: list[Request], turns: int) -> 
         wall_s=time.perf_counter() - started,
         turns=turns,
     )
-    _summarise(
-        way,
-        [
-            {
-                "prompt_tokens": o.prompt_tokens,
-                "cached_tokens": o.cached_tokens,
-                "generated_tokens": o.generated_tokens,
-                "turn": r.tags.get("turn", 0),
-                "spec_id": r.tags.get("episode", ""),
-                "latency_s": o.latency_s,
-            }
-            for r, o in zip(requests, outs, strict=True)
-            if o is not None
-        ],
-    )
+    _summarise(way, _as_logged(requests, outs))
     way.overhead_ms = None
     return way
 
