@@ -453,7 +453,9 @@ def record_table(cls: type) -> str:
 
 def record_models() -> list[tuple[str, type]]:
     """(where the record lives in a run directory, its model), as the readers load them."""
+    from ncp_local.execution.call_log import CallLine
     from ncp_local.execution.layout import ManifestShape
+    from ncp_local.execution.sweep_index import EngineRow, PointRow, SweepIndex
     from ncp_local.modes.benches.figures import (
         BenchFigures,
         Machine,
@@ -492,6 +494,10 @@ def record_models() -> list[tuple[str, type]]:
         ("a re-audit's results/<spec>.json", ReauditResult),
         ("each of a re-audit's `turns`", TurnAudit),
         ("manifest.json (the parts readers check; other keys are free)", ManifestShape),
+        ("each line of calls.jsonl (a key is left out when its attempt did not have it)", CallLine),
+        ("a sweep folder's index.json (index-shard-K-of-N.json per array task of a sharded sweep)", SweepIndex),
+        ("each of a sweep index's `points`", PointRow),
+        ("each of a sweep index's `engines` (batched launcher)", EngineRow),
         ("bench.json (mode=bench)", BenchFigures),
         ("bench.json: `machine`", Machine),
         ("bench.json: `workload`", Workload),

@@ -196,7 +196,7 @@ def test_a_sweep_folder_exports_with_its_points(tmp_path: Path) -> None:
     assert eps.groupby("point").size().to_dict() == {"narrator.temperature=0.2": 3, "narrator.temperature=0.6": 3}
     assert eps.label.nunique() == 2 and eps.run.nunique() == 2
     calls = analysis.calls(tmp_path / "sw")
-    dirs = {tmp_path / r["run_dir"] for r in read_index(tmp_path / "sw")}
+    dirs = {tmp_path / str(r.run_dir) for r in read_index(tmp_path / "sw")}
     assert calls.point.notna().all() and len(calls) == sum(len(read_calls(d / "calls.jsonl")) for d in dirs)
 
 

@@ -16,6 +16,9 @@ from helpers import Scripted, conflicts, make_spec, play_scripted_official, tag
 from ncp_local.engines.base import Request
 from ncp_local.execution.identity import settings
 from ncp_local.protocol.stages import FAILURE_MODES, AuditIds, InvalidOutput, conflict_name, parse, schema_for
+from ncp_local.report.parquet import build_tables
+from ncp_local.report.runs import load_run
+from ncp_local.report.table_rows import Source
 
 KEYS = AuditIds(conflict_keys=("fact:f_1", "player_input:input"))
 
@@ -73,6 +76,13 @@ def test_a_standing_conflict_gets_its_mode_in_the_turn_record(tmp_path: Path) ->
     )
     assert [c["conflict"] for c in listed] == [conflict_name("fact", "f_0"), "player_input:input"]
     assert result.turns[0].failure_modes is None and "failure_modes" not in result.turns[0].model_dump()
+    # The analysis tables' conflicts carry each one's mode.
+    table = build_tables([Source(load_run(tmp_path / "on"))])["conflicts"].to_pandas()
+    standing = table[table.standing]
+    assert dict(zip(standing["id"], standing.failure_mode, strict=True)) == {
+        "f_0": "lost_continuity",
+        "input": "yielded_to_player",
+    }
     # Off, the same episode: the same record without the key, and no call of the stage.
     off = Scripted(tmp_path / "off", [spec], _conflict_rules(answer), max_turns=3)
     off_result = off.run()["tiny"]

@@ -526,7 +526,7 @@ def test_sharded_batched_tasks_write_their_own_index(tmp_path: Path) -> None:
     names = sorted(p.name for p in (tmp_path / "sw").glob("index*.json"))
     assert names == ["index-shard-000-of-002.json", "index-shard-001-of-002.json"]
     rows = read_index(tmp_path / "sw")
-    assert len({r["run_dir"] for r in rows}) == 2 and all("shard_dir" in r for r in rows)
+    assert len({r.run_dir for r in rows}) == 2 and all(r.shard_dir for r in rows)
     rep = _run("mode=report", "runs=[sw]", "report.resamples=50", "report.html=false", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     assert [(r[0], r[1]) for r in _main_table(rep.stdout)] == [("seed=0", "3"), ("seed=1", "3")]

@@ -117,7 +117,7 @@ SWEEP = ("-m", "hydra/launcher=batched", "narrator.temperature=0.2,0.6", "limit=
 def points(tmp: Path) -> dict[str, Path]:
     from ncp_local.execution.sweep_index import read_index
 
-    return {" ".join(r["overrides"]): tmp / r["run_dir"] for r in read_index(tmp / "sw")}
+    return {" ".join(r.overrides): tmp / str(r.run_dir) for r in read_index(tmp / "sw")}
 
 
 def test_a_sweep_is_one_mlflow_parent_run(tmp_path: Path) -> None:

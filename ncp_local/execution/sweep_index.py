@@ -1,13 +1,19 @@
 """A sweep folder's index: `index.json` (one per shard when array tasks run shards of one sweep)
 and its `index.md` table: job number, overrides, run directory, status and exit code of every
-point, and the engines a batched sweep shared. Written by both launchers, read by reports."""
+point, and the engines a batched sweep shared. Written by both launchers, read by reports.
+
+The index is `SweepIndex`; each point's row `PointRow`, each shared engine `EngineRow`. The launchers
+build the rows, the reports and the array tasks' checks read them, all through these models."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import RunConfig
 from ..errors import InputError
@@ -17,6 +23,51 @@ from .provenance import command, now
 from .store import atomic_write
 
 INDEX = "index.json"
+KIND = "ncp-sweep"
+
+
+class _Row(BaseModel):
+    # A newer rig may add keys within a format version: read what this one knows.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class PointRow(_Row):
+    """One point of the sweep: its job number and overrides, where it ran, and how it ended."""
+
+    job: int
+    overrides: tuple[str, ...] = ()
+    mode: str = "run"
+    run_dir: str | None = None  # the point's run directory (None: refused before it had one)
+    shard_dir: str | None = None  # the shard's directory inside it, when array tasks ran shards
+    status: str = ""  # pending, running, done, failed, skipped ...
+    exit_code: int | None = None
+    error: str = ""  # why it failed or was refused (left out when empty)
+    engines: dict[str, str] = {}  # role -> the shared engine that served it (batched launcher)
+
+
+class EngineRow(_Row):
+    """One engine a batched sweep started and shared among its points."""
+
+    id: str
+    model: str
+    engine: str  # its kind (engines/registry.py)
+    roles: tuple[str, ...]
+    points: tuple[int, ...]
+    starts: int
+    start_s: float = 0.0
+    placement: dict[str, Any] | None = None  # GPUs and memory share it was placed with, if any
+
+
+class SweepIndex(_Row):
+    kind: Literal["ncp-sweep"] = "ncp-sweep"
+    # Who wrote it and when: the points are what readers need; these say where they came from.
+    launcher: str = ""
+    updated: str = ""
+    command: str | None = None
+    pid: int | None = None
+    points: tuple[PointRow, ...]
+    engines: tuple[EngineRow, ...] = ()
+    groups: tuple[tuple[int, ...], ...] = ()  # job numbers that ran together on the same engines
 
 
 def name_for(cfg: RunConfig | None) -> str:
@@ -34,61 +85,80 @@ def shard_index(index: int, count: int) -> str:
 
 def write(
     sweep_dir: Path,
-    rows: list[dict[str, Any]],
-    engines: list[dict[str, Any]],
-    groups: list[list[int]],
+    rows: Sequence[PointRow],
+    engines: Sequence[EngineRow],
+    groups: Sequence[Sequence[int]],
     launcher: str,
     name: str = INDEX,
 ) -> Path:
     """index.json (and its index.md table): every point's row, the shared engines, the groups."""
-    doc = {
-        "kind": "ncp-sweep",
-        "launcher": launcher,
-        "updated": now(),
-        "command": command().get("line"),
+    index = SweepIndex(
+        launcher=launcher,
+        updated=now(),
+        command=command().get("line"),
         # The batched launcher runs every point in this one process; the basic one, one after the other.
-        "pid": os.getpid(),
-        "points": rows,
-        "engines": engines,
-        "groups": groups,
-    }
+        pid=os.getpid(),
+        points=tuple(rows),
+        engines=tuple(engines),
+        groups=tuple(tuple(g) for g in groups),
+    )
+    doc = index.model_dump(mode="json")
+    doc["points"] = [_row_json(r) for r in rows]
+    doc["engines"] = [e.model_dump(mode="json", exclude_none=True) for e in engines]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(sweep_dir / name, json.dumps(stamped(doc, "sweep_index"), indent=2, default=str))
     lines = ["| job | status | exit | run directory | overrides |", "|---:|---|---:|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['job']} | {r['status']} | {'' if r['exit_code'] is None else r['exit_code']} | "
-            f"{r['run_dir'] or '-'} | {' '.join(r['overrides'])} |"
+            f"| {r.job} | {r.status} | {'' if r.exit_code is None else r.exit_code} | "
+            f"{r.run_dir or '-'} | {' '.join(r.overrides)} |"
         )
     if engines:
         lines += ["", "| engine | model | roles | points | starts |", "|---|---|---|---|---:|"]
         lines += [
-            f"| {e['id']} | {e['model']} | {', '.join(e['roles'])} | {' '.join(f'#{n}' for n in e['points'])} "
-            f"| {e['starts']} |"
+            f"| {e.id} | {e.model} | {', '.join(e.roles)} | {' '.join(f'#{n}' for n in e.points)} | {e.starts} |"
             for e in engines
         ]
     atomic_write(sweep_dir / name.replace(".json", ".md"), "\n".join(lines) + "\n")
     return sweep_dir / name
 
 
-def read_index(sweep_dir: Path) -> list[dict[str, Any]]:
+def _row_json(row: PointRow) -> dict[str, Any]:
+    """A row keeps only what its point has: no shard directory, error or engines when there are none."""
+    data = row.model_dump(mode="json")
+    for key, empty in (("shard_dir", None), ("error", ""), ("engines", {})):
+        if data[key] == empty:
+            del data[key]
+    return data
+
+
+def _parse(path: Path, doc: Any) -> SweepIndex:
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("points"), list):
+        raise InputError(path, "runs", f"not a sweep index (kind {KIND} with a list of points)")
+    check_version(path, doc, "sweep_index")
+    try:
+        return SweepIndex.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InputError(path, where, f"{err['msg'].lower()} (a damaged sweep index?)") from None
+
+
+def read_index(sweep_dir: Path) -> list[PointRow]:
     """Every point row of a sweep folder's index files (one per shard when sharded); [] if there is none."""
-    rows: list[dict[str, Any]] = []
+    rows: list[PointRow] = []
     for path in sorted(Path(sweep_dir).glob("index*.json")):
         try:
             doc = json.loads(path.read_bytes())
         except (OSError, ValueError) as exc:
             raise InputError(path, "runs", f"cannot read the sweep index: {exc}".splitlines()[0]) from None
-        if not isinstance(doc, dict) or doc.get("kind") != "ncp-sweep" or not isinstance(doc.get("points"), list):
-            raise InputError(path, "runs", "not a sweep index (kind ncp-sweep with a list of points)")
-        check_version(path, doc, "sweep_index")
-        rows += [r for r in doc["points"] if isinstance(r, dict)]
+        rows += _parse(path, doc).points
     return rows
 
 
-def read_rows(path: Path) -> list[dict[str, Any]] | None:
-    """A sweep index's rows, None when unreadable (the launcher then writes a new one); one of a newer
-    rig's format is refused (`NewerFormat`), never overwritten."""
+def read_rows(path: Path) -> list[PointRow] | None:
+    """A sweep index's rows, None when unreadable or damaged (the launcher then writes a new one); one of
+    a newer rig's format is refused (`NewerFormat`), never overwritten."""
     try:
         doc = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -96,4 +166,7 @@ def read_rows(path: Path) -> list[dict[str, Any]] | None:
     if not isinstance(doc, dict):
         return None
     check_version(path, doc, "sweep_index")
-    return [r for r in doc.get("points", []) if isinstance(r, dict)]
+    try:
+        return list(_parse(path, doc).points)
+    except InputError:
+        return None

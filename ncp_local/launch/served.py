@@ -169,8 +169,6 @@ def served_task_done(sweep_dir: Path, k: int, n: int, count: int) -> bool:
     with its shard's DONE marker where the index says it wrote it."""
     rows = sweep_index.read_rows(sweep_dir / sweep_index.shard_index(k, n)) or []
     return len(rows) == count and all(
-        r.get("status") == "done"
-        and (r.get("shard_dir") or r.get("run_dir"))
-        and layout.is_done(Path(str(r.get("shard_dir") or r.get("run_dir"))))
+        r.status == "done" and (r.shard_dir or r.run_dir) and layout.is_done(Path(str(r.shard_dir or r.run_dir)))
         for r in rows
     )

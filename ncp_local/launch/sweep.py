@@ -60,7 +60,7 @@ from ..execution.preflight import Ready
 from ..execution.progress import Progress
 from ..execution.provenance import command
 from ..execution.store import DiskFull, RunDir, RunLocked, RunMismatch, check_place
-from ..execution.sweep_index import INDEX
+from ..execution.sweep_index import INDEX, EngineRow, PointRow
 from ..exits import (
     EXIT_BAD_INPUT,
     EXIT_ENGINE_DEAD,
@@ -166,17 +166,17 @@ class SharedEngine:
         model = self.factory.model_for(self.role_key)
         return model.model_copy(update=self.placement) if self.placement else model
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "model": self.model.name,
-            "engine": self.factory.kinds[self.role_key],
-            "roles": sorted(self.roles),
-            "points": sorted(self.points),
-            "starts": self.starts,
-            "start_s": round(self.start_s, 1),
-            **({"placement": self.placement} if self.placement else {}),
-        }
+    def describe(self) -> EngineRow:
+        return EngineRow(
+            id=self.id,
+            model=self.model.name,
+            engine=self.factory.kinds[self.role_key],
+            roles=tuple(sorted(self.roles)),
+            points=tuple(sorted(self.points)),
+            starts=self.starts,
+            start_s=round(self.start_s, 1),
+            placement=self.placement or None,
+        )
 
 
 class SharedEngines:
@@ -336,17 +336,17 @@ def write_index(
     name: str = INDEX,
 ) -> Path:
     rows = [
-        {
-            "job": p.num,
-            "overrides": list(p.overrides),
-            "mode": p.mode,
-            "run_dir": str(run_root(p).resolve()) if p.out is not None else None,
-            **({"shard_dir": str(p.out.resolve())} if p.out is not None and run_root(p) != p.out else {}),
-            "status": p.status,
-            "exit_code": p.code,
-            **({"error": p.message} if p.message else {}),
-            **({"engines": p.engine_ids} if p.engine_ids else {}),
-        }
+        PointRow(
+            job=p.num,
+            overrides=p.overrides,
+            mode=p.mode,
+            run_dir=str(run_root(p).resolve()) if p.out is not None else None,
+            shard_dir=str(p.out.resolve()) if p.out is not None and run_root(p) != p.out else None,
+            status=p.status,
+            exit_code=p.code,
+            error=p.message,
+            engines=p.engine_ids,
+        )
         for p in points
     ]
     engines = [e.describe() for e in pool.engines.values()] if pool else []
@@ -366,16 +366,16 @@ def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int,
     except Exception:  # a point refused as bad input has no run directory; its row still says so
         pass
     name = sweep_index.name_for(p.cfg)
-    rows = [r for r in (sweep_index.read_rows(sweep_dir / name) or []) if r.get("job") != num]
+    rows = [r for r in (sweep_index.read_rows(sweep_dir / name) or []) if r.job != num]
     known = [
         Point(
-            int(r["job"]),
-            tuple(r.get("overrides") or ()),
-            mode=str(r.get("mode", "run")),
-            out=Path(r["run_dir"]) if r.get("run_dir") else None,
-            status=str(r.get("status")),
-            code=r.get("exit_code"),
-            message=str(r.get("error", "")),
+            r.job,
+            r.overrides,
+            mode=r.mode,
+            out=Path(r.run_dir) if r.run_dir else None,
+            status=r.status,
+            code=r.exit_code,
+            message=r.error,
         )
         for r in rows
     ]
@@ -398,7 +398,10 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
         "sweep_line": sweep_cmd.get("line"),
     }
     # Which shared engine served each role, the points it serves and how often it was started so far.
-    engines = {role: {k: v for k, v in pool.engines[p.keys[role]].describe().items() if k != "roles"} for role in ROLES}
+    engines = {
+        role: pool.engines[p.keys[role]].describe().model_dump(mode="json", exclude={"roles"}, exclude_none=True)
+        for role in ROLES
+    }
     m["sweep"] = {
         "dir": str(sweep_dir.resolve()),
         "job": p.num,

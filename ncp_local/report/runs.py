@@ -207,7 +207,7 @@ def expand_runs(paths: list[str]) -> list[str]:
             continue
         if is_sweep_folder(root):
             rows = read_index(root)
-            dirs = [r["run_dir"] for r in rows if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
+            dirs = [r.run_dir for r in rows if r.run_dir and Path(r.run_dir).is_dir()]
             if not dirs:
                 raise InputError(root, "runs", "a sweep folder whose points have no run directory yet")
             out += list(dict.fromkeys(dirs))  # shards of one sweep list each point once per shard index
@@ -225,11 +225,11 @@ def sweep_points(paths: list[str]) -> dict[Path, str]:
         root = Path(entry).expanduser()
         if GLOB_CHARS & set(str(entry)) or not is_sweep_folder(root):
             continue
-        rows = [r for r in read_index(root) if r.get("run_dir")]
-        shared = set.intersection(*(set(map(str, r.get("overrides") or ())) for r in rows)) if rows else set()
+        rows = [r for r in read_index(root) if r.run_dir]
+        shared = set.intersection(*(set(r.overrides) for r in rows)) if rows else set()
         for row in rows:
-            own = [str(o) for o in row.get("overrides") or () if str(o) not in shared]
-            out.setdefault(Path(row["run_dir"]).expanduser().resolve(), " ".join(own))
+            own = [o for o in row.overrides if o not in shared]
+            out.setdefault(Path(str(row.run_dir)).expanduser().resolve(), " ".join(own))
     return out
 
 
