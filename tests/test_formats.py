@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.formats import FORMAT_KEY, VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +54,8 @@ def test_a_format1_run_resumes_merges_reports_and_reaudits(old_run: Path, tmp_pa
         k: v for k, v in before.items() if "manifest" not in k
     }
     assert [(old_run / s / "calls.jsonl").read_bytes() for s in SHARDS] == calls_before
+    for s in SHARDS:  # every line the older rig wrote reads as a typed call line, none dropped
+        assert len(read_calls(old_run / s / "calls.jsonl")) == len(calls_before[SHARDS.index(s)].splitlines())
     manifest = json.loads((old_run / SHARDS[0] / "manifest.json").read_text())
     assert manifest[FORMAT_KEY] == VERSIONS["manifest"] and len(manifest["resumes"]) == 1
 
