@@ -1,6 +1,6 @@
 """What each role runs on, decided once from the run's config.
 
-`config.py` holds what the user set, validated; this module resolves it into one typed `Binding` per
+`config/` holds what the user set, validated; this module resolves it into one typed `Binding` per
 role (its engine kind, model settings, endpoint settings, sampling and output bounds) and the engine
 plan (which roles share which engine). The rules that used to be re-derived from the whole config in
 several modules live here: a role's own `<role>.engine` over the top-level `engine`, a role's

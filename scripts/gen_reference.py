@@ -6,8 +6,8 @@ page is replaced by the Markdown `generate(NAME)` returns (an unknown name fails
 
 - config: the config tree under conf/ (every key of config.yaml and of the group files, with the
   comment beside it or the comment lines right above it) and the keys the validator accepts that no
-  file sets (ncp_local/config.py, engines/settings.py, protocol/stages.Bounds, with their comments);
-- modes: the `MODES` table (ncp_local/modes/__init__.py);
+  file sets (ncp_local/config/, engines/settings.py, protocol/stages.Bounds, with their comments);
+- modes: the `MODES` table (ncp_local/modes/_registry.py);
 - exits: ncp_local/exits.py;
 - columns, cost-columns, endings-columns, trials-columns: the glossary (ncp_local/report/glossary.py);
 - records: the record models a run directory's files are read with (pydantic);
@@ -339,7 +339,7 @@ def gen_config() -> str:
         "## Keys no file sets",
         "",
         (
-            "The validator (`ncp_local/config.py`, `ncp_local/engines/settings.py`, "
+            "The validator (`ncp_local/config/`, `ncp_local/engines/settings.py`, "
             "`ncp_local/protocol/stages/_base.py` `Bounds`) also accepts these; give them on the command line "
             "(`+key=value` when no file sets them) or in a file of your own. Unknown keys are refused."
         ),

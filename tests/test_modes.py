@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_mode_module_is_in_the_table_and_has_its_entry() -> None:
-    files = {p.stem for p in (ROOT / "ncp_local" / "modes").glob("*.py") if p.stem != "__init__"}
+    files = {p.stem for p in (ROOT / "ncp_local" / "modes").glob("*.py") if not p.stem.startswith("_")}
     assert files == {m.name for m in modes.MODES}
     for m in modes.MODES:
         tree = ast.parse((ROOT / "ncp_local" / "modes" / f"{m.name}.py").read_text(encoding="utf-8"))

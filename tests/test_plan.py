@@ -23,9 +23,10 @@ from ncp_local import plan as plan_mod
 from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError
 from ncp_local.modes.plan import full as plan_full
-from ncp_local.plan.facts import BUILT_IN, model_facts, read_model_dir
+from ncp_local.plan.checkpoint import model_facts, read_model_dir
 from ncp_local.plan.growth import Line, fit_line
 from ncp_local.plan.hardware import GIB, inventory, parse_gpu, parse_gpus
+from ncp_local.plan.known_models import BUILT_IN
 from ncp_local.plan.kv import (
     GPU_STEP_TOKENS,
     KvSizing,

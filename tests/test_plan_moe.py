@@ -31,8 +31,9 @@ from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
 from ncp_local.config import ConfigError
 from ncp_local.engines.settings import ModelSettings
-from ncp_local.plan.facts import BUILT_IN, model_facts
+from ncp_local.plan.checkpoint import model_facts
 from ncp_local.plan.hardware import GIB, inventory
+from ncp_local.plan.known_models import BUILT_IN
 from ncp_local.plan.memory import apply
 
 H200 = "plan.gpus=[8xH200-141GB]"

@@ -5,7 +5,7 @@ to check and the fix to print; the engine pool groups the roles and starts each 
 row's `start` ("module:function", imported only then, since vllm and openai are optional extras);
 the plan, the identity, the labels and the cost table read the three facts below instead of
 comparing names. Adding an engine kind: a row here, its module under `ncp_local/engines/` with its
-`start` function, and its settings class in `config.py`'s `EngineCfg` union.
+`start` function, and its settings class in `config/sections.py`'s `EngineCfg` union.
 """
 
 from __future__ import annotations

@@ -1,99 +1,13 @@
 """One module per mode, listed once in `MODES`: run.py dispatches through it, `--help`
 prints it, and the docs' modes reference is generated from it. A mode is a thin entry
 (`main(cfg, raw) -> exit code`) over execution, plan and report; it never imports
-another mode. Adding a mode takes its module and one row here.
+another mode. Adding a mode takes its module and one row in `MODES`.
+
+The package face: `_registry` holds the table (`Mode`, `MODES`, `find`), `_dispatch` the entry
+(`main`) that validates the config and runs its mode.
 """
 
-from __future__ import annotations
+from ._dispatch import fail, main
+from ._registry import BY_NAME, MODES, Mode, find
 
-import importlib
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
-
-from ..config import ConfigError, RunConfig
-from ..config import validate as validate_config  # not `validate`: that name is the mode module modes/validate.py
-from ..execution import engine_log
-from ..execution.failures import exit_for
-from ..exits import EXIT_BAD_INPUT
-
-
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    help: str  # one line, for --help and the docs' modes reference
-
-    @property
-    def module(self) -> str:
-        return f"{__name__}.{self.name}"
-
-    def load(self) -> Callable[[RunConfig, dict[str, Any]], int]:
-        # Imported on use: a mode's heavy dependencies (vllm, matplotlib) load only when it runs.
-        return importlib.import_module(self.module).main
-
-
-MODES: tuple[Mode, ...] = (
-    Mode("run", "play episodes and write a run directory (the default; the same command resumes)"),
-    Mode("plan", "will the config fit its GPUs and windows? memory shares, devices, prompt growth (no model loads)"),
-    Mode("lint", "check a dataset (dataset.path=DIR) and print its counts"),
-    Mode("build", "specs from synopses: sources=FILE.yaml out=DIR"),
-    Mode("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
-    Mode("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
-    Mode(
-        "reaudit",
-        "judge a run's turns again with another auditor: runs=[DIR] (written beside DIR as "
-        "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table",
-    ),
-    Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
-    Mode("merge", "join a sharded run's shards: out_dir=DIR"),
-    Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)"),
-    Mode(
-        "export",
-        "runs as files other tools read: runs=[DIR,...] export.format=inspect, one Inspect `.eval` per run "
-        "(`inspect view --log-dir DIR`; export.events=false leaves the per-call events out); "
-        "export.format=parquet, the analysis tables (episodes, turns, calls, ledger_events, conflicts) over "
-        "all the runs; export.format=reference, the official NCP-Bench result files, a folder per run; "
-        "into `<first run>/<format>` or `export.out`",
-    ),
-    Mode(
-        "submission",
-        "runs=[DIR,...] packed into one verifiable archive (submission=FILE, default <first run>/submission.tar.gz) "
-        "with computed flags official_prompts/official_dataset/complete/verified",
-    ),
-    Mode("validate", "check a submission archive: submission=FILE (seals, hashes, every metric and flag recomputed)"),
-)
-BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
-
-
-def find(name: str) -> Mode:
-    if name not in BY_NAME:
-        raise ConfigError("mode", f"unknown mode {name!r} (known: {', '.join(BY_NAME)})")
-    return BY_NAME[name]
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
-def main(dcfg: DictConfig) -> int:
-    """Validate the composed config, run its mode; a known failure is one `error:` line and its exit code."""
-    try:
-        raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
-    except Exception as exc:  # interpolation errors name the key themselves
-        return fail(f"config: {exc}".splitlines()[0])
-    try:
-        cfg = validate_config(raw)
-        mode = find(cfg.mode)
-        # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
-        with engine_log.quiet(cfg.verbose, mode.name):
-            return mode.load()(cfg, raw)
-    except Exception as exc:
-        known = exit_for(exc)
-        if known is None:
-            raise
-        known.print()
-        return known.code
+__all__ = ["BY_NAME", "MODES", "Mode", "fail", "find", "main"]

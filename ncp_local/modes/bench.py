@@ -52,7 +52,8 @@ from ..execution import engine_log, layout, provenance
 from ..execution.calls import RoleBinding
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import preflight
-from ..plan.facts import dtype_bytes, model_facts
+from ..plan.checkpoint import model_facts
+from ..plan.facts import dtype_bytes
 from ..plan.growth import Sizes
 from ..protocol import ROLES
 from ..protocol.player import Player

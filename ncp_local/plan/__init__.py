@@ -15,7 +15,8 @@ configured (the one line says what to change). May import config, protocol
 and engines.
 
 The package face: `_check` makes the plan (`check`, `planned`, `project`, `verdict`), `_render` prints it;
-`memory`, `kv`, `facts`, `growth` and `hardware` hold the sizing rules it applies.
+`memory`, `gpus` (with `gpu_shares` and `gpu_fixes`), `kv`, `facts` (read by `checkpoint`, else from
+`known_models`), `growth` and `hardware` hold the sizing rules it applies.
 """
 
 from ._check import (
@@ -33,7 +34,8 @@ from ._check import (
     verdict,
 )
 from ._render import render
-from .facts import ModelFacts, model_facts
+from .checkpoint import model_facts
+from .facts import ModelFacts
 from .growth import Line, fit_line
 from .hardware import Gpu, inventory, parse_gpu
 from .memory import share_is_planned

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..bindings import Bindings, bind
-from ..config import ConfigError
+from ..config import ConfigError, RunConfig
 from ..protocol import ROLES
 from ..protocol.turns import at as said_at
 from ..protocol.turns import id_of as turn_id_of
@@ -17,6 +16,7 @@ from .growth import Growth, StageGrowth
 from .hardware import Inventory, inventory
 from .memory import (
     EnginePlan,
+    PlanSource,
     Problem,
     apply,
     check_windows,
@@ -48,7 +48,7 @@ class StageRow:
 
 @dataclass
 class Plan:
-    cfg: Any
+    cfg: PlanSource
     inventory: Inventory
     engines: list[EnginePlan]
     problems: list[Problem]
@@ -73,7 +73,7 @@ class Plan:
 
 
 def check(
-    cfg: Any, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False, bindings: Bindings | None = None
+    cfg: PlanSource, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False, bindings: Bindings | None = None
 ) -> Plan:
     """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play.
 
@@ -82,7 +82,10 @@ def check(
     pc = cfg.plan
     inv = inventory(pc.gpus)
     problems: list[Problem] = []
-    bindings = bindings or bind(cfg)
+    if bindings is None:
+        # Only a run config comes without its bindings (the batched launcher's stand-in brings its own).
+        assert isinstance(cfg, RunConfig)
+        bindings = bind(cfg)
     remote = bindings.served(roles)
     local = bindings.in_process(roles)  # in this process: planned
     if not local:
@@ -98,7 +101,7 @@ def check(
     return Plan(cfg, inv, engines, problems, lines, remote=remote)
 
 
-def planned(cfg: Any, roles: tuple[str, ...] = ROLES) -> Any:
+def planned(cfg: RunConfig, roles: tuple[str, ...] = ROLES) -> RunConfig:
     """The pre-flight's first step: refuse a plan that cannot work (one line, exit 2), else the config as planned."""
     plan = check(cfg, roles, on_disk_only=True)
     if plan.fatal:
@@ -138,7 +141,7 @@ def project(plan: Plan, growth: Growth) -> None:
             )
 
 
-def thinking_reserve(cfg: Any, role: str) -> int:
+def thinking_reserve(cfg: PlanSource, role: str) -> int:
     """Output tokens a role's calls reserve for thinking: its model's thinking_budget when it thinks.
 
     A thought is generated in its own call and never shown in a later prompt (the prompt lines

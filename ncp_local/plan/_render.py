@@ -11,11 +11,8 @@ from .kv import describe
 from .memory import (
     CPU_RUNTIME_BYTES,
     EnginePlan,
+    gib,
 )
-
-
-def _gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB"
 
 
 def _turns(plan: Plan) -> list[int]:
@@ -60,7 +57,7 @@ def render(plan: Plan) -> list[str]:
         if f is None:
             out.append("  model facts unknown: memory not planned")
             continue
-        out.append(f"  weights {_gib(e.weights_bytes)}{_size(e, f)} ({f.source})")
+        out.append(f"  weights {gib(e.weights_bytes)}{_size(e, f)} ({f.source})")
         out.append(_kv_line(e, f))
         if e.kv is None:
             continue
@@ -68,7 +65,7 @@ def render(plan: Plan) -> list[str]:
         out.append(f"  {describe(e.kv, per)}")
         out.append(_assumed(plan, e))
         line = (
-            f"  KV capacity {_gib(e.kv_bytes)} {per} = {e.capacity_tokens():,} tokens = {e.windows():.1f} full windows"
+            f"  KV capacity {gib(e.kv_bytes)} {per} = {e.capacity_tokens():,} tokens = {e.windows():.1f} full windows"
             if e.window_kv()
             else "  KV capacity unknown"
         )
@@ -211,7 +208,7 @@ def _size(e: EnginePlan, f: ModelFacts) -> str:
     if f.quantization:
         parts.append(f"stored {f.quantization}, loaded as stored")
     if e.gpus > 1:
-        parts.append(f"{_gib(e.weights_at(e.tp))} per GPU")
+        parts.append(f"{gib(e.weights_at(e.tp))} per GPU")
     return f": {'; '.join(parts)}" if parts else ""
 
 
@@ -220,7 +217,7 @@ def _assumed(plan: Plan, e: EnginePlan) -> str:
     assert e.kv is not None
     if plan.inventory.kind != "gpu":
         return (
-            f"  assumed: {_gib(CPU_RUNTIME_BYTES)} of worker runtime beside the weights (measured on vLLM 0.32's "
+            f"  assumed: {gib(CPU_RUNTIME_BYTES)} of worker runtime beside the weights (measured on vLLM 0.32's "
             "CPU worker)"
         )
     overhead = float(plan.cfg.plan.overhead_gib)

@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import RunConfig
 from ..engines.base import Message, Request
 from ..engines.chat_format import ChatFormat
 from ..engines.scripted import RandomPolicy
 from ..engines.settings import ModelSettings
-from .facts import model_dir
+from .checkpoint import model_dir
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _load_chat(path: Path, model: ModelSettings) -> ChatFormat | None:
         return None
 
 
-def counters(cfg: Any, roles: Sequence[str]) -> dict[str, Counter]:
+def counters(cfg: RunConfig, roles: Sequence[str]) -> dict[str, Counter]:
     """Each role's model tokenizer; where absent, the embedded SmolLM2's (a stand-in, said in the plan)."""
     cache: dict[tuple[Path, str], ChatFormat | None] = {}
 

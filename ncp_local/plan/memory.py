@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from ..bindings import Bindings
+from ..config import PlanCfg, RunConfig
 from ..engines.settings import max_num_seqs_note
-from .facts import DTYPE_BYTES, ModelFacts, dtype_bytes, model_facts
+from .checkpoint import model_facts
+from .facts import DTYPE_BYTES, ModelFacts, dtype_bytes
 from .hardware import GIB, Inventory
 from .kv import (
     DEFAULT_BLOCK_SIZE,
@@ -33,6 +36,11 @@ from .kv import (
     step_tokens,
     steps_in_flight,
 )
+
+# What the plan reads its settings from: the run's config, or the stand-in the batched launcher builds for
+# a group of engines (launch/sweep.py: its `engine` and `plan` sections, and each distinct engine as a
+# pseudo-role with `model`, `max_tokens` and `engine`). Both are read by attribute, a role by its name.
+PlanSource = RunConfig | SimpleNamespace
 
 
 @dataclass(frozen=True)
@@ -220,7 +228,7 @@ def loaded_weights(e: EnginePlan, f: ModelFacts) -> int:
     if f.mtp_bytes:
         e.notes.append(
             f"{f.mtp_layers} multi-token-prediction layer(s) in the checkpoint, "
-            f"{_gib(f.mtp_bytes)} (estimated), not loaded: vLLM loads them only for speculative "
+            f"{gib(f.mtp_bytes)} (estimated), not loaded: vLLM loads them only for speculative "
             "decoding, which the rig does not turn on"
         )
     if f.quantization:
@@ -275,7 +283,7 @@ def sizing(e: EnginePlan, f: ModelFacts, on_gpu: bool) -> KvSizing:
     )
 
 
-def check_windows(cfg: Any, engines: list[EnginePlan], problems: list[Problem]) -> None:
+def check_windows(cfg: PlanSource, engines: list[EnginePlan], problems: list[Problem]) -> None:
     """The window each engine is asked to run against what the model supports and what each role reserves."""
     for e in engines:
         if e.facts is not None and e.facts.native_window:
@@ -317,9 +325,9 @@ def check_heads(engines: list[EnginePlan], problems: list[Problem]) -> None:
     by a whole factor): otherwise vLLM refuses the model at start."""
     for e in engines:
         f = e.facts
-        if f is None or e.tp == 1 or not f.heads or _tp_fits_heads(f, e.tp):
+        if f is None or e.tp == 1 or not f.heads or tp_fits_heads(f, e.tp):
             continue
-        ok = [t for t in (1, 2, 4, 8) if _tp_fits_heads(f, t)]
+        ok = [t for t in (1, 2, 4, 8) if tp_fits_heads(f, t)]
         problems.append(
             Problem(
                 f"{e.path}.tensor_parallel_size",
@@ -352,12 +360,12 @@ def check_expert_split(engines: list[EnginePlan], problems: list[Problem]) -> No
             )
 
 
-def _tp_fits_heads(f: ModelFacts, tp: int) -> bool:
+def tp_fits_heads(f: ModelFacts, tp: int) -> bool:
     kv_ok = (tp % f.kv_heads == 0) if tp >= f.kv_heads else (f.kv_heads % tp == 0)
     return f.heads % tp == 0 and kv_ok
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
@@ -366,7 +374,7 @@ def _gib(n: float) -> str:
 CPU_RUNTIME_BYTES = int(1.2 * GIB)
 
 
-def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[Problem]) -> None:
+def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: PlanCfg, problems: list[Problem]) -> None:
     """On a CPU the share is of the NUMA node's RAM: the worker's weights and runtime, then the KV cache."""
     ram = inv.ram_bytes
     known = [e for e in engines if e.facts is not None]
@@ -393,7 +401,7 @@ def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
         problems.append(
             Problem(
                 f"{known[0].path}.gpu_memory_utilization",
-                f"weights, runtime and KV caches need {_gib(total)}, NUMA node 0 has {_gib(ram)} of "
+                f"weights, runtime and KV caches need {gib(total)}, NUMA node 0 has {gib(ram)} of "
                 "RAM: lower the models' gpu_memory_utilization (their share of RAM on a CPU)",
             )
         )
@@ -403,14 +411,14 @@ def plan_cpu(engines: list[EnginePlan], inv: Inventory, pc: Any, problems: list[
                 Problem(
                     f"{e.path}.gpu_memory_utilization",
                     f"{e.label}: a KV cache of "
-                    f"{_gib(e.kv_bytes)} cannot hold one {e.window}-token sequence "
-                    f"({_gib(e.window_kv())}; vLLM refuses to start): raise its share of RAM or "
+                    f"{gib(e.kv_bytes)} cannot hold one {e.window}-token sequence "
+                    f"({gib(e.window_kv())}; vLLM refuses to start): raise its share of RAM or "
                     f"lower {e.path}.max_model_len",
                 )
             )
 
 
-def apply(cfg: Any, engines: list[EnginePlan]) -> Any:
+def apply(cfg: RunConfig, engines: list[EnginePlan]) -> RunConfig:
     """The config with planned shares and devices filled in, so the engines start as planned."""
     updates: dict[str, Any] = {}
     for e in engines:

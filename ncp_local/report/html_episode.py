@@ -10,7 +10,7 @@ from ..protocol import ledger, turns
 from ..protocol.metrics import episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.records import EpisodeResult, TurnRecord
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
-from .html_parts import _badge, _conflict_badges, _table, esc, page, target_tag
+from .html_parts import badge, conflict_badges, esc, page, table, target_tag
 from .runs import Run
 
 
@@ -63,13 +63,13 @@ def _conflict_block(details: list[dict[str, Any]], turn: int) -> str:
     for d in details:
         blocks.append(
             f'<div class="conflict" data-type="{esc(d["type"])}"><b>Conflict</b> {turns.at(turn)}: '
-            f"{_badge(d['type'], d['type'])} {target_tag(d['type'], d['id'])}"
+            f"{badge(d['type'], d['type'])} {target_tag(d['type'], d['id'])}"
             + f"<div class=target>{esc(d['target_text'])}</div><dl>"
             f"<dt>first check</dt><dd>{esc(d['reason_initial'])}</dd>"
             f"<dt>after double-check</dt><dd>{esc(d['reason_reviewed'])}</dd>"
             f"<dt>review</dt><dd>{esc(d['review_reason'])}</dd>"
             + (
-                f"<dt>failure mode</dt><dd>{_badge(d['mode'], 'mode')} {esc(d['mode_reason'])}</dd>"
+                f"<dt>failure mode</dt><dd>{badge(d['mode'], 'mode')} {esc(d['mode_reason'])}</dd>"
                 if d.get("mode")
                 else ""
             )
@@ -110,7 +110,7 @@ def _bound_note(hits: tuple[str, ...]) -> str:
         return ""
     return (
         '<div class="warn bound-hits">reached a configured bound: '
-        + " ".join(_badge(h, "bound") for h in hits)
+        + " ".join(badge(h, "bound") for h in hits)
         + "</div>"
     )
 
@@ -163,7 +163,7 @@ def _fact_table(rp: Replay) -> str:
             f"<td class=text>{esc(f.text)}</td><td>{esc(origin.get(f.id, ''))}</td>"
             f"<td>{esc(negated_at.get(f.id, ''))}</td></tr>"
         )
-    return _table("ledger", ("id", "fact", "added", "negated"), rows)
+    return table("ledger", ("id", "fact", "added", "negated"), rows, counts=False)
 
 
 def _node_table(rp: Replay) -> str:
@@ -176,7 +176,7 @@ def _node_table(rp: Replay) -> str:
             f"<td class=small>{esc(n.trigger_event)}</td><td class=small>{esc(n.key_delta)}</td>"
             f"<td>{esc(at)}</td></tr>"
         )
-    return _table("nodes", ("node", "description", "trigger event", "key change", "completed"), rows)
+    return table("nodes", ("node", "description", "trigger event", "key change", "completed"), rows, counts=False)
 
 
 def _commitment_table(rp: Replay) -> str:
@@ -196,14 +196,15 @@ def _commitment_table(rp: Replay) -> str:
         rows.append(
             f'<tr class="commitment status-{esc(status)}"><td><span class=fid>{esc(c.id)}</span>'
             f"</td><td>{esc(c.type)}</td><td>{esc(c.description)}</td>"
-            f"<td>{_badge(status, resolved)}</td>"
+            f"<td>{badge(status, resolved)}</td>"
             f"<td class=small>{esc(', '.join(sat))}</td><td class=small>{esc(', '.join(back))}</td>"
             f"<td><div class=strip>{strip}</div></td></tr>"
         )
-    return _table(
+    return table(
         "commitments",
         ("id", "type", "description", "final", "satisfied at turn", "back to pending at", "status per turn"),
         rows,
+        counts=False,
     )
 
 
@@ -223,11 +224,11 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
         )
     parts.append(
         "<div class=metrics>"
-        f"<div>termination<b>{_badge(m.termination, 't-' + m.termination)}</b></div>"
+        f"<div>termination<b>{badge(m.termination, 't-' + m.termination)}</b></div>"
         f"<div>turns<b>{m.turns}{'+' if m.censored else ''}</b></div>"
         f"<div>trajectory<b>{100 * m.trajectory_progress:.1f}%</b></div>"
         f"<div>satisfied<b>{100 * m.satisfied:.1f}%</b></div>"
-        f"<div>conflict<b>{_conflict_badges(m) or '&ndash;'}</b></div></div>"
+        f"<div>conflict<b>{conflict_badges(m) or '&ndash;'}</b></div></div>"
     )
     if result.reason:
         parts.append(f"<div class=warn>{esc(result.termination)}: {esc(result.reason)}</div>")

@@ -17,16 +17,16 @@ from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
 from .failure_modes import RunModes
 from .glossary import define, define_cost, define_trials, plain
 from .html_parts import (
-    _badge,
-    _conflict_badges,
-    _count_table,
-    _th,
-    _turns_cell,
-    _with_interval,
+    badge,
+    conflict_badges,
     episode_href,
     esc,
+    header_cell,
     page,
     run_key,
+    table,
+    turns_cell,
+    with_interval,
 )
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
@@ -44,11 +44,11 @@ def _overturned(result: EpisodeResult) -> int:
 def _summary_html(rows: Sequence[Row]) -> str:
     head = (
         "<tr><th>run</th>"
-        + _th("episodes", "num")
-        + "".join(_th(h, "num") for _, h, _ in METRICS)
-        + _th("conflict-free", "num")
+        + header_cell("episodes", "num")
+        + "".join(header_cell(h, "num") for _, h, _ in METRICS)
+        + header_cell("conflict-free", "num")
         + "<th>terminations</th>"
-        + _th("bound hits", "num")
+        + header_cell("bound hits", "num")
         + "</tr>"
     )
     body = []
@@ -69,8 +69,8 @@ def _summary_html(rows: Sequence[Row]) -> str:
             if iv.point != iv.point:  # NaN: no scored episode
                 cells.append("<td class=num>n/a</td>")
             else:
-                cells.append(f"<td class=num>{_with_interval(iv, d, r.agg.scored)}</td>")
-        cells.append(f"<td class=num>{_with_interval(r.ci['conflict_free'], 0, r.agg.scored)}</td>")
+                cells.append(f"<td class=num>{with_interval(iv, d, r.agg.scored)}</td>")
+        cells.append(f"<td class=num>{with_interval(r.ci['conflict_free'], 0, r.agg.scored)}</td>")
         cells.append(
             "<td class='small terms'>"
             + "<br>".join(
@@ -97,11 +97,11 @@ def _episode_table(i: int, run: Run) -> str:
         rows.append(
             f'<tr class="episode" data-termination="{esc(m.termination)}" data-spec="{esc(sid)}">'
             f'<td><a href="{esc(episode_href(key, sid))}">{esc(sid)}</a></td><td>{esc(title)}</td>'
-            f"<td class=small>{esc(genres)}</td><td>{_badge(m.termination, 't-' + m.termination)}</td>"
-            f"{_turns_cell(m)}<td class=num>{100 * m.trajectory_progress:.1f}</td>"
+            f"<td class=small>{esc(genres)}</td><td>{badge(m.termination, 't-' + m.termination)}</td>"
+            f"{turns_cell(m)}<td class=num>{100 * m.trajectory_progress:.1f}</td>"
             f"<td class=num>{100 * m.satisfied:.1f}</td>"
             f'<td data-v="{esc(" ".join(t for t in CONFLICT_TYPES if getattr(m, t)))}">'
-            f"{_conflict_badges(m)}</td><td class=num>{_overturned(result)}</td>"
+            f"{conflict_badges(m)}</td><td class=num>{_overturned(result)}</td>"
             f"<td class=num>{m.bound_hits}</td></tr>"
         )
     options = "".join(f'<option value="{t}">{t}</option>' for t in TERMINATIONS)
@@ -111,8 +111,8 @@ def _episode_table(i: int, run: Run) -> str:
         f'<input type="search" placeholder="filter episodes" aria-label="filter">'
         f'<span class="count muted small">{len(rows)} episodes</span></div>'
         f'<table class="sortable episodes" id="{tid}"><thead><tr><th>episode</th><th>title</th><th>genres</th>'
-        f"<th>termination</th>{_th('turns', 'num')}{_th('traj %', 'num')}{_th('sat %', 'num')}"
-        f"<th>conflict</th>{_th('overturned', 'num')}{_th('bound hits', 'num')}</tr></thead>"
+        f"<th>termination</th>{header_cell('turns', 'num')}{header_cell('traj %', 'num')}{header_cell('sat %', 'num')}"
+        f"<th>conflict</th>{header_cell('overturned', 'num')}{header_cell('bound hits', 'num')}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -145,12 +145,12 @@ def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
     """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
     parts = [
         f"<p class='muted small'>{esc(ENDINGS_NOTE)}</p>",
-        _count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
+        table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
     ]
     if svg:
         parts.append(f"<figure>{svg}</figure>")
     for e in ends:
-        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", _count_table("bands", *e.bands)]
+        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", table("bands", *e.bands)]
     return "".join(parts)
 
 
@@ -158,12 +158,12 @@ def _modes_html(modes: Sequence[RunModes]) -> str:
     """Each run's conflicts by failure mode, and by conflict type and mode."""
     parts = [f"<p class='muted small'>{esc(failure_modes.NOTE)}</p>"]
     if any(m.asked for m in modes):
-        parts.append(_count_table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
+        parts.append(table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
         for m in modes:
             if m.asked:
                 parts += [
                     f"<h3>{esc(m.label)}: failure modes by conflict type</h3>",
-                    _count_table("modes", *failure_modes.type_rows(m), tips=False),
+                    table("modes", *failure_modes.type_rows(m), tips=False),
                 ]
     parts += [f"<p class='muted small'>{esc(line)}</p>" for line in failure_modes.notes(modes)]
     return "".join(parts)
@@ -175,12 +175,12 @@ def _auditor_html(err: AuditorError | None, level: float) -> str:
         return f"<p class='muted small'>{esc(plain(UNCORRECTED_NOTE))}</p>"
     parts = [
         f"<p class='muted small'>{esc(plain(precision.intro(err, level)))}</p>",
-        _count_table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False),
+        table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False),
     ]
     for c in err.corrected:
         parts += [
             f"<h3>{esc(precision.corrected_title(c))}</h3>",
-            _count_table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False),
+            table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False),
         ]
         if note := precision.notes(err, c):
             parts.append(f"<p class='muted small'>{esc(note)}</p>")
@@ -195,8 +195,8 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
     for rt in rts:
         parts += [
             f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
-            _count_table("passk", *passk_table(rt), define=define_trials),
-            _count_table("noise", *noise_table(rt, level), define=define_trials),
+            table("passk", *passk_table(rt), define=define_trials),
+            table("noise", *noise_table(rt, level), define=define_trials),
         ]
     parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
     return "".join(parts)

@@ -39,28 +39,28 @@ def episode_href(key: str, spec_id: str) -> str:
     return f"episodes/{quote(key)}/{quote(spec_id)}.html"
 
 
-def _th(column: str, cls: str = "", text: str | None = None) -> str:
+def header_cell(column: str, cls: str = "", text: str | None = None) -> str:
     """A column header with its glossary definition as the tooltip (report/glossary.py)."""
     klass = f" class={cls}" if cls else ""
     return f'<th{klass} title="{esc(plain(define(column)))}">{esc(text or column)}</th>'
 
 
-def _with_interval(iv: Any, d: int, scored: int) -> str:
+def with_interval(iv: Any, d: int, scored: int) -> str:
     """A cell's value, and its interval below it when there are 2 or more scored episodes."""
     if scored < MIN_FOR_INTERVAL or iv.lo != iv.lo:
         return f"{iv.point:.{d}f}"
     return f"{iv.point:.{d}f}<div class='muted small'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div>"
 
 
-def _badge(text: str, cls: str = "") -> str:
+def badge(text: str, cls: str = "") -> str:
     return f'<span class="badge {esc(cls)}">{esc(text)}</span>'
 
 
-def _conflict_badges(m: EpisodeMetrics) -> str:
-    return "".join(_badge(t, t) for t in CONFLICT_TYPES if getattr(m, t))
+def conflict_badges(m: EpisodeMetrics) -> str:
+    return "".join(badge(t, t) for t in CONFLICT_TYPES if getattr(m, t))
 
 
-def _turns_cell(m: EpisodeMetrics) -> str:
+def turns_cell(m: EpisodeMetrics) -> str:
     """Turns; a censored episode's count is a lower bound (`n+`)."""
     if m.censored:
         return (
@@ -74,21 +74,30 @@ def _turns_cell(m: EpisodeMetrics) -> str:
 def target_tag(ctype: str, target_id: str) -> str:
     """What names a conflict's target: its fact or commitment id, or a label where it has none."""
     if ctype == "fact" and target_id == INTERNAL_ID:
-        return _badge("internal contradiction", "internal")
+        return badge("internal contradiction", "internal")
     if ctype == "player_input":
         return ""  # the target is the player input itself, shown in full
     return f"<span class=fid>{esc(target_id)}</span>"
 
 
-def _count_table(
+def table(
     cls: str,
     header: Sequence[str],
-    rows: Sequence[Sequence[Any]],
+    rows: Sequence[Sequence[Any]] | Sequence[str],
+    counts: bool = True,
     tips: bool = True,
     define: Callable[[str], str] = define_ending,
 ) -> str:
-    """A table whose first column names the row and the rest are numbers; its headers get their glossary
-    text (`define`: the endings table's by default) as tooltips."""
+    """A table of `header` over `rows`.
+
+    `counts` (the index page's tables): each row is its cells, the first naming the row and the rest
+    numbers (escaped here); the headers get their glossary text (`define`: the endings table's by
+    default) as tooltips unless `tips` is off, and the table scrolls in its frame. Otherwise (an episode
+    page's tables): plain headers over rows already rendered."""
+    if not counts:
+        head = "".join(f"<th>{esc(h)}</th>" for h in header)
+        body = "".join(str(r) for r in rows)
+        return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def th(i: int, h: str) -> str:
         tip = f' title="{esc(plain(define(h)))}"' if tips and h else ""
@@ -100,9 +109,3 @@ def _count_table(
         for r in rows
     )
     return f"<div class=scroll><table class='{cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
-
-
-def _table(cls: str, headers: tuple[str, ...], rows: list[str]) -> str:
-    """A plain table of an episode page: fixed headers, rows already rendered."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -1,0 +1,56 @@
+"""The config composed outside `hydra.main` (as `run.py` would get it for some overrides), and Hydra's
+errors as one line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.initialize import get_gh_backup, restore_gh_from_backup
+from omegaconf import OmegaConf
+
+# ncp_local/config/composer.py -> the checkout (where conf/ lies).
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def compose(overrides: list[str], config_name: str = "config", hydra_config: bool = False) -> Any:
+    """The config `run.py` would get for these overrides, outside `hydra.main`.
+
+    Used to check overrides up front and by the Slurm submitter to name the
+    run directory once. Raises Hydra's own exceptions (see `hydra_error_line`).
+    """
+    OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
+    # Inside a running Hydra app (a mode composing its sweep's points, mode=bench) Hydra refuses a
+    # second initialisation: step aside from the app's Hydra and put it back after.
+    running = get_gh_backup() if GlobalHydra.instance().is_initialized() else None
+    if running is not None:
+        GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+            return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)
+    finally:
+        if running is not None:
+            restore_gh_from_backup(running)
+
+
+def bounded(line: str, limit: int = 500) -> str:
+    """An error line cut to `limit` characters (Hydra quotes a whole override, which can be long)."""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def hydra_error_line(exc: BaseException) -> str:
+    """Hydra's multi-line composition error as one line (options listed inline)."""
+    parts: list[str] = []
+    options: list[str] = []
+    for line in str(exc).split("Config search path:")[0].splitlines():
+        if line.startswith("\t"):
+            options.append(line.strip())
+        elif line.strip() and not line.startswith("Available options"):
+            parts.append(line.strip().rstrip("."))
+    text = "; ".join(parts)
+    if options:
+        text += f" (available: {', '.join(options)})"
+    return text

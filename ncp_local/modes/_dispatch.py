@@ -1,0 +1,40 @@
+"""The entry run.py calls: the composed config validated, its mode run, and a known failure turned into
+one `error:` line and its exit code."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import validate as validate_config  # not `validate`: that name is the mode module modes/validate.py
+from ..execution import engine_log
+from ..execution.failures import exit_for
+from ..exits import EXIT_BAD_INPUT
+from ._registry import find
+
+
+def fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def main(dcfg: DictConfig) -> int:
+    """Validate the composed config, run its mode; a known failure is one `error:` line and its exit code."""
+    try:
+        raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
+    except Exception as exc:  # interpolation errors name the key themselves
+        return fail(f"config: {exc}".splitlines()[0])
+    try:
+        cfg = validate_config(raw)
+        mode = find(cfg.mode)
+        # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
+        with engine_log.quiet(cfg.verbose, mode.name):
+            return mode.load()(cfg, raw)
+    except Exception as exc:
+        known = exit_for(exc)
+        if known is None:
+            raise
+        known.print()
+        return known.code

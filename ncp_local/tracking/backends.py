@@ -1,0 +1,42 @@
+"""The tracker backends: each named by "module:class" and imported only when used (the inspect_ai and
+lm-eval way with optional providers), after checking its package is installed."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Protocol
+
+from ..config import ConfigError, TrackerCfg
+from .record import RunRecord
+
+INSTALL = "pip install -e '.[tracking]' (mlflow-skinny and wandb, pinned in pyproject.toml)"
+# name -> (the package it needs, "module:class" of its backend)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "mlflow": ("mlflow", "ncp_local.tracking.mlflow_tracker:MlflowTracker"),
+    "wandb": ("wandb", "ncp_local.tracking.wandb_tracker:WandbTracker"),
+}
+
+
+class Tracker(Protocol):
+    name: str
+    where: str
+
+    def group(self, name: str, group_id: str | None) -> str: ...
+    def log_run(self, rec: RunRecord, run_id: str | None, group: str | None) -> str: ...
+    def close_group(self, group_id: str) -> None: ...
+
+
+def require(settings: TrackerCfg) -> None:
+    """The tracker's package is installed (checked before a run starts: a missing one is bad input)."""
+    if settings.name == "none":
+        return
+    package, _ = BACKENDS[settings.name]
+    if importlib.util.find_spec(package) is None:
+        raise ConfigError("tracker", f"tracker={settings.name} needs {package}, which is not installed: {INSTALL}")
+
+
+def load_backend(settings: TrackerCfg) -> Tracker:
+    module, _, cls = BACKENDS[settings.name][1].partition(":")
+    made: Tracker = getattr(importlib.import_module(module), cls)(settings)
+    return made
