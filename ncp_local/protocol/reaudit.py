@@ -3,35 +3,17 @@ steps 3-5, on the state the turn was told in), and an episode's judged turns."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
 
 from .episode import CallFailed, audit_response
 from .narrators import Ask
-from .records import ConflictCheckRecord, ConflictRecord, DoubleCheckRecord, FactUpdateRecord, ModeRecord
+from .records import ConflictCheckRecord, ConflictRecord, DoubleCheckRecord, FactUpdateRecord, ModeRecord, Record
 from .replay import TurnView
 from .spec import Spec
 from .trials import episode_name
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_serializer(mode="wrap")
-    def _omit_unasked(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # As a run's records: a stage not asked (failure_modes) and trial 0 are absent, so re-audits
-        # made before them serialize (and seal) as they were.
-        data = handler(self)
-        if isinstance(data, dict):
-            if data.get("failure_modes", ()) is None:
-                del data["failure_modes"]
-            if data.get("trial") == 0:
-                del data["trial"]
-        return data
-
-
-class TurnAudit(_Record):
+class TurnAudit(Record):
     turn: int
     fact_update: FactUpdateRecord | None = None
     conflict_check: ConflictCheckRecord | None = None
@@ -45,7 +27,7 @@ class TurnAudit(_Record):
         return not self.error
 
 
-class ReauditResult(_Record):
+class ReauditResult(Record):
     spec_id: str
     source_termination: str
     turns: tuple[TurnAudit, ...]

@@ -128,7 +128,10 @@ _OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens", "trial")
 _OMITTED_WHEN_NONE = ("failure_modes",)
 
 
-class _Record(BaseModel):
+class Record(BaseModel):
+    """A sealed record's base (results, checkpoints, re-audits): frozen, no key it does not define, and the
+    fields added after runs were first written left out at their neutral value (above)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @model_serializer(mode="wrap")
@@ -144,13 +147,13 @@ class _Record(BaseModel):
         return data
 
 
-class FactUpdateRecord(_Record):
+class FactUpdateRecord(Record):
     add_facts: tuple[str, ...]
     negate_facts: tuple[str, ...]
     reason: str
 
 
-class TurnRecord(_Record):
+class TurnRecord(Record):
     turn: int
     player_input: str
     response: str
@@ -173,7 +176,7 @@ class TurnRecord(_Record):
     thought_tokens: int = 0
 
 
-class EpisodeResult(_Record):
+class EpisodeResult(Record):
     spec_id: str
     termination: Termination
     reason: str = ""
@@ -191,7 +194,7 @@ class EpisodeResult(_Record):
         return episode_name(self.spec_id, self.trial)
 
 
-class Checkpoint(_Record):
+class Checkpoint(Record):
     """Everything needed to continue after the last committed turn."""
 
     spec_id: str
