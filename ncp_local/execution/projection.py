@@ -17,7 +17,7 @@ from typing import Any
 from ..bindings import Sampling
 from ..config import ConfigError, RunConfig
 from ..engines.scripted import ScriptedEngine
-from ..plan.growth import Growth, Sizes, _words, counters, fit, longest_specs, sized_answers
+from ..plan.growth import Growth, Sizes, counters, fit, longest_specs, sized_answers, words_of
 from ..protocol import ROLES
 from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
@@ -56,7 +56,7 @@ def play(
             answers[stage] = (role, text)
 
     bounds: dict[str, Bounds | None] = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
-    rules = sized_answers(sizes, _words(specs), bounds, record)
+    rules = sized_answers(sizes, words_of(specs), bounds, record)
     backends = {}
     for r in roles:
         b = ScriptedEngine(rules=rules)

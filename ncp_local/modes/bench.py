@@ -66,18 +66,18 @@ from .benches.figures import BenchFigures, Machine, Workload, finite
 from .benches.long_horizon import long_horizon
 from .benches.scaling import engine_scaling, hits_text, late_hit, projection
 from .benches.speculative import speculative_bench
-from .benches.sweep import _main_sweep
+from .benches.sweep import main_sweep
 from .benches.ways import (
     HEADER,
     Recorder,
     Way,
     _ratio,
-    _reset_cache,
-    _say,
-    _silent,
+    reset_cache,
     run_ceiling,
     run_replay_k,
     run_rig,
+    say,
+    silent,
     way_figures,
     workload,
 )
@@ -98,7 +98,7 @@ async def bench(
     sequential: bool = True,
     sequential_episodes: int | None = None,
     bounds: Mapping[str, Bounds] | None = None,
-    note: Callable[[str], None] = _silent,
+    note: Callable[[str], None] = silent,
     record: dict[str, Any] | None = None,
 ) -> list[str]:
     """The workload four ways on one engine (see the module docstring); `note` gets a line as each
@@ -117,7 +117,7 @@ async def bench(
         await run_rig("warmup", work[:1], roles, pack, narrator_cls, player, seed + 1, 1, 1, root)
         scaling = await engine_scaling(backend, k, seed)
         note("bench: warm-up and engine-alone scaling done; now (a) the rig")
-        await _reset_cache(backend)
+        await reset_cache(backend)
         a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns, k, root)
         note(f"bench: (a) done in {a.wall_s:.0f} s")
         ways = [a]
@@ -126,7 +126,7 @@ async def bench(
             # One call at a time, time adds up episode by episode: on slow hardware a
             # sample of the episodes gives the same tokens/s (the row says how many).
             n = min(sequential_episodes or k, k)
-            await _reset_cache(backend)
+            await reset_cache(backend)
             b = await run_rig(
                 f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
                 work[:n],
@@ -141,11 +141,11 @@ async def bench(
             )
             note(f"bench: (b) done in {b.wall_s:.0f} s")
             ways.append(b)
-        await _reset_cache(backend)
+        await reset_cache(backend)
         c = await run_ceiling(backend, recorder.requests, a.turns)
         ways.append(c)
         note(f"bench: (c) done in {c.wall_s:.0f} s")
-        await _reset_cache(backend)
+        await reset_cache(backend)
         d = await run_replay_k(backend, recorder.requests, a.turns)
         ways.append(d)
         note(f"bench: (d) done in {d.wall_s:.0f} s")
@@ -196,7 +196,7 @@ async def bench(
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
     if cfg.bench.sweep:
-        return _main_sweep(cfg)
+        return main_sweep(cfg)
     if cfg.bench.long_horizon or cfg.bench.speculative:
         return _main_long(cfg)
     ready = preflight(cfg, roles=("narrator",))  # memory shares and windows as mode=run plans them
@@ -235,7 +235,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
                 b.sequential,
                 b.sequential_episodes,
                 bounds={r: getattr(cfg, r).bounds for r in ROLES},
-                note=_say,
+                note=say,
                 record=record,
             )
         finally:
@@ -245,7 +245,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     for line in lines:
         print(line)
     path = figures(cfg, record, lines).write(out)
-    _say(f"bench: figures in {path}")
+    say(f"bench: figures in {path}")
     return 0
 
 
@@ -344,7 +344,7 @@ def _main_long(cfg: RunConfig) -> int:
                     player,
                     cfg.seed,
                     b.turns,
-                    note=_say,
+                    note=say,
                 )
             if b.long_horizon:
                 lines += await long_horizon(
@@ -359,7 +359,7 @@ def _main_long(cfg: RunConfig) -> int:
                     list(b.levels),
                     sizes,
                     {r: UNBOUNDED for r in ROLES},
-                    note=_say,
+                    note=say,
                     grammar=not kind(cfg.engine.name).runs_model,
                 )
             return lines

@@ -219,14 +219,14 @@ def footprint_at(plan: Plan, e: EnginePlan, turn: int) -> int:
     )
 
 
-def _sequence_at(plan: Plan, e: EnginePlan, turn: int) -> int:
+def sequence_at(plan: Plan, e: EnginePlan, turn: int) -> int:
     rows = [r for r in plan.rows if r.engine is e]
     if not rows:
         return 0
     return int(min(e.window, max(r.growth.prompt_at(turn) + r.need for r in rows if r.growth.runs_at(turn))))
 
 
-def _turn_name(t: int) -> str:
+def turn_name(t: int) -> str:
     """The plan counts turns as people do (opening 0, then 1, 2, ...): protocol/turns.py."""
     return turn_label(turn_id_of(t))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ._check import KV_BOUND_EPISODES, Plan, _sequence_at, _turn_name, footprint_at
+from ._check import KV_BOUND_EPISODES, Plan, footprint_at, sequence_at, turn_name
 from .facts import ModelFacts
 from .hardware import GIB
 from .kv import describe
@@ -69,7 +69,7 @@ def render(plan: Plan) -> list[str]:
             if e.window_kv()
             else "  KV capacity unknown"
         )
-        seq = _sequence_at(plan, e, T)
+        seq = sequence_at(plan, e, T)
         if seq:
             at_once = e.sequences_at(seq)
             line += (
@@ -93,13 +93,13 @@ def render(plan: Plan) -> list[str]:
         turns = _turns(plan)
         out.append(
             "| stage | role | model | window | answer | tokens by turn | "
-            + " | ".join(_turn_name(t) for t in turns)
+            + " | ".join(turn_name(t) for t in turns)
             + " | first turn over |"
         )
         out.append("|---|---|---|---:|---:|---|" + "---:|" * len(turns) + "---|")
         for r in plan.rows:
             cells = " | ".join(f"{r.growth.prompt_at(t) + r.need:,.0f}" if r.growth.runs_at(t) else "-" for t in turns)
-            over = "-" if r.first_over is None else _turn_name(r.first_over)
+            over = "-" if r.first_over is None else turn_name(r.first_over)
             out.append(
                 f"| {r.stage} | {r.role} | {r.engine.name if r.engine else '-'} | {r.window or '-'} | "
                 f"{r.need} | {r.growth.line.text()} | {cells} | {over} |"

@@ -187,7 +187,7 @@ class Sizes:
         )
 
 
-def _words(specs: Sequence[Any]) -> list[str]:
+def words_of(specs: Sequence[Any]) -> list[str]:
     # The dataset's own prose, so that the answers tokenize like English narration does.
     words = [w for s in specs for w in s.synopsis.split()]
     return words or "the story goes on".split()

@@ -27,7 +27,7 @@ METRICS: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def _columns(scored: list[EpisodeMetrics]) -> dict[str, list[float]]:
+def table_columns(scored: list[EpisodeMetrics]) -> dict[str, list[float]]:
     return {
         "avg_turns": [m.turns for m in scored],
         "trajectory_pct": [100 * m.trajectory_progress for m in scored],
@@ -55,7 +55,7 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
         scored = [m for m in ms if m.termination != "invalid"]
         # A story's trials move together in the resamples (each story once when it was played once).
         stories = [m.spec_id for m in scored]
-        ci = bootstrap(_columns(scored), resamples, seed, level, groups=stories)
+        ci = bootstrap(table_columns(scored), resamples, seed, level, groups=stories)
         ci.update(
             bootstrap(
                 {"conflict_free": [float(m.termination != "conflict") for m in scored]},

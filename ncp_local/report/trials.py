@@ -29,9 +29,9 @@ from scipy import stats
 
 from ..protocol.metrics import EpisodeMetrics
 from .runs import Run
-from .tables import _columns, csv_text, markdown_table
+from .tables import csv_text, markdown_table, table_columns
 
-# The main table's per-episode values (tables._columns), and the share of plays that ended without a
+# The main table's per-episode values (tables.table_columns), and the share of plays that ended without a
 # conflict, as percentages: the metrics whose noise floor is reported.
 NOISE_METRICS: tuple[tuple[str, str], ...] = (
     ("avg_turns", "turns"),
@@ -96,7 +96,7 @@ class Noise:
 
 
 def _values(plays: Sequence[EpisodeMetrics]) -> dict[str, list[float]]:
-    cols = _columns(list(plays))
+    cols = table_columns(list(plays))
     cols["conflict_free_pct"] = [100.0 * (m.termination != "conflict") for m in plays]
     return cols
 

@@ -38,7 +38,7 @@ from ...execution.call_log import read_calls
 from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ...execution.store import RunDir
-from ...plan.growth import Sizes, _words, sized_answers
+from ...plan.growth import Sizes, sized_answers, words_of
 from ...protocol import ROLES
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
@@ -169,7 +169,7 @@ async def long_horizon(
     grammar: bool = False,
 ) -> list[str]:
     """Each level and the admission on the same long-horizon state; the table and the closing line."""
-    answer = sized_answers(sizes, _words(specs), bounds, lambda *_: None)
+    answer = sized_answers(sizes, words_of(specs), bounds, lambda *_: None)
     kv = getattr(backend, "kv_tokens", None)
     rows: list[Level] = []
     first_warm = resumed(at_turn, 2)  # the first resumed turn meets a cold cache in every way

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ...engines.base import Engine, Message, Request
 from ...plan.growth import fit_line
 from ...protocol.turns import shown as shown_turn
-from .ways import PAPER_NARRATORS, PAPER_SPECS, PAPER_TURNS, Way, _reset_cache
+from .ways import PAPER_NARRATORS, PAPER_SPECS, PAPER_TURNS, Way, reset_cache
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ async def engine_scaling(
         )
 
     async def rate(reqs: list[Request], field: str) -> float:
-        await _reset_cache(backend)
+        await reset_cache(backend)
         started = time.perf_counter()
         outs = await asyncio.gather(*(backend.generate(r) for r in reqs))
         wall = time.perf_counter() - started

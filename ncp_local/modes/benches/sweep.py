@@ -24,7 +24,7 @@ from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ...execution.store import RunDir
 from ...protocol import ROLES
 from ...protocol.spec import Spec
-from .ways import Tally, _say, _silent, workload
+from .ways import Tally, say, silent, workload
 
 # ---- bench.sweep: a sweep batched vs point by point ---------------------------------------
 
@@ -125,7 +125,7 @@ async def sweep_bench(
     episodes: int,
     turns: int,
     sequential: bool = True,
-    note: Callable[[str], None] = _silent,
+    note: Callable[[str], None] = silent,
 ) -> list[str]:
     """The same sweep two ways: batched (each distinct engine started once, every point's episodes in
     flight together, as `hydra/launcher=batched` runs it) and point by point (an engine started per
@@ -209,7 +209,7 @@ async def sweep_bench(
     return lines
 
 
-def _main_sweep(cfg: RunConfig) -> int:
+def main_sweep(cfg: RunConfig) -> int:
     # Each point as mode=run plans it alone (the sweeps this compares share one engine); every point
     # is checked before any engine starts.
     swept = sweep_points(cfg)
@@ -221,6 +221,6 @@ def _main_sweep(cfg: RunConfig) -> int:
         "batched then point by point",
         flush=True,
     )
-    for line in asyncio.run(sweep_bench(swept, first.dataset.specs, b.episodes, b.turns, b.sequential, note=_say)):
+    for line in asyncio.run(sweep_bench(swept, first.dataset.specs, b.episodes, b.turns, b.sequential, note=say)):
         print(line)
     return 0

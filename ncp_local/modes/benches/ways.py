@@ -158,7 +158,7 @@ def _summarise(way: Way, lines: list[CallLine]) -> None:
     way.prompt_by_turn = {t: p / len(alive[t]) for t, (p, _) in way.tokens_by_turn.items()}
 
 
-async def _reset_cache(backend: Any) -> None:
+async def reset_cache(backend: Any) -> None:
     reset = getattr(backend, "reset_prefix_cache", None)
     if reset is not None:
         await reset()
@@ -255,10 +255,10 @@ async def run_replay_k(backend: Engine, requests: list[Request], turns: int) -> 
     return way
 
 
-def _silent(line: str) -> None:
+def silent(line: str) -> None:
     """The default `note` of the benches: progress lines go nowhere."""
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     """A progress line of a long bench, on stderr so the results on stdout stay clean."""
     print(line, file=sys.stderr, flush=True)
