@@ -27,7 +27,7 @@ def _xgrammar(schema: str | None, alphabet: Iterable[str], regex: str | None) ->
     import xgrammar
     from xgrammar.testing import _get_matcher_from_grammar
 
-    # As vLLM compiles it with disable_any_whitespace (engines/vllm.py engine_kwargs).
+    # As vLLM compiles it with disable_any_whitespace (engines/vllm_args.py engine_kwargs).
     if schema is None:
         grammar = xgrammar.Grammar.from_regex(regex)
     else:

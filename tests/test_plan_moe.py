@@ -359,7 +359,7 @@ def test_data_parallel_builds_vllms_own_arguments_and_parallel_config(tmp_path: 
     from vllm.config import ParallelConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from ncp_local.engines.vllm import engine_kwargs
+    from ncp_local.engines.vllm_args import engine_kwargs
 
     model = ModelSettings(
         name="m",

@@ -19,7 +19,8 @@ from ncp_local import config as config_mod
 from ncp_local import modes
 from ncp_local.errors import InputError
 from ncp_local.execution.call_log import read_calls
-from ncp_local.execution.store import RunDir, RunMismatch, check_place
+from ncp_local.execution.places import check_place
+from ncp_local.execution.store import RunDir, RunMismatch
 from ncp_local.exits import EXIT_DISK_FULL
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,12 +38,11 @@ from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 from ncp_local.engines.chat_format import ChatFormat, template_kwargs  # noqa: E402
 from ncp_local.engines.vllm import (  # noqa: E402
     VLLMEngine,
-    engine_kwargs,
     output_budget,
     sampling_params,
     split_thought,
-    thinking_problem,
 )
+from ncp_local.engines.vllm_args import engine_kwargs, thinking_problem  # noqa: E402
 
 WINDOW = 40960
 THOUGHT = "The narration says the door opened.\nf_0 says it is shut, so f_0 no longer holds; one new fact."

@@ -9,323 +9,35 @@ receives token ids (nothing is tokenized twice).
 vLLM's CPU build starts its engine core in a spawned process (a script that
 starts an engine needs the `if __name__ == "__main__":` guard); on CUDA it forks
 it. Either way each engine's processes are its own: the per-engine environment
-is in place while they start and restored right after (`_engine_environ`), and
-the watchdog's pipe is closed in forked children (engines/watchdog.py), so
-closing one engine leaves the others untouched.
+is in place while they start and restored right after (engines/vllm_process.py),
+and the watchdog's pipe is closed in forked children (engines/watchdog.py), so
+closing one engine leaves the others untouched. The engine's arguments are
+built in engines/vllm_args.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import difflib
 import json
-import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from . import watchdog
 from .base import Completion, ContextOverflow, EngineDead, Message, Request
 from .chat_format import ChatFormat, NoChatTemplate
-from .embedded import ensure_embedded_model
 from .grammar import adapt_schema
-from .settings import EMBEDDED, GPU_STEP_TOKENS, ModelSettings, engine_max_num_seqs, max_num_seqs_note
+from .settings import ModelSettings, max_num_seqs_note
+from .vllm_args import _engine_args, _on_cpu, engine_config, resolved_path
+from .vllm_process import _START_LOCK, _engine_core_processes, _engine_environ, _engine_processes, engine_env
 
-if TYPE_CHECKING:  # imported where used: vllm is optional, and the environment below must come first
-    from vllm.engine.arg_utils import AsyncEngineArgs
+if TYPE_CHECKING:  # imported where used: vllm is optional, and vllm_process sets the environment first
     from vllm.sampling_params import SamplingParams
-
-# Must be in the environment before vllm (and huggingface_hub) are imported,
-# and are inherited by the engine process.
-os.environ["VLLM_NO_USAGE_STATS"] = "1"
-os.environ["HF_HUB_OFFLINE"] = "1"
-# Engine processes talk over loopback / shared memory; without this vLLM
-# probes a public address to pick the host's interface IP.
-os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-
-
-# Engine arguments the rig derives from its own model fields (it reads them
-# itself: the window guard, the plan, the environment, the manifest), with the
-# field to set instead; and the ones it does not support.
-_RIG_OWNED_ARGS: dict[str, str] = {
-    "model": "set the model's `path`",
-    "tokenizer": "the rig renders prompts with the tokenizer in the model's `path`",
-    "trust_remote_code": "set the model's `trust_remote_code` (the rig's tokenizer loads with it too)",
-    "reasoning_parser": "set the model's `reasoning_parser` (used when `thinking` is on)",
-    "served_model_name": "set the model's `name`",
-    "revision": "set the model's `revision` (recorded; runs load local paths)",
-    "dtype": "set the model's `dtype`",
-    "max_model_len": "set the model's `max_model_len` (the rig guards the window with it)",
-    "gpu_memory_utilization": "set the model's `gpu_memory_utilization`",
-    "kv_cache_memory_bytes": "set the model's `kv_cache_memory_bytes`",
-    "tensor_parallel_size": "set the model's `tensor_parallel_size`",
-    "device_ids": "set the model's `devices`",
-    "enforce_eager": "set the model's `enforce_eager`",
-    "max_num_seqs": "set the model's `max_num_seqs`",
-    "seed": "set the model's `seed`",
-    "structured_outputs_config": "set the model's `structured_outputs_backend`",
-    "generation_config": "sampling comes from each request, never from generation_config.json",
-    "pipeline_parallel_size": "not supported: one engine per model, split only by tensor parallel",
-    "data_parallel_size": "set the model's `data_parallel_size` (replicas inside one engine, one node)",
-    "enable_expert_parallel": "set the model's `enable_expert_parallel`",
-}
-
-
-def engine_config(model: Any) -> ModelSettings:
-    """The model record (a ModelSettings, or a mapping as in conf/model/*.yaml), validated."""
-    if isinstance(model, ModelSettings):
-        return model
-    return ModelSettings.model_validate(dict(model.model_dump() if hasattr(model, "model_dump") else model))
-
-
-def engine_arg_names() -> frozenset[str]:
-    """The engine arguments the installed vLLM takes (AsyncEngineArgs' fields)."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
-    return frozenset(f.name for f in dataclasses.fields(AsyncEngineArgs) if not f.name.startswith("_"))
-
-
-def engine_args_problem(cfg: ModelSettings) -> tuple[str, str] | None:
-    """The first `engine_args` key that cannot go to vLLM as given: (key, why), else None."""
-    import vllm
-
-    names = engine_arg_names()
-    for key, value in cfg.engine_args.items():
-        if key in _RIG_OWNED_ARGS:
-            return key, f"not an engine_args key here: {_RIG_OWNED_ARGS[key]}"
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            return key, f"not an engine argument of vLLM {vllm.__version__}{hint}"
-        if key == "enable_chunked_prefill" and value and _on_cpu():
-            return key, _CPU_CHUNKED_PREFILL
-    return None
-
-
-def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
-    """Why this model's thinking settings cannot run on vLLM: (key, why), else None."""
-    if not cfg.thinking and cfg.reasoning_parser is None:
-        return None
-    if cfg.reasoning_parser is None:
-        return "reasoning_parser", (
-            "thinking is on but no reasoning parser is named: set vLLM's parser for the "
-            "family (qwen3, deepseek_v3, kimi_k2, ...), or thinking: false"
-        )
-    from vllm.reasoning import ReasoningParserManager
-
-    names = ReasoningParserManager.list_registered()
-    if cfg.reasoning_parser not in names:
-        import vllm
-
-        close = difflib.get_close_matches(cfg.reasoning_parser, names, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return (
-            "reasoning_parser",
-            f"{cfg.reasoning_parser!r} is not a reasoning parser of vLLM {vllm.__version__}{hint}",
-        )
-    return None
-
-
-def _on_cpu() -> bool:
-    from vllm.platforms import current_platform
-
-    return bool(current_platform.is_cpu())
-
-
-_CPU_CHUNKED_PREFILL = "true crashes seeded requests on vLLM's CPU build (chunked prefill); leave it unset or false"
-
-
-def resolved_path(cfg: ModelSettings) -> Path:
-    if cfg.path == EMBEDDED:
-        return ensure_embedded_model()
-    p = Path(cfg.path).expanduser()
-    if not (p / "config.json").is_file():
-        raise FileNotFoundError(
-            f"model '{cfg.name}': {p} is not a local model directory (no config.json); "
-            "runs are offline, so models must be on disk"
-        )
-    return p
-
-
-def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
-    """Environment the engine process must start with (it reads it when spawned)."""
-    env: dict[str, str] = {}
-    if cfg.cpu_reserved_cores is not None and on_cpu:
-        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
-    if cfg.deterministic and not on_cpu:
-        # Batch-invariant kernels: a request's tokens no longer depend on what
-        # else is in the batch. On the CPU build fp32 is invariant already
-        # (measured), and vLLM's invariant kernels are GPU ones.
-        env["VLLM_BATCH_INVARIANT"] = "1"
-    # vLLM gives a grammar 5 s to compile (a guard against hostile regexes). The
-    # rig's grammars are its own, and a loaded machine can take longer (xgrammar's
-    # player regex, outlines' bounded narration: engines/grammar.py): a timeout there
-    # is an engine error, a retry with another seed, and a run that no longer
-    # reproduces. So the rig's engines wait for their own grammars.
-    env["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = str(GRAMMAR_COMPILE_TIMEOUT_S)
-    return env
-
-
-GRAMMAR_COMPILE_TIMEOUT_S = 600
-
-
-# Engines are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
-# VLLM_CPU_NUM_OF_RESERVED_CPU, and what vLLM writes itself) is process-wide and
-# read by the engine processes when they are spawned or forked.
-_START_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _engine_environ(env: Mapping[str, str]) -> Iterator[list[str]]:
-    """os.environ with `env` added for one engine start, then exactly as before.
-
-    vLLM writes into the parent's environment while it builds an engine's config
-    (VLLM_USE_BREAKABLE_CUDAGRAPH=1 under batch invariance, the CPU build's
-    VLLM_WORKER_MULTIPROC_METHOD and thread counts, ...). The engine's processes
-    inherit it when they start, which is inside this block; left in place it
-    would reach every later engine of the process (a deterministic engine would
-    take full CUDA graphs from the ones after it). So everything that changed,
-    ours or vLLM's, is put back. The names restored are yielded (filled on exit).
-    Only one start at a time may use this (`_START_LOCK`).
-    """
-    before = dict(os.environ)
-    restored: list[str] = []
-    os.environ.update(env)
-    try:
-        yield restored
-    finally:
-        restored.extend(_restore_environ(before))
-
-
-def _restore_environ(before: Mapping[str, str]) -> list[str]:
-    """Put os.environ back to `before`; the names that had changed, sorted."""
-    now = dict(os.environ)
-    changed = sorted(k for k in now.keys() | before.keys() if now.get(k) != before.get(k))
-    for key in changed:
-        if key in before:
-            os.environ[key] = before[key]
-        else:
-            del os.environ[key]
-    return changed
-
-
-def engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> dict[str, Any]:
-    """The keyword arguments for vLLM's AsyncEngineArgs: the rig's fields, then `engine_args`."""
-    from vllm.config import StructuredOutputsConfig
-
-    if cfg.engine_args:
-        problem = engine_args_problem(cfg)
-        if problem is not None:
-            raise ValueError(f"model '{cfg.name}': engine_args.{problem[0]}: {problem[1]}")
-    kwargs = plain_engine_kwargs(cfg, model_path, on_cpu)
-    kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
-    return kwargs
-
-
-def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> dict[str, Any]:
-    """`engine_kwargs` as plain values (the structured-output config a mapping), without importing vLLM:
-    what `vllm serve` is given for the same model (engines/serve.py), so a served model runs as the
-    in-process engine would."""
-    so_config: dict[str, Any] = {"backend": cfg.structured_outputs_backend}
-    # Without this the tiny model pads JSON with whitespace; vLLM only accepts
-    # the flag for xgrammar and guidance.
-    if cfg.structured_outputs_backend in ("xgrammar", "guidance"):
-        so_config["disable_any_whitespace"] = True
-    kwargs: dict[str, Any] = dict(
-        model=str(model_path),
-        served_model_name=cfg.name,
-        trust_remote_code=cfg.trust_remote_code,
-        dtype=cfg.dtype,
-        max_model_len=cfg.max_model_len,
-        # None only when no plan ran (the planner fills it in): vLLM's own default.
-        **({} if cfg.gpu_memory_utilization is None else {"gpu_memory_utilization": cfg.gpu_memory_utilization}),
-        tensor_parallel_size=cfg.tensor_parallel_size,
-        # Replicas inside this one engine (AsyncLLM runs an engine core each and balances requests
-        # over them), and MoE experts split over all tensor_parallel_size x data_parallel_size GPUs.
-        data_parallel_size=cfg.data_parallel_size,
-        enable_expert_parallel=cfg.enable_expert_parallel,
-        enforce_eager=cfg.enforce_eager,
-        # Capped under `deterministic` (settings.DETERMINISTIC_MAX_NUM_SEQS says why).
-        max_num_seqs=engine_max_num_seqs(cfg),
-        seed=cfg.seed,
-        # The rig reuses each turn's prompt prefix (prompts put what changes last).
-        enable_prefix_caching=True,
-        structured_outputs_config=so_config,
-        # Sampling defaults come from each request, never from the model's
-        # generation_config.json.
-        generation_config="vllm",
-        disable_log_stats=True,
-    )
-    if cfg.thinking:
-        # vLLM's reasoning parser in the engine: the structured-output manager holds the grammar
-        # back until the thought has ended (enable_in_reasoning stays off), and the thinking budget
-        # (thinking_token_budget per request) ends a thought that runs too long.
-        kwargs["reasoning_parser"] = cfg.reasoning_parser
-    if cfg.kv_cache_memory_bytes is not None:
-        kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
-    if cfg.devices and not on_cpu:
-        # Indices into the visible devices: vLLM maps them through
-        # CUDA_VISIBLE_DEVICES, so a Slurm allocation is respected.
-        kwargs["device_ids"] = list(cfg.devices)
-    extra = dict(cfg.engine_args)
-    if on_cpu:
-        # vllm-cpu 0.32.0: when a seeded request's prompt is prefilled in
-        # chunks (longer than the token budget, or sharing a step with other
-        # requests), the worker calls Generator.set_offset, which CPU
-        # generators lack: the engine dies ("CPU Generator does not use
-        # offset"). Every request here is seeded, so on CPU each prompt is
-        # prefilled whole: no chunked prefill, a token budget that holds a
-        # full-length prompt beside a step of decodes (so it is not starved).
-        # Measured here: no throughput difference either way.
-        if extra.get("enable_chunked_prefill"):
-            raise ValueError(f"model '{cfg.name}': engine_args.enable_chunked_prefill: {_CPU_CHUNKED_PREFILL}")
-        extra["enable_chunked_prefill"] = False
-        extra["max_num_batched_tokens"] = max(
-            extra.get("max_num_batched_tokens") or 0, cfg.max_model_len + kwargs["max_num_seqs"]
-        )
-    else:
-        # Chunked prefill with seeded requests is safe on CUDA; vLLM decides it.
-        extra.setdefault("max_num_batched_tokens", GPU_STEP_TOKENS)
-    kwargs.update(extra)
-    return kwargs
-
-
-def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> AsyncEngineArgs:
-    from vllm.engine.arg_utils import AsyncEngineArgs
-
-    return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))
-
-
-def _engine_core_processes(engine: Any) -> list[Any]:
-    """The engine core processes (multiprocessing.Process objects) vLLM started."""
-    try:
-        return list(engine.engine_core.resources.engine_manager.processes)
-    except AttributeError:  # another vLLM layout, or an external engine
-        return []
-
-
-def _engine_processes(engine: Any) -> list[Any]:
-    """The engine's processes (psutil): engine core(s) and their workers."""
-
-    procs = []
-    for core in _engine_core_processes(engine):
-        if core.pid is None:
-            continue
-        try:
-            p = psutil.Process(core.pid)
-            procs.append(p)
-            procs.extend(p.children(recursive=True))
-        except psutil.Error:
-            pass
-    return procs
 
 
 def _already_shut_down(*args: Any, **kwargs: Any) -> None:

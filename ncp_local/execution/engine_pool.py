@@ -106,7 +106,7 @@ class EnginePool:
     async def start_model(self, model: ModelSettings, key: str | None = None) -> Engine:
         """One engine for one model record under the engine key `key` (default: this pool's top-level
         engine). A batched sweep starts each distinct model once for all its points
-        (ncp_local/launch/sweep.py); the caller then closes it."""
+        (ncp_local/launch/shared_engines.py); the caller then closes it."""
         kind = self.kinds[key] if key is not None else self.kind
         try:
             return await self._start(model, kind, key)

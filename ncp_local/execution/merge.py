@@ -22,8 +22,11 @@ from typing import Any
 from ..errors import InputError
 from ..protocol.trials import episode_names, parse_episode, story_of
 from . import provenance
+from .atomic import atomic_write
 from .layout import LOCK, MANIFEST, RESULTS, is_done, read_manifest, shard_dirs
-from .store import RunDir, atomic_write, check_destination, check_result
+from .places import check_destination
+from .seals import check_result
+from .store import RunDir
 
 MERGED = "merged"
 

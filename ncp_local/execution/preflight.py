@@ -252,7 +252,7 @@ def _check_engine_args(role: str, model: ModelSettings) -> None:
         return
     try:
         # vllm (heavy, optional) is imported only when there are engine arguments to check.
-        from ..engines.vllm import engine_args_problem
+        from ..engines.vllm_args import engine_args_problem
 
         problem = engine_args_problem(model)
     except ImportError as exc:
@@ -268,7 +268,7 @@ def _check_thinking(role: str, model: ModelSettings) -> None:
     """A thinking model names a reasoning parser vLLM has (it separates the thought from the answer)."""
     if not model.thinking and model.reasoning_parser is None:
         return
-    from ..engines.vllm import thinking_problem
+    from ..engines.vllm_args import thinking_problem
 
     problem = thinking_problem(model)
     if problem is not None:

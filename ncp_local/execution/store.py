@@ -10,60 +10,37 @@ Layout:
     DONE                     every episode of this (shard's) run has its result
     .lock                    held while a process works in the directory
 
-Every JSON file is written to a temp file, fsynced and renamed, so a kill or
-a full disk at any moment leaves either the old or the new file, never half
-of one. Files are created with mode 0666 and the umask decides (no
-`mkstemp`, whose 0600 would hide results from a team on a shared disk).
-
-Every result and checkpoint carries a seal: its spec id (and trial, past
-trial 0), the sha256 of the spec file it was played on, the run identity and a hash of its own record.
-Loading checks the seal; a file that fails (truncated, not JSON, another
-spec's, another run's, a spec the dataset lacks) is never used: the run
-moves it to `quarantine/`, says so in one line, and plays the episode again.
-Reports and merges apply the same check (`check_file`) without moving anything.
+Every JSON file is written whole or not at all (execution/atomic.py). Every
+result and checkpoint carries a seal (execution/seals.py); opening the
+directory checks every file's seal, and a file that fails is moved to
+`quarantine/`, said in one line, and its episode played again. Where a run
+directory may be is checked first (execution/places.py).
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
-import hashlib
 import json
 import os
-import secrets
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ..errors import InputError
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import Checkpoint, EpisodeResult
-from ..protocol.trials import episode_name, parse_episode
+from ..protocol.trials import episode_name
+from .atomic import DiskFull, _is_disk_full, _write_all, atomic_write
 from .call_log import CallLine, CrossCheckNote
-from .formats import FORMAT_KEY, Kind, check_version, stamped
-from .identity import Identity, differences, summary
-from .layout import (
-    CALLS,
-    CHECKPOINTS,
-    DONE,
-    ENGINE_LOG,
-    LOCK,
-    MANIFEST,
-    QUARANTINE,
-    RESULTS,
-    RUN_FILES,
-    RUN_FOLDERS,
-    RUN_MARKERS,
-    manifest_problem,
-    result_file,
-)
+from .formats import check_version, stamped
+from .identity import differences, summary
+from .layout import CALLS, CHECKPOINTS, DONE, LOCK, MANIFEST, QUARANTINE, RESULTS, manifest_problem, result_file
+from .places import check_place
 from .provenance import now, resume_entry
-
-SEAL = "seal"
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+from .seals import SEAL, check_file, sealed_json
 
 
 class RunLocked(RuntimeError):
@@ -72,166 +49,6 @@ class RunLocked(RuntimeError):
 
 class RunMismatch(RuntimeError):
     pass
-
-
-class DiskFull(RuntimeError):
-    """No space left (or quota) while writing: nothing half-written is left behind."""
-
-    def __init__(self, where: Path, detail: str = "") -> None:
-        self.where, self.detail = where, detail
-        super().__init__(
-            f"{where}: disk full{f' ({detail})' if detail else ''}; every file written so far "
-            "is whole: free space, then re-run the same command to resume"
-        )
-
-
-def _is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in _DISK_FULL
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def atomic_write(path: Path, text: str | bytes) -> None:
-    """Write whole or not at all; readable as the umask says. A full disk raises DiskFull."""
-    path = Path(path)
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    tmp: Path | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-            try:
-                # 0o666: the process umask applies, as for any file the user creates.
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-                break
-            except FileExistsError:
-                continue
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        if _is_disk_full(exc):
-            raise DiskFull(path.parent, f"writing {path.name}: {exc.strerror}") from None
-        raise
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-
-
-# ---- seals -------------------------------------------------------------------------
-
-
-def _body_hash(record: BaseModel) -> str:
-    return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
-
-
-# The records a run directory seals, each of one spec, and their kinds of file (execution/formats.py).
-Sealed = EpisodeResult | ReauditResult | Checkpoint
-_KIND: dict[type[BaseModel], Kind] = {EpisodeResult: "result", Checkpoint: "checkpoint", ReauditResult: "reaudit"}
-
-
-def _kind(record: BaseModel) -> Kind:
-    return _KIND.get(type(record), "result")
-
-
-def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
-    """The record's JSON with its seal first (spec id, spec hash, run identity, record hash)."""
-    trial = getattr(record, "trial", 0)
-    seal = {
-        "spec_id": record.spec_id,
-        **({"trial": trial} if trial else {}),  # trial 0's seal is the seal a run without trials writes
-        "spec_sha256": spec_sha256,
-        "run": run,
-        "sha256": _body_hash(record),
-    }
-    body = stamped(record.model_dump(mode="json"), _kind(record))
-    return json.dumps({SEAL: seal, **body}, indent=1, ensure_ascii=False)
-
-
-def check_file(
-    path: Path,
-    model: type[BaseModel],
-    run: str | None,
-    spec_hashes: Mapping[str, str] | None = None,
-    require_seal: bool = True,
-) -> tuple[Any, str]:
-    """(record, "") for a file that passes, (None, reason) for one that must not be used.
-
-    `run`: the identity it must carry (None: not checked); `spec_hashes`:
-    spec id -> file hash for every spec of the run's dataset (None: not
-    checked); `require_seal=False` accepts an unsealed file of an older rig.
-    """
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        return None, f"cannot read ({exc.strerror})"
-    return check_bytes(raw, path.stem, model, run, spec_hashes, require_seal, where=path)
-
-
-def check_bytes(
-    raw: bytes,
-    name: str,
-    model: type[BaseModel],
-    run: str | None,
-    spec_hashes: Mapping[str, str] | None = None,
-    require_seal: bool = True,
-    where: str | Path | None = None,
-) -> tuple[Any, str]:
-    """`check_file` on a file's bytes (`name`: its file name's stem, the episode it must hold), e.g. one
-    read from an archive (`where` names it). A file in a newer format raises `NewerFormat`: it is
-    refused, never taken for damage."""
-    try:
-        expected, trial = parse_episode(name)
-    except ValueError:
-        return None, "not an episode's file (a stray file)"
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None, "not JSON (truncated or damaged)"
-    if not isinstance(data, dict):
-        return None, "not a JSON object"
-    seal = data.pop(SEAL, None)
-    check_version(where or name, data, _KIND.get(model, "result"))
-    data.pop(FORMAT_KEY, None)
-    if spec_hashes is not None and expected not in spec_hashes:
-        return None, f"no spec {expected!r} in the run's dataset (a stray file)"
-    if seal is None and require_seal:
-        return None, "no seal (not written by this run)"
-    if seal is not None and not isinstance(seal, dict):
-        return None, "damaged seal"
-    if seal:
-        if seal.get("spec_id") != expected or seal.get("trial", 0) != trial:
-            return None, _moved(str(seal.get("spec_id")), int(seal.get("trial") or 0), name)
-        if run is not None and seal.get("run") != run:
-            return None, f"from another run (identity {seal.get('run')}, this run is {run})"
-        if spec_hashes is not None and seal.get("spec_sha256") and seal["spec_sha256"] != spec_hashes[expected]:
-            return None, f"played on another version of spec {expected!r}"
-    try:
-        record = model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        return None, f"not a valid {model.__name__}: {where}: {err['msg']}"
-    held = (getattr(record, "spec_id", expected), getattr(record, "trial", 0))
-    if held != (expected, trial):
-        return None, _moved(*held, name)
-    if seal and seal.get("sha256") != _body_hash(record):
-        return None, "its content does not match its seal (edited or damaged)"
-    return record, ""
-
-
-def _moved(spec_id: str, trial: int, stem: str) -> str:
-    held = f"spec {spec_id!r}" if not trial else f"episode {episode_name(spec_id, trial)!r}"
-    return f"holds {held}, not {stem!r} (a file moved or copied)"
 
 
 class RunDir:
@@ -495,78 +312,6 @@ class RunDir:
             record, problem = check_file(path, self.record, self.identity or None, self.spec_hashes)
             if not problem:
                 yield record
-
-
-def check_destination(path: str | Path, field: str) -> Path:
-    """A folder the rig is about to write into: a folder or nothing yet, and writable (its nearest
-    existing ancestor when it does not exist yet). The resolved path; an InputError naming `field`."""
-    resolved = Path(path).expanduser().resolve()
-    if resolved.exists() and not resolved.is_dir():
-        raise InputError(path, field, "exists and is not a directory; give a folder (new or existing)")
-    existing = resolved
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(path, field, f"{existing} is a file, so no folder can be made under it; give another path")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        where = "" if existing == resolved else f" ({existing} is the nearest existing folder)"
-        raise InputError(
-            path, field, f"cannot be written{where}: read-only or no permission; give a folder you can write"
-        )
-    return resolved
-
-
-def check_place(root: Path) -> None:
-    """Where a run may write: never `/`, a folder of something else, inside another run, a place that
-    cannot be written, or a run directory whose parts are of the wrong kind."""
-    resolved = Path(root).expanduser().resolve()
-    if resolved == Path(resolved.anchor):
-        raise InputError(root, "out_dir", "the filesystem root is never a run directory")
-    for parent in resolved.parents:
-        if (parent / MANIFEST).is_file() and (parent / RESULTS).is_dir():
-            raise InputError(
-                root,
-                "out_dir",
-                f"inside the run directory {parent} (a run never writes into another; use a folder of its own)",
-            )
-    if resolved.is_dir():
-        names = {p.name for p in resolved.iterdir()}
-        bookkeeping = {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE}
-        if names and not names.intersection(RUN_MARKERS) and not names <= bookkeeping:
-            shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
-            raise InputError(
-                root, "out_dir", f"not empty and not a run directory (holds {shown}); use an empty or new folder"
-            )
-        for name in RUN_FOLDERS:
-            if (resolved / name).exists() and not (resolved / name).is_dir():
-                raise InputError(
-                    Path(root) / name,
-                    "out_dir",
-                    "a file where the run keeps a folder; move it away (a run never deletes it), then re-run",
-                )
-        for name in RUN_FILES:
-            if (resolved / name).is_dir():
-                raise InputError(
-                    Path(root) / name,
-                    "out_dir",
-                    "a folder where the run keeps a file; move it away (a run never deletes it), then re-run",
-                )
-    elif resolved.exists():
-        raise InputError(root, "out_dir", "exists and is not a directory")
-    check_destination(root, "out_dir")
-
-
-def check_result(path: Path, manifest: Mapping[str, Any], model: type[BaseModel] = EpisodeResult) -> tuple[Any, str]:
-    """A reader's check of one result file against its run's manifest: (record, "") or (None, reason).
-
-    Runs recorded by this rig (manifest with identity parts) must seal every
-    result with their identity and their dataset's spec hashes; older runs
-    and hand-made folders are checked for what they carry (JSON, spec id).
-    """
-    parts = manifest.get("identity_parts")
-    if parts:
-        return check_file(path, model, manifest.get("identity"), Identity(parts).spec_hashes() or None)
-    return check_file(path, model, manifest.get("identity"), None, require_seal=False)
 
 
 def resume_hint(what: str, out: Path) -> str:

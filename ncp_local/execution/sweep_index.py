@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..config import RunConfig
 from ..errors import InputError
+from .atomic import atomic_write
 from .formats import check_version, stamped
 from .layout import shard_name
 from .provenance import command, now
-from .store import atomic_write
 
 INDEX = "index.json"
 KIND = "ncp-sweep"

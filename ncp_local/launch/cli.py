@@ -175,7 +175,7 @@ def _hydra_task(cfg: DictConfig) -> None:
 
 def _index_point(cfg: DictConfig, num: int, code: int) -> None:
     """The sweep folder's index.json row of this point (job, overrides, run directory, status, exit code)."""
-    from ncp_local.launch.sweep import record_point  # the batched launcher's module (matplotlib)
+    from ncp_local.launch.point_index import record_point  # beside the batched launcher (matplotlib)
 
     hc = HydraConfig.get()
     record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import config as config_mod
 from ..engines.serve import serve_args, serve_env
-from ..engines.vllm import engine_config, resolved_path
+from ..engines.vllm_args import engine_config, resolved_path
 from ..execution import layout, points, sweep_index
 from ..exits import EXIT_FAILED
 from .slurm import SERVE_SCRIPT, SubmitError, compress, queue, script_env

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import REPO_ROOT
-from ..execution.store import DiskFull, atomic_write
+from ..execution.atomic import DiskFull, atomic_write
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
 
 ARRAY_SCRIPT = REPO_ROOT / "slurm" / "ncp_array.sbatch"

@@ -25,6 +25,9 @@ hands every point's composed config here. Then:
 The sweep folder (`hydra.sweep.dir`) gets `index.json` and `index.md`: job
 number, overrides, run directory, status and exit code of every point, and
 the engines with the points they served and how often each was started.
+
+The points are launch/sweep_point.py's, the shared engines and their groups
+launch/shared_engines.py's, the index rows launch/point_index.py's.
 """
 
 from __future__ import annotations
@@ -34,33 +37,25 @@ import os
 import shlex
 import signal
 import sys
-import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from .. import config as config_mod
 from .. import modes, tracking
-from ..bindings import Binding, Bindings, Sampling, bind
-from ..engines.base import Engine, EngineDead
-from ..engines.settings import ModelSettings
+from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log, layout, points, sweep_index
-from ..execution import identity as identity_mod
+from ..execution import engine_log, layout, sweep_index
+from ..execution.atomic import DiskFull
 from ..execution.calls import systematic_invalid
-from ..execution.engine_pool import EnginePool
 from ..execution.episodes import manifest, play
 from ..execution.failures import exit_for
-from ..execution.preflight import Ready
 from ..execution.progress import Progress
 from ..execution.provenance import command
-from ..execution.store import DiskFull, RunDir, RunLocked, RunMismatch, check_place
-from ..execution.sweep_index import INDEX, EngineRow, PointRow
+from ..execution.store import RunDir, RunLocked, RunMismatch
 from ..exits import (
     EXIT_BAD_INPUT,
     EXIT_ENGINE_DEAD,
@@ -70,317 +65,12 @@ from ..exits import (
     EXIT_SYSTEMATIC,
 )
 from ..modes.reaudit import auditor_table, point_dir
-from ..plan import check
 from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
-from ..protocol.stages import Bounds
 from ..report.labels import by_difference, from_template
-
-# ---- points -------------------------------------------------------------------------
-
-
-@dataclass
-class Point:
-    """One sweep point: its overrides and config, what its run needs, and how it went."""
-
-    num: int
-    overrides: tuple[str, ...]
-    task: Any = None  # the composed task config (DictConfig, no `hydra` node)
-    raw: dict[str, Any] | None = None
-    cfg: config_mod.RunConfig | None = None  # as given (a group's plan places its engines)
-    mode: str = "run"
-    ready: Ready | None = None  # what pre-flight read: dataset, pack, narrator, player
-    engines: EnginePool | None = None  # the point's own engine grouping (keys and models)
-    specs: tuple[Any, ...] = ()
-    ident: identity_mod.Identity | None = None
-    out: Path | None = None
-    keys: dict[str, str] = field(default_factory=dict)  # role -> engine key
-    status: str = "waiting"  # waiting | running | done | failed | stopped
-    code: int | None = None
-    message: str = ""
-    results: dict[str, Any] = field(default_factory=dict)
-    engine_ids: dict[str, str] = field(default_factory=dict)  # role -> engine id (e1, e2, ...)
-    swept: tuple[str, ...] | None = None  # the overrides that differ between the sweep's points
-
-    @property
-    def name(self) -> str:
-        shown = self.overrides if self.swept is None else self.swept
-        return f"#{self.num} " + (" ".join(shown) or "(no overrides)")
-
-    def fail(self, code: int, message: str) -> None:
-        self.status, self.code, self.message = "failed", code, message
-
-
-def prepare(point: Point) -> Point:
-    """Everything the point's job checks before an engine starts; a failure marks it failed."""
-    if point.raw is None:
-        try:
-            point.raw = points.resolved(point.task)
-        except InputError as exc:
-            point.fail(EXIT_BAD_INPUT, str(exc))
-            return point
-    raw = point.raw
-    try:
-        # A point that could not start alone is refused here (as run.py refuses it under the basic
-        # launcher); its engines are placed per group.
-        cfg = config_mod.validate(raw)
-        point.cfg, point.mode = cfg, cfg.mode  # also for a point refused below (its index row, its shard)
-        checked = points.check(raw)
-        point.ready = checked.ready
-        if cfg.mode != "run":
-            return point  # run through the mode's own entry, one point after the other
-        # mode=run is one of points.CHECKED_ROLES: its check ran pre-flight.
-        assert point.ready is not None
-        point.specs, point.ident, point.out = checked.where()
-        check_place(point.out)
-        point.engines = EnginePool(bind(cfg), endpoints=point.ready.endpoints)
-        point.keys = {r: point.engines.key_of(r) for r in ROLES}
-    except InputError as exc:
-        point.fail(EXIT_BAD_INPUT, str(exc))
-    except Exception as exc:  # a bug, not bad input: named, and the other points go on
-        point.fail(EXIT_FAILED, f"{type(exc).__name__}: {exc}".splitlines()[0])
-        traceback.print_exc(file=sys.stderr)
-    return point
-
-
-# ---- engines ------------------------------------------------------------------------
-
-
-@dataclass
-class SharedEngine:
-    key: str
-    id: str
-    model: ModelSettings  # as the first point that uses it configures it
-    factory: EnginePool  # the pool of a point using it (engine kind and settings)
-    role_key: str  # the pool's key of the model
-    max_tokens: int = 0  # the largest output any role reserves on it (the plan's window check)
-    placement: dict[str, Any] = field(default_factory=dict)  # share / devices from the group's plan
-    engine: Engine | None = None
-    starts: int = 0
-    start_s: float = 0.0
-    points: set[int] = field(default_factory=set)
-    roles: set[str] = field(default_factory=set)
-    dead: bool = False
-
-    def started_model(self) -> Any:
-        model = self.factory.model_for(self.role_key)
-        return model.model_copy(update=self.placement) if self.placement else model
-
-    def describe(self) -> EngineRow:
-        return EngineRow(
-            id=self.id,
-            model=self.model.name,
-            engine=self.factory.kinds[self.role_key],
-            roles=tuple(sorted(self.roles)),
-            points=tuple(sorted(self.points)),
-            starts=self.starts,
-            start_s=round(self.start_s, 1),
-            placement=self.placement or None,
-        )
-
-
-class SharedEngines:
-    """The sweep's engines by key: each started once, on first use, and closed when no group needs it."""
-
-    def __init__(self, log: Callable[[str], None]) -> None:
-        self.engines: dict[str, SharedEngine] = {}
-        self.log = log
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    def register(self, p: Point) -> None:
-        # Only a runnable point is registered, and `prepare` gave each its EnginePool.
-        assert p.engines is not None, f"sweep point {p.name} registered without its engines"
-        for role in ROLES:
-            key = p.keys[role]
-            e = self.engines.get(key)
-            if e is None:
-                e = self.engines[key] = SharedEngine(
-                    key, f"e{len(self.engines) + 1}", getattr(p.cfg, role).model, p.engines, p.engines.role_key[role]
-                )
-            e.points.add(p.num)
-            e.roles.add(role)
-            e.max_tokens = max(e.max_tokens, int(getattr(p.cfg, role).max_tokens))
-            p.engine_ids[role] = e.id
-
-    async def get(self, key: str) -> Engine:
-        e = self.engines[key]
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            if e.engine is None:
-                started = time.perf_counter()
-                e.engine = await e.factory.start_model(e.started_model(), e.role_key)
-                e.start_s += time.perf_counter() - started
-                e.starts += 1
-                self.log(
-                    f"sweep: engine {e.id} ({e.model.name}, {e.factory.kinds[e.role_key]}) started in "
-                    f"{time.perf_counter() - started:.1f} s for point(s) {', '.join(f'#{n}' for n in sorted(e.points))}"
-                )
-        assert e.engine is not None
-        return e.engine
-
-    async def close(self, key: str) -> None:
-        e = self.engines[key]
-        if e.engine is not None:
-            engine, e.engine = e.engine, None
-            await engine.close()
-
-    async def keep_only(self, keys: set[str]) -> None:
-        """Close the engines this group does not use (and any that died), freeing their memory first."""
-        for key, e in self.engines.items():
-            if e.engine is not None and (key not in keys or e.dead):
-                await self.close(key)
-            if key in keys:
-                e.dead = False
-
-    async def close_all(self) -> None:
-        for key in self.engines:
-            await self.close(key)
-
-
-# ---- groups: the memory plan --------------------------------------------------------
-
-
-def _plan_of(engines: list[SharedEngine], cfg: Any) -> Any:
-    """`ncp_local.plan.check` on the group's distinct engines, one pseudo-role each."""
-    names = tuple(_plan_role(e) for e in engines)
-    fake = SimpleNamespace(
-        engine=cfg.engine,
-        plan=cfg.plan,
-        **{
-            n: SimpleNamespace(
-                model=(e.started_model() if e.engine is not None else e.model),
-                max_tokens=e.max_tokens,
-                engine=e.factory.kinds[e.role_key],
-            )
-            for n, e in zip(names, engines, strict=True)
-        },
-    )
-    bound = Bindings(
-        cfg.engine,
-        {
-            n: Binding(
-                role=n,
-                engine=e.factory.kinds[e.role_key],
-                model=(e.started_model() if e.engine is not None else e.model),
-                sampling=Sampling(max_tokens=e.max_tokens),
-                bounds=Bounds(),
-                endpoint={},
-                own_endpoint=frozenset(),
-            )
-            for n, e in zip(names, engines, strict=True)
-        },
-    )
-    return check(fake, names, bindings=bound)
-
-
-def _plan_role(e: SharedEngine) -> str:
-    """The engine's pseudo-role in `_plan_of`'s plan."""
-    return f"engine_{e.id}"
-
-
-def fits(engines: list[SharedEngine], cfg: Any) -> bool:
-    return not _plan_of(engines, cfg).fatal
-
-
-def groups(points: list[Point], pool: SharedEngines) -> list[list[Point]]:
-    """Points in order, cut into groups whose engines fit together; a run directory at most once per group."""
-    out: list[list[Point]] = []
-    current: list[Point] = []
-    for p in points:
-        keys = {k for q in current for k in q.keys.values()} | set(p.keys.values())
-        clash = p.out in {q.out for q in current}
-        if current and (clash or not fits([pool.engines[k] for k in sorted(keys)], p.cfg)):
-            out.append(current)
-            current = []
-        current.append(p)
-    if current:
-        out.append(current)
-    return out
-
-
-def place(group: list[Point], pool: SharedEngines) -> None:
-    """Shares and devices for the group's engines as the plan gives them together (engines already
-    running keep theirs: the plan takes them as set)."""
-    keys = sorted({k for p in group for k in p.keys.values()})
-    engines = [pool.engines[k] for k in keys]
-    plan = _plan_of(engines, group[0].cfg)
-    # The plan has engines for the in-process (vLLM) ones only (none for scripted or openai), one per
-    # distinct model: each is found by its pseudo-roles, not by position.
-    planned = {role: ep for ep in plan.engines for role in ep.roles}
-    for e in engines:
-        ep = planned.get(_plan_role(e))
-        if e.engine is not None or ep is None:
-            continue
-        change: dict[str, Any] = {}
-        if ep.share_planned and ep.share is not None:
-            change["gpu_memory_utilization"] = ep.share
-        if ep.devices_planned and ep.devices:
-            change["devices"] = list(ep.devices)
-        e.placement = change
-
-
-# ---- the index ----------------------------------------------------------------------
-
-
-def run_root(p: Point) -> Path:
-    """The point's run directory (a sharded point writes its shard's subdirectory of it)."""
-    assert p.out is not None
-    return p.out.parent if p.cfg is not None and p.cfg.shard.count > 1 else p.out
-
-
-def write_index(
-    sweep_dir: Path,
-    points: Sequence[Point],
-    pool: SharedEngines | None,
-    launcher: str,
-    groups_: Sequence[Sequence[Point]] = (),
-    name: str = INDEX,
-) -> Path:
-    rows = [
-        PointRow(
-            job=p.num,
-            overrides=p.overrides,
-            mode=p.mode,
-            run_dir=str(run_root(p).resolve()) if p.out is not None else None,
-            shard_dir=str(p.out.resolve()) if p.out is not None and run_root(p) != p.out else None,
-            status=p.status,
-            exit_code=p.code,
-            error=p.message,
-            engines=p.engine_ids,
-        )
-        for p in points
-    ]
-    engines = [e.describe() for e in pool.engines.values()] if pool else []
-    return sweep_index.write(sweep_dir, rows, engines, [[p.num for p in g] for g in groups_], launcher, name)
-
-
-def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int, task: Any) -> None:
-    """The basic launcher's index: one point after the other, each row as its point ends."""
-    p = Point(num, tuple(overrides), task=task, code=code, status="done" if code == 0 else "failed")
-    try:
-        raw = OmegaConf.to_container(task, resolve=True)
-        cfg = config_mod.validate(raw)  # type: ignore[arg-type]
-        p.cfg, p.mode = cfg, cfg.mode
-        if cfg.mode == "run":
-            key = identity_mod.of_run(cfg, raw).key  # type: ignore[arg-type]
-            p.out = layout.shard_dir(cfg, layout.run_dir(cfg, key))
-    except Exception:  # a point refused as bad input has no run directory; its row still says so
-        pass
-    name = sweep_index.name_for(p.cfg)
-    rows = [r for r in (sweep_index.read_rows(sweep_dir / name) or []) if r.job != num]
-    known = [
-        Point(
-            r.job,
-            r.overrides,
-            mode=r.mode,
-            out=Path(r.run_dir) if r.run_dir else None,
-            status=r.status,
-            code=r.exit_code,
-            message=r.error,
-        )
-        for r in rows
-    ]
-    write_index(sweep_dir, sorted([*known, p], key=lambda q: q.num), None, "basic", name=name)
-
+from .point_index import write_index
+from .shared_engines import SharedEngines, groups, place
+from .sweep_point import Point, mark_swept, point_cfg, prepare
 
 # ---- running ------------------------------------------------------------------------
 
@@ -410,13 +100,6 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
         "engines": engines,
     }
     return m
-
-
-def _cfg(p: Point) -> config_mod.RunConfig:
-    """The config of a point `prepare` validated: one that runs or ran (a runnable point, one with
-    results), or one of another mode (its mode is read from that config)."""
-    assert p.cfg is not None, f"sweep point {p.name}: no validated config"
-    return p.cfg
 
 
 def _episodes(p: Point) -> tuple[str, ...]:
@@ -460,7 +143,7 @@ class Sweep:
                 + "; ".join(" ".join(f"#{p.num}" for p in g) for g in self.groups)
             )
         for p in runnable:
-            self.progress.add_run(p.name, _episodes(p), _cfg(p).max_turns, p.out)
+            self.progress.add_run(p.name, _episodes(p), point_cfg(p).max_turns, p.out)
             self.progress.point(p.name, "waiting")
         self.index()
         task = asyncio.current_task()
@@ -610,7 +293,7 @@ class Sweep:
 def rows_labelled(points: Sequence[Point]) -> list[tuple[str, Any]]:
     """(label, aggregate) per point with results, labelled by what differs between the points."""
     with_results = [p for p in points if p.results]
-    cfgs = [_cfg(p) for p in with_results]  # a point with results ran
+    cfgs = [point_cfg(p) for p in with_results]  # a point with results ran
     template = next((c.report.label for c in cfgs if getattr(c.report, "label", None)), None)
     if template:
         labels = [from_template(template, p.raw or {}) for p in with_results]
@@ -719,13 +402,13 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     if rows:
         print(results_table(rows))
     # A point's mode is read from its validated config: a reaudit point has one.
-    reaudits = [p for p in points if p.mode == "reaudit" and p.status == "done" and len(_cfg(p).runs) == 1]
+    reaudits = [p for p in points if p.mode == "reaudit" and p.status == "done" and len(point_cfg(p).runs) == 1]
     if reaudits:
         for p in reaudits:
-            p.out = point_dir(_cfg(p), p.raw or {})
+            p.out = point_dir(point_cfg(p), p.raw or {})
         sweep.index()
-        first = _cfg(reaudits[0])
-        if len(reaudits) > 1 and len({tuple(_cfg(p).runs) for p in reaudits}) == 1:
+        first = point_cfg(reaudits[0])
+        if len(reaudits) > 1 and len({tuple(point_cfg(p).runs) for p in reaudits}) == 1:
             # Several auditors on one run: the paper's Table 2 over the run and its re-audits.
             print(f"auditor table over {len(reaudits)} re-audits of {first.runs[0]}:")
             auditor_table(
@@ -756,12 +439,3 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     else:
         print(line)
     return code
-
-
-def mark_swept(points: Sequence[Point]) -> None:
-    """Name each point by the overrides that differ between points (all of them are in the index)."""
-    given = [dict(o.partition("=")[::2] for o in p.overrides) for p in points]
-    keys = {k for g in given for k in g}
-    varying = {k for k in keys if len({g.get(k) for g in given}) > 1}
-    for p in points:
-        p.swept = tuple(o for o in p.overrides if o.partition("=")[0] in varying)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import RunConfig
 from ..execution.layout import require_finished
-from ..execution.store import check_destination
+from ..execution.places import check_destination
 from ..protocol.trials import episode_name
 from ..report import Run, default_out, run_notes, runs_of
 from ..report.inspect_log import build_log, write_log

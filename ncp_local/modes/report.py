@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..execution.layout import require_finished
-from ..execution.store import check_destination
+from ..execution.places import check_destination
 from ..report import build_report, default_out, runs_of
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..config import RunConfig, validate
 from ..execution import episodes
-from ..execution.identity import rerun_config
+from ..execution.rerun import rerun_config
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..execution.layout import require_finished
-from ..execution.store import check_destination
+from ..execution.places import check_destination
 from ..report import default_out, run_notes, runs_of
 from ..report.review import disputed_summary, export_sheet, read_sheet, summary_csv, summary_markdown
 from ..report.tables import write

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..errors import InputError
+from ..execution.atomic import atomic_write
 from ..execution.layout import require_finished
-from ..execution.store import atomic_write, check_destination
+from ..execution.places import check_destination
 from ..report import runs_of
 from ..report.submission import build, validate
 

@@ -42,7 +42,7 @@ def cdiv(a: int, b: int) -> int:
 
 
 def step_tokens(engine_args: dict[str, Any], max_model_len: int, max_num_seqs: int, on_gpu: bool) -> int:
-    """`max_num_batched_tokens` as the rig starts the engine (engines/vllm.py `engine_kwargs`):
+    """`max_num_batched_tokens` as the rig starts the engine (engines/vllm_args.py `engine_kwargs`):
     on a GPU the user's or 16384; on the CPU build at least a whole prompt beside a step of decodes."""
     given = int(engine_args.get("max_num_batched_tokens") or 0)
     if on_gpu:

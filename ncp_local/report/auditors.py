@@ -30,7 +30,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..execution.layout import MANIFEST, RESULTS, read_manifest
-from ..execution.store import check_destination, check_result
+from ..execution.places import check_destination
+from ..execution.seals import check_result
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import ConflictRecord
 from ..protocol.stages import CONFLICT_TYPES

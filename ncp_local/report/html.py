@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..execution.store import atomic_write
+from ..execution.atomic import atomic_write
 from .cost import CostTable
 from .endings import RunEndings
 from .failure_modes import RunModes

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import InputError
-from ..execution.store import atomic_write
+from ..execution.atomic import atomic_write
 from ..protocol.records import EpisodeResult
 from ..protocol.reference_format import (
     MISSING_FROM_REFERENCE,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..execution.store import atomic_write
+from ..execution.atomic import atomic_write
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import shown as shown_turn

@@ -17,7 +17,7 @@ from ..bindings import ran_no_model
 from ..config import SCRIPTED
 from ..errors import InputError
 from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
-from ..execution.store import check_result
+from ..execution.seals import check_result
 from ..execution.sweep_index import read_index
 from ..protocol.metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.records import EpisodeResult

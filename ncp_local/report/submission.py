@@ -8,7 +8,7 @@ four flags computed from those records, never asked for:
 
 - `official_prompts`: every template the run's stages and method read hashes to the official file
   (`protocol.prompts.OFFICIAL_SHA256`);
-- `official_dataset`: the run's dataset files are the official release's (`identity.OFFICIAL_DATASET_FILES`);
+- `official_dataset`: the run's dataset files are the official release's (`fingerprints.OFFICIAL_DATASET_FILES`);
 - `complete`: every story of the dataset has a result, and no episode is invalid for an engine-side
   cause (`execution.calls.failure_kind`) nor for one cause in most episodes (`systematic_invalid`);
 - `verified`: all three.
@@ -36,10 +36,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import InputError, shown
 from ..execution.calls import failure_kind, systematic_invalid
-from ..execution.identity import OFFICIAL_DATASET_FILES, Identity, digest, files_digest
+from ..execution.fingerprints import OFFICIAL_DATASET_FILES, files_digest
+from ..execution.identity import Identity, digest
 from ..execution.layout import MANIFEST, RESULTS, manifest_problem, parts
 from ..execution.provenance import now, rig_version
-from ..execution.store import check_bytes
+from ..execution.seals import check_bytes
 from ..protocol.prompts import FALLBACK, OFFICIAL_SHA256, TEMPLATES
 from ..protocol.records import EpisodeResult
 from ..protocol.reference_format import validation_problem

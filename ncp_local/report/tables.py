@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..execution.store import atomic_write
+from ..execution.atomic import atomic_write
 from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
 from .glossary import define
 from .runs import Run

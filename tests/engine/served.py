@@ -46,7 +46,7 @@ class ServedModel:
 
         from ncp_local import config as config_mod
         from ncp_local.engines.serve import serve_args, serve_env
-        from ncp_local.engines.vllm import engine_config
+        from ncp_local.engines.vllm_args import engine_config
 
         raw = OmegaConf.to_container(config_mod.compose([]), resolve=True)
         model = engine_config(config_mod.validate(raw).auditor.model)  # type: ignore[arg-type]

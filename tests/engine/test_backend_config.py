@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from ncp_local import config as config_mod
 from ncp_local.engines.base import Message, Request
 from ncp_local.engines.openai import OpenAIEngine
-from ncp_local.engines.vllm import _engine_args, engine_config
+from ncp_local.engines.vllm_args import _engine_args, engine_config
 
 MODEL = {
     "name": "m",

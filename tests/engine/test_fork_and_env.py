@@ -122,7 +122,8 @@ def _start(loop: asyncio.AbstractEventLoop, cfg):  # type: ignore[no-untyped-def
     import transformers  # noqa: F401
     from vllm.v1.engine.async_llm import AsyncLLM  # noqa: F401
 
-    from ncp_local.engines.vllm import VLLMEngine, _engine_args
+    from ncp_local.engines.vllm import VLLMEngine
+    from ncp_local.engines.vllm_args import _engine_args
 
     _engine_args(cfg, cfg.path, on_cpu=True)  # the rest of the imports a start makes first
     before = dict(os.environ)
@@ -148,7 +149,7 @@ def _ask(loop: asyncio.AbstractEventLoop, backend) -> str:  # type: ignore[no-un
 def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_path: Path, fork_engines: None) -> None:
     from ncp_local.engines.base import EngineDead
     from ncp_local.engines.settings import DETERMINISTIC_MAX_NUM_SEQS, ModelSettings
-    from ncp_local.engines.vllm import _engine_core_processes
+    from ncp_local.engines.vllm_process import _engine_core_processes
 
     loop = asyncio.new_event_loop()
     a = b = None

@@ -74,7 +74,7 @@ def _results(d: Path) -> dict[str, dict]:
     out = {}
     for p in sorted((d / "results").glob("*.json")):
         data = json.loads(p.read_text())
-        data["seal"].pop("run")  # store.SEAL
+        data["seal"].pop("run")  # seals.SEAL
         out[p.name] = data
     return out
 

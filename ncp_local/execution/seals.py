@@ -1,0 +1,143 @@
+"""The seal every result and checkpoint carries, and the check a file must pass before it is used.
+
+A seal holds the record's spec id (and trial, past trial 0), the sha256 of the spec file it was
+played on, the run identity and a hash of the record itself. A file that fails the check
+(truncated, not JSON, another spec's, another run's, a spec the dataset lacks, edited) is never
+used: the run directory (execution/store.py) moves it to `quarantine/` and plays the episode again;
+reports and merges apply the same check (`check_file`, `check_result`) without moving anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..protocol.reaudit import ReauditResult
+from ..protocol.records import Checkpoint, EpisodeResult
+from ..protocol.trials import episode_name, parse_episode
+from .formats import FORMAT_KEY, Kind, check_version, stamped
+from .identity import Identity
+
+SEAL = "seal"
+
+
+def _body_hash(record: BaseModel) -> str:
+    return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
+
+
+# The records a run directory seals, each of one spec, and their kinds of file (execution/formats.py).
+Sealed = EpisodeResult | ReauditResult | Checkpoint
+_KIND: dict[type[BaseModel], Kind] = {EpisodeResult: "result", Checkpoint: "checkpoint", ReauditResult: "reaudit"}
+
+
+def _kind(record: BaseModel) -> Kind:
+    return _KIND.get(type(record), "result")
+
+
+def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
+    """The record's JSON with its seal first (spec id, spec hash, run identity, record hash)."""
+    trial = getattr(record, "trial", 0)
+    seal = {
+        "spec_id": record.spec_id,
+        **({"trial": trial} if trial else {}),  # trial 0's seal is the seal a run without trials writes
+        "spec_sha256": spec_sha256,
+        "run": run,
+        "sha256": _body_hash(record),
+    }
+    body = stamped(record.model_dump(mode="json"), _kind(record))
+    return json.dumps({SEAL: seal, **body}, indent=1, ensure_ascii=False)
+
+
+def check_file(
+    path: Path,
+    model: type[BaseModel],
+    run: str | None,
+    spec_hashes: Mapping[str, str] | None = None,
+    require_seal: bool = True,
+) -> tuple[Any, str]:
+    """(record, "") for a file that passes, (None, reason) for one that must not be used.
+
+    `run`: the identity it must carry (None: not checked); `spec_hashes`:
+    spec id -> file hash for every spec of the run's dataset (None: not
+    checked); `require_seal=False` accepts an unsealed file of an older rig.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, f"cannot read ({exc.strerror})"
+    return check_bytes(raw, path.stem, model, run, spec_hashes, require_seal, where=path)
+
+
+def check_bytes(
+    raw: bytes,
+    name: str,
+    model: type[BaseModel],
+    run: str | None,
+    spec_hashes: Mapping[str, str] | None = None,
+    require_seal: bool = True,
+    where: str | Path | None = None,
+) -> tuple[Any, str]:
+    """`check_file` on a file's bytes (`name`: its file name's stem, the episode it must hold), e.g. one
+    read from an archive (`where` names it). A file in a newer format raises `NewerFormat`: it is
+    refused, never taken for damage."""
+    try:
+        expected, trial = parse_episode(name)
+    except ValueError:
+        return None, "not an episode's file (a stray file)"
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, "not JSON (truncated or damaged)"
+    if not isinstance(data, dict):
+        return None, "not a JSON object"
+    seal = data.pop(SEAL, None)
+    check_version(where or name, data, _KIND.get(model, "result"))
+    data.pop(FORMAT_KEY, None)
+    if spec_hashes is not None and expected not in spec_hashes:
+        return None, f"no spec {expected!r} in the run's dataset (a stray file)"
+    if seal is None and require_seal:
+        return None, "no seal (not written by this run)"
+    if seal is not None and not isinstance(seal, dict):
+        return None, "damaged seal"
+    if seal:
+        if seal.get("spec_id") != expected or seal.get("trial", 0) != trial:
+            return None, _moved(str(seal.get("spec_id")), int(seal.get("trial") or 0), name)
+        if run is not None and seal.get("run") != run:
+            return None, f"from another run (identity {seal.get('run')}, this run is {run})"
+        if spec_hashes is not None and seal.get("spec_sha256") and seal["spec_sha256"] != spec_hashes[expected]:
+            return None, f"played on another version of spec {expected!r}"
+    try:
+        record = model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        return None, f"not a valid {model.__name__}: {where}: {err['msg']}"
+    held = (getattr(record, "spec_id", expected), getattr(record, "trial", 0))
+    if held != (expected, trial):
+        return None, _moved(*held, name)
+    if seal and seal.get("sha256") != _body_hash(record):
+        return None, "its content does not match its seal (edited or damaged)"
+    return record, ""
+
+
+def _moved(spec_id: str, trial: int, stem: str) -> str:
+    held = f"spec {spec_id!r}" if not trial else f"episode {episode_name(spec_id, trial)!r}"
+    return f"holds {held}, not {stem!r} (a file moved or copied)"
+
+
+def check_result(path: Path, manifest: Mapping[str, Any], model: type[BaseModel] = EpisodeResult) -> tuple[Any, str]:
+    """A reader's check of one result file against its run's manifest: (record, "") or (None, reason).
+
+    Runs recorded by this rig (manifest with identity parts) must seal every
+    result with their identity and their dataset's spec hashes; older runs
+    and hand-made folders are checked for what they carry (JSON, spec id).
+    """
+    parts = manifest.get("identity_parts")
+    if parts:
+        return check_file(path, model, manifest.get("identity"), Identity(parts).spec_hashes() or None)
+    return check_file(path, model, manifest.get("identity"), None, require_seal=False)

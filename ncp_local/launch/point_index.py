@@ -1,0 +1,82 @@
+"""A sweep's index (`index.json`, `index.md` in the sweep folder): one row per point, and its engines.
+
+The batched launcher writes the whole index as its points progress (`write_index`); the basic
+launcher, which runs one point after the other, adds each point's row as the point ends
+(`record_point`). The file format is execution/sweep_index.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from .. import config as config_mod
+from ..execution import identity as identity_mod
+from ..execution import layout, sweep_index
+from ..execution.sweep_index import INDEX, PointRow
+from .shared_engines import SharedEngines
+from .sweep_point import Point
+
+
+def run_root(p: Point) -> Path:
+    """The point's run directory (a sharded point writes its shard's subdirectory of it)."""
+    assert p.out is not None
+    return p.out.parent if p.cfg is not None and p.cfg.shard.count > 1 else p.out
+
+
+def write_index(
+    sweep_dir: Path,
+    points: Sequence[Point],
+    pool: SharedEngines | None,
+    launcher: str,
+    groups_: Sequence[Sequence[Point]] = (),
+    name: str = INDEX,
+) -> Path:
+    rows = [
+        PointRow(
+            job=p.num,
+            overrides=p.overrides,
+            mode=p.mode,
+            run_dir=str(run_root(p).resolve()) if p.out is not None else None,
+            shard_dir=str(p.out.resolve()) if p.out is not None and run_root(p) != p.out else None,
+            status=p.status,
+            exit_code=p.code,
+            error=p.message,
+            engines=p.engine_ids,
+        )
+        for p in points
+    ]
+    engines = [e.describe() for e in pool.engines.values()] if pool else []
+    return sweep_index.write(sweep_dir, rows, engines, [[p.num for p in g] for g in groups_], launcher, name)
+
+
+def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int, task: Any) -> None:
+    """The basic launcher's index: one point after the other, each row as its point ends."""
+    p = Point(num, tuple(overrides), task=task, code=code, status="done" if code == 0 else "failed")
+    try:
+        raw = OmegaConf.to_container(task, resolve=True)
+        cfg = config_mod.validate(raw)  # type: ignore[arg-type]
+        p.cfg, p.mode = cfg, cfg.mode
+        if cfg.mode == "run":
+            key = identity_mod.of_run(cfg, raw).key  # type: ignore[arg-type]
+            p.out = layout.shard_dir(cfg, layout.run_dir(cfg, key))
+    except Exception:  # a point refused as bad input has no run directory; its row still says so
+        pass
+    name = sweep_index.name_for(p.cfg)
+    rows = [r for r in (sweep_index.read_rows(sweep_dir / name) or []) if r.job != num]
+    known = [
+        Point(
+            r.job,
+            r.overrides,
+            mode=r.mode,
+            out=Path(r.run_dir) if r.run_dir else None,
+            status=r.status,
+            code=r.exit_code,
+            message=r.error,
+        )
+        for r in rows
+    ]
+    write_index(sweep_dir, sorted([*known, p], key=lambda q: q.num), None, "basic", name=name)
