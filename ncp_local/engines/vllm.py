@@ -33,8 +33,8 @@ from .base import Completion, ContextOverflow, EngineDead, Message, Request
 from .chat_format import ChatFormat, NoChatTemplate
 from .grammar import adapt_schema
 from .settings import ModelSettings, max_num_seqs_note
-from .vllm_args import _engine_args, _on_cpu, engine_config, resolved_path
-from .vllm_process import _START_LOCK, _engine_core_processes, _engine_environ, _engine_processes, engine_env
+from .vllm_args import build_engine_args, engine_config, resolved_path, running_on_cpu
+from .vllm_process import START_LOCK, engine_core_processes, engine_env, engine_environ, engine_processes
 
 if TYPE_CHECKING:  # imported where used: vllm is optional, and vllm_process sets the environment first
     from vllm.sampling_params import SamplingParams
@@ -62,7 +62,7 @@ class VLLMEngine:
         # line each, for the run to print: max_num_seqs capped under deterministic.
         self.notes: tuple[str, ...] = tuple(n for n in (max_num_seqs_note(cfg),) if n)
         # Environment variables that this engine's start changed and that were
-        # put back before the next engine (`_engine_environ`).
+        # put back before the next engine (`engine_environ`).
         self.env_restored: tuple[str, ...] = ()
         # Prompt rendering + tokenization off the event loop (long prompts take
         # tens of ms); the lock keeps the tokenizer to one thread at a time
@@ -87,7 +87,7 @@ class VLLMEngine:
         """
         backend = await asyncio.to_thread(cls._start_blocking, cfg)
         try:
-            backend._watchdog = watchdog.start(_engine_processes(backend._engine))
+            backend._watchdog = watchdog.start(engine_processes(backend._engine))
         except Exception:
             await backend.close()
             raise
@@ -108,10 +108,10 @@ class VLLMEngine:
             chat = ChatFormat.load(model_path, cfg)
         except NoChatTemplate as exc:
             raise ValueError(f"model '{cfg.name}' at {model_path} {exc}") from None
-        on_cpu = _on_cpu()
-        args = _engine_args(cfg, model_path, on_cpu=on_cpu)
+        on_cpu = running_on_cpu()
+        args = build_engine_args(cfg, model_path, on_cpu=on_cpu)
         started = time.monotonic()
-        with _START_LOCK, _engine_environ(engine_env(cfg, on_cpu)) as restored:
+        with START_LOCK, engine_environ(engine_env(cfg, on_cpu)) as restored:
             # Builds the engine config (which reads the environment and writes
             # into it), starts the engine processes (which inherit it), loads
             # the weights, profiles memory.
@@ -130,7 +130,7 @@ class VLLMEngine:
         self._closed = True
         engine, self._engine = self._engine, None
         if engine is not None:
-            cores = _engine_core_processes(engine)
+            cores = engine_core_processes(engine)
             engine.shutdown()
             # vLLM force-kills an engine core that is slow to exit but does not
             # reap it; join to leave no zombie behind.
@@ -190,7 +190,7 @@ class VLLMEngine:
     @property
     def engine_pids(self) -> list[int]:
         """Pids of the engine's processes (engine core and workers), for leak checks."""
-        return [p.pid for p in _engine_processes(self._engine)] if self._engine is not None else []
+        return [p.pid for p in engine_processes(self._engine)] if self._engine is not None else []
 
     # ---- prompts ---------------------------------------------------------
 

@@ -76,7 +76,7 @@ def engine_args_problem(cfg: ModelSettings) -> tuple[str, str] | None:
             close = difflib.get_close_matches(key, names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             return key, f"not an engine argument of vLLM {vllm.__version__}{hint}"
-        if key == "enable_chunked_prefill" and value and _on_cpu():
+        if key == "enable_chunked_prefill" and value and running_on_cpu():
             return key, _CPU_CHUNKED_PREFILL
     return None
 
@@ -105,7 +105,7 @@ def thinking_problem(cfg: ModelSettings) -> tuple[str, str] | None:
     return None
 
 
-def _on_cpu() -> bool:
+def running_on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
@@ -207,7 +207,7 @@ def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool
     return kwargs
 
 
-def _engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> AsyncEngineArgs:
+def build_engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> AsyncEngineArgs:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return AsyncEngineArgs(**engine_kwargs(cfg, model_path, on_cpu))

@@ -4,7 +4,7 @@ vLLM reads its settings from the environment of the process that starts an engin
 while it builds the engine's config, and its engine processes inherit it. The rig sets what every
 engine needs once, at import (before vLLM itself is imported); it gives each engine its own
 variables (`engine_env`) only while that engine starts, one start at a time, and puts back whatever
-changed (`_engine_environ`), so no engine's settings reach the next. `_engine_processes` finds an
+changed (`engine_environ`), so no engine's settings reach the next. `engine_processes` finds an
 engine's processes for its watchdog (engines/watchdog.py) and for leak checks.
 """
 
@@ -54,11 +54,11 @@ GRAMMAR_COMPILE_TIMEOUT_S = 600
 # Engines are started one at a time: per-engine environment (VLLM_BATCH_INVARIANT,
 # VLLM_CPU_NUM_OF_RESERVED_CPU, and what vLLM writes itself) is process-wide and
 # read by the engine processes when they are spawned or forked.
-_START_LOCK = threading.Lock()
+START_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _engine_environ(env: Mapping[str, str]) -> Iterator[list[str]]:
+def engine_environ(env: Mapping[str, str]) -> Iterator[list[str]]:
     """os.environ with `env` added for one engine start, then exactly as before.
 
     vLLM writes into the parent's environment while it builds an engine's config
@@ -68,7 +68,7 @@ def _engine_environ(env: Mapping[str, str]) -> Iterator[list[str]]:
     would reach every later engine of the process (a deterministic engine would
     take full CUDA graphs from the ones after it). So everything that changed,
     ours or vLLM's, is put back. The names restored are yielded (filled on exit).
-    Only one start at a time may use this (`_START_LOCK`).
+    Only one start at a time may use this (`START_LOCK`).
     """
     before = dict(os.environ)
     restored: list[str] = []
@@ -91,7 +91,7 @@ def _restore_environ(before: Mapping[str, str]) -> list[str]:
     return changed
 
 
-def _engine_core_processes(engine: Any) -> list[Any]:
+def engine_core_processes(engine: Any) -> list[Any]:
     """The engine core processes (multiprocessing.Process objects) vLLM started."""
     try:
         return list(engine.engine_core.resources.engine_manager.processes)
@@ -99,11 +99,11 @@ def _engine_core_processes(engine: Any) -> list[Any]:
         return []
 
 
-def _engine_processes(engine: Any) -> list[Any]:
+def engine_processes(engine: Any) -> list[Any]:
     """The engine's processes (psutil): engine core(s) and their workers."""
 
     procs = []
-    for core in _engine_core_processes(engine):
+    for core in engine_core_processes(engine):
         if core.pid is None:
             continue
         try:

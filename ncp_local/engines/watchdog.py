@@ -76,7 +76,7 @@ def open_pipe_fds() -> frozenset[int]:
         return frozenset(_PIPE_FDS)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -91,7 +91,7 @@ def _close_tracked(fd: int, last: bytes = b"") -> None:
         _PIPE_FDS.discard(fd)
         try:
             if last:
-                _write_all(fd, last)
+                write_all(fd, last)
         except OSError:  # the watchdog is gone already
             pass
         finally:
@@ -159,7 +159,7 @@ def start(procs: list[Any], grace_s: float = 10.0) -> Watchdog | None:
     finally:
         _close_tracked(read_fd)
     wd = Watchdog(proc, write_fd)
-    _write_all(write_fd, line)
+    write_all(write_fd, line)
     return wd
 
 

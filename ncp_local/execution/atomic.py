@@ -28,11 +28,11 @@ class DiskFull(RuntimeError):
         )
 
 
-def _is_disk_full(exc: BaseException) -> bool:
+def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _DISK_FULL
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -55,14 +55,14 @@ def atomic_write(path: Path, text: str | bytes) -> None:
             except FileExistsError:
                 continue
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:
-        if _is_disk_full(exc):
+        if is_disk_full(exc):
             raise DiskFull(path.parent, f"writing {path.name}: {exc.strerror}") from None
         raise
     finally:

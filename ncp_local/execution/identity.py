@@ -248,7 +248,7 @@ def _short(v: Any) -> str:
 _MISSING = object()
 
 
-def _files(prefix: str, old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+def file_changes(prefix: str, old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     out = []
     for name in new:
         if name not in old:
@@ -273,8 +273,8 @@ def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[s
     for key in sorted(set(a) | set(b)):
         if a.get(key, _MISSING) != b.get(key, _MISSING):
             out.append(f"{key} {_short(a.get(key, _MISSING))} -> {_short(b.get(key, _MISSING))}")
-    out += _files("dataset: ", old.get("dataset") or {}, new.get("dataset") or {})
-    out += _files("prompts/", old.get("prompts") or {}, new.get("prompts") or {})
+    out += file_changes("dataset: ", old.get("dataset") or {}, new.get("dataset") or {})
+    out += file_changes("prompts/", old.get("prompts") or {}, new.get("prompts") or {})
     for role in sorted(set(old.get("models") or {}) | set(new.get("models") or {})):
         wa, wb = (old.get("models") or {}).get(role) or {}, (new.get("models") or {}).get(role) or {}
         if wa == wb:
@@ -289,7 +289,7 @@ def differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[s
                 if a2.get(k, _MISSING) != b2.get(k, _MISSING)
             ]
         else:
-            out += _files(f"{role} weights: ", wa.get("files") or {}, wb.get("files") or {})
+            out += file_changes(f"{role} weights: ", wa.get("files") or {}, wb.get("files") or {})
     for key in ("source", "sources"):
         if old.get(key) != new.get(key):
             out.append(f"{key} {_short(old.get(key))} -> {_short(new.get(key))}")

@@ -20,7 +20,7 @@ from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
 from . import layout
 from .fingerprints import dataset_files, model_weights, prompt_files
-from .identity import FORMAT, _files, differences, of_run, summary
+from .identity import FORMAT, differences, file_changes, of_run, summary
 
 
 class RerunError(InputError):
@@ -95,7 +95,7 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
     # Dataset: recorded path, else this command's.
     def dataset_ok(where: str) -> list[str]:
         try:
-            return _files("", recorded.get("dataset") or {}, dataset_files(where))
+            return file_changes("", recorded.get("dataset") or {}, dataset_files(where))
         except InputError as exc:
             return [exc.message]
 
@@ -116,7 +116,7 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
 
     def prompts_ok(where: str) -> list[str]:
         try:
-            return _files(
+            return file_changes(
                 "", recorded.get("prompts") or {}, prompt_files(PromptPack.load(where, required=asked).templates)
             )
         except InputError as exc:

@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name
-from .atomic import DiskFull, _is_disk_full, _write_all, atomic_write
+from .atomic import DiskFull, atomic_write, is_disk_full, write_all
 from .call_log import CallLine, CrossCheckNote
 from .formats import check_version, stamped
 from .identity import differences, summary
@@ -85,7 +85,7 @@ class RunDir:
             self._open(manifest, key, parts, warn)
         except BaseException as exc:
             self.close()
-            if _is_disk_full(exc):
+            if is_disk_full(exc):
                 raise DiskFull(self.root, str(getattr(exc, "strerror", ""))) from None
             if isinstance(exc, DiskFull):
                 raise DiskFull(self.root, exc.detail) from None
@@ -253,14 +253,14 @@ class RunDir:
         size = os.fstat(self._calls_fd).st_size
         try:
             # One write per line, unbuffered: a kill loses at most the line in flight.
-            _write_all(self._calls_fd, line)
+            write_all(self._calls_fd, line)
         except OSError as exc:
             # A line half written for want of space is cut off again, so the log stays whole.
             try:
                 os.ftruncate(self._calls_fd, size)
             except OSError:
                 pass
-            if _is_disk_full(exc):
+            if is_disk_full(exc):
                 raise DiskFull(self.root, f"writing {self.calls_path.name}: {exc.strerror}") from None
             raise
 

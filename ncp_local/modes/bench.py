@@ -71,7 +71,7 @@ from .benches.ways import (
     HEADER,
     Recorder,
     Way,
-    _ratio,
+    ratio_of,
     reset_cache,
     run_ceiling,
     run_replay_k,
@@ -181,10 +181,10 @@ async def bench(
     lines.extend(projection(a, throughput or a.tokens_per_s))
     rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
     ratios = {
-        "rig/ceiling": _ratio(a.tokens_per_s, c.tokens_per_s),
+        "rig/ceiling": ratio_of(a.tokens_per_s, c.tokens_per_s),
         "rig/sequential": rig_seq,
         "cache_hit": late_hit(a.tokens_by_turn),
-        "rig/replay_k": _ratio(a.tokens_per_s, d.tokens_per_s),
+        "rig/replay_k": ratio_of(a.tokens_per_s, d.tokens_per_s),
     }
     lines.append("ratios: " + " ".join(f"{name}={value:.2f}" for name, value in ratios.items()))
     if record is not None:

@@ -35,13 +35,13 @@ from ..protocol.spec import (
     ID_RULE,
     NODE_REF,
     Meta,
-    _read_yaml,
-    _Reader,
-    _unique,
+    Reader,
     is_plain_id,
     lint_spec,
     parse_spec,
     read_meta,
+    read_yaml,
+    unique,
 )
 from ..protocol.stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
 
@@ -62,8 +62,8 @@ class Source:
 
 def load_sources(path: str | Path) -> list[Source]:
     path = Path(path)
-    r = _Reader(path)
-    data = _read_yaml(path)
+    r = Reader(path)
+    data = read_yaml(path)
     items = data.get("sources") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise InputError(path, "sources", "expected a non-empty list of sources (or a mapping with `sources:`)")
@@ -71,7 +71,7 @@ def load_sources(path: str | Path) -> list[Source]:
         Source(read_meta(r, item, f"sources[{i}]"), r.text(item, "synopsis", f"sources[{i}].synopsis"))
         for i, item in enumerate(items)
     ]
-    _unique(r, out, "sources")
+    unique(r, out, "sources")
     return out
 
 
@@ -188,7 +188,7 @@ def existing_index(out: Path, sources: Sequence[Source] = ()) -> list[str]:
         return []
     if not index_path.is_file():
         raise InputError(index_path, "out", "a folder where the build writes its index; move it away")
-    data = _read_yaml(index_path)
+    data = read_yaml(index_path)
     what = "not a dataset index (`specs: [id, ...]`); give out= a new folder or one a build wrote"
     if not isinstance(data, dict):
         raise InputError(index_path, "out", f"{what} (the file holds a {type(data).__name__})")

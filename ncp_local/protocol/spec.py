@@ -97,7 +97,7 @@ def is_plain_id(value: str) -> bool:
     return ID_PATTERN.fullmatch(value) is not None
 
 
-class _Reader:
+class Reader:
     """Typed field access that reports the exact path of what is wrong."""
 
     def __init__(self, file: Path) -> None:
@@ -202,7 +202,7 @@ def text_bytes(data: bytes) -> bytes:
         return data
 
 
-def _read_yaml(path: Path) -> Any:
+def read_yaml(path: Path) -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_YAML_BYTES:
@@ -222,7 +222,7 @@ def _read_yaml(path: Path) -> Any:
         raise InputError(path, where, f"invalid YAML: {problem}") from None
 
 
-def _unique(r: _Reader, items: list[Any], section: str) -> None:
+def unique(r: Reader, items: list[Any], section: str) -> None:
     seen: set[str] = set()
     for i, item in enumerate(items):
         if item.id in seen:
@@ -230,7 +230,7 @@ def _unique(r: _Reader, items: list[Any], section: str) -> None:
         seen.add(item.id)
 
 
-def read_meta(r: _Reader, value: Any, field: str) -> Meta:
+def read_meta(r: Reader, value: Any, field: str) -> Meta:
     """id, title, genres and player_role of a mapping at `field` (a spec's meta, a build source)."""
     m = r.mapping(value, field)
     if "genres" not in m:
@@ -250,7 +250,7 @@ def read_meta(r: _Reader, value: Any, field: str) -> Meta:
 
 def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
     """Validate one spec document (already parsed YAML)."""
-    r = _Reader(file)
+    r = Reader(file)
     doc = r.mapping(data, "(top level)")
     for key in SPEC_KEYS:
         if key not in doc:
@@ -278,7 +278,7 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
                 negated=negated,
             )
         )
-    _unique(r, facts, "initial_facts")
+    unique(r, facts, "initial_facts")
 
     commitments = []
     for i, raw in enumerate(r.seq(doc["commitments"], "commitments")):
@@ -295,7 +295,7 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
                 violation_condition=r.text(c, "violation_condition", f"commitments[{i}].violation_condition"),
             )
         )
-    _unique(r, commitments, "commitments")
+    unique(r, commitments, "commitments")
 
     nodes = []
     for i, raw in enumerate(r.seq(doc["trajectory"], "trajectory")):
@@ -310,14 +310,14 @@ def parse_spec(data: Any, file: Path, expected_id: str | None = None) -> Spec:
         )
     if not nodes:
         raise r.fail("trajectory", "empty: an episode needs at least one node")
-    _unique(r, nodes, "trajectory")
+    unique(r, nodes, "trajectory")
 
     return Spec(meta, doc["synopsis"], tuple(facts), tuple(commitments), tuple(nodes))
 
 
 def load_spec(path: str | Path) -> Spec:
     path = Path(path)
-    return parse_spec(_read_yaml(path), path, expected_id=path.stem)
+    return parse_spec(read_yaml(path), path, expected_id=path.stem)
 
 
 def lint_spec(spec: Spec, file: str | Path) -> list[LintWarning]:
@@ -364,8 +364,8 @@ def load_dataset(root: str | Path, limit: int | None = None) -> Dataset:
     index_path = root / "index.yaml"
     if not root.is_dir():
         raise InputError(root, "dataset.path", "not a directory")
-    r = _Reader(index_path)
-    index = r.mapping(_read_yaml(index_path), "(top level)")
+    r = Reader(index_path)
+    index = r.mapping(read_yaml(index_path), "(top level)")
     if "specs" not in index:
         raise r.fail("specs", "missing")
     ids = r.seq(index["specs"], "specs")

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from ncp_local import config as config_mod
 from ncp_local.engines.base import Message, Request
 from ncp_local.engines.openai import OpenAIEngine
-from ncp_local.engines.vllm_args import _engine_args, engine_config
+from ncp_local.engines.vllm_args import build_engine_args, engine_config
 
 MODEL = {
     "name": "m",
@@ -33,7 +33,7 @@ MODEL = {
 def test_shipped_embedded_config_is_one_vllm_accepts(embedded_model_path: Path) -> None:
     raw = OmegaConf.to_container(config_mod.compose([]), resolve=True)
     model = config_mod.validate(raw).narrator.model  # type: ignore[arg-type]
-    args = _engine_args(engine_config(model), embedded_model_path, on_cpu=True)
+    args = build_engine_args(engine_config(model), embedded_model_path, on_cpu=True)
     mc = args.create_model_config()
     assert mc.max_model_len == model.max_model_len == 8192
     assert str(mc.dtype) == "torch.float32" and mc.served_model_name == model.name

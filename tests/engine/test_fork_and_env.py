@@ -123,9 +123,9 @@ def _start(loop: asyncio.AbstractEventLoop, cfg):  # type: ignore[no-untyped-def
     from vllm.v1.engine.async_llm import AsyncLLM  # noqa: F401
 
     from ncp_local.engines.vllm import VLLMEngine
-    from ncp_local.engines.vllm_args import _engine_args
+    from ncp_local.engines.vllm_args import build_engine_args
 
-    _engine_args(cfg, cfg.path, on_cpu=True)  # the rest of the imports a start makes first
+    build_engine_args(cfg, cfg.path, on_cpu=True)  # the rest of the imports a start makes first
     before = dict(os.environ)
     backend = loop.run_until_complete(asyncio.wait_for(VLLMEngine.start(cfg), 600))
     after = dict(os.environ)
@@ -149,7 +149,7 @@ def _ask(loop: asyncio.AbstractEventLoop, backend) -> str:  # type: ignore[no-un
 def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_path: Path, fork_engines: None) -> None:
     from ncp_local.engines.base import EngineDead
     from ncp_local.engines.settings import DETERMINISTIC_MAX_NUM_SEQS, ModelSettings
-    from ncp_local.engines.vllm_process import _engine_core_processes
+    from ncp_local.engines.vllm_process import engine_core_processes
 
     loop = asyncio.new_event_loop()
     a = b = None
@@ -169,12 +169,12 @@ def test_closing_one_forked_engine_leaves_the_other_untouched(embedded_model_pat
 
         # Forked, not spawned: the core by multiprocessing's fork, every process holding the marker.
         for backend in (a, b):
-            assert {type(p._popen).__module__ for p in _engine_core_processes(backend._engine)} == {
+            assert {type(p._popen).__module__ for p in engine_core_processes(backend._engine)} == {
                 "multiprocessing.popen_fork"
             }
         marker = _own_fd_target(marker_r)
         forked = {pid: marker in _fd_targets(pid) for pid in b.engine_pids}
-        core = [p.pid for p in _engine_core_processes(b._engine)]
+        core = [p.pid for p in engine_core_processes(b._engine)]
         assert all(forked[pid] for pid in core) and sum(forked.values()) > len(core), forked  # core + worker
         # The one exec'd process is multiprocessing's resource tracker (it gets only the fds it is passed).
         assert all(

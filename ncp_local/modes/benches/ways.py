@@ -89,7 +89,7 @@ def way_figures(way: Way) -> WayFigures:
     )
 
 
-def _ratio(x: float, y: float) -> float:
+def ratio_of(x: float, y: float) -> float:
     return x / y if y else float("nan")
 
 
