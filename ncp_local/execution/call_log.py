@@ -74,7 +74,7 @@ def read_calls(path: str | Path) -> list[CallLine]:
     """The call log's attempts, skipping a line that is not a whole record: cut short by a kill, or torn
     by a full or failing disk (not JSON, not UTF-8, not an object, not a call's fields). The log is a
     record of attempts, one line each, that no result depends on, so a damaged line costs that line
-    only. A build's cross-check notes are not attempts and are left out."""
+    only. A build's cross-check notes are not attempts (no turn, attempt or seed): left out the same way."""
     out = []
     with open(path, "rb") as f:
         for line in f:
@@ -82,7 +82,7 @@ def read_calls(path: str | Path) -> list[CallLine]:
                 record = json.loads(line)
             except (UnicodeDecodeError, json.JSONDecodeError):
                 continue
-            if not isinstance(record, dict) or "cross_check_errors" in record:
+            if not isinstance(record, dict):
                 continue
             check_version(path, record, "calls")
             try:

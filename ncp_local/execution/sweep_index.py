@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from ..config import RunConfig
 from ..errors import InputError
@@ -29,6 +29,17 @@ KIND = "ncp-sweep"
 class _Row(BaseModel):
     # A newer rig may add keys within a format version: read what this one knows.
     model_config = ConfigDict(frozen=True, extra="ignore")
+    # Keys a row leaves out at these values: it says only what its point or engine has.
+    _UNSAID: ClassVar[Mapping[str, Any]] = {}
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unsaid(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for key, empty in self._UNSAID.items():
+                if key in data and data[key] == empty:
+                    del data[key]
+        return data
 
 
 class PointRow(_Row):
@@ -44,6 +55,8 @@ class PointRow(_Row):
     error: str = ""  # why it failed or was refused (left out when empty)
     engines: dict[str, str] = {}  # role -> the shared engine that served it (batched launcher)
 
+    _UNSAID: ClassVar[Mapping[str, Any]] = {"shard_dir": None, "error": "", "engines": {}}
+
 
 class EngineRow(_Row):
     """One engine a batched sweep started and shared among its points."""
@@ -56,6 +69,8 @@ class EngineRow(_Row):
     starts: int
     start_s: float = 0.0
     placement: dict[str, Any] | None = None  # GPUs and memory share it was placed with, if any
+
+    _UNSAID: ClassVar[Mapping[str, Any]] = {"placement": None}
 
 
 class SweepIndex(_Row):
@@ -103,8 +118,6 @@ def write(
         groups=tuple(tuple(g) for g in groups),
     )
     doc = index.model_dump(mode="json")
-    doc["points"] = [_row_json(r) for r in rows]
-    doc["engines"] = [e.model_dump(mode="json", exclude_none=True) for e in engines]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(sweep_dir / name, json.dumps(stamped(doc, "sweep_index"), indent=2, default=str))
     lines = ["| job | status | exit | run directory | overrides |", "|---:|---|---:|---|---|"]
@@ -121,15 +134,6 @@ def write(
         ]
     atomic_write(sweep_dir / name.replace(".json", ".md"), "\n".join(lines) + "\n")
     return sweep_dir / name
-
-
-def _row_json(row: PointRow) -> dict[str, Any]:
-    """A row keeps only what its point has: no shard directory, error or engines when there are none."""
-    data = row.model_dump(mode="json")
-    for key, empty in (("shard_dir", None), ("error", ""), ("engines", {})):
-        if data[key] == empty:
-            del data[key]
-    return data
 
 
 def _parse(path: Path, doc: Any) -> SweepIndex:

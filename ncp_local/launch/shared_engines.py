@@ -13,7 +13,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from ..bindings import Binding, Bindings, Sampling
@@ -22,7 +21,7 @@ from ..engines.base import Engine
 from ..engines.settings import ModelSettings
 from ..execution.engine_pool import EnginePool
 from ..execution.sweep_index import EngineRow
-from ..plan import check
+from ..plan import Plan, check
 from ..protocol import ROLES
 from ..protocol.stages import Bounds
 from .sweep_point import Point, point_cfg
@@ -121,21 +120,10 @@ class SharedEngines:
 # ---- groups: the memory plan --------------------------------------------------------
 
 
-def _plan_of(engines: list[SharedEngine], cfg: RunConfig) -> Any:
-    """`ncp_local.plan.check` on the group's distinct engines, one pseudo-role each."""
+def _plan_of(engines: list[SharedEngine], cfg: RunConfig) -> Plan:
+    """`ncp_local.plan.check` on the group's distinct engines, one pseudo-role each (`cfg`: the group's
+    first point's, for its `plan` and `engine` sections)."""
     names = tuple(_plan_role(e) for e in engines)
-    fake = SimpleNamespace(
-        engine=cfg.engine,
-        plan=cfg.plan,
-        **{
-            n: SimpleNamespace(
-                model=(e.started_model() if e.engine is not None else e.model),
-                max_tokens=e.max_tokens,
-                engine=e.factory.kinds[e.role_key],
-            )
-            for n, e in zip(names, engines, strict=True)
-        },
-    )
     bound = Bindings(
         cfg.engine,
         {
@@ -151,7 +139,7 @@ def _plan_of(engines: list[SharedEngine], cfg: RunConfig) -> Any:
             for n, e in zip(names, engines, strict=True)
         },
     )
-    return check(fake, names, bindings=bound)
+    return check(cfg, names, bindings=bound)
 
 
 def _plan_role(e: SharedEngine) -> str:

@@ -88,10 +88,7 @@ def _manifest(p: Point, sweep_dir: Path, pool: SharedEngines) -> dict[str, Any]:
         "sweep_line": sweep_cmd.get("line"),
     }
     # Which shared engine served each role, the points it serves and how often it was started so far.
-    engines = {
-        role: pool.engines[p.keys[role]].describe().model_dump(mode="json", exclude={"roles"}, exclude_none=True)
-        for role in ROLES
-    }
+    engines = {role: pool.engines[p.keys[role]].describe().model_dump(mode="json", exclude={"roles"}) for role in ROLES}
     m["sweep"] = {
         "dir": str(sweep_dir.resolve()),
         "job": p.num,

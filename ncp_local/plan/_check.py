@@ -16,7 +16,6 @@ from .growth import Growth, StageGrowth
 from .hardware import Inventory, inventory
 from .memory import (
     EnginePlan,
-    PlanSource,
     Problem,
     apply,
     check_windows,
@@ -48,7 +47,7 @@ class StageRow:
 
 @dataclass
 class Plan:
-    cfg: PlanSource
+    cfg: RunConfig
     inventory: Inventory
     engines: list[EnginePlan]
     problems: list[Problem]
@@ -73,26 +72,24 @@ class Plan:
 
 
 def check(
-    cfg: PlanSource, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False, bindings: Bindings | None = None
+    cfg: RunConfig, roles: tuple[str, ...] = ROLES, on_disk_only: bool = False, bindings: Bindings | None = None
 ) -> Plan:
     """Engines, devices, shares and window checks: the part `mode=run` needs, no prompt play.
 
     `on_disk_only`: plan only the models whose files are here (mode=run: the others fail its path check).
-    `bindings`: the roles as resolved (default: from `cfg`; a batched sweep plans pseudo-roles)."""
+    `bindings`: the roles as resolved (default: from `cfg`; a batched sweep plans a group's engines as
+    pseudo-roles under its first point's config)."""
     pc = cfg.plan
     inv = inventory(pc.gpus)
     problems: list[Problem] = []
-    if bindings is None:
-        # Only a run config comes without its bindings (the batched launcher's stand-in brings its own).
-        assert isinstance(cfg, RunConfig)
-        bindings = bind(cfg)
+    bindings = bind(cfg) if bindings is None else bindings
     remote = bindings.served(roles)
     local = bindings.in_process(roles)  # in this process: planned
     if not local:
         return Plan(cfg, inv, [], problems, remote=remote)
     engines = engines_of(bindings, local)
     read_facts(engines, problems, on_disk_only, on_gpu=inv.kind == "gpu")
-    check_windows(cfg, engines, problems)
+    check_windows(bindings, engines, problems)
     if inv.kind == "gpu":
         lines = plan_gpu(engines, inv, pc, problems)
     else:
@@ -141,7 +138,7 @@ def project(plan: Plan, growth: Growth) -> None:
             )
 
 
-def thinking_reserve(cfg: PlanSource, role: str) -> int:
+def thinking_reserve(cfg: RunConfig, role: str) -> int:
     """Output tokens a role's calls reserve for thinking: its model's thinking_budget when it thinks.
 
     A thought is generated in its own call and never shown in a later prompt (the prompt lines

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from ..bindings import Bindings
@@ -36,11 +35,6 @@ from .kv import (
     step_tokens,
     steps_in_flight,
 )
-
-# What the plan reads its settings from: the run's config, or the stand-in the batched launcher builds for
-# a group of engines (launch/sweep.py: its `engine` and `plan` sections, and each distinct engine as a
-# pseudo-role with `model`, `max_tokens` and `engine`). Both are read by attribute, a role by its name.
-PlanSource = RunConfig | SimpleNamespace
 
 
 @dataclass(frozen=True)
@@ -283,7 +277,7 @@ def sizing(e: EnginePlan, f: ModelFacts, on_gpu: bool) -> KvSizing:
     )
 
 
-def check_windows(cfg: PlanSource, engines: list[EnginePlan], problems: list[Problem]) -> None:
+def check_windows(bindings: Bindings, engines: list[EnginePlan], problems: list[Problem]) -> None:
     """The window each engine is asked to run against what the model supports and what each role reserves."""
     for e in engines:
         if e.facts is not None and e.facts.native_window:
@@ -304,7 +298,7 @@ def check_windows(cfg: PlanSource, engines: list[EnginePlan], problems: list[Pro
                 )
         longest = e.facts.extended_window(e.engine_arg("hf_overrides")) if e.facts is not None else 0
         for role in e.roles:
-            reserved = int(getattr(cfg, role).max_tokens)
+            reserved = bindings[role].sampling.max_tokens
             if reserved >= e.window:
                 raise_it = (
                     f", or raise {role}.model.max_model_len (the model holds {longest})" if longest > e.window else ""

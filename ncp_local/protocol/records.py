@@ -6,6 +6,11 @@ metrics, the replay of a turn's state, the reports, the official format's conver
 export. Each stage's answer is a model here, not a dict, so a reader names its fields (`c.type`,
 `rec.conflict_check.conflicts`) and a misspelt one fails in mypy, not silently as an empty `.get`.
 
+They mirror the stages' answer models (stages/_outputs.py) on purpose rather than reuse them: an
+answer model checks what only the turn knows (the ids it may name, non-empty reasons, the run's bounds,
+the player-input alias), which a reader of a stored file can neither re-check nor should (a record
+written under other bounds is still a record). A record keeps the answer as it was accepted.
+
 Field order is serialization order, and results are compared byte for byte across rig versions: each
 answer record lists its fields in the order the stage's answer model (stages/_outputs.py) dumps them,
 then what the rig derives (`counts`). A file's format version (execution/formats.py) changes when a
@@ -19,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from .ledger import EpisodeState
-from .stages import CONFLICT_TYPES, INTERNAL_ID, PLAYER_INPUT_ID, ConflictType, FailureMode
+from .stages import INTERNAL_ID, PLAYER_INPUT_ID, ConflictType, FailureMode, count_conflicts
 from .trials import episode_name
 
 # `context_limit`: the episode could not go on because a call no longer fits the
@@ -68,8 +73,7 @@ class ConflictCounts(_Answer):
 
     @classmethod
     def of(cls, conflicts: tuple[ConflictRecord, ...]) -> ConflictCounts:
-        per_type = {t: sum(c.type == t for c in conflicts) for t in CONFLICT_TYPES}
-        return cls(**per_type, total=len(conflicts))
+        return cls(**count_conflicts(c.type for c in conflicts))
 
 
 class ConflictCheckRecord(_Answer):

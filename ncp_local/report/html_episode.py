@@ -10,7 +10,7 @@ from ..protocol import ledger, turns
 from ..protocol.metrics import episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.records import EpisodeResult, TurnRecord
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
-from .html_parts import badge, conflict_badges, esc, page, table, target_tag
+from .html_parts import badge, conflict_badges, esc, page, rendered_table, target_tag
 from .runs import Run
 
 
@@ -163,7 +163,7 @@ def _fact_table(rp: Replay) -> str:
             f"<td class=text>{esc(f.text)}</td><td>{esc(origin.get(f.id, ''))}</td>"
             f"<td>{esc(negated_at.get(f.id, ''))}</td></tr>"
         )
-    return table("ledger", ("id", "fact", "added", "negated"), rows, counts=False)
+    return rendered_table("ledger", ("id", "fact", "added", "negated"), rows)
 
 
 def _node_table(rp: Replay) -> str:
@@ -176,7 +176,7 @@ def _node_table(rp: Replay) -> str:
             f"<td class=small>{esc(n.trigger_event)}</td><td class=small>{esc(n.key_delta)}</td>"
             f"<td>{esc(at)}</td></tr>"
         )
-    return table("nodes", ("node", "description", "trigger event", "key change", "completed"), rows, counts=False)
+    return rendered_table("nodes", ("node", "description", "trigger event", "key change", "completed"), rows)
 
 
 def _commitment_table(rp: Replay) -> str:
@@ -200,11 +200,10 @@ def _commitment_table(rp: Replay) -> str:
             f"<td class=small>{esc(', '.join(sat))}</td><td class=small>{esc(', '.join(back))}</td>"
             f"<td><div class=strip>{strip}</div></td></tr>"
         )
-    return table(
+    return rendered_table(
         "commitments",
         ("id", "type", "description", "final", "satisfied at turn", "back to pending at", "status per turn"),
         rows,
-        counts=False,
     )
 
 

@@ -19,12 +19,12 @@ from .glossary import define, define_cost, define_trials, plain
 from .html_parts import (
     badge,
     conflict_badges,
+    count_table,
     episode_href,
     esc,
     header_cell,
     page,
     run_key,
-    table,
     turns_cell,
     with_interval,
 )
@@ -145,12 +145,12 @@ def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
     """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
     parts = [
         f"<p class='muted small'>{esc(ENDINGS_NOTE)}</p>",
-        table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
+        count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
     ]
     if svg:
         parts.append(f"<figure>{svg}</figure>")
     for e in ends:
-        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", table("bands", *e.bands)]
+        parts += [f"<h3>{esc(e.label)}: endings by turns played</h3>", count_table("bands", *e.bands)]
     return "".join(parts)
 
 
@@ -158,12 +158,12 @@ def _modes_html(modes: Sequence[RunModes]) -> str:
     """Each run's conflicts by failure mode, and by conflict type and mode."""
     parts = [f"<p class='muted small'>{esc(failure_modes.NOTE)}</p>"]
     if any(m.asked for m in modes):
-        parts.append(table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
+        parts.append(count_table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
         for m in modes:
             if m.asked:
                 parts += [
                     f"<h3>{esc(m.label)}: failure modes by conflict type</h3>",
-                    table("modes", *failure_modes.type_rows(m), tips=False),
+                    count_table("modes", *failure_modes.type_rows(m), tips=False),
                 ]
     parts += [f"<p class='muted small'>{esc(line)}</p>" for line in failure_modes.notes(modes)]
     return "".join(parts)
@@ -175,12 +175,12 @@ def _auditor_html(err: AuditorError | None, level: float) -> str:
         return f"<p class='muted small'>{esc(plain(UNCORRECTED_NOTE))}</p>"
     parts = [
         f"<p class='muted small'>{esc(plain(precision.intro(err, level)))}</p>",
-        table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False),
+        count_table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False),
     ]
     for c in err.corrected:
         parts += [
             f"<h3>{esc(precision.corrected_title(c))}</h3>",
-            table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False),
+            count_table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False),
         ]
         if note := precision.notes(err, c):
             parts.append(f"<p class='muted small'>{esc(note)}</p>")
@@ -195,8 +195,8 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
     for rt in rts:
         parts += [
             f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
-            table("passk", *passk_table(rt), define=define_trials),
-            table("noise", *noise_table(rt, level), define=define_trials),
+            count_table("passk", *passk_table(rt), define=define_trials),
+            count_table("noise", *noise_table(rt, level), define=define_trials),
         ]
     parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
     return "".join(parts)

@@ -80,24 +80,16 @@ def target_tag(ctype: str, target_id: str) -> str:
     return f"<span class=fid>{esc(target_id)}</span>"
 
 
-def table(
+def count_table(
     cls: str,
     header: Sequence[str],
-    rows: Sequence[Sequence[Any]] | Sequence[str],
-    counts: bool = True,
+    rows: Sequence[Sequence[Any]],
     tips: bool = True,
     define: Callable[[str], str] = define_ending,
 ) -> str:
-    """A table of `header` over `rows`.
-
-    `counts` (the index page's tables): each row is its cells, the first naming the row and the rest
+    """An index page's table of counts: each row is its cells, the first naming the row and the rest
     numbers (escaped here); the headers get their glossary text (`define`: the endings table's by
-    default) as tooltips unless `tips` is off, and the table scrolls in its frame. Otherwise (an episode
-    page's tables): plain headers over rows already rendered."""
-    if not counts:
-        head = "".join(f"<th>{esc(h)}</th>" for h in header)
-        body = "".join(str(r) for r in rows)
-        return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    default) as tooltips unless `tips` is off, and the table scrolls in its frame."""
 
     def th(i: int, h: str) -> str:
         tip = f' title="{esc(plain(define(h)))}"' if tips and h else ""
@@ -109,3 +101,9 @@ def table(
         for r in rows
     )
     return f"<div class=scroll><table class='{cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+
+
+def rendered_table(cls: str, header: Sequence[str], rows: Sequence[str]) -> str:
+    """An episode page's table: plain headers over rows already rendered (their cells link and mark up)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

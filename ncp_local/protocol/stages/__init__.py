@@ -71,6 +71,7 @@ from ._outputs import (
     Summary,
     TrajectoryOut,
     conflict_name,
+    count_conflicts,
 )
 from ._parse import PLAYER_LABELS, bound_hits, check_bounds, clean_player_text, parse
 from ._registry import (
@@ -142,6 +143,7 @@ __all__ = [
     "check_bounds",
     "clean_player_text",
     "conflict_name",
+    "count_conflicts",
     "conflict_targets",
     "id_pattern",
     "method_templates",

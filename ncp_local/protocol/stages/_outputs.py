@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from operator import attrgetter
 from typing import Annotated, Any, Literal, get_args
 
@@ -72,6 +73,13 @@ class Conflict(_Out):
         return self
 
 
+def count_conflicts(types: Iterable[str]) -> dict[str, int]:
+    """A conflict list's counts per type and in all (PROTOCOL section 8: derived from the list, never asked
+    for); an answer's and a recorded turn's alike."""
+    listed = list(types)
+    return {**{t: listed.count(t) for t in CONFLICT_TYPES}, "total": len(listed)}
+
+
 COUNT_KEYS = {
     "fact_conflict_count": "fact",
     "commitment_conflict_count": "commitment",
@@ -93,9 +101,7 @@ class ConflictCheckOut(_Out):
 
     def counts(self) -> dict[str, int]:
         """Derived, never asked for (PROTOCOL section 8)."""
-        out = {t: sum(c.type == t for c in self.conflicts) for t in CONFLICT_TYPES}
-        out["total"] = len(self.conflicts)
-        return out
+        return count_conflicts(c.type for c in self.conflicts)
 
 
 class DoubleCheckOut(ConflictCheckOut):
