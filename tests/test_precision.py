@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 
 from cli_runner import run_cli
-from ncp_local.protocol.metrics import km_survival
+from ncp_local.protocol.metrics import km_survival, product_limit
 from ncp_local.report import build_report, load_runs
-from ncp_local.report.precision import UNCORRECTED_NOTE, weighted_survival
+from ncp_local.report.precision import UNCORRECTED_NOTE
 from ncp_local.report.review import SHEET_COLUMNS, sample_conflicts, sheet_csv
 from ncp_local.report.runs import attach_specs
 
 
-def test_weighted_survival_is_kaplan_meier_and_matches_lifelines() -> None:
+def test_product_limit_is_kaplan_meier_and_matches_lifelines() -> None:
     turns = np.array([1, 2, 2, 2, 3, 4, 4, 5, 5, 5])
     censored = np.array([False, False, True, False, False, False, True, False, False, False])
     # Every ending whole: the report's own Kaplan-Meier (scipy).
-    whole = weighted_survival(turns, np.where(censored, 0.0, 1.0), 5)
+    whole = product_limit(turns, np.where(censored, 0.0, 1.0), 5)
     assert whole == pytest.approx(km_survival(turns.tolist(), censored.tolist(), 5).s, abs=1e-12)
     # Fractional endings: lifelines' weighted Kaplan-Meier on the split records (an ending of weight w, and a
     # story still going of weight 1 - w, censored half a turn on so that it is at risk for its own turn).
@@ -36,7 +36,7 @@ def test_weighted_survival_is_kaplan_meier_and_matches_lifelines() -> None:
     with pytest.warns(Warning):  # lifelines notes that the weights are not whole numbers
         km = KaplanMeierFitter().fit(times[keep], events[keep], weights=weights[keep])
     theirs = [float(km.survival_function_at_times(t - 0.5).iloc[0]) for t in range(1, 6)]
-    assert weighted_survival(turns, w, 5)[1:] == pytest.approx(theirs, abs=1e-12)
+    assert product_limit(turns, w, 5)[1:] == pytest.approx(theirs, abs=1e-12)
 
 
 def _runs(run_dir: Path) -> list:

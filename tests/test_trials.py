@@ -16,7 +16,7 @@ import pytest
 from cli_runner import run_cli
 from ncp_local import config as config_mod
 from ncp_local.execution import identity
-from ncp_local.protocol.metrics import EpisodeMetrics
+from ncp_local.protocol.metrics import EpisodeMetrics, km_survival
 from ncp_local.protocol.spec import ID_PATTERN
 from ncp_local.protocol.trials import SEPARATOR, episode_name, parse_episode, seed_episode
 from ncp_local.report.stats import bootstrap
@@ -189,10 +189,19 @@ def test_pass_k_is_the_share_of_k_subsets_that_all_survive() -> None:
     assert pass_k([a, b], 2, 3) == pytest.approx((math.comb(3, 2) / 6 + math.comb(2, 2) / 6) / 2)
     assert pass_k([a, b], 4, 3) == 0.0
     assert pass_k([a, b], 4, 1) == 1.0
-    # A play censored before t is unknown there: story a then has 3 known plays at t=6.
+    # A play censored after 2 turns is seen surviving up to t=3 only. Past that the plays seen surviving
+    # are weighted by 1/G(t)^k: censoring took 1 of the 3 plays still going after turn 2, so G(6) = 2/3.
+    # 2 of 4 plays seen surviving 6 turns: pass^1 = (2/4) / (2/3) = 3/4, which is Kaplan-Meier's S(6)
+    # (3 of 4 survive turn 1's ending, and nothing else ends before 6); leaving the censored play out
+    # would give 2/3 (the downward bias), and pass^2 = (C(2,2)/C(4,2)) / (2/3)^2 = 3/8.
     c = Story("c", (_play("c", 0, 2, "context_limit"), _play("c", 1, 7), _play("c", 2, 6), _play("c", 3, 1)))
-    assert pass_k([c], 1, 6) == pytest.approx(2 / 3)
-    assert math.isnan(pass_k([c], 4, 6))
+    assert pass_k([c], 1, 3) == pytest.approx(3 / 4)
+    assert pass_k([c], 1, 6) == pytest.approx(3 / 4)
+    s6 = km_survival([m.turns for m in c.plays], [m.censored for m in c.plays], 7).s[6]
+    assert pass_k([c], 1, 6) == pytest.approx(s6)
+    assert pass_k([c], 2, 6) == pytest.approx(3 / 8)
+    assert pass_k([c], 4, 6) == 0.0  # one play ended at turn 1: no 4 plays all survive
+    assert math.isnan(pass_k([Story("d", c.plays[:3])], 4, 6))  # fewer than 4 plays
 
 
 def test_noise_floor_by_hand() -> None:
@@ -275,7 +284,8 @@ def test_every_trials_column_is_defined_and_documented() -> None:
     from ncp_local.report.glossary import TRIALS_GLOSSARY, define_trials
     from ncp_local.report.trials import STORY_HEADER, RunTrials, noise_table, passk_table
 
-    rt = RunTrials("r", 3, 4, [], {k: (1.0,) * 5 for k in (1, 2, 3)}, (1.0,) * 5, [])
+    band = ((1.0,) * 5, (1.0,) * 5)
+    rt = RunTrials("r", 3, 4, [], {k: (1.0,) * 5 for k in (1, 2, 3)}, (1.0,) * 5, [], {k: band for k in (1, 2, 3)})
     shown = [*noise_table(rt, 0.95)[0], *passk_table(rt)[0][1:], *(row[0] for row in passk_table(rt)[1])]
     shown += STORY_HEADER[2:]
     for column in shown:

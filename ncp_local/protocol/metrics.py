@@ -15,8 +15,11 @@ and turn `n` was under way when the call failed, so T > n: it is censored at
 n, at risk for every t <= n + 1 (S(t) = P(T >= t) = P(T > t - 1)). Dropping
 such episodes (as `invalid`) would remove exactly the longest survivors.
 
-The Kaplan-Meier estimate with its confidence band is scipy's
-(`stats.ecdf` on `CensoredData`), imported only when a curve is computed.
+The Kaplan-Meier estimate is scipy's (`stats.ecdf` on `CensoredData`). Its
+band is scipy's Greenwood log-log band when each story was played once, and a
+bootstrap over stories (`protocol/resample.py`) when a story was played more
+than once: its plays are correlated, and Greenwood's variance, which takes
+every play for an independent episode, would be up to 1/sqrt(k) too narrow.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
 
 from .records import EpisodeResult
+from .resample import clusters, draws, percentile
 from .stages import CONFLICT_TYPES
 
 # Every termination a report counts, in table order.
@@ -147,16 +152,46 @@ class SurvivalCurve:
     hi: tuple[float, ...]
 
 
-def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int, level: float = 0.95) -> SurvivalCurve:
+def product_limit(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.ndarray:
+    """S(t) = P(T >= t), t = 0..max_turns, by the product limit over (weighted) endings, in numpy.
+
+    Episode i ends at turns[i] with weight ended[i] and, with weight 1 - ended[i], is still going
+    after turns[i] (censored there: at risk for that turn's endings, gone before the next). With
+    weights 0 and 1 this is Kaplan-Meier with the module's censoring rule; fractional weights are
+    the auditor-corrected curve (report/precision.py). Fast enough to run per bootstrap draw.
+    """
+    size = max_turns + 1
+    turns = np.asarray(turns, dtype=np.intp)
+    counts = np.bincount(turns, minlength=size)
+    at_risk = counts[::-1].cumsum()[::-1][:size].astype(float)  # episodes with turns >= n
+    ends = np.bincount(turns, weights=np.asarray(ended, dtype=float), minlength=size)[:size]
+    factor = np.ones(size)
+    live = at_risk > 0
+    factor[live] = 1.0 - ends[live] / at_risk[live]
+    # S(t) = P(T > t - 1): the endings of turns 0..t-1 have happened.
+    return np.concatenate([[1.0], np.cumprod(factor[:max_turns])])
+
+
+def km_survival(
+    turns: Sequence[int],
+    censored: Sequence[bool],
+    max_turns: int,
+    level: float = 0.95,
+    stories: Sequence[str] | None = None,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> SurvivalCurve:
     """Kaplan-Meier S(t) = P(T >= t), t = 0..max_turns, with a `level` confidence band.
 
     A censored episode of n turns counts as T > n (module docstring). Without
     censoring this is `survival()` (the product-limit steps telescope to the
-    share). The band is Greenwood's variance on the log-log scale (stays in
-    [0, 1] and holds its level better than the linear one on the 20-100
-    episodes of a run); where that is undefined, before the first end (S = 1)
-    or once every episode still at risk has ended (S = 0), the band is the
-    point itself: the sample leaves no spread to estimate there.
+    share). `stories` names each episode's story: when one has several plays,
+    the band is the percentile band of `resamples` bootstrap draws over stories
+    (`protocol/resample.py`). Otherwise it is Greenwood's variance on the
+    log-log scale (stays in [0, 1] and holds its level better than the linear
+    one on the 20-100 episodes of a run); where that is undefined, before the
+    first end (S = 1) or once every episode still at risk has ended (S = 0),
+    the band is the point itself: the sample leaves no spread to estimate there.
     """
     if len(turns) != len(censored):
         raise ValueError("km_survival: turns and censored differ in length")
@@ -173,6 +208,13 @@ def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int, 
     # S(t) = P(T >= t) = P(T > t - 1): scipy's sf is P(T > x).
     at = [t - 1 for t in horizon]
     point = [float(v) for v in sf.evaluate(at)]
+    groups = clusters(stories) if stories is not None else None
+    if groups is not None and groups.clustered:
+        t_arr = np.asarray(turns, dtype=np.intp)
+        ended = 1.0 - np.asarray(censored, dtype=float)
+        curves = np.asarray([product_limit(t_arr[i], ended[i], max_turns) for i in draws(groups, resamples, seed)])
+        low, high = percentile(curves, level)
+        return SurvivalCurve(tuple(point), tuple(float(v) for v in low), tuple(float(v) for v in high))
     with warnings.catch_warnings():
         # scipy warns where the band is undefined; handled below.
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -183,10 +225,20 @@ def km_survival(turns: Sequence[int], censored: Sequence[bool], max_turns: int, 
     return SurvivalCurve(tuple(point), lo_t, hi_t)
 
 
-def aggregate(metrics: list[EpisodeMetrics], max_turns: int, level: float = 0.95) -> Aggregate:
+def aggregate(
+    metrics: list[EpisodeMetrics], max_turns: int, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> Aggregate:
     scored = [m for m in metrics if m.termination != "invalid"]
     terms = {k: sum(m.termination == k for m in metrics) for k in TERMINATIONS}
-    curve = km_survival([m.turns for m in scored], [m.censored for m in scored], max_turns, level)
+    curve = km_survival(
+        [m.turns for m in scored],
+        [m.censored for m in scored],
+        max_turns,
+        level,
+        stories=[m.spec_id for m in scored],
+        resamples=resamples,
+        seed=seed,
+    )
     return Aggregate(
         episodes=len(metrics),
         scored=len(scored),

@@ -7,12 +7,13 @@ first standing conflict and the conflict types it found; for re-audits, as
 `reaudit.episode_pairs` counts them (censored at the recorded length).
 
 Rows: each auditor's conflict rates (fact, commitment, player input, any)
-and turns, with bootstrap intervals over episodes. Pairs: Cohen's kappa on
+and turns, with bootstrap intervals over stories (`protocol/resample.py`: a story's plays drawn
+together; over episodes when each story was played once). Pairs: Cohen's kappa on
 conflict yes/no per turn (only where both judged the same narration: a run
 and its re-audits, or re-audits of one run; two independent runs narrate
 differently after their first turn), and Pearson and Spearman of the
-per-episode turns, each with a bootstrap interval (episodes resampled, a
-turn-level kappa taking all turns of the drawn episodes). Only episodes
+per-episode turns, each with a bootstrap interval (stories resampled as
+above, a turn-level kappa taking all turns of the drawn episodes). Only episodes
 every auditor judged are compared.
 """
 
@@ -51,6 +52,7 @@ class Judged:
     turns: int
     types: frozenset[str]
     per_turn: tuple[tuple[int, bool], ...]  # (turn, a conflict stood) for every judged turn
+    story: str = ""  # the episode's story (its spec id; a story's trials share it)
 
 
 @dataclass
@@ -73,7 +75,7 @@ def of_run(run: Run) -> Auditor:
         if r.termination == "invalid":
             continue
         last = _types(r.turns[-1].conflicts) if r.termination == "conflict" and r.turns else frozenset()
-        aud.episodes[sid] = Judged(len(r.turns), last, tuple((t.turn, bool(t.conflicts)) for t in r.turns))
+        aud.episodes[sid] = Judged(len(r.turns), last, tuple((t.turn, bool(t.conflicts)) for t in r.turns), r.spec_id)
     return aud
 
 
@@ -101,6 +103,7 @@ def of_reaudit(path: Path, source: Run) -> Auditor:
             played(first.turn) if first else len(src.turns),
             _types(first.conflicts) if first else frozenset(),
             tuple((a.turn, bool(a.conflicts)) for a in ordered),
+            src.spec_id,
         )
     return aud
 
@@ -151,15 +154,23 @@ def gather(paths: Sequence[str | Path]) -> list[Auditor]:
 
 
 def _paired(
-    stat: Callable[[Any, Any], float], x: np.ndarray, y: np.ndarray, resamples: int, seed: int, level: float
+    stat: Callable[[Any, Any], float],
+    x: np.ndarray,
+    y: np.ndarray,
+    stories: list[str],
+    resamples: int,
+    seed: int,
+    level: float,
 ) -> dict[str, Any]:
-    """`stat` of two aligned per-episode columns, with its bootstrap interval over episodes."""
-    return asdict(bootstrap_stat(len(x), lambda idx: stat(x[idx], y[idx]), resamples, seed, level))
+    """`stat` of two aligned per-episode columns, with its bootstrap interval over stories."""
+    return asdict(bootstrap_stat(len(x), lambda idx: stat(x[idx], y[idx]), resamples, seed, level, stories))
 
 
 def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     common = sorted(set.intersection(*(set(a.episodes) for a in auditors)))
     n = len(common)
+    # Every auditor judged the same episodes, so the first one's names their stories.
+    stories = [auditors[0].episodes[s].story or s for s in common]
     rows = []
     for a in auditors:
         eps = [a.episodes[s] for s in common]
@@ -170,7 +181,7 @@ def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: 
                 "auditor": a.label,
                 "path": str(a.path),
                 "episodes": n,
-                **{k: asdict(iv) for k, iv in bootstrap(cols, resamples, seed, level).items()},
+                **{k: asdict(iv) for k, iv in bootstrap(cols, resamples, seed, level, groups=stories).items()},
             }
         )
     pairs = []
@@ -181,8 +192,8 @@ def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: 
             "a": a.label,
             "b": b.label,
             "episodes": n,
-            "pearson": _paired(pearson, x, y, resamples, seed, level),
-            "spearman": _paired(spearman, x, y, resamples, seed, level),
+            "pearson": _paired(pearson, x, y, stories, resamples, seed, level),
+            "spearman": _paired(spearman, x, y, stories, resamples, seed, level),
         }
         if a.narration == b.narration:
             # Per episode, the turns both judged (a re-audit judges the recorded ones; a run's own
@@ -201,12 +212,19 @@ def table(auditors: list[Auditor], resamples: int = 2000, seed: int = 0, level: 
                 return cohen_kappa(np.concatenate([per_a[k] for k in idx]), np.concatenate([per_b[k] for k in idx]))
 
             entry["turns_judged"] = int(sum(len(v) for v in per_a))
-            entry["kappa"] = asdict(bootstrap_stat(n, kappa, resamples, seed, level))
+            entry["kappa"] = asdict(bootstrap_stat(n, kappa, resamples, seed, level, stories))
         else:
             entry["turns_judged"] = 0
             entry["kappa"] = None  # independent runs: the narration differs after the first turn
         pairs.append(entry)
-    return {"episodes": n, "level": level, "auditors": rows, "pairs": pairs}
+    stories_n = len(set(stories))
+    return {"episodes": n, "stories": stories_n, "level": level, "auditors": rows, "pairs": pairs}
+
+
+def _over(t: dict[str, Any]) -> str:
+    """What the intervals resampled (protocol/resample.py)."""
+    many = t.get("stories", t["episodes"]) < t["episodes"]
+    return f"the {t['stories']} stories, each with all its plays" if many else "episodes"
 
 
 def _cell(iv: dict[str, float] | None, d: int) -> str:
@@ -248,7 +266,7 @@ def markdown(t: dict[str, Any]) -> str:
         + markdown_table(head, body)
         + "\n\n"
         + markdown_table(pair_head, pair_body)
-        + f"\n\nPoint estimate [{t['level']:.0%} bootstrap interval over episodes]. Rates: share of episodes "
+        + f"\n\nPoint estimate [{t['level']:.0%} bootstrap interval over {_over(t)}]. Rates: share of episodes "
         "with a standing conflict of that type; turns: to the first standing conflict (a re-audit's are "
         "censored at the recorded length, a run's at max_turns). Kappa: conflict yes/no on the turns both "
         "judged, where both judged the same narration. Pearson and Spearman: per-episode turns.\n"

@@ -55,6 +55,8 @@ def build_report(
     """Write every report file into `out`; returns the tables' text and the paths written.
 
     A review sheet is read and checked against the runs first, so a bad one writes nothing."""
+    for run in runs:
+        run.bootstrap = (resamples, seed)
     err = auditor_error(review_sheet, runs, resamples, seed, level) if review_sheet else None
     rows = summary_rows(runs, resamples, seed, level)
     summary_md = results_markdown(rows, level)

@@ -35,7 +35,11 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("bound hits", "answers that reached a configured output bound (length or count); none on real models"),
     ("overturned", "conflicts the first check raised and the double-check cleared"),
     ("S(t)", "share of episodes that played t turns or more (Kaplan-Meier when some are censored)"),
-    ("[lo, hi]", "the `report.level` bootstrap interval over episodes; not shown for fewer than 2 scored episodes"),
+    (
+        "[lo, hi]",
+        "the `report.level` bootstrap interval: stories resampled, each with all its plays (so over episodes "
+        "when each story was played once); not shown for fewer than 2 scored episodes",
+    ),
     (
         "genre rows",
         "an episode counts once under each genre of its spec (two each in NCP-Bench), so a "
@@ -96,7 +100,8 @@ TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
     (
         "pass^k %",
         "chance that k plays of a story all survive t turns: C(c,k)/C(n,k) for a story with c of its n "
-        "plays surviving, averaged over the stories (pass^1 = S(t) with as many plays per story, none censored)",
+        "plays seen surviving, averaged over the stories and weighted by 1/G(t)^k for censoring (pass^1 = "
+        "S(t) with as many plays per story); [interval]: bootstrap over stories",
     ),
     ("metric", "a main-table metric, per play (conflict-free %: 100 for a play no conflict ended)"),
     ("mean", "its mean over the scored plays"),
@@ -114,6 +119,16 @@ TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
     (
         "smallest real diff, other stories",
         "the same for two runs of as many other stories: z * sqrt(2 * (between / stories + within / "
+        "(stories * plays)))",
+    ),
+    (
+        "found 80% of the time, replay",
+        "the difference between two replays of the same stories that a test at the report's level finds 80% of "
+        "the time (the smallest real one is found half the time): (z + 0.84) * sqrt(2 * within / (stories * plays))",
+    ),
+    (
+        "found 80% of the time, other stories",
+        "the same for two runs of as many other stories: (z + 0.84) * sqrt(2 * (between / stories + within / "
         "(stories * plays)))",
     ),
     ("plays", "the story's scored plays (`invalid` ones left out)"),

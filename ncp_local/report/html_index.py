@@ -213,10 +213,12 @@ def index_page(
     modes: Sequence[RunModes] = (),
     trials: tuple[Sequence[RunTrials], str] | None = None,
 ) -> str:
+    # The resampling rule (protocol/resample.py): stories with their plays; a story played once is its episode.
+    over = "stories, each with all its plays" if trials is not None else "episodes"
     parts = [
         "<h1>NCP report</h1>",
         f"<p class=muted>{sum(len(r.results) for r in runs)} episodes in {len(runs)} run(s). "
-        f"Intervals: {level:.0%} bootstrap over episodes; averages and rates leave <code>invalid</code> out. "
+        f"Intervals: {level:.0%} bootstrap over {over}; averages and rates leave <code>invalid</code> out. "
         "<code>context_limit</code> episodes (the model's window was full) are averaged at their committed "
         "turns and censored in S(t), the Kaplan-Meier estimate (band: its confidence interval, "
         "+: where a censored episode leaves the count).</p>",

@@ -15,8 +15,13 @@ binomial interval. The report then corrects what rests on the auditor's verdicts
   tests/test_precision.py checks it against lifelines' weighted Kaplan-Meier.
 
 Intervals carry both errors: each of `resamples` bootstrap draws resamples the stories of the run
-and, apart, each type's reviewed items, and recomputes the corrected figure; the interval is the
-draws' percentiles. A type with no reviewed item is not corrected (p = 1), and the report says so.
+(each with all its plays: `protocol/resample.py`) and, apart, draws each type's precision from its
+own uncertainty, the Jeffreys posterior Beta(upheld + 1/2, reviewed - upheld + 1/2), then
+recomputes the corrected figure; the interval is the draws' percentiles. Drawing the precision
+(rather than resampling the reviewed items) keeps its uncertainty when every reviewed item agrees:
+5 of 5 upheld is a precision anywhere from about 60% to 100%, not exactly 1. Jeffreys' interval is
+the one whose coverage stays near its level for small samples (Brown, Cai and DasGupta, 2001).
+A type with no reviewed item is not corrected (p = 1), and the report says so.
 Without a sheet nothing changes, and the report says its figures are uncorrected.
 """
 
@@ -32,7 +37,10 @@ import numpy as np
 from scipy import stats
 
 from ..errors import InputError
+from ..protocol.metrics import product_limit
 from ..protocol.records import conflict_key
+from ..protocol.resample import clusters
+from ..protocol.resample import draws as resample_draws
 from ..protocol.stages import CONFLICT_TYPES
 from .runs import Run
 from .sheet import read_sheet
@@ -134,6 +142,7 @@ class Episodes:
     turns: np.ndarray  # int, per episode
     censored: np.ndarray  # bool: context_limit
     conflicts: dict[str, np.ndarray]  # type -> int count per episode
+    stories: tuple[str, ...] = ()  # per episode, its story (a story's trials share it)
 
 
 def episodes_of(run: Run) -> Episodes:
@@ -147,6 +156,7 @@ def episodes_of(run: Run) -> Episodes:
         np.array([len(r.turns) for r in scored], dtype=int),
         np.array([r.termination == "context_limit" for r in scored], dtype=bool),
         counts,
+        tuple(r.spec_id for r in scored),
     )
 
 
@@ -157,25 +167,6 @@ def _real(eps: Episodes, p: dict[str, float], idx: np.ndarray) -> tuple[dict[str
     for t in CONFLICT_TYPES:
         none = none * (1.0 - p[t]) ** eps.conflicts[t][idx]
     return by_type, 1.0 - none
-
-
-def weighted_survival(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.ndarray:
-    """S(t) = P(T >= t), t = 0..max_turns, by the product limit over weighted endings.
-
-    Episode i ends at turns[i] with weight ended[i] and, with weight 1 - ended[i], is still going
-    after turns[i] (censored there: at risk for that turn's endings, gone before the next).
-    """
-    s = np.ones(max_turns + 1)
-    level = 1.0
-    for t in range(1, max_turns + 1):
-        # S(t) = P(T > t - 1): the endings of turn t - 1 have happened.
-        n = t - 1
-        at_risk = float(np.sum(turns >= n))
-        d = float(np.sum(ended[turns == n]))
-        if at_risk > 0 and d > 0:
-            level *= 1.0 - d / at_risk
-        s[t] = level
-    return s
 
 
 @dataclass(frozen=True)
@@ -202,7 +193,7 @@ def _point(eps: Episodes, p: dict[str, float], idx: np.ndarray, max_turns: int) 
     weight = np.where(eps.censored[idx], 0.0, weight)
     rates = [100.0 * float(np.mean(by_type[t])) for t in CONFLICT_TYPES]
     free = float(len(idx) - np.sum(ended))
-    return np.array([*rates, free, *weighted_survival(eps.turns[idx], weight, max_turns)])
+    return np.array([*rates, free, *product_limit(eps.turns[idx], weight, max_turns)])
 
 
 def correct(
@@ -214,15 +205,12 @@ def correct(
     p_hat = {t: (pr.value if pr.value is not None else 1.0) for t, pr in prec.items()}
     judged = _point(eps, {t: 1.0 for t in CONFLICT_TYPES}, np.arange(n), max_turns)
     point = _point(eps, p_hat, np.arange(n), max_turns)
-    rng = np.random.default_rng(seed)
-    upheld = {t: np.array([v.upheld for v in verdicts if v.type == t], dtype=float) for t in CONFLICT_TYPES}
+    # Two generators: the stories' draws follow the one rule (and its stream), the precisions their own.
+    p_rng = np.random.default_rng([seed, 1])
+    reviewed = {t: (prec[t].upheld, prec[t].reviewed) for t in CONFLICT_TYPES}
     draws = []
-    for _ in range(resamples if n else 0):
-        idx = rng.integers(0, n, size=n)
-        p = {
-            t: (float(np.mean(rng.choice(upheld[t], size=len(upheld[t])))) if len(upheld[t]) else 1.0)
-            for t in CONFLICT_TYPES
-        }
+    for idx in resample_draws(clusters(eps.stories or [str(i) for i in range(n)]), resamples, seed):
+        p = {t: (float(p_rng.beta(k + 0.5, m - k + 0.5)) if m else 1.0) for t, (k, m) in reviewed.items()}
         draws.append(_point(eps, p, idx, max_turns))
     alpha = (1 - level) / 2
     if draws:
@@ -297,7 +285,8 @@ def intro(err: AuditorError, level: float) -> str:
         f"From the review sheet `{err.sheet}` ({items} reviewed conflict(s)): the auditor's precision per "
         f"conflict type (the share of its conflicts a human upholds), with its exact {level:.0%} binomial "
         "interval, and the figures that rest on its verdicts corrected for it. Corrected intervals: "
-        f"{level:.0%} bootstrap over the stories and, apart, over each type's reviewed items."
+        f"{level:.0%} bootstrap over the stories (each with all its plays), each draw taking every type's precision "
+        "from its own uncertainty (Jeffreys: Beta(upheld + 1/2, disputed + 1/2))."
     )
 
 

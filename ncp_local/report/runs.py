@@ -41,6 +41,11 @@ class Run:
     notes: list[str] = field(default_factory=list)
     damaged: tuple[tuple[Path, str], ...] = ()  # result files that failed their check, and why: not counted
     specs: dict[str, Spec] = field(default_factory=dict)  # filled by `attach_specs`
+    # The report's bootstrap (resamples, seed): every interval of this run's report draws with it.
+    bootstrap: tuple[int, int] = (2000, 0)
+    # Aggregates by (level, bootstrap): a run with trials bootstraps its S(t) band, and the report's
+    # tables, plots and sections all read the same one.
+    _aggregates: dict[tuple[float, int, int], Aggregate] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -56,7 +61,10 @@ class Run:
         return [episode_metrics(r) for r in self.results.values()]
 
     def aggregate(self, level: float = 0.95) -> Aggregate:
-        return aggregate(self.metrics(), self.max_turns, level)
+        key = (level, *self.bootstrap)
+        if key not in self._aggregates:
+            self._aggregates[key] = aggregate(self.metrics(), self.max_turns, level, *self.bootstrap)
+        return self._aggregates[key]
 
     def genres(self, spec_id: str) -> tuple[str, ...]:
         spec = self.specs.get(spec_id)

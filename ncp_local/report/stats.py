@@ -1,9 +1,10 @@
 """Small statistics for reports: bootstrap intervals, agreement, correlation.
 
 Correlations and ranks are scipy's, as is Kaplan-Meier survival with its
-confidence band (`protocol/metrics.km_survival`); the bootstrap draws whole
-episodes with one shared index per resample (numpy), and Cohen's kappa is
-its two-line formula.
+confidence band (`protocol/metrics.km_survival`); the bootstrap draws
+stories with all their plays, or episodes when each story was played once
+(`protocol/resample.py`), one shared draw per resample for every column; and
+Cohen's kappa is its two-line formula.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+
+from ..protocol.resample import clusters, draws
 
 
 @dataclass(frozen=True)
@@ -31,52 +34,37 @@ def bootstrap(
     reduce: str = "mean",
     groups: Sequence[str] | None = None,
 ) -> dict[str, Interval]:
-    """Percentile intervals over episodes; one shared set of resamples for every column.
+    """Percentile intervals of column means (or sums); one shared set of resamples for every column.
 
-    Resampling whole episodes (the same index draw for every column) keeps the
-    columns' dependence, and a fixed seed makes the table reproducible.
+    Each draw takes whole episodes (the same draw for every column), which keeps the columns'
+    dependence, and a fixed seed makes the table reproducible. `groups` names each value's story:
+    draws follow `protocol/resample.py` (stories with all their plays when one has several;
+    episodes otherwise), and a mean is over the drawn stories' plays.
     `reduce` is `mean` or `sum` (a count such as conflict-free runs).
-    `groups` (one per value, e.g. each episode's story) resamples groups instead: the values of a
-    drawn group move together (a story's trials), and a mean is over the drawn groups' values.
     """
     names = list(columns)
     data = np.asarray([np.asarray(columns[k], dtype=float) for k in names])
     if data.ndim != 2 or data.shape[1] == 0:
         return {k: Interval(math.nan, math.nan, math.nan) for k in names}
-    if groups is not None and len(set(groups)) < len(groups):
-        return _group_bootstrap(names, data, list(groups), resamples, seed, level, reduce)
     n = data.shape[1]
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(resamples, n))
+    units = clusters(groups if groups is not None else [str(i) for i in range(n)])
     alpha = (1 - level) / 2
     out = {}
+    if units.clustered:
+        picks = list(draws(units, resamples, seed))
+        stats_of = {
+            k: np.asarray([data[i][idx].sum() if reduce == "sum" else data[i][idx].mean() for idx in picks])
+            for i, k in enumerate(names)
+        }
+    else:
+        # One matrix of draws: the same stream as one draw at a time (resample.draw), reduced at once.
+        idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+        stats_of = {
+            k: data[i][idx].sum(axis=1) if reduce == "sum" else data[i][idx].mean(axis=1) for i, k in enumerate(names)
+        }
     for i, k in enumerate(names):
-        draws = data[i][idx]
-        stat = draws.sum(axis=1) if reduce == "sum" else draws.mean(axis=1)
         point = float(data[i].sum() if reduce == "sum" else data[i].mean())
-        lo, hi = np.quantile(stat, [alpha, 1 - alpha])
-        out[k] = Interval(point, float(lo), float(hi))
-    return out
-
-
-def _group_bootstrap(
-    names: list[str], data: np.ndarray, groups: list[str], resamples: int, seed: int, level: float, reduce: str
-) -> dict[str, Interval]:
-    """`bootstrap` over groups: each resample draws as many groups as there are, with replacement."""
-    keys = list(dict.fromkeys(groups))
-    at = {g: i for i, g in enumerate(keys)}
-    member = np.asarray([at[g] for g in groups])
-    sizes = np.bincount(member, minlength=len(keys)).astype(float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(keys), size=(resamples, len(keys)))
-    alpha = (1 - level) / 2
-    out = {}
-    for i, k in enumerate(names):
-        sums = np.bincount(member, weights=data[i], minlength=len(keys))
-        total = sums[idx].sum(axis=1)
-        stat = total if reduce == "sum" else total / sizes[idx].sum(axis=1)
-        point = float(data[i].sum() if reduce == "sum" else data[i].mean())
-        lo, hi = np.quantile(stat, [alpha, 1 - alpha])
+        lo, hi = np.quantile(stats_of[k], [alpha, 1 - alpha])
         out[k] = Interval(point, float(lo), float(hi))
     return out
 
@@ -134,22 +122,28 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def bootstrap_stat(
-    n: int, stat: Callable[[np.ndarray], float], resamples: int = 2000, seed: int = 0, level: float = 0.95
+    n: int,
+    stat: Callable[[np.ndarray], float],
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    groups: Sequence[str] | None = None,
 ) -> Interval:
-    """A percentile interval for any statistic of n resampled units (episodes), given their indices.
+    """A percentile interval for any statistic of n resampled episodes, given their indices.
 
     For statistics the column means of `bootstrap` do not cover (kappa over the turns of the drawn
-    episodes, correlations). Draws where the statistic is undefined (NaN: no variance) are left out;
+    episodes, correlations). `groups` names each episode's story: draws follow
+    `protocol/resample.py`. Draws where the statistic is undefined (NaN: no variance) are left out;
     all of them undefined gives a NaN interval around the point estimate.
     """
     if n == 0:
         return Interval(math.nan, math.nan, math.nan)
     point = float(stat(np.arange(n)))
-    rng = np.random.default_rng(seed)
-    draws = np.asarray([stat(rng.integers(0, n, size=n)) for _ in range(resamples)], dtype=float)
-    draws = draws[~np.isnan(draws)]
-    if draws.size == 0:
+    units = clusters(groups if groups is not None else [str(i) for i in range(n)])
+    values = np.asarray([stat(idx) for idx in draws(units, resamples, seed)], dtype=float)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
         return Interval(point, math.nan, math.nan)
     alpha = (1 - level) / 2
-    lo, hi = np.quantile(draws, [alpha, 1 - alpha])
+    lo, hi = np.quantile(values, [alpha, 1 - alpha])
     return Interval(point, float(lo), float(hi))

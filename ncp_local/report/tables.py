@@ -50,8 +50,9 @@ class Row:
 def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -> list[Row]:
     rows = []
     for run in runs:
+        run.bootstrap = (resamples, seed)  # the S(t) band draws as the table does
         ms = run.metrics()
-        agg = aggregate(ms, run.max_turns, level)
+        agg = run.aggregate(level)
         scored = [m for m in ms if m.termination != "invalid"]
         # A story's trials move together in the resamples (each story once when it was played once).
         stories = [m.spec_id for m in scored]

@@ -7,16 +7,31 @@ A run with `trials.count=k` plays each story k times. From a story's plays this 
   that all survive, which is an unbiased estimate of p^k' for a story whose plays survive with
   probability p (each play drawn independently); the stories are averaged, each with one weight.
   A play survives t when it played t turns or more (S(t) = P(T >= t), PROTOCOL section 5);
-  `invalid` plays are left out, as from every average, and a play censored (`context_limit`) before
-  t is left out at that t (whether it would have survived is unknown). With the same number of
-  scored plays per story and none censored, pass^1(t) is S(t).
+  `invalid` plays are left out, as from every average.
+  Censoring (`context_limit`). A play censored after n turns is known to survive t only up to
+  t = n + 1; past that, whether it would have survived is unknown. Leaving it out there (as this
+  module once did) drops exactly the plays that were still going, and biases pass^k down (-15% for
+  pass^1, -27% for pass^2 at 30% censoring: docs/measurements/2026-12-04-coverage.md). Instead each
+  k-subset of plays seen surviving t is weighted by 1 / G(t)^k, G(t) being the Kaplan-Meier chance
+  that censoring has not yet hidden a play's survival at t (its "censoring survival", pooled over
+  the run's plays): inverse-probability-of-censoring weighting. A play seen surviving t has
+  chance S_story(t) G(t), so a k-subset all seen surviving has chance S_story(t)^k G(t)^k when
+  plays are censored independently of one another and of how the story goes; the weight undoes
+  the G(t)^k, and pass^k is unbiased again. pass^1 is then exactly the Kaplan-Meier S(t) when every
+  story has as many plays; with no censoring G = 1 and nothing changes. The estimate is capped at 1
+  (a weighted share can pass 1 in a small sample where nothing ended yet).
+- pass^k's interval: the percentile interval of a bootstrap over stories (`protocol/resample.py`),
+  each draw recomputing G from the drawn plays.
 - the noise floor of each main metric (one-way random effects over stories): the within-story
   variance sigma_w^2 (pooled over the stories' plays: the sampling noise of one play), the
   between-story variance sigma_b^2 = max(0, var(story means) - sigma_w^2 * mean(1/n_s)), their ratio,
   and two smallest differences the noise allows to call real at the report's level (z = the normal
   quantile): between two replays of the same stories, z * sqrt(2 * sigma_w^2 / (S * k)), and
   between two runs of S other stories each, z * sqrt(2 * (sigma_b^2 / S + sigma_w^2 / (S * k))),
-  with S stories and k plays per story (the harmonic mean of the n_s when they differ).
+  with S stories and k plays per story (the harmonic mean of the n_s when they differ). That is
+  the difference a test at the report's level calls real half the time (50% power); to find it
+  80% of the time the difference must be (z + z_0.80) / z times larger (2.80 / 1.96 = 1.43 at 95%),
+  or, for the same difference, about (2.80 / 1.96)^2 = 2.04 times as many plays. The table gives both.
 """
 
 from __future__ import annotations
@@ -25,9 +40,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
 
 from ..protocol.metrics import EpisodeMetrics
+from ..protocol.resample import clusters, draws, percentile
 from .runs import Run
 from .tables import csv_text, markdown_table, table_columns
 
@@ -67,20 +84,99 @@ def trials_of(run: Run) -> int:
     return 1 + max((r.trial for r in run.results.values()), default=0)
 
 
-def _known(plays: Sequence[EpisodeMetrics], t: int) -> tuple[int, int]:
-    """(plays whose survival at t is known, those of them that survived t turns)."""
-    known = [m for m in plays if m.turns >= t or not m.censored]
-    return len(known), sum(m.turns >= t for m in known)
+def seen_surviving(m: EpisodeMetrics, t: int) -> bool:
+    """Whether the play is known to have survived t turns: it played t, or it was censored after t - 1
+    (a `context_limit` play of n turns had turn n + 1 under way: T > n)."""
+    return m.turns + int(m.censored) >= t
+
+
+def _turn_counts(plays: Sequence[EpisodeMetrics], max_turns: int) -> np.ndarray:
+    """[plays, plays ended, plays censored] by turns played, 0..max_turns + 1 (3 x (max_turns + 2))."""
+    size = max_turns + 2
+    turns = np.minimum(np.asarray([m.turns for m in plays], dtype=np.intp), size - 1)
+    cens = np.asarray([m.censored for m in plays], dtype=float)
+    return np.stack(
+        [
+            np.bincount(turns, minlength=size).astype(float),
+            np.bincount(turns, weights=1.0 - cens, minlength=size),
+            np.bincount(turns, weights=cens, minlength=size),
+        ]
+    )
+
+
+def _censoring_from(counts: np.ndarray, max_turns: int) -> np.ndarray:
+    plays, ended, hidden = counts
+    at_risk = plays[::-1].cumsum()[::-1]
+    left = at_risk - ended
+    factor = np.ones(len(plays))
+    live = left > 0
+    factor[live] = 1.0 - hidden[live] / left[live]
+    # G(0) = G(1) = 1; G(t) = the product of the factors of turns 0..t-2.
+    return np.concatenate([[1.0, 1.0], np.cumprod(factor[: max(max_turns - 1, 0)])])[: max_turns + 1]
+
+
+def censoring_survival(plays: Sequence[EpisodeMetrics], max_turns: int) -> np.ndarray:
+    """G(t), t = 0..max_turns: the Kaplan-Meier chance that censoring has not hidden a play's survival at t.
+
+    Censoring after n turns hides survival from t = n + 2 on; it competes with the endings of turn n
+    (the play was at risk of them and survived them), so its risk set is the plays that played n
+    turns and did not end at n. The product telescopes: (plays seen surviving t) = N S(t) G(t), S
+    being the Kaplan-Meier S(t) of protocol/metrics.py.
+    """
+    return _censoring_from(_turn_counts(plays, max_turns), max_turns)
+
+
+def _shares(story_list: Sequence[Story], k: int, max_turns: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per story and t = 0..max_turns: the share of its k-subsets of plays all seen surviving t (NaN for a
+    story with fewer than k plays); and whether the story has k plays."""
+    shares = np.full((len(story_list), max_turns + 1), np.nan)
+    for i, s in enumerate(story_list):
+        n = len(s.plays)
+        if n >= k:
+            for t in range(max_turns + 1):
+                c = sum(seen_surviving(m, t) for m in s.plays)
+                shares[i, t] = math.comb(c, k) / math.comb(n, k)
+    return shares, ~np.isnan(shares[:, 0]) if len(story_list) else np.zeros(0, dtype=bool)
+
+
+def _pass_k(shares: np.ndarray, eligible: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
+    """pass^k(t) from the stories' shares, weighted by 1 / G(t)^k and capped at 1 (NaN: no eligible story)."""
+    if not eligible.any():
+        return np.full(shares.shape[1], np.nan)
+    mean = shares[eligible].mean(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weighted = np.where(g > 0, mean / g**k, np.nan)
+    return np.minimum(weighted, 1.0)
+
+
+def pass_k_curve(story_list: Sequence[Story], k: int, max_turns: int) -> np.ndarray:
+    """pass^k(t), t = 0..max_turns (module docstring): over the stories with at least k scored plays."""
+    shares, eligible = _shares(story_list, k, max_turns)
+    plays = [m for s in story_list for m in s.plays]
+    return _pass_k(shares, eligible, censoring_survival(plays, max_turns), k)
 
 
 def pass_k(story_list: Sequence[Story], k: int, t: int) -> float:
-    """pass^k(t) over the stories with at least k plays known at t (NaN when none has)."""
-    shares = []
-    for s in story_list:
-        n, c = _known(s.plays, t)
-        if n >= k:
-            shares.append(math.comb(c, k) / math.comb(n, k))
-    return sum(shares) / len(shares) if shares else math.nan
+    """pass^k at one t (NaN when no story has k scored plays)."""
+    return float(pass_k_curve(story_list, k, t)[t])
+
+
+def pass_k_band(
+    story_list: Sequence[Story], k: int, max_turns: int, resamples: int, seed: int, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """pass^k(t)'s percentile interval over `resamples` bootstrap draws of stories (protocol/resample.py),
+    G(t) recomputed from each draw's plays."""
+    shares, eligible = _shares(story_list, k, max_turns)
+    counts = np.asarray([_turn_counts(s.plays, max_turns) for s in story_list])
+    curves = [
+        _pass_k(shares[idx], eligible[idx], _censoring_from(counts[idx].sum(axis=0), max_turns), k)
+        for idx in draws(clusters([s.spec_id for s in story_list]), resamples, seed)
+    ]
+    if not curves:
+        nan = np.full(max_turns + 1, np.nan)
+        return nan, nan
+    with np.errstate(all="ignore"):
+        return percentile(np.asarray(curves), level)
 
 
 @dataclass(frozen=True)
@@ -93,6 +189,13 @@ class Noise:
     ratio: float  # within / between (inf when between is 0)
     mdd_replay: float  # the smallest real difference between two replays of the same stories
     mdd_runs: float  # ... between two runs of as many other stories
+    # The same, found 80% of the time (a test at the report's level finds the two above half the time).
+    mdd_replay_80: float = math.nan
+    mdd_runs_80: float = math.nan
+
+
+# The normal quantile of 80% power: a difference of (z + POWER_Z) standard errors is found 80% of the time.
+POWER_Z = float(stats.norm.ppf(0.80))
 
 
 def _values(plays: Sequence[EpisodeMetrics]) -> dict[str, list[float]]:
@@ -114,7 +217,7 @@ def noise_floor(story_list: Sequence[Story], level: float = 0.95) -> list[Noise]
         dof = sum(len(g) - 1 for g in rich)
         if not rich or dof == 0 or len(groups) < 2:
             nan = math.nan
-            out.append(Noise(key, label, nan, nan, nan, nan, nan, nan))
+            out.append(Noise(key, label, nan, nan, nan, nan, nan, nan, nan, nan))
             continue
         within = sum(sum((x - sum(g) / len(g)) ** 2 for x in g) for g in rich) / dof
         means = [sum(g) / len(g) for g in groups]
@@ -123,6 +226,8 @@ def noise_floor(story_list: Sequence[Story], level: float = 0.95) -> list[Noise]
         inv_n = sum(1 / len(g) for g in groups) / len(groups)
         between = max(0.0, var_means - within * inv_n)
         n_stories, per = len(groups), 1 / inv_n  # harmonic mean of plays per story
+        se_replay = math.sqrt(2 * within / (n_stories * per))
+        se_runs = math.sqrt(2 * (between / n_stories + within / (n_stories * per)))
         out.append(
             Noise(
                 key,
@@ -131,8 +236,10 @@ def noise_floor(story_list: Sequence[Story], level: float = 0.95) -> list[Noise]
                 within,
                 between,
                 within / between if between > 0 else math.inf if within > 0 else math.nan,  # 0/0: no spread
-                z * math.sqrt(2 * within / (n_stories * per)),
-                z * math.sqrt(2 * (between / n_stories + within / (n_stories * per))),
+                z * se_replay,
+                z * se_runs,
+                (z + POWER_Z) * se_replay,
+                (z + POWER_Z) * se_runs,
             )
         )
     return out
@@ -149,6 +256,7 @@ class RunTrials:
     curves: dict[int, tuple[float, ...]]  # k' -> pass^k'(t), t = 0..max_turns
     survival: tuple[float, ...]  # the run's S(t) (Kaplan-Meier), beside pass^1
     noise: list[Noise]
+    bands: dict[int, tuple[tuple[float, ...], tuple[float, ...]]]  # k' -> (lo, hi) of pass^k'(t)
 
 
 def run_trials(runs: Sequence[Run], level: float = 0.95) -> list[RunTrials]:
@@ -160,8 +268,13 @@ def run_trials(runs: Sequence[Run], level: float = 0.95) -> list[RunTrials]:
             continue
         ss = stories(run)
         horizon = run.max_turns
-        curves = {kk: tuple(pass_k(ss, kk, t) for t in range(horizon + 1)) for kk in range(1, k + 1)}
-        out.append(RunTrials(run.label, k, horizon, ss, curves, run.aggregate(level).survival, noise_floor(ss, level)))
+        curves = {kk: tuple(float(x) for x in pass_k_curve(ss, kk, horizon)) for kk in range(1, k + 1)}
+        bands = {}
+        for kk in range(1, k + 1):
+            lo, hi = pass_k_band(ss, kk, horizon, *run.bootstrap, level)
+            bands[kk] = (tuple(float(x) for x in lo), tuple(float(x) for x in hi))
+        agg = run.aggregate(level)
+        out.append(RunTrials(run.label, k, horizon, ss, curves, agg.survival, noise_floor(ss, level), bands))
     return out
 
 
@@ -181,11 +294,18 @@ def columns_at(max_turns: int) -> list[int]:
 Table = tuple[list[str], list[list[str]]]
 
 
+def _pct_iv(x: float, lo: float, hi: float) -> str:
+    return _pct(x) if math.isnan(lo) or math.isnan(x) else f"{_pct(x)} [{_pct(lo)}, {_pct(hi)}]"
+
+
 def passk_table(rt: RunTrials) -> Table:
-    """S(t) and pass^k(t) in percent at `columns_at` turns."""
+    """S(t) and pass^k(t) in percent at `columns_at` turns, each with its interval."""
     ts = columns_at(rt.max_turns)
     rows = [["S(t) %", *(_pct(rt.survival[t]) for t in ts)]]
-    rows += [[f"pass^{k} %", *(_pct(c[t]) for t in ts)] for k, c in rt.curves.items()]
+    rows += [
+        [f"pass^{k} %", *(_pct_iv(c[t], rt.bands[k][0][t], rt.bands[k][1][t]) for t in ts)]
+        for k, c in rt.curves.items()
+    ]
     return ["", *(f"t={t}" for t in ts)], rows
 
 
@@ -198,21 +318,27 @@ def noise_table(rt: RunTrials, level: float) -> Table:
         "within / between",
         "smallest real diff, replay",
         "smallest real diff, other stories",
+        "found 80% of the time, replay",
+        "found 80% of the time, other stories",
     ]
     rows = [
         [n.label, _num(n.mean), _num(n.within), _num(n.between), _num(n.ratio), _num(n.mdd_replay), _num(n.mdd_runs)]
+        + [_num(n.mdd_replay_80), _num(n.mdd_runs_80)]
         for n in rt.noise
     ]
     return header, rows
 
 
 NOISE_NOTE = (
-    "pass^k(t): the chance that k plays of a story all survive t turns, from each story's c of n surviving "
-    "plays as C(c,k)/C(n,k), averaged over stories (pass^1 = S(t) when every story has as many plays, none "
-    "censored). Noise floor: within-story variance (one play's sampling noise), between-story variance "
-    "(var of story means minus within/n), and the smallest difference between two runs of this size the "
-    "noise allows to call real: z*sqrt(2*within/(S*k)) for two replays of the same S stories, "
-    "z*sqrt(2*(between/S + within/(S*k))) for two runs of S other stories (docs/guide/trials.md)."
+    "pass^k(t): the chance that k plays of a story all survive t turns, from each story's c of n plays seen "
+    "surviving as C(c,k)/C(n,k), averaged over stories and weighted by 1/G(t)^k for censored plays (G: the "
+    "Kaplan-Meier chance a play is not yet censored; pass^1 = S(t) when every story has as many plays); "
+    "[interval]: bootstrap over stories. Noise floor: within-story variance (one play's sampling noise), "
+    "between-story variance (var of story means minus within/n), and the smallest difference between two "
+    "runs of this size the noise allows to call real: z*sqrt(2*within/(S*k)) for two replays of the same S "
+    "stories, z*sqrt(2*(between/S + within/(S*k))) for two runs of S other stories. A test finds a "
+    "difference that size half the time; to find one 80% of the time it must be (z + 0.84)/z times larger "
+    "(the last two columns), or the run needs about twice the plays (docs/guide/trials.md)."
 )
 
 
@@ -268,24 +394,28 @@ def stories_markdown(rts: Sequence[RunTrials]) -> str:
 
 
 def passk_csv(rts: Sequence[RunTrials]) -> str:
+    def cell(x: float) -> object:
+        return "" if math.isnan(x) else round(x, 6)
+
     rows = [
-        [rt.label, k, t, round(c[t], 6) if not math.isnan(c[t]) else "", round(rt.survival[t], 6)]
+        [rt.label, k, t, cell(c[t]), cell(rt.bands[k][0][t]), cell(rt.bands[k][1][t]), round(rt.survival[t], 6)]
         for rt in rts
         for k, c in rt.curves.items()
         for t in range(rt.max_turns + 1)
     ]
-    return csv_text(["run", "k", "t", "pass_k", "survival"], rows)
+    return csv_text(["run", "k", "t", "pass_k", "pass_k_lo", "pass_k_hi", "survival"], rows)
 
 
 def noise_csv(rts: Sequence[RunTrials]) -> str:
     rows = [
         [rt.label, len(rt.stories), rt.trials, n.metric, *(_num(x, 6) for x in (n.mean, n.within, n.between))]
-        + [_num(n.ratio, 6), _num(n.mdd_replay, 6), _num(n.mdd_runs, 6)]
+        + [_num(n.ratio, 6), _num(n.mdd_replay, 6), _num(n.mdd_runs, 6), _num(n.mdd_replay_80, 6)]
+        + [_num(n.mdd_runs_80, 6)]
         for rt in rts
         for n in rt.noise
     ]
     header = ["run", "stories", "trials", "metric", "mean", "within_var", "between_var", "ratio"]
-    return csv_text([*header, "mdd_replay", "mdd_other_stories"], rows)
+    return csv_text([*header, "mdd_replay", "mdd_other_stories", "mdd80_replay", "mdd80_other_stories"], rows)
 
 
 def stories_csv(rts: Sequence[RunTrials]) -> str:
