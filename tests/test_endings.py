@@ -78,6 +78,110 @@ def test_the_order_of_tied_endings_changes_nothing_and_no_global_rng_is_touched(
     assert (np.random.get_state()[1] == state).all()
 
 
+def _lifelines_incidence(metrics: list[EpisodeMetrics], max_turns: int) -> dict[str, list[float]]:
+    """The oracle: lifelines' AalenJohansenFitter, tied endings spread apart deterministically inside their
+    turn (the i-th at n + i * 1e-6), censorings at n + 1/2, each curve read at t - 1/2."""
+    from lifelines import AalenJohansenFitter
+
+    scored = [m for m in metrics if m.termination != "invalid"]
+    durations, events, placed = [], [], {}
+    for m in scored:
+        if m.ending in ("max_turns", "context_limit"):
+            durations.append(m.turns + 0.5)
+            events.append(0)
+        else:
+            i = placed.get(m.turns, 0)
+            placed[m.turns] = i + 1
+            durations.append(m.turns + i * 1e-6)
+            events.append(ENDINGS.index(m.ending) + 1)
+    out = {}
+    for k, ending in enumerate(ENDINGS, start=1):
+        if k not in events:
+            out[ending] = [0.0] * (max_turns + 2)
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            cdf = AalenJohansenFitter(calculate_variance=False).fit(durations, events, event_of_interest=k)
+        cdf = cdf.cumulative_density_
+        times, values = list(cdf.index), list(cdf.iloc[:, 0])
+        out[ending] = [
+            next((v for tt, v in zip(times[::-1], values[::-1], strict=True) if tt <= t - 0.5), 0.0)
+            for t in range(max_turns + 2)
+        ]
+    return out
+
+
+def test_numpy_aalen_johansen_matches_lifelines_on_random_runs() -> None:
+    rng = np.random.default_rng(7)
+    kinds = [
+        ("conflict", "fact"),
+        ("conflict", "commitment"),
+        ("conflict", "player_input"),
+        ("conflict", "fact", "commitment"),
+        ("all_resolved",),
+        ("context_limit",),
+        ("invalid",),
+    ]
+    for _ in range(5):
+        ms = [
+            ep(
+                f"s{i}",
+                *kinds[rng.integers(0, len(kinds))][:1],
+                int(rng.integers(1, 10)),  # lifelines drops one of two endings tied at time 0
+                *kinds[rng.integers(0, 4)][1:],
+            )
+            for i in range(60)
+        ]
+        ms = [
+            m
+            if m.termination != "conflict" or m.fact or m.commitment or m.player_input
+            else ep(m.spec_id, "conflict", m.turns, "fact")
+            for m in ms
+        ]
+        ms += [ep("late", "max_turns", 10)]
+        ours = cumulative_incidence(ms, 10)
+        for ending, curve in _lifelines_incidence(ms, 10).items():
+            assert ours.curves[ending] == pytest.approx(curve, abs=1e-12), ending
+
+
+def test_incidence_band_resamples_stories_and_brackets_the_curve() -> None:
+    # Two stories of 20 plays each, one ending early by fact, one late by all_resolved: the plays of a story
+    # move together, so the band is as wide as drawing 0, 1 or 2 copies of the early story allows.
+    plays = [ep("early", "conflict", 1, "fact") for _ in range(20)]
+    plays += [ep("late", "all_resolved", 5) for _ in range(20)]
+    plays = [
+        EpisodeMetrics(
+            *[
+                getattr(m, f)
+                for f in (
+                    "spec_id",
+                    "termination",
+                    "turns",
+                    "trajectory_progress",
+                    "satisfied",
+                    "fact",
+                    "commitment",
+                    "player_input",
+                )
+            ],
+            trial=i % 20,
+        )
+        for i, m in enumerate(plays)
+    ]
+    inc = cumulative_incidence(plays, 6, level=0.95, resamples=400, seed=0)
+    assert inc.final("fact") == pytest.approx(0.5)
+    assert inc.lo["fact"][7] == 0.0 and inc.hi["fact"][7] == 1.0  # 2 stories: all-late and all-early draws
+    # As 40 single-play stories the same endings give a narrow band around 1/2.
+    single = [
+        EpisodeMetrics(f"s{i}", m.termination, m.turns, 0.0, 0.0, m.fact, False, False) for i, m in enumerate(plays)
+    ]
+    inc1 = cumulative_incidence(single, 6, level=0.95, resamples=400, seed=0)
+    assert 0.25 < inc1.lo["fact"][7] < 0.5 < inc1.hi["fact"][7] < 0.75
+    for k in ENDINGS:
+        for t in range(8):
+            assert inc1.lo[k][t] <= inc1.curves[k][t] + 1e-12 and inc1.curves[k][t] <= inc1.hi[k][t] + 1e-12
+
+
 def test_bands_cover_every_turn_once() -> None:
     assert [b for b, _, _ in band_labels(100, [])] == ["1-5", "6-10", "11-20", "21-50", "51-100"]
     assert [b for b, _, _ in band_labels(8, [ep("x", "invalid", 0)])] == ["0", "1-5", "6-8"]

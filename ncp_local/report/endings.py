@@ -11,28 +11,32 @@ at every t = 0..max_turns, S(t) = P(T >= t) being the report's Kaplan-Meier surv
 hold every ending of the run, the last turn's included, and the rest is the share the turn limit
 stopped (`still_going`). `max_turns` is administrative censoring (the run stopped the story; it
 did not end) and `context_limit` censoring as in S(t); `invalid` episodes stay out, as from every
-average. The estimator is Aalen-Johansen, lifelines' `AalenJohansenFitter`, one fit per ending.
+average. The estimator is Aalen-Johansen. Turns are whole numbers, so it is a sum over turns: with
+r_n stories at risk at turn n (played n turns or more), d_kn of them ended by k at turn n, and
+S(n) the Kaplan-Meier chance to reach turn n,
 
-Ties. Turns are whole numbers, so endings share turns all the time. lifelines separates tied
-ending times by a random jitter drawn from numpy's global generator (re-seeding it as a side
-effect). We hand it distinct times instead, deterministically: the i-th ending at turn n goes at
-n + i * SPREAD (all of them well inside the turn), every censoring at n + 1/2, and every curve is
-read at t - 1/2. The order inside a turn changes nothing read there: with r stories at risk and d
-ending in that turn, the survival's steps multiply to (r - d) / r in any order, and each ending
-adds S(before the turn) / r to its own curve wherever it sits (S * 1/r for the first,
-S * (r-1)/r * 1/(r-1) for the second, ...). An episode censored at n turns counts in the risk set
-of the endings at turn n and leaves before turn n + 1, as in the report's S(t).
+    F_k(t) = sum over n < t of S(n) d_kn / r_n,
+
+in numpy here (one pass of bincounts, fast enough to run per bootstrap draw). tests/test_endings.py
+checks it against lifelines' `AalenJohansenFitter` with tied times spread apart deterministically.
+An episode censored at n turns counts in the risk set of the endings at turn n and leaves before
+turn n + 1, as in the report's S(t); the order of endings inside a turn changes nothing.
+
+Intervals. F_k(t)'s band is the percentile interval of a bootstrap over stories, each with all its
+plays (`protocol/resample.py`; over episodes when each story was played once).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..protocol.metrics import ENDING_CENSORED, ENDINGS, EpisodeMetrics
+from ..protocol.resample import clusters, draws, percentile
 from .runs import Run
 from .tables import csv_text, markdown_table
 
@@ -40,8 +44,6 @@ from .tables import csv_text, markdown_table
 BANDS: tuple[tuple[int, int], ...] = ((1, 5), (6, 10), (11, 20), (21, 50), (51, 100))
 # Table rows: the endings, then what does not end a story here.
 ENDING_ROWS: tuple[str, ...] = (*ENDINGS, *ENDING_CENSORED, "invalid")
-# Tied endings within one turn are spread by this much each; 1e5 of them still stay under half a turn.
-SPREAD = 1e-6
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class Incidence:
     curves: dict[str, tuple[float, ...]]  # ENDINGS -> F_k(0..max_turns + 1)
     episodes: int  # scored episodes (invalid ones left out)
     censored: dict[str, int]  # ENDING_CENSORED -> episodes
+    lo: dict[str, tuple[float, ...]] = field(default_factory=dict)  # the band, per ending ({} if none drawn)
+    hi: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def total(self, t: int) -> float:
         """1 - S(t): every ending's share before turn t."""
@@ -67,58 +71,53 @@ class Incidence:
         return 1.0 - self.total(self.max_turns + 1)
 
 
-def _encode(scored: Sequence[EpisodeMetrics]) -> tuple[list[float], list[int]]:
-    """lifelines' durations and event codes (0 = censored, k + 1 = ENDINGS[k]); module docstring."""
-    durations: list[float] = []
-    events: list[int] = []
-    placed: dict[int, int] = {}
-    for m in scored:
-        ending = m.ending
-        if ending in ENDING_CENSORED:
-            durations.append(m.turns + 0.5)
-            events.append(0)
-        else:
-            i = placed.get(m.turns, 0)
-            placed[m.turns] = i + 1
-            durations.append(m.turns + i * SPREAD)
-            events.append(ENDINGS.index(ending) + 1)
-    return durations, events
+def _codes(scored: Sequence[EpisodeMetrics]) -> tuple[np.ndarray, np.ndarray]:
+    """Turns played, and what ended each episode: k for ENDINGS[k], -1 for censoring (ENDING_CENSORED)."""
+    turns = np.asarray([m.turns for m in scored], dtype=np.intp)
+    codes = np.asarray([-1 if m.ending in ENDING_CENSORED else ENDINGS.index(m.ending) for m in scored])
+    return turns, codes.astype(np.intp)
 
 
-def _step_at(times: Sequence[float], values: Sequence[float], x: float) -> float:
-    """A right-continuous step function's value at x (0 before its first time)."""
-    out = 0.0
-    for t, v in zip(times, values, strict=True):
-        if t > x:
-            break
-        out = v
+def aalen_johansen(turns: np.ndarray, codes: np.ndarray, max_turns: int) -> np.ndarray:
+    """F_k(t) for every ending k (rows, ENDINGS order) and t = 0..max_turns + 1 (module docstring)."""
+    size = max_turns + 2
+    out = np.zeros((len(ENDINGS), size))
+    if turns.size == 0:
+        return out
+    at_risk = np.bincount(turns, minlength=size)[::-1].cumsum()[::-1][:size].astype(float)
+    ends = np.stack([np.bincount(turns[codes == k], minlength=size)[:size] for k in range(len(ENDINGS))])
+    hazard = np.zeros((len(ENDINGS), size))
+    live = at_risk > 0
+    hazard[:, live] = ends[:, live] / at_risk[live]
+    # S(n): the chance to reach turn n, before its endings; F_k(t) sums turns 0..t-1.
+    reach = np.concatenate([[1.0], np.cumprod(1.0 - hazard.sum(axis=0))[:-1]])
+    out[:, 1:] = np.cumsum(reach * hazard, axis=1)[:, :-1]
     return out
 
 
-def cumulative_incidence(metrics: Sequence[EpisodeMetrics], max_turns: int) -> Incidence:
-    """Aalen-Johansen F_k(t), t = 0..max_turns + 1, for every ending k (module docstring)."""
+def cumulative_incidence(
+    metrics: Sequence[EpisodeMetrics],
+    max_turns: int,
+    level: float = 0.95,
+    resamples: int = 0,
+    seed: int = 0,
+) -> Incidence:
+    """Aalen-Johansen F_k(t), t = 0..max_turns + 1, for every ending k (module docstring); with `resamples`
+    bootstrap draws over stories, each curve's percentile band at `level`."""
     scored = [m for m in metrics if m.termination != "invalid"]
     censored = {c: sum(m.ending == c for m in scored) for c in ENDING_CENSORED}
-    horizon = range(max_turns + 2)
-    durations, events = _encode(scored)
-    curves: dict[str, tuple[float, ...]] = {}
-    for k, ending in enumerate(ENDINGS, start=1):
-        if k not in events:  # lifelines needs one ending of interest; none means F_k = 0
-            curves[ending] = tuple(0.0 for _ in horizon)
-            continue
-        # Imported here: lifelines pulls in pandas, which only this table needs.
-        from lifelines import AalenJohansenFitter
-
-        fitter = AalenJohansenFitter(calculate_variance=False)
-        with warnings.catch_warnings():
-            # Our times are distinct (no jitter); pandas' future-behaviour notes inside lifelines are not ours.
-            warnings.simplefilter("ignore", FutureWarning)
-            fitter.fit(durations, events, event_of_interest=k)
-        cdf = fitter.cumulative_density_
-        times = [float(x) for x in cdf.index]
-        values = [float(v) for v in cdf.iloc[:, 0]]
-        curves[ending] = tuple(_step_at(times, values, t - 0.5) for t in horizon)
-    return Incidence(max_turns, curves, len(scored), censored)
+    turns, codes = _codes(scored)
+    point = aalen_johansen(turns, codes, max_turns)
+    curves = {e: tuple(float(x) for x in point[k]) for k, e in enumerate(ENDINGS)}
+    lo: dict[str, tuple[float, ...]] = {}
+    hi: dict[str, tuple[float, ...]] = {}
+    if resamples and scored:
+        units = clusters([m.spec_id for m in scored])
+        many = np.asarray([aalen_johansen(turns[i], codes[i], max_turns) for i in draws(units, resamples, seed)])
+        low, high = percentile(many, level)
+        lo = {e: tuple(float(x) for x in low[k]) for k, e in enumerate(ENDINGS)}
+        hi = {e: tuple(float(x) for x in high[k]) for k, e in enumerate(ENDINGS)}
+    return Incidence(max_turns, curves, len(scored), censored, lo, hi)
 
 
 def band_labels(max_turns: int, metrics: Sequence[EpisodeMetrics]) -> list[tuple[str, int, int]]:
@@ -166,7 +165,7 @@ def run_endings(runs: Sequence[Run], level: float = 0.95) -> list[RunEndings]:
             RunEndings(
                 run.label,
                 str(run.path),
-                cumulative_incidence(ms, run.max_turns),
+                cumulative_incidence(ms, run.max_turns, level, *run.bootstrap),
                 run.aggregate(level).survival,
                 endings_by_band(ms, run.max_turns),
             )
@@ -176,6 +175,14 @@ def run_endings(runs: Sequence[Run], level: float = 0.95) -> list[RunEndings]:
 
 def pct(x: float) -> str:
     return f"{100 * x:.1f}"
+
+
+def pct_band(inc: Incidence, ending: str) -> str:
+    """An ending's final share in percent, with its interval when one was drawn."""
+    t = inc.max_turns + 1
+    if ending not in inc.lo:
+        return pct(inc.final(ending))
+    return f"{pct(inc.final(ending))} [{pct(inc.lo[ending][t])}, {pct(inc.hi[ending][t])}]"
 
 
 # Defined in glossary.ENDINGS_GLOSSARY (tests/test_glossary.py holds the two together).
@@ -190,7 +197,8 @@ ENDINGS_NOTE = (
     "Each ending's share of the stories within the run's turns, the last included: the chance "
     "that a story ended by k (Aalen-Johansen; `max_turns` and `context_limit` censored, `invalid` "
     "left out); with the share still going when the turn limit stopped them, a row adds up to "
-    "100. At every t the endings so far and S(t) add up to 100% (endings.csv). `several_types`: "
+    "100; [interval]: bootstrap over stories, each with all its plays. At every t the endings so far and "
+    "S(t) add up to 100% (endings.csv, with each curve's interval). `several_types`: "
     "one turn's confirmed conflicts of two or three types. Then, per run, the episodes by what "
     "ended them and the band of turns they played."
 )
@@ -204,7 +212,7 @@ def endings_summary_rows(ends: Sequence[RunEndings]) -> list[list[Any]]:
             [
                 e.label,
                 inc.episodes,
-                *(pct(inc.final(k)) for k in ENDINGS),
+                *(pct_band(inc, k) for k in ENDINGS),
                 pct(inc.still_going),
                 *(inc.censored[c] for c in ENDING_CENSORED),
             ]
@@ -223,10 +231,12 @@ def endings_csv(ends: Sequence[RunEndings]) -> str:
     """Long form, one row per run and t = 0..max_turns + 1: every ending's F_k(t) and what remains, S(t)
     (at max_turns + 1: the share the turn limit stopped); each row adds up to 1."""
     header = ["label", "run_dir", "turns_played", "survival", *(f"incidence_{k}" for k in ENDINGS)]
+    header += [f"incidence_{k}_{side}" for k in ENDINGS for side in ("lo", "hi")]
     body = []
     for e in ends:
         inc = e.incidence
         for t in range(inc.max_turns + 2):
             rest = e.survival[t] if t <= inc.max_turns else inc.still_going
-            body.append([e.label, e.path, t, round(rest, 9), *(round(inc.curves[k][t], 9) for k in ENDINGS)])
+            band = [round(b[k][t], 9) if k in b else "" for k in ENDINGS for b in (inc.lo, inc.hi)]
+            body.append([e.label, e.path, t, round(rest, 9), *(round(inc.curves[k][t], 9) for k in ENDINGS), *band])
     return csv_text(header, body)
