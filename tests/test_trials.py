@@ -245,6 +245,9 @@ def test_report_of_four_trials(tmp_path: Path) -> None:
     for t in survival:
         assert curve[1, t] == pytest.approx(survival[t])  # every story has 4 plays, none censored
         assert all(curve[k, t] >= curve[k + 1, t] - 1e-12 for k in (1, 2, 3))
+    # Each pass^k(t) has its story-bootstrap interval around it.
+    for r in rows:
+        assert float(r["pass_k_lo"]) - 1e-9 <= float(r["pass_k"]) <= float(r["pass_k_hi"]) + 1e-9
     noise = list(csv.DictReader((out / "report" / "noise.csv").open()))
     assert {r["metric"] for r in noise} >= {"avg_turns", "conflict_free_pct"}
     stories = list(csv.DictReader((out / "report" / "stories.csv").open()))
@@ -257,6 +260,27 @@ def test_report_of_four_trials(tmp_path: Path) -> None:
     by_trial = [int(cost[f"trial {t}", "all"]["calls"]) for t in range(4)]
     assert all(by_trial) and sum(by_trial) == int(cost["run", "all"]["calls"])
     assert float(cost["story", "all"]["calls"]) == pytest.approx(sum(by_trial) / len(STORIES))
+
+
+def test_a_trials_run_beside_a_single_play_run_resamples_each_by_its_own_plays(tmp_path: Path) -> None:
+    """A report of a 3-trial run and a single-play run (documented in docs/guide/trials.md): each run's
+    intervals follow protocol/resample.py for its own episodes, so the single-play run's figures are the
+    ones its own report gives, and only the trials run has a trials section."""
+    single, many = tmp_path / "single", tmp_path / "many"
+    _run(single)
+    _run(many, "trials.count=3")
+    alone = run_cli("mode=report", f"runs=[{single}]", "report.html=false", "progress=false")
+    assert alone.returncode == 0, alone.stderr
+    solo = (single / "report" / "survival.csv").read_text().splitlines()
+    both = run_cli("mode=report", f"runs=[{single},{many}]", "report.html=false", "progress=false")
+    assert both.returncode == 0, both.stderr
+    mixed = list(csv.reader((single / "report" / "survival.csv").open()))
+    # The first run's columns (S, lo, hi, censored) are its solo report's, value for value.
+    assert [r[:5] for r in mixed[1:]] == [line.split(",")[:5] for line in solo[1:]]  # labels differ
+    text = (single / "report" / "results.md").read_text()
+    assert text.count("### ") >= 1 and "3 trials of 3 stories" in text
+    results = list(csv.DictReader((single / "report" / "results.csv").open()))
+    assert len(results) == 2
 
 
 def test_inspect_export_maps_trials_to_epochs(tmp_path: Path) -> None:
