@@ -121,7 +121,9 @@ def count_table(
     # The first cell names the row (a run's label, an ending): shortened, in full on hover.
     body = "".join(
         "<tr>"
-        + "".join(f"<td>{label_text(str(c))}</td>" if i == 0 else f"<td class=num>{esc(c)}</td>" for i, c in enumerate(r))
+        + "".join(
+            f"<td>{label_text(str(c))}</td>" if i == 0 else f"<td class=num>{esc(c)}</td>" for i, c in enumerate(r)
+        )
         + "</tr>"
         for r in rows
     )

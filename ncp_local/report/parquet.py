@@ -89,9 +89,10 @@ def _one_spelling(table: pa.Table) -> pa.Table:
     episodes = table.column("episode").to_pylist()
     if not any(OLD_SEPARATOR in (e or "") for e in episodes):
         return table
+    stories, trials = table.column("spec_id").to_pylist(), table.column("trial").to_pylist()
     names = [
         episode_name(s, t) if s is not None and t is not None else e
-        for e, s, t in zip(episodes, table.column("spec_id").to_pylist(), table.column("trial").to_pylist(), strict=True)
+        for e, s, t in zip(episodes, stories, trials, strict=True)
     ]
     i = table.column_names.index("episode")
     return table.set_column(i, table.schema.field(i), pa.array(names, pa.string()))
