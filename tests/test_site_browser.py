@@ -10,7 +10,8 @@ import pytest
 from test_docs import build_site
 from test_report_browser import probe
 
-# Per code block: is it scrolled (text past its right edge) and does any text run under the copy button.
+# Per code block: is it scrolled (text past its right edge), does any text run under the copy button, and
+# does the button copy the lines as written.
 CODE_BLOCKS = """
 return [...document.querySelectorAll('.md-typeset pre > code')].map(code => {
     const button = code.closest('pre').querySelector('.md-code__button, .md-clipboard');
@@ -19,8 +20,9 @@ return [...document.querySelectorAll('.md-typeset pre > code')].map(code => {
     range.selectNodeContents(code);
     const under = b === null ? [] : [...range.getClientRects()].filter(r =>
         r.width > 0 && r.right > b.left && r.left < b.right && r.bottom > b.top && r.top < b.bottom);
+    // The copy button copies the block's innerText: wrapping must leave it the source's lines.
     return {text: code.innerText.slice(0, 60), hidden: code.scrollWidth - code.clientWidth, under: under.length,
-            button: b !== null};
+            button: b !== null, copied: code.innerText.trimEnd() === code.textContent.trimEnd()};
 });
 """
 # Per key cell: how many lines its key takes; per table: how far it runs past its frame.
@@ -48,6 +50,7 @@ def test_command_blocks_show_every_character_clear_of_the_copy_button(
     assert len(blocks) >= 2 and any("run.py" in b["text"] for b in blocks) and all(b["button"] for b in blocks)
     assert [b for b in blocks if b["hidden"] > 0] == []  # long lines wrap: no `# ...` cut off
     assert [b for b in blocks if b["under"]] == []  # no text under the copy button
+    assert all(b["copied"] for b in blocks)  # and it copies the lines as written
 
 
 def test_key_columns_keep_each_key_on_one_line(chromium: Path, site: Path, tmp_path: Path) -> None:
