@@ -50,6 +50,9 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     fig = BenchFigures.read(folder / "bench.json")
     assert [w.key for w in fig.ways] == ["a", "b", "c", "d"] and "\n".join(fig.lines) == "\n".join(lines[1:])
     assert fig.workload.episodes == 5 and fig.workload.turns == 2 and fig.workload.engine == "scripted"
+    # No model loaded: the bench names what played (`scripted`), not the model the config leaves in place.
+    assert fig.workload.model == "scripted" and "turns on scripted (scripted)" in lines[0]
+    assert "smollm2" not in proc.stdout
     assert fig.machine.cores and fig.commit and fig.date
     assert set(fig.ratios) == {"rig/ceiling", "rig/sequential", "cache_hit", "rig/replay_k"}
     a, c, d = fig.way("a"), fig.way("c"), fig.way("d")

@@ -74,7 +74,8 @@ def test_every_marker_names_a_section() -> None:
             assert name in gen.SECTIONS, f"{page}: unknown generated section {name!r}"
 
 
-def test_the_site_builds_strict(tmp_path: Path) -> None:
+def build_site(tmp_path: Path) -> Path:
+    """The site built strict from a copy of the docs into `tmp_path/site` (skips without mkdocs)."""
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or shutil.which("mkdocs")
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None or not mkdocs:
         pytest.skip("mkdocs and mkdocs-material are not installed (the `docs` extra; `make install` installs it)")
@@ -96,7 +97,11 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "WARNING" not in proc.stderr, proc.stderr[-4000:]
-    site = tmp_path / "site"
+    return tmp_path / "site"
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    site = build_site(tmp_path)
     config = (site / "reference" / "configuration.html").read_text(encoding="utf-8")
     assert "gen:config" not in config and "thinking_budget" in config
     assert "Unreleased" in (site / "changelog.html").read_text(encoding="utf-8")

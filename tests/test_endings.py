@@ -229,4 +229,4 @@ def test_scripted_official_run_endings_add_up_to_one_minus_survival(
     assert "## What ended each story" in (out / "results.md").read_text()
     assert (out / "endings.svg").read_text().count("<svg") == 1 and (out / "endings.png").stat().st_size > 0
     index = (out / "index.html").read_text()
-    assert "<h2>What ended each story</h2>" in index and "<table class='bands'>" in index
+    assert "<h2>What ended each story</h2>" in index and "<table class='counts bands'>" in index

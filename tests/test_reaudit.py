@@ -209,6 +209,9 @@ def test_cli_reaudit(tmp_path: Path) -> None:
         assert (tmp_path / "same" / name).exists(), name
     assert len(list((tmp_path / "same" / "results").glob("*.json"))) == 3
     assert "| conflict (after double-check) | 1.000 |" in same.stdout
+    # The scripted engine judged: the re-auditor is labelled so, never by the model its config names.
+    assert "re-auditor: scripted (seed 0)" in (tmp_path / "same" / "agreement.md").read_text()
+    assert "smollm2" not in (tmp_path / "same" / "agreement.md").read_text() + same.stdout
 
     again = _run(
         "mode=reaudit",

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from cli_runner import ROOT, run_cli
+from ncp_local.protocol.spec import load_dataset
+from ncp_local.protocol.trials import story_of
 from ncp_local.report import build_report
 from ncp_local.report.runs import attach_specs, load_runs
 from test_report import make_run, write_dataset
@@ -71,3 +79,109 @@ def test_report_renders(chromium: Path, tmp_path: Path) -> None:
 
     _, dom = render(chromium, out / "episodes" / "00-run" / "b.html", tmp_path, "escaped")
     assert "<script>alert" not in dom and "&lt;script&gt;alert" in dom  # model text stays text
+
+
+def probe(chromium: Path, page: Path, tmp: Path, script: str, width: int = 1280) -> Any:
+    """What `script` (a function body returning JSON-able data) returns in the page as the browser laid it
+    out: run on a copy of the page after load, its answer read back from the dumped DOM."""
+    copy = page.with_name(f"{page.stem}.probe.html")
+    hook = (
+        # Half a second after load: a page's own scripts finish first (the site adds its copy buttons then).
+        "<script>window.addEventListener('load',()=>setTimeout(()=>{let r;try{r=(()=>{" + script + "})();}"
+        "catch(e){r={probe_error:String(e)};}"
+        "const p=document.createElement('pre');p.id='probe-out';p.textContent=JSON.stringify(r);"
+        "document.body.appendChild(p);},500));</script>"
+    )
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", hook + "</body>"), encoding="utf-8")
+    try:
+        res = subprocess.run(
+            [
+                str(chromium),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                f"--user-data-dir={tmp / 'profile'}",
+                f"--window-size={width},1000",
+                "--virtual-time-budget=3000",
+                "--dump-dom",
+                copy.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        copy.unlink()
+    found = re.search(r'<pre id="probe-out">(.*?)</pre>', res.stdout, re.S)
+    assert found, res.stderr[-2000:]
+    got = json.loads(html.unescape(found.group(1)))
+    assert not (isinstance(got, dict) and "probe_error" in got), got
+    return got
+
+
+# Runs whose labels are long (four differing keys), each story played twice: the report's index with its
+# endings and trials sections, and episode pages with commitments satisfied.
+LONG = ("narrator.temperature=0.35", "player.temperature=0.9", "auditor.temperature=0.1", "seed=7")
+
+
+@pytest.fixture(scope="module")
+def long_labels_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("long-labels")
+    common = ("engine=scripted", "max_turns=6", "trials.count=2", "progress=false")
+    for name, extra in (("a", ()), ("b", LONG)):
+        done = run_cli(*common, f"out_dir={tmp / name}", *extra)
+        assert done.returncode == 0, done.stderr
+    rep = run_cli("mode=report", f"runs=[{tmp / 'a'},{tmp / 'b'}]", f"report.out={tmp / 'report'}")
+    assert rep.returncode == 0, rep.stderr
+    return tmp / "report"
+
+
+def test_report_prose_renders_code_spans_and_tables_fit_their_frame(
+    chromium: Path, long_labels_report: Path, tmp_path: Path
+) -> None:
+    got = probe(
+        chromium,
+        long_labels_report / "index.html",
+        tmp_path,
+        """
+        const prose = [...document.querySelectorAll('p, div.warn')].map(p => p.innerText);
+        const frames = [...document.querySelectorAll('div.scroll')].map(d => ({
+            table: d.querySelector('table').className, scroll: d.scrollWidth, width: d.clientWidth}));
+        const label = document.querySelector('table.summary tbody tr:last-child td:first-child');
+        const span = label.querySelector('.label');
+        const lines = span.getClientRects().length;
+        return {prose, frames, codes: document.querySelectorAll('p code').length,
+                title: span.title, shown: span.innerText, lines,
+                lineHeight: parseFloat(getComputedStyle(span).lineHeight), height: span.getBoundingClientRect().height};
+        """,
+    )
+    # The prose's Markdown code spans are rendered (`max_turns` in the endings note), none left literal.
+    assert got["codes"] >= 3
+    assert not [p for p in got["prose"] if "`" in p]
+    # Every table fits the page's width (1280 px) inside its frame: nothing hidden past the right edge.
+    assert {f["table"] for f in got["frames"]} >= {"summary", "counts endings", "counts bands"}
+    assert [f for f in got["frames"] if f["scroll"] > f["width"]] == []
+    # The long label is shortened to two lines at most, the full label on hover.
+    assert got["title"] == " ".join(LONG) and got["shown"] != got["title"]
+    assert got["height"] <= 2.5 * got["lineHeight"]
+
+
+def test_report_episode_page_shows_each_commitments_text(
+    chromium: Path, long_labels_report: Path, tmp_path: Path
+) -> None:
+    pages = sorted((long_labels_report / "episodes").rglob("*~t1.html"))
+    page = next(p for p in pages if "class=sat>" in p.read_text())
+    got = probe(
+        chromium,
+        page,
+        tmp_path,
+        "return [...document.querySelectorAll('article.turn li.sat, article.turn li.unsat')].map(l => l.innerText);",
+    )
+    spec = next(s for s in load_dataset(ROOT / "specs").specs if s.id == story_of(page.stem))
+    texts = {c.id: c.description for c in spec.commitments}
+    assert got
+    for line in got:
+        cid = re.search(r"(c_\d+)", line)
+        assert cid and texts[cid.group(1)] in line, line

@@ -81,6 +81,9 @@ def test_batched_sweep_one_process_one_engine_start(swept: tuple[Path, subproces
     assert len(index["engines"]) == 1
     engine = index["engines"][0]
     assert engine["starts"] == 1 and engine["points"] == [0, 1, 2, 3]
+    # A scripted engine loads no model: it is labelled `scripted`, never by its config's model name.
+    assert engine["model"] == "scripted"
+    assert "sweep: engine e1 (scripted, scripted) started" in proc.stderr + proc.stdout
     dirs = [Path(p["run_dir"]) for p in index["points"]]
     assert len(set(dirs)) == 4
     manifests = [json.loads((d / "manifest.json").read_text()) for d in dirs]

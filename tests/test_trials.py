@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,56 @@ def test_a_trials_run_beside_a_single_play_run_resamples_each_by_its_own_plays(t
     assert text.count("### ") >= 1 and "3 trials of 3 stories" in text
     results = list(csv.DictReader((single / "report" / "results.csv").open()))
     assert len(results) == 2
+
+
+def test_one_name_for_a_trial_in_files_report_tables_and_exports(tmp_path: Path) -> None:
+    """A story's trial k > 0 is `<spec>~t<k>` in the results, the report's pages, the analysis tables,
+    the reference export's folders and the submission's listing; nothing spells it another way."""
+    import tarfile
+
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "run"
+    _run(out, "trials.count=3", "max_turns=3")
+    for args in (
+        ("mode=report",),
+        ("mode=export", "export.format=parquet"),
+        ("mode=export", "export.format=reference"),
+        ("mode=submission", f"submission={tmp_path / 'sub.tar.gz'}"),
+    ):
+        done = run_cli(*args, f"runs=[{out}]", "progress=false")
+        assert done.returncode == 0, done.stderr
+    names = {episode_name(s, t) for s in STORIES for t in range(3)}
+    assert {p.stem for p in (out / "results").glob("*.json")} == names
+    assert {p.stem for p in (out / "report" / "episodes").rglob("*.html")} == names
+    for table in ("episodes", "turns", "calls"):
+        assert set(pq.read_table(out / "parquet" / f"{table}.parquet").column("episode").to_pylist()) == names
+    assert sorted(p.name for p in (out / "reference").iterdir()) == [episode_name("run", t) for t in range(3)]
+    with tarfile.open(tmp_path / "sub.tar.gz") as tar:
+        listed = {Path(m).stem for m in tar.getnames() if "/results/" in m}
+    assert listed == names
+    text = "\n".join(p.read_text() for p in (out / "report").glob("*.*") if p.suffix in (".md", ".csv", ".html"))
+    assert not re.search(r"\b(?:red_riding_hood|treasure_island|hound_of_the_baskervilles)#\d", text)
+
+
+def test_analysis_reads_an_old_exports_trial_spelling(tmp_path: Path) -> None:
+    """Exports before 2026-12-05 wrote `<spec>#<k>`; reading one gives the name the files use."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ncp_local import analysis
+
+    out = tmp_path / "run"
+    _run(out, "trials.count=2", "max_turns=2")
+    assert run_cli("mode=export", "export.format=parquet", f"runs=[{out}]").returncode == 0
+    path = out / "parquet" / "episodes.parquet"
+    table = pq.read_table(path)
+    old = [e.replace(SEPARATOR, "#") for e in table.column("episode").to_pylist()]
+    i = table.column_names.index("episode")
+    pq.write_table(table.set_column(i, table.schema.field(i), pa.array(old, pa.string())), path)
+    assert any("#" in e for e in pq.read_table(path).column("episode").to_pylist())
+    eps = analysis.episodes(out / "parquet")
+    assert set(eps.episode) == {episode_name(s, t) for s in STORIES for t in range(2)}
 
 
 def test_inspect_export_maps_trials_to_epochs(tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bindings import Binding, Bindings, Sampling
-from ..config import RunConfig
+from ..config import SCRIPTED, RunConfig
 from ..engines.base import Engine
+from ..engines.registry import kind
 from ..engines.settings import ModelSettings
 from ..execution.engine_pool import EnginePool
 from ..execution.sweep_index import EngineRow
@@ -43,6 +44,12 @@ class SharedEngine:
     roles: set[str] = field(default_factory=set)
     dead: bool = False
 
+    @property
+    def label(self) -> str:
+        """What the engine plays, as a run's roles are labelled (bindings.Binding.label): its model's
+        name, or `scripted` when it loads no model."""
+        return self.model.name if kind(self.factory.kinds[self.role_key]).runs_model else SCRIPTED
+
     def started_model(self) -> Any:
         model = self.factory.model_for(self.role_key)
         return model.model_copy(update=self.placement) if self.placement else model
@@ -50,7 +57,7 @@ class SharedEngine:
     def describe(self) -> EngineRow:
         return EngineRow(
             id=self.id,
-            model=self.model.name,
+            model=self.label,
             engine=self.factory.kinds[self.role_key],
             roles=tuple(sorted(self.roles)),
             points=tuple(sorted(self.points)),
@@ -92,7 +99,7 @@ class SharedEngines:
                 e.start_s += time.perf_counter() - started
                 e.starts += 1
                 self.log(
-                    f"sweep: engine {e.id} ({e.model.name}, {e.factory.kinds[e.role_key]}) started in "
+                    f"sweep: engine {e.id} ({e.label}, {e.factory.kinds[e.role_key]}) started in "
                     f"{time.perf_counter() - started:.1f} s for point(s) {', '.join(f'#{n}' for n in sorted(e.points))}"
                 )
         assert e.engine is not None

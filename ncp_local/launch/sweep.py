@@ -190,7 +190,7 @@ class Sweep:
                 for p in needing:
                     p.fail(
                         EXIT_ENGINE_DEAD,
-                        f"engine {e.id} ({e.model.name}) did not start: {type(exc).__name__}: {exc}".splitlines()[0],
+                        f"engine {e.id} ({e.label}) did not start: {type(exc).__name__}: {exc}".splitlines()[0],
                     )
                     self._ended(p)
         working = [p for p in working if p.status == "waiting"]

@@ -206,8 +206,9 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     dataset, narrator_cls, player = ready.dataset, ready.narrator_cls, ready.player
     assert dataset is not None and narrator_cls is not None and player is not None
     b, rc = cfg.bench, cfg.narrator
+    model = ready.bindings["narrator"].label  # what plays the narrator: `scripted` when no model loads
     print(
-        f"bench: {b.episodes} episodes x {b.turns} turns on {rc.model.name} ({cfg.engine.name}), "
+        f"bench: {b.episodes} episodes x {b.turns} turns on {model} ({cfg.engine.name}), "
         f"max_tokens={rc.max_tokens}, seed={cfg.seed}",
         flush=True,
     )
@@ -222,7 +223,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         try:
             return await bench(
                 started["narrator"],
-                rc.model.name,
+                model,
                 Sampling(rc.temperature, rc.top_p, rc.max_tokens),
                 dataset.specs,
                 ready.pack,
@@ -273,7 +274,7 @@ def figures(cfg: RunConfig, record: Mapping[str, Any], lines: list[str]) -> Benc
             seed=cfg.seed,
             max_tokens=rc.max_tokens,
             engine=cfg.engine.name,
-            model=rc.model.name,
+            model=bind(cfg)["narrator"].label,  # `scripted` when no model loaded
         ),
         ways=list(record.get("ways", [])),
         ratios=dict(record.get("ratios", {})),
@@ -312,10 +313,11 @@ def _main_long(cfg: RunConfig) -> int:
         pc.facts_per_turn,
         max(1, round(sum(facts) / len(facts))) if facts else 12,
     )
+    model = ready.bindings["narrator"].label  # `scripted` when no model loads
     if b.long_horizon:
         print(
             f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
-            f"then {b.turns} turns on {cfg.narrator.model.name} at {b.levels} in flight and by cache admission",
+            f"then {b.turns} turns on {model} at {b.levels} in flight and by cache admission",
             flush=True,
         )
     engines = EnginePool(bind(cfg), roles=("narrator",))
@@ -330,7 +332,7 @@ def _main_long(cfg: RunConfig) -> int:
                     r: RoleBinding(
                         backend,
                         Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-                        rc.model.name,
+                        model,
                         getattr(cfg, r).bounds,
                     )
                     for r in ROLES

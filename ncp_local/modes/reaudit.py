@@ -170,7 +170,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
             f"{out} is inside the source run {source.path}: a re-audit never writes into "
             "the run it judges; use a folder of its own",
         )
-    reauditor = f"{cfg.auditor.model.name} (seed {cfg.seed})"
+    reauditor = f"{ready.bindings['auditor'].label} (seed {cfg.seed})"  # `scripted` when no model judged
     store = RunDir(out, record=ReauditResult)
     store.open(
         {

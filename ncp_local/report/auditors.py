@@ -38,7 +38,7 @@ from ..protocol.records import ConflictRecord
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import played
 from .labels import by_difference
-from .runs import REAUDIT_KIND, Run, load_run
+from .runs import REAUDIT_KIND, Run, load_run, role_label
 from .stats import bootstrap, bootstrap_stat, cohen_kappa, pearson, spearman
 from .tables import csv_text, markdown_table, write
 
@@ -69,7 +69,7 @@ def _types(conflicts: Sequence[ConflictRecord]) -> frozenset[str]:
 
 def of_run(run: Run) -> Auditor:
     """A run's own auditor: its episodes as they ended (an `invalid` episode is not judged)."""
-    name = ((run.manifest.get("config") or {}).get("auditor") or {}).get("model", {}).get("name") or run.label
+    name = role_label(run.manifest, "auditor") or run.label
     aud = Auditor(str(name), run.path, str(run.manifest.get("identity") or run.path.resolve()))
     for sid, r in run.results.items():
         if r.termination == "invalid":

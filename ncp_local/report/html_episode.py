@@ -35,6 +35,13 @@ def _ledger_changes(view: TurnView) -> str:
     return f"<ul class=changes>{''.join(items)}</ul>" if items else ""
 
 
+def _commitment(cid: str, spec: Any) -> str:
+    """A commitment by its id and its text (the id alone when the spec was not found)."""
+    c = next((c for c in spec.commitments if c.id == cid), None) if spec else None
+    text = f" {esc(c.description)} <span class='muted small'>({esc(c.type)})</span>" if c else ""
+    return f"<span class=fid>{esc(cid)}</span>{text}"
+
+
 def _progress_changes(rec: TurnRecord, spec: Any) -> str:
     items = []
     if rec.node_completed:
@@ -43,18 +50,9 @@ def _progress_changes(rec: TurnRecord, spec: Any) -> str:
             f"<li class=node-done>&#10003; node <span class=fid>{esc(rec.node_completed)}</span> "
             f"completed {esc(desc)}</li>"
         )
-    if rec.newly_satisfied:
-        items.append(
-            "<li class=sat>&#9733; satisfied: "
-            + " ".join(f"<span class=fid>{esc(c)}</span>" for c in rec.newly_satisfied)
-            + "</li>"
-        )
-    if rec.back_to_pending:
-        items.append(
-            "<li class=unsat>&#8634; back to pending: "
-            + " ".join(f"<span class=fid>{esc(c)}</span>" for c in rec.back_to_pending)
-            + "</li>"
-        )
+    # One line per commitment, with its text: an id alone (c_4) tells a reader nothing.
+    items += [f"<li class=sat>&#9733; satisfied: {_commitment(c, spec)}</li>" for c in rec.newly_satisfied]
+    items += [f"<li class=unsat>&#8634; back to pending: {_commitment(c, spec)}</li>" for c in rec.back_to_pending]
     return f"<ul class=changes>{''.join(items)}</ul>" if items else ""
 
 

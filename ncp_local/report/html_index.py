@@ -23,7 +23,9 @@ from .html_parts import (
     episode_href,
     esc,
     header_cell,
+    label_text,
     page,
+    prose,
     run_key,
     turns_cell,
     with_interval,
@@ -61,7 +63,7 @@ def _summary_html(rows: Sequence[Row]) -> str:
             else ""
         )
         cells = [
-            f"<td>{esc(r.label)}<div class='muted small'>{esc(r.path)}</div></td>",
+            f"<td>{label_text(r.label)}<div class='muted small path' title=\"{esc(r.path)}\">{esc(r.path)}</div></td>",
             f"<td class=num>{r.agg.episodes}{censored}</td>",
         ]
         for k, _, d in METRICS:
@@ -119,7 +121,7 @@ def _episode_table(i: int, run: Run) -> str:
 
 def _cost_html(tables: Sequence[CostTable]) -> str:
     """Per run: the cost table, run figures then per episode-turn, each header defined in its tooltip."""
-    parts = [f"<p class='muted small'>{esc(PER_TURN_NOTE)}.</p>"]
+    parts = [f"<p class='muted small'>{prose(PER_TURN_NOTE)}.</p>"]
     for t in tables:
         head = (
             "<tr><th>per</th><th>role</th><th>stage</th>"
@@ -135,7 +137,7 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
         )
         note = table_note(t) + ("" if t.gpu_hour_cost is not None else "; set report.gpu_hour_cost= for a cost figure")
         parts.append(
-            f"<h3>{esc(t.label)}</h3><p class='muted small'>{esc(note)}</p><div class=scroll>"
+            f"<h3>{esc(t.label)}</h3><p class='muted small'>{prose(note)}</p><div class=scroll>"
             f"<table class='cost'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
         )
     return "".join(parts)
@@ -144,7 +146,7 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
 def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
     """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
     parts = [
-        f"<p class='muted small'>{esc(ENDINGS_NOTE)}</p>",
+        f"<p class='muted small'>{prose(ENDINGS_NOTE)}</p>",
         count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
     ]
     if svg:
@@ -156,7 +158,7 @@ def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
 
 def _modes_html(modes: Sequence[RunModes]) -> str:
     """Each run's conflicts by failure mode, and by conflict type and mode."""
-    parts = [f"<p class='muted small'>{esc(failure_modes.NOTE)}</p>"]
+    parts = [f"<p class='muted small'>{prose(failure_modes.NOTE)}</p>"]
     if any(m.asked for m in modes):
         parts.append(count_table("modes", failure_modes.HEADER, failure_modes.mode_rows(modes), tips=False))
         for m in modes:
@@ -165,16 +167,16 @@ def _modes_html(modes: Sequence[RunModes]) -> str:
                     f"<h3>{esc(m.label)}: failure modes by conflict type</h3>",
                     count_table("modes", *failure_modes.type_rows(m), tips=False),
                 ]
-    parts += [f"<p class='muted small'>{esc(line)}</p>" for line in failure_modes.notes(modes)]
+    parts += [f"<p class='muted small'>{prose(line)}</p>" for line in failure_modes.notes(modes)]
     return "".join(parts)
 
 
 def _auditor_html(err: AuditorError | None, level: float) -> str:
     """The review sheet's precision per type and each reviewed run's figures as judged and corrected."""
     if err is None:
-        return f"<p class='muted small'>{esc(plain(UNCORRECTED_NOTE))}</p>"
+        return f"<p class='muted small'>{prose(UNCORRECTED_NOTE)}</p>"
     parts = [
-        f"<p class='muted small'>{esc(plain(precision.intro(err, level)))}</p>",
+        f"<p class='muted small'>{prose(precision.intro(err, level))}</p>",
         count_table("precision", precision.PRECISION_HEADER, precision.precision_rows(err), tips=False),
     ]
     for c in err.corrected:
@@ -183,9 +185,9 @@ def _auditor_html(err: AuditorError | None, level: float) -> str:
             count_table("corrected", precision.CORRECTED_HEADER, precision.corrected_rows(c), tips=False),
         ]
         if note := precision.notes(err, c):
-            parts.append(f"<p class='muted small'>{esc(note)}</p>")
+            parts.append(f"<p class='muted small'>{prose(note)}</p>")
     if note := precision.notes(err):
-        parts.append(f"<p class='muted small'>{esc(note)}</p>")
+        parts.append(f"<p class='muted small'>{prose(note)}</p>")
     return "".join(parts)
 
 
@@ -198,7 +200,7 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
             count_table("passk", *passk_table(rt), define=define_trials),
             count_table("noise", *noise_table(rt, level), define=define_trials),
         ]
-    parts.append(f"<p class='muted small'>{esc(NOISE_NOTE)}</p>")
+    parts.append(f"<p class='muted small'>{prose(NOISE_NOTE)}</p>")
     return "".join(parts)
 
 
@@ -243,7 +245,7 @@ def index_page(
             + "</p>"
         )
         for note in run.notes:
-            parts.append(f"<div class=warn>{esc(note)}</div>")
+            parts.append(f"<div class=warn>{prose(note)}</div>")
         parts.append(_episode_table(i, run))
     return page("NCP report", "\n".join(parts), asset("index.js"))
 

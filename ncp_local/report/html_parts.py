@@ -13,12 +13,34 @@ from ..protocol.metrics import EpisodeMetrics
 from ..protocol.stages import CONFLICT_TYPES, INTERNAL_ID
 from .assets import asset
 from .glossary import define, define_ending, plain
+from .labels import shortened
 from .runs import Run
 from .tables import MIN_FOR_INTERVAL
 
 
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def prose(text: str) -> str:
+    """The rig's own prose (a note, a definition) as HTML: escaped, its Markdown code spans (`x`) as
+    <code>; a backtick without its pair stays as it is. Never for model or spec text (that is `esc`)."""
+    out, at = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [esc(text[at : m.start()]), f"<code>{esc(m.group(1))}</code>"]
+        at = m.end()
+    return "".join(out) + esc(text[at:])
+
+
+def label_text(label: str) -> str:
+    """A run's label where space is short: shortened (labels.shortened), the full label on hover."""
+    short = shortened(label)
+    if short == label:
+        return esc(label)
+    return f'<span class=label title="{esc(label)}">{esc(short)}</span>'
 
 
 def page(title: str, body: str, script: str = "") -> str:
@@ -96,11 +118,16 @@ def count_table(
         return f"<th{'' if i == 0 else ' class=num'}{tip}>{esc(h)}</th>"
 
     head = "<tr>" + "".join(th(i, h) for i, h in enumerate(header)) + "</tr>"
+    # The first cell names the row (a run's label, an ending): shortened, in full on hover.
     body = "".join(
-        "<tr>" + "".join(f"<td{'' if i == 0 else ' class=num'}>{esc(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        "<tr>"
+        + "".join(
+            f"<td>{label_text(str(c))}</td>" if i == 0 else f"<td class=num>{esc(c)}</td>" for i, c in enumerate(r)
+        )
+        + "</tr>"
         for r in rows
     )
-    return f"<div class=scroll><table class='{cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+    return f"<div class=scroll><table class='counts {cls}'><thead>{head}</thead><tbody>{body}</tbody></table></div>"
 
 
 def rendered_table(cls: str, header: Sequence[str], rows: Sequence[str]) -> str:

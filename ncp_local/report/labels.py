@@ -107,3 +107,17 @@ def from_template(template: str, config: Mapping[str, Any]) -> str:
         return _shown(below) if below else "?"
 
     return _FIELD.sub(value, template)
+
+
+SHORT = 64  # characters of a label shown where space is short (a table's first column, a plot's panel title)
+_ROLE_PREFIX = re.compile(rf"\b({'|'.join(ROLES)})\.")
+
+
+def shortened(label: str, limit: int = SHORT) -> str:
+    """A label that fits `limit` characters, for a narrow place that shows the full one on hover: role
+    prefixes go to their initial (`narrator.temperature=0.2` -> `n.temperature=0.2`), then the tail
+    gives way to an ellipsis. A label that fits is returned as it is."""
+    if len(label) <= limit:
+        return label
+    short = _ROLE_PREFIX.sub(lambda m: m.group(1)[0] + ".", label)
+    return short if len(short) <= limit else short[: limit - 1].rstrip() + "\u2026"

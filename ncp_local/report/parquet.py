@@ -3,6 +3,10 @@
 `build_tables` turns runs into one Arrow table per schema of `table_schema.py` (several runs go into one
 set, told apart by their key columns); `write_tables` writes `<out>/<table>.parquet`; `read_tables` reads
 them back and refuses a file whose table or schema version is not the one this rig writes.
+
+Exports written before 2026-12-05 named a story's trial k > 0 `<spec>#<k>` in the `episode` column, where
+the run directory, the report and every other export say `<spec>~t<k>` (protocol/trials.py); reading
+such a file gives the one spelling, rebuilt from its `spec_id` and `trial` columns.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError
+from ..protocol.trials import episode_name
 from .table_rows import Row, Source, run_rows
 from .table_schema import META_TABLE, META_VERSION, TABLES, TableSchema
 
@@ -71,7 +76,26 @@ def read_table(folder: Path, name: str) -> pa.Table:
             f"table {got[0]} schema version {got[1]}, this rig reads {name} version {schema.version}: "
             "export the runs again",
         )
-    return table
+    return _one_spelling(table)
+
+
+OLD_SEPARATOR = "#"  # the `episode` column's trial separator before the one name (module docstring)
+
+
+def _one_spelling(table: pa.Table) -> pa.Table:
+    """The table with its `episode` column named as the episode's files are (`movie48~t2`, not `movie48#2`)."""
+    if "episode" not in table.column_names:
+        return table
+    episodes = table.column("episode").to_pylist()
+    if not any(OLD_SEPARATOR in (e or "") for e in episodes):
+        return table
+    stories, trials = table.column("spec_id").to_pylist(), table.column("trial").to_pylist()
+    names = [
+        episode_name(s, t) if s is not None and t is not None else e
+        for e, s, t in zip(episodes, stories, trials, strict=True)
+    ]
+    i = table.column_names.index("episode")
+    return table.set_column(i, table.schema.field(i), pa.array(names, pa.string()))
 
 
 def is_table_folder(folder: Path) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,15 @@ SURVIVING_COLOUR = "#c7c7c7"
 PANEL_COLUMNS = 3
 
 
+# A panel's title wraps at this many characters (9 pt in a 4.2 inch panel): a run's label is often
+# longer than its panel, and titles side by side would run into each other.
+TITLE_CHARS = 52
+
+
+def _panel_title(text: str) -> str:
+    return textwrap.fill(text, TITLE_CHARS, break_long_words=False, break_on_hyphens=False)
+
+
 def _panel_grid(n: int, extra_height: float) -> tuple[Figure, Any]:
     """A figure of `n` panels, up to PANEL_COLUMNS a row, sharing their y axis (the unused ones hidden)."""
     cols = max(1, min(PANEL_COLUMNS, n))
@@ -168,7 +178,7 @@ def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> 
         ax.set_xlim(0, inc.max_turns + 1.5)
         ax.set_ylim(0, 100)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"{label} (n={inc.episodes})", fontsize=9)
+        ax.set_title(_panel_title(f"{label} (n={inc.episodes})"), fontsize=9)
         ax.set_xlabel("t: player turns played")
     for ax in axes[:, 0]:
         ax.set_ylabel("stories (%)")
@@ -215,7 +225,7 @@ def passk_figure(rts: Sequence[RunTrials]) -> Figure:
         ax.set_xlim(0, rt.max_turns)
         ax.set_ylim(0, 100)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"{rt.label} ({rt.trials} trials x {len(rt.stories)} stories)", fontsize=9)
+        ax.set_title(_panel_title(f"{rt.label} ({rt.trials} trials x {len(rt.stories)} stories)"), fontsize=9)
         ax.set_xlabel("t: player turns played")
         ax.legend(fontsize=8, frameon=False)
     for ax in axes[:, 0]:

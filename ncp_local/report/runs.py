@@ -78,20 +78,22 @@ def _read_result(path: Path, manifest: dict[str, Any]) -> tuple[EpisodeResult | 
     return check_result(path, manifest)
 
 
+def role_label(manifest: dict[str, Any], role: str) -> str | None:
+    """What played `role` in a run, as its manifest records it: the model's name, `scripted` when no
+    model ran (never the name a config left in place), None when the manifest does not say."""
+    cfg = manifest.get("config") or {}
+    if ran_no_model(cfg, role):
+        return SCRIPTED
+    name = ((cfg.get(role) or {}).get("model") or {}).get("name")
+    return name or ((manifest.get("models") or {}).get(role) or {}).get("name")
+
+
 def label_from_manifest(manifest: dict[str, Any], fallback: str) -> str:
     """narrator model / auditor model / condition / method, as far as the manifest knows."""
     cfg = manifest.get("config") or {}
-    models = manifest.get("models") or {}
-
-    def model(role: str) -> str | None:
-        if ran_no_model(cfg, role):
-            return SCRIPTED  # no model ran: never label it as one
-        name = ((cfg.get(role) or {}).get("model") or {}).get("name")
-        return name or (models.get(role) or {}).get("name")
-
     parts = [
-        model("narrator"),
-        model("auditor"),
+        role_label(manifest, "narrator"),
+        role_label(manifest, "auditor"),
         (cfg.get("condition") or {}).get("name"),
         (cfg.get("method") or {}).get("name"),
     ]

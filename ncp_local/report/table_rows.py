@@ -21,16 +21,12 @@ from ..protocol.metrics import episode_metrics
 from ..protocol.records import EpisodeResult, StatusRecord, TurnRecord
 from ..protocol.replay import LedgerDiff, Replay, TurnView, replay, target_text
 from ..protocol.spec import Spec
+from ..protocol.trials import episode_name
 from .cost import SUMS, Usage
 from .runs import Run
 from .table_schema import TABLES
 
 Row = dict[str, Any]
-
-
-def episode_key(spec_id: str, trial: int) -> str:
-    """An episode's name: the story, and its trial when a run plays a story more than once."""
-    return spec_id if not trial else f"{spec_id}#{trial}"
 
 
 @dataclass(frozen=True)
@@ -46,7 +42,7 @@ def _keys(src: Source, spec_id: str, trial: int) -> Row:
         "run": src.run.key,
         "label": src.run.label,
         "point": src.point,
-        "episode": episode_key(spec_id, trial),
+        "episode": episode_name(spec_id, trial),  # the name its files and pages use
         "spec_id": spec_id,
         "trial": trial,
     }

@@ -60,7 +60,12 @@ KEYS: tuple[Column, ...] = (
         "the sweep point: the overrides that tell it from the sweep's others (`narrator.temperature=0.2 seed=1`); "
         "null for a run not given through its sweep folder",
     ),
-    Column("episode", STR, "the episode's key: the story's spec id, with `#<trial>` after it for trials above 0"),
+    Column(
+        "episode",
+        STR,
+        "the episode's name, as its result file and report page are named: the story's spec id, with "
+        "`~t<trial>` after it for trials above 0 (`movie48~t2`)",
+    ),
     Column("spec_id", STR, "the story (spec) the episode played"),
     Column("trial", INT, "the play of that story (0 when the run plays each story once)"),
 )
