@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..exits import EXIT_ENGINE_DEAD
 
 POLL_S = 1.0
-LOST_AFTER = 3  # refused polls in a row: a head that is gone, not one slow accept
+LOST_AFTER = 2  # refused polls in a row: a head that is gone, not one slow accept
 GRACE_S = 5.0  # vLLM's own shutdown first; what remains after this is killed
 
 
@@ -63,8 +63,11 @@ def watch_head(head: Head, reachable=_reachable, stop=None) -> threading.Thread:
 
     def stop_worker() -> None:
         print(f"ncp: the head at {head.address} is gone; this worker stops", file=sys.stderr, flush=True)
+        # The kernel ends this process after the grace whatever Python is doing then (SIGALRM's default
+        # action; measured: vLLM's shutdown can hold the interpreter for seconds after its workers exit).
+        signal.setitimer(signal.ITIMER_REAL, GRACE_S)
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(GRACE_S)
+        time.sleep(GRACE_S - 1)
         _kill_descendants()
         os._exit(EXIT_ENGINE_DEAD)
 
@@ -115,6 +118,7 @@ def main(argv: list[str]) -> None:
     serve.validate(args)
     head = worker_head(argv)
     if head is not None:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the watch's last resort (stop_worker)
         watch_head(head)
     serve.cmd(args)
 
