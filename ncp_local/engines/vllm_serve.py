@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ..exits import EXIT_ENGINE_DEAD
 
@@ -105,16 +106,23 @@ def worker_head(argv: list[str]) -> Head | None:
     return Head(known.master_addr, (known.master_port, known.port))
 
 
-def main(argv: list[str]) -> None:
-    # As vLLM's CLI entry does: its worker processes are spawned, not forked.
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+def serve_parser() -> Any:
+    """vLLM's CLI parser with only its `serve` subcommand (what `vllm serve` parses with)."""
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser(prog="vllm")
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    # As vLLM's CLI entry does: its worker processes are spawned, not forked.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+
     serve = ServeSubcommand()
-    serve.subparser_init(parser.add_subparsers(dest="subparser"))
-    args = parser.parse_args(["serve", *argv])
+    args = serve_parser().parse_args(["serve", *argv])
     serve.validate(args)
     head = worker_head(argv)
     if head is not None:
