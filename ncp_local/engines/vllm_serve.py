@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +60,11 @@ def _kill_descendants() -> None:
             child.kill()
 
 
-def watch_head(head: Head, reachable=_reachable, stop=None) -> threading.Thread:  # type: ignore[no-untyped-def]
-    """A daemon thread that stops this worker once its head, having answered, stops answering."""
+def watch_head(
+    head: Head, reachable: Callable[[str, int], bool] = _reachable, stop: Callable[[], None] | None = None
+) -> threading.Thread:
+    """A daemon thread that stops this worker once its head, having answered, stops answering (`stop`:
+    what stopping is, for tests; `reachable`: how a port is probed)."""
 
     def stop_worker() -> None:
         print(f"ncp: the head at {head.address} is gone; this worker stops", file=sys.stderr, flush=True)
