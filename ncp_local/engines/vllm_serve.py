@@ -17,6 +17,7 @@ descendant and the exit code of a dead engine.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -96,8 +97,6 @@ def watch_head(
 
 def worker_head(argv: list[str]) -> Head | None:
     """The head a headless worker of a multi-node server answers to, from its arguments (None for a head)."""
-    import argparse
-
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--headless", action="store_true")
     p.add_argument("--node-rank", "-r", type=int, default=0)
