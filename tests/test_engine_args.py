@@ -443,3 +443,21 @@ def test_kv_offloading_size_reaches_vllms_offloading_connector(tmp_path: Path) -
     assert cfg.kv_transfer_config.kv_connector in ("OffloadingConnector", "SimpleCPUOffloadConnector")
     assert cfg.kv_transfer_config.kv_connector_extra_config["cpu_bytes_to_use"] == 24 * 2**30
     assert cfg.kv_transfer_config.kv_role == "kv_both"
+
+
+def test_several_cpu_workers_in_one_engine_get_cores_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipeline (or tensor) parallel on the CPU build: one share of the cores a worker, not vLLM's one NUMA
+    node a worker (this machine has one); a worker alone, or a binding the user set, is left to vLLM."""
+    from ncp_local.engines.vllm_process import threads_bind
+
+    assert threads_bind(2, [0, 1]) == "0|1"
+    assert threads_bind(2, [0, 1, 2, 3, 4]) == "0,1,2|3,4"
+    assert threads_bind(3, [4, 5]) == "4|5|4"
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
+    piped = ModelSettings(**{**BASE, "engine_args": {"pipeline_parallel_size": 2}})
+    assert engine_env(piped, on_cpu=True)["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(piped, on_cpu=False)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(ModelSettings(**BASE), on_cpu=True)
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "1|0")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(piped, on_cpu=True)

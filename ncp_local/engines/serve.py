@@ -47,10 +47,16 @@ def serve_args(
     port: int = 8000,
     on_cpu: bool = False,
     tensor_parallel: int | None = None,
+    pipeline_parallel: int = 1,
 ) -> list[str]:
-    """The arguments after `vllm serve` on one node: the model, the rig's engine arguments for it
-    (`tensor_parallel`: GPUs per node, default the model's own) and the server's flags. Across nodes
-    slurm/serve.sbatch adds vLLM's own: pipeline parallel over a Ray cluster, or data parallel."""
+    """The arguments after `vllm serve`: the model, the rig's engine arguments for it (`tensor_parallel`:
+    GPUs per node, default the model's own; `pipeline_parallel`: stages, one a node across nodes) and the
+    server's flags. slurm/serve.sbatch adds where each part runs: vLLM's node rank flags, or Ray's backend,
+    or data parallel's."""
+    if pipeline_parallel > 1:
+        model = model.model_copy(
+            update={"engine_args": {**model.engine_args, "pipeline_parallel_size": pipeline_parallel}}
+        )
     kwargs = plain_engine_kwargs(model, model_path, on_cpu)
     if tensor_parallel is not None:
         kwargs["tensor_parallel_size"] = tensor_parallel

