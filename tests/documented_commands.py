@@ -31,7 +31,8 @@ NEEDS = (
 RECORDS = ("docs/measurements/",)
 
 _CALL = re.compile(
-    r"^(?:[A-Z_]+=\S+\s+)*(?:/usr/bin/time -v\s+)?(?:(?:python3?|\$PY|\.venv/bin/python)\s+(run\.py|slurm/submit\.py)|(slurm/submit\.py))(?=\s|$)"
+    r"^(?:[A-Z_]+=\S+\s+)*(?:/usr/bin/time -v\s+)?"  # an environment and a timer before it
+    r"(?:(?:python3?|\$PY|\.venv/bin/python)\s+(run\.py|slurm/submit\.py)|(slurm/submit\.py))(?=\s|$)"
 )
 _FENCE = re.compile(r"^\s*(```|~~~)")
 

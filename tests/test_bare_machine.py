@@ -100,7 +100,7 @@ def test_no_writable_folder_anywhere(tmp_path: Path) -> None:
     assert _tree(run / "results") == results
 
 
-def test_plots_skipped_with_a_warning_when_no_folder_can_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plots_skipped_when_no_folder_can_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When even the report's folder cannot take matplotlib's, `ready` says why (the report then writes
     its tables and says `warning:` in one line, see report/build.py)."""
     monkeypatch.delitem(sys.modules, "matplotlib", raising=False)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from cli_runner import run_cli
-from ncp_local.modes.bench import NO_MODEL_NOTE
 from ncp_local.engines.base import Message, Request
+from ncp_local.modes.bench import NO_MODEL_NOTE
 from ncp_local.modes.benches.cache_sim import unbounded_cache_hit
 from ncp_local.modes.benches.figures import BenchFigures
 from ncp_local.modes.benches.scaling import Scaling, late_hit, projection

@@ -2,8 +2,8 @@
 
 The lines are read from the pages (tests/documented_commands.py). A line the page marks as needing
 what this machine lacks (`# ... needs GPUs`, `loads a model`, `needs Slurm`, `needs a server`,
-`needs the official code`, `needs the run above`) is only parsed: its overrides composed and validated as `run.py` would,
-each point of a sweep, and a submitter line's options read. Every other line runs, in this process
+`needs the official code`, `needs the run above`) is only parsed: its overrides composed and validated
+as `run.py` would, each point of a sweep, and a submitter line's options read. Every other line runs, in this process
 (tests/cli_runner.py) and in page order, with nothing added: a page's lines share a folder, so a line
 reads what the lines above it wrote. A line ends with exit 0, or with the code its comment starts with
 (`# exit 2: ...`). The README's lines run first; every docs page starts from a copy
@@ -171,7 +171,8 @@ def test_docs_commands_run_as_written(
     shutil.copytree(readme_folder[0], folder, symlinks=True)
     problems, counts = _play(page, folder)
     assert not problems, "\n".join(problems)
-    print(f"{page.relative_to(ROOT)}: {counts['ran']} ran, {counts['parsed']} parsed in {time.monotonic() - start:.1f} s")
+    took = time.monotonic() - start
+    print(f"{page.relative_to(ROOT)}: {counts['ran']} ran, {counts['parsed']} parsed in {took:.1f} s")
 
 
 def test_zz_times() -> None:

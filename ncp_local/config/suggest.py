@@ -30,7 +30,7 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {near}?)" if near else ""
 
 
-def dotted_keys(tree: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+def dotted_keys(tree: Mapping[Any, Any], prefix: str = "") -> Iterator[str]:
     """Every key of a nested mapping as a dotted path (sections and the keys under them)."""
     for key, value in tree.items():
         path = f"{prefix}{key}"

@@ -64,5 +64,6 @@ BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 def find(name: str) -> Mode:
     if name not in BY_NAME:
         near = closest(name, BY_NAME)
-        raise ConfigError("mode", f"unknown mode {name!r} ({f'did you mean {near}?' if near else 'known: ' + ', '.join(BY_NAME)})")
+        hint = f"did you mean {near}?" if near else f"known: {', '.join(BY_NAME)}"
+        raise ConfigError("mode", f"unknown mode {name!r} ({hint})")
     return BY_NAME[name]

@@ -105,7 +105,7 @@ def build_report(
     # report is written without its plots, and says so in one line.
     no_plots = plots_ready(out)
     if no_plots:
-        print(f"warning: {out}: the plots are skipped ({no_plots}); set MPLCONFIGDIR to a writable folder", file=sys.stderr)
+        print(f"warning: {out}: plots skipped ({no_plots}); set MPLCONFIGDIR to a writable folder", file=sys.stderr)
         svg_text = ends_text = passk_text = ""
     else:
         from . import plots  # after plots_ready(): importing matplotlib writes its config folder
