@@ -16,7 +16,10 @@ and so does a marked line that starts none (a mark must say something true).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -133,9 +136,9 @@ def _play(page: Path, folder: Path) -> tuple[list[str], dict[str, int]]:
         runner = run_cli if cmd.script == "run.py" else run_submit
         # Expanded as the shell would: `$NCP_BENCH_DATASET` and the like.
         args = [os.path.expandvars(a) for a in cmd.args]
-        began = time.monotonic()
+        began, cpu = time.monotonic(), time.process_time()
         done: CliResult = runner(*args, cwd=folder, env=env)
-        TIMES.append((time.monotonic() - began, cmd.where))
+        TIMES.append((time.monotonic() - began, time.process_time() - cpu, cmd.where))
         counts["ran"] += 1
         if done.returncode != cmd.exit_code:
             tail = (done.stderr.strip() or done.stdout.strip())[-1500:]
@@ -143,7 +146,27 @@ def _play(page: Path, folder: Path) -> tuple[list[str], dict[str, int]]:
     return problems, counts
 
 
-TIMES: list[tuple[float, str]] = []  # (seconds, where) of each line run, for the slowest list below
+def _worked_example(page: Path, folder: Path) -> list[str]:
+    """Run a page's worked example (its Python after `### A worked example`) where the page's commands
+    ran; the figure rows the page quotes (backticked, with six decimals) that it does not print."""
+    section = page.read_text(encoding="utf-8").split("### A worked example", 1)[1]
+    found = re.search(r"```python\n(.*?)```", section, re.S)
+    assert found, f"{page}: no Python in its worked example"
+    quoted = re.findall(r"`([^`]*\d\.\d{6}[^`]*)`", section)
+    assert quoted, f"{page}: the worked example quotes no figures"
+    printed = io.StringIO()
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(found.group(1), str(page), "exec"), {})
+    finally:
+        os.chdir(here)
+    rows = {" ".join(line.split()) for line in printed.getvalue().splitlines()}
+    return [q for q in quoted if " ".join(q.split()) not in rows]
+
+
+TIMES: list[tuple[float, float, str]] = []  # (seconds, CPU seconds, where) of each line run
 
 README = ROOT / "README.md"
 DOCS = [p for p in pages() if p != README and commands(p)]
@@ -171,10 +194,15 @@ def test_docs_commands_run_as_written(
     shutil.copytree(readme_folder[0], folder, symlinks=True)
     problems, counts = _play(page, folder)
     assert not problems, "\n".join(problems)
+    if page.name == "analysis.md":
+        missing = _worked_example(page, folder)
+        assert not missing, f"{page}: the worked example's quoted figures are not what it prints: {missing}"
     took = time.monotonic() - start
     print(f"{page.relative_to(ROOT)}: {counts['ran']} ran, {counts['parsed']} parsed in {took:.1f} s")
 
 
 def test_zz_times() -> None:
-    for took, where in sorted(TIMES, reverse=True)[:15]:
-        print(f"{took:6.1f} s  {where}")
+    """Not a check: the slowest lines this worker ran (pytest -s shows them)."""
+    for took, cpu, where in sorted(TIMES, reverse=True)[:10]:
+        print(f"{took:6.1f} s ({cpu:5.1f} s CPU)  {where}")
+    print(f"{len(TIMES)} lines ran: {sum(t[0] for t in TIMES):.0f} s, {sum(t[1] for t in TIMES):.0f} s CPU")
