@@ -121,8 +121,9 @@ def check_overrides(argv: list[str]) -> str | None:
 def _config_keys(overrides: Sequence[str], name: str) -> list[str]:
     """The dotted keys of the config these overrides choose (their groups' keys included).
 
-    Composed without the overrides Hydra refused (any that fails drops them all: the defaults'
-    keys then), so a misspelt key is compared with the keys the user's groups do have.
+    Composed without the overrides Hydra refuses on their own (the misspelt one among them), so a
+    misspelt key is compared with the keys the user's groups do have; the defaults' keys when even
+    that composition fails.
     """
     for attempt in ([o for o in overrides if "=" in o and not _refused(o, name)], []):
         try:
