@@ -514,6 +514,15 @@ def gen_records() -> str:
     return "\n".join(parts)
 
 
+def gen_everyday() -> str:
+    """The README's everyday commands (its text up to the end of its code block): one list, kept in the README,
+    shown on the site's first-run page."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Everyday commands\n", 1)[1]
+    fence = section.index("```")
+    return section[: section.index("```", fence + 3) + 3].strip() + "\n"
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "config": gen_config,
     "modes": gen_modes,
@@ -524,6 +533,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "trials-columns": gen_trials_columns,
     "records": gen_records,
     "tables": gen_tables,
+    "everyday": gen_everyday,
 }
 
 

@@ -185,11 +185,46 @@ CASES = [
         "pack-binary-template", (), ("opening.txt", "not UTF-8"), setup=_write("pack/opening.txt", b"\x89PNG\xff\x00")
     ),
     # -- overrides Hydra refuses (its several lines made one) ---------------------------
-    Case("override-unknown-group-option", ("auditor=nope",), ("auditor/nope", "qwen3")),
-    Case("override-unknown-key", ("foo=1",), ("foo", "+foo=1")),
+    Case("override-unknown-group-option", ("auditor=nope",), ("auditor: unknown option 'nope'", "qwen3_32b")),
+    Case("override-unknown-key", ("foo=1",), ("foo: unknown key", "configuration.md")),
+    # A near miss gets the closest real key, option or mode, from the config's own lists, never Hydra's
+    # `+key` advice (which adds a key nothing reads).
+    Case("override-misspelt-key", ("max_turn=4",), ("max_turn: unknown key (did you mean max_turns?)",)),
+    Case(
+        "override-misspelt-nested-key",
+        ("narrator.temprature=0.2",),
+        ("narrator.temprature: unknown key (did you mean narrator.temperature?)",),
+    ),
+    Case(
+        "override-misspelt-group-key",  # a key only the chosen group has (engine=scripted's, from BASE)
+        ("engine.conflict_rat=0",),
+        ("engine.conflict_rat: unknown key (did you mean engine.conflict_rate?)",),
+    ),
+    Case(
+        "override-misspelt-group-option",
+        ("auditor=qwen332b",),
+        ("auditor: unknown option 'qwen332b' (did you mean qwen3_32b?)",),
+    ),
+    Case("override-misspelt-mode", ("mode=reprot",), ("mode: unknown mode 'reprot' (did you mean report?)",)),
+    Case(
+        "override-misspelt-key-in-sweep",
+        ("-m", "max_turn=3,4"),
+        ("max_turn: unknown key (did you mean max_turns?)",),
+    ),
+    # The official method's package not installed: which package, and the command that installs it.
+    Case(
+        "method-official-not-installed",
+        ("method=official_baseline",),
+        (
+            "method.name",
+            "official package 'ncpbench_reference_baseline' is not installed",
+            "pip install -e /path/to/NCP-Bench -e /path/to/NCP-Bench/reference-methods/baseline",
+        ),
+        hide=("ncpbench_reference_baseline", "ncpbench"),
+    ),
     Case("override-unparsable", ("max_turns=[",), ("max_turns", "no viable alternative")),
     Case("override-sweep-without-multirun", ("auditor=qwen3,smollm2",), ("--multirun",)),
-    Case("override-sweep-unknown-option", ("-m", "auditor=smollm2,nope"), ("auditor/nope",)),
+    Case("override-sweep-unknown-option", ("-m", "auditor=smollm2,nope"), ("auditor: unknown option 'nope'",)),
     Case(
         "override-multirun-and-cfg", ("-m", "--cfg", "job", *BASE, "max_turns=1,2"), ("--multirun", "--cfg"), whole=True
     ),

@@ -10,6 +10,7 @@ from typing import Any
 
 from cli_runner import run_cli
 from ncp_local.engines.base import Message, Request
+from ncp_local.modes.bench import NO_MODEL_NOTE
 from ncp_local.modes.benches.cache_sim import unbounded_cache_hit
 from ncp_local.modes.benches.figures import BenchFigures
 from ncp_local.modes.benches.scaling import Scaling, late_hit, projection
@@ -45,6 +46,8 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
         "bench: (d)",
     ]
     assert not any("done in" in line for line in lines)
+    # No model ran: one line says the figures measure the rig only (the figures stay on stdout, unchanged).
+    assert [line for line in proc.stderr.splitlines() if "measure the rig only" in line] == [NO_MODEL_NOTE]
     # The figures as a record in the bench's run directory (runs/bench-<time> without out_dir).
     [folder] = (tmp_path / "runs").iterdir()
     fig = BenchFigures.read(folder / "bench.json")

@@ -82,7 +82,7 @@ def build_site(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     for part in ("docs", "scripts", "conf"):
         shutil.copytree(ROOT / part, tree / part)
-    for name in ("mkdocs.yml", "CHANGELOG.md"):
+    for name in ("mkdocs.yml", "CHANGELOG.md", "README.md"):  # README.md: its everyday commands (gen:everyday)
         shutil.copy2(ROOT / name, tree / name)
     # The generator imports this tree's package (not a copy of it).
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
@@ -105,3 +105,6 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     config = (site / "reference" / "configuration.html").read_text(encoding="utf-8")
     assert "gen:config" not in config and "thinking_budget" in config
     assert "Unreleased" in (site / "changelog.html").read_text(encoding="utf-8")
+    # The README's everyday commands, the one list, shown on the first-run page.
+    first_run = (site / "guide" / "first-run.html").read_text(encoding="utf-8")
+    assert "gen:everyday" not in first_run and "multirun/seeds" in first_run

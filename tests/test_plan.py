@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import re
-import shlex
 import struct
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cli_runner import CliResult, run_cli
+from documented_commands import every_command
 from ncp_local import config as config_mod
 from ncp_local import plan as plan_mod
 from ncp_local.bindings import bind  # noqa: E402
@@ -624,18 +624,12 @@ def _expand(tokens: list[str]) -> list[list[str]]:
 
 def readme_gpu_commands() -> list[list[str]]:
     """Every `run.py` line of the README and the docs that puts a role on a GPU model (not the embedded one),
-    each command once."""
+    each command once (the lines as tests/documented_commands.py reads them)."""
     out: list[list[str]] = []
-    # A command continued with a trailing backslash is one command.
-    lines = [
-        line
-        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-        for line in doc.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
-    ]
-    for line in lines:
-        if "run.py" not in line or line.lstrip().startswith(("#", "`python")):
+    for cmd in every_command():
+        if cmd.script != "run.py":
             continue
-        tokens = shlex.split(line.split("run.py", 1)[1].split("#", 1)[0])
+        tokens = list(cmd.args)
         # A command for a larger node (8 x H200) is planned on its own hardware by test_presets_plan.py.
         hardware = [t.partition("=")[2].strip("[]") for t in tokens if t.startswith("plan.gpus=")]
         if hardware and sum(len(parse_gpus(g)) for g in hardware[0].split(",")) > len(TWO):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigError, RunConfig
+from ..config.suggest import closest
 
 # The package the mode modules are in (ncp_local.modes): a mode's module is its name there.
 _PACKAGE = __name__.rpartition(".")[0]
@@ -62,5 +63,7 @@ BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 
 def find(name: str) -> Mode:
     if name not in BY_NAME:
-        raise ConfigError("mode", f"unknown mode {name!r} (known: {', '.join(BY_NAME)})")
+        near = closest(name, BY_NAME)
+        hint = f"did you mean {near}?" if near else f"known: {', '.join(BY_NAME)}"
+        raise ConfigError("mode", f"unknown mode {name!r} ({hint})")
     return BY_NAME[name]

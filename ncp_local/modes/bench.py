@@ -193,6 +193,13 @@ async def bench(
     return lines
 
 
+# Said under the figures of an engine that runs no model: its tokens/s and GPU-hours describe nothing real.
+NO_MODEL_NOTE = (
+    "bench: note: the scripted engine runs no model, so these figures measure the rig only "
+    "(its scheduling and bookkeeping), not an engine or a GPU; bench a real model for throughput and GPU-hours"
+)
+
+
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
     if cfg.bench.sweep:
@@ -245,6 +252,8 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     lines = asyncio.run(go())
     for line in lines:
         print(line)
+    if not ready.bindings["narrator"].kind.runs_model:
+        say(NO_MODEL_NOTE)
     path = figures(cfg, record, lines).write(out)
     say(f"bench: figures in {path}")
     return 0

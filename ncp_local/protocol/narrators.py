@@ -82,6 +82,27 @@ METHODS: dict[str, str] = {
 }
 
 
+# The official repository's packages: its core (`ncpbench`, the repository's root) and each paper
+# method's, `ncpbench_reference_<method>` in `reference-methods/<method>`.
+OFFICIAL_CORE = "ncpbench"
+OFFICIAL_METHOD_PREFIX = "ncpbench_reference_"
+
+
+def official_install_hint(module: str, exc: BaseException) -> str | None:
+    """For an official package that is not installed: which one, and the command that installs it."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if not missing or not (missing == OFFICIAL_CORE or missing.startswith(OFFICIAL_METHOD_PREFIX)):
+        return None
+    clone = "/path/to/NCP-Bench"  # a clone of the official repository
+    paths = [clone]
+    if module.startswith(OFFICIAL_METHOD_PREFIX):
+        paths.append(f"{clone}/reference-methods/{module.removeprefix(OFFICIAL_METHOD_PREFIX)}")
+    return (
+        f"the official package {missing!r} is not installed; install it from a clone of the official "
+        f"repository: pip install {' '.join(f'-e {p}' for p in paths)} (docs/guide/official-benchmark.md)"
+    )
+
+
 def narrator_factory(method: str) -> type:
     """`baseline`, or a user class given as `package.module:Class`."""
     target = METHODS.get(method, method)
@@ -95,7 +116,8 @@ def narrator_factory(method: str) -> type:
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise InputError("config", "method.name", f"cannot import {target!r}: {exc}") from None
+        hint = official_install_hint(module, exc)
+        raise InputError("config", "method.name", f"cannot import {target!r}: {hint or exc}") from None
     # A method written for the official NCP-Bench code runs as it is, behind an adapter.
     if is_official_narrator(cls):
         return adapter_for(cls)

@@ -3,6 +3,7 @@ notes a reader of those runs must see."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from .cost import cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
-from .plots import inline_svg, write_endings, write_passk, write_survival
+from .mpl_home import ready as plots_ready
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
@@ -102,10 +103,24 @@ def build_report(
     if err is not None:
         files.append(write(out / "survival_corrected.csv", corrected_survival_csv(err)))
     corrected = {c.label: c.survival[1] for c in err.corrected} if err is not None else {}
-    png, svg = write_survival(runs, out, level, corrected)
-    ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
-    files += [png, svg, ends_png, ends_svg]
-    passk_svg = None
+    # The plots import matplotlib only now (mpl_home: it needs a folder it can write); without one the
+    # report is written without its plots, and says so in one line.
+    no_plots = plots_ready(out)
+    if no_plots:
+        print(f"warning: {out}: plots skipped ({no_plots}); set MPLCONFIGDIR to a writable folder", file=sys.stderr)
+        svg_text = ends_text = passk_text = ""
+    else:
+        from . import plots  # after plots_ready(): importing matplotlib writes its config folder
+
+        png, svg = plots.write_survival(runs, out, level, corrected)
+        ends_png, ends_svg = plots.write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
+        files += [png, svg, ends_png, ends_svg]
+        svg_text, ends_text = plots.inline_svg(svg), plots.inline_svg(ends_svg)
+        passk_text = ""
+        if rts:
+            passk_png, passk_svg = plots.write_passk(rts, out)
+            files += [passk_png, passk_svg]
+            passk_text = plots.inline_svg(passk_svg)
     if rts:
         files += [
             write(
@@ -115,21 +130,19 @@ def build_report(
             write(out / "noise.csv", noise_csv(rts)),
             write(out / "stories.csv", stories_csv(rts)),
         ]
-        passk_png, passk_svg = write_passk(rts, out)
-        files += [passk_png, passk_svg]
     if html:
         files.append(
             write_html(
                 runs,
                 rows,
                 out,
-                inline_svg(svg),
+                svg_text,
                 level,
                 costs,
-                endings=(ends, inline_svg(ends_svg)),
+                endings=(ends, ends_text),
                 auditor=err,
                 modes=modes,
-                trials=(rts, inline_svg(passk_svg)) if passk_svg is not None else None,
+                trials=(rts, passk_text) if rts else None,
             )
         )
     return {
