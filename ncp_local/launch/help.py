@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..config import REPO_ROOT
+from ..resources import CONF_DIR
 from ..modes import MODES
 from ..protocol import ROLES
 
@@ -29,7 +29,7 @@ def _options(group: Path) -> list[str]:
     return sorted(p.stem for p in group.glob("*.yaml"))
 
 
-def groups_text(conf: Path = REPO_ROOT / "conf") -> str:
+def groups_text(conf: Path = CONF_DIR) -> str:
     """One line per config group: how to choose it and its options."""
     lines = []
     for group in sorted(p for p in conf.iterdir() if p.is_dir() and p.name != "hydra"):
