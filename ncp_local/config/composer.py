@@ -3,7 +3,6 @@ errors as one line each."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from hydra import compose as hydra_compose

@@ -25,8 +25,8 @@ from ncp_local.errors import InputError
 from ncp_local.execution import points
 from ncp_local.execution.layout import shared_run_dir
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
-from ncp_local.resources import CONF_DIR
 from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
+from ncp_local.resources import CONF_DIR
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # A sweep up to this many points is checked point by point before the first

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..resources import CONF_DIR
 from ..modes import MODES
 from ..protocol import ROLES
+from ..resources import CONF_DIR
 
 # Groups chosen through a role rather than by themselves, and how.
 ROLE_GROUPS = {"model": ROLES}
