@@ -98,9 +98,10 @@ PYTEST  := NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest --durations=40
 NO_ENGINE := not (engine or served or slurm)
 
 # The newest Python the rig supports (pyproject's requires-python) runs the tier that starts no engine
-# too, in a venv of its own holding only what that tier imports (no torch, transformers or vLLM: the
-# CPU torch on disk is for 3.11); uv makes it in seconds (pip: 1.5 min), with the lock's versions as
-# constraints. Without python3.13 on the machine the pass is skipped with a warning, except in .ci/run.
+# too, in a venv of its own without torch, transformers or vLLM (the CPU torch on disk is for 3.11), so
+# the tests of that tier that import them (marked engine_libs) run on 3.11 only. uv makes the venv in
+# seconds (pip: 1.5 min), with the lock's versions as constraints. Without python3.13 on the machine
+# the pass is skipped with a warning, except in .ci/run.
 # The interpreter's own path: pyenv's (pyenv's shim answers only for the global version), else PATH's.
 PY_NEWEST    ?= $(shell PYENV_VERSION=3.13 pyenv which python3.13 2>/dev/null || command -v python3.13)
 VENV_NEWEST  ?= .venv-py313
@@ -117,7 +118,7 @@ test-newest: install
 	@if [ -n "$(PY_NEWEST)" ]; then \
 	  $(MAKE) --no-print-directory $(VENV_NEWEST)/.installed && \
 	  NCP_REQUIRE_EMBEDDED_MODEL=1 $(VENV_NEWEST)/bin/python -m pytest --durations=10 -n $(WORKERS) \
-	    -m "$(NO_ENGINE) and not slow"; \
+	    -m "$(NO_ENGINE) and not slow and not engine_libs"; \
 	elif [ -n "$$NCP_REQUIRE_NEWEST_PYTHON" ]; then echo "error: python3.13 not found (.ci/run requires it)" >&2; exit 2; \
 	else echo "warning: python3.13 not found; the no-engine tier ran on $$($(PY) -V) only" >&2; fi
 

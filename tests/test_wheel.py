@@ -72,7 +72,12 @@ def test_wheel_carries_conf_prompts_and_specs(installed: tuple[Path, Path]) -> N
         in_clone = {f"ncp_local/{p.relative_to(ROOT).as_posix()}" for p in (ROOT / folder).rglob("*") if p.is_file()}
         assert in_clone, folder
         assert in_clone <= names, f"{folder}/ files missing from the wheel: {sorted(in_clone - names)[:5]}"
-    assert "hydra_plugins/ncp_batched_launcher/batched_launcher.py" in names  # hydra/launcher=batched
+    # Every file the package reads that is not Python (report/assets/: an installed rig's reports need
+    # their styles), and Hydra's launcher plugin (hydra/launcher=batched).
+    assets = {f"ncp_local/{p.relative_to(ROOT / 'ncp_local').as_posix()}" for p in (ROOT / "ncp_local").rglob("*")}
+    assets = {n for n in assets if (ROOT / n).is_file() and not n.endswith((".py", ".pyc")) and "__pycache__" not in n}
+    assert assets and assets <= names, sorted(assets - names)
+    assert "hydra_plugins/ncp_batched_launcher/batched_launcher.py" in names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "ncp-local = ncp_local.entry:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

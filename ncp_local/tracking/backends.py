@@ -8,6 +8,7 @@ import importlib.util
 from typing import Protocol
 
 from ..config import ConfigError, TrackerCfg
+from .mlflow_tracker import needs_database  # the module imports MLflow only inside its tracker
 from .record import RunRecord
 
 INSTALL = (
@@ -37,8 +38,6 @@ def require(settings: TrackerCfg) -> None:
     package, _ = BACKENDS[settings.name]
     needed = [package]
     if settings.name == "mlflow":
-        from .mlflow_tracker import needs_database  # imports no MLflow
-
         needed += ["sqlalchemy", "alembic"] if needs_database(settings) else []
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
