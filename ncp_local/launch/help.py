@@ -65,6 +65,7 @@ def help_text() -> str:
                 "",
                 "Usage: python run.py [group=option ...] [key=value ...]",
                 "       python run.py -m [hydra/launcher=batched] key=a,b other=c,d    (a sweep: every combination)",
+                "       (installed as a package: `ncp-local` in place of `python run.py`)",
                 "",
                 "== Modes (mode=...) ==",
                 modes_text(),
