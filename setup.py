@@ -11,18 +11,25 @@ folders, where resources.py finds them anyway.
 from setuptools import find_namespace_packages, setup
 
 BUNDLED = ("conf", "prompts", "specs")  # ncp_local/resources.py's BUNDLED
-DATA_FILES = ["**/*.yaml", "**/*.txt"]  # all that the three folders hold (tests/test_wheel.py checks)
+DATA_FILES = ["*.yaml", "*.txt"]  # all that the three folders hold (tests/test_wheel.py checks)
+# Each folder of the three, and each folder inside them (conf/model, specs/specs...), as a package of
+# data: setuptools copies a folder's files only for a package it is told of.
+DATA_PACKAGES = [
+    f"ncp_local.{name}{'.' + sub if sub else ''}"
+    for name in BUNDLED
+    for sub in ("", *find_namespace_packages(where=name, exclude=["*.__pycache__"]))
+]
 
 setup(
     # hydra_plugins/ is Hydra's namespace for launchers (the batched one: conf/hydra/launcher/batched.yaml).
     packages=[
         *find_namespace_packages(include=["ncp_local", "ncp_local.*", "hydra_plugins.*"], exclude=["*.__pycache__"]),
-        *(f"ncp_local.{name}" for name in BUNDLED),
+        *DATA_PACKAGES,
     ],
     package_dir={f"ncp_local.{name}": name for name in BUNDLED},
     package_data={
         # The HTML report's stylesheet and scripts (ncp_local/report/assets.py reads them as package files).
         "ncp_local.report": ["assets/*.css", "assets/*.js"],
-        **{f"ncp_local.{name}": DATA_FILES for name in BUNDLED},
+        **dict.fromkeys(DATA_PACKAGES, DATA_FILES),
     },
 )
