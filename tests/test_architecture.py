@@ -41,6 +41,8 @@ DEFERRED = (
     "ncp_local.execution.episodes",
     "ncp_local.launch.sweep",
     "ncp_local.launch.point_index",
+    # run.py's and `ncp-local`'s entry imports the command line inside its Ctrl-C guard (entry.py).
+    "ncp_local.launch.cli",
 )
 
 
@@ -131,19 +133,3 @@ def test_every_folder_says_what_it_holds() -> None:
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc and len(re.findall(r"[.!?](\s|$)", doc)) >= 1, init
-
-
-def test_every_package_file_that_is_not_python_ships_as_package_data() -> None:
-    """A wheel carries only what `[tool.setuptools.package-data]` names: each asset the package reads
-    (report/assets/) must match one of its globs, or an installed rig writes reports without styles."""
-    import fnmatch
-    import tomllib
-
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    files = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc", ".typed")]
-    assert files, "no asset found: the test would prove nothing"
-    for f in files:
-        home = next(d for d in f.parents if (d / "__init__.py").is_file())  # the package holding the file
-        package = ".".join(home.relative_to(ROOT).parts)
-        rel = str(f.relative_to(home))
-        assert any(fnmatch.fnmatch(rel, g) for g in data.get(package, [])), f"{f} is not package data"

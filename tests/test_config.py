@@ -122,6 +122,7 @@ def test_cfg_job_resolves_qwen3_auditor(tmp_path: Path) -> None:
     assert auditor.model.chat_template_kwargs.enable_thinking is False
 
 
+@pytest.mark.engine_libs
 def test_missing_weights_stop_before_any_engine(tmp_path: Path) -> None:
     proc = _run("auditor=qwen3", "progress=false", cwd=tmp_path, env={"NCP_MODELS_ROOT": str(tmp_path / "none")})
     err = _one_line_error(proc)

@@ -151,6 +151,7 @@ def test_the_plan_covers_in_process_engines_and_says_which_roles_are_remote() ->
 # ---- the health check -------------------------------------------------------------------------
 
 
+@pytest.mark.engine_libs
 def test_health_check_records_the_servers_answer(fake_server: Any) -> None:
     ready = preflight(_cfg(*_remote(_url(fake_server))))
     ep = ready.endpoints["auditor"]
@@ -173,6 +174,7 @@ def test_health_check_records_the_servers_answer(fake_server: Any) -> None:
         ({"max_model_len": 600}, "with a 600-token window, which does not hold the first turn"),
     ],
 )
+@pytest.mark.engine_libs
 def test_health_check_refuses_in_one_line(fake_server: Any, change: dict[str, Any], expected: str) -> None:
     fake_server.models = [{**fake_server.models[0], **change}]
     with pytest.raises(ConfigError, match="auditor.endpoint.base_url: health check: ") as err:
@@ -180,6 +182,7 @@ def test_health_check_refuses_in_one_line(fake_server: Any, change: dict[str, An
     assert expected in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.engine_libs
 def test_health_check_on_a_server_that_does_not_answer() -> None:
     with pytest.raises(
         ConfigError,
@@ -191,6 +194,7 @@ def test_health_check_on_a_server_that_does_not_answer() -> None:
         preflight(_cfg("auditor.engine=openai"))
 
 
+@pytest.mark.engine_libs
 def test_the_endpoint_file_is_waited_for_bounded(fake_server: Any, tmp_path: Path) -> None:
     file = tmp_path / "endpoint"
     over = ("auditor.engine=openai", f"auditor.endpoint.file={file}", "auditor.endpoint.model=served-m")

@@ -34,12 +34,14 @@ STAGES = (
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.engine_libs
 def test_every_stage_schema_compiles_for_every_backend(backend: str) -> None:
     for bounds in (TIGHT, UNBOUNDED):
         problems = {s: unsupported(schema_for(s, IDS, bounds), backend) for s in STAGES}
         assert not any(problems.values()), problems
 
 
+@pytest.mark.engine_libs
 def test_outlines_keeps_item_counts_and_string_bounds_guidance_gets_the_schema_as_is() -> None:
     schema = schema_for("conflict_check", IDS, TIGHT, "pattern")
     assert adapt_schema(schema, "guidance") is schema

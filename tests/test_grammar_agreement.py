@@ -54,6 +54,9 @@ CHECKED = tuple(s for s in JSON_STAGES if s not in ("build_trajectory", "build_f
 BLANKS = ("", *BLANK_CHARS)
 Path = tuple[Any, ...]
 
+# Every test here compiles grammars with vLLM's backends (xgrammar, outlines, guidance).
+pytestmark = pytest.mark.engine_libs
+
 
 def _example_id(pattern: str) -> str:
     """An id the pattern names (the first shape with each digit run as 0)."""

@@ -771,6 +771,7 @@ def test_mode_plan_cpu_default_prints_the_plan_and_goes(tmp_path: Path) -> None:
     assert "| narrate | narrator | smollm2-135m-instruct | 8192 |" in out
 
 
+@pytest.mark.engine_libs
 def test_mode_run_refuses_an_impossible_plan_before_loading(tmp_path: Path, models_root: Path) -> None:
     proc = _run(
         "narrator=qwen3",

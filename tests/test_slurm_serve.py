@@ -235,6 +235,7 @@ def test_vllm_serve_reads_the_two_node_command_lines_as_meant(tmp_path: Path) ->
         assert args.headless == (rank == 1) and (args.data_parallel_start_rank or 0) == rank
 
 
+@pytest.mark.engine_libs
 def test_submit_queues_server_array_and_cancellation(tmp_path: Path) -> None:
     out = run_submit(
         "--shards",

@@ -278,6 +278,7 @@ class _FakeStarts:
         return start()
 
 
+@pytest.mark.engine_libs
 def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -315,6 +316,7 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(
     assert narrator["points"] == [0, 1, 2, 3] and narrator["starts"] == 1
 
 
+@pytest.mark.engine_libs
 def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Shares left to the plan (the model files' null): the 8B auditors fit GPU 1 together, the 12B and 24B
     # ones need it alone; each group's engines get the plan's shares for that group.
@@ -334,6 +336,7 @@ def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypat
     assert len(shares) == 2 and sum(shares) <= 0.9 + 1e-9  # both on GPU 1 (devices [1]), within the cap
 
 
+@pytest.mark.engine_libs
 def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)

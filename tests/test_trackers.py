@@ -1,5 +1,6 @@
-"""`tracker=mlflow` (local file store) and `tracker=wandb` (offline) on scripted runs: what is logged reads
-back (MLflow's client; W&B's offline run files) equal to the report's figures; a resumed run lands in the
+"""`tracker=mlflow` (its SQLite store, MLflow 3's default) and `tracker=wandb` (offline) on scripted runs: what
+is logged reads back (MLflow's client, and `mlflow.search_runs()` in a new process with no setting, as a user
+would; W&B's offline run files) equal to the report's figures; a resumed run lands in the
 same tracker run; a two-point batched sweep is one MLflow parent run / one W&B group; a tracker that cannot
 write, or takes too long, is one warning line and the run exits 0 with the same results."""
 
@@ -7,7 +8,10 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,11 @@ def survival(tmp: Path, run_dir: Path) -> list[float]:
     return [float(r[1]) for r in rows[1:]]
 
 
+def sqlite_uri(store: Path) -> str:
+    """The store `tracker.dir=<store>` writes: MLflow's SQLite database in it."""
+    return f"sqlite:///{store.resolve() / 'mlflow.db'}"
+
+
 def mlflow_id(run_dir: Path) -> str:
     doc = (run_dir / state.STATE).read_text()
     import json
@@ -62,12 +71,41 @@ def mlflow_id(run_dir: Path) -> str:
     return str(json.loads(doc)["mlflow"]["id"])
 
 
+# What a user types in a new shell, in the folder the run was started from: no tracking URI, no MLFLOW_*.
+SEARCH_RUNS = """
+import json, mlflow
+runs = mlflow.search_runs(experiment_names=["ncp"])
+print(json.dumps({"uri": mlflow.get_tracking_uri(), "runs": runs.to_dict(orient="records")}, default=str))
+"""
+
+
+def test_mlflow_default_store_reads_back_with_search_runs_and_no_setting(tmp_path: Path) -> None:
+    res = run(tmp_path, "limit=1", "out_dir=r", "tracker=mlflow")
+    uri = sqlite_uri(tmp_path)
+    assert f"in {uri} (to open it: mlflow ui --backend-store-uri {uri})" in res.stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", SEARCH_RUNS], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["uri"] == uri  # MLflow's own default (sqlite:///mlflow.db) resolved in that folder: the rig's store
+    [logged] = found["runs"]
+    assert logged["run_id"] == mlflow_id(tmp_path / "r")
+    want = report_metrics(tmp_path, tmp_path / "r")
+    assert want["episodes"] == 1
+    assert {k: logged[f"metrics.{k}"] for k in want} == want
+    # The artifacts lie beside the database (mlruns/), not wherever the reader happens to be.
+    assert logged["artifact_uri"].startswith((tmp_path.resolve() / "mlruns").as_uri())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "mlruns", "r", "report-r"]
+
+
 def test_mlflow_logs_the_reports_figures_and_a_resume_continues_its_run(tmp_path: Path) -> None:
     store = tmp_path / "mlruns"
     first = run(tmp_path, "limit=1", "out_dir=r", "tracker=mlflow", f"tracker.dir={store}")
     assert "tracker=mlflow: run " in first.stdout and "warning" not in first.stderr
     run_id = mlflow_id(tmp_path / "r")
-    client = MlflowClient(tracking_uri=store.resolve().as_uri())
+    client = MlflowClient(tracking_uri=sqlite_uri(store))
     assert client.get_run(run_id).data.metrics["episodes"] == 1
     # The same command over all 3 stories resumes the run directory: the same MLflow run, now of 3.
     run(tmp_path, "out_dir=r", "tracker=mlflow", f"tracker.dir={store}")
@@ -124,13 +162,13 @@ def test_a_sweep_is_one_mlflow_parent_run(tmp_path: Path) -> None:
     store = tmp_path / "mlruns"
     res = run(tmp_path, *SWEEP, "tracker=mlflow", f"tracker.dir={store}")
     assert "tracker=mlflow: sweep " in res.stdout
-    client = MlflowClient(tracking_uri=store.resolve().as_uri())
+    client = MlflowClient(tracking_uri=sqlite_uri(store))
     [exp] = [e for e in client.search_experiments() if e.name == "ncp"]
     runs = client.search_runs([exp.experiment_id])
     [parent] = [r for r in runs if r.data.tags.get("ncp.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(runs) == 3 and len(children) == 2
-    assert state.read(tmp_path / "sw", "mlflow", store.resolve().as_uri()) == parent.info.run_id
+    assert state.read(tmp_path / "sw", "mlflow", sqlite_uri(store)) == parent.info.run_id
     for child in children:
         [run_dir] = [d for d in points(tmp_path).values() if mlflow_id(d) == child.info.run_id]
         want = report_metrics(tmp_path, run_dir)
@@ -203,3 +241,20 @@ def test_a_tracker_not_installed_is_refused_before_the_run(tmp_path: Path, monke
         res.stderr
     )
     assert "pip install -e '.[tracking]'" in res.stderr and not (tmp_path / "r").exists()
+
+
+def test_mlflow_without_its_database_package_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "alembic" else real(name, *a))
+    res = run_cli(*RUN, "limit=1", "out_dir=r", "tracker=mlflow", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: config: tracker: tracker=mlflow needs alembic, which is not installed")
+    assert not (tmp_path / "r").exists()
+    # A tracking server needs no database package here; a database URI does.
+    from ncp_local.config import TrackerCfg
+    from ncp_local.tracking.mlflow_tracker import needs_database
+
+    assert not needs_database(TrackerCfg(name="mlflow", uri="http://mlflow.lab:5000"))
+    assert needs_database(TrackerCfg(name="mlflow", uri="postgresql+psycopg://db/mlflow"))

@@ -3,7 +3,6 @@ errors as one line each."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from hydra import compose as hydra_compose
@@ -12,8 +11,11 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import OmegaConf
 
-# ncp_local/config/composer.py -> the checkout (where conf/ lies).
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+from ..resources import CONF_DIR, ROOT
+
+# Where conf/, prompts/ and specs/ lie: the checkout, or the installed package (resources.py). The
+# `${repo_root:}` resolver (conf/dataset/local.yaml) and the run's git probe read it.
+REPO_ROOT = ROOT
 
 
 def compose(overrides: list[str], config_name: str = "config", hydra_config: bool = False) -> Any:
@@ -29,7 +31,7 @@ def compose(overrides: list[str], config_name: str = "config", hydra_config: boo
     if running is not None:
         GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             return hydra_compose(config_name, overrides=overrides, return_hydra_config=hydra_config)
     finally:
         if running is not None:

@@ -176,9 +176,10 @@ class TrackerCfg(ConfigModel):
 
     name: Literal["none", "mlflow", "wandb"] = "none"  # none | mlflow | wandb (conf/tracker/)
     project: str = Field("ncp", min_length=1)  # the MLflow experiment / the W&B project
-    # Where the tracker writes: MLflow's local file store, W&B's run files; null: ./mlruns, ./wandb.
+    # Where the tracker writes: MLflow's SQLite store (DIR/mlflow.db, artifacts in DIR/mlruns), W&B's run
+    # files; null: the working folder (./mlflow.db: MLflow 3's own default store), ./wandb.
     dir: str | None = None
-    uri: str | None = None  # MLflow: a tracking server or database URI instead of the file store
+    uri: str | None = None  # MLflow: a tracking server or another database URI instead of DIR/mlflow.db
     mode: Literal["offline", "online"] = "offline"  # W&B: offline writes run files only (`wandb sync` later)
     entity: str | None = None  # W&B: the team or user the project belongs to (online)
     # The most the tracker may take once the run has finished; past it the run exits without it.

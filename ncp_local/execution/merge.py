@@ -169,6 +169,7 @@ def merge(root: str | Path) -> Merged:
                 "prompts": first.get("prompts"),
                 "models": first.get("models"),
                 "versions": first.get("versions"),
+                "lock": first.get("lock"),
                 "git_revision": {shards[i].name: manifests[i].get("git_revision") for i in range(count)},
                 "source": {name: shards[source[name]].name for name in expected},
                 **({"trials": trials} if trials > 1 else {}),

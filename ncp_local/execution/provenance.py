@@ -12,6 +12,7 @@ imports torch or vLLM (a scripted run must not pay for them).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import platform
 import re
@@ -84,6 +85,34 @@ def packages() -> dict[str, str]:
         if name:
             found.setdefault(name.lower(), dist.version)
     return dict(sorted(found.items()))
+
+
+# `make install` (and install-gpu) copies the lock it installed from into the environment, under this name.
+LOCK_COPY = "ncp-local-lock.txt"
+_PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.M)  # `name==version \` lines
+
+
+def _dist_key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503's normalized name
+
+
+def lock_state(installed: dict[str, str], prefix: Path | None = None) -> dict[str, Any] | None:
+    """The lock this environment was installed from: the copy's path and sha256 (the same digest as the
+    clone's requirements/<set-up>.txt it was copied from), and each locked package whose installed
+    version is not the lock's (a package added or moved by hand since). None: not installed from a lock
+    (a wheel, a hand-made environment)."""
+    path = Path(sys.prefix if prefix is None else prefix) / LOCK_COPY
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    have = {_dist_key(name): version for name, version in installed.items()}
+    differs = {
+        name: {"lock": version, "installed": have.get(name)}
+        for name, version in ((_dist_key(n), v) for n, v in _PINNED.findall(data.decode("utf-8", "replace")))
+        if have.get(name) != version
+    }
+    return {"file": str(path), "sha256": hashlib.sha256(data).hexdigest(), "differs": differs}
 
 
 def _git(*args: str) -> str | None:
@@ -232,12 +261,14 @@ def command() -> dict[str, Any]:
 def environment(with_diff: bool = True) -> dict[str, Any]:
     """The manifest fields that describe where and how a run was started."""
     git = git_state(with_diff=with_diff)
+    installed = packages()
     return {
         "created": now(),
         "command": command(),
         "rig_version": rig_version(),
         "versions": versions(),
-        "packages": packages(),
+        "lock": lock_state(installed),
+        "packages": installed,
         "git": git,
         "git_revision": git_revision(git),
         "host": platform.node(),

@@ -27,6 +27,7 @@ from ncp_local.execution import points
 from ncp_local.execution.layout import shared_run_dir
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
 from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
+from ncp_local.resources import CONF_DIR
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # A sweep up to this many points is checked point by point before the first
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_SIGINT
 
 
-@hydra.main(version_base="1.3", config_path=str(REPO_ROOT / "conf"), config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _hydra_task(cfg: DictConfig) -> None:
     from ncp_local.modes import main as mode_main  # every mode (scipy, matplotlib): after the override check
 

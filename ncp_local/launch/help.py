@@ -13,9 +13,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ..config import REPO_ROOT
 from ..modes import MODES
 from ..protocol import ROLES
+from ..resources import CONF_DIR
 
 # Groups chosen through a role rather than by themselves, and how.
 ROLE_GROUPS = {"model": ROLES}
@@ -29,7 +29,7 @@ def _options(group: Path) -> list[str]:
     return sorted(p.stem for p in group.glob("*.yaml"))
 
 
-def groups_text(conf: Path = REPO_ROOT / "conf") -> str:
+def groups_text(conf: Path = CONF_DIR) -> str:
     """One line per config group: how to choose it and its options."""
     lines = []
     for group in sorted(p for p in conf.iterdir() if p.is_dir() and p.name != "hydra"):
@@ -65,6 +65,7 @@ def help_text() -> str:
                 "",
                 "Usage: python run.py [group=option ...] [key=value ...]",
                 "       python run.py -m [hydra/launcher=batched] key=a,b other=c,d    (a sweep: every combination)",
+                "       (installed as a package: `ncp-local` in place of `python run.py`)",
                 "",
                 "== Modes (mode=...) ==",
                 modes_text(),

@@ -40,11 +40,12 @@ from pathlib import Path
 
 from ..chat import Message
 from ..errors import InputError
+from ..resources import PROMPTS_DIR
 from .ledger import EpisodeState, FactEntry, FactUpdate, current_node
 from .spec import Node, Spec, plain_text
 from .stages import STAGES
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "prompts"  # the repository's prompts/
+DEFAULT_DIR = PROMPTS_DIR  # the rig's own prompts/ (a clone's, or the one the wheel carries)
 MAX_TEMPLATE_BYTES = 1 << 20
 
 # Views of the stage registry (stages.STAGES), which holds each template with its placeholders.

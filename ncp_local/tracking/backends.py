@@ -8,9 +8,12 @@ import importlib.util
 from typing import Protocol
 
 from ..config import ConfigError, TrackerCfg
+from .mlflow_tracker import needs_database  # the module imports MLflow only inside its tracker
 from .record import RunRecord
 
-INSTALL = "pip install -e '.[tracking]' (mlflow-skinny and wandb, pinned in pyproject.toml)"
+INSTALL = (
+    "pip install -e '.[tracking]' (mlflow-skinny with sqlalchemy and alembic, and wandb, pinned in pyproject.toml)"
+)
 # name -> (the package it needs, "module:class" of its backend)
 BACKENDS: dict[str, tuple[str, str]] = {
     "mlflow": ("mlflow", "ncp_local.tracking.mlflow_tracker:MlflowTracker"),
@@ -21,6 +24,7 @@ BACKENDS: dict[str, tuple[str, str]] = {
 class Tracker(Protocol):
     name: str
     where: str
+    opening: str  # how a user opens what was written, printed in the run's closing line
 
     def group(self, name: str, group_id: str | None) -> str: ...
     def log_run(self, rec: RunRecord, run_id: str | None, group: str | None) -> str: ...
@@ -32,8 +36,14 @@ def require(settings: TrackerCfg) -> None:
     if settings.name == "none":
         return
     package, _ = BACKENDS[settings.name]
-    if importlib.util.find_spec(package) is None:
-        raise ConfigError("tracker", f"tracker={settings.name} needs {package}, which is not installed: {INSTALL}")
+    needed = [package]
+    if settings.name == "mlflow":
+        needed += ["sqlalchemy", "alembic"] if needs_database(settings) else []
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            "tracker", f"tracker={settings.name} needs {' and '.join(missing)}, which is not installed: {INSTALL}"
+        )
 
 
 def load_backend(settings: TrackerCfg) -> Tracker:

@@ -1,9 +1,12 @@
 """MLflow: a run is an MLflow run (params: the config; tags: identity, version, label; metrics: the main
 table, S(t) by step, the cost by role; artifacts: the report folder); a sweep is a parent run whose
-children are its points. Written through `MlflowClient` (mlflow-skinny), to a local file store by default."""
+children are its points. Written through `MlflowClient` (mlflow-skinny), by default to MLflow 3's own
+default store in `dir` (the working folder): the SQLite database `mlflow.db` with the artifacts in `mlruns/`,
+which `mlflow ui` and `mlflow.search_runs()` started in that folder read with no setting at all."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -20,11 +23,29 @@ PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
 T = TypeVar("T")
 
 
+# MLflow 3's defaults (mlflow.store.tracking.DEFAULT_TRACKING_URI and its artifact root), kept in `dir`.
+DATABASE, ARTIFACTS = "mlflow.db", "mlruns"
+
+
+def store_dir(settings: TrackerCfg) -> Path:
+    return Path(settings.dir or ".").expanduser().resolve()
+
+
 def where(settings: TrackerCfg) -> str:
-    """The tracking URI: `uri`, else the local file store at `dir` (./mlruns)."""
+    """The tracking URI: `uri`, else the SQLite database in `dir` (./mlflow.db)."""
     if settings.uri:
         return settings.uri
-    return Path(settings.dir or "mlruns").expanduser().resolve().as_uri()
+    return f"sqlite:///{store_dir(settings) / DATABASE}"
+
+
+def needs_database(settings: TrackerCfg) -> bool:
+    """The store is a database (SQLAlchemy and Alembic: the `tracking` extra), not a server or file store."""
+    return not settings.uri or settings.uri.split(":", 1)[0].split("+", 1)[0] in (
+        "sqlite",
+        "postgresql",
+        "mysql",
+        "mssql",
+    )
 
 
 def _chunks(items: Sequence[T], n: int) -> Iterable[Sequence[T]]:
@@ -36,17 +57,33 @@ class MlflowTracker:
 
     def __init__(self, settings: TrackerCfg) -> None:
         self.where = where(settings)
-        if self.where.startswith("file:"):
-            # MLflow 3 keeps the file store in maintenance mode behind this switch; it is the one store
-            # that needs no server and no database package, which an offline cluster needs.
+        # One command that opens what was written (the run's closing line prints it).
+        self.opening = f"mlflow ui --backend-store-uri {self.where}"
+        artifacts = None
+        if not settings.uri:
+            folder = store_dir(settings)
+            folder.mkdir(parents=True, exist_ok=True)
+            # Named at the experiment's creation: MLflow would put them under the working folder's mlruns/.
+            artifacts = (folder / ARTIFACTS).as_uri()
+        elif self.where.startswith("file:"):
+            # An older file store asked for by its URI: MLflow 3 keeps it in maintenance mode behind this
+            # switch (set for this process only; reading it back needs the same).
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        if self.where.startswith("file:"):
+            self.opening = f"MLFLOW_ALLOW_FILE_STORE=true {self.opening}"
             Path(self.where.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         from mlflow.tracking import MlflowClient
 
+        # A new SQLite store is made by Alembic's migrations, each announced at INFO on stderr: the rig's
+        # terminal keeps to its own lines (a failure is still the one warning line, track.guarded's).
+        for library in ("mlflow", "alembic"):
+            logging.getLogger(library).setLevel(logging.WARNING)
         self.client = MlflowClient(tracking_uri=self.where)
         exp = self.client.get_experiment_by_name(settings.project)
-        self.experiment = exp.experiment_id if exp is not None else self.client.create_experiment(settings.project)
+        self.experiment = (
+            exp.experiment_id
+            if exp is not None
+            else self.client.create_experiment(settings.project, artifact_location=artifacts)
+        )
 
     def _existing(self, run_id: str | None) -> str | None:
         if run_id is None:

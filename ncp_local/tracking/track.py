@@ -73,7 +73,7 @@ def track_run(cfg: RunConfig, run_dir: Path) -> bool:
     def work() -> None:
         tracker = load_backend(settings)
         run_id = _log(tracker, run_record(cfg, run_dir), run_dir, None)
-        print(f"tracker={settings.name}: run {run_id} in {tracker.where}")
+        print(f"tracker={settings.name}: run {run_id} in {tracker.where} (to open it: {tracker.opening})")
 
     return guarded(settings, work)
 
@@ -96,6 +96,9 @@ def track_sweep(points: Sequence[Point], sweep_dir: Path) -> bool:
         for p in points:
             _log(tracker, run_record(p.cfg, p.run_dir, p.name), p.run_dir, group)
         tracker.close_group(group)
-        print(f"tracker={settings.name}: sweep {group} ({len(points)} point(s)) in {tracker.where}")
+        print(
+            f"tracker={settings.name}: sweep {group} ({len(points)} point(s)) in {tracker.where}"
+            f" (to open it: {tracker.opening})"
+        )
 
     return guarded(settings, work)

@@ -23,6 +23,7 @@ class WandbTracker:
         self.settings = settings
         self.where = where(settings)
         self.dir = Path(settings.dir or "wandb").expanduser().resolve()
+        self.opening = f"wandb sync {self.dir}" if settings.mode == "offline" else "its page on wandb.ai"
         # W&B falls back to a temporary folder when `dir` cannot be written; a run logged there would be
         # lost, so a folder that cannot be made or written fails here instead.
         self.dir.mkdir(parents=True, exist_ok=True)

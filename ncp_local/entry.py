@@ -1,0 +1,20 @@
+"""The one entry point behind `python run.py`, the `ncp-local` console script (pyproject's
+[project.scripts]) and `python -m ncp_local`.
+
+Only the exit codes are imported up front: every import the start-up makes (Hydra, the command line)
+is inside the guard, so a Ctrl-C during any of them ends in the rig's one line, not a traceback.
+"""
+
+import sys
+
+from ncp_local.exits import EXIT_SIGNAL, INTERRUPTED_LINE
+
+
+def main() -> int:
+    """Runs this process's command line (`sys.argv[1:]`) and returns its exit code."""
+    try:
+        from ncp_local.launch.cli import main as cli_main
+    except KeyboardInterrupt:
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return EXIT_SIGNAL["SIGINT"]
+    return cli_main()
