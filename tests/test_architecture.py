@@ -27,7 +27,9 @@ DEFERRED = (
     "setproctitle",
     "psutil",
     "inspect_ai",
-    "lifelines",  # pandas and its own fitters: about 1 s, read only by the endings section of a report
+    "lifelines",  # pandas and its own fitters: about 1 s; the tests' Aalen-Johansen oracle
+    # matplotlib, imported by the report only once it has a folder to write its config to (report/mpl_home.py).
+    ".plots",
     "mlflow",
     "wandb",
     "ncp_local.engines.vllm",

@@ -110,17 +110,18 @@ def build_report(
         print(f"warning: {out}: plots skipped ({no_plots}); set MPLCONFIGDIR to a writable folder", file=sys.stderr)
         svg_text = ends_text = passk_text = ""
     else:
-        from . import plots  # after plots_ready(): importing matplotlib writes its config folder
+        # After plots_ready(): importing matplotlib writes its config folder.
+        from .plots import inline_svg, write_endings, write_passk, write_survival
 
-        png, svg = plots.write_survival(runs, out, level, corrected)
-        ends_png, ends_svg = plots.write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
+        png, svg = write_survival(runs, out, level, corrected)
+        ends_png, ends_svg = write_endings([(e.label, e.incidence, e.survival) for e in ends], out)
         files += [png, svg, ends_png, ends_svg]
-        svg_text, ends_text = plots.inline_svg(svg), plots.inline_svg(ends_svg)
+        svg_text, ends_text = inline_svg(svg), inline_svg(ends_svg)
         passk_text = ""
         if rts:
-            passk_png, passk_svg = plots.write_passk(rts, out)
+            passk_png, passk_svg = write_passk(rts, out)
             files += [passk_png, passk_svg]
-            passk_text = plots.inline_svg(passk_svg)
+            passk_text = inline_svg(passk_svg)
     if rts:
         files += [
             write(
