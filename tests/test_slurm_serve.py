@@ -373,6 +373,7 @@ def _refused(tmp_path: Path, *flags: str, overrides: tuple[str, ...] = ()) -> st
     return out.stderr
 
 
+@pytest.mark.engine_libs  # the data-parallel dry run's pre-flight checks the engine package
 def test_a_layout_the_model_cannot_be_split_by_is_refused_before_submission(tmp_path: Path) -> None:
     """The embedded model: 30 layers, 9 attention heads."""
     assert _refused(tmp_path, "--serve-gpus", "0", "--serve-nodes", "4").startswith(
