@@ -288,6 +288,8 @@ class Row:
     name: str
     truth: float
     estimates: list[Estimate]
+    censored_share: float = 0.0  # the share of plays censored, over the simulated runs
+    uncensored: float | None = None  # for an as-played figure, its truth without censoring
 
     def summary(self) -> dict[str, float]:
         pts = np.array([e[0] for e in self.estimates])
@@ -330,11 +332,8 @@ def simulate(
         censored.append(np.mean([p.ending == "context_limit" for p in plays]))
         for name, e in estimate(rig, s, plays, rng, resamples, level, only).items():
             got.setdefault(name, []).append(e)
-    rows = [Row(s, name, truth[name], es) for name, es in got.items()]
-    for row in rows:
-        row.censored_share = float(np.mean(censored))  # type: ignore[attr-defined]
-        row.uncensored = truth.get(f"{row.name}, uncensored")  # type: ignore[attr-defined]
-    return rows
+    share = float(np.mean(censored))
+    return [Row(s, name, truth[name], es, share, truth.get(f"{name}, uncensored")) for name, es in got.items()]
 
 
 def _f(x: float, d: int = 3) -> str:
@@ -348,9 +347,9 @@ def table(rows: Sequence[Row], runs: int) -> str:
     for r in rows:
         x = r.summary()
         lines.append(
-            f"| {r.name} | {r.setting.plays} | {100 * r.censored_share:.0f}% | {_f(x['truth'])} | {_f(x['mean'])} "  # type: ignore[attr-defined]
+            f"| {r.name} | {r.setting.plays} | {100 * r.censored_share:.0f}% | {_f(x['truth'])} | {_f(x['mean'])} "
             f"| {_f(x['bias %'], 2)} | {_f(x['bias / se'], 2)} | {_f(x['cover %'], 1)} | {_f(x['cover se'], 1)} "
-            f"| {_f(x['width'])} | {_f(r.uncensored) if r.uncensored is not None else ''} |"  # type: ignore[attr-defined]
+            f"| {_f(x['width'])} | {_f(r.uncensored) if r.uncensored is not None else ''} |"
         )
     return "\n".join(lines) + f"\n\n{runs} simulated runs per row."
 

@@ -190,3 +190,21 @@ def play_scripted_official(dataset: Path, out: Path, *extra: str) -> Path:
     )
     assert done.returncode == 0, done.stderr
     return out
+
+
+def headless_chromium(chromium: Path, profile: Path, *extra: str) -> list[str]:
+    """A headless Chromium command line as this machine's closed network needs it (no background
+    connections, no sync), with a fresh profile; `extra` adds the window size, the page and what to do."""
+    return [
+        str(chromium),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        *extra,
+    ]

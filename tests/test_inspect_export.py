@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from cli_runner import run_cli
+from helpers import headless_chromium
 from ncp_local.execution.call_log import read_calls
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.report.inspect_log import conflict_label
@@ -238,20 +239,13 @@ def test_inspect_view_opens_the_log(chromium: Path, exported: tuple[Path, Path],
     try:
         _wait_http(f"http://127.0.0.1:{port}/", view, 120)
         browser = subprocess.Popen(
-            [
-                str(chromium),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={tmp_path / 'profile'}",
+            headless_chromium(
+                chromium,
+                tmp_path / "profile",
                 "--window-size=1400,1000",
                 f"--remote-debugging-port={devtools}",
                 "about:blank",
-            ],
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

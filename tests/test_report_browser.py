@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cli_runner import ROOT, run_cli
+from helpers import headless_chromium
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.protocol.trials import story_of
 from ncp_local.report import build_report
@@ -22,22 +23,9 @@ from test_report import make_run, write_dataset
 def render(chromium: Path, page: Path, tmp: Path, name: str) -> tuple[bytes, str]:
     shot = tmp / f"{name}.png"
     res = subprocess.run(
-        [
-            str(chromium),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp / 'profile'}",
-            "--window-size=1280,1600",
-            f"--screenshot={shot}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
+        headless_chromium(
+            chromium, tmp / "profile", "--window-size=1280,1600", f"--screenshot={shot}", "--dump-dom", page.as_uri()
+        ),
         capture_output=True,
         text=True,
         timeout=120,
@@ -95,19 +83,14 @@ def probe(chromium: Path, page: Path, tmp: Path, script: str, width: int = 1280)
     copy.write_text(page.read_text(encoding="utf-8").replace("</body>", hook + "</body>"), encoding="utf-8")
     try:
         res = subprocess.run(
-            [
-                str(chromium),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                f"--user-data-dir={tmp / 'profile'}",
+            headless_chromium(
+                chromium,
+                tmp / "profile",
                 f"--window-size={width},1000",
                 "--virtual-time-budget=3000",
                 "--dump-dom",
                 copy.as_uri(),
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=120,

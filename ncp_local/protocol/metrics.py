@@ -152,6 +152,11 @@ class SurvivalCurve:
     hi: tuple[float, ...]
 
 
+def at_risk(turns: np.ndarray, size: int) -> np.ndarray:
+    """Per turn n = 0..size-1, the episodes that played n turns or more (at risk of turn n's endings)."""
+    return np.bincount(turns, minlength=size)[::-1].cumsum()[::-1][:size].astype(float)
+
+
 def product_limit(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.ndarray:
     """S(t) = P(T >= t), t = 0..max_turns, by the product limit over (weighted) endings, in numpy.
 
@@ -162,12 +167,11 @@ def product_limit(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.nd
     """
     size = max_turns + 1
     turns = np.asarray(turns, dtype=np.intp)
-    counts = np.bincount(turns, minlength=size)
-    at_risk = counts[::-1].cumsum()[::-1][:size].astype(float)  # episodes with turns >= n
+    risk = at_risk(turns, size)
     ends = np.bincount(turns, weights=np.asarray(ended, dtype=float), minlength=size)[:size]
     factor = np.ones(size)
-    live = at_risk > 0
-    factor[live] = 1.0 - ends[live] / at_risk[live]
+    live = risk > 0
+    factor[live] = 1.0 - ends[live] / risk[live]
     # S(t) = P(T > t - 1): the endings of turns 0..t-1 have happened.
     return np.concatenate([[1.0], np.cumprod(factor[:max_turns])])
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..protocol.metrics import ENDING_CENSORED, ENDINGS, EpisodeMetrics
+from ..protocol.metrics import ENDING_CENSORED, ENDINGS, EpisodeMetrics, at_risk, product_limit
 from ..protocol.resample import clusters, draws, percentile
 from .runs import Run
 from .tables import csv_text, markdown_table
@@ -84,13 +84,13 @@ def aalen_johansen(turns: np.ndarray, codes: np.ndarray, max_turns: int) -> np.n
     out = np.zeros((len(ENDINGS), size))
     if turns.size == 0:
         return out
-    at_risk = np.bincount(turns, minlength=size)[::-1].cumsum()[::-1][:size].astype(float)
+    risk = at_risk(turns, size)
     ends = np.stack([np.bincount(turns[codes == k], minlength=size)[:size] for k in range(len(ENDINGS))])
     hazard = np.zeros((len(ENDINGS), size))
-    live = at_risk > 0
-    hazard[:, live] = ends[:, live] / at_risk[live]
-    # S(n): the chance to reach turn n, before its endings; F_k(t) sums turns 0..t-1.
-    reach = np.concatenate([[1.0], np.cumprod(1.0 - hazard.sum(axis=0))[:-1]])
+    live = risk > 0
+    hazard[:, live] = ends[:, live] / risk[live]
+    # S(n), the chance to reach turn n before its endings: the product limit over every ending.
+    reach = product_limit(turns, codes >= 0, max_turns + 1)
     out[:, 1:] = np.cumsum(reach * hazard, axis=1)[:, :-1]
     return out
 

@@ -106,8 +106,7 @@ def _turn_counts(plays: Sequence[EpisodeMetrics], max_turns: int) -> np.ndarray:
 
 def _censoring_from(counts: np.ndarray, max_turns: int) -> np.ndarray:
     plays, ended, hidden = counts
-    at_risk = plays[::-1].cumsum()[::-1]
-    left = at_risk - ended
+    left = plays[::-1].cumsum()[::-1] - ended  # played n turns or more, and did not end at n
     factor = np.ones(len(plays))
     live = left > 0
     factor[live] = 1.0 - hidden[live] / left[live]
