@@ -95,8 +95,9 @@ WORKERS ?= 2
 PYTEST  := NCP_REQUIRE_EMBEDDED_MODEL=1 $(PY) -m pytest --durations=40
 NO_ENGINE := not (engine or served or slurm)
 
-# The newest Python the rig supports (pyproject's requires-python) runs the tier that starts no engine
-# too, in a venv of its own without torch, transformers or vLLM (the CPU torch on disk is for 3.11), so
+# The newest Python the rig supports (pyproject's requires-python) runs the tests of the no-engine tier
+# whose result can depend on the interpreter (marked `newest`: tests/newest_pass.py), in a venv of its own
+# without torch, transformers or vLLM (the CPU torch on disk is for 3.11), so
 # the tests of that tier that import them (marked engine_libs) run on 3.11 only. uv makes the venv in
 # seconds (pip: 1.5 min), with the lock's versions as constraints. Without python3.13 on the machine
 # the pass is skipped with a warning, except in .ci/run.
@@ -116,7 +117,7 @@ test-newest: install
 	@if [ -n "$(PY_NEWEST)" ]; then \
 	  $(MAKE) --no-print-directory $(VENV_NEWEST)/.installed && \
 	  NCP_REQUIRE_EMBEDDED_MODEL=1 $(VENV_NEWEST)/bin/python -m pytest --durations=10 -n $(WORKERS) \
-	    -m "$(NO_ENGINE) and not slow and not engine_libs"; \
+	    -m "newest and $(NO_ENGINE) and not slow and not engine_libs"; \
 	elif [ -n "$$NCP_REQUIRE_NEWEST_PYTHON" ]; then echo "error: python3.13 not found (.ci/run requires it)" >&2; exit 2; \
 	else echo "warning: python3.13 not found; the no-engine tier ran on $$($(PY) -V) only" >&2; fi
 

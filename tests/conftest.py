@@ -18,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from newest_pass import in_newest_pass  # noqa: E402  (tests/ is on the path from the line above)
+
 
 @pytest.fixture(scope="session")
 def official_dataset() -> Path:
@@ -70,6 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, tier in TIER_OF_FIXTURE.items():
             if fixture in needs:
                 item.add_marker(tier)
+        if in_newest_pass(item.nodeid):
+            item.add_marker("newest")
         # Carried on the item's reports, so the summary sees it also from pytest-xdist's workers.
         item.user_properties.append(("tier", next((t for t in TIERS if item.get_closest_marker(t)), "none")))
         if any(item.get_closest_marker(t) for t in ("engine", "served", "slurm")):
