@@ -234,8 +234,12 @@ CASES = [
     # -- config sections: typed, strict, closed ------------------------------------
     Case("cfg-max-turns-bool", ("max_turns=true",), ("max_turns", "valid integer")),
     Case("cfg-progress-int", ("progress=1",), ("progress", "valid boolean")),
-    Case("cfg-misspelt-role-key", ("+narrator.temprature=0.1",), ("narrator.temprature", "Extra inputs")),
-    Case("cfg-unknown-engine-key", ("+engine.bogus=1",), ("engine.bogus", "Extra inputs")),
+    Case(
+        "cfg-misspelt-role-key",
+        ("+narrator.temprature=0.1",),
+        ("narrator.temprature: unknown key (did you mean narrator.temperature?)",),
+    ),
+    Case("cfg-unknown-engine-key", ("+engine.bogus=1",), ("engine.bogus: unknown key (every key:",)),
     Case("cfg-delay-not-number", ("engine.delay_s=abc",), ("engine.delay_s", "valid number")),
     Case("cfg-delay-negative", ("engine.delay_s=-1",), ("engine.delay_s", "greater than or equal to 0")),
     Case("cfg-rate-not-number", ("engine.conflict_rate=abc",), ("engine.conflict_rate", "valid number")),

@@ -20,8 +20,8 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line
-from ncp_local.config.suggest import dotted_keys, unknown_override_line
+from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line, override_error_line
+from ncp_local.config.suggest import argparse_line
 from ncp_local.errors import InputError
 from ncp_local.execution import points
 from ncp_local.execution.layout import shared_run_dir
@@ -58,7 +58,8 @@ def check_overrides(argv: list[str]) -> str | None:
     try:
         args = args_parser.parse_args(argv)
     except _BadArgs as exc:
-        return f"command line: {exc} (options such as -m go before the overrides; see --help)"
+        said = argparse_line(str(exc), args_parser._option_string_actions)
+        return f"command line: {said} (options such as -m go before the overrides; see --help)"
     if sum(map(bool, (args.run, args.multirun, args.cfg, args.info, args.shell_completion))) > 1:
         return "only one of --run, --multirun, --cfg, --info and --shell-completion can be given"
     if (
@@ -109,39 +110,11 @@ def check_overrides(argv: list[str]) -> str | None:
         shared = shared_run_dir(placed)
         if shared:
             return str(shared)
-    except HydraException as exc:
-        known = unknown_override_line(str(exc), lambda: _config_keys(args.overrides, name))
-        if known:  # an unknown key or option: the closest real one, never Hydra's `+key` advice
-            return known + _at(point)
-        return f"config override{_at(point)}: {hydra_error_line(exc)}"
+    except HydraException as exc:  # an unknown key or option: the closest real one, never Hydra's `+key` advice
+        return override_error_line(exc, args.overrides, name) + _at(point)
     except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
         return f"config override{_at(point)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
-
-
-def _config_keys(overrides: Sequence[str], name: str) -> list[str]:
-    """The dotted keys of the config these overrides choose (their groups' keys included).
-
-    Composed without the overrides Hydra refuses on their own (the misspelt one among them), so a
-    misspelt key is compared with the keys the user's groups do have; the defaults' keys when even
-    that composition fails.
-    """
-    for attempt in ([o for o in overrides if "=" in o and not _refused(o, name)], []):
-        try:
-            tree = OmegaConf.to_container(compose(list(attempt), name), resolve=False)
-        except Exception:
-            continue
-        return list(dotted_keys(tree)) if isinstance(tree, dict) else []
-    return []
-
-
-def _refused(override: str, name: str) -> bool:
-    """Whether Hydra refuses this override by itself (an unknown key or option)."""
-    try:
-        compose([override], name)
-    except Exception:
-        return True
-    return False
 
 
 def _at(point: Sequence[str]) -> str:
