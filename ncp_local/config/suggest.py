@@ -46,7 +46,17 @@ def dotted_keys(tree: Mapping[Any, Any], prefix: str = "") -> Iterator[str]:
 def unknown_key(key: str, keys: Iterable[str]) -> str:
     """What is said of a key the config does not have, however it was given (`key=`, `+key=`, `~key`):
     `unknown key (did you mean X?)`."""
-    return f"unknown key{did_you_mean(key, keys) or ' (every key: docs/reference/configuration.md)'}"
+    keys = list(keys)
+    section, _, leaf = key.rpartition(".")
+    if section in keys:
+        # A key in a section that exists: the closest of that section's own keys, compared by name
+        # (`engine.bogus` is not `engine.delay_s` because both start with `engine.`).
+        names = [k.removeprefix(section + ".") for k in keys if k.startswith(section + ".")]
+        near = closest(leaf, [n for n in names if "." not in n])
+        hint = f" (did you mean {section}.{near}?)" if near else ""
+    else:
+        hint = did_you_mean(key, keys)
+    return f"unknown key{hint or ' (every key: docs/reference/configuration.md)'}"
 
 
 def unknown_override_line(message: str, keys: Callable[[], Iterable[str]]) -> str | None:
