@@ -694,8 +694,9 @@ def test_sweep_with_a_failed_point_runs_the_rest(tmp_path: Path) -> None:
     [
         (("max_turns=1,-1",), "max_turns=-1: config: max_turns"),
         (("seed=0", "method=hiagent", "method.budget_tokens=64,-5"), "method.budget_tokens=-5"),
+        (("out_dir=runs/ok,/proc/ncp-run",), "/proc/ncp-run: out_dir: cannot be written"),
     ],
-    ids=["bad-value", "bad-method-option"],
+    ids=["bad-value", "bad-method-option", "bad-output-path"],
 )
 def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple[str, ...], refused: str) -> None:
     """Every point is checked before the first starts; a refused one is named then, and the rest run."""

@@ -108,9 +108,9 @@ def check_outputs(keys: Iterable[str], raw: Mapping[str, Any]) -> list[tuple[str
     return named
 
 
-# What a refused write looks like: no permission, a read-only mount, a path through a file or into a
-# pseudo-filesystem. A full disk is not among them (atomic.DiskFull, exit 4).
-_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR})
+# What a refused write looks like: no permission, a read-only mount, a path through a file. Not a
+# missing file (a read's failure as much as a write's) nor a full disk (atomic.DiskFull, exit 4).
+_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
 
 
 def refused_write(exc: BaseException, named: Iterable[tuple[str, Path]]) -> InputError | None:

@@ -25,8 +25,10 @@ from ncp_local.config.suggest import argparse_line
 from ncp_local.errors import InputError
 from ncp_local.execution import points
 from ncp_local.execution.layout import shared_run_dir
+from ncp_local.execution.places import check_outputs
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
 from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
+from ncp_local.modes import find
 from ncp_local.resources import CONF_DIR
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
@@ -100,6 +102,7 @@ def check_overrides(argv: list[str]) -> str | None:
                 continue
             try:
                 checked = points.check(points.load(p.overrides, name), datasets=datasets)
+                check_outputs(find(checked.cfg.mode).writes, checked.raw)  # as the point's entry will
                 if checked.cfg.mode != "run" or not checked.cfg.out_dir:
                     continue  # each identity has its own runs/<dataset>-<key>
                 _, ident, out = checked.where()

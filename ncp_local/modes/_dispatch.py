@@ -4,6 +4,7 @@ one `error:` line and its exit code."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -27,7 +28,7 @@ def main(dcfg: DictConfig) -> int:
         raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
     except Exception as exc:  # interpolation errors name the key themselves
         return fail(f"config: {exc}".splitlines()[0])
-    named: list = []  # the output paths the config names: (key, resolved path)
+    named: list[tuple[str, Path]] = []  # the output paths the config names: (key, resolved path)
     try:
         cfg = validate_config(raw)
         mode = find(cfg.mode)
