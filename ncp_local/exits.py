@@ -6,7 +6,7 @@ start-up still ends in its one line). Which failure ends in which code is `execu
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # mode=build with failed specs, mode=plan overflow, sbatch failed, or a bug (with its traceback)
-EXIT_BAD_INPUT = 2  # a config, override, spec, pack, model path or run directory refused before anything ran
+EXIT_BAD_INPUT = 2  # a config, override, spec, pack, model path, run directory or output path refused before it ran
 EXIT_ENGINE_DEAD = 3  # an engine died or failed to start: the same command resumes
 EXIT_DISK_FULL = 4  # disk full or quota while writing; every file written is whole
 # The run failed systematically: a stage's first calls failed the same engine-side way in every

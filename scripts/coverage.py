@@ -173,6 +173,16 @@ class Rig:
         return arg in inspect.signature(fn).parameters
 
 
+def episode(story: int, trial: int) -> str:
+    """A play's episode name as the rig names it (protocol/trials.py: `s3` for trial 0, `s3~t2` after),
+    so the rig's own parsing reads the simulated runs as it reads real ones."""
+    try:
+        from ncp_local.protocol.trials import episode_name
+    except ImportError:  # a --tree from before trials: the same names
+        return f"s{story}" if trial == 0 else f"s{story}~t{trial}"
+    return episode_name(f"s{story}", trial)
+
+
 def _metrics(rig: Rig, plays: Sequence[Play]) -> list[Any]:
     EM = rig.m.metrics.EpisodeMetrics
     kinds = dict((c, types) for c, _, types in CAUSES)
@@ -198,7 +208,7 @@ def _sim_run(plays: Sequence[Play], max_turns: int) -> Any:
         seen[p.story] = trial + 1
         types = kinds.get(p.ending, ())
         last = SimpleNamespace(conflicts=[SimpleNamespace(type=t, target_id=f"{t}_0") for t in types])
-        results[f"s{p.story}~t{trial}"] = SimpleNamespace(
+        results[episode(p.story, trial)] = SimpleNamespace(
             spec_id=f"s{p.story}",
             trial=trial,
             termination="conflict" if types else p.ending,
@@ -217,7 +227,7 @@ def _review(rig: Rig, plays: Sequence[Play], rng: np.random.Generator, level: fl
             p = plays[i]
             trial = sum(1 for q in plays[:i] if q.story == p.story)
             verdicts.append(
-                rig.m.precision.Verdict("/sim", f"s{p.story}~t{trial}", t, f"{t}_0", bool(rng.random() < PRECISION[t]))
+                rig.m.precision.Verdict("/sim", episode(p.story, trial), t, f"{t}_0", bool(rng.random() < PRECISION[t]))
             )
     return rig.m.precision.precisions(verdicts, level), verdicts
 

@@ -234,8 +234,12 @@ CASES = [
     # -- config sections: typed, strict, closed ------------------------------------
     Case("cfg-max-turns-bool", ("max_turns=true",), ("max_turns", "valid integer")),
     Case("cfg-progress-int", ("progress=1",), ("progress", "valid boolean")),
-    Case("cfg-misspelt-role-key", ("+narrator.temprature=0.1",), ("narrator.temprature", "Extra inputs")),
-    Case("cfg-unknown-engine-key", ("+engine.bogus=1",), ("engine.bogus", "Extra inputs")),
+    Case(
+        "cfg-misspelt-role-key",
+        ("+narrator.temprature=0.1",),
+        ("narrator.temprature: unknown key (did you mean narrator.temperature?)",),
+    ),
+    Case("cfg-unknown-engine-key", ("+engine.bogus=1",), ("engine.bogus: unknown key (every key:",)),
     Case("cfg-delay-not-number", ("engine.delay_s=abc",), ("engine.delay_s", "valid number")),
     Case("cfg-delay-negative", ("engine.delay_s=-1",), ("engine.delay_s", "greater than or equal to 0")),
     Case("cfg-rate-not-number", ("engine.conflict_rate=abc",), ("engine.conflict_rate", "valid number")),
@@ -690,8 +694,9 @@ def test_sweep_with_a_failed_point_runs_the_rest(tmp_path: Path) -> None:
     [
         (("max_turns=1,-1",), "max_turns=-1: config: max_turns"),
         (("seed=0", "method=hiagent", "method.budget_tokens=64,-5"), "method.budget_tokens=-5"),
+        (("out_dir=runs/ok,/proc/ncp-run",), "/proc/ncp-run: out_dir: cannot be written"),
     ],
-    ids=["bad-value", "bad-method-option"],
+    ids=["bad-value", "bad-method-option", "bad-output-path"],
 )
 def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple[str, ...], refused: str) -> None:
     """Every point is checked before the first starts; a refused one is named then, and the rest run."""

@@ -13,6 +13,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +48,22 @@ def test_pass_k_is_unbiased_under_censoring_and_its_band_covers(rows: dict[str, 
         r = rows[name]
         assert abs(r["bias / se"]) < 3 and abs(r["bias %"]) < 5, (name, r)
         assert 90.0 <= r["cover %"] <= 99.0, (name, r)
+
+
+def test_the_simulated_episode_names_are_names_the_rig_reads() -> None:
+    """Every episode the script makes (its runs' results, its review sheet's rows) is one the rig's own
+    parse_episode accepts, as the story and trial it plays (`s3~t0` was refused)."""
+    from ncp_local.protocol.trials import parse_episode
+
+    cov = _coverage()
+    plays = [cov.Play(story, 4, "fact") for story in (0, 1, 0, 0, 1)]
+    run = cov._sim_run(plays, max_turns=8)
+    rig = cov.Rig.load()
+    _, verdicts = cov._review(rig, plays, np.random.default_rng(0), 0.95)
+    names = [*run.results, *(v.spec_id for v in verdicts)]
+    assert verdicts and len(run.results) == len(plays)
+    for name in names:
+        parse_episode(name)  # raises on a name no episode has
+    for name, result in run.results.items():
+        assert parse_episode(name) == (result.spec_id, result.trial), name
+    assert sorted(run.results) == ["s0", "s0~t1", "s0~t2", "s1", "s1~t1"]

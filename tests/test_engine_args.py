@@ -69,7 +69,9 @@ def _model(stem: str) -> ModelSettings:
 def test_unknown_model_key_is_a_config_error() -> None:
     raw = _compose()[1]
     raw["narrator"]["model"]["max_num_seq"] = 3
-    with pytest.raises(ConfigError, match=r"narrator\.model\.max_num_seq: Extra inputs"):
+    with pytest.raises(
+        ConfigError, match=r"narrator\.model\.max_num_seq: unknown key \(did you mean narrator\.model\.max_num_seqs\?\)"
+    ):
         config_mod.validate(raw)
 
 

@@ -200,7 +200,9 @@ def results(run_dir: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("tracker", ["mlflow", "wandb"])
-def test_a_tracker_that_cannot_write_is_one_warning(tmp_path: Path, tracker: str) -> None:
+def test_a_tracker_that_cannot_write_is_one_warning(
+    tmp_path: Path, tracker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plain = run(tmp_path, "limit=2", "out_dir=plain")
     # A store that cannot be written: a read-only folder (or, as root, whom permissions do not stop, a
     # path under a file).
@@ -209,6 +211,14 @@ def test_a_tracker_that_cannot_write_is_one_warning(tmp_path: Path, tracker: str
     os.chmod(blocked, 0o555)
     store = blocked / "store" if os.geteuid() != 0 else tmp_path / "afile" / "store"
     (tmp_path / "afile").write_text("")
+    # Known at the start, it is refused then, before the run (tests/test_output_paths.py has every key).
+    args = (*RUN, "limit=2", "out_dir=tracked", f"tracker={tracker}", f"tracker.dir={store}")
+    refused = run_cli(*args, cwd=tmp_path)
+    assert refused.returncode == 2 and f"{store}: tracker.dir: " in refused.stderr, refused.stderr
+    assert not (tmp_path / "tracked").exists()
+    # A store that fails only when the tracker writes (a mount gone read-only during the run: the
+    # start's check is skipped here to get there) is one warning, and the run's results stand.
+    monkeypatch.setattr("ncp_local.modes._dispatch.check_outputs", lambda keys, raw: [])
     res = run(tmp_path, "limit=2", "out_dir=tracked", f"tracker={tracker}", f"tracker.dir={store}")
     warnings = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and warnings[0].startswith(f"warning: tracker={tracker}: "), res.stderr

@@ -9,7 +9,7 @@ of, `identity_keys` which keys enter a run's identity, `composer` the Hydra comp
 `hydra.main`.
 """
 
-from .composer import REPO_ROOT, bounded, compose, hydra_error_line
+from .composer import REPO_ROOT, bounded, compose, hydra_error_line, override_error_line
 from .identity_keys import LATER_KEYS, NOT_IDENTITY
 from .schema import ConfigError, RunConfig, dataset_path, validate
 from .sections import (
@@ -65,5 +65,6 @@ __all__ = [
     "compose",
     "dataset_path",
     "hydra_error_line",
+    "override_error_line",
     "validate",
 ]

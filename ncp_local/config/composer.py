@@ -3,6 +3,7 @@ errors as one line each."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from hydra import compose as hydra_compose
@@ -12,6 +13,7 @@ from hydra.initialize import get_gh_backup, restore_gh_from_backup
 from omegaconf import OmegaConf
 
 from ..resources import CONF_DIR, ROOT
+from .suggest import dotted_keys, unknown_override_line
 
 # Where conf/, prompts/ and specs/ lie: the checkout, or the installed package (resources.py). The
 # `${repo_root:}` resolver (conf/dataset/local.yaml) and the run's git probe read it.
@@ -56,3 +58,36 @@ def hydra_error_line(exc: BaseException) -> str:
     if options:
         text += f" (available: {', '.join(options)})"
     return text
+
+
+def override_error_line(exc: BaseException, overrides: Sequence[str], name: str = "config") -> str:
+    """Hydra's error composing these overrides as the rig's one line, for every entry (run.py,
+    `ncp-local`, slurm/submit.py): an unknown key or group option with the closest real one ("did you
+    mean ...?", never Hydra's `+key` advice), any other error as `config override: <Hydra's line>`."""
+    known = unknown_override_line(str(exc), lambda: config_keys(overrides, name))
+    return known or f"config override: {hydra_error_line(exc)}"
+
+
+def config_keys(overrides: Sequence[str], name: str = "config") -> list[str]:
+    """The dotted keys of the config these overrides choose (their groups' keys included).
+
+    Composed without the overrides Hydra refuses on their own (the misspelt one among them), so a
+    misspelt key is compared with the keys the user's groups do have; the defaults' keys when even
+    that composition fails.
+    """
+    for attempt in ([o for o in overrides if "=" in o and not _refused(o, name)], []):
+        try:
+            tree = OmegaConf.to_container(compose(list(attempt), name), resolve=False)
+        except Exception:
+            continue
+        return list(dotted_keys(tree)) if isinstance(tree, dict) else []
+    return []
+
+
+def _refused(override: str, name: str) -> bool:
+    """Whether Hydra refuses this override by itself (an unknown key or option)."""
+    try:
+        compose([override], name)
+    except Exception:
+        return True
+    return False

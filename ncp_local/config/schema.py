@@ -25,6 +25,7 @@ from .sections import (
     TrackerCfg,
     TrialsCfg,
 )
+from .suggest import dotted_keys, unknown_key
 
 
 class ConfigError(InputError):
@@ -137,6 +138,9 @@ def validate(raw: dict[str, Any]) -> RunConfig:
             del loc[1]  # the union's tag: `engine.delay_s`, not `engine.scripted.delay_s`
         field = ".".join(loc)
         field = field if len(field) <= 120 else field[:117] + "..."  # a key can be as long as the user typed it
+        if err["type"] == "extra_forbidden":  # `+max_turn=4`: Hydra appended it, the schema has no such key
+            keys = (k for k in dotted_keys(raw) if k != field and not k.startswith(field + "."))
+            raise ConfigError(field, unknown_key(field, keys)) from None
         if err["type"] == "value_error":  # our own validators: the message names what is wrong
             raise ConfigError(field, err["msg"].removeprefix("Value error, ")) from None
         raise ConfigError(field, f"{err['msg']} (got {shown(err.get('input'))})") from None

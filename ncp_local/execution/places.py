@@ -2,13 +2,19 @@
 
 Checked before anything is written, so a bad `out_dir` (the filesystem root, a file, a folder of
 something else, a folder inside another run, a read-only place) is refused in one line naming the
-setting, instead of failing half-way through a run.
+setting, instead of failing half-way through a run. `check_outputs` checks every output key a mode
+names (modes/_registry.py lists them) at the entry, before any model loads; `refused_write` turns a
+write the system refused later anyway (a mount gone read-only mid-run) into the same one line.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from .layout import (
@@ -41,7 +47,84 @@ def check_destination(path: str | Path, field: str) -> Path:
         raise InputError(
             path, field, f"cannot be written{where}: read-only or no permission; give a folder you can write"
         )
+    refused = _probe(existing)
+    if refused is not None:
+        # os.access says yes to root everywhere and knows nothing of pseudo-filesystems (/proc, /sys)
+        # or of a mount that refuses writes: only a real file tells.
+        raise InputError(
+            path, field, f"cannot be written: {existing} refuses a new file ({refused}); give a folder you can write"
+        )
     return resolved
+
+
+def check_file_destination(path: str | Path, field: str) -> Path:
+    """A file the rig is about to write: not a folder, and its folder one `check_destination` accepts."""
+    resolved = Path(path).expanduser().resolve()
+    if resolved.is_dir():
+        raise InputError(path, field, "is a directory; give a file name")
+    try:
+        check_destination(resolved.parent, field)
+    except InputError as exc:
+        raise InputError(path, field, exc.message) from None  # named as given, not its folder
+    return resolved
+
+
+def _probe(folder: Path) -> str | None:
+    """Why a new file cannot be made in `folder` (the system's reason), or None: one is made and removed."""
+    probe = folder / f".ncp-write-check-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+    return None
+
+
+# Output keys that name a file (the others name a folder).
+FILE_KEYS = frozenset({"submission"})
+
+
+def _value(raw: Mapping[str, Any], key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def check_outputs(keys: Iterable[str], raw: Mapping[str, Any]) -> list[tuple[str, Path]]:
+    """Every output key of `keys` the config sets, checked as a place to write (a file's folder for
+    FILE_KEYS); the (key, resolved path) pairs. The first that cannot be written is an InputError
+    naming its key. A key left null is the mode's default, checked where the mode works it out."""
+    named: list[tuple[str, Path]] = []
+    for key in keys:
+        value = _value(raw, key)
+        if value in (None, ""):
+            continue
+        check = check_file_destination if key in FILE_KEYS else check_destination
+        named.append((key, check(str(value), key)))
+    return named
+
+
+# What a refused write looks like: no permission, a read-only mount, a path through a file. Not a
+# missing file (a read's failure as much as a write's) nor a full disk (atomic.DiskFull, exit 4).
+_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
+
+
+def refused_write(exc: BaseException, named: Iterable[tuple[str, Path]]) -> InputError | None:
+    """A write refused at or under one of the `named` outputs (see `check_outputs`) as the one-line
+    InputError naming its key; None for any other failure."""
+    if not isinstance(exc, OSError) or exc.errno not in _REFUSED or not exc.filename:
+        return None
+    where = Path(os.fsdecode(exc.filename)).expanduser().resolve()
+    for key, path in named:
+        # A file key's file, or the temporary file its atomic write makes beside it (execution/atomic.py).
+        beside = key in FILE_KEYS and where.parent == path.parent and where.name.startswith(f".{path.name}.")
+        if where == path or path in where.parents or beside:
+            return InputError(where, key, f"cannot be written ({exc.strerror}); give a place you can write")
+    return None
 
 
 def check_place(root: Path) -> None:

@@ -20,13 +20,15 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line
-from ncp_local.config.suggest import dotted_keys, unknown_override_line
+from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line, override_error_line
+from ncp_local.config.suggest import argparse_line
 from ncp_local.errors import InputError
 from ncp_local.execution import points
 from ncp_local.execution.layout import shared_run_dir
+from ncp_local.execution.places import check_outputs
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
 from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
+from ncp_local.modes import find
 from ncp_local.resources import CONF_DIR
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
@@ -58,7 +60,8 @@ def check_overrides(argv: list[str]) -> str | None:
     try:
         args = args_parser.parse_args(argv)
     except _BadArgs as exc:
-        return f"command line: {exc} (options such as -m go before the overrides; see --help)"
+        said = argparse_line(str(exc), args_parser._option_string_actions)
+        return f"command line: {said} (options such as -m go before the overrides; see --help)"
     if sum(map(bool, (args.run, args.multirun, args.cfg, args.info, args.shell_completion))) > 1:
         return "only one of --run, --multirun, --cfg, --info and --shell-completion can be given"
     if (
@@ -99,6 +102,7 @@ def check_overrides(argv: list[str]) -> str | None:
                 continue
             try:
                 checked = points.check(points.load(p.overrides, name), datasets=datasets)
+                check_outputs(find(checked.cfg.mode).writes, checked.raw)  # as the point's entry will
                 if checked.cfg.mode != "run" or not checked.cfg.out_dir:
                     continue  # each identity has its own runs/<dataset>-<key>
                 _, ident, out = checked.where()
@@ -109,39 +113,11 @@ def check_overrides(argv: list[str]) -> str | None:
         shared = shared_run_dir(placed)
         if shared:
             return str(shared)
-    except HydraException as exc:
-        known = unknown_override_line(str(exc), lambda: _config_keys(args.overrides, name))
-        if known:  # an unknown key or option: the closest real one, never Hydra's `+key` advice
-            return known + _at(point)
-        return f"config override{_at(point)}: {hydra_error_line(exc)}"
+    except HydraException as exc:  # an unknown key or option: the closest real one, never Hydra's `+key` advice
+        return override_error_line(exc, args.overrides, name) + _at(point)
     except Exception as exc:  # Hydra trips over some malformed overrides (e.g. `narrator=[1]`)
         return f"config override{_at(point)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
-
-
-def _config_keys(overrides: Sequence[str], name: str) -> list[str]:
-    """The dotted keys of the config these overrides choose (their groups' keys included).
-
-    Composed without the overrides Hydra refuses on their own (the misspelt one among them), so a
-    misspelt key is compared with the keys the user's groups do have; the defaults' keys when even
-    that composition fails.
-    """
-    for attempt in ([o for o in overrides if "=" in o and not _refused(o, name)], []):
-        try:
-            tree = OmegaConf.to_container(compose(list(attempt), name), resolve=False)
-        except Exception:
-            continue
-        return list(dotted_keys(tree)) if isinstance(tree, dict) else []
-    return []
-
-
-def _refused(override: str, name: str) -> bool:
-    """Whether Hydra refuses this override by itself (an unknown key or option)."""
-    try:
-        compose([override], name)
-    except Exception:
-        return True
-    return False
 
 
 def _at(point: Sequence[str]) -> str:

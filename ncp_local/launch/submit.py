@@ -39,11 +39,13 @@ from typing import Any
 from hydra.errors import HydraException
 
 from .. import config as config_mod
+from ..config.suggest import argparse_line
 from ..errors import InputError
 from ..execution import layout, points
 from ..execution.failures import exit_for
 from ..execution.identity import digest
 from ..exits import EXIT_BAD_INPUT
+from ..modes import find
 from .served import served_role, served_task_done, submit_served
 from .slurm import RUN_PY, SubmitError, compress, queue, queued_tasks, read_state, sbatch_command
 
@@ -53,8 +55,9 @@ SWEEP_FLAGS = ("-m", "--multirun")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        # One line (argparse prints the whole usage first), exit 2 as argparse does.
-        print(f"error: {message} (see --help)", file=sys.stderr)
+        # One line (argparse prints the whole usage first), exit 2 as argparse does; a misspelt
+        # option or choice with the closest real one, as run.py says it (config/suggest.py).
+        print(f"error: {argparse_line(message, self._option_string_actions)} (see --help)", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
 
 
@@ -65,7 +68,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     else:
         overrides = []
     p = _Parser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--shards", type=int, required=True, help="array tasks (shards) N; keep it for re-submissions")
+    # Required, but checked after the options are read: a misspelt `--shardz` is named as such first.
+    p.add_argument("--shards", type=int, help="array tasks (shards) N, required; keep it for re-submissions")
     p.add_argument("--parallel", type=int, help="at most this many tasks at once (--array=...%%K)")
     p.add_argument("--partition", help="sbatch --partition")
     p.add_argument("--account", help="sbatch --account")
@@ -115,7 +119,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         action="store_true",
         help="leave the server running when the array ends (shared by several sweeps; scancel it yourself)",
     )
-    args = p.parse_args(argv)
+    args, unknown = p.parse_known_args(argv)
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.shards is None:
+        p.error("the following arguments are required: --shards")
     for flag, value, least in (
         ("--shards", args.shards, 1),
         ("--parallel", args.parallel, 1),
@@ -131,12 +139,14 @@ def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True
     """(run directory, config identity, spec ids, trials per spec) for these overrides; fails like run.py would."""
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
+        if key == "mode":
+            find(o.split("=", 1)[-1])  # a misspelt mode named as run.py names it
         if key in RESERVED:
             raise SubmitError(f"override {o}: {key} is set by submit.py (use --shards)")
     try:
         raw = points.load(overrides)
     except HydraException as exc:
-        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+        raise SubmitError(config_mod.override_error_line(exc, overrides)) from None
     except InputError:
         raise
     except Exception as exc:  # Hydra's other refusals are the config's too
@@ -157,7 +167,7 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
         for _, why in grid.unexpanded:
             raise why
     except HydraException as exc:
-        raise SubmitError(f"config override: {config_mod.hydra_error_line(exc)}") from None
+        raise SubmitError(config_mod.override_error_line(exc, overrides)) from None
     except Exception as exc:  # glob() sweeps need Hydra's own config loader
         raise SubmitError(
             f"sweep: cannot expand it here ({type(exc).__name__}: {str(exc)[:120]}); list the values instead (a,b,c)"
@@ -199,6 +209,10 @@ def resolve_sweep(
 
 def main(argv: list[str]) -> int:
     args, overrides = parse_args(argv)
+    flags = [o for o in overrides if o.startswith("-") and o not in SWEEP_FLAGS]
+    if flags:  # after `--` only the overrides and -m: a misspelt -m (or a submit option put late)
+        words = " ".join(flags)
+        return refused(SubmitError(argparse_line(f"after --: unrecognized arguments: {words}", SWEEP_FLAGS)))
     if any(o in SWEEP_FLAGS for o in overrides):
         return main_sweep(args, [o for o in overrides if o not in SWEEP_FLAGS])
     n = args.shards

@@ -21,9 +21,10 @@ from ..errors import InputError
 from ..execution import identity as identity_mod
 from ..execution import points
 from ..execution.engine_pool import EnginePool
-from ..execution.places import check_place
+from ..execution.places import check_outputs, check_place
 from ..execution.preflight import Ready
 from ..exits import EXIT_BAD_INPUT, EXIT_FAILED
+from ..modes import find
 from ..protocol import ROLES
 
 
@@ -74,6 +75,7 @@ def prepare(point: Point) -> Point:
         cfg = config_mod.validate(raw)
         point.cfg, point.mode = cfg, cfg.mode  # also for a point refused below (its index row, its shard)
         checked = points.check(raw)
+        check_outputs(find(cfg.mode).writes, raw)  # as run.py's entry checks them (modes/_dispatch.py)
         point.ready = checked.ready
         if cfg.mode != "run":
             return point  # run through the mode's own entry, one point after the other

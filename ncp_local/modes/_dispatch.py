@@ -4,6 +4,7 @@ one `error:` line and its exit code."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -11,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import validate as validate_config  # not `validate`: that name is the mode module modes/validate.py
 from ..execution import engine_log
 from ..execution.failures import exit_for
+from ..execution.places import check_outputs, refused_write
 from ..exits import EXIT_BAD_INPUT
 from ._registry import find
 
@@ -26,14 +28,17 @@ def main(dcfg: DictConfig) -> int:
         raw: dict[str, Any] = OmegaConf.to_container(dcfg, resolve=True)  # type: ignore[assignment]
     except Exception as exc:  # interpolation errors name the key themselves
         return fail(f"config: {exc}".splitlines()[0])
+    named: list[tuple[str, Path]] = []  # the output paths the config names: (key, resolved path)
     try:
         cfg = validate_config(raw)
         mode = find(cfg.mode)
+        # Every output path the config names can be written, before any model loads or file is written.
+        named = check_outputs(mode.writes, raw)
         # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
         with engine_log.quiet(cfg.verbose, mode.name):
             return mode.load()(cfg, raw)
     except Exception as exc:
-        known = exit_for(exc)
+        known = exit_for(refused_write(exc, named) or exc)
         if known is None:
             raise
         known.print()

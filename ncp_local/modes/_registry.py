@@ -18,6 +18,9 @@ _PACKAGE = __name__.rpartition(".")[0]
 class Mode:
     name: str
     help: str  # one line, for --help and the docs' modes reference
+    # The config keys naming what the mode writes (a folder, or a file: execution/places.FILE_KEYS):
+    # each one the config sets is checked at the entry (modes/_dispatch.py), before any model loads.
+    writes: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -29,20 +32,33 @@ class Mode:
 
 
 MODES: tuple[Mode, ...] = (
-    Mode("run", "play episodes and write a run directory (the default; the same command resumes)"),
+    Mode(
+        "run",
+        "play episodes and write a run directory (the default; the same command resumes)",
+        ("out_dir", "tracker.dir"),
+    ),
     Mode("plan", "will the config fit its GPUs and windows? memory shares, devices, prompt growth (no model loads)"),
     Mode("lint", "check a dataset (dataset.path=DIR) and print its counts"),
-    Mode("build", "specs from synopses: sources=FILE.yaml out=DIR"),
-    Mode("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
-    Mode("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
+    Mode("build", "specs from synopses: sources=FILE.yaml out=DIR", ("out",)),
+    Mode(
+        "bench",
+        "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point",
+        ("out_dir",),
+    ),
+    Mode(
+        "report",
+        "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder",
+        ("report.out",),
+    ),
     Mode(
         "reaudit",
         "judge a run's turns again with another auditor: runs=[DIR] (written beside DIR as "
         "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table",
+        ("out_dir", "report.out"),
     ),
-    Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)"),
-    Mode("merge", "join a sharded run's shards: out_dir=DIR"),
-    Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)"),
+    Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)", ("review.out",)),
+    Mode("merge", "join a sharded run's shards: out_dir=DIR", ("out_dir",)),
+    Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)", ("out_dir",)),
     Mode(
         "export",
         "runs as files other tools read: runs=[DIR,...] export.format=inspect, one Inspect `.eval` per run "
@@ -50,11 +66,13 @@ MODES: tuple[Mode, ...] = (
         "export.format=parquet, the analysis tables (episodes, turns, calls, ledger_events, conflicts) over "
         "all the runs; export.format=reference, the official NCP-Bench result files, a folder per run; "
         "into `<first run>/<format>` or `export.out`",
+        ("export.out",),
     ),
     Mode(
         "submission",
         "runs=[DIR,...] packed into one verifiable archive (submission=FILE, default <first run>/submission.tar.gz) "
         "with computed flags official_prompts/official_dataset/complete/verified",
+        ("submission",),
     ),
     Mode("validate", "check a submission archive: submission=FILE (seals, hashes, every metric and flag recomputed)"),
 )

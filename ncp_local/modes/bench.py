@@ -51,6 +51,7 @@ from ..engines.registry import kind
 from ..execution import engine_log, layout, provenance
 from ..execution.calls import RoleBinding
 from ..execution.engine_pool import EnginePool
+from ..execution.places import check_destination
 from ..execution.preflight import preflight
 from ..plan.checkpoint import model_facts
 from ..plan.facts import dtype_bytes
@@ -222,6 +223,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     engines = EnginePool(ready.bindings, roles=("narrator",), endpoints=ready.endpoints)
 
     out = bench_dir(cfg)
+    check_destination(out, "out_dir")  # the default runs/bench-<time> too, before the engine starts
     engine_log.place(out / layout.ENGINE_LOG)
     record: dict[str, Any] = {}
 

@@ -262,5 +262,6 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         store.close()
     for sid, st in status.items():
         print(f"{sid}: {st}")
-    print(f"specs written to {out} (check with: python run.py mode=lint dataset.path={out})")
+    built = sum(st == "ok" for st in status.values())  # a failed spec is not written: say how many were
+    print(f"{built} of {len(status)} spec(s) written to {out} (check with: python run.py mode=lint dataset.path={out})")
     return EXIT_OK if all(st == "ok" for st in status.values()) else EXIT_FAILED

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..execution.layout import require_finished
 from ..execution.places import check_destination
-from ..report import build_report, default_out, runs_of
+from ..report import build_report, default_out, files_listing, runs_of
 
 
 def main(cfg: RunConfig, raw: dict) -> int:
@@ -35,11 +35,6 @@ def main(cfg: RunConfig, raw: dict) -> int:
     print("\ncost by role and stage:\n" + rep["cost_md"])
     for note in rep["notes"]:
         print(note)
-    print(
-        f"report: {out} (results.md/.csv, genres.md/.csv, cost.csv, survival.png/.svg/.csv, endings.png/.svg/.csv"
-        + (", trials.md, passk.png/.svg/.csv, noise.csv, stories.csv" if rep["trials"] else "")
-        + (", survival_corrected.csv" if cfg.review.sheet else "")
-        + (", index.html" if cfg.report.html else "")
-        + ")"
-    )
+    # Only what was written: the plots are skipped without a folder matplotlib can write.
+    print(f"report: {out} ({files_listing(out, rep['files'])})")
     return 0

@@ -8,7 +8,7 @@ goes to `<first run>/report/` or `report.out`). May import protocol and executio
 The package face: `build.py` writes a report (`build_report`); each section is a module of its own.
 """
 
-from .build import build_report, default_out, run_notes, runs_of
+from .build import build_report, default_out, files_listing, run_notes, runs_of
 from .runs import Run, load_runs
 
-__all__ = ["Run", "build_report", "default_out", "load_runs", "run_notes", "runs_of"]
+__all__ = ["Run", "build_report", "default_out", "files_listing", "load_runs", "run_notes", "runs_of"]

@@ -4,6 +4,7 @@ notes a reader of those runs must see."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,20 @@ def build_report(
         "notes": notes,
         "files": files,
     }
+
+
+def files_listing(out: Path, files: Sequence[Path]) -> str:
+    """The files written into `out`, as a closing line lists them: `results.md/.csv, cost.csv, ...`
+    (one stem's files together, in the order written). Only files that are there: a skipped plot or
+    an HTML page not asked for is not named."""
+    by_stem: dict[str, list[str]] = {}
+    for path in files:
+        if not path.is_file():
+            continue
+        rel = path.relative_to(out) if path.is_relative_to(out) else path
+        stem = str(rel.with_suffix(""))
+        by_stem.setdefault(stem, []).append(rel.suffix)
+    return ", ".join(f"{stem}{'/'.join(suffixes)}" for stem, suffixes in by_stem.items())
 
 
 def run_notes(runs: list[Run]) -> list[str]:
