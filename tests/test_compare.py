@@ -253,3 +253,18 @@ def test_the_paper_interval_counts_the_papers_own_error(tmp_path: Path) -> None:
     paper_se = 100 * math.sqrt(0.64 * 0.36 / 100)
     assert half > 1.959 * paper_se  # the paper's error alone is 9.4 points wide each side
     assert half < 1.96 * math.sqrt(paper_se**2 + 10.0**2)
+
+
+def test_a_reaudit_compares_the_auditors_on_the_same_transcripts(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A scripted re-audit judges as the run's own scripted auditor did: every difference is 0, and the
+    section says the difference is the auditors' alone (the paper's Table 2 question)."""
+    a, _ = two_runs
+    ra = tmp_path / "ra"
+    done = run_cli("mode=reaudit", f"runs=[{a}]", "engine=scripted", f"out_dir={ra}", "progress=false")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "o"
+    done = run_cli("mode=compare", f"runs=[{a},{ra}]", f"report.out={out}", "report.resamples=50", "progress=false")
+    assert done.returncode == 0, done.stderr
+    assert "a re-audit of the baseline's transcripts: the differences are the auditors' alone" in done.stdout
+    rows = list(csv.DictReader((out / "compare.csv").open()))
+    assert rows and all(float(r["difference"]) == 0 for r in rows)

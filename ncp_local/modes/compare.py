@@ -9,9 +9,11 @@ from ..config import ConfigError, RunConfig
 from ..execution.atomic import atomic_write
 from ..execution.layout import require_finished
 from ..execution.places import check_destination
-from ..report import default_out, runs_of
+from ..report import default_out
 from ..report.compare_doc import compare_document
 from ..report.paper import row_named
+from ..report.reaudit_runs import load_compared
+from ..report.runs import attach_specs
 
 ONE_RUN = "give two runs or more to compare, the first the baseline (runs=[A,B,...]), or one with compare.paper=<row>"
 
@@ -22,7 +24,9 @@ def main(cfg: RunConfig, raw: dict) -> int:
     elif len(cfg.runs) < 2:
         raise ConfigError("runs", ONE_RUN)
     require_finished(cfg.runs)
-    runs = runs_of(cfg)
+    runs = load_compared(list(cfg.runs), cfg.report.label)  # re-audit directories too: auditors compared
+    for run in runs:
+        attach_specs(run, cfg.report.dataset)
     if len(runs) < 2 and not cfg.compare.paper:  # a sweep folder or a glob that held one run
         raise ConfigError("runs", ONE_RUN)
     rep = cfg.report

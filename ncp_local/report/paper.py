@@ -235,10 +235,13 @@ def rows_for(run: Run, named: str | None) -> list[tuple[PaperRow, str]]:
     """The rows to set the run beside: the named one, else the matching ones (with how each was chosen)."""
     if named:
         return [(row_named(named), f"compare.paper={named}")]
-    return [
-        (r, f"matched: the run's narrator ({_model(run, 'narrator')}), method and input are the row's")
-        for r in matching_rows(run)
-    ]
+    rows = matching_rows(run)
+    # Of several rows (GPT-4o-mini is in all four tables), those with the run's auditor too, if any.
+    audited = [r for r in rows if _norm(r.setup["auditor"]) in _norm(_model(run, "auditor"))]
+    how = "matched: the run's narrator ({}), method and input{} are the row's".format(
+        _model(run, "narrator"), " and auditor" if audited else ""
+    )
+    return [(r, how) for r in (audited or rows)]
 
 
 def _f(x: float) -> str:
