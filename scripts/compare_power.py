@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ncp_local.protocol.metrics import EpisodeMetrics
-from ncp_local.report.compare import Pool, figures_of, measurer, sign_flip_p, take
+from ncp_local.report.compare import Pool, figures_of, measurer, paired_differences, sign_flip_p, take
 
 FIGURES = ("turns_kept", "avg_turns", "fact_pct", "S(10)", "fact_at_h")
 
@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--ratios", type=float, nargs="+", default=[1.0, 0.6])
     ap.add_argument("--max-turns", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mdd", type=int, default=0, help="also the mean MDD of turns kept over the first N pairs")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cap = args.max_turns
@@ -75,6 +76,8 @@ def main() -> None:
     cols = [keys.index(k) for k in FIGURES]
     header = ["stories", "plays", "hazard ratio", *(f"{k}: true diff" for k in FIGURES[:1])]
     header += [f"{k} rejects %" for k in FIGURES]
+    if args.mdd:
+        header.append("turns_kept: mean MDD 80%")
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" for _ in header) + "|"]
     started = time.perf_counter()
     for ratio in args.ratios:
@@ -83,15 +86,21 @@ def main() -> None:
             for plays in args.plays:
                 rng = np.random.default_rng([args.seed, stories, plays, int(ratio * 1000)])
                 hits = np.zeros(len(keys))
-                for _ in range(args.sims):
+                mdds = []
+                for sim in range(args.sims):
                     pool = pair(rng, stories, plays, ratio, cap)
                     p = sign_flip_p(measurer(pool, cap, turns_at, True), pool, args.flips, rng)
                     hits += p <= 0.05
+                    if sim < args.mdd:
+                        diffs = paired_differences(pool, cap, turns_at, True, args.flips, sim, 0.95)
+                        mdds.append(next(d.mdd for d in diffs if d.figure.key == "turns_kept"))
                 rates = hits / args.sims
                 cells = [
                     f"{100 * rates[c]:.1f} +- {100 * math.sqrt(rates[c] * (1 - rates[c]) / args.sims):.1f}" for c in cols
                 ]
                 row = [str(stories), str(plays), f"{ratio:g}", f"{true[cols[0]]:+.2f}", *cells]
+                if args.mdd:
+                    row.append(f"{np.mean(mdds):.2f}")
                 lines.append("| " + " | ".join(row) + " |")
                 print(lines[-1], flush=True)
     took = time.perf_counter() - started
