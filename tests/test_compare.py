@@ -167,13 +167,14 @@ def test_mode_report_holds_the_comparisons_section(two_runs: tuple[Path, Path], 
     a, b = two_runs
     out = tmp_path / "rep"
     done = run_cli(
-        "mode=report", f"runs=[{a},{b}]", f"report.out={out}", "report.html=false", "report.resamples=100",
-        "progress=false",
+        "mode=report", f"runs=[{a},{b}]", f"report.out={out}", "report.resamples=100", "progress=false",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     text = (out / "results.md").read_text()
     assert "## Comparisons" in text and "turns kept" in text
     assert (out / "compare.csv").is_file()
+    html = (out / "index.html").read_text()
+    assert "<h2>Comparisons</h2>" in html and "seed=1 vs seed=0 (baseline)" in html
     alone = run_cli("mode=report", f"runs=[{a}]", f"report.out={tmp_path / 'one'}", "report.html=false")
     assert alone.returncode == 0 and "## Comparisons" not in (tmp_path / "one" / "results.md").read_text()
 

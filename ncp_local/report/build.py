@@ -154,6 +154,7 @@ def build_report(
                 auditor=err,
                 modes=modes,
                 trials=(rts, passk_text) if rts else None,
+                comparisons=cmp.comparisons if cmp is not None and shown else None,
             )
         )
     return {

@@ -423,12 +423,13 @@ HEADER = (
 )
 
 
-def comparison_markdown(c: Comparison, level: float) -> str:
-    title = (
-        f"### {c.other} vs {c.baseline} (baseline)\n\n{c.stories} shared stories, {c.plays[0]} and {c.plays[1]} "
-        f"scored plays; restricted mean and incidence to t={c.horizon}"
-    )
-    body = [
+def comparison_title(c: Comparison) -> str:
+    return f"{c.other} vs {c.baseline} (baseline)"
+
+
+def comparison_rows(c: Comparison) -> list[list[str]]:
+    """The table's cells (HEADER's columns), one row per figure, as Markdown and HTML show them."""
+    return [
         [
             d.figure.label,
             _f(d.base),
@@ -442,6 +443,14 @@ def comparison_markdown(c: Comparison, level: float) -> str:
         ]
         for d in c.rows
     ]
+
+
+def comparison_markdown(c: Comparison, level: float) -> str:
+    title = (
+        f"### {comparison_title(c)}\n\n{c.stories} shared stories, {c.plays[0]} and {c.plays[1]} "
+        f"scored plays; restricted mean and incidence to t={c.horizon}"
+    )
+    body = comparison_rows(c)
     notes = [f"- {n}" for n in c.notes]
     said = [f"- {sentence(c, d, level)}" for d in c.rows]
     return "\n\n".join(p for p in (title, "\n".join(notes), markdown_table(HEADER, body), "\n".join(said)) if p)
