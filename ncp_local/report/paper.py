@@ -212,10 +212,17 @@ def setup_differences(run: Run, row: PaperRow) -> tuple[str, ...]:
     )
     ds = cfg.get("dataset") or {}
     specs = len((run.manifest.get("dataset") or {}).get("specs") or [])
+    digest = str((run.manifest.get("dataset") or {}).get("sha256") or "?")[:12]
     if ds.get("name") != "ncp_bench" or specs != int(design["dataset_specs"]):
         out.append(
-            f"dataset: {ds.get('name', '?')} with {specs} specs "
+            f"dataset: {ds.get('name', '?')} with {specs} specs, sha256 {digest} "
             f"(paper: the official release, {design['dataset_specs']})"
+        )
+    else:
+        # The paper names its release by its counts (Table 6), not by a digest: the version is not checked.
+        out.append(
+            f"dataset version: sha256 {digest}, {specs} specs (paper: the processed release, whose digest "
+            "it does not give; its Table 6 counts are in paper_figures.yaml)"
         )
     nar = cfg.get("narrator") or {}
     decoding = (nar.get("temperature"), nar.get("top_p"), nar.get("max_tokens"))
