@@ -52,6 +52,7 @@ CASES = (
     Case("reaudit", "report.out", ("mode=reaudit", "runs=[{ws}/run,{ws}/run]", "report.out={bad}")),
     Case("merge", "out_dir", ("mode=merge", "out_dir={bad}")),
     Case("report", "report.out", ("mode=report", RUN, "report.out={bad}")),
+    Case("compare", "report.out", ("mode=compare", "runs=[{ws}/run,{ws}/run]", "report.out={bad}")),
     Case("export", "export.out", ("mode=export", RUN, "export.format=inspect", "export.out={bad}")),
     Case("export", "export.out", ("mode=export", RUN, "export.format=parquet", "export.out={bad}")),
     Case("export", "export.out", ("mode=export", RUN, "export.format=reference", "export.out={bad}")),

@@ -41,6 +41,7 @@ NOT_IDENTITY = (
     "trials.count",
     "runs",
     "report",
+    "compare",  # mode=compare's options: they read runs, never make one
     "review",
     "shard",
     "models_root",

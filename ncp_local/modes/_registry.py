@@ -51,6 +51,12 @@ MODES: tuple[Mode, ...] = (
         ("report.out",),
     ),
     Mode(
+        "compare",
+        "runs=[BASELINE,RUN,...]: each figure's difference from the first run, paired by story, with its p-value "
+        "and the smallest difference the design finds; compare.paper=<row>: the paper's figures beside a run",
+        ("report.out",),
+    ),
+    Mode(
         "reaudit",
         "judge a run's turns again with another auditor: runs=[DIR] (written beside DIR as "
         "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table",

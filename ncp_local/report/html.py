@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..execution.atomic import atomic_write
+from .compare import Comparisons
 from .cost import CostTable
 from .endings import RunEndings
 from .failure_modes import RunModes
@@ -34,11 +35,12 @@ def write_html(
     auditor: AuditorError | None = None,
     modes: Sequence[RunModes] = (),
     trials: tuple[Sequence[RunTrials], str] | None = None,
+    comparisons: Comparisons | None = None,
 ) -> Path:
     for i, run in enumerate(runs):
         key = run_key(i, run)
         for sid, result in run.results.items():
             atomic_write(out / "episodes" / key / f"{sid}.html", episode_page(run, result, "../../index.html"))
     index = out / "index.html"
-    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor, modes, trials))
+    atomic_write(index, index_page(runs, rows, svg, level, costs, endings, auditor, modes, trials, comparisons))
     return index

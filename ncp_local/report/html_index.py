@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from ..protocol.metrics import episode_metrics
 from ..protocol.records import EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
-from . import failure_modes, precision
+from . import compare, failure_modes, precision
 from .assets import asset
+from .compare import Comparisons
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
 from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
@@ -204,6 +205,20 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
     return "".join(parts)
 
 
+def _comparisons_html(cs: Comparisons) -> str:
+    """mode=compare's section: per run against the baseline, its notes, the table and the sentences."""
+    parts = [f"<p class='muted small'>{prose(compare.comparisons_note(cs))}</p>"]
+    parts += [f"<div class=warn>{prose(line)}</div>" for line in cs.refused]
+    for c in cs.compared:
+        parts.append(f"<h3>{esc(compare.comparison_title(c))}</h3>")
+        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in c.notes]
+        parts.append(count_table("compare", compare.HEADER, compare.comparison_rows(c), tips=False))
+        parts.append(
+            "<ul class=small>" + "".join(f"<li>{esc(compare.sentence(c, d, cs.level))}</li>" for d in c.rows) + "</ul>"
+        )
+    return "".join(parts)
+
+
 def index_page(
     runs: Sequence[Run],
     rows: Sequence[Row],
@@ -214,6 +229,7 @@ def index_page(
     auditor: AuditorError | None = None,
     modes: Sequence[RunModes] = (),
     trials: tuple[Sequence[RunTrials], str] | None = None,
+    comparisons: Comparisons | None = None,
 ) -> str:
     # The resampling rule (protocol/resample.py): stories with their plays; a story played once is its episode.
     over = "stories, each with all its plays" if trials is not None else "episodes"
@@ -227,6 +243,8 @@ def index_page(
         "<h2>Results</h2>",
         _summary_html(rows),
     ]
+    if comparisons is not None and comparisons.compared:
+        parts += ["<h2>Comparisons</h2>", _comparisons_html(comparisons)]
     if svg:
         parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
     if endings is not None:
