@@ -27,7 +27,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
         cfg.report.dataset,
         cfg.review.sheet,
     )
-    print(rep["summary_md"])
+    print(rep["ran_md"] + rep["summary_md"])
     print("\nwhat ended each story:\n" + rep["endings_md"])
     if rep["trials"]:
         print("\ntrials: pass^k and the noise floor:\n" + rep["trials_md"])

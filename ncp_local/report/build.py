@@ -14,6 +14,7 @@ from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
 from .mpl_home import ready as plots_ready
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
+from .ran import ran_notes
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     csv_text,
@@ -72,8 +73,10 @@ def build_report(
     rts = run_trials(runs, level)  # only runs that played their stories more than once
     trials_md = trials_markdown(rts, level) if rts else ""
     notes = [f"- {line}" for line in run_notes(runs)]
+    ran = what_ran_markdown(runs)
     doc = (
         "# NCP results\n\n"
+        + ran
         + summary_md
         + "\n\n## What ended each story\n\n"
         + endings_md
@@ -93,7 +96,7 @@ def build_report(
     files = [
         write(out / "results.md", doc),
         write(out / "results.csv", results_csv(rows)),
-        write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
+        write(out / "genres.md", "# NCP results per genre\n\n" + ran + genres_md + "\n"),
         write(out / "genres.csv", genre_csv(runs)),
         write(out / "survival.csv", survival_csv(runs, level)),
         write(out / "endings.csv", endings_csv(ends)),
@@ -125,7 +128,8 @@ def build_report(
     if rts:
         files += [
             write(
-                out / "trials.md", "# Trials\n\n" + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n"
+                out / "trials.md",
+                "# Trials\n\n" + ran + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n",
             ),
             write(out / "passk.csv", passk_csv(rts)),
             write(out / "noise.csv", noise_csv(rts)),
@@ -148,6 +152,7 @@ def build_report(
         )
     return {
         "rows": rows,
+        "ran_md": ran,
         "summary_md": summary_md,
         "endings_md": endings_md,
         "endings": ends,
@@ -163,6 +168,11 @@ def build_report(
         "notes": notes,
         "files": files,
     }
+
+
+def what_ran_markdown(runs: list[Run]) -> str:
+    """What ran (report/ran.py), the lines each Markdown page starts with."""
+    return "".join(f"- {line}\n" for line in ran_notes([(r.label, r.manifest) for r in runs])) + "\n"
 
 
 def run_notes(runs: list[Run]) -> list[str]:

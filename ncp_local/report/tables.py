@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ..execution.atomic import atomic_write
-from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
+from ..protocol import ROLES
+from ..protocol.metrics import ENDING_CENSORED, TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
 from .glossary import define
+from .ran import Ran, what_ran
 from .runs import Run
 from .stats import Interval, bootstrap
 
@@ -45,6 +47,7 @@ class Row:
     agg: Aggregate
     ci: dict[str, Interval]  # METRICS keys and "conflict_free"
     unfinished: int
+    ran: Ran = Ran(())  # the run's engine and models, as its manifest records them
 
 
 def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -> list[Row]:
@@ -67,7 +70,7 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
                 groups=stories,
             )
         )
-        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished)))
+        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished), what_ran(run.manifest)))
     return rows
 
 
@@ -106,7 +109,15 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
-SUMMARY_HEADER = ("run", "episodes", *(h for _, h, _ in METRICS), "conflict-free", *TERMINATIONS, "bound hits")
+SUMMARY_HEADER = (
+    "run",
+    "engine",
+    "episodes",
+    *(h for _, h, _ in METRICS),
+    "conflict-free",
+    *TERMINATIONS,
+    "bound hits",
+)
 
 
 def summary_markdown(rows: Sequence[Row], level: float) -> str:
@@ -116,6 +127,7 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
         body.append(
             [
                 r.label,
+                r.ran.short,
                 r.agg.episodes,
                 *(_cell(r.ci[k], d, r.agg.scored) for k, _, d in METRICS),
                 _cell(r.ci["conflict_free"], 0, r.agg.scored),
@@ -141,9 +153,11 @@ def summary_record(r: Row) -> dict[str, Any]:
     out: dict[str, Any] = {
         "label": r.label,
         "run_dir": r.path,
+        "engine": r.ran.engine,
+        **{f"{role}_model": r.ran.model(role) for role in ROLES},
         "episodes": r.agg.episodes,
         "scored": r.agg.scored,
-        "censored": r.agg.censored,
+        "censored": censored_count(r.agg),
     }
     few = r.agg.scored < MIN_FOR_INTERVAL  # no interval for fewer than 2 scored episodes
     for k, _, _ in METRICS:
@@ -159,6 +173,12 @@ def summary_record(r: Row) -> dict[str, Any]:
         "unfinished": r.unfinished,
     }
     return out
+
+
+def censored_count(agg: Aggregate) -> int:
+    """Episodes censored in the glossary's sense: stopped before their story ended, by the turn cap
+    (`max_turns`) or the context window (`context_limit`); `Aggregate.censored` counts the second only."""
+    return sum(agg.terminations[t] for t in ENDING_CENSORED)
 
 
 def summary_csv(rows: Sequence[Row]) -> str:
@@ -177,7 +197,7 @@ def _round(x: float) -> Any:
 
 # ---- per genre (the paper's Table 7) ---------------------------------------
 
-GENRE_HEADER = ("genre", "episodes", "censored", "avg turns", "traj %", "sat %", "fact %", "commit %", "player %")
+GENRE_HEADER = ("genre", "episodes", "context_limit", "avg turns", "traj %", "sat %", "fact %", "commit %", "player %")
 UNKNOWN_GENRE = "(unknown)"
 
 
@@ -233,7 +253,7 @@ def genre_csv(runs: Sequence[Run]) -> str:
         "run_dir",
         "genre",
         "episodes",
-        "censored",
+        "context_limit",
         "avg_turns",
         "trajectory_pct",
         "satisfied_pct",
@@ -268,7 +288,8 @@ def censored_at(run: Run) -> dict[int, int]:
 
 
 def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
-    """Per run: S(t) (Kaplan-Meier), its band, and the episodes censored after t (`censored_at`)."""
+    """Per run: S(t) (Kaplan-Meier), its band, and the `context_limit` episodes censored after t
+    (`censored_at`; the `max_turns` ones are censored after the last row)."""
     aggs = [r.aggregate(level) for r in runs]
     cens = [censored_at(r) for r in runs]
     horizon = max((len(a.survival) for a in aggs), default=0)
@@ -285,7 +306,7 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
         body.append(line)
     header = ["turns_played"]  # t, as people count turns: S(t) = share of episodes that played t turns or more
     for r in runs:
-        header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} censored"]
+        header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} context_limit"]
     return csv_text(header, body)
 
 
