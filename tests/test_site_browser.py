@@ -76,11 +76,14 @@ for (const code of document.querySelectorAll('.md-typeset table:not([class]) td:
             r.setStart(node, i);
             r.setEnd(node, i + 1);
             const rect = [...r.getClientRects()].find(x => x.width > 0);
-            if (rect) chars.push([node.data[i], Math.round(rect.top)]);
+            chars.push([node.data[i], rect ? Math.round(rect.top) : null]);  // a collapsed space has none
         }
     }
-    for (let i = 1; i < chars.length; i++) {
-        if (chars[i][1] > chars[i - 1][1]) out.push([text, chars[i - 1][0]]);
+    let top = null;
+    for (let i = 0; i < chars.length; i++) {
+        if (chars[i][1] === null) continue;
+        if (top !== null && chars[i][1] > top) out.push([text, chars[i - 1][0]]);  // the character before the break
+        top = chars[i][1];
     }
 }
 return out;
