@@ -123,3 +123,20 @@ def test_report_and_exports_agree_on_what_was_censored(censored_run: tuple[Path,
     assert sum(e["termination"] == "context_limit" for e in eps) == n_context
     assert sum(e["censored"] for e in eps) == n_context + n_turns
     assert all(e["turns"] == TURN - 1 for e in eps if e["termination"] == "context_limit")
+
+
+def test_inspect_log_names_the_same_censored_episodes(censored_run: tuple[Path, Path], tmp_path: Path) -> None:
+    inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")
+    run_dir, _ = censored_run
+    run = load_run(run_dir)
+    res = run_cli("mode=export", f"runs=[{run_dir}]", "export.format=inspect", f"export.out={tmp_path}")
+    assert res.returncode == 0, res.stderr
+    [path] = list(tmp_path.rglob("*.eval"))
+    samples = inspect_log.read_eval_log(str(path)).samples or []
+    assert len(samples) == len(run.results)  # a sample per story and epoch (epoch = trial + 1)
+    # `censored` as in the glossary: the window's stops and the turn cap's.
+    stopped = {
+        (r.spec_id, r.trial + 1) for r in run.results.values() if r.termination in ("context_limit", "max_turns")
+    }
+    marked = {(str(s.id), s.epoch) for s in samples if s.metadata["censored"]}
+    assert stopped and marked == stopped
