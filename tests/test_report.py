@@ -272,7 +272,11 @@ def test_report_files(run_dir: Path, tmp_path: Path) -> None:
     assert [float(r[runs[0].label]) for r in surv] == pytest.approx([1, 1, 0.75, 0.5, 0.25])
     genres = read_csv(out / "genres.csv")
     assert {(g["genre"], g["episodes"]) for g in genres} >= {("drama", "2"), ("horror", "2")}
-    assert "| run | engine | episodes | avg turns |" in rep["summary_md"] and "2.50 [" in rep["summary_md"]
+    assert (
+        "| run | episodes | avg turns |" in rep["summary_md"]
+        and rep["summary_md"].splitlines()[0].endswith("| bound hits | engine |")
+        and "2.50 [" in rep["summary_md"]
+    )
     # Same runs, same seed: the same files.
     first = (out / "results.csv").read_bytes(), (out / "survival.svg").read_bytes()
     build_report(runs, out, resamples=500, seed=3)
@@ -473,7 +477,7 @@ def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) ->
 
     md = summary_markdown([row], 0.95)
     header = md.splitlines()[0]
-    assert "| context_limit |" in header and header.endswith("| bound hits |")
+    assert "| context_limit |" in header and header.endswith("| bound hits | engine |")
     assert "2 of 5 scored episode(s) censored (context_limit)" in md
 
     out = tmp_path / "rep"

@@ -251,4 +251,4 @@ def test_report_plots_hold_the_last_step(censored_report: Path) -> None:
     assert ax.get_xlim()[1] > 6  # t = max_turns is inside the frame, its step drawn for half a turn
     assert max(max(line.get_xdata()) for line in ax.get_lines()) == pytest.approx(6.5)
     md = (censored_report / "results.md").read_text()
-    assert "| run | engine |" in md and "Scripted engine: no model ran" in md
+    assert "| bound hits | engine |" in md and "Scripted engine: no model ran" in md

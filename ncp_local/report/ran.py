@@ -80,6 +80,8 @@ class Ran:
         if self.scripted:
             return SCRIPTED
         kinds = {r.engine for r in self.roles}
+        if kinds == {""}:  # a folder of official result files records no engine
+            return NOT_RECORDED
         if len(kinds) == 1:
             return f"{self.engine}: {self.models}"
         return "; ".join(f"{r.role} {r.engine or '?'}: {r.model}" for r in self.roles)

@@ -84,7 +84,7 @@ TOKENS: tuple[Column, ...] = (
 
 EPISODES = TableSchema(
     "episodes",
-    1,
+    2,  # 2: `censored` counts max_turns too (the glossary's one sense), not context_limit alone
     "one finished episode (one result file): what the report's tables are computed from",
     (
         *KEYS,

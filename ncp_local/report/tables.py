@@ -109,14 +109,15 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
+# `engine` last: scripts that read the table by position keep their columns.
 SUMMARY_HEADER = (
     "run",
-    "engine",
     "episodes",
     *(h for _, h, _ in METRICS),
     "conflict-free",
     *TERMINATIONS,
     "bound hits",
+    "engine",
 )
 
 
@@ -127,12 +128,12 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
         body.append(
             [
                 r.label,
-                r.ran.short,
                 r.agg.episodes,
                 *(_cell(r.ci[k], d, r.agg.scored) for k, _, d in METRICS),
                 _cell(r.ci["conflict_free"], 0, r.agg.scored),
                 *(t[k] for k in TERMINATIONS),
                 r.agg.bound_hits,
+                r.ran.short,
             ]
         )
     note = (
