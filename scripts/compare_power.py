@@ -96,7 +96,8 @@ def main() -> None:
                         mdds.append(next(d.mdd for d in diffs if d.figure.key == "turns_kept"))
                 rates = hits / args.sims
                 cells = [
-                    f"{100 * rates[c]:.1f} +- {100 * math.sqrt(rates[c] * (1 - rates[c]) / args.sims):.1f}" for c in cols
+                    f"{100 * rates[c]:.1f} +- {100 * math.sqrt(rates[c] * (1 - rates[c]) / args.sims):.1f}"
+                    for c in cols
                 ]
                 row = [str(stories), str(plays), f"{ratio:g}", f"{true[cols[0]]:+.2f}", *cells]
                 if args.mdd:
@@ -104,7 +105,9 @@ def main() -> None:
                 lines.append("| " + " | ".join(row) + " |")
                 print(lines[-1], flush=True)
     took = time.perf_counter() - started
-    text = "\n".join(lines) + f"\n\n{args.sims} simulated pairs per row, {args.flips} sign patterns each; {took:.0f} s.\n"
+    text = (
+        "\n".join(lines) + f"\n\n{args.sims} simulated pairs per row, {args.flips} sign patterns each; {took:.0f} s.\n"
+    )
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -253,6 +253,11 @@ CASES = [
     Case("cfg-rate-not-number", ("engine.conflict_rate=abc",), ("engine.conflict_rate", "valid number")),
     Case("cfg-rate-above-one", ("engine.node_rate=1.5",), ("engine.node_rate", "less than or equal to 1")),
     Case("cfg-die-after-bool", ("engine.die_after_calls=true",), ("engine.die_after_calls", "valid integer")),
+    Case(
+        "cfg-context-limit-turn-0",
+        ("engine=scripted", "engine.context_limit_turn=0"),
+        ("engine.context_limit_turn", "greater than or equal to 1"),
+    ),
     Case("cfg-openai-timeout", ("engine=openai", "+engine.timeout_s=-1"), ("engine.timeout_s", "greater than 0")),
     Case("cfg-condition-key", ("+condition.level=3",), ("condition", "unknown key 'level'")),
     # Trials (issue 37): the count, the roles that vary, and the spelling Hydra would otherwise take.

@@ -106,9 +106,11 @@ def test_report_shows_official_folder_beside_rig_run(
     assert len(rows) == 2
     official = [r for r in rows if r.startswith("| official: ")]
     assert len(official) == 1
-    # Same point estimates on both rows (intervals are resampled, so only the points are compared).
-    points = [[cell.split(" [")[0] for cell in r.split("|")[2:]] for r in rows]
+    # Same point estimates on both rows (intervals are resampled, so only the points are compared); the
+    # last column says what ran: the rig's run was scripted, the official folder records no engine.
+    points = [[cell.split(" [")[0] for cell in r.split("|")[2:-2]] for r in rows]
     assert points[0] == points[1]
+    assert [r.split("|")[-2].strip() for r in rows] == ["scripted", "not recorded"]
     assert "no call log" in res.stdout
 
 

@@ -272,7 +272,11 @@ def test_report_files(run_dir: Path, tmp_path: Path) -> None:
     assert [float(r[runs[0].label]) for r in surv] == pytest.approx([1, 1, 0.75, 0.5, 0.25])
     genres = read_csv(out / "genres.csv")
     assert {(g["genre"], g["episodes"]) for g in genres} >= {("drama", "2"), ("horror", "2")}
-    assert "| run | episodes | avg turns |" in rep["summary_md"] and "2.50 [" in rep["summary_md"]
+    assert (
+        "| run | episodes | avg turns |" in rep["summary_md"]
+        and rep["summary_md"].splitlines()[0].endswith("| bound hits | engine |")
+        and "2.50 [" in rep["summary_md"]
+    )
     # Same runs, same seed: the same files.
     first = (out / "results.csv").read_bytes(), (out / "survival.svg").read_bytes()
     build_report(runs, out, resamples=500, seed=3)
@@ -481,14 +485,15 @@ def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) ->
 
     md = summary_markdown([row], 0.95)
     header = md.splitlines()[0]
-    assert "| context_limit |" in header and header.endswith("| bound hits |")
+    assert "| context_limit |" in header and header.endswith("| bound hits | engine |")
     assert "2 of 5 scored episode(s) censored (context_limit)" in md
 
     out = tmp_path / "rep"
     build_report([run], out, resamples=300, seed=0)
     [csv_row] = read_csv(out / "results.csv")
+    # Censored counts both stops before a story ended (glossary): e by the turn cap, a and d by the window.
     assert (csv_row["censored"], csv_row["context_limit"], csv_row["invalid"], csv_row["bound_hits"]) == (
-        "2",
+        "3",
         "2",
         "0",
         "3",
@@ -497,12 +502,12 @@ def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) ->
     label = run.label
     assert [float(r[label]) for r in surv] == pytest.approx([1, 1, 0.75, 0.5, 0.5])
     # d (0 turns) counts through t = 1, a (2 turns) through t = 3: censored after those t.
-    assert [int(r[f"{label} censored"]) for r in surv] == [0, 1, 0, 1, 0]
+    assert [int(r[f"{label} context_limit"]) for r in surv] == [0, 1, 0, 1, 0]
     for r in surv:
         assert float(r[f"{label} lo"]) <= float(r[label]) <= float(r[f"{label} hi"])
-    assert "censored" in (out / "survival.svg").read_text()  # the title says what the marks are
+    assert "(+: context_limit)" in (out / "survival.svg").read_text()  # what the marks are
     genres = {g["genre"]: g for g in read_csv(out / "genres.csv")}
-    assert genres["drama"]["censored"] == "1"  # a (drama, mystery) is censored, b and e are not
+    assert genres["drama"]["context_limit"] == "1"  # a (drama, mystery) is stopped by the window, b and e not
     assert "2 of 5 scored episode(s) censored" in (out / "results.md").read_text()
 
 
@@ -512,7 +517,7 @@ def test_context_limit_and_conflict_ids_in_html(censored_dir: Path, tmp_path: Pa
     out = tmp_path / "rep"
     build_report([run], out, resamples=100)
     index = (out / "index.html").read_text()
-    assert "2 censored</div>" in index  # beside the episode count of the run
+    assert "2 context_limit</div>" in index  # beside the episode count of the run
     assert re.search(r"context_limit</span>&nbsp;<b>2</b>", index)
     assert index.count('data-termination="context_limit"') == 2
     assert re.search(r'<tr class="episode" data-termination="context_limit" data-spec="a">.*?>2\+</td>', index)

@@ -168,3 +168,87 @@ def test_report_episode_page_shows_each_commitments_text(
     for line in got:
         cid = re.search(r"(c_\d+)", line)
         assert cid and texts[cid.group(1)] in line, line
+
+
+# Two scripted runs whose window fills at turn 3 for half the episodes, differing only in the player's
+# condition: what ran, one meaning of "censored", intervals that stay whole, levels and units, the plots.
+CENSORED = ("engine=scripted", "max_turns=6", "trials.count=2", "progress=false", "engine.context_limit_turn=3")
+
+
+@pytest.fixture(scope="module")
+def censored_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("censored")
+    for name, condition in (("adv", "adversarial"), ("nat", "natural")):
+        done = run_cli(*CENSORED, "engine.context_limit_share=0.5", f"condition={condition}", f"out_dir={tmp / name}")
+        assert done.returncode == 0, done.stderr
+    rep = run_cli("mode=report", f"runs=[{tmp / 'adv'},{tmp / 'nat'}]", f"report.out={tmp / 'report'}")
+    assert rep.returncode == 0, rep.stderr
+    return tmp / "report"
+
+
+REPORT_PAGE = """
+const text = el => el ? el.innerText : null;
+const ivs = [...document.querySelectorAll('.iv')].map(e => {
+    const tops = new Set([...e.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+    return [e.innerText, tops.size];
+});
+const endings = [...document.querySelectorAll('table.counts.endings tbody tr')].map(tr =>
+    [...tr.cells].map(td => td.innerText));
+const head = [...document.querySelectorAll('table.counts.endings thead th')]
+    .map(th => th.innerText.replace(/\\s+/g, ' '));
+const comments = [];
+const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_COMMENT);
+while (walk.nextNode()) comments.push(walk.currentNode.nodeValue.trim());
+return {ran: [...document.querySelectorAll('ul.ran li')].map(text),
+        scripted: [...document.querySelectorAll('div.scripted')].map(text),
+        rows: [...document.querySelectorAll('table.summary tbody tr')].map(tr => ({
+            ran: text(tr.querySelector('.ran')), stopped: text(tr.querySelector('.censored'))})),
+        shown: [...document.querySelectorAll('table.episodes')].map(t =>
+            t.querySelectorAll('tr[data-termination="context_limit"]').length),
+        ivs, endings, head, comments,
+        notes: [...document.querySelectorAll('p.muted')].map(text),
+        body: document.body.innerText};
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 1000])
+def test_report_says_what_ran_and_what_was_censored(
+    chromium: Path, censored_report: Path, tmp_path: Path, width: int
+) -> None:
+    got = probe(chromium, censored_report / "index.html", tmp_path, REPORT_PAGE, width)
+    # What ran: each run's engine, the scripted line, and the setting a scripted engine never reads.
+    assert len(got["ran"]) == 2 and all("engine scripted, no model" in line for line in got["ran"])
+    assert any("measure the rig" in s for s in got["scripted"])
+    assert any("condition.name" in s and "does not read" in s for s in got["scripted"])
+    assert [r["ran"] for r in got["rows"]] == ["engine: scripted"] * 2
+    # One meaning of "censored": the window's stops are named context_limit, and every place agrees.
+    assert "censored</div>" not in got["body"] and not any(
+        r["stopped"] and "censored" in r["stopped"] for r in got["rows"]
+    )
+    stopped = [int(r["stopped"].split()[0]) for r in got["rows"]]
+    assert stopped[0] > 0 and got["shown"] == stopped
+    col = got["head"].index("context_limit (censored)")
+    assert [int(row[col]) for row in got["endings"]] == stopped
+    assert any("max_turns (censored)" == h for h in got["head"])
+    # Intervals never wrap inside themselves, at either width.
+    assert got["ivs"] and [iv for iv in got["ivs"] if iv[1] != 1] == []
+    # The notes carry the level and the units, as results.md does.
+    noise = next(n for n in got["notes"] if "Smallest real differences" in n)
+    assert "at the 95% level" in noise and "squared percentage points" in noise and "inf" in noise
+    # Plots: the identical curve is named, the marks are context_limit, the endings' shares are of plays.
+    assert any("identical to condition.name=adversarial" in c for c in got["comments"])
+    assert any("(+: context_limit)" in c for c in got["comments"])
+    assert "plays (%)" in got["comments"] and "stories (%)" not in got["comments"]
+
+
+def test_report_plots_hold_the_last_step(censored_report: Path) -> None:
+    from ncp_local.report.plots import passk_figure
+    from ncp_local.report.trials import run_trials
+
+    runs = load_runs([str(censored_report.parent / "adv")])
+    fig = passk_figure(run_trials(runs))
+    ax = fig.axes[0]
+    assert ax.get_xlim()[1] > 6  # t = max_turns is inside the frame, its step drawn for half a turn
+    assert max(max(line.get_xdata()) for line in ax.get_lines()) == pytest.approx(6.5)
+    md = (censored_report / "results.md").read_text()
+    assert "| bound hits | engine |" in md and "Scripted engine: no model ran" in md

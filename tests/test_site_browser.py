@@ -59,3 +59,72 @@ def test_key_columns_keep_each_key_on_one_line(chromium: Path, site: Path, tmp_p
     assert {"concurrency", "trials.count", "trials.vary"} <= set(keys)
     assert [k for k, lines in got["keys"] if lines != 1] == []  # `trials.coun|t` split before
     assert got["over"] and max(got["over"]) <= 0  # the reference tables fit the text column
+
+
+# Per code element in a table cell (the key column aside): each place its text wraps, as the character
+# before the break; wrapping may follow a separator or a space, never fall inside a name.
+CELL_CODE_BREAKS = """
+const out = [];
+for (const code of document.querySelectorAll('.md-typeset table:not([class]) td:not(:first-child) code')) {
+    const text = code.textContent;
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    const chars = [];
+    while (walker.nextNode()) {
+        const node = walker.currentNode;
+        for (let i = 0; i < node.length; i++) {
+            const r = document.createRange();
+            r.setStart(node, i);
+            r.setEnd(node, i + 1);
+            const rect = [...r.getClientRects()].find(x => x.width > 0);
+            chars.push([node.data[i], rect ? Math.round(rect.top) : null]);  // a collapsed space has none
+        }
+    }
+    let top = null;
+    for (let i = 0; i < chars.length; i++) {
+        if (chars[i][1] === null) continue;
+        if (top !== null && chars[i][1] > top) out.push([text, chars[i - 1][0]]);  // the character before the break
+        top = chars[i][1];
+    }
+}
+return out;
+"""
+# Per `# comment` of a code block: its lines' left edges (a wrapped comment's later lines sit further right),
+# and whether shell builtins are coloured as keywords.
+COMMENTS = """
+const code = document.querySelector('.md-typeset pre > code');
+const base = code.getBoundingClientRect().left;
+const comments = [...document.querySelectorAll('.md-typeset pre > code .c1')].map(c => {
+    const rects = [...c.getClientRects()];
+    const range = document.createRange();
+    range.selectNodeContents(c);
+    const lines = [...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.left - base));
+    return {text: c.textContent.slice(0, 40), lines};
+});
+const builtins = [...document.querySelectorAll('.md-typeset pre > code .nb')].map(b =>
+    [b.textContent, getComputedStyle(b).color === getComputedStyle(b.parentElement).color]);
+return {comments, builtins};
+"""
+
+
+@pytest.mark.parametrize("width", [1280, 1000])
+@pytest.mark.parametrize("page", ["reference/configuration.html", "guide/first-run.html"])
+def test_code_in_table_cells_breaks_only_at_separators(
+    chromium: Path, site: Path, tmp_path: Path, page: str, width: int
+) -> None:
+    breaks = probe(chromium, site / page, tmp_path, CELL_CODE_BREAKS, width)
+    # `build.lo|g`, `<mode>.l|og`, `NCP_MO|DELS_ROOT` before: now only after `/ . , =` or a space.
+    assert [b for b in breaks if b[1] not in " /.,="] == []
+
+
+@pytest.mark.parametrize("width", [1280, 1000])
+def test_code_block_comments_wrap_with_an_indent_and_builtins_are_plain(
+    chromium: Path, site: Path, tmp_path: Path, width: int
+) -> None:
+    got = probe(chromium, site / "guide" / "first-run.html", tmp_path, COMMENTS, width)
+    assert got["comments"]
+    for c in got["comments"]:
+        first, *rest = c["lines"]
+        # A comment stays beside its command or moves under it indented, never flush left where commands
+        # start; its later lines are indented under its first.
+        assert first > 0 and all(left > first for left in rest), c
+    assert got["builtins"] and all(plain for _, plain in got["builtins"])  # `make test`, `export`: not keywords

@@ -22,7 +22,7 @@ from cli_runner import CliResult, run_cli
 from ncp_local.report.cost import cost_table
 from ncp_local.report.runs import load_run
 from ncp_local.tracking import state
-from ncp_local.tracking.record import COST_FIELDS
+from ncp_local.tracking.record import COST_FIELDS, NOT_METRICS
 from ncp_local.tracking.wandb_tracker import run_files
 
 pytest.importorskip("mlflow", reason="mlflow-skinny is not installed (the `tracking` extra)")
@@ -50,7 +50,8 @@ def report_row(tmp: Path, run_dir: Path) -> dict[str, str]:
 
 
 def report_metrics(tmp: Path, run_dir: Path) -> dict[str, float]:
-    return {k: float(v) for k, v in report_row(tmp, run_dir).items() if k not in ("label", "run_dir") and v != ""}
+    # The text columns (label, run directory, what ran) are the run's tags, never metrics.
+    return {k: float(v) for k, v in report_row(tmp, run_dir).items() if k not in NOT_METRICS and v != ""}
 
 
 def survival(tmp: Path, run_dir: Path) -> list[float]:
@@ -124,6 +125,8 @@ def test_mlflow_logs_the_reports_figures_and_a_resume_continues_its_run(tmp_path
         tokens = sum(u.prompt_tokens for (r, _), u in table.rows.items() if r == role)
         assert got.data.metrics[f"cost.{role}.prompt_tokens"] == tokens
     assert got.data.tags["identity"] and got.data.params["max_turns"] == "4"
+    # What ran, as in results.csv: a scripted run is tagged as one, every role included.
+    assert got.data.tags["engine"] == "scripted" and got.data.tags["auditor_model"] == "scripted"
     assert {a.path for a in client.list_artifacts(run_id)} >= {"survival.json", "cost_by_role.json", "config.json"}
     arts = {a.path for a in client.list_artifacts(run_id, "report")}
     assert {"report/results.csv", "report/survival.png", "report/cost.csv"} <= arts

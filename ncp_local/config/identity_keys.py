@@ -90,4 +90,6 @@ def _vary_read(value: Any) -> Any:
 LATER_KEYS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "audit.failure_modes": (False, lambda value: value),
     "trials.vary": (ALL, _vary_read),
+    "engine.context_limit_turn": (None, lambda value: value),
+    "engine.context_limit_share": (1.0, lambda value: value),
 }

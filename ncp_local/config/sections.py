@@ -79,6 +79,10 @@ class ScriptedEngineCfg(ConfigModel):
     satisfy_rate: float = Field(0.25, ge=0, le=1)
     delay_s: float = Field(0.0, ge=0)  # simulated latency per call
     die_after_calls: int | None = Field(None, ge=0)  # fault injection: EngineDead from this call on
+    # Fault injection: from this player turn on, a chosen share of the episodes no longer fit the
+    # window (their calls raise ContextOverflow), so they end `context_limit`, censored.
+    context_limit_turn: int | None = Field(None, ge=1)
+    context_limit_share: float = Field(1.0, ge=0, le=1)
 
 
 class OpenAIEngineCfg(ConfigModel):

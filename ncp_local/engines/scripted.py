@@ -8,18 +8,24 @@ It is never a stand-in for the engine in engine tests. Two ways to script:
 - `RandomPolicy`: seeded, schema-valid answers with tunable rates of
   conflicts, node completions and satisfied commitments, so that
   `engine=scripted` exercises every termination over a real dataset.
+
+Fault injection (never a model's behaviour): simulated latency (`delay_s`), an engine that dies
+after N calls (`die_after_calls`), and a window that fills (`context_limit_turn`): from that turn on,
+the calls of a chosen share of the episodes no longer fit, so those episodes end `context_limit`
+(censored) as a real model's would when its prompts outgrow its window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Completion, EngineDead, Request
+from .base import Completion, ContextOverflow, EngineDead, Request
 
 Rule = Callable[[Request], "str | Completion | None"]
 
@@ -143,6 +149,29 @@ class RandomPolicy:
         raise ValueError(f"scripted backend: no policy for stage {stage!r}")
 
 
+@dataclass(frozen=True)
+class Overflow:
+    """The window fills (fault injection): from the player turn `turn` on (turn N = the N-th player
+    turn), every call of a chosen episode raises ContextOverflow, as a real engine's would."""
+
+    turn: int
+    share: float = 1.0  # of the episodes, chosen by their name (the same ones in every run and seed)
+
+    def chosen(self, episode: str) -> bool:
+        # A hash, not the run's seed: the same stories overflow whatever else a run changes.
+        draw = int.from_bytes(hashlib.sha256(episode.encode()).digest()[:4], "big") / 2**32
+        return draw < self.share
+
+    def hits(self, request: Request) -> bool:
+        turn = request.tags.get("turn")
+        episode = request.tags.get("episode")
+        if not isinstance(turn, int) or not isinstance(episode, str):
+            return False
+        # A request's turn is the record's id (the opening -1, player turn N is N - 1: protocol/turns.py,
+        # which an engine does not import).
+        return turn + 1 >= self.turn and self.chosen(episode)
+
+
 class ScriptedEngine:
     def __init__(
         self,
@@ -150,6 +179,7 @@ class ScriptedEngine:
         policy: RandomPolicy | None = None,
         delay_s: float = 0.0,
         die_after_calls: int | None = None,
+        overflow: Overflow | None = None,
     ) -> None:
         self.rules = rules
         self.policy = policy or RandomPolicy()
@@ -158,12 +188,18 @@ class ScriptedEngine:
         # engine that dies after N calls (as a crashed engine process would).
         self.delay_s = delay_s
         self.die_after_calls = die_after_calls
+        self.overflow = overflow
 
     async def generate(self, request: Request) -> Completion:
         if self.die_after_calls is not None and len(self.requests) >= self.die_after_calls:
             raise EngineDead(f"scripted engine died after {self.die_after_calls} calls (fault injection)")
         self.requests.append(request)
-        await asyncio.sleep(self.delay_s)  # yield, as a real engine would, so episodes interleave
+        await asyncio.sleep(self.delay_s)
+        if self.overflow is not None and self.overflow.hits(request):
+            raise ContextOverflow(
+                f"scripted engine: the window is full from turn {self.overflow.turn} "
+                "(fault injection: engine.context_limit_turn)"
+            )  # yield, as a real engine would, so episodes interleave
         out = self.rules(request) if self.rules else None
         if out is None:
             out = self.policy.answer(request)
@@ -192,4 +228,9 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
         ),
         delay_s=engine.delay_s,
         die_after_calls=engine.die_after_calls,
+        overflow=(
+            Overflow(engine.context_limit_turn, engine.context_limit_share)
+            if engine.context_limit_turn is not None
+            else None
+        ),
     )

@@ -32,7 +32,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
         cfg.report.horizon,
         cfg.compare.paper,
     )
-    print(rep["summary_md"])
+    print(rep["ran_md"] + rep["summary_md"])
     if rep["compare_md"]:
         print("\n" + rep["compare_md"])
     print("\nwhat ended each story:\n" + rep["endings_md"])

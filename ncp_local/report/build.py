@@ -16,6 +16,7 @@ from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
 from .mpl_home import ready as plots_ready
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
+from .ran import ran_notes
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     csv_text,
@@ -80,8 +81,10 @@ def build_report(
     cmp = compare_document(runs, paper_row, horizon, resamples, seed, level) if len(runs) > 1 or paper_row else None
     shown = cmp is not None and (bool(cmp.comparisons and cmp.comparisons.compared) or bool(cmp.paper))
     compare_md = cmp.text if cmp is not None and shown else ""
+    ran = what_ran_markdown(runs)
     doc = (
         "# NCP results\n\n"
+        + ran
         + summary_md
         + ("\n\n" + compare_md if compare_md else "")
         + "\n\n## What ended each story\n\n"
@@ -102,7 +105,7 @@ def build_report(
     files = [
         write(out / "results.md", doc),
         write(out / "results.csv", results_csv(rows)),
-        write(out / "genres.md", "# NCP results per genre\n\n" + genres_md + "\n"),
+        write(out / "genres.md", "# NCP results per genre\n\n" + ran + genres_md + "\n"),
         write(out / "genres.csv", genre_csv(runs)),
         write(out / "survival.csv", survival_csv(runs, level)),
         write(out / "endings.csv", endings_csv(ends)),
@@ -136,7 +139,8 @@ def build_report(
     if rts:
         files += [
             write(
-                out / "trials.md", "# Trials\n\n" + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n"
+                out / "trials.md",
+                "# Trials\n\n" + ran + trials_md + "\n\n## Per story\n\n" + stories_markdown(rts) + "\n",
             ),
             write(out / "passk.csv", passk_csv(rts)),
             write(out / "noise.csv", noise_csv(rts)),
@@ -160,6 +164,7 @@ def build_report(
         )
     return {
         "rows": rows,
+        "ran_md": ran,
         "summary_md": summary_md,
         "compare_md": compare_md,
         "endings_md": endings_md,
@@ -190,6 +195,11 @@ def files_listing(out: Path, files: Sequence[Path]) -> str:
         stem = str(rel.with_suffix(""))
         by_stem.setdefault(stem, []).append(rel.suffix)
     return ", ".join(f"{stem}{'/'.join(suffixes)}" for stem, suffixes in by_stem.items())
+
+
+def what_ran_markdown(runs: list[Run]) -> str:
+    """What ran (report/ran.py), the lines each Markdown page starts with."""
+    return "".join(f"- {line}\n" for line in ran_notes([(r.label, r.manifest) for r in runs])) + "\n"
 
 
 def run_notes(runs: list[Run]) -> list[str]:

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 # (column as headed in the tables, its definition). Order: as the tables show them.
 GLOSSARY: tuple[tuple[str, str], ...] = (
+    (
+        "engine",
+        "what answered each role, as the run's manifest records it: `scripted` (no model: the figures measure "
+        "the rig), or the engine and model (`vllm: <name> (<path or embedded>)`, `openai: <served name> (served)`)",
+    ),
     ("episodes", "finished episodes of the run, `invalid` ones included"),
     (
         "avg turns",
@@ -21,7 +26,11 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "cap), i.e. the mean of min(turns, horizon) with censored episodes' unseen turns counted by the curve; "
         "equals avg turns when nothing is censored and the horizon is the cap",
     ),
-    ("turns", "player turns one episode played, the conflicting one included; `n+`: censored, more than n"),
+    (
+        "turns",
+        "player turns one episode played, the conflicting one included; `n+`: stopped by the context window "
+        "(`context_limit`) with n turns committed, so more than n",
+    ),
     ("traj %", "mean share of the spec's story beats (trajectory nodes) the episode completed"),
     ("sat %", "mean share of the spec's commitments satisfied at the episode's end"),
     ("fact %", "share of episodes ended by a fact conflict: the narration contradicted an active fact or itself"),
@@ -37,7 +46,13 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "only known from below (censored)",
     ),
     ("invalid", "episodes a model's answers left unusable after every retry; counted, never averaged"),
-    ("censored", "`context_limit` episodes: averaged at their committed turns, censored in S(t)"),
+    (
+        "censored",
+        "stopped before the story ended, so its length is only known from below: by the turn cap (`max_turns`, "
+        "censored after the last turn) or by a full context window (`context_limit`, censored inside the run's "
+        "turns); S(t) and the endings count both as censored. Columns that count only the second are headed "
+        "`context_limit`",
+    ),
     ("bound hits", "answers that reached a configured output bound (length or count); none on real models"),
     ("overturned", "conflicts the first check raised and the double-check cleared"),
     ("S(t)", "share of episodes that played t turns or more (Kaplan-Meier when some are censored)"),
@@ -111,12 +126,20 @@ TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
     ),
     ("metric", "a main-table metric, per play (conflict-free %: 100 for a play no conflict ended)"),
     ("mean", "its mean over the scored plays"),
-    ("within-story var", "variance of one play around its story's mean, pooled over the stories: sampling noise"),
+    (
+        "within-story var",
+        "variance of one play around its story's mean, pooled over the stories: sampling noise (in the "
+        "metric's unit squared: squared turns, squared percentage points)",
+    ),
     (
         "between-story var",
-        "variance of the stories' means less the noise in them (within / plays per story): how the stories differ",
+        "variance of the stories' means less the noise in them (within / plays per story): how the stories "
+        "differ (squared units, as within)",
     ),
-    ("within / between", "their ratio (inf: the stories do not differ beyond the noise)"),
+    (
+        "within / between",
+        "their ratio (inf: the between-story variance is 0, the stories do not differ beyond the noise)",
+    ),
     (
         "smallest real diff, replay",
         "the least difference between two runs of the same stories, as many plays each, that the noise allows "

@@ -10,7 +10,8 @@ from ..protocol import ledger, turns
 from ..protocol.metrics import episode_metrics, opening_bound_hits, turn_bound_hits
 from ..protocol.records import EpisodeResult, TurnRecord
 from ..protocol.replay import Replay, TurnView, conflict_details, diff, replay
-from .html_parts import badge, conflict_badges, esc, page, rendered_table, target_tag
+from .html_parts import badge, conflict_badges, esc, page, prose, rendered_table, target_tag
+from .ran import SCRIPTED_LINE, what_ran
 from .runs import Run
 
 
@@ -211,8 +212,10 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
     rp = replay(spec, result) if spec is not None else None
     views: dict[int, TurnView] = {v.record.turn: v for v in rp.turns} if rp else {}
     title = f"{result.episode}" + (f" — {spec.meta.title}" if spec else "")
+    ran = what_ran(run.manifest)
     parts = [
-        f'<p class=small><a href="{esc(index_href)}">&larr; all episodes</a> &middot; {esc(run.label)}</p>',
+        f'<p class=small><a href="{esc(index_href)}">&larr; all episodes</a> &middot; {esc(run.label)}'
+        f" &middot; {esc(ran.line)}</p>",
         f"<h1>{esc(title)}</h1>",
     ]
     if spec:
@@ -237,6 +240,8 @@ def episode_page(run: Run, result: EpisodeResult, index_href: str) -> str:
             f"{m.turns} committed turns; S(t) counts it as running through t = {m.turns + 1}, then "
             "censored.</div>"
         )
+    if ran.scripted:
+        parts.append(f"<div class=scripted>{prose(SCRIPTED_LINE)}</div>")
     if m.bound_hits:
         parts.append(
             f"<div class=warn>{m.bound_hits} output(s) reached a configured bound (marked on their turns below).</div>"

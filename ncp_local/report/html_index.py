@@ -32,9 +32,10 @@ from .html_parts import (
     with_interval,
 )
 from .precision import UNCORRECTED_NOTE, AuditorError
+from .ran import ran_notes
 from .runs import Run
 from .tables import METRICS, TERMINATIONS, Row
-from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table
+from .trials import RunTrials, noise_note, noise_table, passk_table
 
 
 def _overturned(result: EpisodeResult) -> int:
@@ -42,6 +43,18 @@ def _overturned(result: EpisodeResult) -> int:
 
 
 # ---- index -------------------------------------------------------------------
+
+
+def _ran_html(runs: Sequence[Run]) -> str:
+    """What ran (report/ran.py): each run's engine and models, then the scripted lines, highlighted."""
+    lines = ran_notes([(r.label, r.manifest) for r in runs])
+    per_run, rest = lines[: len(runs)], lines[len(runs) :]
+    return (
+        "<ul class='ran small'>"
+        + "".join(f"<li>{prose(line)}</li>" for line in per_run)
+        + "</ul>"
+        + "".join(f"<div class=scripted>{prose(line)}</div>" for line in rest)
+    )
 
 
 def _summary_html(rows: Sequence[Row]) -> str:
@@ -56,15 +69,16 @@ def _summary_html(rows: Sequence[Row]) -> str:
     )
     body = []
     for r in rows:
-        # Censored episodes are in the averages at their committed turns: say how many, beside the count.
+        # Episodes the window stopped are in the averages at their committed turns: say how many.
         censored = (
-            f"<div class='muted small censored' title=\"context_limit: averaged at their committed turns, "
-            f'censored in S(t)">{r.agg.censored} censored</div>'
+            f"<div class='muted small censored' title=\"{esc(plain(define('context_limit')))}\">"
+            f"{r.agg.censored} context_limit</div>"
             if r.agg.censored
             else ""
         )
         cells = [
-            f"<td>{label_text(r.label)}<div class='muted small path' title=\"{esc(r.path)}\">{esc(r.path)}</div></td>",
+            f"<td>{label_text(r.label)}<div class='muted small path' title=\"{esc(r.path)}\">{esc(r.path)}</div>"
+            f"<div class='small ran' title=\"{esc(plain(define('engine')))}\">engine: {esc(r.ran.short)}</div></td>",
             f"<td class=num>{r.agg.episodes}{censored}</td>",
         ]
         for k, _, d in METRICS:
@@ -201,7 +215,7 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
             count_table("passk", *passk_table(rt), define=define_trials),
             count_table("noise", *noise_table(rt, level), define=define_trials),
         ]
-    parts.append(f"<p class='muted small'>{prose(NOISE_NOTE)}</p>")
+    parts.append(f"<p class='muted small'>{prose(noise_note(level))}</p>")
     return "".join(parts)
 
 
@@ -239,7 +253,8 @@ def index_page(
         f"Intervals: {level:.0%} bootstrap over {over}; averages and rates leave <code>invalid</code> out. "
         "<code>context_limit</code> episodes (the model's window was full) are averaged at their committed "
         "turns and censored in S(t), the Kaplan-Meier estimate (band: its confidence interval, "
-        "+: where a censored episode leaves the count).</p>",
+        "+: where a <code>context_limit</code> episode leaves the count).</p>",
+        _ran_html(runs),
         "<h2>Results</h2>",
         _summary_html(rows),
     ]

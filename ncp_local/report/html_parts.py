@@ -71,7 +71,16 @@ def with_interval(iv: Any, d: int, scored: int) -> str:
     """A cell's value, and its interval below it when there are 2 or more scored episodes."""
     if scored < MIN_FOR_INTERVAL or iv.lo != iv.lo:
         return f"{iv.point:.{d}f}"
-    return f"{iv.point:.{d}f}<div class='muted small'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div>"
+    return f"{iv.point:.{d}f}<div class='muted small iv'>[{iv.lo:.{d}f}, {iv.hi:.{d}f}]</div>"
+
+
+_INTERVAL = re.compile(r"\[[^\]\[]*\]")
+
+
+def number_cell(value: Any) -> str:
+    """A count table's number, escaped; an interval in it (`[9.3, 18.0]`) kept on one line (class iv)."""
+    text = esc(value)
+    return _INTERVAL.sub(lambda m: f"<span class=iv>{m.group(0)}</span>", text)
 
 
 def badge(text: str, cls: str = "") -> str:
@@ -122,7 +131,8 @@ def count_table(
     body = "".join(
         "<tr>"
         + "".join(
-            f"<td>{label_text(str(c))}</td>" if i == 0 else f"<td class=num>{esc(c)}</td>" for i, c in enumerate(r)
+            f"<td>{label_text(str(c))}</td>" if i == 0 else f"<td class=num>{number_cell(c)}</td>"
+            for i, c in enumerate(r)
         )
         + "</tr>"
         for r in rows

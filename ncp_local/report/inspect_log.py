@@ -33,7 +33,7 @@ from ..bindings import ran_no_model, recorded_engine
 from ..config import ConfigError
 from ..execution.call_log import CallLine
 from ..protocol import ROLES
-from ..protocol.metrics import EpisodeMetrics, aggregate, episode_metrics
+from ..protocol.metrics import ENDING_CENSORED, EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.records import EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.trials import episode_name
@@ -303,7 +303,7 @@ def build_log(run: Run, events: bool = True) -> Any:
                     "title": title,
                     "genres": list(spec.meta.genres) if spec else [],
                     "termination_reason": result.reason,
-                    "censored": m.censored,
+                    "censored": m.termination in ENDING_CENSORED,
                     "max_turns": result.max_turns,
                     "bound_hits": m.bound_hits,
                 },

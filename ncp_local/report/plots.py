@@ -43,9 +43,12 @@ def survival_figure(
     ax = fig.add_subplot()
     horizon = 0
     any_censored = False
+    drawn: dict[tuple[tuple[float, ...], ...], str] = {}  # a curve with its band -> the first run drawing it
     for i, run in enumerate(runs):
         agg = run.aggregate(level)
         s = agg.survival
+        # Identical curves lie exactly on each other: the legend says which one a hidden curve repeats.
+        same = drawn.setdefault((tuple(s), tuple(agg.survival_lo), tuple(agg.survival_hi)), run.label)
         horizon = max(horizon, len(s) - 1)
         # The last level drawn for half a turn: a drop at the last turn is a visible step, not the frame.
         ts = [*range(len(s)), len(s) - 0.5] if len(s) else []
@@ -53,7 +56,9 @@ def survival_figure(
         def held(values: Sequence[float]) -> list[float]:
             return [100 * v for v in values] + ([100 * values[-1]] if len(values) else [])
 
-        label = f"{run.label} (n={agg.scored}" + (f", {agg.censored} censored" if agg.censored else "") + ")"
+        label = f"{run.label} (n={agg.scored}" + (f", {agg.censored} context_limit" if agg.censored else "") + ")"
+        if same != run.label:
+            label += f": identical to {same}"
         (line,) = ax.step(
             ts,
             held(s),
@@ -106,9 +111,7 @@ def survival_figure(
     # turn 3 played 3 turns, so it is in S(3) and leaves the curve after t = 3.
     ax.set_xlabel("t: player turns played")
     ax.set_ylabel("episodes that played t turns or more (%)")
-    ax.set_title(
-        f"Survival S(t), Kaplan-Meier with {level:.0%} band" + (" (+ censored: context_limit)" if any_censored else "")
-    )
+    ax.set_title(f"Survival S(t), Kaplan-Meier with {level:.0%} band" + (" (+: context_limit)" if any_censored else ""))
     ax.grid(True, alpha=0.3)
     if runs:
         # Below the axes: labels are long (models / condition / method) and
@@ -178,10 +181,11 @@ def endings_figure(panels: Sequence[tuple[str, Incidence, Sequence[float]]]) -> 
         ax.set_xlim(0, inc.max_turns + 1.5)
         ax.set_ylim(0, 100)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(_panel_title(f"{label} (n={inc.episodes})"), fontsize=9)
+        ax.set_title(_panel_title(f"{label} (n={inc.episodes} plays)"), fontsize=9)
         ax.set_xlabel("t: player turns played")
     for ax in axes[:, 0]:
-        ax.set_ylabel("stories (%)")
+        # n counts plays (a story played k times is k of them): the shares are of plays.
+        ax.set_ylabel("plays (%)")
     if panels:
         handles, names = axes.flat[0].get_legend_handles_labels()
         fig.legend(handles, names, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
@@ -198,23 +202,29 @@ def passk_figure(rts: Sequence[RunTrials]) -> Figure:
     between pass^1 and pass^k is how much of survival is luck of the draw (report/trials.py)."""
     fig, axes = _panel_grid(len(rts), 0.8)
     for ax, rt in zip(axes.flat, rts, strict=False):
-        ts = range(rt.max_turns + 1)
+        # The last level held for half a turn, as on the survival plot: the step at t = max_turns shows.
+        ts = [*range(rt.max_turns + 1), rt.max_turns + 0.5]
+
+        def held(curve: Sequence[float]) -> list[float]:
+            return [100 * v for v in curve] + [100 * curve[-1]]
+
         for i, (k, curve) in enumerate(rt.curves.items()):
             shade = 0.15 + 0.75 * i / max(1, len(rt.curves) - 1)
             ax.step(
                 ts,
-                [100 * v for v in curve],
+                held(curve),
                 where="post",
                 color=(0.1, 0.3 * (1 - shade) + 0.1, shade),
                 linewidth=1.6,
                 marker=MARKERS[i % len(MARKERS)],
                 markersize=3,
+                markevery=list(range(rt.max_turns + 1)),
                 label=f"pass^{k}",
             )
         # On top, dashed: where pass^1 and S(t) agree (same plays per story, none censored) both show.
         ax.step(
             ts,
-            [100 * v for v in rt.survival],
+            held(rt.survival),
             where="post",
             color="black",
             linestyle="--",
@@ -222,14 +232,15 @@ def passk_figure(rts: Sequence[RunTrials]) -> Figure:
             zorder=3,
             label="S(t)",
         )
-        ax.set_xlim(0, rt.max_turns)
+        ax.set_xlim(0, rt.max_turns + 0.5)
         ax.set_ylim(0, 100)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(_panel_title(f"{rt.label} ({rt.trials} trials x {len(rt.stories)} stories)"), fontsize=9)
         ax.set_xlabel("t: player turns played")
         ax.legend(fontsize=8, frameon=False)
     for ax in axes[:, 0]:
-        ax.set_ylabel("stories (%)")
+        # pass^k is a share of stories (all k of a story's plays survive); S(t) a share of plays.
+        ax.set_ylabel("stories (pass^k) / plays (S(t)) (%)")
     fig.suptitle("pass^k(t): all k plays of a story survive t turns", fontsize=10)
     return fig
 

@@ -47,7 +47,7 @@ from ..protocol.reference_format import validation_problem
 from ..protocol.stages import method_templates
 from .reference_runs import REFERENCE_KIND
 from .runs import Run, in_dataset_order
-from .tables import summary_rows
+from .tables import censored_count, summary_rows
 
 FORMAT = 1
 INDEX = "submission.json"
@@ -176,7 +176,7 @@ def run_figures(run: Run, resamples: int, seed: int, level: float) -> tuple[dict
     metrics: dict[str, Any] = {
         "episodes": a.episodes,
         "scored": a.scored,
-        "censored": a.censored,
+        "censored": censored_count(a),
         "max_turns": run.max_turns,
         "terminations": a.terminations,
         "bound_hits": a.bound_hits,

@@ -17,7 +17,7 @@ from ..execution.call_log import CallLine, read_calls
 from ..execution.layout import CALLS, parts
 from ..protocol import turns as turn_ids
 from ..protocol.ledger import FactEntry, active_facts, first_pending_node
-from ..protocol.metrics import episode_metrics
+from ..protocol.metrics import ENDING_CENSORED, episode_metrics
 from ..protocol.records import EpisodeResult, StatusRecord, TurnRecord
 from ..protocol.replay import LedgerDiff, Replay, TurnView, replay, target_text
 from ..protocol.spec import Spec
@@ -133,7 +133,7 @@ def _episode_rows(
             "termination": result.termination,
             "reason": result.reason,
             "ending": m.ending,
-            "censored": m.censored,
+            "censored": m.termination in ENDING_CENSORED,
             "scored": result.termination != "invalid",
             "turns": m.turns,
             "max_turns": result.max_turns,

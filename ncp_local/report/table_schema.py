@@ -84,7 +84,7 @@ TOKENS: tuple[Column, ...] = (
 
 EPISODES = TableSchema(
     "episodes",
-    1,
+    2,  # 2: `censored` counts max_turns too (the glossary's one sense), not context_limit alone
     "one finished episode (one result file): what the report's tables are computed from",
     (
         *KEYS,
@@ -97,7 +97,11 @@ EPISODES = TableSchema(
         Column("termination", STR, "conflict, max_turns, all_resolved, context_limit or invalid"),
         Column("reason", STR, "why an invalid or context_limit episode ended (empty otherwise)"),
         Column("ending", STR, "what ended the story: a conflict's type, several_types, or the termination"),
-        Column("censored", BOOL, "true for context_limit: the story's length is only known from below"),
+        Column(
+            "censored",
+            BOOL,
+            "true for max_turns and context_limit: stopped before the story ended, its length only known from below",
+        ),
         Column("scored", BOOL, "counted in the averages (every termination but invalid)"),
         Column("turns", INT, "turn records, the conflicting one included (the report's `avg turns` averages it)"),
         Column("max_turns", INT, "the turn limit the episode ran under"),

@@ -11,8 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from ..execution.atomic import atomic_write
-from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note, restricted_mean
+from ..protocol import ROLES
+from ..protocol.metrics import (
+    ENDING_CENSORED,
+    TERMINATIONS,
+    Aggregate,
+    EpisodeMetrics,
+    aggregate,
+    censored_note,
+    restricted_mean,
+)
 from .glossary import define
+from .ran import Ran, what_ran
 from .runs import Run
 from .stats import Interval, bootstrap
 
@@ -48,6 +58,7 @@ class Row:
     ci: dict[str, Interval]  # METRICS keys and "conflict_free"
     unfinished: int
     horizon: int = 0  # turns the restricted mean ("turns kept") runs to
+    ran: Ran = Ran(())  # the run's engine and models, as its manifest records them
 
 
 def horizon_of(run: Run, horizon: int | None) -> int:
@@ -92,7 +103,7 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float, h
         h = horizon_of(run, horizon)
         # The same seed, so the same story draws as the columns above (protocol/resample.py).
         ci["turns_kept"] = turns_kept(scored, h, resamples, seed, level)
-        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished), h))
+        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished), h, what_ran(run.manifest)))
     return rows
 
 
@@ -131,7 +142,16 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return buf.getvalue()
 
 
-SUMMARY_HEADER = ("run", "episodes", *(h for _, h, _ in METRICS), "conflict-free", *TERMINATIONS, "bound hits")
+# `engine` last: scripts that read the table by position keep their columns.
+SUMMARY_HEADER = (
+    "run",
+    "episodes",
+    *(h for _, h, _ in METRICS),
+    "conflict-free",
+    *TERMINATIONS,
+    "bound hits",
+    "engine",
+)
 
 
 def summary_markdown(rows: Sequence[Row], level: float) -> str:
@@ -146,6 +166,7 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
                 _cell(r.ci["conflict_free"], 0, r.agg.scored),
                 *(t[k] for k in TERMINATIONS),
                 r.agg.bound_hits,
+                r.ran.short,
             ]
         )
     note = (
@@ -174,9 +195,11 @@ def summary_record(r: Row) -> dict[str, Any]:
     out: dict[str, Any] = {
         "label": r.label,
         "run_dir": r.path,
+        "engine": r.ran.engine,
+        **{f"{role}_model": r.ran.model(role) for role in ROLES},
         "episodes": r.agg.episodes,
         "scored": r.agg.scored,
-        "censored": r.agg.censored,
+        "censored": censored_count(r.agg),
     }
     few = r.agg.scored < MIN_FOR_INTERVAL  # no interval for fewer than 2 scored episodes
     for k, _, _ in METRICS:
@@ -193,6 +216,12 @@ def summary_record(r: Row) -> dict[str, Any]:
         "unfinished": r.unfinished,
     }
     return out
+
+
+def censored_count(agg: Aggregate) -> int:
+    """Episodes censored in the glossary's sense: stopped before their story ended, by the turn cap
+    (`max_turns`) or the context window (`context_limit`); `Aggregate.censored` counts the second only."""
+    return sum(agg.terminations[t] for t in ENDING_CENSORED)
 
 
 def summary_csv(rows: Sequence[Row]) -> str:
@@ -214,7 +243,7 @@ def _round(x: float) -> Any:
 GENRE_HEADER = (
     "genre",
     "episodes",
-    "censored",
+    "context_limit",
     "avg turns",
     "turns kept",
     "traj %",
@@ -298,7 +327,7 @@ def genre_csv(runs: Sequence[Run]) -> str:
         "run_dir",
         "genre",
         "episodes",
-        "censored",
+        "context_limit",
         "avg_turns",
         "turns_kept",
         "trajectory_pct",
@@ -334,7 +363,8 @@ def censored_at(run: Run) -> dict[int, int]:
 
 
 def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
-    """Per run: S(t) (Kaplan-Meier), its band, and the episodes censored after t (`censored_at`)."""
+    """Per run: S(t) (Kaplan-Meier), its band, and the `context_limit` episodes censored after t
+    (`censored_at`; the `max_turns` ones are censored after the last row)."""
     aggs = [r.aggregate(level) for r in runs]
     cens = [censored_at(r) for r in runs]
     horizon = max((len(a.survival) for a in aggs), default=0)
@@ -351,7 +381,7 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
         body.append(line)
     header = ["turns_played"]  # t, as people count turns: S(t) = share of episodes that played t turns or more
     for r in runs:
-        header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} censored"]
+        header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} context_limit"]
     return csv_text(header, body)
 
 

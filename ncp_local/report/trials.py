@@ -341,6 +341,20 @@ NOISE_NOTE = (
 )
 
 
+# What the noise table's figures are measured in, and what its `inf` means.
+NOISE_UNITS = (
+    "Units: the mean and the differences are in the metric's own unit (turns for avg turns, percentage "
+    "points for the % metrics); the variances in its square (squared turns, squared percentage points). "
+    "`inf` in within / between: the between-story variance is 0, the stories do not differ beyond the "
+    "noise (`nan`: no spread at all)."
+)
+
+
+def noise_note(level: float) -> str:
+    """The note under the noise tables, its level stated (the Markdown and the HTML say the same)."""
+    return f"Smallest real differences at the {level:.0%} level. " + NOISE_NOTE + " " + NOISE_UNITS
+
+
 def trials_markdown(rts: Sequence[RunTrials], level: float) -> str:
     parts = []
     for rt in rts:
@@ -352,7 +366,7 @@ def trials_markdown(rts: Sequence[RunTrials], level: float) -> str:
             markdown_table(*noise_table(rt, level)),
             "",
         ]
-    return "\n".join(parts + [f"Smallest real differences at the {level:.0%} level. " + NOISE_NOTE])
+    return "\n".join(parts + [noise_note(level)])
 
 
 def _ending(m: EpisodeMetrics) -> str:

@@ -20,7 +20,8 @@ from ..report.tables import summary_record, summary_rows
 
 # The cost table's sums logged per role (report/cost.py's Usage fields).
 COST_FIELDS = SUMS
-NOT_METRICS = ("label", "run_dir")
+# results.csv's text columns: the label and what ran go to the tags, never to the metrics.
+NOT_METRICS = ("label", "run_dir", "engine", "narrator_model", "player_model", "auditor_model")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ def run_record(cfg: RunConfig, run_dir: Path, point: str | None = None) -> RunRe
         "identity": str(m.get("identity") or ""),
         "rig_version": str(m.get("rig_version") or ""),
         "label": run.label,
+        # What ran, as the manifest records it (report/ran.py): a scripted run is never mistaken for a model's.
+        **{k: str(record[k]) for k in NOT_METRICS[2:]},
         "run_dir": str(run.path.resolve()),
         "git_revision": str(git.get("revision") or m.get("git_revision") or ""),
         "dataset_sha256": str((m.get("dataset") or {}).get("sha256") or ""),

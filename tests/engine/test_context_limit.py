@@ -78,14 +78,14 @@ def check_forced_run(stdout: str, row_label: str, out: Path, cwd: Path) -> None:
     assert "1 of 2 scored episode(s) censored (context_limit)" in rep.stdout
     report = cwd / "report"
     [summary] = _csv(report / "results.csv")
-    assert (summary["censored"], summary["context_limit"], summary["invalid"]) == ("1", "1", "0")
+    assert (summary["context_limit"], summary["invalid"]) == ("1", "0")
     surv = _csv(report / "survival.csv")
     assert tuple(float(r[run.label]) for r in surv) == expected
     # Censored after t = 1 (its 0 turns, plus the opening under way).
-    assert [int(r[f"{run.label} censored"]) for r in surv] == [0, 1] + [0] * (MAX_TURNS - 1)
+    assert [int(r[f"{run.label} context_limit"]) for r in surv] == [0, 1] + [0] * (MAX_TURNS - 1)
     check_cost_table(_csv(report / "cost.csv"), calls)
     index = (report / "index.html").read_text()
-    assert "1 censored</div>" in index and f'data-termination="context_limit" data-spec="{CROWDED}"' in index
+    assert "1 context_limit</div>" in index and f'data-termination="context_limit" data-spec="{CROWDED}"' in index
     page = next((report / "episodes").glob(f"*/{CROWDED}.html")).read_text()
     assert 'class="warn censored"' in page and "context_overflow" in page
 
