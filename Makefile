@@ -133,11 +133,15 @@ test-all: model check
 test-fast: install check
 	$(PY) -m pytest --durations=20 -n $(WORKERS) -m "$(NO_ENGINE) and not (browser or slow)"
 
-# The documentation site (mkdocs.yml; the reference pages are generated from the code while it builds).
+# The documentation site (mkdocs.yml): docs/ with the reference's sections generated from the code, written
+# into build/docs first (mkdocs.yml's docs_dir), then built. docs-serve serves that copy: run it again
+# after editing docs/.
 docs: install
+	$(PY) scripts/gen_reference.py --site build/docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 docs-serve: install
+	$(PY) scripts/gen_reference.py --site build/docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 lint: install

@@ -1,7 +1,8 @@
 """The wheel's file list; the metadata is pyproject.toml's.
 
-conf/, prompts/ and specs/ stay at the top of the repository and ship inside the package as
-ncp_local/conf, ncp_local/prompts and ncp_local/specs (ncp_local/resources.py finds either place).
+conf/, prompts/, specs/ and slurm/ stay at the top of the repository and ship inside the package as
+ncp_local/conf, ncp_local/prompts, ncp_local/specs and ncp_local/slurm (ncp_local/resources.py finds
+either place; the submitter is the `ncp-local-submit` command there).
 pyproject.toml alone cannot say this: its `packages.find` cannot be combined with a `package-dir`
 mapping of folders that are not below the package, and a hand-kept package list would go stale.
 An editable install (`pip install -e .`, the Makefile's) maps the same names onto the clone's own
@@ -10,9 +11,10 @@ folders, where resources.py finds them anyway.
 
 from setuptools import find_namespace_packages, setup
 
-BUNDLED = ("conf", "prompts", "specs")  # ncp_local/resources.py's BUNDLED
-DATA_FILES = ["*.yaml", "*.txt"]  # all that the three folders hold (tests/test_wheel.py checks)
-# Each folder of the three, and each folder inside them (conf/model, specs/specs...), as a package of
+BUNDLED = ("conf", "prompts", "specs", "slurm")  # ncp_local/resources.py's BUNDLED
+# All that the folders hold but Python (tests/test_wheel.py checks): slurm/submit.py comes as a module.
+DATA_FILES = ["*.yaml", "*.txt", "*.sbatch", "*.md"]
+# Each folder of them, and each folder inside them (conf/model, specs/specs...), as a package of
 # data: setuptools copies a folder's files only for a package it is told of.
 DATA_PACKAGES = [
     f"ncp_local.{name}{'.' + sub if sub else ''}"

@@ -1,8 +1,10 @@
 """The documentation site's reference, generated from the code so it cannot drift.
 
-mkdocs.yml lists this file under `hooks:`: while the site builds, every `<!-- gen:NAME -->` line of a
-page is replaced by the Markdown `generate(NAME)` returns (an unknown name fails the build), and
-`docs/changelog.md` gets the root CHANGELOG.md. The sources:
+Before the site builds, `make docs` runs `python scripts/gen_reference.py --site build/docs`: a copy of
+docs/ in which every `<!-- gen:NAME -->` line of a page is replaced by the Markdown `generate(NAME)`
+returns (an unknown name fails), and `changelog.md` is the root CHANGELOG.md. mkdocs.yml builds that
+copy (`docs_dir: build/docs`), so any builder that reads mkdocs.yml (MkDocs, Zensical) builds the same
+pages with nothing of its own to run. The sources:
 
 - config: the config tree under conf/ (every key of config.yaml and of the group files, with the
   comment beside it or the comment lines right above it) and the keys the validator accepts that no
@@ -19,12 +21,14 @@ tests/test_docs.py::test_every_config_key_has_a_description.
     python scripts/gen_reference.py             # the names it generates
     python scripts/gen_reference.py config      # one section's Markdown
     python scripts/gen_reference.py --check     # exit 1, naming each conf/ key with no description
+    python scripts/gen_reference.py --site DIR  # docs/ with its sections generated, into DIR (replaced)
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
-if str(ROOT) not in sys.path:  # this tree's package, also when mkdocs loads this file as its hook
+if str(ROOT) not in sys.path:  # this tree's package, whatever the current folder
     sys.path.insert(0, str(ROOT))
 ROLES = ("narrator", "player", "auditor")
 MARKER = re.compile(r"^<!-- gen:([a-z-]+) -->$", re.MULTILINE)
@@ -561,19 +565,40 @@ def changelog() -> str:
     return text
 
 
-# ---- the mkdocs hook ------------------------------------------------------------------------------------
+# ---- the site's pages --------------------------------------------------------------------------------------
+
+DOCS = ROOT / "docs"
+SITE_SOURCES = ROOT / "build" / "docs"  # mkdocs.yml's docs_dir
 
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    if page.file.src_uri == "changelog.md":
-        return changelog()
-    return expand(markdown, page.file.src_uri)
+def write_site(out: Path, docs: Path = DOCS) -> int:
+    """docs/ copied into `out` (emptied first) with every page's sections generated and changelog.md the
+    root CHANGELOG.md; the number of pages that had a section. A page naming an unknown section fails
+    (ValueError, naming the page) before anything is written."""
+    pages = {p.relative_to(docs): p.read_text(encoding="utf-8") for p in docs.rglob("*.md")}
+    expanded = {rel: expand(text, str(rel)) for rel, text in pages.items()}
+    expanded[Path("changelog.md")] = changelog()
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(docs, out, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, text in expanded.items():
+        (out / rel).write_text(text, encoding="utf-8")
+    return sum(1 for rel, text in pages.items() if MARKER.search(text))
 
 
 # ---- command line ----------------------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--site"]:
+        out = Path(argv[1]) if len(argv) > 1 else SITE_SOURCES
+        try:
+            n = write_site(out)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"{out}: docs/ with the generated sections of {n} pages and the changelog")
+        return 0
     if argv == ["--check"]:
         missing = undocumented()
         for k in missing:

@@ -2,7 +2,8 @@
 
 A command line is a line of a code block (fenced or indented), or a line that is one inline code span
 and nothing else, that calls `run.py` or `slurm/submit.py` (`python`, `$PY`, `.venv/bin/python`, or the
-script alone; a trailing backslash continues it on the next line). What follows its ` # ` is the
+script alone), or the installed commands `ncp-local` (which is `run.py`) and `ncp-local-submit` (which is
+`slurm/submit.py`); a trailing backslash continues it on the next line. What follows its ` # ` is the
 page's comment; a comment that ends with one of `NEEDS` says the line needs what a test machine does
 not have, and the test then only checks that it parses. A comment that starts `exit N` says the line
 ends with that exit code (a refusal the page shows on purpose).
@@ -32,8 +33,11 @@ RECORDS = ("docs/measurements/",)
 
 _CALL = re.compile(
     r"^(?:[A-Z_]+=\S+\s+)*(?:/usr/bin/time -v\s+)?"  # an environment and a timer before it
-    r"(?:(?:python3?|\$PY|\.venv/bin/python)\s+(run\.py|slurm/submit\.py)|(slurm/submit\.py))(?=\s|$)"
+    r"(?:(?:python3?|\$PY|\.venv/bin/python)\s+(run\.py|slurm/submit\.py)|(slurm/submit\.py)|(ncp-local(?:-submit)?))"
+    r"(?=\s|$)"
 )
+# The installed commands and the scripts they are.
+_INSTALLED = {"ncp-local": "run.py", "ncp-local-submit": "slurm/submit.py"}
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
@@ -81,8 +85,12 @@ def _code_lines(text: str) -> list[tuple[int, str]]:
 
 
 def commands(page: Path) -> list[Command]:
-    rel = str(page.relative_to(ROOT))
-    lines = _code_lines(page.read_text(encoding="utf-8"))
+    return commands_in(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))
+
+
+def commands_in(text: str, rel: str) -> list[Command]:
+    """The command lines of a page's text (`rel`: the page's name in the lines' `where`)."""
+    lines = _code_lines(text)
     found: list[Command] = []
     i = 0
     while i < len(lines):
@@ -97,7 +105,7 @@ def commands(page: Path) -> list[Command]:
         body, _, comment = text[call.end() :].partition(" # ")
         if body.lstrip().startswith("#"):
             body, comment = "", body.lstrip()[1:]
-        script = call.group(1) or call.group(2)
+        script = call.group(1) or call.group(2) or _INSTALLED[call.group(3)]
         found.append(Command(rel, number, text, script, tuple(shlex.split(body)), comment.strip()))
     return found
 

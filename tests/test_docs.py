@@ -2,8 +2,9 @@
 
 `mkdocs build --strict` (mkdocs.yml: a broken link, a page missing from the nav or a link to an
 unknown anchor is an error) runs on a copy of the repository's docs in a temporary folder, so the
-build never writes into the tree. The reference pages are generated while it builds
-(scripts/gen_reference.py); the tests below hold the generator to conf/ and to ncp_local/exits.py.
+build never writes into the tree. The reference pages' sections are generated before it builds
+(scripts/gen_reference.py --site, mkdocs.yml's docs_dir); the tests below hold the generator to conf/ and to
+ncp_local/exits.py.
 """
 
 from __future__ import annotations
@@ -80,12 +81,13 @@ def build_site(tmp_path: Path) -> Path:
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None or not mkdocs:
         pytest.skip("mkdocs and mkdocs-material are not installed (the `docs` extra; `make install` installs it)")
     tree = tmp_path / "tree"
-    for part in ("docs", "scripts", "conf"):
-        shutil.copytree(ROOT / part, tree / part)
-    for name in ("mkdocs.yml", "CHANGELOG.md", "README.md"):  # README.md: its everyday commands (gen:everyday)
-        shutil.copy2(ROOT / name, tree / name)
-    # The generator imports this tree's package (not a copy of it).
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
+    tree.mkdir()
+    shutil.copy2(ROOT / "mkdocs.yml", tree / "mkdocs.yml")
+    (tree / "scripts").mkdir()
+    shutil.copy2(ROOT / "scripts" / "site_hooks.py", tree / "scripts" / "site_hooks.py")  # mkdocs.yml's hook
+    # As `make docs`: the pages with their sections generated, where mkdocs.yml's docs_dir says.
+    gen.write_site(tree / "build" / "docs")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     proc = subprocess.run(
         [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=tree,
@@ -108,3 +110,28 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     # The README's everyday commands, the one list, shown on the first-run page.
     first_run = (site / "guide" / "first-run.html").read_text(encoding="utf-8")
     assert "gen:everyday" not in first_run and "multirun/seeds" in first_run
+
+
+def test_the_pages_are_generated_before_the_build(tmp_path: Path) -> None:
+    """The builder makes no content of ours (Zensical runs no MkDocs hook): mkdocs.yml builds the copy
+    `gen_reference.py --site` writes, with every section generated and the changelog in place. The one
+    hook left only shapes code in table cells (scripts/site_hooks.py), which a builder may ignore."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert re.search(r"^docs_dir: build/docs$", config, re.M) and not re.search(r"^plugins:", config, re.M)
+    hooks = re.search(r"^hooks:\n((?:  - .*\n)+)", config, re.M)
+    assert hooks is None or hooks.group(1).split() == ["-", "scripts/site_hooks.py"], hooks
+    out = tmp_path / "docs"
+    assert gen.write_site(out) >= 7
+    pages = {p.relative_to(out) for p in out.rglob("*.md")}
+    assert pages == {p.relative_to(ROOT / "docs") for p in (ROOT / "docs").rglob("*.md")}
+    assert not [p for p in pages if gen.MARKER.search((out / p).read_text(encoding="utf-8"))]
+    assert (out / "changelog.md").read_text(encoding="utf-8") == (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_an_unknown_section_writes_nothing(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs)
+    (docs / "index.md").write_text("# Home\n\n<!-- gen:no-such-section -->\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="index.md: unknown generated section 'no-such-section'"):
+        gen.write_site(tmp_path / "out", docs)
+    assert not (tmp_path / "out").exists()

@@ -107,6 +107,19 @@ def test_refused_places(tmp_path: Path) -> None:
     check_place(src)  # so is the run's own
 
 
+def test_a_submitted_run_directory_is_a_place_to_run(tmp_path: Path) -> None:
+    """What slurm/submit.py writes before any task starts (its record, the tasks' log folder, a served role's
+    endpoint file) is the run's own: the first task runs there (it was refused: issue 57)."""
+    root = tmp_path / "runs" / "local-abc"
+    (root / "slurm").mkdir(parents=True)
+    (root / "submit.json").write_text("{}")
+    (root / "endpoint-auditor").write_text("http://node:8000/v1")
+    check_place(root)
+    (root / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not empty and not a run directory"):
+        check_place(root)
+
+
 def test_damaged_manifest_is_set_aside_results_kept(tmp_path: Path) -> None:
     out = tmp_path / "run"
     assert _run(*SCRIPTED, f"out_dir={out}", cwd=tmp_path).returncode == 0

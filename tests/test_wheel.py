@@ -137,3 +137,34 @@ def test_bad_input_is_one_line_as_from_a_clone(installed: tuple[Path, Path], tmp
     (error,) = wheel.stderr.splitlines()
     assert error.startswith("error: ") and ("dataset.path" in error or "prompts.dir" in error), error
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_wheel_user_gets_a_wheel_users_advice(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """Without vLLM (the wheel installed without its engine extra), the default engine is refused with the
+    install command that fits a wheel, not the clone's `make install`."""
+    _, bin_dir = installed
+    proc = subprocess.run(
+        [str(bin_dir / "ncp-local"), "limit=1"], cwd=tmp_path, env=_user_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-3000:]
+    (line,) = proc.stderr.splitlines()
+    assert "pip install 'ncp-local[cpu]'" in line and "make install" not in line and "-e '." not in line, line
+
+
+def test_the_submitter_dry_runs_from_the_wheel(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """`ncp-local-submit`: the job script the wheel carries, the tasks run by the package (no run.py)."""
+    _, bin_dir = installed
+    proc = subprocess.run(
+        [str(bin_dir / "ncp-local-submit"), "--dry-run", "--shards", "1", "--", "engine=scripted", "limit=1"],
+        cwd=tmp_path,
+        env=_user_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sbatch = proc.stdout.splitlines()[-1].split()
+    script = Path(next(a for a in sbatch if a.endswith(".sbatch")))
+    assert script.is_file() and script.parent.parent.name == "ncp_local" and "site-packages" in script.parts
+    assert "NCP_RUN=," in sbatch[next(i for i, a in enumerate(sbatch) if a.startswith("--export="))]
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing

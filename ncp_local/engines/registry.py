@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..resources import engine_install_hint, install_hint
 from .base import Engine
 from .settings import ModelSettings
 
@@ -52,10 +53,7 @@ KINDS: dict[str, EngineKind] = {
             "ncp_local.engines.vllm:start",
             in_process=True,
             package="vllm",
-            install=(
-                "make install, or pip install -e '.[cpu]' (CPU; torch first, see the Makefile); on a GPU node "
-                "make install-gpu"
-            ),
+            install=engine_install_hint(),
             requires=("torch",),
         ),
         EngineKind("scripted", "ncp_local.engines.scripted:start", runs_model=False),
@@ -64,7 +62,7 @@ KINDS: dict[str, EngineKind] = {
             "ncp_local.engines.openai:start",
             served=True,
             package="openai",
-            install="pip install -e '.[openai]'",
+            install=install_hint("openai"),
         ),
     )
 }

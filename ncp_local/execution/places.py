@@ -28,6 +28,8 @@ from .layout import (
     RUN_FILES,
     RUN_FOLDERS,
     RUN_MARKERS,
+    SLURM_LOGS,
+    SUBMIT_STATE,
 )
 
 
@@ -142,8 +144,11 @@ def check_place(root: Path) -> None:
             )
     if resolved.is_dir():
         names = {p.name for p in resolved.iterdir()}
-        bookkeeping = {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE}
-        if names and not names.intersection(RUN_MARKERS) and not names <= bookkeeping:
+        # The submitter's record and its tasks' logs come before the first task writes anything (and a served
+        # role's endpoint file before its tasks start).
+        bookkeeping = {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE, SUBMIT_STATE, SLURM_LOGS}
+        served = {n for n in names if n.startswith("endpoint-")}
+        if names and not names.intersection(RUN_MARKERS) and not names - served <= bookkeeping:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
             raise InputError(
                 root, "out_dir", f"not empty and not a run directory (holds {shown}); use an empty or new folder"

@@ -8,19 +8,29 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import REPO_ROOT
 from ..execution.atomic import DiskFull, atomic_write
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
+from ..resources import INSTALLED, ROOT, SLURM_DIR
 
-ARRAY_SCRIPT = REPO_ROOT / "slurm" / "ncp_array.sbatch"
-SERVE_SCRIPT = REPO_ROOT / "slurm" / "serve.sbatch"
-RUN_PY = REPO_ROOT / "run.py"
+ARRAY_SCRIPT = SLURM_DIR / "ncp_array.sbatch"
+SERVE_SCRIPT = SLURM_DIR / "serve.sbatch"
+# What the tasks run after their python: the clone's run.py (it puts the clone first on the path, whatever
+# the python), or the installed package (a wheel has no run.py). The job script gets run.py's path, or
+# nothing for the package (NCP_RUN empty: `python -m ncp_local`).
+RUN_ARGS: tuple[str, ...] = ("-m", "ncp_local") if INSTALLED else (str(ROOT / "run.py"),)
+NCP_RUN = "" if INSTALLED else RUN_ARGS[0]
+
+
+def run_command(python: str) -> str:
+    """The command line that runs the rig with `python` (for the merge lines the submitter prints)."""
+    return shlex.join([python, *RUN_ARGS])
 
 
 class SubmitError(RuntimeError):
@@ -105,7 +115,7 @@ def sbatch_command(
         f"--job-name={name}"[:64],
         f"--output={log_dir / '%A_%a.out'}",
         f"--chdir={Path.cwd()}",
-        f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={RUN_PY},"
+        f"--export=ALL,NCP_PYTHON={args.python},NCP_RUN={NCP_RUN},"
         + ",".join(f"{k}={v}" for k, v in script_env().items()),
     ]
     for flag, value in (

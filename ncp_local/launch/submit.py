@@ -34,6 +34,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from hydra.errors import HydraException
@@ -46,8 +47,8 @@ from ..execution.failures import exit_for
 from ..execution.identity import digest
 from ..exits import EXIT_BAD_INPUT
 from ..modes import find
-from .served import served_role, served_task_done, submit_served
-from .slurm import RUN_PY, SubmitError, compress, queue, queued_tasks, read_state, sbatch_command
+from ..resources import engine_install_hint
+from .slurm import SubmitError, compress, queue, queued_tasks, read_state, run_command, sbatch_command
 
 RESERVED = ("shard.count", "shard.index", "mode")
 SWEEP_FLAGS = ("-m", "--multirun")
@@ -59,6 +60,19 @@ class _Parser(argparse.ArgumentParser):
         # option or choice with the closest real one, as run.py says it (config/suggest.py).
         print(f"error: {argparse_line(message, self._option_string_actions)} (see --help)", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+
+
+def _served() -> ModuleType:
+    """launch/served.py, imported when `--serve` asks for it: it builds the server's engine arguments with the
+    engines' own modules (psutil among their imports, the engine extra's), which a submission that serves
+    nothing never needs: an installed package without the engines still submits and dry-runs."""
+    try:
+        from . import served
+    except ImportError as exc:
+        raise SubmitError(
+            f"--serve: needs the engine's packages ({exc.name} is not installed): {engine_install_hint()}"
+        ) from None
+    return served
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -219,7 +233,7 @@ def main(argv: list[str]) -> int:
     try:
         serving = None
         if args.serve:
-            serving = served_role(args, [overrides])
+            serving = _served().served_role(args, [overrides])
             overrides = [*overrides, *serving["overrides"]]
         root, ident, specs, trials = resolve_run(
             overrides, check_models=not args.skip_model_check, endpoints=not serving
@@ -251,7 +265,7 @@ def main(argv: list[str]) -> int:
     except (SubmitError, InputError) as exc:  # InputError: a bad spec, config field or model path
         return refused(exc)
 
-    merge_cmd = f"{shlex.quote(args.python)} {shlex.quote(str(RUN_PY))} mode=merge out_dir={shlex.quote(str(root))}"
+    merge_cmd = f"{run_command(args.python)} mode=merge out_dir={shlex.quote(str(root))}"
     todo = [i for i in range(n) if i not in done and i not in busy]
     print(f"run directory: {root}")
     print(f"shards: {n} ({len(specs)} specs); done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
@@ -274,7 +288,7 @@ def main(argv: list[str]) -> int:
             root / layout.SLURM_LOGS,
             [*overrides, f"{serving['role']}.endpoint.file={endpoint}", f"shard.count={n}", f"out_dir={root}"],
         )
-        return submit_served(
+        return _served().submit_served(
             args,
             serving,
             root,
@@ -314,7 +328,9 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     serving = None
     try:
         if args.serve:
-            serving = served_role(args, sweep_points([o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"]))
+            serving = _served().served_role(
+                args, sweep_points([o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"])
+            )
         resolved = resolve_sweep(
             overrides, check_models=not args.skip_model_check, served=serving["overrides"] if serving else []
         )
@@ -338,7 +354,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
                 )
         jobs: list[dict[str, Any]] = state.get("jobs", [])
         if serving:
-            done = [k for k in range(n) if served_task_done(sweep_dir, k, n, len(resolved))]
+            done = [k for k in range(n) if _served().served_task_done(sweep_dir, k, n, len(resolved))]
         else:
             done = [
                 k
@@ -361,7 +377,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         print(f"  {' '.join(point)}: {where} ({len(specs)} specs)")
     todo = [k for k in range(n) if k not in done and k not in busy]
     print(f"shards: {n}; done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
-    run_py = f"{shlex.quote(args.python)} {shlex.quote(str(RUN_PY))}"
+    run_py = run_command(args.python)
     if serving:
         merge = [f"{run_py} mode=merge out_dir=<each run_dir in {sweep_dir}/index-shard-*.json>"]
     else:
@@ -392,7 +408,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         ],
     }
     if serving:
-        return submit_served(args, serving, sweep_dir, endpoint, cmd, todo, jobs, state_path, record)
+        return _served().submit_served(args, serving, sweep_dir, endpoint, cmd, todo, jobs, state_path, record)
     if args.dry_run:
         print(shlex.join(cmd))
         return 0

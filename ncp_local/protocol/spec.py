@@ -6,6 +6,7 @@ are warnings, never errors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable
@@ -320,6 +321,14 @@ def load_spec(path: str | Path) -> Spec:
     return parse_spec(read_yaml(path), path, expected_id=path.stem)
 
 
+@functools.lru_cache(maxsize=512)
+def _known_spec(path: str, data: bytes) -> Spec:
+    """A spec file parsed once per process for the same path and bytes (specs are frozen): a submitted or
+    batched sweep loads its dataset once per point, and the pure-Python YAML reader costs about 25 ms a
+    spec. Changed bytes are parsed again; a bad file raises each time (exceptions are not kept)."""
+    return load_spec(path)
+
+
 def lint_spec(spec: Spec, file: str | Path) -> list[LintWarning]:
     """Findings worth a look that do not stop a run."""
     file = str(file)
@@ -384,8 +393,9 @@ def load_dataset(root: str | Path, limit: int | None = None) -> Dataset:
         path = root / "specs" / f"{sid}.yaml"
         if not path.is_file():
             raise r.fail(f"specs[{i}]", f"{shown(sid)} has no file {path}")
-        spec_bytes.append(text_bytes(path.read_bytes()))
-        spec = load_spec(path)
+        data = path.read_bytes()
+        spec_bytes.append(text_bytes(data))
+        spec = _known_spec(str(path), data)
         specs.append(spec)
         warnings.extend(lint_spec(spec, path))
     if limit is not None:

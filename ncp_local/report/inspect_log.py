@@ -39,12 +39,13 @@ from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.trials import episode_name
 from ..protocol.turns import OPENING
 from ..protocol.turns import shown as shown_turn
+from ..resources import install_hint
 from .cost import run_calls
 from .runs import Run
 
 TASK = "ncp"
 NO_MODEL = "no-model"  # what a scripted run's roles are named: no model ran
-INSTALL = "pip install -e '.[inspect]' (inspect_ai, pinned in pyproject.toml)"
+INSTALL = f"{install_hint('inspect')} (inspect_ai, pinned in pyproject.toml)"
 # Inspect's stop reasons for the engine's finish reasons.
 STOP = {"stop": "stop", "length": "max_tokens", "context_overflow": "model_length"}
 SCORES = ("termination", "turns", "trajectory", "satisfied", "conflict")

@@ -8,12 +8,11 @@ import importlib.util
 from typing import Protocol
 
 from ..config import ConfigError, TrackerCfg
+from ..resources import install_hint
 from .mlflow_tracker import needs_database  # the module imports MLflow only inside its tracker
 from .record import RunRecord
 
-INSTALL = (
-    "pip install -e '.[tracking]' (mlflow-skinny with sqlalchemy and alembic, and wandb, pinned in pyproject.toml)"
-)
+INSTALL = f"{install_hint('tracking')} (mlflow-skinny with sqlalchemy and alembic, and wandb, pinned in pyproject.toml)"
 # name -> (the package it needs, "module:class" of its backend)
 BACKENDS: dict[str, tuple[str, str]] = {
     "mlflow": ("mlflow", "ncp_local.tracking.mlflow_tracker:MlflowTracker"),
