@@ -15,7 +15,7 @@ from typing import Any
 
 from .settings import ModelSettings
 from .vllm_args import plain_engine_kwargs
-from .vllm_process import engine_env
+from .vllm_process import THREADS_BIND, engine_env
 
 # Engine arguments the server takes otherwise (or not at all): the model is positional, devices come
 # from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags.
@@ -76,5 +76,8 @@ def serve_args(
 
 
 def serve_env(model: ModelSettings, on_cpu: bool = False) -> dict[str, str]:
-    """The environment the server needs beside its flags (as the in-process engine starts with)."""
-    return {**engine_env(model, on_cpu), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    """The environment the server needs beside its flags (as the in-process engine starts with), but for
+    the CPU build's thread binding: that depends on the cores of the node that serves, unknown where the
+    job is submitted, so the rig's entry into vLLM's serve makes it there (engines/vllm_serve.py)."""
+    env = {k: v for k, v in engine_env(model, on_cpu).items() if k != THREADS_BIND}
+    return {**env, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}

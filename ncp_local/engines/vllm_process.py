@@ -29,6 +29,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
 
 
+# The CPU build's thread binding: read by each worker process vLLM starts, on the machine it starts on.
+THREADS_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+
+
 def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
     """Environment the engine process must start with (it reads it when spawned)."""
     env: dict[str, str] = {}
@@ -46,10 +50,10 @@ def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
     # reproduces. So the rig's engines wait for their own grammars.
     env["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = str(GRAMMAR_COMPILE_TIMEOUT_S)
     workers = cfg.tensor_parallel_size * int(cfg.engine_args.get("pipeline_parallel_size") or 1)
-    if on_cpu and workers > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    if on_cpu and workers > 1 and THREADS_BIND not in os.environ:
         # Several CPU workers in one engine: vLLM's automatic binding gives each a NUMA node, and a
         # machine with one has too few for two workers; each gets its share of this process's cores.
-        env["VLLM_CPU_OMP_THREADS_BIND"] = threads_bind(workers, sorted(os.sched_getaffinity(0)))
+        env[THREADS_BIND] = threads_bind(workers, sorted(os.sched_getaffinity(0)))
     return env
 
 
