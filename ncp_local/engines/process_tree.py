@@ -1,9 +1,10 @@
 """Every process below this one, ended as a whole: what a serving node's top process does before it
 exits, so that its exit means the node has nothing left running (engines/vllm_serve.py).
 
-vLLM's processes outlive the one that started them: measured on the two-node test, 5 kill runs, a
-headless worker's multiprocessing resource tracker ended up to 0.2 s after the worker's top process
-(docs/measurements/2026-12-05-worker-tree.md); a worker left behind on a GPU node holds its memory.
+vLLM's processes outlive the one that started them: measured on the two-node set-up, 5 kill runs, a
+headless worker's stage process (`VLLM::Worker_PP1`) ended up to 0.9 s after the node's top process
+in 4 of them (docs/measurements/2026-12-05-worker-tree.md); a worker left behind on a GPU node holds
+its memory.
 So the top process becomes the subreaper of its tree (an orphan is re-parented to it, not to init, and
 stays in its `children`), waits for the tree to end, kills what is left after a grace, and waits again.
 """

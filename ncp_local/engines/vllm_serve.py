@@ -162,7 +162,10 @@ def supervise(
         return EXIT_ENGINE_DEAD
     if stopped:
         return EXIT_SIGNAL.get(signal.Signals(stopped[0]).name, 128 + stopped[0])
-    return worker.returncode if worker.returncode is not None else EXIT_ENGINE_DEAD
+    code = worker.returncode
+    if code is None:  # still there after its SIGKILL: a dead engine
+        return EXIT_ENGINE_DEAD
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's code for it
 
 
 def node_threads_bind(args: Any, cores: list[int], environ: Mapping[str, str]) -> str | None:
