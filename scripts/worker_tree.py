@@ -5,7 +5,8 @@ multi-node pipeline parallel, the two nodes played by this machine) `--runs` tim
 keep the server busy with completions, SIGKILL node rank 0's whole session (its node gone), then poll
 every process of node rank 1's tree (its top process, the `VLLM::Worker_PP1` stage worker, vLLM's
 helpers) and the job script, and print when each ended, in seconds after the kill (`-`: still alive
-after `--watch-s`). One JSON line a run goes to `--out` as well.
+after `--watch-s`). One JSON line a run goes to `--out` as well. `--kill-job` kills the job script
+with the head, so that only the worker's own watch of its head stops it.
 
     .venv/bin/python scripts/worker_tree.py --runs 5 --out /tmp/tree.jsonl
 
@@ -41,7 +42,7 @@ def _busy(url: str, name: str, stop: threading.Event) -> None:
             return
 
 
-def one_run(model: Path, work: Path, watch_s: float) -> dict:
+def one_run(model: Path, work: Path, watch_s: float, kill_job: bool = False) -> dict:
     import psutil
 
     from served import SERVED_NAME
@@ -60,10 +61,12 @@ def one_run(model: Path, work: Path, watch_s: float) -> dict:
             t.start()
         time.sleep(3)  # requests in flight through both stages
         t0 = time.monotonic()
+        assert server.job is not None
+        if kill_job:  # the job script gone first: only the worker's own watch of its head is left to stop it
+            server.job.kill()
         os.killpg(head, signal.SIGKILL)
         stop.set()
         job_s = None
-        assert server.job is not None
         while time.monotonic() - t0 < watch_s:
             now = round(time.monotonic() - t0, 2)
             for p in tree:
@@ -90,6 +93,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--watch-s", type=float, default=60.0, help="how long to watch after the kill")
     parser.add_argument("--out", type=Path, help="append one JSON line a run here")
+    parser.add_argument("--kill-job", action="store_true", help="SIGKILL the job script with the head")
     args = parser.parse_args()
     from ncp_local.engines.embedded import ensure_embedded_model
 
@@ -98,7 +102,7 @@ def main() -> None:
     for i in range(1, args.runs + 1):
         work = base / f"run-{i}"
         work.mkdir()
-        row = one_run(model, work, args.watch_s)
+        row = one_run(model, work, args.watch_s, args.kill_job)
         ends = ", ".join(
             f"{r['name']} ({pid}) {'-' if r['end_s'] is None else r['end_s']}" for pid, r in row["processes"].items()
         )

@@ -47,7 +47,7 @@ def become_subreaper() -> bool:
 
 def left(proc: psutil.Process) -> Left:
     try:
-        return Left(proc.pid, proc.name(), " ".join(proc.cmdline())[:160])
+        return Left(proc.pid, proc.name(), " ".join(proc.cmdline()).strip()[:160])  # a set title is padded
     except psutil.Error:
         return Left(proc.pid, "?", "?")
 
