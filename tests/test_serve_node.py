@@ -22,9 +22,10 @@ import psutil
 import pytest
 
 from ncp_local.engines import vllm_serve
+from ncp_local.engines.cpu_binding import THREADS_BIND
 from ncp_local.engines.serve import serve_env
 from ncp_local.engines.settings import ModelSettings
-from ncp_local.engines.vllm_process import THREADS_BIND, engine_env
+from ncp_local.engines.vllm_process import engine_env
 from ncp_local.exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL
 from test_slurm_serve import _sbatch
 
@@ -165,6 +166,15 @@ def test_every_headless_worker_watches_its_head_data_parallel_included(tmp_path:
         vllm_serve.Head("10.0.0.1", (9,))
     )
     assert vllm_serve.worker_head(["/m", "--port", "9"]) is None
+
+
+def test_the_entry_leaves_the_nodes_environment_alone() -> None:
+    """The in-process engine's module sets VLLM_HOST_IP to loopback when imported; the entry must not
+    take it (a multi-node server's nodes would advertise 127.0.0.1 to each other)."""
+    probe = "import os, ncp_local.engines.vllm_serve as m; print(os.environ.get('VLLM_HOST_IP'))"
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_HOST_IP"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "None"
 
 
 def test_the_entry_puts_a_headless_worker_under_its_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:

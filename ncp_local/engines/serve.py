@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .cpu_binding import THREADS_BIND
 from .settings import ModelSettings
 from .vllm_args import plain_engine_kwargs
-from .vllm_process import THREADS_BIND, engine_env
+from .vllm_process import engine_env
 
 # Engine arguments the server takes otherwise (or not at all): the model is positional, devices come
 # from the job's allocation (CUDA_VISIBLE_DEVICES), the served name is set with the server's flags.

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from .cpu_binding import THREADS_BIND, threads_bind
 from .settings import ModelSettings
 
 # Must be in the environment before vllm (and huggingface_hub) are imported,
@@ -27,10 +28,6 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # Engine processes talk over loopback / shared memory; without this vLLM
 # probes a public address to pick the host's interface IP.
 os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-
-
-# The CPU build's thread binding: read by each worker process vLLM starts, on the machine it starts on.
-THREADS_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
@@ -55,20 +52,6 @@ def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
         # machine with one has too few for two workers; each gets its share of this process's cores.
         env[THREADS_BIND] = threads_bind(workers, sorted(os.sched_getaffinity(0)))
     return env
-
-
-def threads_bind(workers: int, cores: list[int]) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND for `workers` workers over `cores`: contiguous shares, `|` between
-    workers (a worker shares a core with the next when there are fewer cores than workers)."""
-    if len(cores) < workers:
-        return "|".join(str(cores[i % len(cores)]) for i in range(workers))
-    share, extra = divmod(len(cores), workers)
-    parts, at = [], 0
-    for i in range(workers):
-        n = share + (i < extra)
-        parts.append(",".join(str(c) for c in cores[at : at + n]))
-        at += n
-    return "|".join(parts)
 
 
 GRAMMAR_COMPILE_TIMEOUT_S = 600

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL
-from .vllm_process import THREADS_BIND, threads_bind
+from .cpu_binding import THREADS_BIND, threads_bind
+from .process_tree import become_subreaper, descendants, end_tree
 
 POLL_S = 1.0
 LOST_AFTER = 2  # refused polls in a row: a head that is gone, not one slow accept
@@ -121,8 +122,6 @@ def supervise(
     """Run the worker (`command`) under this process until it ends, its head is lost, or this process
     is told to stop; then end the whole tree (process_tree.end_tree, `grace_s`) and give the exit code:
     the engine's death for a lost head, the signal's for a stop, else the worker's own."""
-    from .process_tree import become_subreaper, descendants, end_tree
-
     become_subreaper()
     stopped: list[int] = []
     wake = threading.Event()
