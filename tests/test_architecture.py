@@ -43,8 +43,12 @@ DEFERRED = (
     "ncp_local.execution.episodes",
     "ncp_local.launch.sweep",
     "ncp_local.launch.point_index",
-    # run.py's and `ncp-local`'s entry imports the command line inside its Ctrl-C guard (entry.py).
+    # run.py's and `ncp-local`'s entry imports the command line inside its Ctrl-C guard (entry.py), and
+    # `ncp-local-submit`'s the submitter.
     "ncp_local.launch.cli",
+    "ncp_local.launch.submit",
+    # The submitter's serving half, on `--serve` only: it needs the engine extra (launch/submit.py).
+    "ncp_local.launch.served",
 )
 
 

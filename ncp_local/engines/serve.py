@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .cpu_binding import THREADS_BIND
 from .settings import ModelSettings
 from .vllm_args import plain_engine_kwargs
 from .vllm_process import engine_env
@@ -76,5 +77,8 @@ def serve_args(
 
 
 def serve_env(model: ModelSettings, on_cpu: bool = False) -> dict[str, str]:
-    """The environment the server needs beside its flags (as the in-process engine starts with)."""
-    return {**engine_env(model, on_cpu), "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    """The environment the server needs beside its flags (as the in-process engine starts with), but for
+    the CPU build's thread binding: that depends on the cores of the node that serves, unknown where the
+    job is submitted, so the rig's entry into vLLM's serve makes it there (engines/vllm_serve.py)."""
+    env = {k: v for k, v in engine_env(model, on_cpu).items() if k != THREADS_BIND}
+    return {**env, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from .cpu_binding import THREADS_BIND, threads_bind
 from .settings import ModelSettings
 
 # Must be in the environment before vllm (and huggingface_hub) are imported,
@@ -46,25 +47,11 @@ def engine_env(cfg: ModelSettings, on_cpu: bool) -> dict[str, str]:
     # reproduces. So the rig's engines wait for their own grammars.
     env["VLLM_REGEX_COMPILATION_TIMEOUT_S"] = str(GRAMMAR_COMPILE_TIMEOUT_S)
     workers = cfg.tensor_parallel_size * int(cfg.engine_args.get("pipeline_parallel_size") or 1)
-    if on_cpu and workers > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    if on_cpu and workers > 1 and THREADS_BIND not in os.environ:
         # Several CPU workers in one engine: vLLM's automatic binding gives each a NUMA node, and a
         # machine with one has too few for two workers; each gets its share of this process's cores.
-        env["VLLM_CPU_OMP_THREADS_BIND"] = threads_bind(workers, sorted(os.sched_getaffinity(0)))
+        env[THREADS_BIND] = threads_bind(workers, sorted(os.sched_getaffinity(0)))
     return env
-
-
-def threads_bind(workers: int, cores: list[int]) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND for `workers` workers over `cores`: contiguous shares, `|` between
-    workers (a worker shares a core with the next when there are fewer cores than workers)."""
-    if len(cores) < workers:
-        return "|".join(str(cores[i % len(cores)]) for i in range(workers))
-    share, extra = divmod(len(cores), workers)
-    parts, at = [], 0
-    for i in range(workers):
-        n = share + (i < extra)
-        parts.append(",".join(str(c) for c in cores[at : at + n]))
-        at += n
-    return "|".join(parts)
 
 
 GRAMMAR_COMPILE_TIMEOUT_S = 600

@@ -67,7 +67,7 @@ def _served() -> ModuleType:
     engines' own modules (psutil among their imports, the engine extra's), which a submission that serves
     nothing never needs: an installed package without the engines still submits and dry-runs."""
     try:
-        from . import served
+        import ncp_local.launch.served as served
     except ImportError as exc:
         raise SubmitError(
             f"--serve: needs the engine's packages ({exc.name} is not installed): {engine_install_hint()}"
