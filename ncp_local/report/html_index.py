@@ -33,7 +33,7 @@ from .html_parts import (
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .runs import Run
 from .tables import METRICS, TERMINATIONS, Row
-from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table
+from .trials import NOISE_NOTE, RunTrials, noise_table, passk_table, trials_notes
 
 
 def _overturned(result: EpisodeResult) -> int:
@@ -199,6 +199,7 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
             f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
             count_table("passk", *passk_table(rt), define=define_trials),
             count_table("noise", *noise_table(rt, level), define=define_trials),
+            *(f"<p class='muted small'>{prose(n)}</p>" for n in trials_notes(rt)),
         ]
     parts.append(f"<p class='muted small'>{prose(NOISE_NOTE)}</p>")
     return "".join(parts)
