@@ -28,8 +28,9 @@ setup(
     ],
     package_dir={f"ncp_local.{name}": name for name in BUNDLED},
     package_data={
-        # The HTML report's stylesheet and scripts (ncp_local/report/assets.py reads them as package files).
-        "ncp_local.report": ["assets/*.css", "assets/*.js"],
+        # The HTML report's stylesheet and scripts (ncp_local/report/assets.py reads them as package files), and the
+        # paper's published figures (report/paper.py).
+        "ncp_local.report": ["assets/*.css", "assets/*.js", "paper_figures.yaml"],
         **dict.fromkeys(DATA_PACKAGES, DATA_FILES),
     },
 )

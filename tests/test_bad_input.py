@@ -91,6 +91,14 @@ def _manifest_edit(run: Path, **fields: object) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text(encoding="utf-8")), **fields}), encoding="utf-8")
 
 
+def _other_dataset(tmp: Path) -> None:
+    """A copy of the finished run that says it played another text of its story (another dataset)."""
+    shutil.copytree(tmp / "run", tmp / "other")
+    m = json.loads((tmp / "other" / "manifest.json").read_text(encoding="utf-8"))
+    m["dataset"] = {**m["dataset"], "sha256": "0" * 64, "files": {f"specs/{SPEC_ID}.yaml": "1" * 64}}
+    (tmp / "other" / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+
+
 def _sources(tmp: Path) -> None:
     # The first synopsis of specs/sources.yaml: a build that ran would call a model for it.
     text = (ROOT / "specs" / "sources.yaml").read_text(encoding="utf-8")
@@ -341,6 +349,22 @@ CASES = [
         "report-gpu-hour-cost-negative",
         ("mode=report", "runs=[{tmp}/run]", "report.gpu_hour_cost=-1"),
         ("report.gpu_hour_cost", "greater than or equal to 0"),
+    ),
+    Case(
+        "compare-one-run",
+        ("mode=compare", "runs=[{tmp}/run]"),
+        ("runs", "give two runs or more to compare"),
+    ),
+    Case(
+        "compare-runs-on-different-datasets",
+        ("mode=compare", "runs=[{tmp}/run,{tmp}/other]"),
+        ("runs", "they ran on different datasets", "nothing to compare"),
+        setup=lambda tmp: _other_dataset(tmp),
+    ),
+    Case(
+        "compare-unknown-paper-row",
+        ("mode=compare", "runs=[{tmp}/run]", "compare.paper=table9/GPT-9"),
+        ("compare.paper", "no paper row 'table9/GPT-9'", "table1/GPT-4o-mini"),
     ),
     Case(
         "export-out-is-a-file",

@@ -5,11 +5,19 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from helpers import first_check, make_spec
 from ncp_local.protocol import ledger
-from ncp_local.protocol.metrics import aggregate, episode_metrics, km_survival, results_table, survival
+from ncp_local.protocol.metrics import (
+    aggregate,
+    episode_metrics,
+    km_survival,
+    restricted_mean,
+    results_table,
+    survival,
+)
 from ncp_local.protocol.records import ConflictRecord, EpisodeResult, FactUpdateRecord, TurnRecord
 
 
@@ -195,3 +203,71 @@ def test_bound_hits_counted_per_episode_and_run() -> None:
     agg = aggregate(ms, max_turns=4)
     assert agg.bound_hits == 3
     assert results_table([("r", agg)]).splitlines()[2].endswith("| 3 |")
+
+
+def test_restricted_mean_by_hand() -> None:
+    """The area under S(t) of test_kaplan_meier_by_hand: S(1..8) = 1, 1, 0.8, 0.6, 0.6, 0.6, 0.6, 0.
+
+    Turns are whole, so the area from 0 to a horizon h is S(1) + ... + S(h): 5.2 to 8 turns, 3.4 to
+    4; past the last observed turn S stays 0, so a horizon of 12 adds nothing. avg turns is
+    (2 + 3 + 3 + 5 + 7) / 5 = 4.0: the two censored episodes' unseen turns are what it leaves out.
+    """
+    turns = [2, 3, 3, 5, 7]
+    censored = [False, True, False, True, False]
+    assert restricted_mean(turns, censored, 8).value == pytest.approx(5.2)
+    assert restricted_mean(turns, censored, 4).value == pytest.approx(3.4)
+    assert restricted_mean(turns, censored, 12).value == pytest.approx(5.2)
+    assert restricted_mean(turns, censored, 0).value == 0.0
+    rm = restricted_mean(turns, censored, 8, resamples=400)
+    assert rm.horizon == 8
+    assert rm.lo <= rm.value <= rm.hi and rm.lo < rm.hi
+    assert restricted_mean([], [], 8) == type(rm)(0.0, 0.0, 0.0, 8)
+    with pytest.raises(ValueError, match="differ in length"):
+        restricted_mean([1, 2], [False], 4)
+
+
+def test_restricted_mean_matches_lifelines() -> None:
+    """lifelines' RMST (the integral of its Kaplan-Meier step function) is the oracle."""
+    from lifelines import KaplanMeierFitter
+    from lifelines.utils import restricted_mean_survival_time
+
+    rng = random.Random(58)
+    for _ in range(40):
+        max_turns = rng.randint(2, 30)
+        n = rng.randint(1, 25)
+        turns = [rng.randint(0, max_turns) for _ in range(n)]
+        censored = [rng.random() < 0.35 for _ in range(n)]
+        horizon = rng.randint(1, max_turns)
+        kmf = KaplanMeierFitter().fit(turns, event_observed=[not c for c in censored])
+        want = restricted_mean_survival_time(kmf, t=horizon)
+        assert restricted_mean(turns, censored, horizon, resamples=1).value == pytest.approx(want, abs=1e-9)
+
+
+def test_restricted_mean_uncensored_is_avg_turns_and_its_band_the_mean_bootstrap() -> None:
+    """No censoring, horizon at the cap: the restricted mean is avg turns, draw by draw."""
+    from ncp_local.protocol.resample import clusters, draws, percentile
+
+    rng = random.Random(5)
+    turns = [rng.randint(1, 20) for _ in range(30)]
+    rm = restricted_mean(turns, [False] * 30, 20, resamples=300, seed=4)
+    assert rm.value == pytest.approx(sum(turns) / 30)
+    arr = np.asarray(turns, dtype=float)
+    means = np.asarray([arr[i].mean() for i in draws(clusters([str(i) for i in range(30)]), 300, 4)])
+    lo, hi = percentile(means, 0.95)
+    assert (rm.lo, rm.hi) == pytest.approx((float(lo), float(hi)))
+
+
+def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
+    """Four plays of each of 10 stories, plays of a story alike: the band is that of 10 stories, not 40."""
+    rng = random.Random(9)
+    per_story = [rng.randint(1, 30) for _ in range(10)]
+    turns = [t for t in per_story for _ in range(4)]
+    stories = [f"s{i}" for i in range(10) for _ in range(4)]
+    clustered = restricted_mean(turns, [False] * 40, 30, stories=stories, resamples=1000)
+    as_episodes = restricted_mean(turns, [False] * 40, 30, resamples=1000)
+    once = restricted_mean(per_story, [False] * 10, 30, resamples=1000)
+    assert clustered.value == pytest.approx(once.value)
+    width = clustered.hi - clustered.lo
+    # Taken as 40 independent episodes the band is about half as wide (1/sqrt(4)).
+    assert as_episodes.hi - as_episodes.lo < 0.7 * width
+    assert width == pytest.approx(once.hi - once.lo, rel=0.25)

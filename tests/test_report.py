@@ -470,6 +470,14 @@ def test_context_limit_censored_in_tables(censored_dir: Path, tmp_path: Path) ->
     for lo, s, hi in zip(agg.survival_lo, agg.survival, agg.survival_hi, strict=True):
         assert 0 <= lo <= s <= hi <= 1
     assert agg.survival_lo[2] < 0.75 < agg.survival_hi[2]
+    # Turns kept, the area under S(t) to the cap: S(1..4) = 1 + 0.75 + 0.5 + 0.5 = 2.75, above avg turns
+    # (1.8), which stops the two censored episodes at their committed turns.
+    kept = row.ci["turns_kept"]
+    assert kept.point == pytest.approx(2.75) and kept.lo <= 2.75 <= kept.hi and row.horizon == 4
+    # report.horizon=3: S(1..3) = 2.25; a horizon past the cap stops at the cap.
+    [short] = summary_rows([run], resamples=50, seed=0, level=0.95, horizon=3)
+    assert (short.ci["turns_kept"].point, short.horizon) == (pytest.approx(2.25), 3)
+    assert summary_rows([run], resamples=50, seed=0, level=0.95, horizon=40)[0].horizon == 4
 
     md = summary_markdown([row], 0.95)
     header = md.splitlines()[0]

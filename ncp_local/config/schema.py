@@ -13,6 +13,7 @@ from .sections import (
     ENGINES,
     AuditCfg,
     BenchCfg,
+    CompareCfg,
     ConfigModel,
     DatasetCfg,
     EngineCfg,
@@ -65,6 +66,7 @@ class RunConfig(ConfigModel):
     sources: str | None = None  # mode=build: the synopsis sources file
     out: str | None = None  # mode=build: where the built specs go
     report: ReportCfg = ReportCfg()
+    compare: CompareCfg = CompareCfg()
     export: ExportCfg = ExportCfg()
     tracker: TrackerCfg = TrackerCfg()
     submission: str | None = None  # mode=submission: the archive to write; mode=validate: the archive to check

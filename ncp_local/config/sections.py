@@ -154,6 +154,16 @@ class ReportCfg(ConfigModel):
     gpu_hour_cost: float | None = Field(None, ge=0)
     # mode=plan's prompt projection beside the measured tokens (plays the plan on each run's recorded config).
     plan: bool = False
+    # The restricted mean's ("turns kept") horizon in turns: null is each run's turn cap (max_turns).
+    horizon: int | None = Field(None, ge=1)
+
+
+class CompareCfg(ConfigModel):
+    """`mode=compare` (and the comparisons section of `mode=report`): the paper's figures beside a run."""
+
+    # A row of the paper's published figures (report/paper_figures.yaml), e.g. "table1/GPT-4o-mini";
+    # null: the row whose narrator, method and input match the run, when one does.
+    paper: str | None = None
 
 
 class ExportCfg(ConfigModel):

@@ -36,6 +36,11 @@ MODES: tuple[Mode, ...] = (
     Mode("bench", "throughput of the rig vs one call at a time; bench.sweep={...}: a sweep batched vs point by point"),
     Mode("report", "tables, survival plot, HTML: runs=[DIR,...], a glob (runs/local-*) or a sweep folder"),
     Mode(
+        "compare",
+        "runs=[BASELINE,RUN,...]: each figure's difference from the first run, paired by story, with its p-value "
+        "and the smallest difference the design finds; compare.paper=<row>: the paper's figures beside a run",
+    ),
+    Mode(
         "reaudit",
         "judge a run's turns again with another auditor: runs=[DIR] (written beside DIR as "
         "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table",

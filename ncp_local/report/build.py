@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig
+from .compare_doc import compare_document
 from .cost import cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
@@ -52,6 +53,8 @@ def build_report(
     plan: bool = False,
     dataset: str | None = None,
     review_sheet: str | Path | None = None,
+    horizon: int | None = None,
+    paper_row: str | None = None,
 ) -> dict[str, Any]:
     """Write every report file into `out`; returns the tables' text and the paths written.
 
@@ -59,7 +62,7 @@ def build_report(
     for run in runs:
         run.bootstrap = (resamples, seed)
     err = auditor_error(review_sheet, runs, resamples, seed, level) if review_sheet else None
-    rows = summary_rows(runs, resamples, seed, level)
+    rows = summary_rows(runs, resamples, seed, level, horizon)
     summary_md = results_markdown(rows, level)
     genres_md = genre_markdown(runs)
     costs = [cost_table(r, gpu_hour_cost, plan, dataset) for r in runs]
@@ -72,9 +75,14 @@ def build_report(
     rts = run_trials(runs, level)  # only runs that played their stories more than once
     trials_md = trials_markdown(rts, level) if rts else ""
     notes = [f"- {line}" for line in run_notes(runs)]
+    # Runs that share stories are compared with the first; the paper's figures beside a run that matches a row.
+    cmp = compare_document(runs, paper_row, horizon, resamples, seed, level) if len(runs) > 1 or paper_row else None
+    shown = cmp is not None and (bool(cmp.comparisons and cmp.comparisons.compared) or bool(cmp.paper))
+    compare_md = cmp.text if cmp is not None and shown else ""
     doc = (
         "# NCP results\n\n"
         + summary_md
+        + ("\n\n" + compare_md if compare_md else "")
         + "\n\n## What ended each story\n\n"
         + endings_md
         + "\n\n## Failure modes\n\n"
@@ -102,6 +110,8 @@ def build_report(
     ]
     if err is not None:
         files.append(write(out / "survival_corrected.csv", corrected_survival_csv(err)))
+    if cmp is not None and shown and cmp.csv is not None:
+        files.append(write(out / "compare.csv", cmp.csv))
     corrected = {c.label: c.survival[1] for c in err.corrected} if err is not None else {}
     # The plots import matplotlib only now (mpl_home: it needs a folder it can write); without one the
     # report is written without its plots, and says so in one line.
@@ -149,6 +159,7 @@ def build_report(
     return {
         "rows": rows,
         "summary_md": summary_md,
+        "compare_md": compare_md,
         "endings_md": endings_md,
         "endings": ends,
         "modes_md": modes_md,

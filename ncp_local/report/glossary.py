@@ -15,6 +15,12 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "mean player turns an episode played, the turn that ended it in a conflict included "
         "(turn N is the N-th player turn; the opening is not a turn)",
     ),
+    (
+        "turns kept",
+        "the restricted mean: the area under S(t) from 0 to the horizon (`report.horizon`, default the turn "
+        "cap), i.e. the mean of min(turns, horizon) with censored episodes' unseen turns counted by the curve; "
+        "equals avg turns when nothing is censored and the horizon is the cap",
+    ),
     ("turns", "player turns one episode played, the conflicting one included; `n+`: censored, more than n"),
     ("traj %", "mean share of the spec's story beats (trajectory nodes) the episode completed"),
     ("sat %", "mean share of the spec's commitments satisfied at the episode's end"),

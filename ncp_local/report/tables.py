@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..execution.atomic import atomic_write
-from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note
+from ..protocol.metrics import TERMINATIONS, Aggregate, EpisodeMetrics, aggregate, censored_note, restricted_mean
 from .glossary import define
 from .runs import Run
 from .stats import Interval, bootstrap
@@ -19,6 +19,8 @@ from .stats import Interval, bootstrap
 # (key, header, decimals)
 METRICS: tuple[tuple[str, str, int], ...] = (
     ("avg_turns", "avg turns", 2),
+    # Not a per-episode mean (so not in table_columns): the area under the run's S(t) to the horizon.
+    ("turns_kept", "turns kept", 2),
     ("trajectory_pct", "traj %", 2),
     ("satisfied_pct", "sat %", 2),
     ("fact_pct", "fact %", 1),
@@ -45,9 +47,29 @@ class Row:
     agg: Aggregate
     ci: dict[str, Interval]  # METRICS keys and "conflict_free"
     unfinished: int
+    horizon: int = 0  # turns the restricted mean ("turns kept") runs to
 
 
-def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -> list[Row]:
+def horizon_of(run: Run, horizon: int | None) -> int:
+    """`report.horizon`, else the run's turn cap; never past the cap (S(t) is 0 there, or unknown)."""
+    return run.max_turns if horizon is None else min(horizon, run.max_turns)
+
+
+def turns_kept(scored: Sequence[EpisodeMetrics], horizon: int, resamples: int, seed: int, level: float) -> Interval:
+    """The restricted mean of the scored episodes' S(t) to `horizon`, its band drawn as the table's are."""
+    rm = restricted_mean(
+        [m.turns for m in scored],
+        [m.censored for m in scored],
+        horizon,
+        level,
+        stories=[m.spec_id for m in scored],
+        resamples=resamples,
+        seed=seed,
+    )
+    return Interval(rm.value, rm.lo, rm.hi) if scored else Interval(math.nan, math.nan, math.nan)
+
+
+def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float, horizon: int | None = None) -> list[Row]:
     rows = []
     for run in runs:
         run.bootstrap = (resamples, seed)  # the S(t) band draws as the table does
@@ -67,7 +89,10 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float) -
                 groups=stories,
             )
         )
-        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished)))
+        h = horizon_of(run, horizon)
+        # The same seed, so the same story draws as the columns above (protocol/resample.py).
+        ci["turns_kept"] = turns_kept(scored, h, resamples, seed, level)
+        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished), h))
     return rows
 
 
@@ -129,10 +154,18 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
         f"{MIN_FOR_INTERVAL} scored episodes]; averages and rates leave "
         "`invalid` episodes out; conflict rates are the share of episodes ending in a conflict of that type; "
         "`context_limit` episodes (the window was full) are averaged at their committed turns and censored "
-        "in S(t) (Kaplan-Meier); bound hits: outputs that reached a configured length or count bound."
+        "in S(t) (Kaplan-Meier); turns kept: the area under S(t) to "
+        + _horizons(rows)
+        + " (avg turns when nothing is censored; quote it when something is); "
+        "bound hits: outputs that reached a configured length or count bound."
     )
     censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
     return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
+
+
+def _horizons(rows: Sequence[Row]) -> str:
+    hs = sorted({r.horizon for r in rows})
+    return f"{hs[0]} turns" if len(hs) == 1 else "each run's horizon (" + ", ".join(map(str, hs)) + " turns)"
 
 
 def summary_record(r: Row) -> dict[str, Any]:
@@ -149,6 +182,7 @@ def summary_record(r: Row) -> dict[str, Any]:
     for k, _, _ in METRICS:
         iv = r.ci[k]
         out |= {k: _round(iv.point), f"{k}_lo": "" if few else _round(iv.lo), f"{k}_hi": "" if few else _round(iv.hi)}
+    out["horizon"] = r.horizon
     cf = r.ci["conflict_free"]
     out |= {
         "conflict_free": r.agg.conflict_free,
@@ -177,7 +211,18 @@ def _round(x: float) -> Any:
 
 # ---- per genre (the paper's Table 7) ---------------------------------------
 
-GENRE_HEADER = ("genre", "episodes", "censored", "avg turns", "traj %", "sat %", "fact %", "commit %", "player %")
+GENRE_HEADER = (
+    "genre",
+    "episodes",
+    "censored",
+    "avg turns",
+    "turns kept",
+    "traj %",
+    "sat %",
+    "fact %",
+    "commit %",
+    "player %",
+)
 UNKNOWN_GENRE = "(unknown)"
 
 
@@ -185,6 +230,7 @@ UNKNOWN_GENRE = "(unknown)"
 class GenreRow:
     genre: str
     agg: Aggregate  # over the genre's scored episodes (invalid ones are left out)
+    turns_kept: float = math.nan  # the restricted mean to the run's turn cap (no interval: a genre is small)
 
 
 def genre_rows(run: Run) -> list[GenreRow]:
@@ -195,11 +241,29 @@ def genre_rows(run: Run) -> list[GenreRow]:
             continue
         for g in run.genres(m.spec_id) or (UNKNOWN_GENRE,):
             by_genre.setdefault(g, []).append(m)
-    return [GenreRow(g, aggregate(by_genre[g], run.max_turns)) for g in sorted(by_genre)]
+    return [
+        GenreRow(
+            g,
+            aggregate(by_genre[g], run.max_turns),
+            restricted_mean(
+                [m.turns for m in by_genre[g]], [m.censored for m in by_genre[g]], run.max_turns, resamples=1
+            ).value,
+        )
+        for g in sorted(by_genre)
+    ]
 
 
-def _genre_values(a: Aggregate) -> tuple[float, ...]:
-    return (a.avg_turns, a.trajectory_pct, a.satisfied_pct, a.fact_pct, a.commitment_pct, a.player_input_pct)
+def _genre_values(r: GenreRow) -> tuple[float, ...]:
+    a = r.agg
+    return (
+        a.avg_turns,
+        r.turns_kept,
+        a.trajectory_pct,
+        a.satisfied_pct,
+        a.fact_pct,
+        a.commitment_pct,
+        a.player_input_pct,
+    )
 
 
 def _genre_cells(r: GenreRow) -> list[Any]:
@@ -209,6 +273,7 @@ def _genre_cells(r: GenreRow) -> list[Any]:
         a.episodes,
         a.censored,
         f"{a.avg_turns:.2f}",
+        f"{r.turns_kept:.2f}",
         f"{a.trajectory_pct:.2f}",
         f"{a.satisfied_pct:.2f}",
         f"{a.fact_pct:.1f}",
@@ -235,6 +300,7 @@ def genre_csv(runs: Sequence[Run]) -> str:
         "episodes",
         "censored",
         "avg_turns",
+        "turns_kept",
         "trajectory_pct",
         "satisfied_pct",
         "fact_pct",
@@ -245,7 +311,7 @@ def genre_csv(runs: Sequence[Run]) -> str:
     for run in runs:
         for r in genre_rows(run):
             body.append(
-                [run.label, str(run.path), r.genre, r.agg.episodes, r.agg.censored, *map(_round, _genre_values(r.agg))]
+                [run.label, str(run.path), r.genre, r.agg.episodes, r.agg.censored, *map(_round, _genre_values(r))]
             )
     return csv_text(header, body)
 

@@ -53,7 +53,7 @@ def run_record(cfg: RunConfig, run_dir: Path, point: str | None = None) -> RunRe
     run: Run = load_run(run_dir)
     attach_specs(run, cfg.report.dataset)
     rep = cfg.report
-    [row] = summary_rows([run], rep.resamples, rep.seed, rep.level)
+    [row] = summary_rows([run], rep.resamples, rep.seed, rep.level, rep.horizon)
     record = summary_record(row)
     metrics = {k: float(v) for k, v in record.items() if k not in NOT_METRICS and v != ""}
     agg = row.agg
@@ -65,7 +65,9 @@ def run_record(cfg: RunConfig, run_dir: Path, point: str | None = None) -> RunRe
     report = None
     if cfg.tracker.report:
         report = run.path / "report"
-        build_report([run], report, rep.resamples, rep.seed, rep.level, rep.html, rep.gpu_hour_cost)
+        build_report(
+            [run], report, rep.resamples, rep.seed, rep.level, rep.html, rep.gpu_hour_cost, horizon=rep.horizon
+        )
     m = run.manifest
     git = m.get("git") or {}
     tags = {
