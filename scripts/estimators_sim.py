@@ -225,7 +225,7 @@ def estimate(rig: Any, c: Condition, x: Sample, rng: np.random.Generator, r: int
         rm = rig.metrics.restricted_mean(
             [m.turns for m in ms], [m.censored for m in ms], max_turns, level, [m.spec_id for m in ms], r, 0
         )
-        out["RMST"] = (rm.point, rm.lo, rm.hi)
+        out["RMST"] = (rm.value, rm.lo, rm.hi)
     else:
         out["RMST"] = (nan, nan, nan)
     prec, verdicts = review(rig, ms, rng, level)

@@ -1,0 +1,176 @@
+"""The estimators where real runs are (issue 58): small samples, late turns, heavy censoring.
+
+pass^k as a weighted share that needs no cap, and where it is not estimable; the incidence band at the
+effective sample size and its bound at zero events; the noise table's zero variances; the re-audit
+agreement resampled by story. These start nothing and run in a few seconds: they are also the suite
+the mutation run uses (docs/development/testing.md).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncp_local.protocol.metrics import EpisodeMetrics
+from ncp_local.report import auditors
+from ncp_local.report.endings import cumulative_incidence
+from ncp_local.report.trials import (
+    RunTrials,
+    Story,
+    noise_floor,
+    noise_table,
+    not_estimable,
+    pass_k_band,
+    pass_k_curve,
+    trials_notes,
+)
+
+
+def play(story: str, trial: int, turns: int, termination: str = "conflict", fact: bool = True) -> EpisodeMetrics:
+    conflict = termination == "conflict"
+    return EpisodeMetrics(story, termination, turns, 0.0, 0.0, conflict and fact, False, conflict and not fact,
+                          trial=trial)  # fmt: skip
+
+
+def test_pass_k_needs_no_cap_under_heavy_censoring() -> None:
+    # Story a's four plays are all censored after 1 turn, story b's all play 6 turns. The share seen surviving
+    # t = 4 is 0 for a and 1 for b; censoring hid 4 of the 8 plays, so G(4) = 1/2. Dividing the mean share by
+    # G^2 gave (1/2) / (1/4) = 2 (shown as 1 by a cap that biased everything it touched). As a ratio, only b's
+    # pairs have known fates, all surviving: exactly 1, and the same for pass^1 (Kaplan-Meier's S(4) = 1).
+    a = Story("a", tuple(play("a", i, 1, "context_limit") for i in range(4)))
+    b = Story("b", tuple(play("b", i, 6, "max_turns") for i in range(4)))
+    for k in (1, 2, 4):
+        assert pass_k_curve([a, b], k, 6)[4] == pytest.approx(1.0)
+    # Random heavy censoring: always a share in [0, 1], and pass^k never above pass^(k-1).
+    rng = np.random.default_rng(3)
+    stories = []
+    for s in range(30):
+        plays = []
+        for j in range(4):
+            censored = rng.random() < 0.6
+            plays.append(play(f"s{s}", j, int(rng.integers(1, 12)), "context_limit" if censored else "conflict"))
+        stories.append(Story(f"s{s}", tuple(plays)))
+    curves = [pass_k_curve(stories, k, 12) for k in (1, 2, 3, 4)]
+    for c in curves:
+        ok = ~np.isnan(c)
+        assert ok[:8].all() and (c[ok] >= 0).all() and (c[ok] <= 1 + 1e-12).all()
+    lo, hi = pass_k_band(stories, 2, 12, 200, 0, 0.95)
+    assert np.nanmax(hi) <= 1 + 1e-12 and (lo[:8] <= curves[1][:8] + 1e-12).all()
+
+
+def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -> None:
+    # 12 stories of 2 plays, max_turns 10: stories 0-5 end both plays at turn 3, stories 6-11 play all 10.
+    def stories(censor_late: bool = False, survivors: int = 6) -> list[Story]:
+        out = []
+        for s in range(12):
+            long = s >= 12 - survivors
+            second = play(f"s{s}", 1, 2, "context_limit") if long and censor_late else None
+            plays = [play(f"s{s}", j, 10 if long else 3, "max_turns" if long else "conflict") for j in range(2)]
+            out.append(Story(f"s{s}", (plays[0], second or plays[1])))
+        return out
+
+    why = not_estimable(stories(), 2, 10)
+    assert why[0] == ""  # pass^k(0) = 1 by definition
+    # t = 1..3: every story is seen surviving, none ended before t: the band would be 100 [100, 100].
+    assert why[1] == "0 stories with a play ended before t=1 (needs 5)" and why[3].startswith("0 stories")
+    assert why[4:] == ("",) * 7  # 6 stories surviving, 6 ended: estimable
+    # Censor the second play of each long story after 2 turns: from t = 4 on their fates are unknown, so only
+    # stories 0-5 have 2 plays observed.
+    assert not_estimable(stories(censor_late=True), 2, 10)[4] == "6 stories with 2 plays observed at t=4 (needs 10)"
+    # Only 3 stories survive: at t = 4 the surviving side is too thin.
+    assert not_estimable(stories(survivors=3), 2, 10)[4] == "3 stories with 2 plays all surviving t=4 (needs 5)"
+    # k larger than any story's plays: nothing observed.
+    assert not_estimable(stories(), 3, 10)[5] == "0 stories with 3 plays observed at t=5 (needs 10)"
+
+
+def _rt(story_list: list[Story], curves: dict[int, tuple[float, ...]], bands: dict, why: dict) -> RunTrials:
+    return RunTrials("r", 2, 4, story_list, curves, (1.0,) * 5, noise_floor(story_list), bands, why)
+
+
+def test_the_noise_table_shows_a_zero_variance_as_zero_and_its_notes_say_what_it_means() -> None:
+    # Conflict-free shares (100, 100, 0) and (100, 100, 100): the stories' means differ exactly as much as their
+    # plays' noise predicts, so the between-story variance is 0; float arithmetic leaves 2.3e-13 of it, which
+    # the table once printed as a ratio of 7.3e15.
+    a = Story("a", (play("a", 0, 5, "max_turns"), play("a", 1, 5, "max_turns"), play("a", 2, 5)))
+    b = Story("b", tuple(play("b", i, 5, "max_turns") for i in range(3)))
+    free = next(n for n in noise_floor([a, b]) if n.metric == "conflict_free_pct")
+    assert free.between == 0.0 and math.isinf(free.ratio) and free.within == pytest.approx(10000 / 3 / 2)
+    turns = next(n for n in noise_floor([a, b]) if n.metric == "avg_turns")
+    assert turns.within == 0.0 and turns.between == 0.0 and math.isnan(turns.ratio)  # no spread at all
+    rt = _rt([a, b], {1: (1.0, 1.0, 0.9, 0.9, 0.9)}, {1: ((1.0, 1.0, 0.9, 0.9, 0.9),) * 2}, {1: ("",) * 5})
+    row = next(r for r in noise_table(rt, 0.95)[1] if r[0] == "conflict-free %")
+    assert row[3:5] == ["0.00", "inf"]
+    notes = " ".join(trials_notes(rt))
+    assert "Between-story variance 0 for turns, traj %" in notes and "(within / between: inf)" in notes
+    assert "Within-story variance 0 for turns" in notes and "with 2 stories" in notes
+    # Bands of zero width are named with the number of stories behind them.
+    assert "Interval of zero width (pass^1 at t=1, pass^1 at t=2, pass^1 at t=3, pass^1 at t=4)" in notes
+    assert "of the 2 stories gave the same value" in notes
+    # Where pass^k is not estimable the cell says so and the note gives the reason.
+    nan = (math.nan,) * 5
+    rt = _rt([a, b], {1: nan}, {1: (nan, nan)}, {1: ("",) + ("2 stories with 1 plays observed at t=1 (needs 10)",) * 4})
+    notes = trials_notes(rt)
+    assert notes[0].startswith("pass^1 not estimable at t=1: 2 stories with 1 plays observed at t=1 (needs 10);")
+    assert not any("zero width" in n for n in notes)
+
+
+def test_incidence_band_holds_at_zero_events_and_for_a_rare_ending() -> None:
+    # 40 single-play stories: one ends by player input, 19 by fact, 20 reach the limit.
+    ms = [play(f"s{i}", 0, 3 + i % 4) for i in range(19)]
+    ms += [play("s19", 0, 2, fact=False)]
+    ms += [play(f"s{i}", 0, 8, "max_turns") for i in range(20, 40)]
+    inc = cumulative_incidence(ms, 8, 0.95, 400, 0)
+    # No commitment ending at all: never [0, 0], but the exact bound for 0 of 40 stories.
+    assert inc.final("commitment") == 0.0 and inc.lo["commitment"][-1] == 0.0
+    assert inc.hi["commitment"][-1] == pytest.approx(1 - 0.025 ** (1 / 40))
+    assert inc.hi["commitment"][0] == 0.0  # F(0) = 0 by definition
+    # 1 of 40: the percentile band of the draws stops near 0.075; the exact interval reaches 0.13.
+    rare = inc.final("player_input")
+    assert rare == pytest.approx(1 / 40) and 0 < inc.lo["player_input"][-1] < rare
+    assert inc.hi["player_input"][-1] == pytest.approx(0.1316, abs=0.02)
+    # A common ending: about the exact interval of 19 of 40 (0.315, 0.639), widened a little for 39 degrees
+    # of freedom.
+    assert inc.lo["fact"][-1] == pytest.approx(0.315, abs=0.02) and inc.hi["fact"][-1] == pytest.approx(0.64, abs=0.02)
+
+
+def _auditor(label: str, by_story: dict[str, list[bool]], narration: str = "same") -> auditors.Auditor:
+    """An auditor of 5 plays per story, each play judged `conflict` on its 4 turns as given per story."""
+    aud = auditors.Auditor(label, Path(f"/{label}"), narration)
+    for story, judged in by_story.items():
+        for trial in range(5):
+            per_turn = tuple((t, judged[t]) for t in range(4))
+            turns = next((t + 1 for t in range(4) if judged[t]), 4) + trial % 2  # a play differs a little
+            types = frozenset({"fact"}) if any(judged) else frozenset()
+            aud.episodes[f"{story}~t{trial}"] = auditors.Judged(turns, types, per_turn, story)
+    return aud
+
+
+def test_reaudit_agreement_resamples_stories_with_all_their_plays() -> None:
+    # Six stories of five plays; the two auditors agree on four stories and disagree on two. A story's plays
+    # are judged alike, so they are one observation five times over: by story the intervals are about
+    # sqrt(5) wider than by episode.
+    a = {"s0": [0, 0, 1, 0], "s1": [0, 0, 0, 0], "s2": [1, 0, 0, 0], "s3": [0, 1, 0, 0], "s4": [0, 0, 0, 1]}
+    a["s5"] = [0, 0, 0, 0]
+    b = dict(a) | {"s4": [0, 0, 0, 0], "s5": [0, 1, 0, 0]}
+    a_bool = {s: [bool(x) for x in v] for s, v in a.items()}
+    b_bool = {s: [bool(x) for x in v] for s, v in b.items()}
+    clustered = auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.95)
+    flat_a, flat_b = _auditor("A", a_bool), _auditor("B", b_bool)
+    for aud in (flat_a, flat_b):  # the same episodes, each its own story
+        aud.episodes = {k: auditors.Judged(j.turns, j.types, j.per_turn, k) for k, j in aud.episodes.items()}
+    flat = auditors.table([flat_a, flat_b], 1000, 0, 0.95)
+    assert (clustered["stories"], flat["stories"]) == (6, 30)
+
+    def width(iv: dict) -> float:
+        return iv["hi"] - iv["lo"]
+
+    pair, flat_pair = clustered["pairs"][0], flat["pairs"][0]
+    assert pair["kappa"]["point"] == pytest.approx(flat_pair["kappa"]["point"])
+    for key in ("kappa", "pearson", "spearman"):
+        assert width(pair[key]) > 1.5 * width(flat_pair[key]), key
+    rates, flat_rates = clustered["auditors"][0], flat["auditors"][0]
+    for key in ("fact", "conflict", "turns"):
+        assert width(rates[key]) > 1.5 * width(flat_rates[key]), key
