@@ -20,6 +20,7 @@ from ncp_local.report.endings import cumulative_incidence
 from ncp_local.report.trials import (
     RunTrials,
     Story,
+    censoring_survival,
     noise_floor,
     noise_table,
     not_estimable,
@@ -61,12 +62,38 @@ def test_pass_k_needs_no_cap_under_heavy_censoring() -> None:
     assert np.nanmax(hi) <= 1 + 1e-12 and (lo[:8] <= curves[1][:8] + 1e-12).all()
 
 
+def test_censoring_survival_by_hand() -> None:
+    # Plays of 2 (censored), 2 (ended), 4 (ended), 5 (censored) and 6 (the limit) turns. Censoring after n
+    # turns competes with the endings of turn n among the plays that did not end at n: at n = 2, 1 of the 4
+    # plays that played 2 or more and did not end there (the one that ended at 2 is out); at n = 5, 1 of 2.
+    # G(t) takes the factors of turns 0..t-2: G = 1, 1, 1, 1, 3/4, 3/4, 3/4 (the 1/2 of turn 5 counts from 7).
+    plays = [play("a", 0, 2, "context_limit"), play("a", 1, 2), play("a", 2, 4), play("a", 3, 5, "context_limit")]
+    plays.append(play("a", 4, 6, "max_turns"))
+    assert tuple(censoring_survival(plays, 6)) == pytest.approx((1, 1, 1, 1, 0.75, 0.75, 0.75))
+    assert tuple(censoring_survival(plays, 7))[7] == pytest.approx(0.375)
+
+
+def test_pass_k_is_undefined_where_censoring_hid_every_play_and_weighs_each_story_once() -> None:
+    # One play ends at turn 1, the other is censored after 3 turns: the last play at risk was censored, so
+    # G(5) = 0 and nothing can be known at t = 5.
+    lone = Story("a", (play("a", 0, 1), play("a", 1, 3, "context_limit")))
+    assert pass_k_curve([lone], 1, 5)[3] == pytest.approx(0.5) and math.isnan(pass_k_curve([lone], 1, 5)[5])
+    # Stories of 2 and 4 plays, none censored: a's 2 plays survive t = 3, 1 of b's 4 does. Each story weighs
+    # one, however many plays it has: pass^2 = (1 + 0) / 2, pass^1 = (1 + 1/4) / 2.
+    a = Story("a", (play("a", 0, 5, "max_turns"), play("a", 1, 5, "max_turns")))
+    b = Story("b", (play("b", 0, 5, "max_turns"), play("b", 1, 1), play("b", 2, 2), play("b", 3, 1)))
+    assert pass_k_curve([a, b], 2, 5)[3] == pytest.approx(0.5)
+    assert pass_k_curve([a, b], 1, 5)[3] == pytest.approx(0.625)
+    # Everything ended before t: 0, not undefined.
+    assert pass_k_curve([b], 1, 5)[4] == pytest.approx(0.25) and pass_k_curve([Story("c", b.plays[1:])], 1, 5)[4] == 0
+
+
 def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -> None:
     # 12 stories of 2 plays, max_turns 10: stories 0-5 end both plays at turn 3, stories 6-11 play all 10.
-    def stories(censor_late: bool = False, survivors: int = 6) -> list[Story]:
+    def stories(censor_late: bool = False, survivors: int = 6, count: int = 12) -> list[Story]:
         out = []
-        for s in range(12):
-            long = s >= 12 - survivors
+        for s in range(count):
+            long = s >= count - survivors
             second = play(f"s{s}", 1, 2, "context_limit") if long and censor_late else None
             plays = [play(f"s{s}", j, 10 if long else 3, "max_turns" if long else "conflict") for j in range(2)]
             out.append(Story(f"s{s}", (plays[0], second or plays[1])))
@@ -82,6 +109,8 @@ def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -
     assert not_estimable(stories(censor_late=True), 2, 10)[4] == "6 stories with 2 plays observed at t=4 (needs 10)"
     # Only 3 stories survive: at t = 4 the surviving side is too thin.
     assert not_estimable(stories(survivors=3), 2, 10)[4] == "3 stories with 2 plays all surviving t=4 (needs 5)"
+    # At the limits, 10 stories observed of which 5 survive and 5 ended, it is estimable.
+    assert not_estimable(stories(count=10, survivors=5), 2, 10)[4] == ""
     # k larger than any story's plays: nothing observed.
     assert not_estimable(stories(), 3, 10)[5] == "0 stories with 3 plays observed at t=5 (needs 10)"
 
@@ -91,11 +120,11 @@ def _rt(story_list: list[Story], curves: dict[int, tuple[float, ...]], bands: di
 
 
 def test_the_noise_table_shows_a_zero_variance_as_zero_and_its_notes_say_what_it_means() -> None:
-    # Conflict-free shares (100, 100, 0) and (100, 100, 100): the stories' means differ exactly as much as their
+    # Conflict-free shares (0, 0, 100) and (0, 0, 0): the stories' means differ exactly as much as their
     # plays' noise predicts, so the between-story variance is 0; float arithmetic leaves 2.3e-13 of it, which
     # the table once printed as a ratio of 7.3e15.
-    a = Story("a", (play("a", 0, 5, "max_turns"), play("a", 1, 5, "max_turns"), play("a", 2, 5)))
-    b = Story("b", tuple(play("b", i, 5, "max_turns") for i in range(3)))
+    a = Story("a", (play("a", 0, 5), play("a", 1, 5), play("a", 2, 5, "max_turns")))
+    b = Story("b", tuple(play("b", i, 5) for i in range(3)))
     free = next(n for n in noise_floor([a, b]) if n.metric == "conflict_free_pct")
     assert free.between == 0.0 and math.isinf(free.ratio) and free.within == pytest.approx(10000 / 3 / 2)
     turns = next(n for n in noise_floor([a, b]) if n.metric == "avg_turns")
