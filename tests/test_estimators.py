@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy import optimize, stats
 
 from ncp_local.protocol.metrics import EpisodeMetrics
-from ncp_local.report import auditors
+from ncp_local.report import auditors, precision
 from ncp_local.report.endings import cumulative_incidence
 from ncp_local.report.trials import (
     RunTrials,
@@ -152,17 +154,17 @@ def test_incidence_band_holds_at_zero_events_and_for_a_rare_ending() -> None:
     ms += [play("s19", 0, 2, fact=False)]
     ms += [play(f"s{i}", 0, 8, "max_turns") for i in range(20, 40)]
     inc = cumulative_incidence(ms, 8, 0.95, 400, 0)
-    # No commitment ending at all: never [0, 0], but the exact bound for 0 of 40 stories.
+    # No commitment ending at all: never [0, 0], but Jeffreys' bound for 0 of 40 stories.
     assert inc.final("commitment") == 0.0 and inc.lo["commitment"][-1] == 0.0
-    assert inc.hi["commitment"][-1] == pytest.approx(1 - 0.025 ** (1 / 40))
+    assert inc.hi["commitment"][-1] == pytest.approx(stats.beta.ppf(0.975, 0.5, 40.5))
     assert inc.hi["commitment"][0] == 0.0  # F(0) = 0 by definition
-    # 1 of 40: the percentile band of the draws stops near 0.075; the exact interval reaches 0.13.
+    # 1 of 40: the percentile band of the draws stops near 0.075; Jeffreys' interval of 1 in 40 reaches 0.11.
     rare = inc.final("player_input")
     assert rare == pytest.approx(1 / 40) and 0 < inc.lo["player_input"][-1] < rare
-    assert inc.hi["player_input"][-1] == pytest.approx(0.1316, abs=0.02)
-    # A common ending: about the exact interval of 19 of 40 (0.315, 0.639), widened a little for 39 degrees
-    # of freedom.
-    assert inc.lo["fact"][-1] == pytest.approx(0.315, abs=0.02) and inc.hi["fact"][-1] == pytest.approx(0.64, abs=0.02)
+    assert inc.hi["player_input"][-1] == pytest.approx(stats.beta.ppf(0.975, 1.5, 39.5), abs=0.02)
+    # A common ending: about Jeffreys' interval of 19 of 40 (0.33, 0.63), widened a little for 39 degrees of
+    # freedom.
+    assert inc.lo["fact"][-1] == pytest.approx(0.325, abs=0.02) and inc.hi["fact"][-1] == pytest.approx(0.63, abs=0.02)
 
 
 def _auditor(label: str, by_story: dict[str, list[bool]], narration: str = "same") -> auditors.Auditor:
@@ -203,3 +205,65 @@ def test_reaudit_agreement_resamples_stories_with_all_their_plays() -> None:
     rates, flat_rates = clustered["auditors"][0], flat["auditors"][0]
     for key in ("fact", "conflict", "turns"):
         assert width(rates[key]) > 1.5 * width(flat_rates[key]), key
+
+
+def _precision_run() -> tuple[SimpleNamespace, list[precision.Verdict]]:
+    """One story of 10 plays (max_turns 4): 4 end in one fact conflict at turn 2, 1 in a fact and a commitment
+    conflict at turn 2, 1 in two fact conflicts at turn 3, 2 are censored after 3 turns, 2 reach the limit.
+    A sheet upholds 8 of 10 fact conflicts and 1 of 2 commitment ones."""
+
+    def result(i: int, termination: str, turns: int, conflicts: tuple[str, ...]) -> SimpleNamespace:
+        last = SimpleNamespace(
+            conflicts=[SimpleNamespace(type=t, target_id=f"{t}{j}") for j, t in enumerate(conflicts)]
+        )
+        return SimpleNamespace(spec_id="s", trial=i, termination=termination,
+                               turns=[SimpleNamespace(conflicts=[])] * (turns - 1) + [last])  # fmt: skip
+
+    rows = [result(i, "conflict", 2, ("fact",)) for i in range(4)]
+    rows += [result(4, "conflict", 2, ("fact", "commitment")), result(5, "conflict", 3, ("fact", "fact"))]
+    rows += [result(6 + i, "context_limit", 3, ()) for i in range(2)]
+    rows += [result(8 + i, "max_turns", 4, ()) for i in range(2)]
+    run = SimpleNamespace(results={f"s~t{r.trial}": r for r in rows}, label="toy", max_turns=4, path=Path("/toy"))
+    verdicts = [precision.Verdict("/toy", "s", "fact", "f", i < 8) for i in range(10)]
+    verdicts += [precision.Verdict("/toy", "s", "commitment", "c", i < 1) for i in range(2)]
+    return run, verdicts
+
+
+def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_posterior() -> None:
+    run, verdicts = _precision_run()
+    prec = precision.precisions(verdicts, 0.9)
+    fact, commit, player = prec["fact"], prec["commitment"], prec["player_input"]
+    assert (fact.reviewed, fact.upheld, fact.value, commit.value, player.value) == (10, 8, 0.8, 0.5, None)
+    # Clopper-Pearson at the level asked for (90%): the beta quantiles.
+    assert (fact.lo, fact.hi) == pytest.approx((stats.beta.ppf(0.05, 8, 3), stats.beta.ppf(0.95, 9, 2)))
+    assert (player.type, player.reviewed, player.upheld) == ("player_input", 0, 0)
+    assert math.isnan(player.lo) and math.isnan(player.hi)
+    # The plug-in figures (no draw): a play with c_k conflicts of type k really ended by k with chance
+    # 1 - (1 - p_k)^c_k. Fact: 4 x 0.8 + 0.8 + (1 - 0.2^2) over 10 plays = 49.6%; commitment 0.5 / 10 = 5%.
+    # By any conflict: 4 x 0.8 + (1 - 0.2 x 0.5) + 0.96 = 5.06, so 4.94 plays conflict-free.
+    plug = precision.correct(run, prec, verdicts, 0, 0, 0.95)
+    assert (plug.label, plug.scored, plug.uncorrected_types) == ("toy", 10, ("player_input",))
+    assert plug.rates["fact_pct"][1].point == pytest.approx(49.6)
+    assert plug.rates["commitment_pct"][1].point == pytest.approx(5.0)
+    assert plug.rates["player_input_pct"][1].point == 0.0
+    assert plug.conflict_free[1].point == pytest.approx(4.94) and math.isnan(plug.conflict_free[1].lo)
+    # As judged (every conflict real): 6 of 10 with a fact conflict, 1 with a commitment one, 4 conflict-free.
+    assert (plug.rates["fact_pct"][0], plug.rates["commitment_pct"][0], plug.conflict_free[0]) == (60.0, 10.0, 4.0)
+    # S(t): turn 2 has 10 at risk and endings weighing 3.2 + 0.9; turn 3 has 5 at risk (the two censored
+    # plays among them, weighing 0) and 0.96. As judged: 5 of 10, then 1 of 5.
+    judged_s, corr_s, lo_s, hi_s = plug.survival
+    assert judged_s == pytest.approx((1, 1, 1, 0.5, 0.4))
+    assert corr_s == pytest.approx((1, 1, 1, 0.59, 0.59 * (1 - 0.96 / 5)))
+    assert len(lo_s) == len(hi_s) == 5
+    # With draws: one story, so every draw takes the same plays and only the precisions vary. The fact rate
+    # f(p) = 10 (5 p + 1 - (1 - p)^2) rises with p, so its interval and point are f at the quantiles of
+    # Jeffreys' Beta(8.5, 2.5): the point at its median, never at 8/10 exactly.
+    drawn = precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]
+
+    def p_of(rate: float) -> float:
+        return float(optimize.brentq(lambda p: 10 * (5 * p + 1 - (1 - p) ** 2) - rate, 0, 1))
+
+    jeffreys = stats.beta(8.5, 2.5)
+    got = (p_of(drawn.lo), p_of(drawn.point), p_of(drawn.hi))
+    assert got == pytest.approx(tuple(jeffreys.ppf([0.025, 0.5, 0.975])), abs=0.012)
+    assert drawn == precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]  # seeded
