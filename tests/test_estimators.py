@@ -9,6 +9,7 @@ the mutation run uses (docs/development/testing.md).
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,10 +17,11 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from ncp_local.protocol.metrics import EpisodeMetrics
+from ncp_local.protocol.metrics import EpisodeMetrics, km_survival, restricted_mean_point
 from ncp_local.report import auditors, precision
 from ncp_local.report.endings import cumulative_incidence
 from ncp_local.report.trials import (
+    NOISE_METRICS,
     RunTrials,
     Story,
     censoring_survival,
@@ -267,3 +269,55 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     got = (p_of(drawn.lo), p_of(drawn.point), p_of(drawn.hi))
     assert got == pytest.approx(tuple(jeffreys.ppf([0.025, 0.5, 0.975])), abs=0.012)
     assert drawn == precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]  # seeded
+
+
+def test_survival_bounds_at_zero_and_one_by_hand() -> None:
+    # Six episodes of 1 (ended), 2 (censored), 4, 4 (ended both: everyone at risk of turn 4), max_turns 6:
+    # S falls to 0 after turn 4 with 2 at risk, so S(5) and S(6) are bounded above by S(4)'s top times
+    # 1 - 0.025^(1/2), at 95%; at 90% by 1 - 0.05^(1/2).
+    turns, censored = [1, 2, 4, 4], [False, True, False, False]
+    for level, alpha in ((0.95, 0.025), (0.9, 0.05)):
+        c = km_survival(turns, censored, 6, level)
+        assert c.s[5:] == (0.0, 0.0) and c.lo[5:] == (0.0, 0.0)
+        assert c.hi[5] == c.hi[6] == pytest.approx(c.hi[4] * (1 - alpha**0.5))
+        # S(1) = 1 with 4 at risk of turn 0's endings: bounded below by alpha^(1/4).
+        assert c.lo[1] == pytest.approx(alpha**0.25) and c.hi[1] == 1.0
+    # Greenwood's band at the level asked for: narrower at 90% than at 95%.
+    assert km_survival(turns, censored, 6, 0.9).lo[3] > km_survival(turns, censored, 6).lo[3]
+    # Nobody at risk any more and nothing ended: nothing bounds S from below.
+    assert km_survival([1], [True], 4).lo[3:] == (0.0, 0.0)
+    # Empty: zeros, band included.
+    empty = km_survival([], [], 2)
+    assert empty.s == empty.lo == empty.hi == (0.0, 0.0, 0.0)
+    # With several plays a story, the bootstrap band where every draw agrees (S = 0 after both stories'
+    # plays ended) is bounded by the stories at risk, and the same seed gives the same band.
+    stories = ["a", "a", "b", "b"]
+    c = km_survival([1, 2, 2, 2], [False] * 4, 4, stories=stories, resamples=200)
+    assert c.s[3:] == (0.0, 0.0) and c.hi[3] > 0 and c.lo[3] == 0.0
+    assert c == km_survival([1, 2, 2, 2], [False] * 4, 4, stories=stories, resamples=200)
+
+
+def test_restricted_mean_of_nothing_is_zero() -> None:
+    assert restricted_mean_point(np.array([], dtype=np.intp), np.array([]), 5) == 0.0
+
+
+def test_noise_floor_with_too_few_plays_three_stories_and_its_power_columns() -> None:
+    # No story with two plays: no within-story spread, every figure NaN, one row per metric.
+    single = [Story(f"s{i}", (play(f"s{i}", 0, i + 1),)) for i in range(3)]
+    rows = noise_floor(single)
+    assert [n.metric for n in rows] == [m for m, _ in NOISE_METRICS]
+    assert all(math.isnan(x) for n in rows for x in astuple(n)[2:])
+    # Three stories of two plays: turns (1, 3), (5, 7), (2, 2). Within: (2 + 2 + 0) / 3 = 4/3; the story
+    # means 2, 6, 2 vary by 16/3; between = 16/3 - (4/3) / 2 = 14/3. At the default 95% level.
+    three = [Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 5), play("b", 1, 7)))]
+    three.append(Story("c", (play("c", 0, 2), play("c", 1, 2))))
+    turns = next(n for n in noise_floor(three) if n.metric == "avg_turns")
+    z, z80 = stats.norm.ppf(0.975), stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    assert (turns.within, turns.between, turns.ratio) == pytest.approx((4 / 3, 14 / 3, 2 / 7))
+    se_replay, se_runs = math.sqrt(2 * (4 / 3) / 6), math.sqrt(2 * ((14 / 3) / 3 + (4 / 3) / 6))
+    assert (turns.mdd_replay, turns.mdd_runs) == pytest.approx((z * se_replay, z * se_runs))
+    assert (turns.mdd_replay_80, turns.mdd_runs_80) == pytest.approx((z80 * se_replay, z80 * se_runs))
+    # A between-story variance of 1 still gives a ratio (not inf): (1, 3) and (3, 5), within 2, between 2 - 1.
+    small = [Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 3), play("b", 1, 5)))]
+    t_small = next(n for n in noise_floor(small) if n.metric == "avg_turns")
+    assert (t_small.within, t_small.between, t_small.ratio) == pytest.approx((2.0, 1.0, 2.0))

@@ -244,8 +244,6 @@ def _bounded(point: list[float], lo: np.ndarray, hi: np.ndarray, risk: np.ndarra
     one at risk the bound is the whole range. S(0) = 1 by definition, with no band.
     """
     alpha = (1 - level) / 2
-    if not len(point):
-        return SurvivalCurve((), (), ())
     lo_t, hi_t = [1.0], [1.0]
     for t in range(1, len(point)):
         p = point[t]
