@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from ncp_local.protocol.metrics import EpisodeMetrics, km_survival, restricted_mean_point
+from ncp_local.protocol.metrics import EpisodeMetrics, aggregate, km_survival, restricted_mean_point
+from ncp_local.protocol.resample import percentile
 from ncp_local.report import auditors, precision
 from ncp_local.report.endings import cumulative_incidence
 from ncp_local.report.trials import (
@@ -191,6 +192,21 @@ def test_reaudit_agreement_resamples_stories_with_all_their_plays() -> None:
     a_bool = {s: [bool(x) for x in v] for s, v in a.items()}
     b_bool = {s: [bool(x) for x in v] for s, v in b.items()}
     clustered = auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.95)
+    assert clustered == auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.95)  # seeded
+    # Each auditor's rates: A found a conflict (a fact one) in 4 of the 6 stories, every play alike.
+    row = clustered["auditors"][0]
+    assert (row["auditor"], row["path"], row["episodes"]) == ("A", "/A", 30)
+    assert row["fact"]["point"] == pytest.approx(400 / 6) and row["conflict"]["point"] == pytest.approx(400 / 6)
+    assert row["commitment"]["point"] == row["player_input"]["point"] == 0.0
+    assert (clustered["pairs"][0]["a"], clustered["pairs"][0]["b"], clustered["pairs"][0]["episodes"]) == ("A", "B", 30)
+    # The level asked for: a 50% interval is narrower than the 95% one.
+    half = auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.5)
+    for key in ("kappa", "pearson"):
+        assert (
+            half["pairs"][0][key]["hi"] - half["pairs"][0][key]["lo"]
+            < clustered["pairs"][0][key]["hi"] - clustered["pairs"][0][key]["lo"]
+        )
+    assert half["auditors"][0]["fact"]["hi"] < clustered["auditors"][0]["fact"]["hi"]
     flat_a, flat_b = _auditor("A", a_bool), _auditor("B", b_bool)
     for aud in (flat_a, flat_b):  # the same episodes, each its own story
         aud.episodes = {k: auditors.Judged(j.turns, j.types, j.per_turn, k) for k, j in aud.episodes.items()}
@@ -321,3 +337,35 @@ def test_noise_floor_with_too_few_plays_three_stories_and_its_power_columns() ->
     small = [Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 3), play("b", 1, 5)))]
     t_small = next(n for n in noise_floor(small) if n.metric == "avg_turns")
     assert (t_small.within, t_small.between, t_small.ratio) == pytest.approx((2.0, 1.0, 2.0))
+
+
+def test_percentile_interval_and_seeded_bands() -> None:
+    values = np.arange(1001, dtype=float)[:, None]
+    lo, hi = percentile(values, 0.95)
+    assert (lo[0], hi[0]) == pytest.approx((25.0, 975.0))
+    assert tuple(x[0] for x in percentile(values, 0.5)) == pytest.approx((250.0, 750.0))
+    # pass^k's band and the main table's S(t) band with trials: the same seed, the same band.
+    stories = [Story(f"s{i}", tuple(play(f"s{i}", j, 1 + (i * j) % 6) for j in range(3))) for i in range(12)]
+    first = pass_k_band(stories, 2, 6, 100, 4, 0.95)
+    assert all((a == b).all() for a, b in zip(first, pass_k_band(stories, 2, 6, 100, 4, 0.95), strict=True))
+    nan = pass_k_band([], 2, 4, 100, 0, 0.95)
+    assert all(len(x) == 5 and np.isnan(x).all() for x in nan) and np.isnan(pass_k_curve([], 2, 4)).all()
+    ms = [m for s in stories for m in s.plays]
+    agg = aggregate(ms, 6, 0.9, 150, 3)
+    km = km_survival([m.turns for m in ms], [m.censored for m in ms], 6, 0.9, [m.spec_id for m in ms], 150, 3)
+    assert (agg.survival, agg.survival_lo, agg.survival_hi) == (km.s, km.lo, km.hi)
+
+
+def test_pass_k_weighs_an_ended_play_by_the_censoring_survival_at_its_end() -> None:
+    # A play that ended at turn n weighs 1/G(n + 1): censoring before its end (here after 3 turns, before the
+    # ending at 4) raises its weight, censoring after it (a play ending at 2) does not. Either way pass^1 is
+    # Kaplan-Meier's S(t).
+    for first_end in (2, 4):
+        plays = (play("x", 0, first_end), play("x", 1, 3, "context_limit"))
+        plays += (play("x", 2, 8, "max_turns"), play("x", 3, 8, "max_turns"))
+        km = km_survival([m.turns for m in plays], [m.censored for m in plays], 8).s
+        assert (
+            pass_k_curve([Story("x", plays)], 1, 8)[7]
+            == pytest.approx(km[7])
+            == pytest.approx({2: 0.75, 4: 2 / 3}[first_end])
+        )
