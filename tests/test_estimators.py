@@ -132,6 +132,7 @@ def test_the_noise_table_shows_a_zero_variance_as_zero_and_its_notes_say_what_it
     b = Story("b", tuple(play("b", i, 5) for i in range(3)))
     free = next(n for n in noise_floor([a, b]) if n.metric == "conflict_free_pct")
     assert free.between == 0.0 and math.isinf(free.ratio) and free.within == pytest.approx(10000 / 3 / 2)
+    assert free.mean == pytest.approx(100 / 6) and free.label == "conflict-free %"
     turns = next(n for n in noise_floor([a, b]) if n.metric == "avg_turns")
     assert turns.within == 0.0 and turns.between == 0.0 and math.isnan(turns.ratio)  # no spread at all
     rt = _rt([a, b], {1: (1.0, 1.0, 0.9, 0.9, 0.9)}, {1: ((1.0, 1.0, 0.9, 0.9, 0.9),) * 2}, {1: ("",) * 5})
@@ -254,7 +255,7 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     assert (fact.reviewed, fact.upheld, fact.value, commit.value, player.value) == (10, 8, 0.8, 0.5, None)
     # Clopper-Pearson at the level asked for (90%): the beta quantiles.
     assert (fact.lo, fact.hi) == pytest.approx((stats.beta.ppf(0.05, 8, 3), stats.beta.ppf(0.95, 9, 2)))
-    assert (player.type, player.reviewed, player.upheld) == ("player_input", 0, 0)
+    assert (fact.type, player.type, player.reviewed, player.upheld) == ("fact", "player_input", 0, 0)
     assert math.isnan(player.lo) and math.isnan(player.hi)
     # The plug-in figures (no draw): a play with c_k conflicts of type k really ended by k with chance
     # 1 - (1 - p_k)^c_k. Fact: 4 x 0.8 + 0.8 + (1 - 0.2^2) over 10 plays = 49.6%; commitment 0.5 / 10 = 5%.
@@ -285,6 +286,15 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     got = (p_of(drawn.lo), p_of(drawn.point), p_of(drawn.hi))
     assert got == pytest.approx(tuple(jeffreys.ppf([0.025, 0.5, 0.975])), abs=0.012)
     assert drawn == precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]  # seeded
+    # A type with no reviewed item is taken as judged, in the point and in every draw: one more play ending in
+    # a player-input conflict gives 1 in 11, corrected or not.
+    last = SimpleNamespace(conflicts=[SimpleNamespace(type="player_input", target_id="p0")])
+    extra = SimpleNamespace(spec_id="s", trial=10, termination="conflict", turns=[SimpleNamespace(conflicts=[]), last])
+    run.results["s~t10"] = extra
+    for draws in (0, 200):
+        rate = precision.correct(run, prec, verdicts, draws, 0, 0.95).rates["player_input_pct"]
+        assert rate[0] == rate[1].point == pytest.approx(100 / 11)
+        assert draws == 0 or rate[1].lo == rate[1].hi == pytest.approx(100 / 11)
 
 
 def test_survival_bounds_at_zero_and_one_by_hand() -> None:
@@ -323,6 +333,10 @@ def test_noise_floor_with_too_few_plays_three_stories_and_its_power_columns() ->
     rows = noise_floor(single)
     assert [n.metric for n in rows] == [m for m, _ in NOISE_METRICS]
     assert all(math.isnan(x) for n in rows for x in astuple(n)[2:])
+    assert [n.label for n in rows] == [label for _, label in NOISE_METRICS]
+    # One story of two plays beside one of one: one degree of freedom is enough for a within-story variance.
+    one = noise_floor([Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 4),))])
+    assert next(n for n in one if n.metric == "avg_turns").within == pytest.approx(2.0)
     # Three stories of two plays: turns (1, 3), (5, 7), (2, 2). Within: (2 + 2 + 0) / 3 = 4/3; the story
     # means 2, 6, 2 vary by 16/3; between = 16/3 - (4/3) / 2 = 14/3. At the default 95% level.
     three = [Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 5), play("b", 1, 7)))]
@@ -360,12 +374,12 @@ def test_pass_k_weighs_an_ended_play_by_the_censoring_survival_at_its_end() -> N
     # A play that ended at turn n weighs 1/G(n + 1): censoring before its end (here after 3 turns, before the
     # ending at 4) raises its weight, censoring after it (a play ending at 2) does not. Either way pass^1 is
     # Kaplan-Meier's S(t).
-    for first_end in (2, 4):
+    for first_end in (2, 3, 4):
         plays = (play("x", 0, first_end), play("x", 1, 3, "context_limit"))
         plays += (play("x", 2, 8, "max_turns"), play("x", 3, 8, "max_turns"))
         km = km_survival([m.turns for m in plays], [m.censored for m in plays], 8).s
         assert (
             pass_k_curve([Story("x", plays)], 1, 8)[7]
             == pytest.approx(km[7])
-            == pytest.approx({2: 0.75, 4: 2 / 3}[first_end])
+            == pytest.approx({2: 0.75, 3: 0.75, 4: 2 / 3}[first_end])
         )
