@@ -95,9 +95,15 @@ def test_survival_edges() -> None:
     assert survival([0, 3], 3) == (1.0, 0.5, 0.5, 0.5)
     assert survival([], 2) == (0.0, 0.0, 0.0)
     assert km_survival([], [], 2).s == (0.0, 0.0, 0.0)
-    # Only censored episodes: nothing ended, S stays 1 and so does its band.
+    # Only censored episodes: nothing ended and S stays 1, but its band is no point: no ending among the r
+    # at risk of turn t - 1's endings bounds S(t) below by the exact 0-of-r bound, 0.025^(1/r) (2, 2, then 1).
     only = km_survival([1, 2], [True, True], 3)
-    assert only.s == only.lo == only.hi == (1.0, 1.0, 1.0, 1.0)
+    assert only.s == only.hi == (1.0, 1.0, 1.0, 1.0)
+    assert only.lo == pytest.approx((1.0, 0.025**0.5, 0.025**0.5, 0.025))
+    # With several plays a story, the stories at risk bound it (both stories have a play of 2 turns: r = 2).
+    two = km_survival([1, 2, 1, 2], [True] * 4, 3, stories=["a", "a", "b", "b"], resamples=50)
+    assert two.s == two.hi == (1.0, 1.0, 1.0, 1.0)
+    assert two.lo == pytest.approx((1.0, 0.025**0.5, 0.025**0.5, 0.025**0.5))
     with pytest.raises(ValueError, match="differ in length"):
         km_survival([1], [], 2)
 
@@ -135,9 +141,12 @@ def test_kaplan_meier_by_hand() -> None:
     assert (curve.lo[3], curve.hi[3]) == pytest.approx(band(0.8, v2), rel=1e-9)
     for t in (4, 5, 6, 7):
         assert (curve.lo[t], curve.hi[t]) == pytest.approx(band(0.6, v3), rel=1e-9)
-    # Undefined where nothing ended yet (S = 1) or everyone at risk ended (S = 0): the point itself.
-    assert curve.lo[:3] == curve.hi[:3] == (1.0, 1.0, 1.0)
-    assert (curve.lo[8], curve.hi[8]) == (0.0, 0.0)
+    # Undefined where nothing ended yet (S = 1) or everyone at risk ended (S = 0): never the point itself, but
+    # the exact bound of r of r at risk. S(1), S(2): 5 at risk, none ended, so S >= 0.025^(1/5). S(8): the
+    # one at risk of turn 7 ended, so S(8) <= S(7)'s top * (1 - 0.025^(1/1)).
+    assert curve.hi[:3] == (1.0, 1.0, 1.0) and curve.lo[0] == 1.0
+    assert curve.lo[1:3] == pytest.approx((0.025**0.2, 0.025**0.2))
+    assert (curve.lo[8], curve.hi[8]) == pytest.approx((0.0, curve.hi[7] * 0.975))
     for lo, s, hi in zip(curve.lo, curve.s, curve.hi, strict=True):
         assert 0 <= lo <= s <= hi <= 1
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from cli_runner import run_cli
 from ncp_local.protocol.metrics import km_survival, product_limit
 from ncp_local.report import build_report, load_runs
-from ncp_local.report.precision import UNCORRECTED_NOTE
+from ncp_local.report.precision import UNCORRECTED_NOTE, Verdict, correct, precisions
 from ncp_local.report.review import SHEET_COLUMNS, sample_conflicts, sheet_csv
 from ncp_local.report.runs import attach_specs
 
@@ -74,8 +76,9 @@ def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(
     ms = runs[0].metrics()
     judged = 100 * sum(m.fact for m in ms) / len(ms)
     as_judged, corrected = c.rates["fact_pct"]
-    # Each scripted conflict turn holds one conflict: the corrected rate is the judged one times 8/10.
-    assert as_judged == pytest.approx(judged) and corrected.point == pytest.approx(judged * 0.8)
+    # Each scripted conflict turn holds one conflict: the corrected rate is about the judged one times the
+    # precision, its point the median of the draws (Beta(8.5, 2.5) has its median at 0.787, not 8/10).
+    assert as_judged == pytest.approx(judged) and corrected.point == pytest.approx(judged * 0.787, rel=0.03)
     assert corrected.lo < corrected.point < corrected.hi
     assert c.rates["commitment_pct"][1].point == pytest.approx(c.rates["commitment_pct"][0])
     assert c.uncorrected_types == ("commitment", "player_input")
@@ -92,13 +95,18 @@ def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(
         )
         s *= (1 - ended / at_risk) if at_risk else 1.0
         expected.append(s)
-    assert corr_s == pytest.approx(expected, abs=1e-12)
+    # The point is the median of the draws; with the precision at its plug-in value (resamples=0) it is the
+    # product-limit estimate by hand.
+    plug_in = correct(runs[0], err.precision, [], 0, 0, 0.95)
+    assert plug_in.survival[1] == pytest.approx(expected, abs=1e-12)
+    assert plug_in.rates["fact_pct"][1].point == pytest.approx(judged * 0.8)
     assert judged_s == pytest.approx(runs[0].aggregate().survival, abs=1e-12)
     assert all(a >= b - 1e-12 for a, b in zip(corr_s, judged_s, strict=True)) and corr_s[15] > judged_s[15]
+    assert all(a >= b for a, b in itertools.pairwise(corr_s))  # a median of curves that never rise never rises
     assert all(lo <= x + 1e-12 and x <= hi + 1e-12 for x, lo, hi in zip(corr_s, lo_s, hi_s, strict=True))
     md = (out / "results.md").read_text()
     assert "## The auditor's error" in md and "10 reviewed conflict(s)" in md and "80.0 [44.4, 97.5]" in md
-    assert f"| fact % | {judged:.1f} | {judged * 0.8:.1f} [" in md
+    assert f"| fact % | {judged:.1f} | {corrected.point:.1f} [{corrected.lo:.1f}, {corrected.hi:.1f}] |" in md
     table = list(csv.DictReader(io.StringIO((out / "survival_corrected.csv").read_text())))
     assert len(table) == 16 and float(table[15]["survival_corrected"]) == pytest.approx(corr_s[15], abs=1e-8)
 
@@ -159,3 +167,38 @@ def test_a_bad_sheet_is_one_line_naming_file_and_row_and_writes_nothing(
     if case == "duplicate":
         assert "row 3" in lines[0]
     assert not out.exists()
+
+
+def _toy_run(n: int, fact_every: int) -> SimpleNamespace:
+    """n single-play stories of 5 turns; every `fact_every`-th ends in one fact conflict, the rest resolved."""
+    results = {}
+    for i in range(n):
+        fact = i % fact_every == 0
+        last = SimpleNamespace(conflicts=[SimpleNamespace(type="fact", target_id="f0")] if fact else [])
+        results[f"s{i}"] = SimpleNamespace(
+            spec_id=f"s{i}",
+            trial=0,
+            termination="conflict" if fact else "all_resolved",
+            turns=[SimpleNamespace(conflicts=[])] * 4 + [last],
+        )
+    return SimpleNamespace(results=results, label="toy", max_turns=6, path=Path("/toy"))
+
+
+def test_a_small_sheet_puts_the_point_inside_its_interval_and_keeps_the_precisions_uncertainty() -> None:
+    # 0 of 3 fact conflicts upheld. The plug-in precision is exactly 0, so the plug-in fact rate 0, while the
+    # precision drawn from Beta(1/2, 7/2) is above 0 in every draw: the plug-in point lay outside its own
+    # interval. The point is now the draws' median, inside; and the interval keeps the precision's spread
+    # (replacing the Jeffreys draw by 0/3 collapses it to [0, 0]).
+    run = _toy_run(40, 2)
+    verdicts = [Verdict("/toy", f"s{i}", "fact", "f0", False) for i in (0, 2, 4)]
+    c = correct(run, precisions(verdicts, 0.95), verdicts, 400, 0, 0.95)
+    rate = c.rates["fact_pct"][1]
+    assert 0 < rate.lo <= rate.point <= rate.hi
+    # Beta(1/2, 7/2): median 0.0667, 97.5% quantile 0.53; half of the 40 stories end by fact.
+    assert rate.point == pytest.approx(50 * 0.0667, rel=0.25) and rate.hi > 50 * 0.4
+    # 3 of 3 upheld: the point is below the judged rate (the median of Beta(3.5, 1/2) is 0.93) and the
+    # interval reaches well below it.
+    upheld = [Verdict("/toy", f"s{i}", "fact", "f0", True) for i in (0, 2, 4)]
+    c = correct(run, precisions(upheld, 0.95), upheld, 400, 0, 0.95)
+    rate = c.rates["fact_pct"][1]
+    assert rate.lo < 50 * 0.75 and rate.lo <= rate.point < 50.0 <= rate.hi

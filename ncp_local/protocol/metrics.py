@@ -16,10 +16,10 @@ n, at risk for every t <= n + 1 (S(t) = P(T >= t) = P(T > t - 1)). Dropping
 such episodes (as `invalid`) would remove exactly the longest survivors.
 
 The Kaplan-Meier estimate is scipy's (`stats.ecdf` on `CensoredData`). Its
-band is scipy's Greenwood log-log band when each story was played once, and a
-bootstrap over stories (`protocol/resample.py`) when a story was played more
-than once: its plays are correlated, and Greenwood's variance, which takes
-every play for an independent episode, would be up to 1/sqrt(k) too narrow.
+band is scipy's Greenwood log-log band when each story was played once (with an exact bound from
+the count at risk where Greenwood's variance is 0: `_bounded`), and a bootstrap over stories
+(`protocol/resample.py`) when a story was played more than once: its plays are correlated, and
+Greenwood's variance, which takes every play for an independent episode, would be up to 1/sqrt(k) too narrow.
 """
 
 from __future__ import annotations
@@ -193,9 +193,10 @@ def km_survival(
     the band is the percentile band of `resamples` bootstrap draws over stories
     (`protocol/resample.py`). Otherwise it is Greenwood's variance on the
     log-log scale (stays in [0, 1] and holds its level better than the linear
-    one on the 20-100 episodes of a run); where that is undefined, before the
+    one on the 20-100 episodes of a run). Where that is undefined, before the
     first end (S = 1) or once every episode still at risk has ended (S = 0),
-    the band is the point itself: the sample leaves no spread to estimate there.
+    and where every bootstrap draw agrees, the band is a bound from the count
+    at risk (`_bounded`), never the point itself.
     """
     if len(turns) != len(censored):
         raise ValueError("km_survival: turns and censored differ in length")
@@ -213,20 +214,52 @@ def km_survival(
     at = [t - 1 for t in horizon]
     point = [float(v) for v in sf.evaluate(at)]
     groups = clusters(stories) if stories is not None else None
+    t_arr = np.asarray(turns, dtype=np.intp)
     if groups is not None and groups.clustered:
-        t_arr = np.asarray(turns, dtype=np.intp)
         ended = 1.0 - np.asarray(censored, dtype=float)
         curves = np.asarray([product_limit(t_arr[i], ended[i], max_turns) for i in draws(groups, resamples, seed)])
         low, high = percentile(curves, level)
-        return SurvivalCurve(tuple(point), tuple(float(v) for v in low), tuple(float(v) for v in high))
+        # Where every draw agrees (S = 0 or 1) the band has no width; the stories at risk bound it instead.
+        names = list(stories or ())
+        risk = np.asarray([len({names[i] for i in np.flatnonzero(t_arr >= n)}) for n in horizon], dtype=float)
+        return _bounded(point, low, high, risk, level)
     with warnings.catch_warnings():
         # scipy warns where the band is undefined; handled below.
         warnings.simplefilter("ignore", RuntimeWarning)
         band = sf.confidence_interval(confidence_level=level, method="log-log")
         lo, hi = band.low.evaluate(at), band.high.evaluate(at)
-    lo_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(lo, point, strict=True))
-    hi_t = tuple(p if math.isnan(v) else float(v) for v, p in zip(hi, point, strict=True))
-    return SurvivalCurve(tuple(point), lo_t, hi_t)
+    return _bounded(
+        point, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), at_risk(t_arr, max_turns + 1), level
+    )
+
+
+def _bounded(point: list[float], lo: np.ndarray, hi: np.ndarray, risk: np.ndarray, level: float) -> SurvivalCurve:
+    """The band, with a bound where it is undefined (NaN): before the first ending (S = 1) or once every
+    episode at risk has ended (S = 0), where Greenwood's variance is 0 and the log-log band undefined.
+
+    There the turn's r episodes at risk (stories, for a clustered band) all went one way, and the exact
+    binomial bound for r of r (Clopper and Pearson 1934) bounds the step: S(t) = 1 is bounded below by
+    (alpha/2)^(1/r) with r at risk of turn t - 1's endings (the fewest so far: censoring only takes away),
+    and S(t) = 0 above by the band's top at the turn n it fell from times 1 - (alpha/2)^(1/r_n). With no
+    one at risk the bound is the whole range. S(0) = 1 by definition, with no band.
+    """
+    alpha = (1 - level) / 2
+    lo_t, hi_t = [1.0], [1.0]
+    for t in range(1, len(point)):
+        p = point[t]
+        low, high = float(lo[t]), float(hi[t])
+        # scipy leaves the log-log band NaN at S = 0 and gives [1, 1] at S = 1: both are the point itself.
+        if math.isnan(low) or math.isnan(high) or (low == high == p and p in (0.0, 1.0)):
+            if p == 1.0:
+                low, high = (alpha ** (1 / risk[t - 1]) if risk[t - 1] > 0 else 0.0), 1.0
+            elif p == 0.0:
+                n = max(u for u in range(t) if point[u] > 0)  # the turn whose endings took it to 0
+                low, high = 0.0, (hi_t[n] * (1 - alpha ** (1 / risk[n])) if risk[n] > 0 else 1.0)
+            else:
+                low, high = p, p  # not reached: only S = 0 or 1 leave the band undefined
+        lo_t.append(low)
+        hi_t.append(high)
+    return SurvivalCurve(tuple(point), tuple(lo_t), tuple(hi_t))
 
 
 @dataclass(frozen=True)

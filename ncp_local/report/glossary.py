@@ -120,9 +120,11 @@ TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
     ("S(t) %", "share of the plays still going after t turns (Kaplan-Meier), as on the survival plot"),
     (
         "pass^k %",
-        "chance that k plays of a story all survive t turns: C(c,k)/C(n,k) for a story with c of its n "
-        "plays seen surviving, averaged over the stories and weighted by 1/G(t)^k for censoring (pass^1 = "
-        "S(t) with as many plays per story); [interval]: bootstrap over stories",
+        "chance that k plays of a story all survive t turns: the share of a story's k-subsets of plays all "
+        "seen surviving among those whose fates at t are known, each weighted by 1/G for censoring, over the "
+        "stories (pass^1 = S(t) with as many plays per story); [interval]: bootstrap over stories; not "
+        "estimable where under 10 stories have k plays observed at t, or under 5 have k plays all surviving "
+        "or a play ended",
     ),
     ("metric", "a main-table metric, per play (conflict-free %: 100 for a play no conflict ended)"),
     ("mean", "its mean over the scored plays"),

@@ -35,7 +35,7 @@ from .precision import UNCORRECTED_NOTE, AuditorError
 from .ran import ran_notes
 from .runs import Run
 from .tables import METRICS, TERMINATIONS, Row
-from .trials import RunTrials, noise_note, noise_table, passk_table
+from .trials import RunTrials, noise_note, noise_table, passk_table, trials_notes
 
 
 def _overturned(result: EpisodeResult) -> int:
@@ -214,6 +214,7 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
             f"<h3>{esc(rt.label)}: {rt.trials} trials of {len(rt.stories)} stories</h3>",
             count_table("passk", *passk_table(rt), define=define_trials),
             count_table("noise", *noise_table(rt, level), define=define_trials),
+            *(f"<p class='muted small'>{prose(n)}</p>" for n in trials_notes(rt)),
         ]
     parts.append(f"<p class='muted small'>{prose(noise_note(level))}</p>")
     return "".join(parts)

@@ -21,6 +21,10 @@ recomputes the corrected figure; the interval is the draws' percentiles. Drawing
 (rather than resampling the reviewed items) keeps its uncertainty when every reviewed item agrees:
 5 of 5 upheld is a precision anywhere from about 60% to 100%, not exactly 1. Jeffreys' interval is
 the one whose coverage stays near its level for small samples (Brown, Cai and DasGupta, 2001).
+The corrected figure itself is the median of the same draws. The plug-in value (p = upheld /
+reviewed) put 0 of 3 upheld at a precision of exactly 0 while the interval drew it from
+Beta(1/2, 7/2), and so could lie outside its own interval (in 7% of simulated runs with a 0-of-3
+sheet); the median of the draws is always inside (docs/measurements/2026-12-05-estimators.md).
 A type with no reviewed item is not corrected (p = 1), and the report says so.
 Without a sheet nothing changes, and the report says its figures are uncorrected.
 """
@@ -202,9 +206,7 @@ def correct(
     eps = episodes_of(run)
     n = len(eps.turns)
     max_turns = run.max_turns
-    p_hat = {t: (pr.value if pr.value is not None else 1.0) for t, pr in prec.items()}
     judged = _point(eps, {t: 1.0 for t in CONFLICT_TYPES}, np.arange(n), max_turns)
-    point = _point(eps, p_hat, np.arange(n), max_turns)
     # Two generators: the stories' draws follow the one rule (and its stream), the precisions their own.
     p_rng = np.random.default_rng([seed, 1])
     reviewed = {t: (prec[t].upheld, prec[t].reviewed) for t in CONFLICT_TYPES}
@@ -214,8 +216,12 @@ def correct(
         draws.append(_point(eps, p, idx, max_turns))
     alpha = (1 - level) / 2
     if draws:
-        lo, hi = np.quantile(np.array(draws), [alpha, 1 - alpha], axis=0)
-    else:
+        # The point is the draws' median, so it and the interval come from the same posterior and the point
+        # lies inside (module docstring); a median of curves that never rise never rises either.
+        point, lo, hi = np.quantile(np.array(draws), [0.5, alpha, 1 - alpha], axis=0)
+    else:  # no draw asked for: the plug-in value, p = upheld / reviewed
+        p_hat = {t: (pr.value if pr.value is not None else 1.0) for t, pr in prec.items()}
+        point = _point(eps, p_hat, np.arange(n), max_turns)
         lo = hi = np.full(len(point), math.nan)
     ivs = [Interval(float(a), float(b), float(c)) for a, b, c in zip(point, lo, hi, strict=True)]
     k = len(CONFLICT_TYPES)

@@ -11,17 +11,28 @@ A run with `trials.count=k` plays each story k times. From a story's plays this 
   Censoring (`context_limit`). A play censored after n turns is known to survive t only up to
   t = n + 1; past that, whether it would have survived is unknown. Leaving it out there (as this
   module once did) drops exactly the plays that were still going, and biases pass^k down (-15% for
-  pass^1, -27% for pass^2 at 30% censoring: docs/measurements/2026-12-04-coverage.md). Instead each
-  k-subset of plays seen surviving t is weighted by 1 / G(t)^k, G(t) being the Kaplan-Meier chance
-  that censoring has not yet hidden a play's survival at t (its "censoring survival", pooled over
-  the run's plays): inverse-probability-of-censoring weighting. A play seen surviving t has
-  chance S_story(t) G(t), so a k-subset all seen surviving has chance S_story(t)^k G(t)^k when
-  plays are censored independently of one another and of how the story goes; the weight undoes
-  the G(t)^k, and pass^k is unbiased again. pass^1 is then exactly the Kaplan-Meier S(t) when every
-  story has as many plays; with no censoring G = 1 and nothing changes. The estimate is capped at 1
-  (a weighted share can pass 1 in a small sample where nothing ended yet).
+  pass^1, -27% for pass^2 at 30% censoring: docs/measurements/2026-12-04-coverage.md). So pass^k is
+  an inverse-probability-of-censoring weighted share (Robins and Rotnitzky 1992; for a survival
+  probability, Satten and Datta 2001): a play's fate at t is known when it is seen surviving t or
+  seen ending before t, which censoring allows with chance G(min(n + 1, t)) for a play that played
+  n turns (G: the Kaplan-Meier chance that censoring has not yet hidden a play's fate, pooled over
+  the run's plays: `censoring_survival`); a k-subset of a story's plays whose fates are all known
+  weighs the product of its plays' 1/G, and pass^k(t) is the weighted share of those subsets that all
+  survive, each story weighing one (its subsets' weights over C(n, k)). It is a ratio (Hajek's form of
+  the weighting), so it stays in [0, 1] with nothing to cap: the earlier form divided the share seen
+  surviving by G(t)^k and capped the result at 1, which biased it down wherever the cap bit
+  (docs/measurements/2026-12-05-estimators.md). pass^1 is exactly the Kaplan-Meier S(t) when every
+  story has as many plays; with no censoring every weight is 1 and it is C(c, k)/C(n, k) averaged.
+- Not estimable. pass^k(t) is reported (point and interval) only where at least `MIN_OBSERVED` (10)
+  stories have k plays whose fates at t are known, at least `MIN_SIDE` (5) of them k plays all seen
+  surviving t, and at least 5 a play seen ending before t. Elsewhere the stories' bootstrap has
+  next to nothing to draw on one side: the band collapses onto the point (0 [0, 0] at late turns,
+  100 [100, 100] early) and covers far less than its level. The table says "not estimable" and
+  why; the rule is the usual "five on each side" for a binomial interval, counted in stories.
 - pass^k's interval: the percentile interval of a bootstrap over stories (`protocol/resample.py`),
   each draw recomputing G from the drawn plays.
+  A variance that float arithmetic leaves as a residue of 0 is 0, and the table's notes say where a
+  variance is 0 or a band has no width (the sample shows no spread there, not that there is none).
 - the noise floor of each main metric (one-way random effects over stories): the within-story
   variance sigma_w^2 (pooled over the stories' plays: the sampling noise of one play), the
   between-story variance sigma_b^2 = max(0, var(story means) - sigma_w^2 * mean(1/n_s)), their ratio,
@@ -37,11 +48,12 @@ A run with `trials.count=k` plays each story k times. From a story's plays this 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from ..protocol.metrics import EpisodeMetrics
 from ..protocol.resample import clusters, draws, percentile
@@ -125,34 +137,71 @@ def censoring_survival(plays: Sequence[EpisodeMetrics], max_turns: int) -> np.nd
     return _censoring_from(_turn_counts(plays, max_turns), max_turns)
 
 
-def _shares(story_list: Sequence[Story], k: int, max_turns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per story and t = 0..max_turns: the share of its k-subsets of plays all seen surviving t (NaN for a
-    story with fewer than k plays); and whether the story has k plays."""
-    shares = np.full((len(story_list), max_turns + 1), np.nan)
+@dataclass(frozen=True)
+class Fates:
+    """What pass^k reads from a run's plays, per story (rows), play (columns, padded to the most plays a
+    story has) and t = 0..max_turns (last axis)."""
+
+    seen: np.ndarray  # bool: the play is seen surviving t
+    known: np.ndarray  # bool: its fate at t is known (seen surviving t, or seen ending before t)
+    at: np.ndarray  # int: the turn whose censoring survival G weights it, min(turns + 1, t)
+    plays: np.ndarray  # int, per story: its scored plays
+    counts: np.ndarray  # per story, its _turn_counts (for G, recomputed per bootstrap draw)
+    max_turns: int
+
+
+def fates(story_list: Sequence[Story], max_turns: int) -> Fates:
+    most = max((len(s.plays) for s in story_list), default=0)
+    shape = (len(story_list), most)
+    turns = np.zeros(shape, dtype=np.intp)
+    cens = np.zeros(shape, dtype=bool)
+    real = np.zeros(shape, dtype=bool)
     for i, s in enumerate(story_list):
-        n = len(s.plays)
-        if n >= k:
-            for t in range(max_turns + 1):
-                c = sum(seen_surviving(m, t) for m in s.plays)
-                shares[i, t] = math.comb(c, k) / math.comb(n, k)
-    return shares, ~np.isnan(shares[:, 0]) if len(story_list) else np.zeros(0, dtype=bool)
+        for j, m in enumerate(s.plays):
+            turns[i, j], cens[i, j], real[i, j] = m.turns, m.censored, True
+    t = np.arange(max_turns + 1)
+    seen = real[..., None] & (turns[..., None] + cens[..., None] >= t)
+    # An uncensored play that played n < t turns ended at n: its fate at t is known (it did not survive).
+    known = seen | ((real & ~cens)[..., None] & (turns[..., None] < t))
+    at = np.minimum(turns[..., None] + 1, t)
+    counts = np.zeros((len(story_list), 3, max_turns + 2))
+    for i, s in enumerate(story_list):
+        counts[i] = _turn_counts(s.plays, max_turns)
+    return Fates(seen, known, at, real.sum(axis=1), counts, max_turns)
 
 
-def _pass_k(shares: np.ndarray, eligible: np.ndarray, g: np.ndarray, k: int) -> np.ndarray:
-    """pass^k(t) from the stories' shares, weighted by 1 / G(t)^k and capped at 1 (NaN: no eligible story)."""
+def _pass_k(f: Fates, idx: np.ndarray, k: int) -> np.ndarray:
+    """pass^k(t) of the stories `idx` (a bootstrap draw, or every story): the weighted share of their
+    k-subsets of plays all seen surviving among those whose fates are known (module docstring); NaN where
+    no story has k scored plays or no k-subset's fate is known."""
+    size = f.max_turns + 1
+    eligible = f.plays[idx] >= k
     if not eligible.any():
-        return np.full(shares.shape[1], np.nan)
-    mean = shares[eligible].mean(axis=0)
+        return np.full(size, np.nan)
+    idx = idx[eligible]
+    g = _censoring_from(f.counts[idx].sum(axis=0), f.max_turns)
+    with np.errstate(divide="ignore"):
+        inv = np.where(g > 0, 1.0 / np.where(g > 0, g, 1.0), np.nan)
+    w = np.where(f.known[idx], inv[f.at[idx]], 0.0)
+    # e_k(w) per story and t: the sum over its k-subsets of plays of the product of their weights (the
+    # subsets with an unknown fate weigh 0), by the elementary symmetric polynomials' recurrence.
+    e = [np.ones((len(idx), size))] + [np.zeros((len(idx), size)) for _ in range(k)]
+    for p in range(w.shape[1]):
+        for j in range(k, 0, -1):
+            e[j] = e[j] + e[j - 1] * w[:, p]
+    # The subsets all seen surviving t weigh 1/G(t)^k each, and there are C(c, k) of them.
+    surviving = special.comb(f.seen[idx].sum(axis=1), k) * inv**k
+    share = 1.0 / special.comb(f.plays[idx], k)  # each story one weight, however many plays it has
+    num = (surviving * share[:, None]).sum(axis=0)
+    den = (e[k] * share[:, None]).sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        weighted = np.where(g > 0, mean / g**k, np.nan)
-    return np.minimum(weighted, 1.0)
+        return np.where(den > 0, num / den, np.nan)
 
 
 def pass_k_curve(story_list: Sequence[Story], k: int, max_turns: int) -> np.ndarray:
     """pass^k(t), t = 0..max_turns (module docstring): over the stories with at least k scored plays."""
-    shares, eligible = _shares(story_list, k, max_turns)
-    plays = [m for s in story_list for m in s.plays]
-    return _pass_k(shares, eligible, censoring_survival(plays, max_turns), k)
+    f = fates(story_list, max_turns)
+    return _pass_k(f, np.arange(len(story_list)), k)
 
 
 def pass_k(story_list: Sequence[Story], k: int, t: int) -> float:
@@ -165,17 +214,42 @@ def pass_k_band(
 ) -> tuple[np.ndarray, np.ndarray]:
     """pass^k(t)'s percentile interval over `resamples` bootstrap draws of stories (protocol/resample.py),
     G(t) recomputed from each draw's plays."""
-    shares, eligible = _shares(story_list, k, max_turns)
-    counts = np.asarray([_turn_counts(s.plays, max_turns) for s in story_list])
-    curves = [
-        _pass_k(shares[idx], eligible[idx], _censoring_from(counts[idx].sum(axis=0), max_turns), k)
-        for idx in draws(clusters([s.spec_id for s in story_list]), resamples, seed)
-    ]
+    f = fates(story_list, max_turns)
+    curves = [_pass_k(f, idx, k) for idx in draws(clusters([s.spec_id for s in story_list]), resamples, seed)]
     if not curves:
         nan = np.full(max_turns + 1, np.nan)
         return nan, nan
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column of NaN draws: NaN, as wanted
         return percentile(np.asarray(curves), level)
+
+
+# pass^k(t) is estimable (module docstring) where at least MIN_OBSERVED stories have k plays whose fate at t
+# is known, at least MIN_SIDE of them have k plays all seen surviving t, and at least MIN_SIDE a play seen
+# ending before t. Fewer, and the stories' bootstrap has (almost) nothing to draw on that side: the band
+# collapses onto the point (0 [0, 0] at late turns, 100 [100, 100] early) and covers far less than its level.
+MIN_OBSERVED = 10
+MIN_SIDE = 5
+
+
+def not_estimable(story_list: Sequence[Story], k: int, max_turns: int) -> tuple[str, ...]:
+    """Per t = 0..max_turns, why pass^k(t) is not estimable ('' where it is; t = 0 always is: pass^k(0) = 1)."""
+    f = fates(story_list, max_turns)
+    observed = (f.plays >= k)[:, None] & (f.known.sum(axis=1) >= k)
+    surviving = (observed & (f.seen.sum(axis=1) >= k)).sum(axis=0)
+    ended = (observed & (f.known & ~f.seen).any(axis=1)).sum(axis=0)
+    observed_n = observed.sum(axis=0)
+    out = [""]
+    for t in range(1, max_turns + 1):
+        if observed_n[t] < MIN_OBSERVED:
+            out.append(f"{observed_n[t]} stories with {k} plays observed at t={t} (needs {MIN_OBSERVED})")
+        elif surviving[t] < MIN_SIDE:
+            out.append(f"{surviving[t]} stories with {k} plays all surviving t={t} (needs {MIN_SIDE})")
+        elif ended[t] < MIN_SIDE:
+            out.append(f"{ended[t]} stories with a play ended before t={t} (needs {MIN_SIDE})")
+        else:
+            out.append("")
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -203,6 +277,10 @@ def _values(plays: Sequence[EpisodeMetrics]) -> dict[str, list[float]]:
     return cols
 
 
+def _zero_below(x: float, scale: float) -> float:
+    return 0.0 if abs(x) <= scale else x
+
+
 def noise_floor(story_list: Sequence[Story], level: float = 0.95) -> list[Noise]:
     """Each main metric's variance within and between stories, and the differences it allows to call real
     (the module's docstring says how). Stories with fewer than two scored plays carry no within-story
@@ -218,12 +296,15 @@ def noise_floor(story_list: Sequence[Story], level: float = 0.95) -> list[Noise]
             nan = math.nan
             out.append(Noise(key, label, nan, nan, nan, nan, nan, nan, nan, nan))
             continue
-        within = sum(sum((x - sum(g) / len(g)) ** 2 for x in g) for g in rich) / dof
         means = [sum(g) / len(g) for g in groups]
         grand = sum(means) / len(means)
-        var_means = sum((m - grand) ** 2 for m in means) / (len(means) - 1)
+        # What float arithmetic leaves of a variance that is 0 (1e-29 for plays of 100.0 each, 1e-14 for a
+        # difference of two equal sums) is 0: else the table prints a ratio like 1.9e16.
+        scale = max(1.0, grand * grand) * 1e-9
+        within = _zero_below(sum(sum((x - sum(g) / len(g)) ** 2 for x in g) for g in rich) / dof, scale)
+        var_means = _zero_below(sum((m - grand) ** 2 for m in means) / (len(means) - 1), scale)
         inv_n = sum(1 / len(g) for g in groups) / len(groups)
-        between = max(0.0, var_means - within * inv_n)
+        between = max(0.0, _zero_below(var_means - within * inv_n, scale))
         n_stories, per = len(groups), 1 / inv_n  # harmonic mean of plays per story
         se_replay = math.sqrt(2 * within / (n_stories * per))
         se_runs = math.sqrt(2 * (between / n_stories + within / (n_stories * per)))
@@ -256,6 +337,8 @@ class RunTrials:
     survival: tuple[float, ...]  # the run's S(t) (Kaplan-Meier), beside pass^1
     noise: list[Noise]
     bands: dict[int, tuple[tuple[float, ...], tuple[float, ...]]]  # k' -> (lo, hi) of pass^k'(t)
+    # k' -> per t, why pass^k'(t) is not estimable ('' where it is; its curve and band are NaN there)
+    unestimable: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 def run_trials(runs: Sequence[Run], level: float = 0.95) -> list[RunTrials]:
@@ -267,14 +350,20 @@ def run_trials(runs: Sequence[Run], level: float = 0.95) -> list[RunTrials]:
             continue
         ss = stories(run)
         horizon = run.max_turns
-        curves = {kk: tuple(float(x) for x in pass_k_curve(ss, kk, horizon)) for kk in range(1, k + 1)}
-        bands = {}
+        curves, bands, why = {}, {}, {}
         for kk in range(1, k + 1):
+            why[kk] = not_estimable(ss, kk, horizon)
+            bad = np.asarray([bool(r) for r in why[kk]])
             lo, hi = pass_k_band(ss, kk, horizon, *run.bootstrap, level)
-            bands[kk] = (tuple(float(x) for x in lo), tuple(float(x) for x in hi))
+            curves[kk] = _floats(np.where(bad, np.nan, pass_k_curve(ss, kk, horizon)))
+            bands[kk] = (_floats(np.where(bad, np.nan, lo)), _floats(np.where(bad, np.nan, hi)))
         agg = run.aggregate(level)
-        out.append(RunTrials(run.label, k, horizon, ss, curves, agg.survival, noise_floor(ss, level), bands))
+        out.append(RunTrials(run.label, k, horizon, ss, curves, agg.survival, noise_floor(ss, level), bands, why))
     return out
+
+
+def _floats(xs: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(x) for x in xs)
 
 
 def _pct(x: float, d: int = 1) -> str:
@@ -293,19 +382,61 @@ def columns_at(max_turns: int) -> list[int]:
 Table = tuple[list[str], list[list[str]]]
 
 
-def _pct_iv(x: float, lo: float, hi: float) -> str:
+def _pct_iv(x: float, lo: float, hi: float, why: str = "") -> str:
+    if why:
+        return "not estimable"
     return _pct(x) if math.isnan(lo) or math.isnan(x) else f"{_pct(x)} [{_pct(lo)}, {_pct(hi)}]"
 
 
+def _why(rt: RunTrials, k: int, t: int) -> str:
+    reasons = rt.unestimable.get(k, ())
+    return reasons[t] if t < len(reasons) else ""
+
+
 def passk_table(rt: RunTrials) -> Table:
-    """S(t) and pass^k(t) in percent at `columns_at` turns, each with its interval."""
+    """S(t) and pass^k(t) in percent at `columns_at` turns, each with its interval ("not estimable" where
+    too few stories are observed: `not_estimable`, and `trials_notes` says why)."""
     ts = columns_at(rt.max_turns)
     rows = [["S(t) %", *(_pct(rt.survival[t]) for t in ts)]]
     rows += [
-        [f"pass^{k} %", *(_pct_iv(c[t], rt.bands[k][0][t], rt.bands[k][1][t]) for t in ts)]
+        [f"pass^{k} %", *(_pct_iv(c[t], rt.bands[k][0][t], rt.bands[k][1][t], _why(rt, k, t)) for t in ts)]
         for k, c in rt.curves.items()
     ]
     return ["", *(f"t={t}" for t in ts)], rows
+
+
+def trials_notes(rt: RunTrials) -> list[str]:
+    """What the run's two tables cannot show: where pass^k is not estimable and why, intervals of zero width,
+    and variances that are 0 (each says the sample shows no spread there, not that there is none)."""
+    ts = columns_at(rt.max_turns)
+    notes = []
+    for k in rt.curves:
+        gaps = [(t, _why(rt, k, t)) for t in ts if _why(rt, k, t)]
+        if gaps:
+            notes.append(f"pass^{k} not estimable at " + "; ".join(f"t={t}: {why}" for t, why in gaps) + ".")
+    flat = [
+        f"pass^{k} at t={t}"
+        for k, c in rt.curves.items()
+        for t in ts
+        if not math.isnan(c[t]) and rt.bands[k][0][t] == rt.bands[k][1][t]
+    ]
+    if flat:
+        notes.append(
+            f"Interval of zero width ({', '.join(flat)}): every bootstrap draw of the {len(rt.stories)} stories "
+            "gave the same value; the band says nothing about the spread there."
+        )
+    n = len(rt.stories)
+    if flat_w := [x.label for x in rt.noise if x.within == 0]:
+        notes.append(
+            f"Within-story variance 0 for {', '.join(flat_w)}: every story's plays agree on it, so the replay "
+            f"differences are 0; with {n} stories the sample shows no play-to-play noise, not that there is none."
+        )
+    if flat_b := [x.label for x in rt.noise if x.between == 0]:
+        notes.append(
+            f"Between-story variance 0 for {', '.join(flat_b)}: the stories' means differ no more than their "
+            "plays' noise predicts (within / between: inf)."
+        )
+    return notes
 
 
 def noise_table(rt: RunTrials, level: float) -> Table:
@@ -330,8 +461,9 @@ def noise_table(rt: RunTrials, level: float) -> Table:
 
 NOISE_NOTE = (
     "pass^k(t): the chance that k plays of a story all survive t turns, from each story's c of n plays seen "
-    "surviving as C(c,k)/C(n,k), averaged over stories and weighted by 1/G(t)^k for censored plays (G: the "
-    "Kaplan-Meier chance a play is not yet censored; pass^1 = S(t) when every story has as many plays); "
+    "surviving as C(c,k)/C(n,k), averaged over stories with the plays seen at t weighted by 1/G(t)^k (G: the "
+    "Kaplan-Meier chance a play is not yet censored), as a ratio of weights, so never above 1; pass^1 = S(t) "
+    "when every story has as many plays; `not estimable` where too few stories are seen at t (the note says why); "
     "[interval]: bootstrap over stories. Noise floor: within-story variance (one play's sampling noise), "
     "between-story variance (var of story means minus within/n), and the smallest difference between two "
     "runs of this size the noise allows to call real: z*sqrt(2*within/(S*k)) for two replays of the same S "
@@ -365,6 +497,7 @@ def trials_markdown(rts: Sequence[RunTrials], level: float) -> str:
             "",
             markdown_table(*noise_table(rt, level)),
             "",
+            *(f"{n}\n" for n in trials_notes(rt)),
         ]
     return "\n".join(parts + [noise_note(level)])
 
@@ -412,11 +545,12 @@ def passk_csv(rts: Sequence[RunTrials]) -> str:
 
     rows = [
         [rt.label, k, t, cell(c[t]), cell(rt.bands[k][0][t]), cell(rt.bands[k][1][t]), round(rt.survival[t], 6)]
+        + [_why(rt, k, t)]
         for rt in rts
         for k, c in rt.curves.items()
         for t in range(rt.max_turns + 1)
     ]
-    return csv_text(["run", "k", "t", "pass_k", "pass_k_lo", "pass_k_hi", "survival"], rows)
+    return csv_text(["run", "k", "t", "pass_k", "pass_k_lo", "pass_k_hi", "survival", "not_estimable"], rows)
 
 
 def noise_csv(rts: Sequence[RunTrials]) -> str:

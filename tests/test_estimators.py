@@ -1,0 +1,385 @@
+"""The estimators where real runs are (issue 58): small samples, late turns, heavy censoring.
+
+pass^k as a weighted share that needs no cap, and where it is not estimable; the incidence band at the
+effective sample size and its bound at zero events; the noise table's zero variances; the re-audit
+agreement resampled by story. These start nothing and run in a few seconds: they are also the suite
+the mutation run uses (docs/development/testing.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from ncp_local.protocol.metrics import EpisodeMetrics, aggregate, km_survival, restricted_mean_point
+from ncp_local.protocol.resample import percentile
+from ncp_local.report import auditors, precision
+from ncp_local.report.endings import cumulative_incidence
+from ncp_local.report.trials import (
+    NOISE_METRICS,
+    RunTrials,
+    Story,
+    censoring_survival,
+    noise_floor,
+    noise_table,
+    not_estimable,
+    pass_k_band,
+    pass_k_curve,
+    trials_notes,
+)
+
+
+def play(story: str, trial: int, turns: int, termination: str = "conflict", fact: bool = True) -> EpisodeMetrics:
+    conflict = termination == "conflict"
+    return EpisodeMetrics(story, termination, turns, 0.0, 0.0, conflict and fact, False, conflict and not fact,
+                          trial=trial)  # fmt: skip
+
+
+def test_pass_k_needs_no_cap_under_heavy_censoring() -> None:
+    # Story a's four plays are all censored after 1 turn, story b's all play 6 turns. The share seen surviving
+    # t = 4 is 0 for a and 1 for b; censoring hid 4 of the 8 plays, so G(4) = 1/2. Dividing the mean share by
+    # G^2 gave (1/2) / (1/4) = 2 (shown as 1 by a cap that biased everything it touched). As a ratio, only b's
+    # pairs have known fates, all surviving: exactly 1, and the same for pass^1 (Kaplan-Meier's S(4) = 1).
+    a = Story("a", tuple(play("a", i, 1, "context_limit") for i in range(4)))
+    b = Story("b", tuple(play("b", i, 6, "max_turns") for i in range(4)))
+    for k in (1, 2, 4):
+        assert pass_k_curve([a, b], k, 6)[4] == pytest.approx(1.0)
+    # Random heavy censoring: always a share in [0, 1], and pass^k never above pass^(k-1).
+    rng = np.random.default_rng(3)
+    stories = []
+    for s in range(30):
+        plays = []
+        for j in range(4):
+            censored = rng.random() < 0.6
+            plays.append(play(f"s{s}", j, int(rng.integers(1, 12)), "context_limit" if censored else "conflict"))
+        stories.append(Story(f"s{s}", tuple(plays)))
+    curves = [pass_k_curve(stories, k, 12) for k in (1, 2, 3, 4)]
+    for c in curves:
+        ok = ~np.isnan(c)
+        assert ok[:8].all() and (c[ok] >= 0).all() and (c[ok] <= 1 + 1e-12).all()
+    lo, hi = pass_k_band(stories, 2, 12, 200, 0, 0.95)
+    assert np.nanmax(hi) <= 1 + 1e-12 and (lo[:8] <= curves[1][:8] + 1e-12).all()
+
+
+def test_censoring_survival_by_hand() -> None:
+    # Plays of 2 (censored), 2 (ended), 4 (ended), 5 (censored) and 6 (the limit) turns. Censoring after n
+    # turns competes with the endings of turn n among the plays that did not end at n: at n = 2, 1 of the 4
+    # plays that played 2 or more and did not end there (the one that ended at 2 is out); at n = 5, 1 of 2.
+    # G(t) takes the factors of turns 0..t-2: G = 1, 1, 1, 1, 3/4, 3/4, 3/4 (the 1/2 of turn 5 counts from 7).
+    plays = [play("a", 0, 2, "context_limit"), play("a", 1, 2), play("a", 2, 4), play("a", 3, 5, "context_limit")]
+    plays.append(play("a", 4, 6, "max_turns"))
+    assert tuple(censoring_survival(plays, 6)) == pytest.approx((1, 1, 1, 1, 0.75, 0.75, 0.75))
+    assert tuple(censoring_survival(plays, 7))[7] == pytest.approx(0.375)
+
+
+def test_pass_k_is_undefined_where_censoring_hid_every_play_and_weighs_each_story_once() -> None:
+    # One play ends at turn 1, the other is censored after 3 turns: the last play at risk was censored, so
+    # G(5) = 0 and nothing can be known at t = 5.
+    lone = Story("a", (play("a", 0, 1), play("a", 1, 3, "context_limit")))
+    assert pass_k_curve([lone], 1, 5)[3] == pytest.approx(0.5) and math.isnan(pass_k_curve([lone], 1, 5)[5])
+    # Stories of 2 and 4 plays, none censored: a's 2 plays survive t = 3, 1 of b's 4 does. Each story weighs
+    # one, however many plays it has: pass^2 = (1 + 0) / 2, pass^1 = (1 + 1/4) / 2.
+    a = Story("a", (play("a", 0, 5, "max_turns"), play("a", 1, 5, "max_turns")))
+    b = Story("b", (play("b", 0, 5, "max_turns"), play("b", 1, 1), play("b", 2, 2), play("b", 3, 1)))
+    assert pass_k_curve([a, b], 2, 5)[3] == pytest.approx(0.5)
+    assert pass_k_curve([a, b], 1, 5)[3] == pytest.approx(0.625)
+    # Everything ended before t: 0, not undefined.
+    assert pass_k_curve([b], 1, 5)[4] == pytest.approx(0.25) and pass_k_curve([Story("c", b.plays[1:])], 1, 5)[4] == 0
+
+
+def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -> None:
+    # 12 stories of 2 plays, max_turns 10: stories 0-5 end both plays at turn 3, stories 6-11 play all 10.
+    def stories(censor_late: bool = False, survivors: int = 6, count: int = 12) -> list[Story]:
+        out = []
+        for s in range(count):
+            long = s >= count - survivors
+            second = play(f"s{s}", 1, 2, "context_limit") if long and censor_late else None
+            plays = [play(f"s{s}", j, 10 if long else 3, "max_turns" if long else "conflict") for j in range(2)]
+            out.append(Story(f"s{s}", (plays[0], second or plays[1])))
+        return out
+
+    why = not_estimable(stories(), 2, 10)
+    assert why[0] == ""  # pass^k(0) = 1 by definition
+    # t = 1..3: every story is seen surviving, none ended before t: the band would be 100 [100, 100].
+    assert why[1] == "0 stories with a play ended before t=1 (needs 5)" and why[3].startswith("0 stories")
+    assert why[4:] == ("",) * 7  # 6 stories surviving, 6 ended: estimable
+    # Censor the second play of each long story after 2 turns: from t = 4 on their fates are unknown, so only
+    # stories 0-5 have 2 plays observed.
+    assert not_estimable(stories(censor_late=True), 2, 10)[4] == "6 stories with 2 plays observed at t=4 (needs 10)"
+    # Only 3 stories survive: at t = 4 the surviving side is too thin.
+    assert not_estimable(stories(survivors=3), 2, 10)[4] == "3 stories with 2 plays all surviving t=4 (needs 5)"
+    # At the limits, 10 stories observed of which 5 survive and 5 ended, it is estimable.
+    assert not_estimable(stories(count=10, survivors=5), 2, 10)[4] == ""
+    # k larger than any story's plays: nothing observed.
+    assert not_estimable(stories(), 3, 10)[5] == "0 stories with 3 plays observed at t=5 (needs 10)"
+
+
+def _rt(story_list: list[Story], curves: dict[int, tuple[float, ...]], bands: dict, why: dict) -> RunTrials:
+    return RunTrials("r", 2, 4, story_list, curves, (1.0,) * 5, noise_floor(story_list), bands, why)
+
+
+def test_the_noise_table_shows_a_zero_variance_as_zero_and_its_notes_say_what_it_means() -> None:
+    # Conflict-free shares (0, 0, 100) and (0, 0, 0): the stories' means differ exactly as much as their
+    # plays' noise predicts, so the between-story variance is 0; float arithmetic leaves 2.3e-13 of it, which
+    # the table once printed as a ratio of 7.3e15.
+    a = Story("a", (play("a", 0, 5), play("a", 1, 5), play("a", 2, 5, "max_turns")))
+    b = Story("b", tuple(play("b", i, 5) for i in range(3)))
+    free = next(n for n in noise_floor([a, b]) if n.metric == "conflict_free_pct")
+    assert free.between == 0.0 and math.isinf(free.ratio) and free.within == pytest.approx(10000 / 3 / 2)
+    assert free.mean == pytest.approx(100 / 6) and free.label == "conflict-free %"
+    turns = next(n for n in noise_floor([a, b]) if n.metric == "avg_turns")
+    assert turns.within == 0.0 and turns.between == 0.0 and math.isnan(turns.ratio)  # no spread at all
+    rt = _rt([a, b], {1: (1.0, 1.0, 0.9, 0.9, 0.9)}, {1: ((1.0, 1.0, 0.9, 0.9, 0.9),) * 2}, {1: ("",) * 5})
+    row = next(r for r in noise_table(rt, 0.95)[1] if r[0] == "conflict-free %")
+    assert row[3:5] == ["0.00", "inf"]
+    notes = " ".join(trials_notes(rt))
+    assert "Between-story variance 0 for turns, traj %" in notes and "(within / between: inf)" in notes
+    assert "Within-story variance 0 for turns" in notes and "with 2 stories" in notes
+    # Bands of zero width are named with the number of stories behind them.
+    assert "Interval of zero width (pass^1 at t=1, pass^1 at t=2, pass^1 at t=3, pass^1 at t=4)" in notes
+    assert "of the 2 stories gave the same value" in notes
+    # Where pass^k is not estimable the cell says so and the note gives the reason.
+    nan = (math.nan,) * 5
+    rt = _rt([a, b], {1: nan}, {1: (nan, nan)}, {1: ("",) + ("2 stories with 1 plays observed at t=1 (needs 10)",) * 4})
+    notes = trials_notes(rt)
+    assert notes[0].startswith("pass^1 not estimable at t=1: 2 stories with 1 plays observed at t=1 (needs 10);")
+    assert not any("zero width" in n for n in notes)
+
+
+def test_incidence_band_holds_at_zero_events_and_for_a_rare_ending() -> None:
+    # 40 single-play stories: one ends by player input, 19 by fact, 20 reach the limit.
+    ms = [play(f"s{i}", 0, 3 + i % 4) for i in range(19)]
+    ms += [play("s19", 0, 2, fact=False)]
+    ms += [play(f"s{i}", 0, 8, "max_turns") for i in range(20, 40)]
+    inc = cumulative_incidence(ms, 8, 0.95, 400, 0)
+    # No commitment ending at all: never [0, 0], but Jeffreys' bound for 0 of 40 stories.
+    assert inc.final("commitment") == 0.0 and inc.lo["commitment"][-1] == 0.0
+    assert inc.hi["commitment"][-1] == pytest.approx(stats.beta.ppf(0.975, 0.5, 40.5))
+    assert inc.hi["commitment"][0] == 0.0  # F(0) = 0 by definition
+    # 1 of 40: the percentile band of the draws stops near 0.075; Jeffreys' interval of 1 in 40 reaches 0.11.
+    rare = inc.final("player_input")
+    assert rare == pytest.approx(1 / 40) and 0 < inc.lo["player_input"][-1] < rare
+    assert inc.hi["player_input"][-1] == pytest.approx(stats.beta.ppf(0.975, 1.5, 39.5), abs=0.02)
+    # A common ending: about Jeffreys' interval of 19 of 40 (0.33, 0.63), widened a little for 39 degrees of
+    # freedom.
+    assert inc.lo["fact"][-1] == pytest.approx(0.325, abs=0.02) and inc.hi["fact"][-1] == pytest.approx(0.63, abs=0.02)
+
+
+def _auditor(label: str, by_story: dict[str, list[bool]], narration: str = "same") -> auditors.Auditor:
+    """An auditor of 5 plays per story, each play judged `conflict` on its 4 turns as given per story."""
+    aud = auditors.Auditor(label, Path(f"/{label}"), narration)
+    for story, judged in by_story.items():
+        for trial in range(5):
+            per_turn = tuple((t, judged[t]) for t in range(4))
+            turns = next((t + 1 for t in range(4) if judged[t]), 4) + trial % 2  # a play differs a little
+            types = frozenset({"fact"}) if any(judged) else frozenset()
+            aud.episodes[f"{story}~t{trial}"] = auditors.Judged(turns, types, per_turn, story)
+    return aud
+
+
+def test_reaudit_agreement_resamples_stories_with_all_their_plays() -> None:
+    # Six stories of five plays; the two auditors agree on four stories and disagree on two. A story's plays
+    # are judged alike, so they are one observation five times over: by story the intervals are about
+    # sqrt(5) wider than by episode.
+    a = {"s0": [0, 0, 1, 0], "s1": [0, 0, 0, 0], "s2": [1, 0, 0, 0], "s3": [0, 1, 0, 0], "s4": [0, 0, 0, 1]}
+    a["s5"] = [0, 0, 0, 0]
+    b = dict(a) | {"s4": [0, 0, 0, 0], "s5": [0, 1, 0, 0]}
+    a_bool = {s: [bool(x) for x in v] for s, v in a.items()}
+    b_bool = {s: [bool(x) for x in v] for s, v in b.items()}
+    clustered = auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.95)
+    assert clustered == auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.95)  # seeded
+    # Each auditor's rates: A found a conflict (a fact one) in 4 of the 6 stories, every play alike.
+    row = clustered["auditors"][0]
+    assert (row["auditor"], row["path"], row["episodes"]) == ("A", "/A", 30)
+    assert row["fact"]["point"] == pytest.approx(400 / 6) and row["conflict"]["point"] == pytest.approx(400 / 6)
+    assert row["commitment"]["point"] == row["player_input"]["point"] == 0.0
+    assert (clustered["pairs"][0]["a"], clustered["pairs"][0]["b"], clustered["pairs"][0]["episodes"]) == ("A", "B", 30)
+    # The level asked for: a 50% interval is narrower than the 95% one.
+    half = auditors.table([_auditor("A", a_bool), _auditor("B", b_bool)], 1000, 0, 0.5)
+    for key in ("kappa", "pearson"):
+        assert (
+            half["pairs"][0][key]["hi"] - half["pairs"][0][key]["lo"]
+            < clustered["pairs"][0][key]["hi"] - clustered["pairs"][0][key]["lo"]
+        )
+    assert half["auditors"][0]["fact"]["hi"] < clustered["auditors"][0]["fact"]["hi"]
+    flat_a, flat_b = _auditor("A", a_bool), _auditor("B", b_bool)
+    for aud in (flat_a, flat_b):  # the same episodes, each its own story
+        aud.episodes = {k: auditors.Judged(j.turns, j.types, j.per_turn, k) for k, j in aud.episodes.items()}
+    flat = auditors.table([flat_a, flat_b], 1000, 0, 0.95)
+    assert (clustered["stories"], flat["stories"]) == (6, 30)
+
+    def width(iv: dict) -> float:
+        return iv["hi"] - iv["lo"]
+
+    pair, flat_pair = clustered["pairs"][0], flat["pairs"][0]
+    assert pair["kappa"]["point"] == pytest.approx(flat_pair["kappa"]["point"])
+    for key in ("kappa", "pearson", "spearman"):
+        assert width(pair[key]) > 1.5 * width(flat_pair[key]), key
+    rates, flat_rates = clustered["auditors"][0], flat["auditors"][0]
+    for key in ("fact", "conflict", "turns"):
+        assert width(rates[key]) > 1.5 * width(flat_rates[key]), key
+
+
+def _precision_run() -> tuple[SimpleNamespace, list[precision.Verdict]]:
+    """One story of 10 plays (max_turns 4): 4 end in one fact conflict at turn 2, 1 in a fact and a commitment
+    conflict at turn 2, 1 in two fact conflicts at turn 3, 2 are censored after 3 turns, 2 reach the limit.
+    A sheet upholds 8 of 10 fact conflicts and 1 of 2 commitment ones."""
+
+    def result(i: int, termination: str, turns: int, conflicts: tuple[str, ...]) -> SimpleNamespace:
+        last = SimpleNamespace(
+            conflicts=[SimpleNamespace(type=t, target_id=f"{t}{j}") for j, t in enumerate(conflicts)]
+        )
+        return SimpleNamespace(spec_id="s", trial=i, termination=termination,
+                               turns=[SimpleNamespace(conflicts=[])] * (turns - 1) + [last])  # fmt: skip
+
+    rows = [result(i, "conflict", 2, ("fact",)) for i in range(4)]
+    rows += [result(4, "conflict", 2, ("fact", "commitment")), result(5, "conflict", 3, ("fact", "fact"))]
+    rows += [result(6 + i, "context_limit", 3, ()) for i in range(2)]
+    rows += [result(8 + i, "max_turns", 4, ()) for i in range(2)]
+    run = SimpleNamespace(results={f"s~t{r.trial}": r for r in rows}, label="toy", max_turns=4, path=Path("/toy"))
+    verdicts = [precision.Verdict("/toy", "s", "fact", "f", i < 8) for i in range(10)]
+    verdicts += [precision.Verdict("/toy", "s", "commitment", "c", i < 1) for i in range(2)]
+    return run, verdicts
+
+
+def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_posterior() -> None:
+    run, verdicts = _precision_run()
+    prec = precision.precisions(verdicts, 0.9)
+    fact, commit, player = prec["fact"], prec["commitment"], prec["player_input"]
+    assert (fact.reviewed, fact.upheld, fact.value, commit.value, player.value) == (10, 8, 0.8, 0.5, None)
+    # Clopper-Pearson at the level asked for (90%): the beta quantiles.
+    assert (fact.lo, fact.hi) == pytest.approx((stats.beta.ppf(0.05, 8, 3), stats.beta.ppf(0.95, 9, 2)))
+    assert (fact.type, player.type, player.reviewed, player.upheld) == ("fact", "player_input", 0, 0)
+    assert math.isnan(player.lo) and math.isnan(player.hi)
+    # The plug-in figures (no draw): a play with c_k conflicts of type k really ended by k with chance
+    # 1 - (1 - p_k)^c_k. Fact: 4 x 0.8 + 0.8 + (1 - 0.2^2) over 10 plays = 49.6%; commitment 0.5 / 10 = 5%.
+    # By any conflict: 4 x 0.8 + (1 - 0.2 x 0.5) + 0.96 = 5.06, so 4.94 plays conflict-free.
+    plug = precision.correct(run, prec, verdicts, 0, 0, 0.95)
+    assert (plug.label, plug.scored, plug.uncorrected_types) == ("toy", 10, ("player_input",))
+    assert plug.rates["fact_pct"][1].point == pytest.approx(49.6)
+    assert plug.rates["commitment_pct"][1].point == pytest.approx(5.0)
+    assert plug.rates["player_input_pct"][1].point == 0.0
+    assert plug.conflict_free[1].point == pytest.approx(4.94) and math.isnan(plug.conflict_free[1].lo)
+    # As judged (every conflict real): 6 of 10 with a fact conflict, 1 with a commitment one, 4 conflict-free.
+    assert (plug.rates["fact_pct"][0], plug.rates["commitment_pct"][0], plug.conflict_free[0]) == (60.0, 10.0, 4.0)
+    # S(t): turn 2 has 10 at risk and endings weighing 3.2 + 0.9; turn 3 has 5 at risk (the two censored
+    # plays among them, weighing 0) and 0.96. As judged: 5 of 10, then 1 of 5.
+    judged_s, corr_s, lo_s, hi_s = plug.survival
+    assert judged_s == pytest.approx((1, 1, 1, 0.5, 0.4))
+    assert corr_s == pytest.approx((1, 1, 1, 0.59, 0.59 * (1 - 0.96 / 5)))
+    assert len(lo_s) == len(hi_s) == 5
+    # With draws: one story, so every draw takes the same plays and only the precisions vary. The fact rate
+    # f(p) = 10 (5 p + 1 - (1 - p)^2) rises with p, so its interval and point are f at the quantiles of
+    # Jeffreys' Beta(8.5, 2.5): the point at its median, never at 8/10 exactly.
+    drawn = precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]
+
+    def p_of(rate: float) -> float:
+        return float(optimize.brentq(lambda p: 10 * (5 * p + 1 - (1 - p) ** 2) - rate, 0, 1))
+
+    jeffreys = stats.beta(8.5, 2.5)
+    got = (p_of(drawn.lo), p_of(drawn.point), p_of(drawn.hi))
+    assert got == pytest.approx(tuple(jeffreys.ppf([0.025, 0.5, 0.975])), abs=0.012)
+    assert drawn == precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]  # seeded
+    # A type with no reviewed item is taken as judged, in the point and in every draw: one more play ending in
+    # a player-input conflict gives 1 in 11, corrected or not.
+    last = SimpleNamespace(conflicts=[SimpleNamespace(type="player_input", target_id="p0")])
+    extra = SimpleNamespace(spec_id="s", trial=10, termination="conflict", turns=[SimpleNamespace(conflicts=[]), last])
+    run.results["s~t10"] = extra
+    for draws in (0, 200):
+        rate = precision.correct(run, prec, verdicts, draws, 0, 0.95).rates["player_input_pct"]
+        assert rate[0] == rate[1].point == pytest.approx(100 / 11)
+        assert draws == 0 or rate[1].lo == rate[1].hi == pytest.approx(100 / 11)
+
+
+def test_survival_bounds_at_zero_and_one_by_hand() -> None:
+    # Six episodes of 1 (ended), 2 (censored), 4, 4 (ended both: everyone at risk of turn 4), max_turns 6:
+    # S falls to 0 after turn 4 with 2 at risk, so S(5) and S(6) are bounded above by S(4)'s top times
+    # 1 - 0.025^(1/2), at 95%; at 90% by 1 - 0.05^(1/2).
+    turns, censored = [1, 2, 4, 4], [False, True, False, False]
+    for level, alpha in ((0.95, 0.025), (0.9, 0.05)):
+        c = km_survival(turns, censored, 6, level)
+        assert c.s[5:] == (0.0, 0.0) and c.lo[5:] == (0.0, 0.0)
+        assert c.hi[5] == c.hi[6] == pytest.approx(c.hi[4] * (1 - alpha**0.5))
+        # S(1) = 1 with 4 at risk of turn 0's endings: bounded below by alpha^(1/4).
+        assert c.lo[1] == pytest.approx(alpha**0.25) and c.hi[1] == 1.0
+    # Greenwood's band at the level asked for: narrower at 90% than at 95%.
+    assert km_survival(turns, censored, 6, 0.9).lo[3] > km_survival(turns, censored, 6).lo[3]
+    # Nobody at risk any more and nothing ended: nothing bounds S from below.
+    assert km_survival([1], [True], 4).lo[3:] == (0.0, 0.0)
+    # Empty: zeros, band included.
+    empty = km_survival([], [], 2)
+    assert empty.s == empty.lo == empty.hi == (0.0, 0.0, 0.0)
+    # With several plays a story, the bootstrap band where every draw agrees (S = 0 after both stories'
+    # plays ended) is bounded by the stories at risk, and the same seed gives the same band.
+    stories = ["a", "a", "b", "b"]
+    c = km_survival([1, 2, 2, 2], [False] * 4, 4, stories=stories, resamples=200)
+    assert c.s[3:] == (0.0, 0.0) and c.hi[3] > 0 and c.lo[3] == 0.0
+    assert c == km_survival([1, 2, 2, 2], [False] * 4, 4, stories=stories, resamples=200)
+
+
+def test_restricted_mean_of_nothing_is_zero() -> None:
+    assert restricted_mean_point(np.array([], dtype=np.intp), np.array([]), 5) == 0.0
+
+
+def test_noise_floor_with_too_few_plays_three_stories_and_its_power_columns() -> None:
+    # No story with two plays: no within-story spread, every figure NaN, one row per metric.
+    single = [Story(f"s{i}", (play(f"s{i}", 0, i + 1),)) for i in range(3)]
+    rows = noise_floor(single)
+    assert [n.metric for n in rows] == [m for m, _ in NOISE_METRICS]
+    assert all(math.isnan(x) for n in rows for x in astuple(n)[2:])
+    assert [n.label for n in rows] == [label for _, label in NOISE_METRICS]
+    # One story of two plays beside one of one: one degree of freedom is enough for a within-story variance.
+    one = noise_floor([Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 4),))])
+    assert next(n for n in one if n.metric == "avg_turns").within == pytest.approx(2.0)
+    # Three stories of two plays: turns (1, 3), (5, 7), (2, 2). Within: (2 + 2 + 0) / 3 = 4/3; the story
+    # means 2, 6, 2 vary by 16/3; between = 16/3 - (4/3) / 2 = 14/3. At the default 95% level.
+    three = [Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 5), play("b", 1, 7)))]
+    three.append(Story("c", (play("c", 0, 2), play("c", 1, 2))))
+    turns = next(n for n in noise_floor(three) if n.metric == "avg_turns")
+    z, z80 = stats.norm.ppf(0.975), stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    assert (turns.within, turns.between, turns.ratio) == pytest.approx((4 / 3, 14 / 3, 2 / 7))
+    se_replay, se_runs = math.sqrt(2 * (4 / 3) / 6), math.sqrt(2 * ((14 / 3) / 3 + (4 / 3) / 6))
+    assert (turns.mdd_replay, turns.mdd_runs) == pytest.approx((z * se_replay, z * se_runs))
+    assert (turns.mdd_replay_80, turns.mdd_runs_80) == pytest.approx((z80 * se_replay, z80 * se_runs))
+    # A between-story variance of 1 still gives a ratio (not inf): (1, 3) and (3, 5), within 2, between 2 - 1.
+    small = [Story("a", (play("a", 0, 1), play("a", 1, 3))), Story("b", (play("b", 0, 3), play("b", 1, 5)))]
+    t_small = next(n for n in noise_floor(small) if n.metric == "avg_turns")
+    assert (t_small.within, t_small.between, t_small.ratio) == pytest.approx((2.0, 1.0, 2.0))
+
+
+def test_percentile_interval_and_seeded_bands() -> None:
+    values = np.arange(1001, dtype=float)[:, None]
+    lo, hi = percentile(values, 0.95)
+    assert (lo[0], hi[0]) == pytest.approx((25.0, 975.0))
+    assert tuple(x[0] for x in percentile(values, 0.5)) == pytest.approx((250.0, 750.0))
+    # pass^k's band and the main table's S(t) band with trials: the same seed, the same band.
+    stories = [Story(f"s{i}", tuple(play(f"s{i}", j, 1 + (i * j) % 6) for j in range(3))) for i in range(12)]
+    first = pass_k_band(stories, 2, 6, 100, 4, 0.95)
+    assert all((a == b).all() for a, b in zip(first, pass_k_band(stories, 2, 6, 100, 4, 0.95), strict=True))
+    nan = pass_k_band([], 2, 4, 100, 0, 0.95)
+    assert all(len(x) == 5 and np.isnan(x).all() for x in nan) and np.isnan(pass_k_curve([], 2, 4)).all()
+    ms = [m for s in stories for m in s.plays]
+    agg = aggregate(ms, 6, 0.9, 150, 3)
+    km = km_survival([m.turns for m in ms], [m.censored for m in ms], 6, 0.9, [m.spec_id for m in ms], 150, 3)
+    assert (agg.survival, agg.survival_lo, agg.survival_hi) == (km.s, km.lo, km.hi)
+
+
+def test_pass_k_weighs_an_ended_play_by_the_censoring_survival_at_its_end() -> None:
+    # A play that ended at turn n weighs 1/G(n + 1): censoring before its end (here after 3 turns, before the
+    # ending at 4) raises its weight, censoring after it (a play ending at 2) does not. Either way pass^1 is
+    # Kaplan-Meier's S(t).
+    for first_end in (2, 3, 4):
+        plays = (play("x", 0, first_end), play("x", 1, 3, "context_limit"))
+        plays += (play("x", 2, 8, "max_turns"), play("x", 3, 8, "max_turns"))
+        km = km_survival([m.turns for m in plays], [m.censored for m in plays], 8).s
+        assert (
+            pass_k_curve([Story("x", plays)], 1, 8)[7]
+            == pytest.approx(km[7])
+            == pytest.approx({2: 0.75, 3: 0.75, 4: 2 / 3}[first_end])
+        )
