@@ -33,6 +33,14 @@ def test_the_docs_list_the_table() -> None:
     assert [(name, gen.uncell(text)) for name, text in rows] == [(m.name, m.help) for m in modes.MODES]
 
 
+def test_the_config_comment_lists_the_table() -> None:
+    """conf/config.yaml's `mode:` comment, which the configuration reference shows, names every mode."""
+    line = next(
+        x for x in (ROOT / "conf" / "config.yaml").read_text(encoding="utf-8").splitlines() if x.startswith("mode:")
+    )
+    assert [m.strip() for m in line.split("#", 1)[1].split("|")] == [m.name for m in modes.MODES]
+
+
 def test_help_prints_the_table() -> None:
     text = modes_text()
     assert [line.split()[0] for line in text.splitlines()] == [f"mode={m.name}" for m in modes.MODES]
