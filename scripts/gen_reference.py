@@ -457,9 +457,6 @@ def record_table(cls: type) -> str:
 
 def record_models() -> list[tuple[str, type]]:
     """(where the record lives in a run directory, its model), as the readers load them."""
-    from ncp_local.execution.call_log import CallLine
-    from ncp_local.execution.layout import ManifestShape
-    from ncp_local.execution.sweep_index import EngineRow, PointRow, SweepIndex
     from ncp_local.modes.benches.figures import (
         BenchFigures,
         Machine,
@@ -481,6 +478,9 @@ def record_models() -> list[tuple[str, type]]:
         TrajectoryRecord,
         TurnRecord,
     )
+    from ncp_local.rundir.call_log import CallLine
+    from ncp_local.rundir.layout import ManifestShape
+    from ncp_local.rundir.sweep_index import EngineRow, PointRow, SweepIndex
 
     return [
         ("results/<spec>.json", EpisodeResult),

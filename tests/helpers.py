@@ -11,14 +11,14 @@ from typing import Any
 from cli_runner import run_cli
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
-from ncp_local.execution.call_log import CallLine, read_calls
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ncp_local.execution.store import RunDir
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import OPTIONAL, TEMPLATES, PromptPack
 from ncp_local.protocol.spec import parse_spec
+from ncp_local.rundir.call_log import CallLine, read_calls
+from ncp_local.rundir.store import RunDir
 
 # Nothing happens unless a rule says so: no conflicts, nodes, facts or satisfactions.
 QUIET = RandomPolicy(conflict_rate=0, node_rate=0, satisfy_rate=0, add_fact_rate=0, negate_fact_rate=0)

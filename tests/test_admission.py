@@ -12,11 +12,11 @@ from ncp_local.execution.admission import Admission, resident
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.footprint import counter, estimate
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ncp_local.execution.store import RunDir
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.records import Checkpoint
+from ncp_local.rundir.store import RunDir
 
 CALM = RandomPolicy(conflict_rate=0.0, node_rate=0.3, satisfy_rate=0.0)
 

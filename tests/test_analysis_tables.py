@@ -16,13 +16,13 @@ import pytest
 from cli_runner import run_cli
 from ncp_local import analysis
 from ncp_local.errors import InputError
-from ncp_local.execution.call_log import read_calls
-from ncp_local.execution.sweep_index import read_index
 from ncp_local.report.cost import cost_table
 from ncp_local.report.parquet import build_tables, read_table
 from ncp_local.report.runs import attach_specs, load_run
 from ncp_local.report.table_rows import Source
 from ncp_local.report.table_schema import META_VERSION, TABLES
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.sweep_index import read_index
 
 
 @pytest.fixture(scope="module")

@@ -390,7 +390,7 @@ CASES = [
         ("export.format", "inspect_ai", "not installed", "pip install -e '.[inspect]'"),
         hide=("inspect_ai", "inspect_ai.event", "inspect_ai.log", "inspect_ai.model", "inspect_ai.scorer"),
     ),
-    # -- run-directory parts of the wrong kind (ncp_local/execution/places.py check_place) ----
+    # -- run-directory parts of the wrong kind (ncp_local/rundir/places.py check_place) ----
     Case(
         "rundir-checkpoints-a-file",
         (),
@@ -740,7 +740,7 @@ def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple
     assert len(runs) == 1 and (runs[0] / "DONE").exists()  # the refused point wrote nothing
 
 
-# -- damaged run directories: recovered, not refused (ncp_local/execution/store.py) ----------
+# -- damaged run directories: recovered, not refused (ncp_local/rundir/store.py) ----------
 # A damaged file is moved to quarantine/ with one warning line and its episode
 # played again: exit 0, the run whole again, and the damaged bytes kept.
 

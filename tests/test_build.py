@@ -15,10 +15,10 @@ from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.errors import InputError
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
-from ncp_local.execution.store import RunDir
 from ncp_local.modes.build import build_all, load_sources
 from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.spec import load_dataset
+from ncp_local.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 

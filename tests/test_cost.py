@@ -11,10 +11,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ncp_local.config import compose
-from ncp_local.execution.call_log import CallLine, read_calls
+from ncp_local.execution.preflight import plan_growth
 from ncp_local.report import build_report
 from ncp_local.report.cost import busy_shares, cost_table, plan_projection
 from ncp_local.report.runs import load_run
+from ncp_local.rundir.call_log import CallLine, read_calls
 from test_report import make_run, write_dataset
 
 
@@ -114,13 +115,13 @@ def test_plan_projection_beside_the_measured_tokens(tmp_path: Path) -> None:
     # A scripted run is not projected, and says why.
     manifest["config"]["engine"] = {"name": "scripted"}
     manifest_path.write_text(json.dumps(manifest))
-    t = cost_table(load_run(run_dir), plan=True)
+    t = cost_table(load_run(run_dir), plan=plan_growth)
     assert t.projected is None and "scripted" in t.projection_note
     # The same calls under the default (embedded-model) config as a run records it: projected per stage.
     manifest["config"] = OmegaConf.to_container(compose(["max_turns=4"]), resolve=True)
     manifest_path.write_text(json.dumps(manifest))
     run = load_run(run_dir)
-    projected, source = plan_projection(run)
+    projected, source = plan_projection(run, plan_growth)
     assert projected is not None and "played" in source
     calls = read_calls(run_dir / "calls.jsonl")
     assert set(projected) == {(c.role, c.stage) for c in calls}
@@ -132,7 +133,7 @@ def test_plan_projection_beside_the_measured_tokens(tmp_path: Path) -> None:
     assert projected[("narrator", "narrate")] / len(narrate) > projected[("narrator", "opening")] / 2 > 0
 
     out = tmp_path / "report"
-    md = build_report([run], out, resamples=20, plan=True)["cost_md"]
+    md = build_report([run], out, resamples=20, plan=plan_growth)["cost_md"]
     assert "| plan prompt tok |" in md and f"plan: {source}" in md
     rows = list(csv.DictReader(io.StringIO((out / "cost.csv").read_text())))
     total = next(r for r in rows if r["per"] == "run" and r["stage"] == "all")

@@ -9,7 +9,8 @@ import pytest
 
 from helpers import Scripted, make_spec, tag
 from ncp_local.engines.base import Completion, ContextOverflow, Request
-from ncp_local.execution.calls import SystematicFailure, failure_kind, systematic_invalid
+from ncp_local.execution.calls import SystematicFailure
+from ncp_local.rundir.invalid import failure_kind, systematic_invalid
 
 
 def _engine_error(stage_name: str) -> Any:

@@ -14,11 +14,11 @@ import pytest
 from cli_runner import run_cli
 from helpers import Scripted, conflicts, make_spec, play_scripted_official, tag
 from ncp_local.engines.base import Request
-from ncp_local.execution.identity import settings
 from ncp_local.protocol.stages import FAILURE_MODES, AuditIds, InvalidOutput, conflict_name, parse, schema_for
 from ncp_local.report.parquet import build_tables
 from ncp_local.report.runs import load_run
 from ncp_local.report.table_rows import Source
+from ncp_local.rundir.identity import settings
 
 KEYS = AuditIds(conflict_keys=("fact:f_1", "player_input:input"))
 

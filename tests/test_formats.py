@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
-from ncp_local.execution.call_log import read_calls
-from ncp_local.execution.formats import FORMAT_KEY, VERSIONS
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.formats import FORMAT_KEY, VERSIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 # Written by main on 2026-12-04 (format 1, before versions were recorded): `python run.py engine=scripted

@@ -15,10 +15,10 @@ from omegaconf import OmegaConf
 
 from cli_runner import CliResult, run_cli
 from ncp_local import config as config_mod
-from ncp_local.execution import identity as identity_mod
-from ncp_local.execution.fingerprints import model_weights, weights_fingerprint
-from ncp_local.execution.identity import Identity, differences, of_run
-from ncp_local.execution.provenance import hf_revision
+from ncp_local.rundir import identity as identity_mod
+from ncp_local.rundir.fingerprints import model_weights, weights_fingerprint
+from ncp_local.rundir.identity import Identity, differences, of_run
+from ncp_local.rundir.provenance import hf_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=2", "progress=false")

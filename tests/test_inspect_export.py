@@ -24,10 +24,10 @@ import pytest
 
 from cli_runner import run_cli
 from helpers import headless_chromium
-from ncp_local.execution.call_log import read_calls
 from ncp_local.protocol.metrics import episode_metrics
 from ncp_local.report.inspect_log import conflict_label
 from ncp_local.report.runs import load_run
+from ncp_local.rundir.call_log import read_calls
 from test_report import make_run, write_dataset
 
 inspect_log = pytest.importorskip("inspect_ai.log", reason="inspect_ai is not installed (the `inspect` extra)")

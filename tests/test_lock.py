@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ncp_local.execution import provenance
+from ncp_local.rundir import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = {"cpu": ROOT / "requirements" / "cpu.txt", "gpu": ROOT / "requirements" / "gpu.txt"}

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
-from ncp_local.execution.places import FILE_KEYS, refused_write
 from ncp_local.exits import EXIT_BAD_INPUT
 from ncp_local.modes import MODES
+from ncp_local.rundir.places import FILE_KEYS, refused_write
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_ID = "red_riding_hood"

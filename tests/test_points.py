@@ -11,7 +11,8 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from ncp_local.errors import InputError
-from ncp_local.execution import layout, points
+from ncp_local.execution import points
+from ncp_local.rundir import layout
 
 
 def _hydra_jobs(overrides: list[str]) -> list[list[str]]:

@@ -16,13 +16,13 @@ from helpers import Scripted, first_check, make_spec, tag
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
 from ncp_local.errors import InputError
-from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
-from ncp_local.execution.store import RunDir
 from ncp_local.modes.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
 from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.records import EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.report.runs import load_run
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = RandomPolicy(conflict_rate=0.25, overturn_rate=0.3, node_rate=0.4, satisfy_rate=0.3)

@@ -18,10 +18,10 @@ from helpers import Scripted, make_spec
 from ncp_local import config as config_mod
 from ncp_local import modes
 from ncp_local.errors import InputError
-from ncp_local.execution.call_log import read_calls
-from ncp_local.execution.places import check_place
-from ncp_local.execution.store import RunDir, RunMismatch
 from ncp_local.exits import EXIT_DISK_FULL
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.places import check_place
+from ncp_local.rundir.store import RunDir, RunMismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED = ("engine=scripted", "max_turns=3", "progress=false", "engine.conflict_rate=0")

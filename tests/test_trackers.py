@@ -156,7 +156,7 @@ SWEEP = ("-m", "hydra/launcher=batched", "narrator.temperature=0.2,0.6", "limit=
 
 
 def points(tmp: Path) -> dict[str, Path]:
-    from ncp_local.execution.sweep_index import read_index
+    from ncp_local.rundir.sweep_index import read_index
 
     return {" ".join(r.overrides): tmp / str(r.run_dir) for r in read_index(tmp / "sw")}
 

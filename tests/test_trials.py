@@ -16,12 +16,12 @@ import pytest
 
 from cli_runner import run_cli
 from ncp_local import config as config_mod
-from ncp_local.execution import identity
 from ncp_local.protocol.metrics import EpisodeMetrics, km_survival
 from ncp_local.protocol.spec import ID_PATTERN
 from ncp_local.protocol.trials import SEPARATOR, episode_name, parse_episode, seed_episode
 from ncp_local.report.stats import bootstrap
 from ncp_local.report.trials import Story, noise_floor, pass_k
+from ncp_local.rundir import identity
 
 STORIES = ("red_riding_hood", "treasure_island", "hound_of_the_baskervilles")  # specs/ (dataset=local)
 

@@ -10,7 +10,7 @@ from ..protocol import ROLES
 from ..protocol.trials import ALL, varied_roles
 
 # Keys that never change what a run computes, so they stay out of its identity
-# (ncp_local/execution/identity.py): where things lie (paths, models_root: content is
+# (ncp_local/rundir/identity.py): where things lie (paths, models_root: content is
 # hashed instead), how fast or where it runs, other modes' settings. `limit` is
 # out too: episodes are independent, a resume with another limit keeps them.
 _PLACEMENT = (

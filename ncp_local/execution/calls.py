@@ -9,9 +9,7 @@ Episodes (`scheduler.py`), the build and the re-audit all call models this way.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -23,7 +21,6 @@ from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
 from ..protocol.episode import CallFailed, ContextLimit
 from ..protocol.prompts import PromptPack
-from ..protocol.records import EpisodeResult
 from ..protocol.stages import (
     STAGES,
     UNBOUNDED,
@@ -39,9 +36,10 @@ from ..protocol.stages import (
     schema_for,
 )
 from ..protocol.trials import episode_name, parse_episode, seed_episode
-from .call_log import CallLine
+from ..rundir.call_log import CallLine
+from ..rundir.invalid import failure_kind
+from ..rundir.store import RunDir
 from .footprint import text_of
-from .store import RunDir
 
 ATTEMPTS = 3
 # Fail fast after this many episodes (or all, if fewer) failed a stage the same engine-side way.
@@ -69,46 +67,6 @@ class SystematicFailure(Exception):
             f"before any answer was accepted: {cause}"
         )
         self.stage, self.model, self.cause = stage, model, cause
-
-
-def _generic(text: str) -> str:
-    """A failure's text with its numbers (turns, token counts, positions) made alike, for grouping."""
-    return re.sub(r"-?\d+", "N", text)[:200]
-
-
-def failure_kind(error: str) -> str | None:
-    """The cause of a failed call when it is the engine's or the window's, not the model's answer."""
-    if error.startswith("engine error:"):
-        return _generic(error)
-    if error.startswith("context_overflow"):
-        return "context_overflow: the prompt leaves less room than the stage needs (see mode=plan)"
-    return None
-
-
-def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
-    """One line when more than `share` of the finished episodes measured nothing for one cause: `invalid`
-    for the same reason, or `context_limit` before their first committed turn (each is censored
-    honestly, but a run of them measured nothing: the answers fill the window)."""
-    results = list(results)
-    causes = Counter(
-        ("invalid", _generic(r.reason)) if r.termination == "invalid" else ("context_limit", "")
-        for r in results
-        if r.termination == "invalid" or (r.termination == "context_limit" and not r.turns)
-    )
-    if not results or not causes:
-        return None
-    (cause, reason), n = causes.most_common(1)[0]
-    if n / len(results) <= share:
-        return None
-    if cause == "invalid":
-        return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
-    stages = Counter(_generic(r.reason) for r in results if r.termination == "context_limit" and not r.turns)
-    return (
-        f"{n} of {len(results)} episodes ended context_limit before their first committed turn "
-        f"(e.g. {stages.most_common(1)[0][0]}): the answers fill the model's window, so the next call has no "
-        "room; set the roles' output bounds (<role>.bounds, e.g. text_chars) or use a model with a larger "
-        "window"
-    )
 
 
 @dataclass

@@ -20,9 +20,9 @@ from ..engines.base import Engine, EngineDead
 from ..engines.openai import OpenAIEndpointConfig
 from ..engines.settings import EMBEDDED, ModelSettings
 from ..protocol import ROLES
+from ..rundir.identity import digest
 from . import engine_log
 from .endpoints import Endpoint
-from .identity import digest
 
 # Said once per run that the embedded model plays: it is there to exercise the pipeline.
 EMBEDDED_NOTE = (

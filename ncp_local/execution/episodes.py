@@ -23,17 +23,19 @@ from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..protocol.records import EpisodeResult
 from ..protocol.spec import Dataset, Spec
-from . import engine_log, layout, provenance
-from . import identity as identity_mod
-from .call_log import CallLine, read_calls
-from .calls import CallService, systematic_invalid, with_engines
+from ..rundir import identity as identity_mod
+from ..rundir import layout, provenance
+from ..rundir.call_log import CallLine, read_calls
+from ..rundir.invalid import systematic_invalid
+from ..rundir.store import RunDir, resume_hint
+from . import engine_log
+from .calls import CallService, with_engines
 from .engine_pool import EnginePool, embedded_note
 from .failures import exit_for
 from .points import where
 from .preflight import Ready, preflight
 from .progress import Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings
-from .store import RunDir, resume_hint
 
 
 def manifest(

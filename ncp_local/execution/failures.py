@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from ..engines.base import EngineDead
 from ..errors import InputError
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_SYSTEMATIC
+from ..rundir.atomic import DiskFull
+from ..rundir.store import RunLocked, RunMismatch
 from . import engine_log
-from .atomic import DiskFull
 from .calls import SystematicFailure
-from .store import RunLocked, RunMismatch
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from typing import Any
 
 from ..errors import InputError
 from ..protocol.trials import episode_names, parse_episode, story_of
-from . import provenance
-from .atomic import atomic_write
-from .layout import LOCK, MANIFEST, RESULTS, is_done, read_manifest, shard_dirs
-from .places import check_destination
-from .seals import check_result
-from .store import RunDir
+from ..rundir import provenance
+from ..rundir.atomic import atomic_write
+from ..rundir.layout import LOCK, MANIFEST, RESULTS, is_done, read_manifest, shard_dirs
+from ..rundir.places import check_destination
+from ..rundir.seals import check_result
+from ..rundir.store import RunDir
 
 MERGED = "merged"
 

@@ -27,8 +27,8 @@ from ..config import RunConfig
 from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.spec import Dataset, Spec
-from . import identity as identity_mod
-from . import layout
+from ..rundir import identity as identity_mod
+from ..rundir import layout
 from .preflight import Ready, preflight
 
 # The modes whose job checks its config, dataset and models before it starts, and the roles each

@@ -113,6 +113,15 @@ def preflight(
     return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served)
 
 
+def plan_growth(cfg: RunConfig) -> Any:
+    """The one planning function (mode=plan, and the report's projection of a recorded run): the prompt
+    growth the plan fits, played on the config's dataset, method, player condition and prompt pack.
+    Only those episode inputs are checked (InputError); no engine, model or endpoint is asked."""
+    ready = preflight(cfg, models=False)
+    assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
+    return play(cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs, ready.player)
+
+
 def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:
     path = dataset_path(cfg)
     key = f"{path}|{cfg.limit}"

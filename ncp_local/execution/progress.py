@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
-from .layout import CHECKPOINTS, result_file
+from ..rundir.layout import CHECKPOINTS, result_file
 
 POINT_STATES = ("waiting", "running", "done", "failed")
 

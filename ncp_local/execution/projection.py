@@ -21,11 +21,11 @@ from ..plan.growth import Growth, Sizes, counters, fit, longest_specs, sized_ans
 from ..protocol import ROLES
 from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
-from .call_log import read_calls
+from ..rundir.call_log import read_calls
+from ..rundir.layout import CALLS
+from ..rundir.store import RunDir
 from .calls import CallService, RoleBinding
-from .layout import CALLS
 from .scheduler import EpisodeScheduler, EpisodeSettings
-from .store import RunDir
 
 
 def play(

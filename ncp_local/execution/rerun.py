@@ -18,9 +18,9 @@ from ..config import AuditCfg, validate
 from ..errors import InputError
 from ..protocol import ROLES
 from ..protocol.prompts import DEFAULT_DIR, PromptPack
-from . import layout
-from .fingerprints import dataset_files, model_weights, prompt_files
-from .identity import FORMAT, differences, file_changes, of_run, summary
+from ..rundir import layout
+from ..rundir.fingerprints import dataset_files, model_weights, prompt_files
+from ..rundir.identity import FORMAT, differences, file_changes, of_run, summary
 
 
 class RerunError(InputError):

@@ -20,10 +20,10 @@ from ..protocol.player import Player
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
+from ..rundir.store import RunDir
 from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
 from .footprint import counter, estimate
-from .store import RunDir
 
 
 @dataclass(frozen=True)

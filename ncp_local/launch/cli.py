@@ -24,12 +24,12 @@ from ncp_local.config import REPO_ROOT, bounded, compose, hydra_error_line, over
 from ncp_local.config.suggest import argparse_line
 from ncp_local.errors import InputError
 from ncp_local.execution import points
-from ncp_local.execution.layout import shared_run_dir
-from ncp_local.execution.places import check_outputs
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SIGNAL, EXIT_SWEEP_FAILED, INTERRUPTED_LINE, STOPPED_BY_SIGNAL
 from ncp_local.launch.help import register as register_help  # --help: conf/hydra/help/ncp.yaml
 from ncp_local.modes import find
 from ncp_local.resources import CONF_DIR
+from ncp_local.rundir.layout import shared_run_dir
+from ncp_local.rundir.places import check_outputs
 
 EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # A sweep up to this many points is checked point by point before the first

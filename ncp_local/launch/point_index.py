@@ -14,9 +14,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from .. import config as config_mod
-from ..execution import identity as identity_mod
-from ..execution import layout, sweep_index
-from ..execution.sweep_index import INDEX, PointRow
+from ..rundir import identity as identity_mod
+from ..rundir import layout, sweep_index
+from ..rundir.sweep_index import INDEX, PointRow
 from .shared_engines import SharedEngines
 from .sweep_point import Point
 

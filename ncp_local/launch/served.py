@@ -16,8 +16,9 @@ from typing import Any
 from .. import config as config_mod
 from ..engines.serve import serve_args, serve_env
 from ..engines.vllm_args import engine_config, resolved_path
-from ..execution import layout, points, sweep_index
+from ..execution import points
 from ..exits import EXIT_FAILED
+from ..rundir import layout, sweep_index
 from .slurm import SERVE_SCRIPT, SubmitError, compress, queue, script_env
 
 

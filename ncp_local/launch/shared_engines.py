@@ -21,10 +21,10 @@ from ..engines.base import Engine
 from ..engines.registry import kind
 from ..engines.settings import ModelSettings
 from ..execution.engine_pool import EnginePool
-from ..execution.sweep_index import EngineRow
 from ..plan import Plan, check
 from ..protocol import ROLES
 from ..protocol.stages import Bounds
+from ..rundir.sweep_index import EngineRow
 from .sweep_point import Point, point_cfg
 
 

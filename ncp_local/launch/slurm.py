@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..execution.atomic import DiskFull, atomic_write
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
 from ..resources import INSTALLED, ROOT, SLURM_DIR
+from ..rundir.atomic import DiskFull, atomic_write
 
 ARRAY_SCRIPT = SLURM_DIR / "ncp_array.sbatch"
 SERVE_SCRIPT = SLURM_DIR / "serve.sbatch"

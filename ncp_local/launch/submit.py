@@ -42,12 +42,13 @@ from hydra.errors import HydraException
 from .. import config as config_mod
 from ..config.suggest import argparse_line
 from ..errors import InputError
-from ..execution import layout, points
+from ..execution import points
 from ..execution.failures import exit_for
-from ..execution.identity import digest
 from ..exits import EXIT_BAD_INPUT
 from ..modes import find
 from ..resources import engine_install_hint
+from ..rundir import layout
+from ..rundir.identity import digest
 from .slurm import SubmitError, compress, queue, queued_tasks, read_state, run_command, sbatch_command
 
 RESERVED = ("shard.count", "shard.index", "mode")

@@ -48,14 +48,10 @@ from omegaconf import OmegaConf
 from .. import modes, tracking
 from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log, layout, sweep_index
-from ..execution.atomic import DiskFull
-from ..execution.calls import systematic_invalid
+from ..execution import engine_log
 from ..execution.episodes import manifest, play
 from ..execution.failures import exit_for
 from ..execution.progress import Progress
-from ..execution.provenance import command
-from ..execution.store import RunDir, RunLocked, RunMismatch
 from ..exits import (
     EXIT_BAD_INPUT,
     EXIT_ENGINE_DEAD,
@@ -68,6 +64,11 @@ from ..modes.reaudit import auditor_table, point_dir
 from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..report.labels import by_difference, from_template
+from ..rundir import layout, sweep_index
+from ..rundir.atomic import DiskFull
+from ..rundir.invalid import systematic_invalid
+from ..rundir.provenance import command
+from ..rundir.store import RunDir, RunLocked, RunMismatch
 from .point_index import write_index
 from .shared_engines import SharedEngines, groups, place
 from .sweep_point import Point, mark_swept, point_cfg, prepare

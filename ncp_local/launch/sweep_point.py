@@ -18,14 +18,14 @@ from typing import Any
 from .. import config as config_mod
 from ..bindings import bind
 from ..errors import InputError
-from ..execution import identity as identity_mod
 from ..execution import points
 from ..execution.engine_pool import EnginePool
-from ..execution.places import check_outputs, check_place
 from ..execution.preflight import Ready
 from ..exits import EXIT_BAD_INPUT, EXIT_FAILED
 from ..modes import find
 from ..protocol import ROLES
+from ..rundir import identity as identity_mod
+from ..rundir.places import check_outputs, check_place
 
 
 @dataclass

@@ -12,8 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import validate as validate_config  # not `validate`: that name is the mode module modes/validate.py
 from ..execution import engine_log
 from ..execution.failures import exit_for
-from ..execution.places import check_outputs, refused_write
 from ..exits import EXIT_BAD_INPUT
+from ..rundir.places import check_outputs, refused_write
 from ._registry import find
 
 

@@ -48,10 +48,9 @@ from ..bindings import Sampling, bind
 from ..config import ConfigError, RunConfig
 from ..engines.base import Engine
 from ..engines.registry import kind
-from ..execution import engine_log, layout, provenance
+from ..execution import engine_log
 from ..execution.calls import RoleBinding
 from ..execution.engine_pool import EnginePool
-from ..execution.places import check_destination
 from ..execution.preflight import preflight
 from ..plan.checkpoint import model_facts
 from ..plan.facts import dtype_bytes
@@ -62,6 +61,8 @@ from ..protocol.prompts import PromptPack
 from ..protocol.spec import Spec
 from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
+from ..rundir import layout, provenance
+from ..rundir.places import check_destination
 from .benches.cache_sim import unbounded_cache_hit
 from .benches.figures import BenchFigures, Machine, Workload, finite
 from .benches.long_horizon import long_horizon

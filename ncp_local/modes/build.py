@@ -20,14 +20,9 @@ import yaml
 
 from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
-from ..execution import identity, provenance
-from ..execution.atomic import atomic_write
-from ..execution.call_log import CrossCheckNote
 from ..execution.calls import CallService, with_engines
 from ..execution.engine_pool import EnginePool
-from ..execution.places import check_destination
 from ..execution.preflight import preflight
-from ..execution.store import RunDir
 from ..exits import EXIT_FAILED, EXIT_OK
 from ..protocol.episode import CallFailed
 from ..protocol.prompts import BUILD_TEMPLATES
@@ -44,6 +39,11 @@ from ..protocol.spec import (
     unique,
 )
 from ..protocol.stages import BuiltCommitments, BuiltFacts, BuiltTrajectory
+from ..rundir import identity, provenance
+from ..rundir.atomic import atomic_write
+from ..rundir.call_log import CrossCheckNote
+from ..rundir.places import check_destination
+from ..rundir.store import RunDir
 
 ROUNDS = 3
 

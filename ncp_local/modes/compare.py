@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ConfigError, RunConfig
-from ..execution.atomic import atomic_write
-from ..execution.layout import require_finished
-from ..execution.places import check_destination
 from ..report import default_out
 from ..report.compare_doc import compare_document
 from ..report.paper import row_named
 from ..report.reaudit_runs import load_compared
 from ..report.runs import attach_specs
+from ..rundir.atomic import atomic_write
+from ..rundir.layout import require_finished
+from ..rundir.places import check_destination
 
 ONE_RUN = "give two runs or more to compare, the first the baseline (runs=[A,B,...]), or one with compare.paper=<row>"
 

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..execution.layout import require_finished
-from ..execution.places import check_destination
 from ..protocol.trials import episode_name
 from ..report import Run, default_out, run_notes, runs_of
 from ..report.inspect_log import build_log, write_log
@@ -20,6 +18,8 @@ from ..report.parquet import build_tables, write_tables
 from ..report.reference_runs import write_reference_folder
 from ..report.runs import attach_specs, sweep_points
 from ..report.table_rows import Source, point_of
+from ..rundir.layout import require_finished
+from ..rundir.places import check_destination
 
 
 def _inspect(cfg: RunConfig, runs: list[Run], out: Path) -> None:

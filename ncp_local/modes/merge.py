@@ -6,11 +6,11 @@ import sys
 from typing import Any
 
 from ..config import RunConfig
-from ..execution import identity, layout
 from ..execution.merge import MergeError, merge
-from ..execution.store import RunDir
 from ..exits import EXIT_BAD_INPUT
 from ..protocol.metrics import aggregate, episode_metrics, results_table
+from ..rundir import identity, layout
+from ..rundir.store import RunDir
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:

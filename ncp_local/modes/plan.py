@@ -10,8 +10,8 @@ import sys
 from typing import Any
 
 from ..config import RunConfig
-from ..execution.preflight import preflight
-from ..execution.projection import measured, play
+from ..execution.preflight import plan_growth
+from ..execution.projection import measured
 from ..exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from ..plan import CANNOT, GO, OVERFLOW, Plan, check, project, render, verdict
 
@@ -27,11 +27,7 @@ def full(cfg: RunConfig) -> Plan:
         growth = measured(cfg.plan.measured)
     else:
         # The plan reports what does not fit instead of refusing it: only the episode inputs are checked.
-        ready = preflight(cfg, models=False)
-        assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
-        growth = play(
-            cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs, ready.player
-        )
+        growth = plan_growth(cfg)
     project(plan, growth)
     return plan
 

@@ -27,15 +27,12 @@ from typing import Any
 from ..config import ConfigError, RunConfig
 from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log, provenance
-from ..execution import identity as identity_mod
+from ..execution import engine_log
 from ..execution.calls import CallService, with_engines
 from ..execution.engine_pool import EnginePool
 from ..execution.failures import exit_for
-from ..execution.layout import ENGINE_LOG, require_finished
 from ..execution.preflight import preflight
 from ..execution.progress import Metered, Progress
-from ..execution.store import RunDir, resume_hint
 from ..protocol import ROLES
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
@@ -47,6 +44,10 @@ from ..report.agreement import agreement, write_agreement
 from ..report.auditors import main as table_main
 from ..report.failure_modes import reaudit_modes, write_modes
 from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
+from ..rundir import identity as identity_mod
+from ..rundir import provenance
+from ..rundir.layout import ENGINE_LOG, require_finished
+from ..rundir.store import RunDir, resume_hint
 
 
 async def reaudit_episode(

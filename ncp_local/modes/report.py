@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import RunConfig
-from ..execution.layout import require_finished
-from ..execution.places import check_destination
+from ..execution.preflight import plan_growth
 from ..report import build_report, default_out, files_listing, runs_of
 from ..report.paper import row_named
+from ..rundir.layout import require_finished
+from ..rundir.places import check_destination
 
 
 def main(cfg: RunConfig, raw: dict) -> int:
@@ -26,7 +27,7 @@ def main(cfg: RunConfig, raw: dict) -> int:
         cfg.report.level,
         cfg.report.html,
         cfg.report.gpu_hour_cost,
-        cfg.report.plan,
+        plan_growth if cfg.report.plan else None,
         cfg.report.dataset,
         cfg.review.sheet,
         cfg.report.horizon,

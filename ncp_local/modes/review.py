@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import RunConfig
-from ..execution.layout import require_finished
-from ..execution.places import check_destination
 from ..report import default_out, run_notes, runs_of
 from ..report.review import disputed_summary, export_sheet, read_sheet, summary_csv, summary_markdown
 from ..report.tables import write
+from ..rundir.layout import require_finished
+from ..rundir.places import check_destination
 
 
 def main(cfg: RunConfig, raw: dict) -> int:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from ..config import RunConfig
 from ..errors import InputError
-from ..execution.atomic import atomic_write
-from ..execution.layout import require_finished
-from ..execution.places import check_destination
 from ..report import runs_of
 from ..report.submission import build, validate
+from ..rundir.atomic import atomic_write
+from ..rundir.layout import require_finished
+from ..rundir.places import check_destination
 
 ARCHIVE = "submission.tar.gz"
 

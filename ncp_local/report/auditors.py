@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..execution.layout import MANIFEST, RESULTS, read_manifest
-from ..execution.places import check_destination
-from ..execution.seals import check_result
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import ConflictRecord
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import played
+from ..rundir.layout import MANIFEST, RESULTS, read_manifest
+from ..rundir.places import check_destination
+from ..rundir.seals import check_result
 from .labels import by_difference
 from .runs import REAUDIT_KIND, Run, load_run, role_label
 from .stats import bootstrap, bootstrap_stat, cohen_kappa, pearson, spearman

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig
 from .compare_doc import compare_document
-from .cost import cost_markdown, cost_rows_csv, cost_table
+from .cost import Planner, cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
@@ -52,7 +52,7 @@ def build_report(
     level: float = 0.95,
     html: bool = True,
     gpu_hour_cost: float | None = None,
-    plan: bool = False,
+    plan: Planner | None = None,
     dataset: str | None = None,
     review_sheet: str | Path | None = None,
     horizon: int | None = None,

@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..bindings import ran_no_model
-from ..config import validate
+from ..config import RunConfig, validate
 from ..errors import InputError
-from ..execution.call_log import CallLine, read_calls
-from ..execution.layout import CALLS, parts
-from ..execution.preflight import preflight
-from ..execution.projection import play
+from ..plan.growth import Growth
 from ..protocol.turns import shown as shown_turn
+from ..rundir.call_log import CallLine, read_calls
+from ..rundir.layout import CALLS, parts
 from .runs import Run
 from .tables import markdown_table
 
@@ -156,7 +155,14 @@ def busy_shares(calls: Sequence[CallLine], key: Callable[[CallLine], Any]) -> di
     return shares
 
 
-def plan_projection(run: Run, dataset: str | None = None) -> tuple[dict[tuple[str, str], float] | None, str]:
+# The planning function (execution.preflight.plan_growth, handed down by mode=report): the report
+# reads runs and never plans by itself.
+Planner = Callable[[RunConfig], Growth]
+
+
+def plan_projection(
+    run: Run, planner: Planner, dataset: str | None = None
+) -> tuple[dict[tuple[str, str], float] | None, str]:
     """mode=plan's prompt projection for the run's own calls: each call's stage and turn read off the plan's
     fitted growth, summed by role and stage; or None and why not. The plan is played on the config the
     manifest recorded, with the dataset and prompt pack the run used (`dataset` overrides the path)."""
@@ -169,12 +175,7 @@ def plan_projection(run: Run, dataset: str | None = None) -> tuple[dict[tuple[st
     if (run.manifest.get("prompts") or {}).get("path"):
         raw.setdefault("prompts", {})["dir"] = run.manifest["prompts"]["path"]
     try:
-        cfg = validate(raw)
-        ready = preflight(cfg, models=False)
-        assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
-        growth = play(
-            cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs, ready.player
-        )
+        growth = planner(validate(raw))
     except InputError as exc:
         return None, f"not projected: {exc}"
     out: dict[tuple[str, str], float] = {}
@@ -194,7 +195,7 @@ def _gpus(manifest: dict[str, Any], role: str) -> int:
 
 
 def cost_table(
-    run: Run, gpu_hour_cost: float | None = None, plan: bool = False, dataset: str | None = None
+    run: Run, gpu_hour_cost: float | None = None, plan: Planner | None = None, dataset: str | None = None
 ) -> CostTable:
     """The run's cost by role and stage; with `plan`, mode=plan's projection of the same calls beside it."""
     by_part = part_calls(run)
@@ -203,7 +204,7 @@ def cost_table(
         run.label, gpu_hour_cost=gpu_hour_cost, episode_turns=sum(len(r.turns) for r in run.results.values())
     )
     if plan:
-        table.projected, table.projection_note = plan_projection(run, dataset)
+        table.projected, table.projection_note = plan_projection(run, plan, dataset)
     trial_of = {r.episode: r.trial for r in run.results.values()}
     several = len(set(trial_of.values())) > 1
     table.stories = len({r.spec_id for r in run.results.values()})

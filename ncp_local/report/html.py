@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..execution.atomic import atomic_write
+from ..rundir.atomic import atomic_write
 from .compare import Comparisons
 from .cost import CostTable
 from .endings import RunEndings

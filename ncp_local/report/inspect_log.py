@@ -31,7 +31,6 @@ from pydantic import BaseModel
 
 from ..bindings import ran_no_model, recorded_engine
 from ..config import ConfigError
-from ..execution.call_log import CallLine
 from ..protocol import ROLES
 from ..protocol.metrics import ENDING_CENSORED, EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.records import EpisodeResult
@@ -40,6 +39,7 @@ from ..protocol.trials import episode_name
 from ..protocol.turns import OPENING
 from ..protocol.turns import shown as shown_turn
 from ..resources import install_hint
+from ..rundir.call_log import CallLine
 from .cost import run_calls
 from .runs import Run
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..config import LATER_KEYS
-from ..execution.identity import settings
 from ..protocol import ROLES
+from ..rundir.identity import settings
 
 MAX_KEYS = 5  # differing keys shown in a label; the rest are counted
 MAX_VALUE = 40  # characters of one value

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..execution.layout import MANIFEST, read_manifest
 from ..protocol.metrics import EpisodeMetrics
 from ..protocol.trials import episode_name
+from ..rundir.layout import MANIFEST, read_manifest
 from .auditors import of_reaudit
 from .runs import REAUDIT_KIND, Run, expand_runs, load_run, load_runs
 

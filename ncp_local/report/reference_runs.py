@@ -19,7 +19,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import InputError
-from ..execution.atomic import atomic_write
 from ..protocol.records import EpisodeResult
 from ..protocol.reference_format import (
     MISSING_FROM_REFERENCE,
@@ -30,6 +29,7 @@ from ..protocol.reference_format import (
     validation_problem,
 )
 from ..protocol.spec import Spec
+from ..rundir.atomic import atomic_write
 
 CHECKPOINT_SUFFIX = ".checkpoint.json"
 REFERENCE_KIND = "reference"  # the manifest kind given to such a folder when read as a run

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..execution.atomic import atomic_write
 from ..protocol.replay import conflict_details, replay
 from ..protocol.stages import CONFLICT_TYPES
 from ..protocol.turns import shown as shown_turn
+from ..rundir.atomic import atomic_write
 from .assets import asset
 from .html_parts import esc, page, target_tag
 from .runs import Run

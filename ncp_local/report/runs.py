@@ -16,12 +16,12 @@ import yaml
 from ..bindings import ran_no_model
 from ..config import SCRIPTED
 from ..errors import InputError
-from ..execution.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
-from ..execution.seals import check_result
-from ..execution.sweep_index import read_index
 from ..protocol.metrics import Aggregate, EpisodeMetrics, aggregate, episode_metrics
 from ..protocol.records import EpisodeResult
 from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml, text_bytes
+from ..rundir.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
+from ..rundir.seals import check_result
+from ..rundir.sweep_index import read_index
 from .labels import by_difference, from_template
 from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder
 

@@ -10,7 +10,7 @@ four flags computed from those records, never asked for:
   (`protocol.prompts.OFFICIAL_SHA256`);
 - `official_dataset`: the run's dataset files are the official release's (`fingerprints.OFFICIAL_DATASET_FILES`);
 - `complete`: every story of the dataset has a result, and no episode is invalid for an engine-side
-  cause (`execution.calls.failure_kind`) nor for one cause in most episodes (`systematic_invalid`);
+  cause (`rundir.invalid.failure_kind`) nor for one cause in most episodes (`systematic_invalid`);
 - `verified`: all three.
 
 `validate` rereads everything from the archive alone: the manifest's identity from its parts, each
@@ -35,16 +35,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import InputError, shown
-from ..execution.calls import failure_kind, systematic_invalid
-from ..execution.fingerprints import OFFICIAL_DATASET_FILES, files_digest
-from ..execution.identity import Identity, digest
-from ..execution.layout import MANIFEST, RESULTS, manifest_problem, parts
-from ..execution.provenance import now, rig_version
-from ..execution.seals import check_bytes
 from ..protocol.prompts import FALLBACK, OFFICIAL_SHA256, TEMPLATES
 from ..protocol.records import EpisodeResult
 from ..protocol.reference_format import validation_problem
 from ..protocol.stages import method_templates
+from ..rundir.fingerprints import OFFICIAL_DATASET_FILES, files_digest
+from ..rundir.identity import Identity, digest
+from ..rundir.invalid import failure_kind, systematic_invalid
+from ..rundir.layout import MANIFEST, RESULTS, manifest_problem, parts
+from ..rundir.provenance import now, rig_version
+from ..rundir.seals import check_bytes
 from .reference_runs import REFERENCE_KIND
 from .runs import Run, in_dataset_order
 from .tables import censored_count, summary_rows

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..execution.call_log import CallLine, read_calls
-from ..execution.layout import CALLS, parts
 from ..protocol import turns as turn_ids
 from ..protocol.ledger import FactEntry, active_facts, first_pending_node
 from ..protocol.metrics import ENDING_CENSORED, episode_metrics
@@ -22,6 +20,8 @@ from ..protocol.records import EpisodeResult, StatusRecord, TurnRecord
 from ..protocol.replay import LedgerDiff, Replay, TurnView, replay, target_text
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_name
+from ..rundir.call_log import CallLine, read_calls
+from ..rundir.layout import CALLS, parts
 from .cost import SUMS, Usage
 from .runs import Run
 from .table_schema import TABLES

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..execution.atomic import atomic_write
 from ..protocol import ROLES
 from ..protocol.metrics import (
     ENDING_CENSORED,
@@ -21,6 +20,7 @@ from ..protocol.metrics import (
     censored_note,
     restricted_mean,
 )
+from ..rundir.atomic import atomic_write
 from .glossary import define
 from .ran import Ran, what_ran
 from .runs import Run

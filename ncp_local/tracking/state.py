@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..execution.atomic import atomic_write
+from ..rundir.atomic import atomic_write
 
 STATE = "tracker.json"
 

@@ -22,14 +22,14 @@ import pytest
 
 from engine_helpers import small_roles
 from ncp_local.engines.grammar import id_form
-from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ncp_local.execution.store import RunDir
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import TEMPLATES, PromptPack
 from ncp_local.protocol.spec import load_dataset
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 # outlines compiles each schema into an automaton over the vocabulary, and its cost grows with item

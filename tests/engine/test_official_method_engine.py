@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from engine_helpers import small_roles
-from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.store import RunDir
 from ncp_local.protocol.episode import Episode
 from ncp_local.protocol.narrators import narrator_factory
 from ncp_local.protocol.player import Player
 from ncp_local.protocol.prompts import TEMPLATES, PromptPack
 from ncp_local.protocol.records import Checkpoint
 from ncp_local.protocol.spec import load_dataset
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "ncpbench_reference_baseline:BaselineNarrator"

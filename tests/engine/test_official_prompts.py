@@ -22,12 +22,12 @@ import pytest
 from engine_helpers import ask_all, call_role, default_config, small_roles, stage_calls
 from ncp_local.engines.chat_format import ChatFormat
 from ncp_local.engines.settings import ModelSettings
-from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.store import RunDir
 from ncp_local.protocol.prompts import BUILD_TEMPLATES, OFFICIAL_FILES, PromptPack
 from ncp_local.protocol.spec import load_dataset
 from ncp_local.protocol.stages import min_room
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 # conf/*/smollm2.yaml's sampling with the engine tests' small bounds: the subject is the templates, and

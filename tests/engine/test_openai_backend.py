@@ -183,12 +183,12 @@ def test_every_audit_stage_schema_goes_to_the_server_and_parses(served, tmp_path
     from ncp_local.bindings import bind
     from ncp_local.config import compose, validate
     from ncp_local.engines.openai import OpenAIEngine
-    from ncp_local.execution.call_log import read_calls
     from ncp_local.execution.calls import CallService, RoleBinding
-    from ncp_local.execution.store import RunDir
     from ncp_local.protocol.prompts import TEMPLATES, PromptPack
     from ncp_local.protocol.spec import load_dataset
     from ncp_local.protocol.stages import STAGES
+    from ncp_local.rundir.call_log import read_calls
+    from ncp_local.rundir.store import RunDir
 
     cfg = validate(
         OmegaConf.to_container(

@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 
 from engine_helpers import embedded_roles
-from ncp_local.execution.call_log import read_calls
 from ncp_local.execution.calls import CallService, RoleBinding
-from ncp_local.execution.store import RunDir
 from ncp_local.modes.build import build_all, load_sources
 from ncp_local.protocol import ledger
 from ncp_local.protocol.episode import ask_modes
@@ -41,6 +39,8 @@ from ncp_local.protocol.stages import (
     StatusOut,
     TrajectoryOut,
 )
+from ncp_local.rundir.call_log import read_calls
+from ncp_local.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = load_dataset(ROOT / "specs").specs

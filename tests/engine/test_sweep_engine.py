@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from engine_helpers import CROWDED, FITS, METHODS, ReferenceSweep
-from ncp_local.execution.call_log import read_calls
 from ncp_local.report.runs import load_run
+from ncp_local.rundir.call_log import read_calls
 
 
 def _expected_calls(result: Any) -> int:

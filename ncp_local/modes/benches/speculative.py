@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...execution.call_log import read_calls
 from ...execution.calls import CallService, RoleBinding
 from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...execution.store import RunDir
 from ...protocol.player import Player
 from ...protocol.prompts import PromptPack
 from ...protocol.spec import Spec
+from ...rundir.call_log import read_calls
+from ...rundir.store import RunDir
 
 
 async def _way(

@@ -1,0 +1,51 @@
+"""What a run's failures say as a whole, read from its records: the cause of a failed call that is the
+engine's or the window's (`failure_kind`), and a run whose finished episodes measured nothing for one
+cause (`systematic_invalid`). The run's own exit (execution) and the submission check (report) both ask."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from ..protocol.records import EpisodeResult
+
+
+def generic(text: str) -> str:
+    """A failure's text with its numbers (turns, token counts, positions) made alike, for grouping."""
+    return re.sub(r"-?\d+", "N", text)[:200]
+
+
+def failure_kind(error: str) -> str | None:
+    """The cause of a failed call when it is the engine's or the window's, not the model's answer."""
+    if error.startswith("engine error:"):
+        return generic(error)
+    if error.startswith("context_overflow"):
+        return "context_overflow: the prompt leaves less room than the stage needs (see mode=plan)"
+    return None
+
+
+def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
+    """One line when more than `share` of the finished episodes measured nothing for one cause: `invalid`
+    for the same reason, or `context_limit` before their first committed turn (each is censored
+    honestly, but a run of them measured nothing: the answers fill the window)."""
+    results = list(results)
+    causes = Counter(
+        ("invalid", generic(r.reason)) if r.termination == "invalid" else ("context_limit", "")
+        for r in results
+        if r.termination == "invalid" or (r.termination == "context_limit" and not r.turns)
+    )
+    if not results or not causes:
+        return None
+    (cause, reason), n = causes.most_common(1)[0]
+    if n / len(results) <= share:
+        return None
+    if cause == "invalid":
+        return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
+    stages = Counter(generic(r.reason) for r in results if r.termination == "context_limit" and not r.turns)
+    return (
+        f"{n} of {len(results)} episodes ended context_limit before their first committed turn "
+        f"(e.g. {stages.most_common(1)[0][0]}): the answers fill the model's window, so the next call has no "
+        "room; set the roles' output bounds (<role>.bounds, e.g. text_chars) or use a model with a larger "
+        "window"
+    )
