@@ -40,7 +40,7 @@ DEFERRED = (
     # The command line answers a bad override in under a second, before the modes and the
     # run's machinery (scipy, matplotlib: about 2 s of imports) load (launch/cli.py).
     "ncp_local.modes",
-    "ncp_local.execution.episodes",
+    "ncp_local.execution.life",
     "ncp_local.launch.sweep",
     "ncp_local.launch.point_index",
     # run.py's and `ncp-local`'s entry imports the command line inside its Ctrl-C guard (entry.py), and

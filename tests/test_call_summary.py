@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ncp_local.execution.episodes import call_summary
+from ncp_local.rundir.call_log import call_summary
 
 
 def _call(

@@ -110,7 +110,7 @@ def test_the_run_wide_switch_caps_every_engine() -> None:
         raw = OmegaConf.to_container(config_mod.compose(overrides), resolve=True)
         pool = EnginePool(bind(config_mod.validate(raw)))  # type: ignore[arg-type]
         for role in ("narrator", "auditor"):
-            model = pool.model_for(pool.role_key[role])
+            model = pool.engines[pool.role_key[role]].started_model()
             assert model.max_num_seqs > DETERMINISTIC_MAX_NUM_SEQS, (role, model.max_num_seqs)
             expect = DETERMINISTIC_MAX_NUM_SEQS if role in capped else model.max_num_seqs
             assert engine_max_num_seqs(model) == expect, (overrides, role)

@@ -25,7 +25,7 @@ from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError  # noqa: E402
 from ncp_local.engines.base import EngineDead, Message, Request  # noqa: E402
 from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine, read_endpoint_file  # noqa: E402
-from ncp_local.execution import identity  # noqa: E402
+from ncp_local.rundir import identity  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 from ncp_local.execution.preflight import preflight  # noqa: E402
 from ncp_local.plan import check  # noqa: E402

@@ -203,8 +203,8 @@ def test_deterministic_sets_batch_invariance_for_gpu_engines_only() -> None:
         cfg_run, _ = _compose(*overrides)
         engines = EnginePool(bind(cfg_run))
         got = (
-            engines.model_for(engines.role_key["narrator"]).deterministic,
-            engines.model_for(engines.role_key["auditor"]).deterministic,
+            engines.engines[engines.role_key["narrator"]].started_model().deterministic,
+            engines.engines[engines.role_key["auditor"]].started_model().deterministic,
         )
         assert got == expect, overrides
 

@@ -1,4 +1,4 @@
-"""Format versions (execution/formats.py): a run directory written before versions were recorded still
+"""Format versions (rundir/formats.py): a run directory written before versions were recorded still
 reads, resumes, merges, reports and re-audits; a file of a newer rig's format is refused in one line
 naming it (exit 2), and never moved to quarantine/ as damage."""
 

@@ -18,11 +18,12 @@ from omegaconf import OmegaConf
 from cli_runner import CliResult, run_cli, run_submit
 from ncp_local import config as config_mod
 from ncp_local.engines.scripted import ScriptedEngine
+from ncp_local.execution import life, placement
 from ncp_local.execution import preflight as preflight_mod
 from ncp_local.execution.engine_pool import EnginePool
 from ncp_local.execution.progress import Progress
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_SWEEP_FAILED
-from ncp_local.launch import shared_engines, sweep, sweep_point
+from ncp_local.launch import sweep
 from ncp_local.report.labels import by_difference, from_template
 from ncp_local.rundir.sweep_index import read_index
 
@@ -198,8 +199,15 @@ def test_unknown_option_in_a_later_point_refuses_the_whole_sweep(tmp_path: Path)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "sw" / "index.json").exists()
 
 
-def _points(*overrides: list[str]) -> list[sweep_point.Point]:
-    return [sweep_point.Point(i, tuple(o), task=config_mod.compose(list(o))) for i, o in enumerate(overrides)]
+def _points(*overrides: list[str]) -> list[life.Point]:
+    return [life.Point(i, tuple(o), task=config_mod.compose(list(o))) for i, o in enumerate(overrides)]
+
+
+def _life(points: list[life.Point], sweep_dir: Path) -> life.Life:
+    """The points' life as the batched launcher starts it: registered in one pool, grouped by the plan."""
+    lf = life.Life(points, life.SweepOf(sweep_dir), say=lambda line: None)
+    lf.register()
+    return lf
 
 
 def test_dead_engine_fails_its_point_the_others_finish(
@@ -299,12 +307,9 @@ def test_points_that_do_not_fit_together_run_in_groups_narrator_kept(
     ]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
     for p in points:
-        sweep_point.prepare(p)
+        life.prepare(p)
         assert p.status == "waiting", p.message
-    s = sweep.Sweep(points, tmp_path / "sw", out=lambda line: None)
-    for p in points:
-        s.pool.register(p)
-    assert [[p.num for p in g] for g in shared_engines.groups(points, s.pool)] == [[0], [1], [2], [3]]
+    assert [[p.num for p in g] for g in _life(points, tmp_path / "sw").groups] == [[0], [1], [2], [3]]
     assert sweep.run_sweep(points, tmp_path / "sw") == 0
     # The shared narrator engine (narrator and player, GPU 0) started once; each auditor once; never more
     # than the narrator and one auditor loaded at a time.
@@ -324,14 +329,13 @@ def test_planned_shares_put_auditors_that_fit_together(tmp_path: Path, monkeypat
     monkeypatch.setattr(preflight_mod, "check_engines", lambda cfg, roles=(): None)
     base = ["experiment=auditor_sensitivity", "plan.gpus=[H100-80GB,H100-80GB]", "max_turns=1", "limit=1"]
     points = _points(*([*base, f"auditor={a}"] for a in AUDITORS))
-    pool = shared_engines.SharedEngines(lambda line: None)
     for p in points:
-        sweep_point.prepare(p)
+        life.prepare(p)
         assert p.status == "waiting", p.message
-        pool.register(p)
-    groups = shared_engines.groups(points, pool)
+    lf = _life(points, tmp_path / "sw")
+    groups, pool = lf.groups, lf.pool
     assert [[p.num for p in g] for g in groups] == [[0, 1], [2], [3]]
-    shared_engines.place(groups[0], pool)
+    placement.place(groups[0], pool)
     shares = [pool.engines[p.keys["auditor"]].placement["gpu_memory_utilization"] for p in groups[0]]
     assert len(shares) == 2 and sum(shares) <= 0.9 + 1e-9  # both on GPU 1 (devices [1]), within the cap
 
@@ -347,13 +351,11 @@ def test_points_that_fit_share_one_group(tmp_path: Path, monkeypatch: pytest.Mon
         [*base, "auditor=llama3_1_8b", share + "0.45"],
         [*base, "auditor=mistral_small_24b", share + "0.8"],
     )
-    pool = shared_engines.SharedEngines(lambda line: None)
     for p in points:
-        sweep_point.prepare(p)
+        life.prepare(p)
         assert p.status == "waiting", p.message
-        pool.register(p)
     # Two auditors of 0.45 fit GPU 1 together, the third (0.8) does not fit beside them.
-    assert [[p.num for p in g] for g in shared_engines.groups(points, pool)] == [[0, 1], [2]]
+    assert [[p.num for p in g] for g in _life(points, tmp_path / "sw").groups] == [[0, 1], [2]]
 
 
 # ---- labels, progress ------------------------------------------------------------------

@@ -62,17 +62,18 @@ class BatchedLauncher(Launcher):
         return task
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from ncp_local.launch import sweep, sweep_point
+        from ncp_local.execution.life import Point
+        from ncp_local.launch import sweep
 
         setup_globals()
         assert self.config is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        points: list[sweep_point.Point] = []
+        points: list[Point] = []
         for i, overrides in enumerate(job_overrides):
             num = initial_job_idx + i
             shown = tuple(filter_overrides(overrides))
-            p = sweep_point.Point(num, shown)
+            p = Point(num, shown)
             try:
                 p.task = self._task_config(overrides, num)
                 # Resolved now, while the point's own hydra node is the current one (`${hydra:job.num}`).

@@ -51,11 +51,10 @@ class Ready:
     player: Player | None = None
     # The roles on an OpenAI-compatible endpoint, health-checked: settings and the server's report.
     endpoints: dict[str, endpoints_mod.Endpoint] = field(default_factory=dict)
-
-    @functools.cached_property
-    def bindings(self) -> Bindings:
-        """What each role runs on, resolved from the config as planned."""
-        return bind(self.cfg)
+    # What each role runs on, resolved once from the config as planned (`bindings`) and as given
+    # (`given`: a sweep keys its shared engines by it, and places them per group of points).
+    bindings: Bindings = field(default=None)  # type: ignore[assignment]
+    given: Bindings = field(default=None)  # type: ignore[assignment]
 
     def make_narrator(self, roles: Any) -> Any:
         assert self.narrator_cls is not None
@@ -79,11 +78,14 @@ def preflight(
     compute nodes only); `datasets`: a cache by path, for a sweep that checks many points;
     `endpoints`: ask the roles' servers (the Slurm submitter queues the server it would ask).
     """
+    given = bindings = bind(cfg)
     if models:
         # The plan reads engine_args (the KV cache's size and dtype): a misspelt key is named
         # before a plan made without it can refuse the run for another reason.
-        check_engine_args(bind(cfg), roles)
-        cfg = plan.planned(cfg, roles)
+        check_engine_args(given, roles)
+        planned = plan.planned(cfg, roles)
+        if planned != cfg:
+            cfg, bindings = planned, bind(planned)
     dataset = narrator_cls = player = None
     kwargs: dict[str, Any] = {}
     needed = (*templates, *cfg.optional_templates)
@@ -96,7 +98,6 @@ def preflight(
     pack = PromptPack.load(cfg.prompts.get("dir"), required=needed)
     served: dict[str, endpoints_mod.Endpoint] = {}
     if models:
-        bindings = bind(cfg)
         check_engines(bindings, roles)
         remote = bindings.served(roles)
         if remote and endpoints:
@@ -110,7 +111,7 @@ def preflight(
                 )
 
             served = endpoints_mod.check(bindings, remote, growth)
-    return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served)
+    return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served, bindings, given)
 
 
 def plan_growth(cfg: RunConfig) -> Any:

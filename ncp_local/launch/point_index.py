@@ -14,11 +14,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from .. import config as config_mod
+from ..execution.engine_pool import EnginePool
+from ..execution.life import Point
 from ..rundir import identity as identity_mod
 from ..rundir import layout, sweep_index
 from ..rundir.sweep_index import INDEX, PointRow
-from .shared_engines import SharedEngines
-from .sweep_point import Point
 
 
 def run_root(p: Point) -> Path:
@@ -30,7 +30,7 @@ def run_root(p: Point) -> Path:
 def write_index(
     sweep_dir: Path,
     points: Sequence[Point],
-    pool: SharedEngines | None,
+    pool: EnginePool | None,
     launcher: str,
     groups_: Sequence[Sequence[Point]] = (),
     name: str = INDEX,

@@ -226,6 +226,7 @@ async def _run(
     for _, result in todo:  # progress counts the recorded turns judged again
         bar.add_run("re-audit", [result.episode], len(result.turns))
     try:
+        assert engines.bindings is not None
         roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
         calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import RunConfig, validate
-from ..execution import episodes
+from ..execution.life import run_one
 from ..execution.rerun import rerun_config
 
 
 def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     # The finished run's own config from its manifest, found again here by content.
     again = rerun_config(raw)
-    return episodes.run(validate(again), again)
+    return run_one(validate(again), again)

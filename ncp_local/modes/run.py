@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
-from ..execution import episodes
+from ..execution.life import run_one
 from ..tracking import require, track_run
 
 
@@ -17,4 +17,4 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     def track(out: Path) -> None:
         track_run(cfg, out)
 
-    return episodes.run(cfg, raw, on_finished=track if cfg.tracker.name != "none" else None)
+    return run_one(cfg, raw, on_finished=track if cfg.tracker.name != "none" else None)

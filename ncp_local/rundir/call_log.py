@@ -8,7 +8,7 @@ A line keeps only the keys its attempt had (`exclude_unset`): a call that overfl
 reached the engine and has no token counts; a thought, a bound hit, a retried transport error, a
 speculative call are written only when they happened. Trial 0 is left out so a run without trials
 writes the lines it always wrote. Lines of older rigs may carry keys this one no longer reads: they
-are ignored, not refused (the format version says when a line cannot be read, execution/formats.py).
+are ignored, not refused (the format version says when a line cannot be read, rundir/formats.py).
 """
 
 from __future__ import annotations
@@ -90,3 +90,59 @@ def read_calls(path: str | Path) -> list[CallLine]:
             except ValidationError:
                 continue
     return out
+
+
+def call_summary(calls_path: str | Path) -> list[str]:
+    """The call log in words: calls per stage, then, for a stage where something happened, how many
+    answers were cut at their token bound (and after how long), failed otherwise, or were retried;
+    then tokens (prompt, cached, generated, hit rate)."""
+    if not Path(calls_path).exists():
+        return []
+    calls = read_calls(calls_path)
+    by_stage: dict[str, list[CallLine]] = {}
+    for c in calls:
+        by_stage.setdefault(c.stage, []).append(c)
+    # A call is a question to a model; its retries are further attempts of the same call (as in the
+    # report's cost table), said apart below.
+    lines = [f"calls: {_asked(calls)} (" + ", ".join(f"{k} {_asked(v)}" for k, v in by_stage.items()) + ")"]
+    for stage, cs in by_stage.items():
+        said = _stage_events(cs)
+        if said:
+            lines.append(f"  {stage}: {_count(_asked(cs), 'call')}, " + ", ".join(said))
+    prompt = sum(c.prompt_tokens or 0 for c in calls)
+    cached = sum(c.cached_tokens or 0 for c in calls)
+    lines.append(
+        f"tokens: prompt={prompt} cached={cached} generated={sum(c.generated_tokens or 0 for c in calls)}"
+        + (f" cache_hit={cached / prompt:.2f}" if prompt else "")
+    )
+    return lines
+
+
+def _asked(calls: list[CallLine]) -> int:
+    return sum(c.attempt == 0 for c in calls)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _stage_events(calls: list[CallLine]) -> list[str]:
+    """What went other than plainly for one stage's calls, in words ([] when nothing did)."""
+    said = []
+    cut = [c for c in calls if c.finish_reason == "length"]
+    if cut:
+        bounds = sorted({c.max_tokens_sent or 0 for c in cut})
+        bound = f"{bounds[0]}-token bound" if len(bounds) == 1 and bounds[0] else "token bound"
+        secs = sum(c.latency_s or 0.0 for c in cut)
+        said.append(
+            f"1 cut at its {bound} after {secs:.0f} s"
+            if len(cut) == 1
+            else f"{len(cut)} cut at their {bound} after {secs:.0f} s in all"
+        )
+    failed = sum(c.error is not None and c.finish_reason != "length" for c in calls)
+    if failed:
+        said.append(f"{failed} failed")
+    retried = sum(c.attempt > 0 for c in calls)
+    if retried:
+        said.append(f"{retried} {'retry' if retried == 1 else 'retries'}")
+    return said

@@ -27,7 +27,7 @@ VERSIONS: dict[Kind, int] = {
     "result": 1,  # results/<episode>.json of a run (protocol/episode.py EpisodeResult, sealed)
     "checkpoint": 1,  # checkpoints/<episode>.json (Checkpoint, sealed)
     "reaudit": 1,  # results/<episode>.json of a re-audit (protocol/reaudit.py ReauditResult, sealed)
-    "manifest": 1,  # manifest.json (execution/layout.py ManifestShape)
+    "manifest": 1,  # manifest.json (rundir/layout.py ManifestShape)
     "calls": 1,  # each line of calls.jsonl (execution/calls.py)
     "sweep_index": 1,  # a sweep folder's index.json (execution/sweep_index.py)
 }

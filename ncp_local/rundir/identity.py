@@ -13,7 +13,7 @@ It covers:
 - the dataset by content: a hash of `index.yaml` and of each spec file;
 - the prompt pack by content: a hash of each template;
 - each role's model: name and revision (in the settings) and a fingerprint
-  of its weights (execution/fingerprints.py `weights_fingerprint`); for a role served by an
+  of its weights (rundir/fingerprints.py `weights_fingerprint`); for a role served by an
   endpoint, the served model name and what the server reports of it (its id,
   the model it loaded, its window), never the URL; a role whose engine is not
   the top-level `engine` says its own;

@@ -166,7 +166,7 @@ class _DatasetRecord(BaseModel):
 
 class ManifestShape(BaseModel):
     """The parts of a manifest that readers use, and the shape each must have (written by
-    `execution/episodes.manifest`, the re-audit, the build and the merge; other keys are free)."""
+    `execution/life.manifest`, the re-audit, the build and the merge; other keys are free)."""
 
     model_config = ConfigDict(extra="allow")
     identity: str | None = None

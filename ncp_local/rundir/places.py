@@ -122,7 +122,7 @@ def refused_write(exc: BaseException, named: Iterable[tuple[str, Path]]) -> Inpu
         return None
     where = Path(os.fsdecode(exc.filename)).expanduser().resolve()
     for key, path in named:
-        # A file key's file, or the temporary file its atomic write makes beside it (execution/atomic.py).
+        # A file key's file, or the temporary file its atomic write makes beside it (rundir/atomic.py).
         beside = key in FILE_KEYS and where.parent == path.parent and where.name.startswith(f".{path.name}.")
         if where == path or path in where.parents or beside:
             return InputError(where, key, f"cannot be written ({exc.strerror}); give a place you can write")

@@ -3,7 +3,7 @@
 A seal holds the record's spec id (and trial, past trial 0), the sha256 of the spec file it was
 played on, the run identity and a hash of the record itself. A file that fails the check
 (truncated, not JSON, another spec's, another run's, a spec the dataset lacks, edited) is never
-used: the run directory (execution/store.py) moves it to `quarantine/` and plays the episode again;
+used: the run directory (rundir/store.py) moves it to `quarantine/` and plays the episode again;
 reports and merges apply the same check (`check_file`, `check_result`) without moving anything.
 """
 
@@ -30,7 +30,7 @@ def _body_hash(record: BaseModel) -> str:
     return hashlib.sha256(record.model_dump_json().encode("utf-8")).hexdigest()
 
 
-# The records a run directory seals, each of one spec, and their kinds of file (execution/formats.py).
+# The records a run directory seals, each of one spec, and their kinds of file (rundir/formats.py).
 Sealed = EpisodeResult | ReauditResult | Checkpoint
 _KIND: dict[type[BaseModel], Kind] = {EpisodeResult: "result", Checkpoint: "checkpoint", ReauditResult: "reaudit"}
 

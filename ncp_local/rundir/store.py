@@ -10,11 +10,11 @@ Layout:
     DONE                     every episode of this (shard's) run has its result
     .lock                    held while a process works in the directory
 
-Every JSON file is written whole or not at all (execution/atomic.py). Every
-result and checkpoint carries a seal (execution/seals.py); opening the
+Every JSON file is written whole or not at all (rundir/atomic.py). Every
+result and checkpoint carries a seal (rundir/seals.py); opening the
 directory checks every file's seal, and a file that fails is moved to
 `quarantine/`, said in one line, and its episode played again. Where a run
-directory may be is checked first (execution/places.py).
+directory may be is checked first (rundir/places.py).
 """
 
 from __future__ import annotations

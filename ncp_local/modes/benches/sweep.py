@@ -139,21 +139,18 @@ async def sweep_bench(
         root = Path(tmp)
         batched = SweepWay(f"batched ({len(points)} points at once)")
         started = time.perf_counter()
-        pool: dict[str, Engine] = {}
+        # The one engine pool, as a batched sweep keys it: each distinct engine started once for all points.
+        pool = EnginePool()
         try:
             per_point = []
             for _, ready in points:
-                engines = EnginePool(ready.bindings, endpoints=ready.endpoints)
-                backends = {}
-                for role in ROLES:
-                    key = engines.key_of(role)
-                    if key not in pool:
-                        t0 = time.perf_counter()
-                        pool[key] = await engines.start_model(engines.model_for(engines.role_key[role]))
-                        batched.start_s += time.perf_counter() - t0
-                        batched.starts += 1
-                    backends[role] = pool[key]
-                per_point.append(backends)
+                keys = pool.register(ready.bindings, endpoints=ready.endpoints)
+                t0 = time.perf_counter()
+                starts = sum(e.starts for e in pool.engines.values())
+                per_point.append(await pool.of_roles(keys))
+                if sum(e.starts for e in pool.engines.values()) > starts:
+                    batched.start_s += time.perf_counter() - t0
+                batched.starts = sum(e.starts for e in pool.engines.values())
             done = await asyncio.gather(
                 *(
                     _sweep_point(ready, per_point[num], work, turns, root / f"batched-{num}")
@@ -161,8 +158,7 @@ async def sweep_bench(
                 )
             )
         finally:
-            for engine in pool.values():
-                await engine.close()
+            await pool.close_all()
         batched.wall_s = time.perf_counter() - started
         note(f"bench: batched way done in {batched.wall_s:.0f} s; now point by point")
         for num, (results, calls) in enumerate(done):
