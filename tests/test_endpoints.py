@@ -25,10 +25,10 @@ from ncp_local.bindings import bind  # noqa: E402
 from ncp_local.config import ConfigError  # noqa: E402
 from ncp_local.engines.base import EngineDead, Message, Request  # noqa: E402
 from ncp_local.engines.openai import OpenAIEndpointConfig, OpenAIEngine, read_endpoint_file  # noqa: E402
-from ncp_local.rundir import identity  # noqa: E402
 from ncp_local.execution.engine_pool import EnginePool  # noqa: E402
 from ncp_local.execution.preflight import preflight  # noqa: E402
 from ncp_local.plan import check  # noqa: E402
+from ncp_local.rundir import identity  # noqa: E402
 
 
 def _raw(*overrides: str) -> dict[str, Any]:
@@ -101,9 +101,9 @@ def _remote(url: str, *more: str) -> tuple[str, ...]:
 def test_a_role_defaults_to_the_top_level_engine_and_unchanged_configs_keep_their_identity() -> None:
     cfg = _cfg()
     assert [bind(cfg)[r].engine for r in ("narrator", "player", "auditor")] == ["vllm"] * 3
-    default = identity.of_run(cfg, _raw())
+    default = identity.of_run(cfg)
     # Saying the default engine out loud is the same experiment; the new keys are not in the settings.
-    assert identity.of_run(_cfg("auditor.engine=vllm"), _raw("auditor.engine=vllm")).key == default.key
+    assert identity.of_run(_cfg("auditor.engine=vllm")).key == default.key
     assert (
         "engine" not in default.parts["settings"]["auditor"] and "endpoint" not in default.parts["settings"]["auditor"]
     )
@@ -111,8 +111,8 @@ def test_a_role_defaults_to_the_top_level_engine_and_unchanged_configs_keep_thei
 
 
 def test_a_remote_role_is_identified_by_the_served_model_not_the_url() -> None:
-    a = identity.of_run(_cfg(*_remote("http://a:1/v1")), _raw(*_remote("http://a:1/v1")))
-    b = identity.of_run(_cfg(*_remote("http://b:2/v1")), _raw(*_remote("http://b:2/v1")))
+    a = identity.of_run(_cfg(*_remote("http://a:1/v1")))
+    b = identity.of_run(_cfg(*_remote("http://b:2/v1")))
     assert a.key == b.key  # where the server is is placement
     assert a.parts["models"]["auditor"] == {
         "kind": "endpoint",
@@ -121,16 +121,10 @@ def test_a_remote_role_is_identified_by_the_served_model_not_the_url() -> None:
         "reported": None,
         "engine": "openai",
     }
-    other = identity.of_run(
-        _cfg(*_remote("http://a:1/v1", "auditor.endpoint.model=other")),
-        _raw(*_remote("http://a:1/v1", "auditor.endpoint.model=other")),
-    )
+    other = identity.of_run(_cfg(*_remote("http://a:1/v1", "auditor.endpoint.model=other")))
     assert other.key != a.key
     assert 'auditor served_model "served-m" -> "other"' in identity.differences(a.parts, other.parts)
-    assert (
-        identity.differences(identity.of_run(_cfg(), _raw()).parts, a.parts)[0]
-        == "auditor weights: embedded -> endpoint"
-    )
+    assert identity.differences(identity.of_run(_cfg()).parts, a.parts)[0] == "auditor weights: embedded -> endpoint"
 
 
 def test_roles_share_in_process_engines_and_endpoints() -> None:
@@ -157,7 +151,7 @@ def test_health_check_records_the_servers_answer(fake_server: Any) -> None:
     ep = ready.endpoints["auditor"]
     assert ep.config.base_url == _url(fake_server) and ep.config.model == "served-m"
     assert ep.manifest()["version"] == "0.0-fake" and ep.manifest()["models"][0]["id"] == "served-m"
-    parts = identity.of_run(ready.cfg, _raw(*_remote(_url(fake_server))), endpoints=ready.endpoints).parts
+    parts = identity.of_run(ready.cfg, endpoints=ready.endpoints).parts
     # The server's folder by name, not where it lies; the start time is not identity.
     assert parts["models"]["auditor"]["reported"] == {
         "id": "served-m",

@@ -95,10 +95,8 @@ def test_weights_fingerprint_by_content_not_path(tmp_path: Path) -> None:
     assert weights_fingerprint(c) != weights_fingerprint(a)
     _fake_model(tmp_path / "d", config={"architectures": ["Qwen3ForCausalLM"], "rope_theta": 1})
     raw_d = _raw(*qwen, f"models_root={tmp_path / 'd'}")
-    new = of_run(config_mod.validate(raw_d), raw_d)
-    old = of_run(
-        config_mod.validate(_raw(*qwen, f"models_root={tmp_path / 'a'}")), _raw(*qwen, f"models_root={tmp_path / 'a'}")
-    )
+    new = of_run(config_mod.validate(raw_d))
+    old = of_run(config_mod.validate(_raw(*qwen, f"models_root={tmp_path / 'a'}")))
     assert new.key != old.key
     assert differences(old.parts, new.parts) == [
         f"{r} weights: config.json changed" for r in ("auditor", "narrator", "player")
@@ -136,8 +134,8 @@ def test_settings_that_change_results_are_in_the_identity() -> None:
         "auditor.max_tokens=100",
     ):
         assert identity_mod.run_key(_raw(*SCRIPTED, other)) != key, other
-    seed = Identity(of_run(config_mod.validate(_raw(*SCRIPTED, "seed=7")), _raw(*SCRIPTED, "seed=7")).parts)
-    old = of_run(config_mod.validate(base), base)
+    seed = Identity(of_run(config_mod.validate(_raw(*SCRIPTED, "seed=7"))).parts)
+    old = of_run(config_mod.validate(base))
     assert differences(old.parts, seed.parts) == ["seed 0 -> 7"]
 
 

@@ -349,7 +349,7 @@ def test_mode_plan_on_one_a100_ends_in_one_error_line(capsys: pytest.CaptureFixt
     from ncp_local.modes import plan as plan_mode
 
     cfg = cfg_for(["mode=plan", "narrator=qwen3", "player=qwen3", "auditor=gemma3_12b", "plan.gpus=[A100-40GB]"])
-    assert plan_mode.main(cfg, {}) == 2
+    assert plan_mode.main(cfg) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("error: config: auditor.model.tensor_parallel_size: plan: GPU 0 ")
     assert out.strip().splitlines()[-1].startswith("verdict: no-go: GPU 0 (A100, 40.0 GiB) cannot hold")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
 from ..errors import InputError, shown
 from .sections import (
@@ -35,6 +35,17 @@ class ConfigError(InputError):
 
 
 class RunConfig(ConfigModel):
+    """The resolved config, typed once at the entry; every layer below the modes takes it (or a part)."""
+
+    # The composed config as plain data, as the entry read it (`source`): what a run's manifest records and
+    # what its identity hashes. Private: not a key of the config, and kept by `model_copy`.
+    _source: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """The composed config this was validated from, as plain data (read it, never change it)."""
+        return self._source
+
     mode: str = "run"
     seed: int = 0
     max_turns: int = Field(3, ge=1)
@@ -125,7 +136,7 @@ class RunConfig(ConfigModel):
 
 def validate(raw: dict[str, Any]) -> RunConfig:
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"]]
@@ -146,6 +157,8 @@ def validate(raw: dict[str, Any]) -> RunConfig:
         if err["type"] == "value_error":  # our own validators: the message names what is wrong
             raise ConfigError(field, err["msg"].removeprefix("Value error, ")) from None
         raise ConfigError(field, f"{err['msg']} (got {shown(err.get('input'))})") from None
+    cfg._source = raw
+    return cfg
 
 
 def dataset_path(cfg: RunConfig) -> Path:

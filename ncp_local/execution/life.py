@@ -131,12 +131,12 @@ def prepare(point: Point, writes: Callable[[str], Sequence[str]] = lambda mode: 
     return point
 
 
-def prepared_run(cfg: config_mod.RunConfig, raw: dict[str, Any]) -> Point:
+def prepared_run(cfg: config_mod.RunConfig) -> Point:
     """`mode=run`'s one point: pre-flight once (bad input raises, before anything is written); its
     config as planned (memory shares and devices)."""
     ready = preflight(cfg)
-    specs, ident, out = points.where(ready, raw)
-    return Point(0, (), raw=raw, cfg=ready.cfg, ready=ready, specs=specs, ident=ident, out=out)
+    specs, ident, out = points.where(ready)
+    return Point(0, (), raw=cfg.source, cfg=ready.cfg, ready=ready, specs=specs, ident=ident, out=out)
 
 
 # ---- the run directory's manifest -----------------------------------------------------------------
@@ -153,7 +153,7 @@ class SweepOf:
 def manifest(p: Point, pool: EnginePool, sweep: SweepOf | None = None) -> dict[str, Any]:
     """What the run is (config, content hashes per file, weights) and what it ran on (provenance); for a
     sweep's point also its own command beside the sweep's and the shared engine of each role."""
-    assert p.raw is not None and p.ready is not None and p.ready.dataset is not None and p.ident is not None
+    assert p.cfg is not None and p.ready is not None and p.ready.dataset is not None and p.ident is not None
     ds, pack = p.ready.dataset, p.ready.pack
     models = roles_described(pool, p.ready.bindings, p.keys, p.ready.endpoints)
     for role, weights in p.ident.parts["models"].items():
@@ -163,7 +163,7 @@ def manifest(p: Point, pool: EnginePool, sweep: SweepOf | None = None) -> dict[s
             models[role] = {**models[role], "weights": weights, "revision_on_disk": found}
     m = {
         **provenance.environment(),
-        "config": p.raw,
+        "config": p.cfg.source,
         "dataset": {
             "path": str(ds.root.resolve()),
             "sha256": ds.sha256,
@@ -468,10 +468,10 @@ class Life:
 # ---- one run alone --------------------------------------------------------------------------------
 
 
-def run_one(cfg: config_mod.RunConfig, raw: dict[str, Any], on_finished: Callable[[Path], None] | None = None) -> int:
+def run_one(cfg: config_mod.RunConfig, on_finished: Callable[[Path], None] | None = None) -> int:
     """`mode=run`: check, play and report one run (a sweep of one point); the exit code.
     `on_finished(run dir)` runs once the run has finished and reported (exit 0): the tracker's turn."""
-    p = prepared_run(cfg, raw)  # all checked before anything starts
+    p = prepared_run(cfg)  # all checked before anything starts
     assert p.ready is not None and p.ready.dataset is not None and p.out is not None and p.cfg is not None
     cfg, out = p.cfg, p.out
     note = embedded_note(p.ready.bindings)

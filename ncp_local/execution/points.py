@@ -199,15 +199,14 @@ class Checked:
     """A point its job would start: its config, and what pre-flight read (None for a mode that
     plays no episodes: its own entry checks it when it runs)."""
 
-    raw: dict[str, Any]
-    cfg: RunConfig
+    cfg: RunConfig  # its composed source: `cfg.source`
     ready: Ready | None = None
 
     def where(self) -> tuple[tuple[Spec, ...], identity_mod.Identity, Path]:
         """`mode=run`: this shard's specs, the run's identity and its directory (reads the dataset,
         prompt and model files, so only asked for by a launcher that needs the directory)."""
         assert self.ready is not None
-        return where(self.ready, self.raw)
+        return where(self.ready)
 
 
 def check(
@@ -218,15 +217,15 @@ def check(
     cfg = config_mod.validate(raw)
     roles = CHECKED_ROLES.get(cfg.mode)
     if roles is None:
-        return Checked(raw, cfg)
+        return Checked(cfg)
     # The same check the point's own job makes first (execution/preflight.py).
-    return Checked(raw, cfg, preflight(cfg, roles=roles, models=models, endpoints=endpoints, datasets=datasets))
+    return Checked(cfg, preflight(cfg, roles=roles, models=models, endpoints=endpoints, datasets=datasets))
 
 
-def where(ready: Ready, raw: dict[str, Any]) -> tuple[tuple[Spec, ...], identity_mod.Identity, Path]:
+def where(ready: Ready) -> tuple[tuple[Spec, ...], identity_mod.Identity, Path]:
     """This shard's specs, the run's identity and its directory."""
     cfg, ds = ready.cfg, ready.dataset
     assert ds is not None
     specs = layout.shard_specs(cfg, ds.specs)
-    ident = identity_mod.of_run(cfg, raw, ds.root, ready.pack.templates, ready.endpoints)
+    ident = identity_mod.of_run(cfg, ds.root, ready.pack.templates, ready.endpoints)
     return specs, ident, layout.shard_dir(cfg, layout.run_dir(cfg, ident.key))

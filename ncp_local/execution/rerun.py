@@ -169,7 +169,7 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
             raw["models_root"] = new_root
 
     cfg = validate(raw)
-    got = of_run(cfg, raw)
+    got = of_run(cfg)
     if got.key != manifest.get("identity"):
         raise RerunError(
             mpath,

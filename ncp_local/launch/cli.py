@@ -102,7 +102,7 @@ def check_overrides(argv: list[str]) -> str | None:
                 continue
             try:
                 checked = points.check(points.load(p.overrides, name), datasets=datasets)
-                check_outputs(find(checked.cfg.mode).writes, checked.raw)  # as the point's entry will
+                check_outputs(find(checked.cfg.mode).writes, checked.cfg.source)  # as the point's entry will
                 if checked.cfg.mode != "run" or not checked.cfg.out_dir:
                     continue  # each identity has its own runs/<dataset>-<key>
                 _, ident, out = checked.where()

@@ -61,7 +61,7 @@ def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int,
         cfg = config_mod.validate(raw)  # type: ignore[arg-type]
         p.cfg, p.mode = cfg, cfg.mode
         if cfg.mode == "run":
-            key = identity_mod.of_run(cfg, raw).key  # type: ignore[arg-type]
+            key = identity_mod.of_run(cfg).key
             p.out = layout.shard_dir(cfg, layout.run_dir(cfg, key))
     except Exception:  # a point refused as bad input has no run directory; its row still says so
         pass

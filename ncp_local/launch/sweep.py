@@ -187,7 +187,7 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
     reaudits = [p for p in points if p.mode == "reaudit" and p.status == "done" and len(point_cfg(p).runs) == 1]
     if reaudits:
         for p in reaudits:
-            p.out = point_dir(point_cfg(p), p.raw or {})
+            p.out = point_dir(point_cfg(p))
         index()
         first = point_cfg(reaudits[0])
         if len(reaudits) > 1 and len({tuple(point_cfg(p).runs) for p in reaudits}) == 1:

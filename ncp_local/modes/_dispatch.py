@@ -36,7 +36,7 @@ def main(dcfg: DictConfig) -> int:
         named = check_outputs(mode.writes, raw)
         # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
         with engine_log.quiet(cfg.verbose, mode.name):
-            return mode.load()(cfg, raw)
+            return mode.load()(cfg)
     except Exception as exc:
         known = exit_for(refused_write(exc, named) or exc)
         if known is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..config import ConfigError, RunConfig
 from ..config.suggest import closest
@@ -26,7 +25,7 @@ class Mode:
     def module(self) -> str:
         return f"{_PACKAGE}.{self.name}"
 
-    def load(self) -> Callable[[RunConfig, dict[str, Any]], int]:
+    def load(self) -> Callable[[RunConfig], int]:
         # Imported on use: a mode's heavy dependencies (vllm, matplotlib) load only when it runs.
         return importlib.import_module(self.module).main
 

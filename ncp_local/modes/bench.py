@@ -202,7 +202,7 @@ NO_MODEL_NOTE = (
 )
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
     if cfg.bench.sweep:
         return main_sweep(cfg)

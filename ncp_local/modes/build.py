@@ -227,7 +227,7 @@ async def build_all(calls: CallService, sources: list[Source], out: Path) -> dic
     return status
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     """`mode=build sources=FILE.yaml out=DIR`: specs from synopses, on the auditor's model."""
     if not cfg.sources:
         raise ConfigError("sources", "mode=build needs sources=FILE.yaml (id, title, genres, player_role, synopsis)")
@@ -242,8 +242,8 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
     existing_index(out, sources)  # before anything is written or any model called
     store = RunDir(out / ".build")
     store.open(
-        {"config": raw, "sources": str(sources_file), **provenance.environment()},
-        identity.of_build(cfg, raw, pack.templates, sources_file, ready.endpoints),
+        {"config": cfg.source, "sources": str(sources_file), **provenance.environment()},
+        identity.of_build(cfg, pack.templates, sources_file, ready.endpoints),
     )
 
     async def go() -> dict[str, str]:

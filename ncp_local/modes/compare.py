@@ -18,7 +18,7 @@ from ..rundir.places import check_destination
 ONE_RUN = "give two runs or more to compare, the first the baseline (runs=[A,B,...]), or one with compare.paper=<row>"
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     if cfg.compare.paper:
         row_named(cfg.compare.paper)  # an unknown row is refused before any run is read
     elif len(cfg.runs) < 2:

@@ -63,7 +63,7 @@ def _reference(cfg: RunConfig, runs: list[Run], out: Path) -> None:
 FORMATS = {"inspect": _inspect, "parquet": _parquet, "reference": _reference}
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     require_finished(cfg.runs)
     runs = runs_of(cfg)
     fmt = cfg.export.format

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..config import RunConfig, dataset_path
 from ..protocol.spec import dataset_summary, load_dataset
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     ds = load_dataset(dataset_path(cfg))
     for w in ds.warnings:
         print(w)

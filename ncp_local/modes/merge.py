@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from ..config import RunConfig
 from ..execution.merge import MergeError, merge
@@ -13,8 +12,8 @@ from ..rundir import identity, layout
 from ..rundir.store import RunDir
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
-    root = layout.run_dir(cfg, "" if cfg.out_dir else identity.of_run(cfg, raw).key)
+def main(cfg: RunConfig) -> int:
+    root = layout.run_dir(cfg, "" if cfg.out_dir else identity.of_run(cfg).key)
     try:
         merged = merge(root)
     except MergeError as exc:

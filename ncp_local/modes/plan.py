@@ -7,7 +7,6 @@ its window before `max_turns`; 2 it cannot start as configured.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from ..config import RunConfig
 from ..execution.preflight import plan_growth
@@ -32,7 +31,7 @@ def full(cfg: RunConfig) -> Plan:
     return plan
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     """`mode=plan`: print the plan; the exit code is the verdict (see the module doc)."""
     plan = full(cfg)
     for line in render(plan):

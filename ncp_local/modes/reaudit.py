@@ -96,11 +96,11 @@ async def reaudit_all(
 # ---- mode=reaudit -----------------------------------------------------------------
 
 
-def _identity(cfg: RunConfig, raw: dict[str, Any], pack: PromptPack, source: Run) -> identity_mod.Identity:
+def _identity(cfg: RunConfig, pack: PromptPack, source: Run) -> identity_mod.Identity:
     # Tied to the source run's identity (its path when it has none), so a re-audit
     # never shares an identity with a run or with a re-audit of another run.
     src = source.manifest.get("identity") or str(source.path.resolve())
-    return identity_mod.of_reaudit(cfg, raw, pack.templates, f"{REAUDIT_KIND}/{src}")
+    return identity_mod.of_reaudit(cfg, pack.templates, f"{REAUDIT_KIND}/{src}")
 
 
 def _load_done(store: RunDir) -> dict[str, ReauditResult]:
@@ -115,22 +115,22 @@ def auditor_table(cfg: RunConfig, paths: Sequence[str]) -> int:
     return table_main(paths, out, cfg.report.resamples, cfg.report.seed, cfg.report.level)
 
 
-def out_dir(cfg: RunConfig, raw: dict[str, Any], source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
+def out_dir(cfg: RunConfig, source: Run, pack: PromptPack) -> tuple[Path, identity_mod.Identity]:
     """The re-audit's directory (`out_dir`, else reaudit-<source>-<identity> beside the source run, so
     where it lands does not depend on the directory the command was started from) and its identity."""
-    ident = _identity(cfg, raw, pack, source)
+    ident = _identity(cfg, pack, source)
     beside = source.path.resolve().parent  # load_run has expanded `~` already
     out = Path(cfg.out_dir).expanduser() if cfg.out_dir else beside / f"reaudit-{source.key}-{ident.key}"
     return out, ident
 
 
-def point_dir(cfg: RunConfig, raw: dict[str, Any]) -> Path:
+def point_dir(cfg: RunConfig) -> Path:
     """Where `mode=reaudit` with this config writes (a sweep's index names it)."""
     source = load_run(cfg.runs[0])
-    return out_dir(cfg, raw, source, PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates)))[0]
+    return out_dir(cfg, source, PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates)))[0]
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     require_finished(cfg.runs)
     runs = expand_runs(list(cfg.runs)) if cfg.runs else []
     if len(runs) > 1:
@@ -163,7 +163,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         ready.bindings.all_as("auditor"),
         endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
     )
-    out, ident = out_dir(cfg, raw, source, pack)
+    out, ident = out_dir(cfg, source, pack)
     src_root = source.path.resolve()
     if src_root in out.resolve().parents:
         raise ConfigError(
@@ -177,7 +177,7 @@ def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
         {
             "kind": REAUDIT_KIND,
             **provenance.environment(),
-            "config": raw,
+            "config": cfg.source,
             "source": {
                 "path": str(src_root),
                 "label": source.label,

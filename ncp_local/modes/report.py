@@ -12,7 +12,7 @@ from ..rundir.layout import require_finished
 from ..rundir.places import check_destination
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     if cfg.compare.paper:
         row_named(cfg.compare.paper)  # an unknown paper row is refused before any run is read
     require_finished(cfg.runs)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..config import RunConfig, validate
 from ..execution.life import run_one
 from ..execution.rerun import rerun_config
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     # The finished run's own config from its manifest, found again here by content.
-    again = rerun_config(raw)
-    return run_one(validate(again), again)
+    again = rerun_config(cfg.source)
+    return run_one(validate(again))

@@ -12,7 +12,7 @@ from ..rundir.layout import require_finished
 from ..rundir.places import check_destination
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     rc = cfg.review
     if not rc.sheet:
         require_finished(cfg.runs)

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..config import RunConfig
 from ..execution.life import run_one
 from ..tracking import require, track_run
 
 
-def main(cfg: RunConfig, raw: dict[str, Any]) -> int:
+def main(cfg: RunConfig) -> int:
     require(cfg.tracker)  # a tracker that is not installed is refused before anything starts
 
     def track(out: Path) -> None:
         track_run(cfg, out)
 
-    return run_one(cfg, raw, on_finished=track if cfg.tracker.name != "none" else None)
+    return run_one(cfg, on_finished=track if cfg.tracker.name != "none" else None)

@@ -18,7 +18,7 @@ from ..rundir.places import check_destination
 ARCHIVE = "submission.tar.gz"
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     require_finished(cfg.runs)
     runs = runs_of(cfg)
     out = Path(cfg.submission).expanduser() if cfg.submission else runs[0].path / ARCHIVE

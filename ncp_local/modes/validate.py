@@ -8,7 +8,7 @@ from ..config import ConfigError, RunConfig
 from ..report.submission import validate
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     if not cfg.submission:
         raise ConfigError("submission", "give the archive to check: submission=FILE")
     sub = validate(cfg.submission)

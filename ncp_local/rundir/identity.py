@@ -153,12 +153,11 @@ def _load_pack(cfg: RunConfig) -> PromptPack:
 
 def run_key(raw: Mapping[str, Any]) -> str:
     """The run identity's key for a raw config (reads dataset, prompts and weights)."""
-    return of_run(validate(dict(raw)), raw).key
+    return of_run(validate(dict(raw))).key
 
 
 def of_run(
     cfg: RunConfig,
-    raw: Mapping[str, Any],
     dataset_root: str | Path | None = None,
     templates: Mapping[str, str] | None = None,
     endpoints: Mapping[str, Any] | None = None,
@@ -172,7 +171,7 @@ def of_run(
         {
             "format": FORMAT,
             "rig": rig_version(),
-            "settings": settings(raw),
+            "settings": settings(cfg.source),
             "dataset": dataset_files(root),
             "prompts": prompt_files(templates),
             "models": _models(bind(cfg), ROLES, endpoints),
@@ -186,7 +185,6 @@ _JUDGE_ONLY = ("narrator", "player", "dataset", "limit", "max_turns", "method", 
 
 def of_reaudit(
     cfg: RunConfig,
-    raw: Mapping[str, Any],
     templates: Mapping[str, str],
     source: str,
     endpoints: Mapping[str, Any] | None = None,
@@ -197,7 +195,7 @@ def of_reaudit(
             "format": FORMAT,
             "kind": "reaudit",
             "rig": rig_version(),
-            "settings": settings(raw, _JUDGE_ONLY),
+            "settings": settings(cfg.source, _JUDGE_ONLY),
             "prompts": prompt_files(templates),
             "models": _models(bind(cfg), ("auditor",), endpoints),
             "source": source,
@@ -207,7 +205,6 @@ def of_reaudit(
 
 def of_build(
     cfg: RunConfig,
-    raw: Mapping[str, Any],
     templates: Mapping[str, str],
     sources: str | Path,
     endpoints: Mapping[str, Any] | None = None,
@@ -221,7 +218,7 @@ def of_build(
             "format": FORMAT,
             "kind": "build",
             "rig": rig_version(),
-            "settings": settings(raw, _JUDGE_ONLY + ("sources",)),
+            "settings": settings(cfg.source, _JUDGE_ONLY + ("sources",)),
             "prompts": prompt_files(templates),
             "models": _models(bind(cfg), ("auditor",), endpoints),
             "sources": sha256_bytes(text),
