@@ -130,6 +130,40 @@ def test_sigterm_flushes_and_exit_status_resumes(official_dataset: Path, tmp_pat
     assert len(_results(out)) == 20 and (out / "DONE").exists()
 
 
+def test_sigterm_stops_a_sweep_and_its_resume_equals_a_run_alone(
+    official_dataset: Path, official_reference: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    # A batched sweep's points live the same life as one run (execution/life.py): SIGTERM stops every
+    # point with its turns checkpointed, the index says so, and the same command resumes to the results
+    # the run alone gives (point seed=0 is the reference run).
+    sweep = tmp_path / "sw"
+    point_dir = f"out_dir={tmp_path}/p${{hydra:job.num}}"
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=batched", "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(
+        [*cmd, *_args(official_dataset, tmp_path, "engine.delay_s=0.01", "concurrency=4"), point_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert _wait_for(lambda: len(list(tmp_path.glob("p*/checkpoints/*.json"))) >= 2, 300)  # a bound, not a speed
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "re-run the same command to resume" in err.strip().splitlines()[-1]
+    index = json.loads((sweep / "index.json").read_text())
+    assert {p["status"] for p in index["points"]} == {"stopped"}, index["points"]
+    for p in ("p0", "p1"):
+        _assert_clean(tmp_path / p)
+        assert not (tmp_path / p / "DONE").exists()
+    again = subprocess.run(
+        [*cmd, *_args(official_dataset, tmp_path), point_dir], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stderr
+    assert _results(tmp_path / "p0") == official_reference
+    assert len(_results(tmp_path / "p1")) == 20 and (tmp_path / "p1" / "DONE").exists()
+
+
 def test_dead_engine_stops_run_then_resume(
     official_dataset: Path, official_reference: dict[str, Any], tmp_path: Path
 ) -> None:
