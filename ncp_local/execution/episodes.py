@@ -140,18 +140,19 @@ async def _run_async(
                 task.cancel()
 
         loop.add_signal_handler(sig, on_signal)
-    started = await engines.start()
-    try:
-        cfg = ready.cfg
-        bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-        bar.add_run("run", list(episodes), cfg.max_turns, store.root)
-        bar.start()
+    cfg = ready.cfg
+    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s, heartbeat_s=cfg.status.heartbeat_s)
+    bar.add_run("run", list(episodes), cfg.max_turns, store.root)
+    with bar.beating("run", stopped):  # status.json from the engines' loading to the run's end (mode=status)
+        started = await engines.start()
         try:
-            return await play(ready, specs, started, store, bar, "run", episodes)
+            bar.start()
+            try:
+                return await play(ready, specs, started, store, bar, "run", episodes)
+            finally:
+                bar.close()
         finally:
-            bar.close()
-    finally:
-        await engines.close()
+            await engines.close()
 
 
 async def play(
@@ -166,7 +167,7 @@ async def play(
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
     engine), metered on `bar`."""
     cfg = ready.cfg
-    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(e, bar))
+    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(e, bar, name))
     calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
     assert ready.player is not None
     scheduler = EpisodeScheduler(

@@ -123,7 +123,9 @@ class Sweep:
         self.index_name = sweep_index.name_for(next((p.cfg for p in points if p.cfg is not None), None))
         first = next((p.cfg for p in points if p.cfg is not None), None)
         self.progress = Progress(
-            enabled=bool(first and first.progress), every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0)
+            enabled=bool(first and first.progress),
+            every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0),
+            heartbeat_s=first.status.heartbeat_s if first is not None else 0.0,  # each point's status.json
         )
 
     def index(self) -> None:
@@ -235,7 +237,7 @@ class Sweep:
         return store
 
     def _ended(self, p: Point) -> None:
-        self.progress.point(p.name, "done" if p.status == "done" else "failed")
+        self.progress.point(p.name, "done" if p.status == "done" else "failed", p.code, p.message or None)
         if p.status == "failed":
             self.say(f"error: sweep point {p.name}: {p.message}")
         self.index()
