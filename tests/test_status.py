@@ -34,7 +34,9 @@ def _iso(t: float) -> str:
 def _run_dir(d: Path, beat: dict | None = None, results: int = 0, checkpoints: int = 0, done: bool = False) -> Path:
     (d / "results").mkdir(parents=True)
     (d / "checkpoints").mkdir()
-    (d / "manifest.json").write_text(json.dumps({"dataset": {"specs": ["a", "b", "c"]}, "config": {"trials": {"count": 2}}}))
+    (d / "manifest.json").write_text(
+        json.dumps({"dataset": {"specs": ["a", "b", "c"]}, "config": {"trials": {"count": 2}}})
+    )
     for i in range(results):
         (d / "results" / f"r{i}.json").write_text(json.dumps({"turns": [{}] * 3}))
     for i in range(checkpoints):
@@ -95,7 +97,9 @@ def test_a_working_run_is_running_with_its_rates_and_eta(tmp_path: Path) -> None
         ([30.0], rs.Thresholds(stall_s=7.0), 7.0),  # the override wins, whatever the turns
     ],
 )
-def test_the_stall_threshold_comes_from_the_runs_own_turns(turn_seconds: list, cfg: rs.Thresholds, expected: float) -> None:
+def test_the_stall_threshold_comes_from_the_runs_own_turns(
+    turn_seconds: list, cfg: rs.Thresholds, expected: float
+) -> None:
     assert rs.stall_threshold(turn_seconds, cfg) == pytest.approx(expected)
 
 
@@ -163,7 +167,9 @@ def test_a_sharded_run_with_its_submission_record_and_task_logs(tmp_path: Path) 
     _run_dir(root / "shard-000-of-003", _beat(state="done"), results=2, done=True)
     _run_dir(root / "shard-001-of-003", _beat(updated_at=_iso(NOW - 300)), results=1)
     (root / "submit.json").write_text(
-        json.dumps({"identity": "x", "shards": 3, "jobs": [{"job": "41", "tasks": [0, 1, 2]}, {"job": "42", "tasks": [1]}]})
+        json.dumps(
+            {"identity": "x", "shards": 3, "jobs": [{"job": "41", "tasks": [0, 1, 2]}, {"job": "42", "tasks": [1]}]}
+        )
     )
     (root / "slurm").mkdir()
     (root / "slurm" / "42_1.out").write_text(
@@ -256,7 +262,9 @@ def test_status_imports_no_model_library(tmp_path: Path) -> None:
 # ---- the writer --------------------------------------------------------------------
 
 
-def test_a_heartbeat_that_cannot_be_written_warns_once_and_never_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_heartbeat_that_cannot_be_written_warns_once_and_never_raises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "ro").write_text("a file where the run directory should be")
     beat = Heartbeat(tmp_path / "ro", lambda: Counts(0, 1, 0, 3), every_s=0.05)
     beat.start()
@@ -322,7 +330,11 @@ def test_runs_killed_stopped_and_terminated(tmp_path: Path) -> None:
     term, term_dir = _start(tmp_path, "term", *slow, "max_turns=40")
     try:
         for d in (stop_dir, kill_dir, term_dir):
-            _until(lambda d=d: (d / "status.json").exists() and json.loads((d / "status.json").read_text())["turns_committed"] >= 2)
+            _until(
+                lambda d=d: (
+                    (d / "status.json").exists() and json.loads((d / "status.json").read_text())["turns_committed"] >= 2
+                )
+            )
         # The threshold from the run's own turns (a fraction of a second each) with a 2 s floor.
         threshold = ("status.stall_floor_s=2",)
         assert _status(tmp_path, stop_dir, *threshold)["state"] == "running"

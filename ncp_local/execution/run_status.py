@@ -227,9 +227,8 @@ def classify(
     slurm_state = task.state if task is not None else None
     slurm_running = slurm_state in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
     slurm_pending = slurm_state in ("PENDING", "REQUEUED", "REQUEUE_HOLD")
-    task_line = (task.last_error if task is not None else None) or (
-        _last_line(task.log) if task is not None and task.log else None
-    )
+    # The line that ended a task: the rig's last `error:` line, else the job script's exit line (a SIGKILL's 137).
+    task_line = (task.last_error or task.end_line) if task is not None else None
     if beat is None:
         row.episodes_total = _planned(part)
         row.turns_committed = _turns_on_disk(part) if part.is_dir() else 0
@@ -277,6 +276,13 @@ def classify(
         return row
     stale = row.heartbeat_age_s > stale_after(beat.every_s)
     proc = pid_state(beat.pid, beat.host)
+    # The process that wrote it is gone, but Slurm has the task again (re-submitted, requeued): a new attempt.
+    again = task is not None and task.job != beat.slurm.get("array_job_id", beat.slurm.get("job_id"))
+    if (proc == "gone" or stale) and (slurm_pending or (slurm_running and again)):
+        row.state = "queued" if slurm_pending else "running"
+        row.line = "re-submitted" + (f", pending ({task.reason})" if slurm_pending and task and task.reason else "")
+        row.line += "; no heartbeat of its own yet" if not slurm_pending else ""
+        return row
     if proc == "gone" or (stale and proc is None and not slurm_running):
         row.state = "failed"
         row.exit_code = task.exit_code if task is not None else None

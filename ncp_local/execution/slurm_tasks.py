@@ -42,6 +42,7 @@ class Task:
     restarts: int = 0  # requeued this often (its log's restart count)
     log: Path | None = None
     last_error: str | None = None  # the log's last `error:` line
+    end_line: str | None = None  # the job script's `ncp: task J exit N at T` line, once it ended
     source: str = "files"  # squeue, sacct or files
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,21 +86,31 @@ def latest_job(jobs: list[dict[str, Any]], task: int) -> str | None:
     return None
 
 
-def read_log(path: Path) -> tuple[int, int | None, str | None, str | None]:
-    """(restarts, exit code of the last attempt or None while it runs, node, the last `error:` line)."""
-    restarts, code, node, error = 0, None, None, None
+@dataclass
+class LogSays:
+    restarts: int = 0
+    code: int | None = None  # the last attempt's exit; None while it runs
+    node: str | None = None
+    error: str | None = None  # the last `error:` line
+    end: str | None = None  # the last attempt's exit line
+
+
+def read_log(path: Path) -> LogSays:
+    """What a task log (slurm/ncp_array.sbatch's lines and the rig's) says of the task's last attempt."""
+    said = LogSays()
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return restarts, code, node, error
+        return said
     for line in text.splitlines():
         if m := _START.match(line):
-            restarts, node, code = int(m.group(3)), m.group(2), None  # a new attempt: its end is not known yet
+            # A new attempt: its end is not known yet.
+            said.restarts, said.node, said.code, said.end = int(m.group(3)), m.group(2), None, None
         elif m := _EXIT.match(line):
-            code = int(m.group(2))
+            said.code, said.end = int(m.group(2)), line.strip()
         elif line.startswith("error:"):
-            error = line.strip()
-    return restarts, code, node, error
+            said.error = line.strip()
+    return said
 
 
 def _ask(cmd: list[str]) -> str | None:
@@ -176,10 +187,10 @@ def tasks_of(root: Path, count: int, slurm: bool = True) -> dict[int, Task]:
         t = queued.get((job, i)) or ended.get((job, i)) or Task(job, i)
         log = Path(root) / SLURM_LOGS / f"{job}_{i}.out"
         if log.is_file():
-            restarts, code, node, error = read_log(log)
-            t.log, t.restarts, t.last_error = log, restarts, error
-            t.node = t.node or node
-            if t.state not in ("RUNNING", "PENDING") and code is not None:
-                t.exit_code = code  # the job script's own record of its end
+            said = read_log(log)
+            t.log, t.restarts, t.last_error = log, said.restarts, said.error
+            t.node = t.node or said.node
+            if t.state not in ("RUNNING", "PENDING") and said.code is not None:
+                t.exit_code, t.end_line = said.code, said.end  # the job script's own record of its end
         out[i] = t
     return out
