@@ -253,7 +253,8 @@ def classify(
         beat.turns_committed,
         beat.turns_possible,
     )
-    row.episodes_finished = max(row.episodes_finished, beat.episodes_finished)
+    # The heartbeat's own count, consistent with its turns (results written since show at its next beat).
+    row.episodes_finished = beat.episodes_finished
     row.host, row.pid = beat.host, beat.pid
     updated = _ts(beat.updated_at) or now
     row.heartbeat_age_s = max(0.0, now - updated)

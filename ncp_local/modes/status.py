@@ -33,7 +33,7 @@ def _row_cells(r: Row) -> tuple[str, ...]:
     )
     rate = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     note = []
-    if r.exit_code is not None:
+    if r.exit_code is not None and not (r.state == "done" and r.exit_code == 0):
         note.append(f"exit {r.exit_code}")
     if r.slurm and r.slurm.get("state"):
         s = r.slurm
