@@ -63,6 +63,7 @@ NOT_IDENTITY = (
     "bench",
     "sources",
     "export",
+    "status",  # the heartbeat and mode=status: they watch a run, never change it
     "tracker",
     "submission",
     *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),

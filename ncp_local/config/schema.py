@@ -23,6 +23,7 @@ from .sections import (
     ReviewCfg,
     RoleCfg,
     ShardCfg,
+    StatusCfg,
     TrackerCfg,
     TrialsCfg,
 )
@@ -80,6 +81,7 @@ class RunConfig(ConfigModel):
     report: ReportCfg = ReportCfg()
     compare: CompareCfg = CompareCfg()
     export: ExportCfg = ExportCfg()
+    status: StatusCfg = StatusCfg()
     tracker: TrackerCfg = TrackerCfg()
     submission: str | None = None  # mode=submission: the archive to write; mode=validate: the archive to check
     review: ReviewCfg = ReviewCfg()

@@ -170,6 +170,21 @@ class CompareCfg(ConfigModel):
     paper: str | None = None
 
 
+class StatusCfg(ConfigModel):
+    """The heartbeat every running process writes (execution/heartbeat.py) and `mode=status`, which reads it."""
+
+    # How often a running process rewrites its status.json; 0: never (mode=status then knows less).
+    heartbeat_s: float = Field(5.0, ge=0)
+    # "Stalled": no committed turn and no completed call for longer than this; null derives it from the
+    # run's own turns: max(stall_floor_s, stall_factor x the 90th percentile of its recent turn durations).
+    stall_s: float | None = Field(None, gt=0)
+    stall_factor: float = Field(5.0, gt=0)
+    stall_floor_s: float = Field(120.0, gt=0)
+    # mode=status: redraw every N seconds (a terminal) until interrupted; null: once.
+    watch: float | None = Field(None, gt=0)
+    format: Literal["table", "json"] = "table"
+
+
 class ExportCfg(ConfigModel):
     """`mode=export`: the runs as logs another tool reads."""
 

@@ -210,7 +210,7 @@ async def play(
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
     engine), metered on `bar`."""
     cfg = ready.cfg
-    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(e, bar))
+    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(e, bar, name))
     calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
@@ -260,7 +260,9 @@ class Life:
         self.stopped: list[str] = []
         first = next((p.cfg for p in points if p.cfg is not None), None)
         self.progress = Progress(
-            enabled=bool(first and first.progress), every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0)
+            enabled=bool(first and first.progress),
+            every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0),
+            heartbeat_s=first.status.heartbeat_s if first is not None else 0.0,  # each run's status.json
         )
 
     def runnable(self) -> list[Point]:
@@ -405,7 +407,7 @@ class Life:
     def _ended(self, p: Point) -> None:
         if self.sweep is None:
             return
-        self.progress.point(p.name, "done" if p.status == "done" else "failed")
+        self.progress.point(p.name, "done" if p.status == "done" else "failed", p.code, p.message or None)
         if p.status == "failed":
             self.say(f"error: sweep point {p.name}: {p.message}")
         self.on_change()
@@ -421,13 +423,16 @@ class Life:
         assert p.cfg is not None and p.ready is not None and p.out is not None
         cfg = p.cfg
         try:
-            engines = await self.pool.of_roles(p.keys)
-            if self.sweep is None:
-                self.progress.start()
-            # A sweep's point as it would run alone, on the pool's engines (its own config as given, not
-            # the group's placement: placement never changes what a run computes).
-            ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
-            p.results = await play(ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
+            # status.json (mode=status) from the engines' loading to the point's end, its final state by
+            # how the block ends (a sweep's point began beating when it started running).
+            with self.progress.beating(self._shown(p), self.stopped):
+                engines = await self.pool.of_roles(p.keys)
+                if self.sweep is None:
+                    self.progress.start()
+                # A sweep's point as it would run alone, on the pool's engines (its own config as given, not
+                # the group's placement: placement never changes what a run computes).
+                ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
+                p.results = await play(ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
             store.mark_done(len(p.episodes()))
             broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
             if broken:

@@ -11,15 +11,20 @@ done, running, waiting, failed.
 
 Calls are counted by wrapping each backend (`Metered`), turns by the
 runner's `on_turn` and `on_result` hooks; nothing here changes what a run
-computes.
+computes. The same events feed each run directory's heartbeat
+(`status.json`, execution/heartbeat.py) when `heartbeat_s` is set: a single
+run's for as long as `beating` holds it, a sweep point's from `point(...,
+"running")` to its end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -28,6 +33,7 @@ from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
 from ..rundir.layout import CHECKPOINTS, result_file
+from .heartbeat import Counts, Heartbeat
 
 POINT_STATES = ("waiting", "running", "done", "failed")
 
@@ -67,6 +73,7 @@ class Progress:
         stream: TextIO | None = None,
         tty: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat_s: float = 0.0,
     ) -> None:
         self.enabled = enabled
         self.every_s = every_s
@@ -83,11 +90,17 @@ class Progress:
         self._last_draw = 0.0
         self._bar: Any = None
         self._printed = ""
+        self.heartbeat_s = heartbeat_s  # 0: no status.json (bench, tests)
+        self.roots: dict[str, Path] = {}  # run key -> its run (or shard) directory
+        self.beats: dict[str, Heartbeat] = {}  # the heartbeats still beating
+        self._point_beats: set[str] = set()  # begun by point(): a close() ends them as stopped
 
     # -- what there is to do ---------------------------------------------------------
     def add_run(self, key: str, spec_ids: Iterable[str], max_turns: int, root: Path | None = None) -> None:
         """Register a run's episodes; finished ones and checkpoints already on disk count as done work."""
         ep = self.runs.setdefault(key, _Episodes())
+        if root is not None:
+            self.roots[key] = Path(root)
         for sid in spec_ids:
             done = result_file(root, sid) if root is not None else None
             if done is not None and done.exists():
@@ -99,10 +112,62 @@ class Progress:
             ep.committed[sid] = _turns_in_file(cp) if cp is not None and cp.exists() else 0
             ep.possible[sid] = max_turns
 
-    def point(self, key: str, state: str) -> None:
+    def point(self, key: str, state: str, code: int | None = None, error: str | None = None) -> None:
+        """A sweep point's state; its heartbeat runs from "running" to its end (`code`, `error`: a failure's)."""
         assert state in POINT_STATES, state
         self.points[key] = state
+        if state == "running":
+            self._point_beats.add(key)
+            self.begin_beat(key)
+        elif state in ("done", "failed"):
+            self.end_beat(key, state, code, error)
         self._tick(force=state in ("done", "failed"))
+
+    # -- heartbeats -------------------------------------------------------------------
+    def _counts(self, key: str) -> Counts:
+        ep = self.runs.get(key) or _Episodes()
+        # Copies first: the heartbeat's thread reads while the event loop writes (a dict copy is atomic).
+        committed, possible = dict(ep.committed), dict(ep.possible)
+        return Counts(len(ep.finished), len(possible), sum(committed.values()), sum(possible.values()))
+
+    def begin_beat(self, key: str) -> None:
+        root = self.roots.get(key)
+        if self.heartbeat_s <= 0 or root is None or key in self.beats:
+            return
+        beat = Heartbeat(root, lambda: self._counts(key), self.heartbeat_s)
+        if self.started is not None:
+            beat.playing()
+        self.beats[key] = beat
+        beat.start()
+
+    def end_beat(self, key: str, state: str, code: int | None = None, error: str | None = None) -> None:
+        beat = self.beats.pop(key, None)
+        if beat is not None:
+            beat.finish(state, code, error)
+
+    @contextmanager
+    def beating(self, key: str, stopped: list[str] | None = None) -> Iterator[None]:
+        """A single run's heartbeat while the block runs, and its final state by how the block ended: done
+        (returned), stopped (cancelled by the signal named in `stopped`), failed (an exception: its exit)."""
+        from ..exits import EXIT_FAILED, EXIT_SIGNAL
+        from .failures import exit_for
+
+        self.begin_beat(key)
+        try:
+            yield
+        except asyncio.CancelledError:
+            name = stopped[0] if stopped else None
+            self.end_beat(key, "stopped", EXIT_SIGNAL.get(name) if name else None, f"stopped by {name or 'a cancel'}")
+            raise
+        except BaseException as exc:
+            known = exit_for(exc) if isinstance(exc, Exception) else None
+            code = known.code if known is not None else EXIT_FAILED
+            line = known.message if known is not None else f"{type(exc).__name__}: {exc}"
+            self.end_beat(key, "failed", code, (line.splitlines() or [""])[0])
+            raise
+        else:
+            # No exit code yet: the process's own follows the report (5 when too many episodes are invalid).
+            self.end_beat(key, "done")
 
     # -- events -----------------------------------------------------------------------
     def start(self) -> None:
@@ -110,6 +175,8 @@ class Progress:
         self.started = self.clock()
         self._last_line = self.started
         self.committed_at_start = self.committed
+        for beat in self.beats.values():
+            beat.playing()
         if self.enabled and self.tty:
             self._bar = tqdm(
                 total=self.possible,
@@ -123,18 +190,31 @@ class Progress:
 
     def turn(self, key: str, spec_id: str, committed: int) -> None:
         ep = self.runs.setdefault(key, _Episodes())
+        before = ep.committed.get(spec_id, 0)
         ep.committed[spec_id] = committed
+        beat = self.beats.get(key)
+        if beat is not None:
+            beat.turn(spec_id, committed - before)
         self._tick()
 
     def result(self, key: str, spec_id: str, turns: int) -> None:
         ep = self.runs.setdefault(key, _Episodes())
+        before = ep.committed.get(spec_id, 0)
         ep.committed[spec_id] = ep.possible[spec_id] = turns
         ep.finished.add(spec_id)
+        beat = self.beats.get(key)
+        if beat is not None:
+            beat.turn(spec_id, turns - before)
+            beat.ended(spec_id)
         self._tick()
 
-    def call(self, completion: Completion) -> None:
+    def call(self, completion: Completion, key: str | None = None) -> None:
+        tokens = completion.prompt_tokens + completion.generated_tokens
         self.calls += 1
-        self.tokens += completion.prompt_tokens + completion.generated_tokens
+        self.tokens += tokens
+        beat = self.beats.get(key) if key is not None else None
+        if beat is not None:
+            beat.call(tokens)
         self._tick()
 
     # -- figures ----------------------------------------------------------------------
@@ -205,6 +285,9 @@ class Progress:
             print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
+        # A sweep point still beating at the end was stopped (a signal cancelled the sweep).
+        for key in [k for k in self.beats if k in self._point_beats]:
+            self.end_beat(key, "stopped", None, "the sweep stopped before this point finished")
         if not self.enabled or self.started is None:
             return
         if self._bar is not None:
@@ -217,15 +300,17 @@ class Progress:
 
 
 class Metered:
-    """A backend that tells the progress about every completed call; everything else passes through."""
+    """A backend that tells the progress about every completed call (of run `key`: its heartbeat's);
+    everything else passes through."""
 
-    def __init__(self, inner: Engine, progress: Progress) -> None:
+    def __init__(self, inner: Engine, progress: Progress, key: str | None = None) -> None:
         self.inner = inner
         self.progress = progress
+        self.key = key
 
     async def generate(self, request: Request) -> Completion:
         out = await self.inner.generate(request)
-        self.progress.call(out)
+        self.progress.call(out, self.key)
         return out
 
     async def close(self) -> None:

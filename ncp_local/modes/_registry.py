@@ -79,6 +79,11 @@ MODES: tuple[Mode, ...] = (
         "with computed flags official_prompts/official_dataset/complete/verified",
         ("submission",),
     ),
+    Mode(
+        "status",
+        "where each run, shard and sweep point stands: runs=[DIR,...] (a sharded run, a sweep folder, a glob); "
+        "state, episodes, turns, calls/s, ETA; status.format=json, status.watch=S; reads only files (and Slurm)",
+    ),
     Mode("validate", "check a submission archive: submission=FILE (seals, hashes, every metric and flag recomputed)"),
 )
 BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}

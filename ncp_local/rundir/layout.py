@@ -1,7 +1,7 @@
 """The run directory's layout, in one place: where a run lives, its shards, its manifest.
 
 runs/<dataset>-<identity key>/       (or `out_dir`)
-  manifest.json  results/  checkpoints/  calls.jsonl  engine.log  .lock
+  manifest.json  results/  checkpoints/  calls.jsonl  engine.log  .lock  status.json (the heartbeat)
   shard-iii-of-nnn/                  (a Slurm array task's part, the same inside, DONE when finished)
   submit.json  slurm/  endpoint-<role>  (a Slurm submission's record, task logs, served role's URL)
 """
@@ -29,11 +29,12 @@ CALLS = "calls.jsonl"
 DONE = "DONE"
 LOCK = ".lock"
 ENGINE_LOG = "engine.log"  # the engine's and libraries' output (execution/engine_log.py)
+STATUS = "status.json"  # the running process's heartbeat (execution/heartbeat.py): bookkeeping, never a result
 SUBMIT_STATE = "submit.json"  # a Slurm submission: shard count, identity, jobs queued (launch/submit.py)
 SLURM_LOGS = "slurm"  # the array tasks' and the server's logs
 # The kind each part must have (a wrong kind is refused, never worked around).
 RUN_FOLDERS = (RESULTS, CHECKPOINTS, QUARANTINE)
-RUN_FILES = (LOCK, CALLS, DONE, ENGINE_LOG)
+RUN_FILES = (LOCK, CALLS, DONE, ENGINE_LOG, STATUS)
 # What makes a folder a run directory: a non-empty folder with neither is someone else's.
 RUN_MARKERS = (MANIFEST, RESULTS)
 SHARD = re.compile(r"^shard-(\d+)-of-(\d+)$")

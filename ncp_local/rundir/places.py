@@ -29,6 +29,7 @@ from .layout import (
     RUN_FOLDERS,
     RUN_MARKERS,
     SLURM_LOGS,
+    STATUS,
     SUBMIT_STATE,
 )
 
@@ -146,7 +147,7 @@ def check_place(root: Path) -> None:
         names = {p.name for p in resolved.iterdir()}
         # The submitter's record and its tasks' logs come before the first task writes anything (and a served
         # role's endpoint file before its tasks start).
-        bookkeeping = {LOCK, CALLS, ENGINE_LOG, CHECKPOINTS, QUARANTINE, SUBMIT_STATE, SLURM_LOGS}
+        bookkeeping = {LOCK, CALLS, ENGINE_LOG, STATUS, CHECKPOINTS, QUARANTINE, SUBMIT_STATE, SLURM_LOGS}
         served = {n for n in names if n.startswith("endpoint-")}
         if names and not names.intersection(RUN_MARKERS) and not names - served <= bookkeeping:
             shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")

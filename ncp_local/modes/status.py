@@ -1,0 +1,115 @@
+"""`mode=status runs=[...]`: where every run, shard and sweep point stands, read from its directory.
+
+One row each (execution/run_status.py decides the state from the heartbeat, the files and, where it
+answers, Slurm), a total row, and nothing written. `status.format=json` prints one JSON document
+(docs/reference/status.md); `status.watch=S` redraws every S seconds (in place on a terminal) until
+interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from ..config import ConfigError, RunConfig
+from ..execution.progress import duration
+from ..execution.run_status import Row, Thresholds, document, status_rows, total
+
+HEAD = ("run", "state", "episodes", "turns", "calls/s", "tok/s", "last turn", "ETA", "")
+
+
+def _ago(s: float | None) -> str:
+    return "-" if s is None else f"{duration(s)} ago"
+
+
+def _row_cells(r: Row) -> tuple[str, ...]:
+    eps = f"{r.episodes_finished}/{r.episodes_total if r.episodes_total is not None else '?'}"
+    turns = (
+        "-"
+        if r.turns_committed is None
+        else f"{r.turns_committed}" + (f"/{r.turns_possible}" if r.turns_possible else "")
+    )
+    rate = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    note = []
+    if r.exit_code is not None and not (r.state == "done" and r.exit_code == 0):
+        note.append(f"exit {r.exit_code}")
+    if r.slurm and r.slurm.get("state"):
+        s = r.slurm
+        note.append(
+            f"slurm {s['job']}_{s['task']} {s['state']}"
+            + (f" ({s['reason']})" if s.get("reason") else "")
+            + (f" on {s['node']}" if s.get("node") else "")
+            + (f", requeued {s['restarts']}x" if s.get("restarts") else "")
+        )
+    elif r.slurm and r.slurm.get("restarts"):
+        note.append(f"requeued {r.slurm['restarts']}x")
+    if r.line:
+        note.append(r.line)
+    return (
+        r.name,
+        r.state,
+        eps,
+        turns,
+        rate(r.calls_per_s, ".2f"),
+        rate(r.tokens_per_s, ".0f"),
+        _ago(r.since_turn_s),
+        "-" if r.eta_s is None else duration(r.eta_s),
+        "; ".join(note),
+    )
+
+
+def table(rows: list[Row]) -> str:
+    t = total(rows)
+    states = ", ".join(f"{n} {s}" for s, n in t.states.items())
+    eta = "-" if t.eta_s is None else duration(t.eta_s)
+    if t.eta_s is not None and t.eta_excludes:
+        eta += f" (+{t.eta_excludes} not moving)"
+    last = (
+        f"total ({t.rows})",
+        states,
+        f"{t.episodes_finished}/{t.episodes_total}",
+        f"{t.turns_committed}/{t.turns_possible}" if t.turns_possible else f"{t.turns_committed}",
+        f"{t.calls_per_s:.2f}",
+        f"{t.tokens_per_s:.0f}",
+        "",
+        eta,
+        "",
+    )
+    cells = [HEAD, *(_row_cells(r) for r in rows), last]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEAD) - 1)]
+
+    def line(c: tuple[str, ...]) -> str:
+        return ("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=False)) + "  " + c[-1]).rstrip()
+
+    out = [line(HEAD), *(line(c) for c in cells[1:-1]), "-" * (sum(widths) + 2 * len(widths)), line(last)]
+    return "\n".join(out)
+
+
+def render(cfg: RunConfig, now: float) -> tuple[str, dict[str, Any]]:
+    rows = status_rows(list(cfg.runs), Thresholds.of(cfg), now)
+    doc = document(rows, now)
+    text = json.dumps(doc, indent=1) if cfg.status.format == "json" else table(rows)
+    return text, doc
+
+
+def main(cfg: RunConfig, raw: dict) -> int:
+    if not cfg.runs:
+        raise ConfigError(
+            "runs", "give the run directories to look at: runs=[DIR,...] (a sharded run, a sweep folder, a glob)"
+        )
+    text, _ = render(cfg, time.time())  # every entry checked (one line, exit 2) before anything is drawn
+    if cfg.status.watch is None:
+        print(text)
+        return 0
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J")  # home and clear: the table redrawn in place
+            print(text + ("" if tty else "\n"), flush=True)
+            time.sleep(cfg.status.watch)
+            text, _ = render(cfg, time.time())
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,363 @@
+"""The heartbeat (status.json) and `mode=status`: states from hand-made run directories, the stall
+threshold, the ETA, the JSON document's documented fields, bad input, and real scripted runs that are
+killed, stopped and resumed (execution/heartbeat.py, execution/run_status.py, modes/status.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ncp_local.rundir.sweep_index import PointRow, write
+
+from cli_runner import run_cli
+from ncp_local.execution import heartbeat as hb
+from ncp_local.execution import run_status as rs
+from ncp_local.execution.heartbeat import Beat, Counts, Heartbeat
+from ncp_local.execution.slurm_tasks import tasks_of
+
+ROOT = Path(__file__).resolve().parent.parent
+T = rs.Thresholds(stall_s=None, stall_factor=5.0, stall_floor_s=20.0)
+NOW = 1_800_000_000.0
+
+
+def _iso(t: float) -> str:
+    return hb.iso(t) or ""
+
+
+def _run_dir(d: Path, beat: dict | None = None, results: int = 0, checkpoints: int = 0, done: bool = False) -> Path:
+    (d / "results").mkdir(parents=True)
+    (d / "checkpoints").mkdir()
+    (d / "manifest.json").write_text(
+        json.dumps({"dataset": {"specs": ["a", "b", "c"]}, "config": {"trials": {"count": 2}}})
+    )
+    for i in range(results):
+        (d / "results" / f"r{i}.json").write_text(json.dumps({"turns": [{}] * 3}))
+    for i in range(checkpoints):
+        (d / "checkpoints" / f"c{i}.json").write_text(json.dumps({"turns": [{}] * 2}))
+    if done:
+        (d / "DONE").write_text("")
+    if beat is not None:
+        (d / "status.json").write_text(json.dumps(beat))
+    return d
+
+
+def _beat(**over: object) -> dict:
+    base = Beat(
+        state="running",
+        every_s=5.0,
+        episodes_finished=1,
+        episodes_total=6,
+        turns_committed=40,
+        turns_possible=100,
+        calls_per_s=2.0,
+        tokens_per_s=900.0,
+        turns_per_s=0.5,
+        last_turn_at=_iso(NOW - 3),
+        last_call_at=_iso(NOW - 1),
+        playing_since=_iso(NOW - 600),
+        turn_seconds=[2.0] * 9 + [8.0],
+        host="elsewhere",  # not this host: the pid says nothing
+        pid=1,
+        started_at=_iso(NOW - 700),
+        updated_at=_iso(NOW - 2),
+    ).model_dump()
+    return {**base, **over}
+
+
+def _row(d: Path, now: float = NOW, t: rs.Thresholds = T) -> rs.Row:
+    (row,) = rs.rows_for(str(d), t, now, slurm=False)
+    return row
+
+
+# ---- the reader --------------------------------------------------------------------
+
+
+def test_a_working_run_is_running_with_its_rates_and_eta(tmp_path: Path) -> None:
+    row = _row(_run_dir(tmp_path / "r", _beat(), results=1))
+    assert row.state == "running" and row.line is None
+    assert (row.episodes_finished, row.episodes_total, row.turns_committed, row.turns_possible) == (1, 6, 40, 100)
+    assert row.eta_s == pytest.approx(60 / 0.5)  # turns left at the observed turn rate
+    assert row.calls_per_s == 2.0 and row.since_turn_s == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(
+    ("turn_seconds", "cfg", "expected"),
+    [
+        ([], T, 20.0),  # no turn yet: the floor
+        ([2.0] * 9 + [8.0], T, 20.0),  # 5 x p90 (2.0) = 10 < floor
+        ([2.0] * 8 + [8.0, 9.0], T, 40.0),  # p90 of ten is the 9th smallest: 8.0; 5 x 8
+        ([30.0], T, 150.0),
+        ([30.0], rs.Thresholds(stall_s=7.0), 7.0),  # the override wins, whatever the turns
+    ],
+)
+def test_the_stall_threshold_comes_from_the_runs_own_turns(
+    turn_seconds: list, cfg: rs.Thresholds, expected: float
+) -> None:
+    assert rs.stall_threshold(turn_seconds, cfg) == pytest.approx(expected)
+
+
+def test_quantile_is_an_observed_value_and_monotone() -> None:
+    values = [float(x) for x in (5, 1, 9, 3, 7, 2, 8)]
+    qs = [rs.quantile(values, q) for q in (0.1, 0.5, 0.9, 1.0)]
+    assert all(q in values for q in qs) and qs == sorted(qs) and qs[-1] == 9.0
+
+
+def test_no_turn_and_no_call_past_the_threshold_is_stalled(tmp_path: Path) -> None:
+    beat = _beat(last_turn_at=_iso(NOW - 50), last_call_at=_iso(NOW - 45), turn_seconds=[2.0] * 10)
+    row = _row(_run_dir(tmp_path / "r", beat))
+    assert row.state == "stalled" and row.stall_s == 20.0 and row.eta_s is None
+    assert "for 45 s (threshold 20 s)" in (row.line or "")
+    # Just inside the threshold it still runs: a call completed 19 s ago.
+    row = _row(_run_dir(tmp_path / "s", {**beat, "last_call_at": _iso(NOW - 19)}))
+    assert row.state == "running"
+
+
+def test_engine_loading_is_not_a_stall(tmp_path: Path) -> None:
+    beat = _beat(playing_since=None, last_turn_at=None, last_call_at=None, started_at=_iso(NOW - 900))
+    row = _row(_run_dir(tmp_path / "r", beat))
+    assert row.state == "running" and "loading engines" in (row.line or "")
+
+
+def test_a_stale_heartbeat_with_no_final_state_is_failed(tmp_path: Path) -> None:
+    row = _row(_run_dir(tmp_path / "r", _beat(updated_at=_iso(NOW - 60))))  # > 3 x 5 s + 10 s
+    assert row.state == "failed" and "no final state" in (row.line or "")
+    # The same age inside the limit: still running.
+    assert _row(_run_dir(tmp_path / "s", _beat(updated_at=_iso(NOW - 20)))).state == "running"
+
+
+def test_a_dead_pid_on_this_host_is_failed_at_once(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import socket
+
+    row = _row(_run_dir(tmp_path / "r", _beat(host=socket.gethostname(), pid=dead.pid)))
+    assert row.state == "failed" and f"process {dead.pid}" in (row.line or "")
+    # A live pid on this host with a stale heartbeat is not failed: the process is there (stopped, hung).
+    alive = _beat(host=socket.gethostname(), pid=os.getpid(), updated_at=_iso(NOW - 60))
+    assert _row(_run_dir(tmp_path / "s", alive)).state == "running"
+
+
+def test_final_states_carry_their_exit_and_line(tmp_path: Path) -> None:
+    failed = _beat(state="failed", exit_code=3, error="engine died: boom", updated_at=_iso(NOW - 5000))
+    row = _row(_run_dir(tmp_path / "r", failed))
+    assert (row.state, row.exit_code, row.line) == ("failed", 3, "engine died: boom")
+    stopped = _beat(state="stopped", exit_code=143, error="stopped by SIGTERM")
+    assert _row(_run_dir(tmp_path / "s", stopped)).state == "stopped"
+    assert _row(_run_dir(tmp_path / "d", _beat(state="done"), results=6, done=True)).state == "done"
+
+
+def test_without_a_heartbeat_the_files_say_it(tmp_path: Path) -> None:
+    done = _row(_run_dir(tmp_path / "d", results=6, done=True))
+    assert (done.state, done.episodes_finished, done.episodes_total, done.turns_committed) == ("done", 6, 6, 18)
+    assert _row(_run_dir(tmp_path / "q")).state == "queued"
+    part = _row(_run_dir(tmp_path / "p", results=1, checkpoints=1))
+    assert part.state == "stopped" and part.turns_committed == 5
+
+
+def test_a_sharded_run_with_its_submission_record_and_task_logs(tmp_path: Path) -> None:
+    """Rows per shard, the submitted shard count naming the missing one, the task log's exit and restarts."""
+    root = tmp_path / "run"
+    _run_dir(root / "shard-000-of-003", _beat(state="done"), results=2, done=True)
+    _run_dir(root / "shard-001-of-003", _beat(updated_at=_iso(NOW - 300)), results=1)
+    (root / "submit.json").write_text(
+        json.dumps(
+            {"identity": "x", "shards": 3, "jobs": [{"job": "41", "tasks": [0, 1, 2]}, {"job": "42", "tasks": [1]}]}
+        )
+    )
+    (root / "slurm").mkdir()
+    (root / "slurm" / "42_1.out").write_text(
+        "ncp: task 42_1 on n1 (restart 0) at x\nncp: task 42_1 on n1 (restart 1) at x\n"
+        "error: engine died: the engine process exited\nncp: task 42_1 exit 3 at y\n"
+    )
+    rows = rs.rows_for(str(root), T, NOW, slurm=False)
+    assert [(r.name, r.state) for r in rows] == [
+        ("run shard-000-of-003", "done"),
+        ("run shard-001-of-003", "failed"),
+        ("run shard-002-of-003", "queued"),
+    ]
+    assert rows[1].exit_code == 3 and rows[1].line == "error: engine died: the engine process exited"
+    assert rows[1].slurm is not None and rows[1].slurm["job"] == "42" and rows[1].slurm["restarts"] == 1
+    tasks = tasks_of(root, 3, slurm=False)
+    assert tasks[0].job == "41" and tasks[1].job == "42" and tasks[1].exit_code == 3
+
+
+def test_a_sweep_folder_has_a_row_per_point(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    _run_dir(tmp_path / "p0", _beat(state="done"), results=6, done=True)
+    _run_dir(tmp_path / "p1", _beat())
+    rows = [
+        PointRow(job=0, overrides=("seed=0", "limit=3"), run_dir=str(tmp_path / "p0"), status="done"),
+        PointRow(job=1, overrides=("seed=1", "limit=3"), run_dir=str(tmp_path / "p1"), status="running"),
+        PointRow(job=2, overrides=("seed=2", "limit=3"), run_dir=str(tmp_path / "p2"), status="pending"),
+        PointRow(job=3, overrides=("seed=3", "limit=3"), status="failed", exit_code=2, error="dataset: no such"),
+    ]
+    write(sweep, rows, [], [[0, 1, 2, 3]], "batched")
+    got = rs.rows_for(str(sweep), T, NOW, slurm=False)
+    assert [(r.name, r.state) for r in got] == [
+        ("#0 seed=0", "done"),
+        ("#1 seed=1", "running"),
+        ("#2 seed=2", "queued"),
+        ("#3 seed=3", "failed"),
+    ]
+    assert got[3].exit_code == 2 and got[3].line == "dataset: no such"
+
+
+def test_the_total_row(tmp_path: Path) -> None:
+    a = _row(_run_dir(tmp_path / "a", _beat()))
+    b = _row(_run_dir(tmp_path / "b", _beat(turns_committed=90, turns_per_s=1.0)))
+    c = _row(_run_dir(tmp_path / "c", _beat(last_turn_at=_iso(NOW - 99), last_call_at=_iso(NOW - 99))))
+    tot = rs.total([a, b, c])
+    assert tot.states == {"running": 2, "stalled": 1}
+    assert (tot.turns_committed, tot.turns_possible, tot.episodes_total) == (170, 300, 18)
+    # The slowest running row (a: 60 turns at 0.5/s) bounds it; the stalled row's work is said apart.
+    assert tot.eta_s == pytest.approx(120.0) and tot.eta_excludes == 1
+    assert tot.calls_per_s == pytest.approx(4.0)  # the stalled row's rate is not counted
+
+
+def test_the_json_document_has_the_documented_fields(tmp_path: Path) -> None:
+    """docs/reference/status.md lists every field of a row and of the total; the document has exactly those."""
+    _run_dir(tmp_path / "a", _beat())
+    out = run_cli("mode=status", f"runs=[{tmp_path}/a]", "status.format=json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    text = (ROOT / "docs" / "reference" / "status.md").read_text(encoding="utf-8")
+    documented = {
+        part: re.findall(r"^\| `([a-z_]+)` \|", text.split(f"<!-- {part} -->")[1].split("<!-- end -->")[0], re.M)
+        for part in ("document", "row", "total")
+    }
+    assert list(doc) == documented["document"]
+    assert list(doc["rows"][0]) == documented["row"]
+    assert list(doc["total"]) == documented["total"]
+    assert doc["kind"] == "ncp-status" and doc["version"] == 1 and doc["rows"][0]["state"] in rs.STATES
+
+
+def test_not_a_run_directory_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    for entry in (tmp_path / "other", tmp_path / "absent", f"{tmp_path}/nothing-*"):
+        out = run_cli("mode=status", f"runs=[{entry}]", cwd=tmp_path)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert out.stderr.startswith("error: ") and out.stderr.strip().count("\n") == 0 and "runs" in out.stderr
+
+
+def test_status_imports_no_model_library(tmp_path: Path) -> None:
+    _run_dir(tmp_path / "a", _beat())
+    code = (
+        "import sys; sys.argv=['run.py','mode=status','runs=[" + str(tmp_path / "a") + "]'];"
+        "from ncp_local.launch.cli import main\n"
+        "try:\n main()\nexcept SystemExit:\n pass\n"
+        "bad=[m for m in ('vllm','torch','transformers') if m in sys.modules]; print('LOADED', bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "LOADED []" in out.stdout, out.stdout + out.stderr
+
+
+# ---- the writer --------------------------------------------------------------------
+
+
+def test_a_heartbeat_that_cannot_be_written_warns_once_and_never_raises(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ro").write_text("a file where the run directory should be")
+    beat = Heartbeat(tmp_path / "ro", lambda: Counts(0, 1, 0, 3), every_s=0.05)
+    beat.start()
+    time.sleep(0.3)
+    beat.finish("done")
+    assert capsys.readouterr().err.count("heartbeat not written") == 1
+
+
+def test_the_heartbeat_measures_turns_between_commits_of_one_episode(tmp_path: Path) -> None:
+    clock = iter([0.0, 10.0, 12.0, 13.0, 15.0, 16.0, 20.0]).__next__
+    beat = Heartbeat(tmp_path, lambda: Counts(0, 2, 3, 6), every_s=60, wall=clock)  # started at 0
+    beat.playing()  # 10
+    beat.turn("a", 1)  # 12: a's first commit, no duration yet
+    beat.turn("b", 1)  # 13
+    beat.turn("a", 1)  # 15: 3 s for a's turn
+    beat.turn("b", 0)  # a resumed checkpoint reported: nothing new, no clock read
+    beat.turn("b", 2)  # 16: two turns in 3 s: 1.5 s each
+    snap = beat.snapshot()  # 20
+    assert snap.turn_seconds == [3.0, 1.5] and snap.turns_per_s == pytest.approx(5 / 10)
+
+
+# ---- real runs ---------------------------------------------------------------------
+
+
+def _start(tmp_path: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / name
+    cmd = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "engine=scripted",
+        f"out_dir={out}",
+        "progress=false",
+        "status.heartbeat_s=0.5",
+        *extra,
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def _status(tmp_path: Path, run: Path, *extra: str) -> dict:
+    out = run_cli("mode=status", f"runs=[{run}]", "status.format=json", *extra, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["rows"][0]
+
+
+def _until(what, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.2)
+    pytest.fail("timed out")
+
+
+@pytest.mark.timeout(300)
+def test_runs_killed_stopped_and_terminated(tmp_path: Path) -> None:
+    """Three scripted runs at once: SIGSTOPped then resumed (running, stalled within the threshold, running,
+    done), SIGKILLed (failed: its pid is gone), SIGTERMed (stopped, exit 143, the line that says so)."""
+    slow = ("engine.delay_s=0.05", "limit=2", "max_turns=12", "concurrency=2")
+    stop, stop_dir = _start(tmp_path, "stop", *slow)
+    kill, kill_dir = _start(tmp_path, "kill", *slow, "max_turns=40")
+    term, term_dir = _start(tmp_path, "term", *slow, "max_turns=40")
+    try:
+        for d in (stop_dir, kill_dir, term_dir):
+            _until(
+                lambda d=d: (
+                    (d / "status.json").exists() and json.loads((d / "status.json").read_text())["turns_committed"] >= 2
+                )
+            )
+        # The threshold from the run's own turns (a fraction of a second each) with a 2 s floor.
+        threshold = ("status.stall_floor_s=2",)
+        assert _status(tmp_path, stop_dir, *threshold)["state"] == "running"
+        os.kill(stop.pid, signal.SIGSTOP)
+        os.kill(kill.pid, signal.SIGKILL)
+        os.kill(term.pid, signal.SIGTERM)
+        stalled = _until(lambda: (r := _status(tmp_path, stop_dir, *threshold))["state"] == "stalled" and r, 20)
+        assert "stopped (SIGSTOP)" in stalled["line"] and stalled["stall_s"] >= 2.0
+        assert stalled["since_call_s"] > stalled["stall_s"]
+        killed = _status(tmp_path, kill_dir)
+        assert killed["state"] == "failed" and f"process {kill.pid}" in killed["line"], killed
+        assert term.wait(60) == 143
+        termed = _status(tmp_path, term_dir)
+        assert (termed["state"], termed["exit_code"], termed["line"]) == ("stopped", 143, "stopped by SIGTERM")
+        os.kill(stop.pid, signal.SIGCONT)
+        _until(lambda: _status(tmp_path, stop_dir, *threshold)["state"] in ("running", "done"), 20)
+        assert stop.wait(120) == 0
+        done = _status(tmp_path, stop_dir)
+        assert done["state"] == "done" and done["episodes_finished"] == done["episodes_total"] == 2
+        assert done["turns_committed"] == done["turns_possible"] > 0
+    finally:
+        for p in (stop, kill, term):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+                p.wait()
