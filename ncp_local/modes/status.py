@@ -94,7 +94,7 @@ def render(cfg: RunConfig, now: float) -> tuple[str, dict[str, Any]]:
     return text, doc
 
 
-def main(cfg: RunConfig, raw: dict) -> int:
+def main(cfg: RunConfig) -> int:
     if not cfg.runs:
         raise ConfigError(
             "runs", "give the run directories to look at: runs=[DIR,...] (a sharded run, a sweep folder, a glob)"
