@@ -45,7 +45,7 @@ from .calls import CallService, with_engines
 from .engine_pool import EnginePool, embedded_note, roles_described
 from .failures import Exit, exit_for
 from .placement import groups, place
-from .preflight import Ready, preflight
+from .preflight import Ready
 from .progress import Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings
 
@@ -132,11 +132,12 @@ def prepare(point: Point, writes: Callable[[str], Sequence[str]] = lambda mode: 
 
 
 def prepared_run(cfg: config_mod.RunConfig) -> Point:
-    """`mode=run`'s one point: pre-flight once (bad input raises, before anything is written); its
-    config as planned (memory shares and devices)."""
-    ready = preflight(cfg)
-    specs, ident, out = points.where(ready)
-    return Point(0, (), raw=cfg.source, cfg=ready.cfg, ready=ready, specs=specs, ident=ident, out=out)
+    """`mode=run`'s one point, checked as any point is (`points.check`: pre-flight once; bad input raises,
+    before anything is written); its config as planned (memory shares and devices)."""
+    checked = points.check(cfg.source)
+    assert checked.ready is not None  # mode=run is one of points.CHECKED_ROLES
+    specs, ident, out = checked.where()
+    return Point(0, (), raw=cfg.source, cfg=checked.ready.cfg, ready=checked.ready, specs=specs, ident=ident, out=out)
 
 
 # ---- the run directory's manifest -----------------------------------------------------------------
