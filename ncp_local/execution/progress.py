@@ -32,7 +32,9 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
+from ..exits import EXIT_FAILED, EXIT_SIGNAL
 from ..rundir.layout import CHECKPOINTS, result_file
+from .failures import exit_for
 from .heartbeat import Counts, Heartbeat
 
 POINT_STATES = ("waiting", "running", "done", "failed")
@@ -149,9 +151,6 @@ class Progress:
     def beating(self, key: str, stopped: list[str] | None = None) -> Iterator[None]:
         """A single run's heartbeat while the block runs, and its final state by how the block ended: done
         (returned), stopped (cancelled by the signal named in `stopped`), failed (an exception: its exit)."""
-        from ..exits import EXIT_FAILED, EXIT_SIGNAL
-        from .failures import exit_for
-
         self.begin_beat(key)
         try:
             yield
