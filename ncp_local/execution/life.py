@@ -134,7 +134,7 @@ def prepare(point: Point, writes: Callable[[str], Sequence[str]] = lambda mode: 
 def prepared_run(cfg: config_mod.RunConfig) -> Point:
     """`mode=run`'s one point, checked as any point is (`points.check`: pre-flight once; bad input raises,
     before anything is written); its config as planned (memory shares and devices)."""
-    checked = points.check(cfg.source)
+    checked = points.check(cfg)
     assert checked.ready is not None  # mode=run is one of points.CHECKED_ROLES
     specs, ident, out = checked.where()
     return Point(0, (), raw=cfg.source, cfg=checked.ready.cfg, ready=checked.ready, specs=specs, ident=ident, out=out)

@@ -210,11 +210,16 @@ class Checked:
 
 
 def check(
-    raw: dict[str, Any], *, models: bool = True, endpoints: bool = True, datasets: dict[str, Dataset] | None = None
+    raw: dict[str, Any] | RunConfig,
+    *,
+    models: bool = True,
+    endpoints: bool = True,
+    datasets: dict[str, Dataset] | None = None,
 ) -> Checked:
     """What the point's own job would refuse at its start, checked without starting anything
-    (InputError). `models`, `endpoints`, `datasets`: as `preflight` takes them."""
-    cfg = config_mod.validate(raw)
+    (InputError). `raw`: the point's composed config, or the config already typed at its entry;
+    `models`, `endpoints`, `datasets`: as `preflight` takes them."""
+    cfg = raw if isinstance(raw, RunConfig) else config_mod.validate(raw)
     roles = CHECKED_ROLES.get(cfg.mode)
     if roles is None:
         return Checked(cfg)
