@@ -63,6 +63,8 @@ def test_a_stopped_run_is_reported_with_its_episodes_in_flight_censored(stopped:
     assert "left out" not in rep.stdout.replace("`invalid` left out", "")  # counted now, not left out
     assert LINE in (tmp_path / "rep" / "results.md").read_text(encoding="utf-8")
     assert LINE in (tmp_path / "rep" / "index.html").read_text(encoding="utf-8")
+    svg = (tmp_path / "rep" / "survival.svg").read_text(encoding="utf-8")
+    assert "+4 in flight)" in svg and "(+: context_limit or in flight)" in svg
 
     # The results table's counts and averages are over the 5 finished episodes.
     (row,) = _csv(tmp_path / "rep" / "results.csv")
@@ -143,3 +145,19 @@ def test_a_run_with_nothing_yet_is_said_so(stopped: Path, tmp_path: Path) -> Non
     assert both.returncode == 0, both.stderr
     assert f"{empty}: no episode has finished or committed a turn yet: nothing to report (left out" in both.stdout
     assert LINE in both.stdout
+
+
+def test_an_inspect_export_of_a_run_in_flight_is_a_started_log_rewritten_in_place(
+    stopped: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("inspect_ai")
+    from inspect_ai.log import read_eval_log
+
+    out = tmp_path / "inspect"
+    for _ in range(2):  # exporting again rewrites the same file
+        done = run_cli("mode=export", "export.format=inspect", f"runs=[{stopped}]", f"export.out={out}")
+        assert done.returncode == 0, done.stderr
+    (log_file,) = out.glob("*.eval")
+    log = read_eval_log(str(log_file))
+    assert log.status == "started"
+    assert len(log.samples or []) == len(list((stopped / "results").glob("*.json"))) == 5
