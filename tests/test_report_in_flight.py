@@ -77,7 +77,11 @@ def test_a_stopped_run_is_reported_with_its_episodes_in_flight_censored(stopped:
     assert sum(censored) >= 4 and len(turns) == 9
     expected = km_survival(turns, censored, 8).s
     rows = _csv(tmp_path / "rep" / "survival.csv")
-    label = next(k for k in rows[0] if k not in ("turns_played",) and not k.endswith((" lo", " hi", "context_limit", "in_flight")))
+    label = next(
+        k
+        for k in rows[0]
+        if k not in ("turns_played",) and not k.endswith((" lo", " hi", "context_limit", "in_flight"))
+    )
     assert [float(r[label]) for r in rows] == pytest.approx(expected, abs=1e-6)
     assert sum(int(r[f"{label} in_flight"]) for r in rows) == 4
     kept = restricted_mean(turns, censored, 8, resamples=10).value

@@ -108,7 +108,9 @@ def test_the_server_gets_the_graceful_stop_where_the_installed_vllm_has_it() -> 
 
 def test_graceful_stop_is_read_from_the_vllm_source(tmp_path: Path) -> None:
     (tmp_path / "engine").mkdir()
-    (tmp_path / "engine" / "arg_utils.py").write_text('parser.add_argument(\n    "--shutdown-timeout",\n    type=int)\n')
+    (tmp_path / "engine" / "arg_utils.py").write_text(
+        'parser.add_argument(\n    "--shutdown-timeout",\n    type=int)\n'
+    )
     assert graceful_shutdown(tmp_path)
     (tmp_path / "engine" / "arg_utils.py").write_text('parser.add_argument("--disable-log-stats")\n')
     assert not graceful_shutdown(tmp_path)

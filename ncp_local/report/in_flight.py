@@ -45,8 +45,10 @@ def count_in_flight(run: Run) -> None:
     for episode in run.unfinished:
         path = _checkpoint_file(run, episode)
         if path is None:
-            skipped.append(f"{episode}: its checkpoint went away while the report read the run (finished or "
-                           "moved to quarantine/): counted in neither; run the report again")
+            skipped.append(
+                f"{episode}: its checkpoint went away while the report read the run (finished or "
+                "moved to quarantine/): counted in neither; run the report again"
+            )
             continue
         cp, why = check_result(path, run.manifest, Checkpoint)
         if cp is None:
