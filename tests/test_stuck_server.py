@@ -40,6 +40,15 @@ class _Stuck(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         self.server.posts += 1  # type: ignore[attr-defined]
+        if self.server.stopping:  # type: ignore[attr-defined]
+            # What vLLM 0.32 answered a new request while draining under --shutdown-timeout (measured).
+            data = json.dumps({"error": {"message": "cannot schedule new futures after shutdown"}}).encode()
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         self.server.release.wait(60)  # type: ignore[attr-defined]  # held open, never answered
 
     def _send(self, body: Any) -> None:
@@ -59,6 +68,7 @@ def stuck() -> Iterator[Any]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Stuck)
     server.daemon_threads = True
     server.posts = 0  # type: ignore[attr-defined]
+    server.stopping = False  # type: ignore[attr-defined]
     server.release = threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -70,9 +80,9 @@ def stuck() -> Iterator[Any]:
         server.server_close()
 
 
-def test_a_run_on_a_server_that_stops_answering_ends_engine_dead_after_its_limit(stuck: Any, tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{stuck.server_address[1]}/v1"
-    over = [
+def _endpoint(server: Any) -> list[str]:
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    return [
         o
         for role in ("narrator", "player", "auditor")
         for o in (
@@ -84,8 +94,11 @@ def test_a_run_on_a_server_that_stops_answering_ends_engine_dead_after_its_limit
             f"{role}.endpoint.backoff_s=0.1",
         )
     ]
+
+
+def test_a_run_on_a_server_that_stops_answering_ends_engine_dead_after_its_limit(stuck: Any, tmp_path: Path) -> None:
     started = time.monotonic()
-    run = run_cli("limit=1", "max_turns=2", "progress=false", f"out_dir={tmp_path / 'run'}", *over)
+    run = run_cli("limit=1", "max_turns=2", "progress=false", f"out_dir={tmp_path / 'run'}", *_endpoint(stuck))
     took = time.monotonic() - started
     assert run.returncode == EXIT_ENGINE_DEAD, run.stderr
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("error: ")]
@@ -94,6 +107,18 @@ def test_a_run_on_a_server_that_stops_answering_ends_engine_dead_after_its_limit
     # Two tries of 0.5 s and a 0.1 s backoff, well inside a bound (the run's own start included).
     assert took < 60 and stuck.posts >= 2
     assert not list((tmp_path / "run" / "results").glob("*.json"))  # nothing written as if it had ended
+
+
+def test_a_server_refusing_requests_while_it_stops_ends_the_run_engine_dead(stuck: Any, tmp_path: Path) -> None:
+    """Measured on a real vllm serve (docs/measurements/2026-12-05-runs-in-flight.md): while it drains, new
+    requests get HTTP 500 "cannot schedule new futures after shutdown"; taken for a failed attempt, the
+    episode ended `invalid` and the run exit 0 with results an uninterrupted run does not give."""
+    stuck.stopping = True
+    run = run_cli("limit=1", "max_turns=2", "progress=false", f"out_dir={tmp_path / 'run'}", *_endpoint(stuck))
+    assert run.returncode == EXIT_ENGINE_DEAD, run.stderr
+    (line,) = [x for x in run.stderr.splitlines() if x.startswith("error: ")]
+    assert "is stopping after 2 tries: HTTP 500" in line and line.endswith("re-run the same command to resume")
+    assert not list((tmp_path / "run" / "results").glob("*.json"))  # no episode ended `invalid` by it
 
 
 MODEL = ModelSettings(name="m", path="/m")
