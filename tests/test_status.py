@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from ncp_local.rundir.sweep_index import PointRow, write
 
 from cli_runner import run_cli
 from ncp_local.execution import heartbeat as hb
 from ncp_local.execution import run_status as rs
 from ncp_local.execution.heartbeat import Beat, Counts, Heartbeat
 from ncp_local.execution.slurm_tasks import tasks_of
+from ncp_local.rundir.sweep_index import PointRow, write
 
 ROOT = Path(__file__).resolve().parent.parent
 T = rs.Thresholds(stall_s=None, stall_factor=5.0, stall_floor_s=20.0)

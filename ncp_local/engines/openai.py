@@ -9,9 +9,9 @@ turn Qwen3 thinking off) go in the request body as vLLM's extensions.
 Transport failures (connection errors, timeouts, HTTP 429 and 5xx) are retried
 here, with exponential backoff, each failed try logged and returned with the
 completion (`Completion.transport_errors`, written to the call log). A server
-still unreachable after the retries is a dead engine (`EngineDead`: the run
-stops, exit 3, and resumes); a 429/5xx left after them is a failed attempt of
-that call. `probe` is the health check a run makes before any episode.
+still unreachable after the retries, or still answering that it is shutting down,
+is a dead engine (`EngineDead`: the run stops, exit 3, and resumes); another
+429/5xx left after them is a failed attempt of that call. `probe` is the health check a run makes before any episode.
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ _OVERFLOW = re.compile(
 )
 _log = logging.getLogger(__name__)
 BACKOFF_CAP_S = 60.0
+# What vLLM's server answers (HTTP 500) to a new request while it stops: under `--shutdown-timeout` it
+# drains the requests running and refuses the rest (measured on 0.32: "cannot schedule new futures after
+# shutdown"), and an engine already gone is named as dead. Left after the retries, it is the server
+# going away, not this request's fault: the engine-dead exit (the run resumes), never a failed attempt
+# that would end the episode `invalid`.
+_STOPPING = re.compile(r"after shutdown|shutting down|EngineDeadError|EngineCore encountered an issue", re.I)
 
 
 class OpenAIEndpointConfig(BaseModel):
@@ -256,10 +262,11 @@ class OpenAIEngine:
                     await asyncio.sleep(wait)
                     continue
                 tries.append(what)
-                if isinstance(e, openai.APIConnectionError):
+                stopping = not isinstance(e, openai.APIConnectionError) and bool(_STOPPING.search(str(e)))
+                if isinstance(e, openai.APIConnectionError) or stopping:
                     raise EngineDead(
-                        f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is unreachable after "
-                        f"{len(tries)} tries: {what}"
+                        f"endpoint '{self.cfg.name}' at {self.cfg.base_url} is "
+                        f"{'stopping' if stopping else 'unreachable'} after {len(tries)} tries: {what}"
                     ) from e
                 # Left after the retries; other requests may still be served.
                 return self._failed(request, started, e, tries)

@@ -9,6 +9,7 @@ Nothing here imports vLLM.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,30 @@ _NOT_FLAGS = ("model", "device_ids", "served_model_name")
 _DEFAULTS = {"data_parallel_size": 1}
 # Switches vLLM leaves off unless given: only an explicit `true` is passed (remote code runs only when asked).
 _OFF_BY_DEFAULT = ("trust_remote_code",)
+
+
+# vLLM's graceful stop (`vllm serve --shutdown-timeout S`, in 0.32 and 0.33: VllmConfig.shutdown_timeout):
+# on SIGTERM the engine stops taking new requests and finishes those running for up to S seconds, then
+# aborts what is left; 0 (vLLM's default) aborts them at once. S stays inside the job's stop grace
+# (slurm/serve.sbatch NCP_STOP_GRACE_S, 20 s) and Slurm's usual KillWait (30 s), with room for the
+# engine's own teardown after it.
+SHUTDOWN_FLAG = "--shutdown-timeout"
+DRAIN_S = 12
+
+
+def graceful_shutdown(vllm_root: Path | None = None) -> bool:
+    """Whether the installed vLLM takes `--shutdown-timeout`: read from its argument parser's source
+    (`vllm/engine/arg_utils.py`), not by importing vLLM (seconds, and a GPU library on a login node)."""
+    if vllm_root is None:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        vllm_root = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        source = (vllm_root / "engine" / "arg_utils.py").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return f'"{SHUTDOWN_FLAG}"' in source
 
 
 def flag(key: str, value: Any) -> list[str]:
@@ -49,11 +74,13 @@ def serve_args(
     on_cpu: bool = False,
     tensor_parallel: int | None = None,
     pipeline_parallel: int = 1,
+    drain_s: int | None = None,
 ) -> list[str]:
     """The arguments after `vllm serve`: the model, the rig's engine arguments for it (`tensor_parallel`:
     GPUs per node, default the model's own; `pipeline_parallel`: stages, one a node across nodes) and the
     server's flags. slurm/serve.sbatch adds where each part runs: vLLM's node rank flags, or Ray's backend,
-    or data parallel's."""
+    or data parallel's. `drain_s`: on SIGTERM, finish the requests in flight for up to that long
+    (`--shutdown-timeout`; pass it only where `graceful_shutdown()` says the installed vLLM has it)."""
     if pipeline_parallel > 1:
         model = model.model_copy(
             update={"engine_args": {**model.engine_args, "pipeline_parallel_size": pipeline_parallel}}
@@ -73,6 +100,8 @@ def serve_args(
         args += flag(key, value)
     # The server reports cached prompt tokens (the call log's cache hit) and keeps its log to errors.
     args += ["--enable-prompt-tokens-details", "--disable-uvicorn-access-log"]
+    if drain_s is not None:
+        args += [SHUTDOWN_FLAG, str(drain_s)]
     return args
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as config_mod
-from ..engines.serve import serve_args, serve_env
+from ..engines.serve import DRAIN_S, graceful_shutdown, serve_args, serve_env
 from ..engines.vllm_args import engine_config, resolved_path
 from ..execution import points
 from ..exits import EXIT_FAILED
@@ -65,7 +65,14 @@ def served_role(args: argparse.Namespace, sweep: list[list[str]]) -> dict[str, A
         "command": command,
         "env": serve_env(model, on_cpu),
         "args": serve_args(
-            model, path, port=args.serve_port, tensor_parallel=max(1, gpus), pipeline_parallel=stages, on_cpu=on_cpu
+            model,
+            path,
+            port=args.serve_port,
+            tensor_parallel=max(1, gpus),
+            pipeline_parallel=stages,
+            on_cpu=on_cpu,
+            # Requests in flight finish before a SIGTERM stops the server, where the installed vLLM can.
+            drain_s=DRAIN_S if graceful_shutdown() else None,
         ),
         "overrides": [f"{role}.engine=openai", f"{role}.endpoint.model={model.name}"],
     }

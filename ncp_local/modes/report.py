@@ -1,4 +1,4 @@
-"""`mode=report`: tables with intervals, survival plot, per-genre tables and HTML over finished runs."""
+"""`mode=report`: tables with intervals, survival plot, per-genre tables and HTML over runs, finished or in flight."""
 
 from __future__ import annotations
 
@@ -7,16 +7,24 @@ from pathlib import Path
 from ..config import RunConfig
 from ..execution.preflight import plan_growth
 from ..report import build_report, default_out, files_listing, runs_of
+from ..report.in_flight import NOTHING_YET, count_in_flight, nothing_yet
 from ..report.paper import row_named
-from ..rundir.layout import require_finished
 from ..rundir.places import check_destination
 
 
 def main(cfg: RunConfig) -> int:
     if cfg.compare.paper:
         row_named(cfg.compare.paper)  # an unknown paper row is refused before any run is read
-    require_finished(cfg.runs)
     runs = runs_of(cfg)
+    for run in runs:
+        count_in_flight(run)  # episodes still playing: censored at their last committed turn
+    # A run with nothing yet is said so, not failed: left out beside runs that have something.
+    empty = [r for r in runs if nothing_yet(r)]
+    for run in empty:
+        print(f"{run.path}: {NOTHING_YET}" + (" (left out of this report)" if len(empty) < len(runs) else ""))
+    runs = [r for r in runs if not nothing_yet(r)]
+    if not runs:
+        return 0
     out = Path(cfg.report.out).expanduser() if cfg.report.out else default_out(cfg, runs, "report")
     check_destination(out, "report.out")  # before any file is written
     rep = build_report(

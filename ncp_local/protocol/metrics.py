@@ -32,14 +32,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .records import EpisodeResult
+from .records import Checkpoint, EpisodeResult
 from .resample import clusters, draws, percentile
 from .stages import CONFLICT_TYPES
 
 # Every termination a report counts, in table order.
 TERMINATIONS: tuple[str, ...] = ("conflict", "max_turns", "all_resolved", "context_limit", "invalid")
+# An episode with a checkpoint and no result (still playing, or stopped mid-story): not a termination a
+# result can hold, only what a report calls it when it counts such an episode (report/in_flight.py).
+IN_FLIGHT = "in_flight"
 # Terminations whose story did not end: right-censored at their turn count.
-CENSORED: frozenset[str] = frozenset({"context_limit"})
+CENSORED: frozenset[str] = frozenset({"context_limit", IN_FLIGHT})
 
 # What ended a story, for competing risks (report/endings.py): a conflict by its type (two or more
 # types in the ending turn: `several_types`), or every achievement resolved. `max_turns` is not an
@@ -76,6 +79,23 @@ class EpisodeMetrics:
         if not types:  # cannot happen: the conflict-check schema admits only these types
             raise ValueError(f"{self.spec_id}: a conflict termination with no conflict type")
         return types[0] if len(types) == 1 else "several_types"
+
+
+def in_flight_metrics(cp: Checkpoint) -> EpisodeMetrics:
+    """An unfinished episode as of its last committed turn: censored there (T > n, as `context_limit`).
+    Only its turns count; what the per-episode averages take (progress, conflicts) is not known yet,
+    so `aggregate` keeps it out of them."""
+    return EpisodeMetrics(
+        spec_id=cp.spec_id,
+        termination=IN_FLIGHT,
+        turns=len(cp.turns),
+        trajectory_progress=0.0,
+        satisfied=0.0,
+        fact=False,
+        commitment=False,
+        player_input=False,
+        trial=cp.trial,
+    )
 
 
 def episode_metrics(result: EpisodeResult) -> EpisodeMetrics:
@@ -131,6 +151,7 @@ class Aggregate:
     survival_lo: tuple[float, ...]  # its confidence band, same t
     survival_hi: tuple[float, ...]
     bound_hits: int = 0  # over every episode's committed turns, invalid ones included
+    in_flight: int = 0  # unfinished episodes counted in S(t) only, censored at their last committed turn
 
 
 def _mean(xs: list[float]) -> float:
@@ -318,16 +339,23 @@ def restricted_mean(
 
 
 def aggregate(
-    metrics: list[EpisodeMetrics], max_turns: int, level: float = 0.95, resamples: int = 2000, seed: int = 0
+    metrics: list[EpisodeMetrics],
+    max_turns: int,
+    level: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+    in_flight: Sequence[EpisodeMetrics] = (),
 ) -> Aggregate:
+    """The finished episodes' averages and counts; S(t) over them and the `in_flight` ones (censored)."""
     scored = [m for m in metrics if m.termination != "invalid"]
     terms = {k: sum(m.termination == k for m in metrics) for k in TERMINATIONS}
+    at_risk_of = [*scored, *in_flight]
     curve = km_survival(
-        [m.turns for m in scored],
-        [m.censored for m in scored],
+        [m.turns for m in at_risk_of],
+        [m.censored for m in at_risk_of],
         max_turns,
         level,
-        stories=[m.spec_id for m in scored],
+        stories=[m.spec_id for m in at_risk_of],
         resamples=resamples,
         seed=seed,
     )
@@ -347,6 +375,7 @@ def aggregate(
         survival_lo=curve.lo,
         survival_hi=curve.hi,
         bound_hits=sum(m.bound_hits for m in metrics),
+        in_flight=len(in_flight),
     )
 
 

@@ -80,7 +80,8 @@ class Incidence:
 def _codes(scored: Sequence[EpisodeMetrics]) -> tuple[np.ndarray, np.ndarray]:
     """Turns played, and what ended each episode: k for ENDINGS[k], -1 for censoring (ENDING_CENSORED)."""
     turns = np.asarray([m.turns for m in scored], dtype=np.intp)
-    codes = np.asarray([-1 if m.ending in ENDING_CENSORED else ENDINGS.index(m.ending) for m in scored])
+    # An episode in flight (report/in_flight.py) is censored like the ENDING_CENSORED ones.
+    codes = np.asarray([-1 if m.ending in ENDING_CENSORED or m.censored else ENDINGS.index(m.ending) for m in scored])
     return turns, codes.astype(np.intp)
 
 
@@ -208,7 +209,7 @@ def run_endings(runs: Sequence[Run], level: float = 0.95) -> list[RunEndings]:
             RunEndings(
                 run.label,
                 str(run.path),
-                cumulative_incidence(ms, run.max_turns, level, *run.bootstrap),
+                cumulative_incidence([*ms, *run.in_flight], run.max_turns, level, *run.bootstrap),
                 run.aggregate(level).survival,
                 endings_by_band(ms, run.max_turns),
             )

@@ -51,7 +51,13 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
         "stopped before the story ended, so its length is only known from below: by the turn cap (`max_turns`, "
         "censored after the last turn) or by a full context window (`context_limit`, censored inside the run's "
         "turns); S(t) and the endings count both as censored. Columns that count only the second are headed "
-        "`context_limit`",
+        "`context_limit`. A report of a run in flight adds a third reason: `in_flight`",
+    ),
+    (
+        "in_flight",
+        "episodes with a checkpoint and no result when the report read the run (still playing, or stopped "
+        "mid-story): censored at their last committed turn in S(t), turns kept and the endings; the results "
+        "table's episodes and averages leave them out (their outcome is not known yet)",
     ),
     ("bound hits", "answers that reached a configured output bound (length or count); none on real models"),
     ("overturned", "conflicts the first check raised and the double-check cleared"),

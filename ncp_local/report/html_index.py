@@ -258,6 +258,8 @@ def index_page(
         _ran_html(runs),
         "<h2>Results</h2>",
         _summary_html(rows),
+        # Episodes in flight (report/in_flight.py): one plain line per run that has some.
+        *(f"<p class='warn in-flight'>{esc(r.label)}: {prose(r.in_flight)}</p>" for r in rows if r.in_flight),
     ]
     if comparisons is not None and comparisons.compared:
         parts += ["<h2>Comparisons</h2>", _comparisons_html(comparisons)]

@@ -43,6 +43,7 @@ def survival_figure(
     ax = fig.add_subplot()
     horizon = 0
     any_censored = False
+    any_in_flight = False
     drawn: dict[tuple[tuple[float, ...], ...], str] = {}  # a curve with its band -> the first run drawing it
     for i, run in enumerate(runs):
         agg = run.aggregate(level)
@@ -56,7 +57,12 @@ def survival_figure(
         def held(values: Sequence[float]) -> list[float]:
             return [100 * v for v in values] + ([100 * values[-1]] if len(values) else [])
 
-        label = f"{run.label} (n={agg.scored}" + (f", {agg.censored} context_limit" if agg.censored else "") + ")"
+        label = (
+            f"{run.label} (n={agg.scored}"
+            + (f", {agg.censored} context_limit" if agg.censored else "")
+            + (f", +{agg.in_flight} in flight" if agg.in_flight else "")
+            + ")"
+        )
         if same != run.label:
             label += f": identical to {same}"
         (line,) = ax.step(
@@ -91,7 +97,9 @@ def survival_figure(
                 color=line.get_color(),
                 label=f"{run.label}: corrected for the auditor",
             )
-        marks = sorted(t for t in censored_at(run) if t < len(s))
+        # `+` where a censored episode leaves the count: by the window, or still in flight.
+        marks = sorted(t for t in {*censored_at(run), *censored_at(run, in_flight=True)} if t < len(s))
+        any_in_flight = any_in_flight or bool(agg.in_flight)
         if marks:
             any_censored = True
             ax.plot(
@@ -111,7 +119,8 @@ def survival_figure(
     # turn 3 played 3 turns, so it is in S(3) and leaves the curve after t = 3.
     ax.set_xlabel("t: player turns played")
     ax.set_ylabel("episodes that played t turns or more (%)")
-    ax.set_title(f"Survival S(t), Kaplan-Meier with {level:.0%} band" + (" (+: context_limit)" if any_censored else ""))
+    marked = " (+: context_limit or in flight)" if any_in_flight else " (+: context_limit)"
+    ax.set_title(f"Survival S(t), Kaplan-Meier with {level:.0%} band" + (marked if any_censored else ""))
     ax.grid(True, alpha=0.3)
     if runs:
         # Below the axes: labels are long (models / condition / method) and

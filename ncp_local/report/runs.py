@@ -26,6 +26,8 @@ from .labels import by_difference, from_template
 from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder
 
 REAUDIT_KIND = "reaudit"
+# The note on unfinished episodes a mode leaves out (a report that counts them drops it: report/in_flight.py).
+LEFT_OUT = "unfinished (checkpoint, no result): left out"
 
 
 @dataclass
@@ -38,6 +40,9 @@ class Run:
     results: dict[str, EpisodeResult]
     shards: tuple[Path, ...] = ()
     unfinished: tuple[str, ...] = ()  # a checkpoint but no result yet
+    # The unfinished episodes a report counts, censored at their last committed turn (report/in_flight.py;
+    # empty unless it did): in S(t) and the curves, never in the per-episode averages.
+    in_flight: tuple[EpisodeMetrics, ...] = ()
     notes: list[str] = field(default_factory=list)
     damaged: tuple[tuple[Path, str], ...] = ()  # result files that failed their check, and why: not counted
     specs: dict[str, Spec] = field(default_factory=dict)  # filled by `attach_specs`
@@ -63,8 +68,14 @@ class Run:
     def aggregate(self, level: float = 0.95) -> Aggregate:
         key = (level, *self.bootstrap)
         if key not in self._aggregates:
-            self._aggregates[key] = aggregate(self.metrics(), self.max_turns, level, *self.bootstrap)
+            self._aggregates[key] = aggregate(
+                self.metrics(), self.max_turns, level, *self.bootstrap, in_flight=self.in_flight
+            )
         return self._aggregates[key]
+
+    def forget_aggregates(self) -> None:
+        """Drop the aggregates computed so far (what they count has changed)."""
+        self._aggregates.clear()
 
     def genres(self, spec_id: str) -> tuple[str, ...]:
         spec = self.specs.get(spec_id)
@@ -151,6 +162,11 @@ def load_run(path: str | Path) -> Run:
     found: dict[str, EpisodeResult] = {}
     unfinished: set[str] = set()
     damaged: list[tuple[Path, str]] = []
+    # Checkpoints listed before results: an episode finishing meanwhile (result written, then its
+    # checkpoint dropped) is still found by its result, never lost between the two listings.
+    for part in parts:
+        if (part / CHECKPOINTS).is_dir():
+            unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
     for part in parts:
         for f in sorted((part / RESULTS).glob("*.json")):
             result, why = _read_result(f, manifest)
@@ -162,12 +178,10 @@ def load_run(path: str | Path) -> Run:
                 notes.append(f"{result.episode}: result in more than one shard; kept the first ({f} ignored)")
                 continue
             found[result.episode] = result
-        if (part / CHECKPOINTS).is_dir():
-            unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
     unfinished -= set(found)
     ordered = in_dataset_order(found, manifest)
     if unfinished:
-        notes.append(f"{len(unfinished)} episode(s) unfinished (checkpoint, no result): left out")
+        notes.append(f"{len(unfinished)} episode(s) {LEFT_OUT}")
     return Run(
         path=root,
         label=label_from_manifest(manifest, root.name),

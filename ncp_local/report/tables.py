@@ -22,6 +22,7 @@ from ..protocol.metrics import (
 )
 from ..rundir.atomic import atomic_write
 from .glossary import define
+from .in_flight import in_flight_line
 from .ran import Ran, what_ran
 from .runs import Run
 from .stats import Interval, bootstrap
@@ -59,6 +60,7 @@ class Row:
     unfinished: int
     horizon: int = 0  # turns the restricted mean ("turns kept") runs to
     ran: Ran = Ran(())  # the run's engine and models, as its manifest records them
+    in_flight: str = ""  # the line saying how many episodes are still playing (report/in_flight.py), if any
 
 
 def horizon_of(run: Run, horizon: int | None) -> int:
@@ -102,8 +104,11 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float, h
         )
         h = horizon_of(run, horizon)
         # The same seed, so the same story draws as the columns above (protocol/resample.py).
-        ci["turns_kept"] = turns_kept(scored, h, resamples, seed, level)
-        rows.append(Row(run.label, str(run.path), agg, ci, len(run.unfinished), h, what_ran(run.manifest)))
+        # In-flight episodes (report/in_flight.py) are in the area as they are in S(t): censored.
+        ci["turns_kept"] = turns_kept([*scored, *run.in_flight], h, resamples, seed, level)
+        rows.append(
+            Row(run.label, str(run.path), agg, ci, len(run.unfinished), h, what_ran(run.manifest), in_flight_line(run))
+        )
     return rows
 
 
@@ -181,6 +186,7 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
         "bound hits: outputs that reached a configured length or count bound."
     )
     censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
+    censored += [f"- {r.label}: {r.in_flight}" for r in rows if r.in_flight]
     return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
 
 
@@ -348,15 +354,16 @@ def genre_csv(runs: Sequence[Run]) -> str:
 # ---- survival ---------------------------------------------------------------
 
 
-def censored_at(run: Run) -> dict[int, int]:
+def censored_at(run: Run, in_flight: bool = False) -> dict[int, int]:
     """t -> how many censored episodes are counted as running through t for the last time.
 
     A `context_limit` episode with n committed turns had turn n under way, so
     it counts in S(t) = P(T >= t) through t = n + 1 (metrics module docstring);
-    that is where the survival plot marks it and where the CSV counts it.
+    that is where the survival plot marks it and where the CSV counts it. `in_flight=True`: the
+    episodes in flight instead (report/in_flight.py), censored the same way at their last committed turn.
     """
     out: dict[int, int] = {}
-    for m in run.metrics():
+    for m in run.in_flight if in_flight else run.metrics():
         if m.censored:
             out[m.turns + 1] = out.get(m.turns + 1, 0) + 1
     return out
@@ -364,24 +371,30 @@ def censored_at(run: Run) -> dict[int, int]:
 
 def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
     """Per run: S(t) (Kaplan-Meier), its band, and the `context_limit` episodes censored after t
-    (`censored_at`; the `max_turns` ones are censored after the last row)."""
+    (`censored_at`; the `max_turns` ones are censored after the last row); while episodes are in
+    flight, a column of those censored after t."""
     aggs = [r.aggregate(level) for r in runs]
     cens = [censored_at(r) for r in runs]
+    # A column of episodes in flight only while some run has them (a finished run's CSV is as before).
+    playing = [censored_at(r, in_flight=True) for r in runs] if any(r.in_flight for r in runs) else None
     horizon = max((len(a.survival) for a in aggs), default=0)
     body = []
     for t in range(horizon):
         line: list[Any] = [t]
-        for a, c in zip(aggs, cens, strict=True):
+        for i, (a, c) in enumerate(zip(aggs, cens, strict=True)):
             inside = t < len(a.survival)
             line += (
                 [_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
                 if inside
                 else ["", "", "", ""]
             )
+            if playing is not None:
+                line.append(playing[i].get(t, 0) if inside else "")
         body.append(line)
     header = ["turns_played"]  # t, as people count turns: S(t) = share of episodes that played t turns or more
     for r in runs:
         header += [r.label, f"{r.label} lo", f"{r.label} hi", f"{r.label} context_limit"]
+        header += [f"{r.label} in_flight"] if playing is not None else []
     return csv_text(header, body)
 
 
