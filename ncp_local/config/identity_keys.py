@@ -1,5 +1,5 @@
 """Which config keys enter a run's identity: the bookkeeping keys left out of it, and the keys added
-after runs existed, with the value at which they stay out (execution/identity.py hashes the rest)."""
+after runs existed, with the value at which they stay out (rundir/identity.py hashes the rest)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ NOT_IDENTITY = (
     "hydra",
     "limit",
     # Like `limit`: plays are independent, so raising it resumes the run and plays only the new trials.
-    # (`trials.vary` is in the identity, unless it is the default: execution/identity.py.)
+    # (`trials.vary` is in the identity, unless it is the default: rundir/identity.py.)
     "trials.count",
     "runs",
     "report",
@@ -68,7 +68,7 @@ NOT_IDENTITY = (
     "submission",
     *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
     # A role's engine and endpoint enter the identity as that role's model identity
-    # (execution/identity.py: the engine when it differs from `engine`, the served model and
+    # (rundir/identity.py: the engine when it differs from `engine`, the served model and
     # what the server reports), never as a URL; left out here so unchanged configs keep theirs.
     *(f"{role}.{key}" for role in ROLES for key in ("engine", "endpoint")),
 )

@@ -1,7 +1,7 @@
 """`mode=rerun from=DIR`: the config of a finished run, its inputs found again on this machine.
 
 A run's manifest records its resolved config and, in its identity's parts, the content of its
-dataset, prompts and weights (execution/fingerprints.py). The repeat takes each input from where
+dataset, prompts and weights (rundir/fingerprints.py). The repeat takes each input from where
 the run found it if the content there is still the same, else from this command's location, and
 refuses, naming the difference, a repeat that would not be the same experiment.
 """

@@ -2,7 +2,7 @@
 
 The batched launcher writes the whole index as its points progress (`write_index`); the basic
 launcher, which runs one point after the other, adds each point's row as the point ends
-(`record_point`). The file format is execution/sweep_index.py's.
+(`record_point`). The file format is rundir/sweep_index.py's.
 """
 
 from __future__ import annotations

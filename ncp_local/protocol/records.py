@@ -1,7 +1,7 @@
 """What an episode leaves behind: its turn records, its result and its checkpoint, and inside each turn
 record the answer every audit stage gave (PROTOCOL section 3, steps 3-7).
 
-These are the sealed records of a run directory (execution/store.py) and what every reader takes: the
+These are the sealed records of a run directory (rundir/store.py) and what every reader takes: the
 metrics, the replay of a turn's state, the reports, the official format's converter, the Inspect
 export. Each stage's answer is a model here, not a dict, so a reader names its fields (`c.type`,
 `rec.conflict_check.conflicts`) and a misspelt one fails in mypy, not silently as an empty `.get`.
@@ -13,7 +13,7 @@ written under other bounds is still a record). A record keeps the answer as it w
 
 Field order is serialization order, and results are compared byte for byte across rig versions: each
 answer record lists its fields in the order the stage's answer model (stages/_outputs.py) dumps them,
-then what the rig derives (`counts`). A file's format version (execution/formats.py) changes when a
+then what the rig derives (`counts`). A file's format version (rundir/formats.py) changes when a
 shape here does.
 """
 

@@ -1,6 +1,6 @@
 """Content fingerprints: what a dataset, a prompt pack and a model's weights are, never where they lie.
 
-The run identity (execution/identity.py) is built from these: a sha256 of the dataset's index and
+The run identity (rundir/identity.py) is built from these: a sha256 of the dataset's index and
 of each spec file, of each prompt template, and of a model directory's small files plus sampled
 hashes of its weights (reading tens of gigabytes whole would cost minutes at every start).
 `mode=rerun` (execution/rerun.py) compares them to find a run's inputs again on another machine.

@@ -29,7 +29,7 @@ VERSIONS: dict[Kind, int] = {
     "reaudit": 1,  # results/<episode>.json of a re-audit (protocol/reaudit.py ReauditResult, sealed)
     "manifest": 1,  # manifest.json (rundir/layout.py ManifestShape)
     "calls": 1,  # each line of calls.jsonl (execution/calls.py)
-    "sweep_index": 1,  # a sweep folder's index.json (execution/sweep_index.py)
+    "sweep_index": 1,  # a sweep folder's index.json (rundir/sweep_index.py)
 }
 
 
