@@ -17,6 +17,7 @@ from .. import config as config_mod
 from ..execution import identity as identity_mod
 from ..execution import layout, sweep_index
 from ..execution.sweep_index import INDEX, PointRow
+from ..report.headline import Headline, headline
 from .shared_engines import SharedEngines
 from .sweep_point import Point
 
@@ -25,6 +26,14 @@ def run_root(p: Point) -> Path:
     """The point's run directory (a sharded point writes its shard's subdirectory of it)."""
     assert p.out is not None
     return p.out.parent if p.cfg is not None and p.cfg.shard.count > 1 else p.out
+
+
+def _figures(p: Point) -> dict[str, Any]:
+    """A done run point's avg turns and turns kept for its row (none for other points)."""
+    if p.status != "done" or p.mode != "run" or p.out is None:
+        return {}
+    h: Headline | None = headline(run_root(p), p.cfg.report.horizon if p.cfg is not None else None)
+    return {} if h is None else {"avg_turns": h.avg_turns, "turns_kept": h.turns_kept, "horizon": h.horizon}
 
 
 def write_index(
@@ -46,6 +55,7 @@ def write_index(
             exit_code=p.code,
             error=p.message,
             engines=p.engine_ids,
+            **_figures(p),
         )
         for p in points
     ]
