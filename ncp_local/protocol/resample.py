@@ -75,7 +75,7 @@ def few_stories_factor(stories: int, level: float) -> float:
     The bootstrap's variance is the plug-in one, low by (stories - 1) / stories, and a band at the normal
     quantile ignores that the variance itself rests on that many stories: sqrt(G / (G - 1)) * t_{G-1} / z,
     the two small-cluster corrections of Cameron, Gelbach and Miller (2008) for G clusters (1.036 for 50
-    stories, 1.056 for 30). 1 for fewer than 2 stories (nothing to correct with).
+    stories, 1.061 for 30). 1 for fewer than 2 stories (nothing to correct with).
     """
     if stories < 2:
         return 1.0
