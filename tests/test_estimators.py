@@ -432,3 +432,24 @@ def test_a_clustered_survival_band_is_the_percentile_band_widened_for_few_storie
         assert loglog(band.lo[t]) - loglog(s) == pytest.approx(factor * (loglog(low[t]) - loglog(s)))
         assert loglog(band.hi[t]) - loglog(s) == pytest.approx(factor * (loglog(high[t]) - loglog(s)))
         assert band.lo[t] < low[t] and band.hi[t] > high[t]
+
+
+def test_a_clustered_band_keeps_the_draws_top_where_s_fell_to_0_but_some_draws_did_not() -> None:
+    # 12 stories of 2 plays, max_turns 6: s0's plays both end at turn 5, the last endings; s1 has a play
+    # censored after 4 turns. S(6) = 0, but a draw without s0 and with s1 keeps S(6) > 0: the band's top is
+    # the draws' own (nothing to widen on log(-log S) at S = 0, and no need for the at-risk bound).
+    turns = [5, 5, 4, 2] + [1 + (s % 3) for s in range(2, 12) for _ in range(2)]
+    cens = [False, False, True, False] + [False] * 20
+    names = [f"s{i // 2}" for i in range(24)]
+    band = metrics.km_survival(turns, cens, 6, 0.95, names, resamples=400, seed=3)
+    ended = 1.0 - np.asarray(cens, dtype=float)
+    t_arr = np.asarray(turns)
+    groups = resample.clusters(names)
+    curves = np.asarray([metrics.product_limit(t_arr[i], ended[i], 6) for i in resample.draws(groups, 400, 3)])
+    _, high = resample.percentile(curves, 0.95)
+    assert band.s[6] == 0.0 and high[6] > 0
+    assert (band.lo[6], band.hi[6]) == (0.0, high[6])
+    # Two stories: the t quantile with 1 degree of freedom.
+    assert resample.few_stories_factor(2, 0.95) == pytest.approx(
+        math.sqrt(2) * stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975)
+    )
