@@ -29,8 +29,9 @@ def run_root(p: Point) -> Path:
 
 
 def _figures(p: Point) -> dict[str, Any]:
-    """A done run point's avg turns and turns kept for its row (none for other points)."""
-    if p.status != "done" or p.mode != "run" or p.out is None:
+    """A done run point's avg turns and turns kept for its row (none for other points, nor for a shard's
+    point: its run is whole only once every shard is, and its report reads it then)."""
+    if p.status != "done" or p.mode != "run" or p.out is None or run_root(p) != p.out:
         return {}
     h: Headline | None = headline(run_root(p), p.cfg.report.horizon if p.cfg is not None else None)
     return {} if h is None else {"avg_turns": h.avg_turns, "turns_kept": h.turns_kept, "horizon": h.horizon}
