@@ -1,7 +1,8 @@
 """Where real runs are: the one-run estimators on 30-50 stories, late turns and heavy censoring.
 
 Usage: python scripts/estimators_sim.py [--runs 300] [--resamples 400] [--max-turns 30] [--seed 0]
-                                        [--conditions A B C D] [--tree DIR] [--out FILE.md]
+                                        [--conditions A B C D] [--only S( pass^ F_ ...] [--tree DIR]
+                                        [--out FILE.md]
 
 Built apart from `scripts/coverage.py` (whose stories have one constant hazard, endings of fixed
 shares, censoring uniform over the turns and 100 stories), to where local-model runs are:
@@ -199,14 +200,20 @@ Estimate = tuple[float, float, float]  # point, lo, hi; a NaN point: not estimab
 
 
 def estimate(rig: Any, c: Condition, x: Sample, rng: np.random.Generator, r: int, level: float, max_turns: int,
-             real: np.ndarray) -> dict[str, Estimate]:  # fmt: skip
+             real: np.ndarray, only: Sequence[str] = ()) -> dict[str, Estimate]:  # fmt: skip
+    """Every estimator's (point, lo, hi) on one simulated run; `only`: just the rows whose names start so."""
     nan = math.nan
+
+    def want(name: str) -> bool:
+        return not only or any(name.startswith(o) for o in only)
+
     ms = metrics_of(rig, x)
     out: dict[str, Estimate] = {}
-    agg = rig.metrics.aggregate(ms, max_turns, level, r, 0)
-    for t in (MID, max_turns):
-        out[f"S({t})"] = (agg.survival[t], agg.survival_lo[t], agg.survival_hi[t])
-    if c.plays > 1:
+    if want("S("):
+        agg = rig.metrics.aggregate(ms, max_turns, level, r, 0)
+        for t in (MID, max_turns):
+            out[f"S({t})"] = (agg.survival[t], agg.survival_lo[t], agg.survival_hi[t])
+    if c.plays > 1 and want("pass^"):
         ss = [rig.trials.Story(f"s{i}", tuple(m for m in ms if m.spec_id == f"s{i}")) for i in range(c.stories)]
         for k in sorted({2, c.plays}):
             why = rig.trials.not_estimable(ss, k, max_turns) if hasattr(rig.trials, "not_estimable") else None
@@ -215,19 +222,25 @@ def estimate(rig: Any, c: Condition, x: Sample, rng: np.random.Generator, r: int
             for t in (MID, max_turns):
                 bad = bool(why[t]) if why is not None else False
                 out[f"pass^{k}({t})"] = (nan, nan, nan) if bad else (float(curve[t]), float(lo[t]), float(hi[t]))
-    inc = rig.endings.cumulative_incidence(ms, max_turns, level, r, 0)
-    for e in ("fact", "player_input"):
-        out[f"F_{e}(T+1)"] = (inc.final(e), inc.lo[e][-1], inc.hi[e][-1])
-    cols = rig.tables.table_columns(ms)
-    ci = rig.stats.bootstrap({"avg_turns": cols["avg_turns"]}, r, 0, level, groups=[m.spec_id for m in ms])
-    out["avg turns"] = (ci["avg_turns"].point, ci["avg_turns"].lo, ci["avg_turns"].hi)
-    if hasattr(rig.metrics, "restricted_mean"):
+    if want("F_"):
+        inc = rig.endings.cumulative_incidence(ms, max_turns, level, r, 0)
+        for e in ("fact", "player_input"):
+            out[f"F_{e}(T+1)"] = (inc.final(e), inc.lo[e][-1], inc.hi[e][-1])
+    if want("avg turns"):
+        cols = rig.tables.table_columns(ms)
+        ci = rig.stats.bootstrap({"avg_turns": cols["avg_turns"]}, r, 0, level, groups=[m.spec_id for m in ms])
+        out["avg turns"] = (ci["avg_turns"].point, ci["avg_turns"].lo, ci["avg_turns"].hi)
+    if not want("RMST"):
+        pass
+    elif hasattr(rig.metrics, "restricted_mean"):
         rm = rig.metrics.restricted_mean(
             [m.turns for m in ms], [m.censored for m in ms], max_turns, level, [m.spec_id for m in ms], r, 0
         )
         out["RMST"] = (rm.value, rm.lo, rm.hi)
     else:
         out["RMST"] = (nan, nan, nan)
+    if not want("conflict-free"):
+        return out
     prec, verdicts = review(rig, ms, rng, level)
     cor = rig.precision.correct(sim_run(ms, max_turns), prec, verdicts, r, 0, level)
     free, n = cor.conflict_free[1], cor.scored
@@ -266,7 +279,7 @@ class Row:
 
 
 def simulate(c: Condition, runs: int, resamples: int, seed: int, max_turns: int, rig: Any, truth: dict[str, float],
-             level: float = 0.95) -> list[Row]:  # fmt: skip
+             level: float = 0.95, only: Sequence[str] = ()) -> list[Row]:  # fmt: skip
     q = censor_rate(c, max_turns, seed)
     rng = np.random.default_rng([seed, c.stories, c.plays, int(100 * c.censoring)])
     review_rng = np.random.default_rng([seed, 3])
@@ -282,7 +295,7 @@ def simulate(c: Condition, runs: int, resamples: int, seed: int, max_turns: int,
     for _ in range(runs):
         x = draw(c, max_turns, q, rng)
         shares_censored.append(float(np.mean(x.ending == -2)))
-        for name, e in estimate(rig, c, x, review_rng, resamples, level, max_turns, real).items():
+        for name, e in estimate(rig, c, x, review_rng, resamples, level, max_turns, real, only).items():
             rows.setdefault(name, Row(c, name, truth[name])).estimates.append(e)
     for r in rows.values():
         r.condition = Condition(c.name, c.stories, c.plays, float(np.mean(shares_censored)))
@@ -316,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-turns", type=int, default=30)
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", nargs="+", default=[], help="just the rows whose names start so: S( pass^ F_ RMST ...")
     ap.add_argument("--tree", type=Path, default=None, help="import ncp_local from this checkout instead")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -335,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     t0 = time.monotonic()
     for name in a.conditions:
-        rows += simulate(CONDITIONS[name], a.runs, a.resamples, a.seed, a.max_turns, rig, truth)
+        rows += simulate(CONDITIONS[name], a.runs, a.resamples, a.seed, a.max_turns, rig, truth, only=a.only)
         print(f"condition {name}: done at {time.monotonic() - t0:.0f} s", file=sys.stderr)
     text = (
         table(rows) + f"\n\n{a.runs} simulated runs per condition, {a.resamples} bootstrap draws, "

@@ -7,6 +7,8 @@
 #   WORKDIR  a scratch folder (default /tmp/ncp-mutation): the tracked files are copied there and the
 #            mutmut configuration added to the copy's pyproject.toml, so the checkout is never touched
 #   MODULE   the modules to mutate (default: the five estimator modules below)
+# MUTANTS (environment): mutant names or globs to run, e.g. 'ncp_local.report.precision.x__point__mutmut_*'
+#            (default: every mutant of the modules)
 #
 # The tests are the fast ones that check the estimators' behaviour (no engine, no scripted run): a
 # mutant in a function none of them reaches is "no tests", not "survived".
@@ -46,5 +48,6 @@ pytest_add_cli_args_test_selection = [
 EOF
 cd "$WORK"
 # The copy's ncp_local, not the checkout's: no PYTHONPATH, no official dataset (its tests start runs).
-env -u PYTHONPATH -u NCP_BENCH_DATASET "$MUTMUT" run --max-children 2
+# shellcheck disable=SC2086  # MUTANTS is a list of names or globs, split on purpose
+env -u PYTHONPATH -u NCP_BENCH_DATASET "$MUTMUT" run --max-children 2 ${MUTANTS:-}
 "$MUTMUT" results --all true | awk '{print $NF}' | sort | uniq -c

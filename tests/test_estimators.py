@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
+from ncp_local.protocol import metrics, resample
 from ncp_local.protocol.metrics import EpisodeMetrics, aggregate, km_survival, restricted_mean_point
 from ncp_local.protocol.resample import percentile
 from ncp_local.report import auditors, precision
@@ -383,3 +384,74 @@ def test_pass_k_weighs_an_ended_play_by_the_censoring_survival_at_its_end() -> N
             == pytest.approx(km[7])
             == pytest.approx({2: 0.75, 3: 0.75, 4: 2 / 3}[first_end])
         )
+
+
+def test_corrected_survival_weighs_a_story_that_ended_unconflicted_fully_and_leaves_invalid_plays_out() -> None:
+    # The toy run plus a play that ended with every achievement resolved at turn 2 (weight 1: nothing to
+    # doubt) and an invalid play with a fact conflict at turn 1 (out of every figure, as from the report's).
+    run, verdicts = _precision_run()
+    last = SimpleNamespace(conflicts=[SimpleNamespace(type="fact", target_id="f9")])
+    run.results["s~t10"] = SimpleNamespace(spec_id="s", trial=10, termination="all_resolved",
+                                           turns=[SimpleNamespace(conflicts=[])] * 2)  # fmt: skip
+    run.results["s~t11"] = SimpleNamespace(spec_id="s", trial=11, termination="invalid", turns=[last])
+    plug = precision.correct(run, precision.precisions(verdicts, 0.95), verdicts, 0, 0, 0.95)
+    assert plug.scored == 11 and plug.rates["fact_pct"][1].point == pytest.approx(100 * 4.96 / 11)
+    # Turn 2: 11 at risk, endings weighing 4 x 0.8 + 0.9 + 1 (the resolved play) = 5.1; turn 3: 5 at risk, 0.96.
+    judged_s, corr_s, _, _ = plug.survival
+    assert corr_s == pytest.approx((1, 1, 1, 5.9 / 11, 5.9 / 11 * (1 - 0.96 / 5)))
+    assert judged_s == pytest.approx((1, 1, 1, 5 / 11, 5 / 11 * 4 / 5))
+
+
+def test_a_clustered_survival_band_is_the_percentile_band_widened_for_few_stories_on_the_log_log_scale() -> None:
+    # 12 stories of 3 plays, ends spread over turns 1-6, two plays censored: the band is the stories'
+    # percentile band with each end moved sqrt(G/(G-1)) t_{G-1}/z times as far from S(t) on log(-log S).
+    g, level = 12, 0.95
+    assert resample.few_stories_factor(g, level) == pytest.approx(
+        math.sqrt(12 / 11) * stats.t.ppf(0.975, 11) / stats.norm.ppf(0.975)
+    )
+    assert resample.few_stories_factor(1, level) == 1.0
+    # The figures docs/guide/trials.md gives: 30, 50 and 100 stories.
+    assert [resample.few_stories_factor(n, level) for n in (30, 50, 100)] == pytest.approx(
+        [1.061, 1.036, 1.018], abs=6e-4
+    )
+    turns = [1 + (3 * s + p) % 6 for s in range(g) for p in range(3)]
+    cens = [i in (4, 20) for i in range(3 * g)]
+    names = [f"s{s}" for s in range(g) for _ in range(3)]
+    band = metrics.km_survival(turns, cens, 6, level, names, resamples=300, seed=1)
+    ended = 1.0 - np.asarray(cens, dtype=float)
+    groups = resample.clusters(names)
+    t_arr = np.asarray(turns)
+    curves = np.asarray([metrics.product_limit(t_arr[i], ended[i], 6) for i in resample.draws(groups, 300, 1)])
+    low, high = resample.percentile(curves, level)
+
+    def loglog(x: float) -> float:
+        return math.log(-math.log(x))
+
+    factor = resample.few_stories_factor(g, level)
+    for t in range(2, 6):
+        s = band.s[t]
+        assert 0 < low[t] < s < high[t] < 1, t
+        assert loglog(band.lo[t]) - loglog(s) == pytest.approx(factor * (loglog(low[t]) - loglog(s)))
+        assert loglog(band.hi[t]) - loglog(s) == pytest.approx(factor * (loglog(high[t]) - loglog(s)))
+        assert band.lo[t] < low[t] and band.hi[t] > high[t]
+
+
+def test_a_clustered_band_keeps_the_draws_top_where_s_fell_to_0_but_some_draws_did_not() -> None:
+    # 12 stories of 2 plays, max_turns 6: s0's plays both end at turn 5, the last endings; s1 has a play
+    # censored after 4 turns. S(6) = 0, but a draw without s0 and with s1 keeps S(6) > 0: the band's top is
+    # the draws' own (nothing to widen on log(-log S) at S = 0, and no need for the at-risk bound).
+    turns = [5, 5, 4, 2] + [1 + (s % 3) for s in range(2, 12) for _ in range(2)]
+    cens = [False, False, True, False] + [False] * 20
+    names = [f"s{i // 2}" for i in range(24)]
+    band = metrics.km_survival(turns, cens, 6, 0.95, names, resamples=400, seed=3)
+    ended = 1.0 - np.asarray(cens, dtype=float)
+    t_arr = np.asarray(turns)
+    groups = resample.clusters(names)
+    curves = np.asarray([metrics.product_limit(t_arr[i], ended[i], 6) for i in resample.draws(groups, 400, 3)])
+    _, high = resample.percentile(curves, 0.95)
+    assert band.s[6] == 0.0 and high[6] > 0
+    assert (band.lo[6], band.hi[6]) == (0.0, high[6])
+    # Two stories: the t quantile with 1 degree of freedom.
+    assert resample.few_stories_factor(2, 0.95) == pytest.approx(
+        math.sqrt(2) * stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975)
+    )

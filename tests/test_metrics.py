@@ -11,12 +11,15 @@ import pytest
 from helpers import first_check, make_spec
 from ncp_local.protocol import ledger
 from ncp_local.protocol.metrics import (
+    TABLE_HEADER,
     aggregate,
     episode_metrics,
     km_survival,
+    opening_bound_hits,
     restricted_mean,
     results_table,
     survival,
+    turn_bound_hits,
 )
 from ncp_local.protocol.records import ConflictRecord, EpisodeResult, FactUpdateRecord, TurnRecord
 
@@ -271,3 +274,46 @@ def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
     # Taken as 40 independent episodes the band is about half as wide (1/sqrt(4)).
     assert as_episodes.hi - as_episodes.lo < 0.7 * width
     assert width == pytest.approx(once.hi - once.lo, rel=0.25)
+
+
+def test_an_empty_state_a_trial_and_the_opening_hits_reach_the_metrics() -> None:
+    # No nodes and no commitments: both shares are 0, not a division by zero nor 1.
+    r = _result("e", "max_turns", 2)
+    r = r.model_copy(
+        update={
+            "final_state": r.final_state.model_copy(update={"node_occurred": (), "statuses": ()}),
+            "trial": 2,
+            "opening_bound_hits": ("opening:text_chars",),
+        }
+    )
+    m = episode_metrics(r)
+    assert (m.spec_id, m.trial, m.trajectory_progress, m.satisfied, m.bound_hits) == ("e", 2, 0.0, 0.0, 1)
+    # A record written before the fields existed has none, and the readers say so rather than fail.
+    assert opening_bound_hits(object()) == () and turn_bound_hits(object()) == ()
+    assert opening_bound_hits(r) == ("opening:text_chars",)
+    # Nothing scored: the averages are 0, not an error.
+    agg = aggregate([episode_metrics(_result("x", "invalid", 1))], max_turns=4)
+    assert (agg.scored, agg.avg_turns, agg.trajectory_pct, agg.fact_pct) == (0, 0.0, 0.0, 0.0)
+
+
+def test_results_table_layout_and_its_censoring_note() -> None:
+    ms = [episode_metrics(_result("a", "context_limit", 2)), episode_metrics(_result("b", "conflict", 3))]
+    lines = results_table([("r", aggregate(ms, max_turns=4))]).split("\n")
+    columns = TABLE_HEADER.count("|") - 1
+    assert lines[0] == TABLE_HEADER and lines[1] == "|---|" + "---:|" * (columns - 1)
+    assert lines[2].startswith("| r | 2 | 2.50 |")
+    assert lines[3:] == [
+        "r: 1 of 2 scored episode(s) censored (context_limit): averaged at their committed turns (a lower bound); "
+        "S(t) is the Kaplan-Meier estimate with them censored"
+    ]
+    # No censoring, no note.
+    assert len(results_table([("r", aggregate(ms[1:], max_turns=4))]).split("\n")) == 3
+
+
+def test_length_mismatches_are_named() -> None:
+    with pytest.raises(ValueError, match="^km_survival: turns and censored differ in length$"):
+        km_survival([1, 2], [False], 4)
+    with pytest.raises(ValueError, match="^restricted_mean: turns and censored differ in length$"):
+        restricted_mean([1, 2], [False], 4)
+    with pytest.raises(ValueError, match="^restricted_mean: horizon -1 is negative$"):
+        restricted_mean([1], [False], -1)

@@ -23,7 +23,7 @@ from ..report.runs import attach_specs, load_runs, sweep_points
 from ..report.table_rows import Source, point_of
 from ..report.table_schema import TABLES
 
-__all__ = ["TABLES", "calls", "conflicts", "episodes", "ledger_events", "tables", "turns"]
+__all__ = ["TABLES", "calls", "conflicts", "episodes", "ledger_events", "runs", "tables", "turns"]
 
 Runs = str | Path | Sequence[str | Path]
 
@@ -35,7 +35,7 @@ def _entries(runs: Runs) -> list[str]:
 def tables(
     runs: Runs, names: Sequence[str] = tuple(TABLES), label: str | None = None, dataset: str | None = None
 ) -> dict[str, pd.DataFrame]:
-    """The named tables (all five by default) of run directories, sweep folders, globs, or one folder of
+    """The named tables (all six by default) of run directories, sweep folders, globs, or one folder of
     Parquet files the export wrote. `label`: a row-label template as `report.label`; `dataset`: where the
     specs are when the run's manifest points elsewhere (`report.dataset`)."""
     unknown = [n for n in names if n not in TABLES]
@@ -76,3 +76,8 @@ def ledger_events(runs: Runs, label: str | None = None, dataset: str | None = No
 def conflicts(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
     """One row per conflict an audit raised, with the double-check's verdict and whether it stood."""
     return tables(runs, ("conflicts",), label, dataset)["conflicts"]
+
+
+def runs(runs: Runs, label: str | None = None, dataset: str | None = None) -> pd.DataFrame:
+    """One row per run: the report's main table (avg turns, turns kept, rates), each with its interval."""
+    return tables(runs, ("runs",), label, dataset)["runs"]

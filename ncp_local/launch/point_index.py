@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from .. import config as config_mod
 from ..execution.engine_pool import EnginePool
 from ..execution.life import Point
+from ..report.headline import Headline, headline
 from ..rundir import identity as identity_mod
 from ..rundir import layout, sweep_index
 from ..rundir.sweep_index import INDEX, PointRow
@@ -25,6 +26,15 @@ def run_root(p: Point) -> Path:
     """The point's run directory (a sharded point writes its shard's subdirectory of it)."""
     assert p.out is not None
     return p.out.parent if p.cfg is not None and p.cfg.shard.count > 1 else p.out
+
+
+def _figures(p: Point) -> dict[str, Any]:
+    """A done run point's avg turns and turns kept for its row (none for other points, nor for a shard's
+    point: its run is whole only once every shard is, and its report reads it then)."""
+    if p.status != "done" or p.mode != "run" or p.out is None or run_root(p) != p.out:
+        return {}
+    h: Headline | None = headline(run_root(p), p.cfg.report.horizon if p.cfg is not None else None)
+    return {} if h is None else {"avg_turns": h.avg_turns, "turns_kept": h.turns_kept, "horizon": h.horizon}
 
 
 def write_index(
@@ -46,6 +56,7 @@ def write_index(
             exit_code=p.code,
             error=p.message,
             engines=p.engine_ids,
+            **_figures(p),
         )
         for p in points
     ]

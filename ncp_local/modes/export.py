@@ -16,6 +16,7 @@ from ..report import Run, default_out, run_notes, runs_of
 from ..report.inspect_log import build_log, write_log
 from ..report.parquet import build_tables, write_tables
 from ..report.reference_runs import write_reference_folder
+from ..report.run_table import Bootstrap
 from ..report.runs import attach_specs, sweep_points
 from ..report.table_rows import Source, point_of
 from ..rundir.layout import require_finished
@@ -32,7 +33,9 @@ def _inspect(cfg: RunConfig, runs: list[Run], out: Path) -> None:
 
 def _parquet(cfg: RunConfig, runs: list[Run], out: Path) -> None:
     points = sweep_points(list(cfg.runs))
-    tables = build_tables(Source(run, point_of(run.path, points)) for run in runs)
+    rep = cfg.report
+    boot = Bootstrap(rep.resamples, rep.seed, rep.level, rep.horizon)  # the `runs` table's intervals, as the report's
+    tables = build_tables((Source(run, point_of(run.path, points)) for run in runs), boot)
     check_destination(out, "export.out")
     for path in write_tables(tables, out):
         print(f"{path.stem}: {tables[path.stem].num_rows} rows")

@@ -20,6 +20,8 @@ band is scipy's Greenwood log-log band when each story was played once (with an 
 the count at risk where Greenwood's variance is 0: `_bounded`), and a bootstrap over stories
 (`protocol/resample.py`) when a story was played more than once: its plays are correlated, and
 Greenwood's variance, which takes every play for an independent episode, would be up to 1/sqrt(k) too narrow.
+That band is the draws' percentile band widened on the log-log scale for the fewness of the stories
+(`_widened`, `few_stories_factor`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 from scipy import stats
 
 from .records import Checkpoint, EpisodeResult
-from .resample import clusters, draws, percentile
+from .resample import clusters, draws, few_stories_factor, percentile
 from .stages import CONFLICT_TYPES
 
 # Every termination a report counts, in table order.
@@ -212,7 +214,8 @@ def km_survival(
     censoring this is `survival()` (the product-limit steps telescope to the
     share). `stories` names each episode's story: when one has several plays,
     the band is the percentile band of `resamples` bootstrap draws over stories
-    (`protocol/resample.py`). Otherwise it is Greenwood's variance on the
+    (`protocol/resample.py`), widened on the log-log scale by the small-sample factor of a bootstrap over
+    that few stories (`_widened`). Otherwise it is Greenwood's variance on the
     log-log scale (stays in [0, 1] and holds its level better than the linear
     one on the 20-100 episodes of a run). Where that is undefined, before the
     first end (S = 1) or once every episode still at risk has ended (S = 0),
@@ -239,7 +242,9 @@ def km_survival(
     if groups is not None and groups.clustered:
         ended = 1.0 - np.asarray(censored, dtype=float)
         curves = np.asarray([product_limit(t_arr[i], ended[i], max_turns) for i in draws(groups, resamples, seed)])
-        low, high = percentile(curves, level)
+        low, high = _widened(
+            np.asarray(point), *percentile(curves, level), few_stories_factor(len(groups.plays), level)
+        )
         # Where every draw agrees (S = 0 or 1) the band has no width; the stories at risk bound it instead.
         names = list(stories or ())
         risk = np.asarray([len({names[i] for i in np.flatnonzero(t_arr >= n)}) for n in horizon], dtype=float)
@@ -252,6 +257,27 @@ def km_survival(
     return _bounded(
         point, np.asarray(lo, dtype=float), np.asarray(hi, dtype=float), at_risk(t_arr, max_turns + 1), level
     )
+
+
+def _widened(point: np.ndarray, low: np.ndarray, high: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile band's ends moved away from the point `factor` times as far on the log-log scale
+    (log(-log S), the scale of the single-play band), where the point and the end are inside (0, 1); an end
+    at 0, 1 or NaN stays (`_bounded` handles those). The percentile band over 30-50 stories covered 91-93%
+    where 95% was asked (docs/measurements/2026-12-05-estimators.md); `few_stories_factor` is the widening."""
+
+    def loglog(s: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.log(-np.log(s))
+        return out
+
+    def move(end: np.ndarray) -> np.ndarray:
+        inside = (point > 0) & (point < 1) & (end > 0) & (end < 1)
+        safe = np.where(inside, end, 0.5)
+        mid = np.where(inside, point, 0.5)
+        moved = np.exp(-np.exp(loglog(mid) + factor * (loglog(safe) - loglog(mid))))
+        out: np.ndarray = np.where(inside, moved, end)
+        return out
+
+    return move(low), move(high)
 
 
 def _bounded(point: list[float], lo: np.ndarray, hi: np.ndarray, risk: np.ndarray, level: float) -> SurvivalCurve:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..protocol.trials import episode_name
+from .run_table import DEFAULT_BOOTSTRAP, Bootstrap, run_row
 from .table_rows import Row, Source, run_rows
 from .table_schema import META_TABLE, META_VERSION, TABLES, TableSchema
 
@@ -35,12 +36,13 @@ def to_arrow(schema: TableSchema, rows: Sequence[Row]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=schema.arrow())
 
 
-def build_tables(sources: Iterable[Source]) -> dict[str, pa.Table]:
-    """Every table over all the runs, in the order given."""
+def build_tables(sources: Iterable[Source], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict[str, pa.Table]:
+    """Every table over all the runs, in the order given; `boot`: how the `runs` table's intervals are drawn."""
     rows: dict[str, list[Row]] = {name: [] for name in TABLES}
     for src in sources:
         for name, part in run_rows(src).items():
             rows[name] += part
+        rows["runs"].append(run_row(src, boot))
     return {name: to_arrow(TABLES[name], rows[name]) for name in TABLES}
 
 

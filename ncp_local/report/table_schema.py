@@ -1,4 +1,5 @@
-"""The analysis tables' schemas, defined once: `episodes`, `turns`, `calls`, `ledger_events`, `conflicts`.
+"""The analysis tables' schemas, defined once: `episodes`, `turns`, `calls`, `ledger_events`, `conflicts`,
+and `runs` (one row per run: the report's main table).
 
 Each table is a `TableSchema`: a name, a version, a sentence on what one row is, and its columns, each
 with its Arrow type and what it means. The Parquet export (`parquet.py`) writes exactly these columns
@@ -6,9 +7,9 @@ with these types and stamps the version into each file's metadata; `ncp_local.an
 the docs' field-by-field reference is generated from here (scripts/gen_reference.py, `tables`).
 
 A version is bumped when a column changes meaning or type or goes away; a new column at the end keeps
-the version (readers select by name). Every table starts with the same keys (`KEYS`): which run, its
-label, its sweep point, and the episode, named by story and trial so that several plays of one story
-stay apart (results without a trial are trial 0).
+the version (readers select by name). Every episode-level table starts with the same keys (`KEYS`):
+which run, its label, its sweep point, and the episode, named by story and trial so that several plays
+of one story stay apart (results without a trial are trial 0); the `runs` table with the first three.
 """
 
 from __future__ import annotations
@@ -238,4 +239,57 @@ CONFLICTS = TableSchema(
     ),
 )
 
-TABLES: dict[str, TableSchema] = {t.name: t for t in (EPISODES, TURNS, CALLS, LEDGER_EVENTS, CONFLICTS)}
+
+def _figure(key: str, what: str) -> tuple[Column, ...]:
+    """A figure of the main table with its interval's ends (null with fewer than 2 scored episodes)."""
+    return (
+        Column(key, FLOAT, what),
+        Column(f"{key}_lo", FLOAT, f"the low end of `{key}`'s interval (null: no interval)"),
+        Column(f"{key}_hi", FLOAT, f"the high end of `{key}`'s interval (null: no interval)"),
+    )
+
+
+RUNS = TableSchema(
+    "runs",
+    1,
+    "one run: the figures of the report's main table (`results.csv`), each with its bootstrap interval",
+    (
+        *KEYS[:3],
+        Column("run_dir", STR, "the run directory's path"),
+        Column("engine", STR, "the engine that served the run (its manifest's)"),
+        Column("narrator_model", STR, "the narrator's model"),
+        Column("player_model", STR, "the player's model"),
+        Column("auditor_model", STR, "the auditor's model"),
+        Column("episodes", INT, "finished episodes, invalid ones included"),
+        Column("scored", INT, "episodes the averages are over (every termination but invalid)"),
+        Column("censored", INT, "scored episodes stopped before their story ended (max_turns and context_limit)"),
+        Column("unfinished", INT, "episodes with a checkpoint but no result (left out)"),
+        Column("turn_cap", INT, "the run's turn limit (max_turns)"),
+        Column("horizon", INT, "turns the restricted mean (`turns_kept`) runs to: `report.horizon`, else the cap"),
+        *_figure("avg_turns", "mean turns of the scored episodes, censored ones at their committed turns"),
+        *_figure(
+            "turns_kept",
+            "the restricted mean: the area under the Kaplan-Meier S(t) to `horizon`, the figure to quote "
+            "when episodes are censored (equals avg_turns when none is and the horizon is the cap)",
+        ),
+        *_figure("trajectory_pct", "mean trajectory progress, percent"),
+        *_figure("satisfied_pct", "mean share of commitments satisfied, percent"),
+        *_figure("fact_pct", "share of scored episodes ending in a fact conflict, percent"),
+        *_figure("commitment_pct", "share ending in a commitment conflict, percent"),
+        *_figure("player_input_pct", "share ending in a player-input conflict, percent"),
+        Column("conflict_free", INT, "scored episodes that did not end in a conflict"),
+        Column("conflict_free_lo", FLOAT, "the low end of its interval (a count; null: no interval)"),
+        Column("conflict_free_hi", FLOAT, "the high end of its interval (null: no interval)"),
+        Column("conflict", INT, "episodes ended by a standing conflict"),
+        Column("max_turns", INT, "episodes stopped by the turn cap"),
+        Column("all_resolved", INT, "episodes ended with every achievement resolved"),
+        Column("context_limit", INT, "episodes stopped because a call no longer fit the window"),
+        Column("invalid", INT, "invalid episodes (kept out of every average)"),
+        Column("bound_hits", INT, "outputs that reached a configured bound"),
+        Column("level", FLOAT, "the intervals' confidence level"),
+        Column("resamples", INT, "bootstrap draws behind the intervals"),
+        Column("seed", INT, "the bootstrap's seed"),
+    ),
+)
+
+TABLES: dict[str, TableSchema] = {t.name: t for t in (EPISODES, TURNS, CALLS, LEDGER_EVENTS, CONFLICTS, RUNS)}

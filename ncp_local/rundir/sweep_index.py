@@ -54,8 +54,19 @@ class PointRow(_Row):
     exit_code: int | None = None
     error: str = ""  # why it failed or was refused (left out when empty)
     engines: dict[str, str] = {}  # role -> the shared engine that served it (batched launcher)
+    # A done run's mean turns and turns kept (the restricted mean to `horizon`): report/headline.py.
+    avg_turns: float | None = None
+    turns_kept: float | None = None
+    horizon: int | None = None
 
-    _UNSAID: ClassVar[Mapping[str, Any]] = {"shard_dir": None, "error": "", "engines": {}}
+    _UNSAID: ClassVar[Mapping[str, Any]] = {
+        "shard_dir": None,
+        "error": "",
+        "engines": {},
+        "avg_turns": None,
+        "turns_kept": None,
+        "horizon": None,
+    }
 
 
 class EngineRow(_Row):
@@ -120,11 +131,14 @@ def write(
     doc = index.model_dump(mode="json")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(sweep_dir / name, json.dumps(stamped(doc, "sweep_index"), indent=2, default=str))
-    lines = ["| job | status | exit | run directory | overrides |", "|---:|---|---:|---|---|"]
+    lines = [
+        "| job | status | exit | avg turns | turns kept | run directory | overrides |",
+        "|---:|---|---:|---:|---:|---|---|",
+    ]
     for r in rows:
         lines.append(
-            f"| {r.job} | {r.status} | {'' if r.exit_code is None else r.exit_code} | "
-            f"{r.run_dir or '-'} | {' '.join(r.overrides)} |"
+            f"| {r.job} | {r.status} | {'' if r.exit_code is None else r.exit_code} | {_num(r.avg_turns)} | "
+            f"{_num(r.turns_kept)} | {r.run_dir or '-'} | {' '.join(r.overrides)} |"
         )
     if engines:
         lines += ["", "| engine | model | roles | points | starts |", "|---|---|---|---|---:|"]
@@ -134,6 +148,10 @@ def write(
         ]
     atomic_write(sweep_dir / name.replace(".json", ".md"), "\n".join(lines) + "\n")
     return sweep_dir / name
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
 
 
 def _parse(path: Path, doc: Any) -> SweepIndex:
