@@ -101,6 +101,7 @@ def test_refused_places(tmp_path: Path) -> None:
         "engine.log",
         "manifest.json",
         "results",
+        "status.json",
     ]
     assert sorted(p.name for p in dataset.iterdir()) == ["index.yaml", "sources.yaml", "specs"]
     check_place(tmp_path / "new" / "deeper")  # a new folder is fine

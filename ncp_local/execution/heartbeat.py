@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from ..rundir.atomic import atomic_write
+from ..rundir.atomic import DiskFull, atomic_write, is_disk_full
 from ..rundir.layout import STATUS
 
 SCHEMA = 1
@@ -196,6 +196,8 @@ class Heartbeat:
         try:
             atomic_write(self.path, json.dumps(self.snapshot().model_dump(), indent=1) + "\n")
         except Exception as exc:  # never the run's failure: the status is a courtesy
+            if isinstance(exc, DiskFull) or is_disk_full(exc):
+                return  # the run's own next write says it, in its one line (exit 4)
             if not self._warned:
                 self._warned = True
                 print(f"warning: {self.path}: heartbeat not written ({exc}); the run goes on", file=sys.stderr)
