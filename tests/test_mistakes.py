@@ -64,6 +64,8 @@ def test_a_misspelt_key_option_or_mode(entry: str, mistake: str) -> None:
         ("run.py", ("--mutlirun", "engine=scripted"), "unrecognized arguments: --mutlirun (did you mean --multirun?)"),
         ("submit.py", ("--dry-run", "--shardz", "2", "--", "engine=scripted"), "--shardz 2 (did you mean --shards?)"),
         ("submit.py", ("--dry-runn", "--shards", "1", "--", "engine=scripted"), "(did you mean --dry-run?)"),
+        # An abbreviation is a misspelling too: argparse would take `--shard` for `--shards` without a word.
+        ("submit.py", ("--dry-run", "--shard", "2", "--", "engine=scripted"), "--shard 2 (did you mean --shards?)"),
         ("submit.py", ("--dry-run", "--shards", "1", "--", "--mutlirun"), "--mutlirun (did you mean --multirun?)"),
         (
             "submit.py",
@@ -71,7 +73,7 @@ def test_a_misspelt_key_option_or_mode(entry: str, mistake: str) -> None:
             "invalid choice: 'auditr'",
         ),
     ],
-    ids=["run-option", "submit-option", "submit-flag", "submit-sweep-flag", "submit-choice"],
+    ids=["run-option", "submit-option", "submit-flag", "submit-abbreviation", "submit-sweep-flag", "submit-choice"],
 )
 def test_a_misspelt_option(entry: str, args: tuple[str, ...], said: str) -> None:
     result = run_cli(*args) if entry == "run.py" else run_submit(*args)

@@ -82,7 +82,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         argv, overrides = argv[:cut], argv[cut + 1 :]
     else:
         overrides = []
-    p = _Parser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0])
+    # No abbreviations: `--shard 2` is a misspelling to name, not `--shards 2` taken silently.
+    p = _Parser(prog="slurm/submit.py", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     # Required, but checked after the options are read: a misspelt `--shardz` is named as such first.
     p.add_argument("--shards", type=int, help="array tasks (shards) N, required; keep it for re-submissions")
     p.add_argument("--parallel", type=int, help="at most this many tasks at once (--array=...%%K)")
