@@ -17,6 +17,7 @@ from ncp_local.protocol.metrics import (
     km_survival,
     opening_bound_hits,
     restricted_mean,
+    restricted_mean_point,
     results_table,
     survival,
     turn_bound_hits,
@@ -274,6 +275,31 @@ def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
     # Taken as 40 independent episodes the band is about half as wide (1/sqrt(4)).
     assert as_episodes.hi - as_episodes.lo < 0.7 * width
     assert width == pytest.approx(once.hi - once.lo, rel=0.25)
+
+
+def test_restricted_mean_band_with_trials_is_widened_for_few_stories_and_a_single_play_band_is_not() -> None:
+    """12 stories of 3 plays, two censored: each end of the band sits few_stories_factor(12) times as far from
+    the point as the stories' percentile band's; the same plays as 36 single-play stories keep the plain band."""
+    from ncp_local.protocol.resample import clusters, draws, few_stories_factor, percentile
+
+    turns = [1 + (3 * s + p) % 6 for s in range(12) for p in range(3)]
+    cens = [i in (4, 20) for i in range(36)]
+    names = [f"s{s}" for s in range(12) for _ in range(3)]
+    t_arr, ended = np.asarray(turns), 1.0 - np.asarray(cens, dtype=float)
+
+    def plain(groups: list[str]) -> tuple[float, float]:
+        vals = [restricted_mean_point(t_arr[i], ended[i], 6) for i in draws(clusters(groups), 300, 2)]
+        lo, hi = percentile(np.asarray(vals), 0.95)
+        return float(lo), float(hi)
+
+    rm = restricted_mean(turns, cens, 6, 0.95, names, resamples=300, seed=2)
+    lo, hi = plain(names)
+    factor = few_stories_factor(12, 0.95)
+    assert factor > 1.1
+    assert rm.value - rm.lo == pytest.approx(factor * (rm.value - lo))
+    assert rm.hi - rm.value == pytest.approx(factor * (hi - rm.value))
+    single = restricted_mean(turns, cens, 6, 0.95, [str(i) for i in range(36)], resamples=300, seed=2)
+    assert (single.value, single.lo, single.hi) == pytest.approx((rm.value, *plain([str(i) for i in range(36)])))
 
 
 def test_an_empty_state_a_trial_and_the_opening_hits_reach_the_metrics() -> None:
