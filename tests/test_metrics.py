@@ -249,7 +249,7 @@ def test_restricted_mean_matches_lifelines() -> None:
 
 def test_restricted_mean_uncensored_is_avg_turns_and_its_band_the_mean_bootstrap() -> None:
     """No censoring, horizon at the cap: the restricted mean is avg turns, draw by draw."""
-    from ncp_local.protocol.resample import clusters, draws, percentile
+    from ncp_local.protocol.resample import clusters, draws, few_stories_factor, percentile
 
     rng = random.Random(5)
     turns = [rng.randint(1, 20) for _ in range(30)]
@@ -258,7 +258,9 @@ def test_restricted_mean_uncensored_is_avg_turns_and_its_band_the_mean_bootstrap
     arr = np.asarray(turns, dtype=float)
     means = np.asarray([arr[i].mean() for i in draws(clusters([str(i) for i in range(30)]), 300, 4)])
     lo, hi = percentile(means, 0.95)
-    assert (rm.lo, rm.hi) == pytest.approx((float(lo), float(hi)))
+    # The mean's bootstrap band, widened for 30 stories (few_stories_factor) around the mean.
+    f, mean = few_stories_factor(30, 0.95), sum(turns) / 30
+    assert (rm.lo, rm.hi) == pytest.approx((mean - f * (mean - float(lo)), mean + f * (float(hi) - mean)))
 
 
 def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
@@ -277,9 +279,9 @@ def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
     assert width == pytest.approx(once.hi - once.lo, rel=0.25)
 
 
-def test_restricted_mean_band_with_trials_is_widened_for_few_stories_and_a_single_play_band_is_not() -> None:
+def test_restricted_mean_band_is_the_story_percentile_band_widened_for_few_stories() -> None:
     """12 stories of 3 plays, two censored: each end of the band sits few_stories_factor(12) times as far from
-    the point as the stories' percentile band's; the same plays as 36 single-play stories keep the plain band."""
+    the point as the stories' percentile band's; the same plays as 36 single-play stories, factor(36) times."""
     from ncp_local.protocol.resample import clusters, draws, few_stories_factor, percentile
 
     turns = [1 + (3 * s + p) % 6 for s in range(12) for p in range(3)]
@@ -299,7 +301,13 @@ def test_restricted_mean_band_with_trials_is_widened_for_few_stories_and_a_singl
     assert rm.value - rm.lo == pytest.approx(factor * (rm.value - lo))
     assert rm.hi - rm.value == pytest.approx(factor * (hi - rm.value))
     single = restricted_mean(turns, cens, 6, 0.95, [str(i) for i in range(36)], resamples=300, seed=2)
-    assert (single.value, single.lo, single.hi) == pytest.approx((rm.value, *plain([str(i) for i in range(36)])))
+    lo1, hi1 = plain([str(i) for i in range(36)])
+    f1 = few_stories_factor(36, 0.95)
+    assert single.value == rm.value
+    assert (single.lo, single.hi) == pytest.approx((rm.value - f1 * (rm.value - lo1), rm.value + f1 * (hi1 - rm.value)))
+    # Widening never takes the band past what a restricted mean can be: 0 to the horizon.
+    two = restricted_mean([1, 6], [False, False], 6, 0.95, ["a", "b"], resamples=200, seed=0)
+    assert (two.lo, two.hi) == (0.0, 6.0)  # unclipped: 3.5 -+ 9.2 x 2.5
 
 
 def test_an_empty_state_a_trial_and_the_opening_hits_reach_the_metrics() -> None:
