@@ -17,6 +17,7 @@ from ncp_local.protocol.metrics import (
     km_survival,
     opening_bound_hits,
     restricted_mean,
+    restricted_mean_point,
     results_table,
     survival,
     turn_bound_hits,
@@ -248,7 +249,7 @@ def test_restricted_mean_matches_lifelines() -> None:
 
 def test_restricted_mean_uncensored_is_avg_turns_and_its_band_the_mean_bootstrap() -> None:
     """No censoring, horizon at the cap: the restricted mean is avg turns, draw by draw."""
-    from ncp_local.protocol.resample import clusters, draws, percentile
+    from ncp_local.protocol.resample import clusters, draws, few_stories_factor, percentile
 
     rng = random.Random(5)
     turns = [rng.randint(1, 20) for _ in range(30)]
@@ -257,7 +258,9 @@ def test_restricted_mean_uncensored_is_avg_turns_and_its_band_the_mean_bootstrap
     arr = np.asarray(turns, dtype=float)
     means = np.asarray([arr[i].mean() for i in draws(clusters([str(i) for i in range(30)]), 300, 4)])
     lo, hi = percentile(means, 0.95)
-    assert (rm.lo, rm.hi) == pytest.approx((float(lo), float(hi)))
+    # The mean's bootstrap band, widened for 30 stories (few_stories_factor) around the mean.
+    f, mean = few_stories_factor(30, 0.95), sum(turns) / 30
+    assert (rm.lo, rm.hi) == pytest.approx((mean - f * (mean - float(lo)), mean + f * (float(hi) - mean)))
 
 
 def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
@@ -274,6 +277,37 @@ def test_restricted_mean_band_draws_stories_with_their_plays() -> None:
     # Taken as 40 independent episodes the band is about half as wide (1/sqrt(4)).
     assert as_episodes.hi - as_episodes.lo < 0.7 * width
     assert width == pytest.approx(once.hi - once.lo, rel=0.25)
+
+
+def test_restricted_mean_band_is_the_story_percentile_band_widened_for_few_stories() -> None:
+    """12 stories of 3 plays, two censored: each end of the band sits few_stories_factor(12) times as far from
+    the point as the stories' percentile band's; the same plays as 36 single-play stories, factor(36) times."""
+    from ncp_local.protocol.resample import clusters, draws, few_stories_factor, percentile
+
+    turns = [1 + (3 * s + p) % 6 for s in range(12) for p in range(3)]
+    cens = [i in (4, 20) for i in range(36)]
+    names = [f"s{s}" for s in range(12) for _ in range(3)]
+    t_arr, ended = np.asarray(turns), 1.0 - np.asarray(cens, dtype=float)
+
+    def plain(groups: list[str]) -> tuple[float, float]:
+        vals = [restricted_mean_point(t_arr[i], ended[i], 6) for i in draws(clusters(groups), 300, 2)]
+        lo, hi = percentile(np.asarray(vals), 0.95)
+        return float(lo), float(hi)
+
+    rm = restricted_mean(turns, cens, 6, 0.95, names, resamples=300, seed=2)
+    lo, hi = plain(names)
+    factor = few_stories_factor(12, 0.95)
+    assert factor > 1.1
+    assert rm.value - rm.lo == pytest.approx(factor * (rm.value - lo))
+    assert rm.hi - rm.value == pytest.approx(factor * (hi - rm.value))
+    single = restricted_mean(turns, cens, 6, 0.95, [str(i) for i in range(36)], resamples=300, seed=2)
+    lo1, hi1 = plain([str(i) for i in range(36)])
+    f1 = few_stories_factor(36, 0.95)
+    assert single.value == rm.value
+    assert (single.lo, single.hi) == pytest.approx((rm.value - f1 * (rm.value - lo1), rm.value + f1 * (hi1 - rm.value)))
+    # Widening never takes the band past what a restricted mean can be: 0 to the horizon.
+    two = restricted_mean([1, 6], [False, False], 6, 0.95, ["a", "b"], resamples=200, seed=0)
+    assert (two.lo, two.hi) == (0.0, 6.0)  # unclipped: 3.5 -+ 9.2 x 2.5
 
 
 def test_an_empty_state_a_trial_and_the_opening_hits_reach_the_metrics() -> None:

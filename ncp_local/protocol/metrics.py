@@ -346,6 +346,11 @@ def restricted_mean(
     The band is the percentile band of `resamples` draws of stories with all their plays
     (`protocol/resample.py`), also for single-play runs: unlike S(t) at one turn there is no closed
     form the rig already trusts here, and the bootstrap is the one rule every other interval uses.
+    Each end is then moved `few_stories_factor` times as far from the point (the factor the clustered
+    S(t) band takes, on the mean's own linear scale): the plain band over 30 stories covered 92.5-92.7%
+    with 8 plays or 1 (docs/measurements/2026-12-05-estimators.md). Single-play runs take it too: the
+    factor corrects a bootstrap over few independent units, and a single-play run's stories are those
+    units (S(t)'s single-play band is Greenwood's, not a bootstrap, so it has nothing to correct).
     An empty sample gives 0 [0, 0]. A horizon past the last observed turn extends the curve flat
     (lifelines' convention), so choose one inside the turn cap.
     """
@@ -360,8 +365,11 @@ def restricted_mean(
         return RestrictedMean(0.0, 0.0, 0.0, horizon)
     groups = clusters(stories if stories is not None else [str(i) for i in range(len(t_arr))])
     values = np.asarray([restricted_mean_point(t_arr[i], ended[i], horizon) for i in draws(groups, resamples, seed)])
-    low, high = percentile(values, level)
-    return RestrictedMean(point, float(low), float(high), horizon)
+    low, high = (float(v) for v in percentile(values, level))
+    factor = few_stories_factor(len(groups.plays), level)
+    # Widened, the band stays where a restricted mean can be: 0 to the horizon.
+    lo_end, hi_end = point - factor * (point - low), point + factor * (high - point)
+    return RestrictedMean(point, max(lo_end, 0.0), min(hi_end, float(horizon)), horizon)
 
 
 def aggregate(
