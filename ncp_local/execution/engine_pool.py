@@ -232,9 +232,6 @@ class EnginePool:
         for key in self.engines:
             await self.close_one(key)
 
-    async def close(self) -> None:
-        await self.close_all()
-
 
 def roles_described(
     pool: EnginePool, bindings: Bindings, role_key: Mapping[str, str], endpoints: Mapping[str, Endpoint]

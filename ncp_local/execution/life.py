@@ -261,8 +261,8 @@ class Life:
         self.stopped: list[str] = []
         first = next((p.cfg for p in points if p.cfg is not None), None)
         self.progress = Progress(
-            enabled=bool(first and first.progress),
-            every_s=float(getattr(first, "progress_every_s", 30.0) or 30.0),
+            enabled=first is not None and first.progress,
+            every_s=first.progress_every_s if first is not None else 30.0,
             heartbeat_s=first.status.heartbeat_s if first is not None else 0.0,  # each run's status.json
         )
 

@@ -20,7 +20,6 @@ run's for as long as `beating` holds it, a sweep point's from `point(...,
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,7 +32,7 @@ from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
 from ..exits import EXIT_FAILED, EXIT_SIGNAL
-from ..rundir.layout import CHECKPOINTS, result_file
+from ..rundir.layout import CHECKPOINTS, result_file, turns_recorded
 from .failures import exit_for
 from .heartbeat import Counts, Heartbeat
 
@@ -45,15 +44,6 @@ class _Episodes:
     committed: dict[str, int] = field(default_factory=dict)
     possible: dict[str, int] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
-
-
-def _turns_in_file(path: Path) -> int:
-    """Turns recorded in a result or checkpoint file; 0 when unreadable (the store deals with damage)."""
-    try:
-        data = json.loads(path.read_bytes())
-        return len(data.get("turns") or ()) if isinstance(data, dict) else 0
-    except (OSError, ValueError):
-        return 0
 
 
 def duration(seconds: float) -> str:
@@ -106,12 +96,12 @@ class Progress:
         for sid in spec_ids:
             done = result_file(root, sid) if root is not None else None
             if done is not None and done.exists():
-                n = _turns_in_file(done)
+                n = turns_recorded(done)
                 ep.committed[sid] = ep.possible[sid] = n
                 ep.finished.add(sid)
                 continue
             cp = root / CHECKPOINTS / f"{sid}.json" if root is not None else None
-            ep.committed[sid] = _turns_in_file(cp) if cp is not None and cp.exists() else 0
+            ep.committed[sid] = turns_recorded(cp) if cp is not None and cp.exists() else 0
             ep.possible[sid] = max_turns
 
     def point(self, key: str, state: str, code: int | None = None, error: str | None = None) -> None:

@@ -45,6 +45,7 @@ from ..rundir.layout import (
     SUBMIT_STATE,
     shard_dirs,
     shard_name,
+    turns_recorded,
 )
 from ..rundir.sweep_index import read_index
 from .heartbeat import Beat
@@ -181,16 +182,12 @@ def _count(part: Path, folder: str) -> int:
 
 def _turns_on_disk(part: Path) -> int:
     """Committed turns from the files (no heartbeat to say): every result's and checkpoint's."""
-    n = 0
-    for folder in (RESULTS, CHECKPOINTS):
-        d = part / folder
-        for p in d.glob("*.json") if d.is_dir() else ():
-            try:
-                data = json.loads(p.read_bytes())
-                n += len(data.get("turns") or ()) if isinstance(data, dict) else 0
-            except (OSError, ValueError):
-                continue
-    return n
+    return sum(
+        turns_recorded(p)
+        for folder in (RESULTS, CHECKPOINTS)
+        if (part / folder).is_dir()
+        for p in (part / folder).glob("*.json")
+    )
 
 
 def _planned(part: Path) -> int | None:

@@ -250,7 +250,7 @@ def main(cfg: RunConfig) -> int:
                 record=record,
             )
         finally:
-            await engines.close()
+            await engines.close_all()
 
     lines = asyncio.run(go())
     for line in lines:
@@ -378,7 +378,7 @@ def _main_long(cfg: RunConfig) -> int:
                 )
             return lines
         finally:
-            await engines.close()
+            await engines.close_all()
 
     for line in asyncio.run(go()):
         print(line)

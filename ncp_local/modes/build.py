@@ -254,7 +254,7 @@ def main(cfg: RunConfig) -> int:
             )
             return await build_all(calls, sources, out)
         finally:
-            await engines.close()
+            await engines.close_all()
 
     try:
         status = asyncio.run(go())

@@ -242,4 +242,4 @@ async def _run(
         finally:
             bar.close()
     finally:
-        await engines.close()
+        await engines.close_all()

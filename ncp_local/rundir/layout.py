@@ -124,6 +124,16 @@ def result_file(run_dir: Path, episode: str) -> Path:
     return run_dir / RESULTS / f"{episode}.json"
 
 
+def turns_recorded(path: Path) -> int:
+    """Turns a result or checkpoint file records, read without its check (progress and status count with
+    it while the run writes); 0 when unreadable: the store deals with damage when it opens the run."""
+    try:
+        data = json.loads(path.read_bytes())
+        return len(data.get("turns") or ()) if isinstance(data, dict) else 0
+    except (OSError, ValueError):
+        return 0
+
+
 def is_done(run_dir: Path) -> bool:
     """The run (or shard) directory's DONE marker: every episode it was given has finished."""
     return (run_dir / DONE).exists()

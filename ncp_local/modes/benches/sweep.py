@@ -176,7 +176,7 @@ async def sweep_bench(
                 try:
                     results, calls = await _sweep_point(ready, backends, work, turns, root / f"sequential-{num}")
                 finally:
-                    await engines.close()
+                    await engines.close_all()
                 _account(seq, num, results, calls)
                 note(
                     f"bench: point {num + 1} of {len(points)} done point by point "
