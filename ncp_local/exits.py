@@ -14,6 +14,9 @@ EXIT_DISK_FULL = 4  # disk full or quota while writing; every file written is wh
 EXIT_SYSTEMATIC = 5
 # A sweep (either launcher) ran every point it could and some failed (each said why).
 EXIT_SWEEP_FAILED = 6
+# The reader of the output closed it (`| head`): ended quietly, as a shell tool killed by SIGPIPE (128 + 13);
+# every file the command had written is whole, a run's results among them.
+EXIT_CLOSED_PIPE = 141
 # 128 + signal number, as a shell reports it; Slurm requeues a preempted task.
 EXIT_SIGNAL = {"SIGTERM": 143, "SIGINT": 130}
 STOPPED_BY_SIGNAL = tuple(EXIT_SIGNAL.values())

@@ -286,6 +286,64 @@ def test_the_heartbeat_measures_turns_between_commits_of_one_episode(tmp_path: P
     assert snap.turn_seconds == [3.0, 1.5] and snap.turns_per_s == pytest.approx(5 / 10)
 
 
+def _final(run: Path) -> tuple[str, int | None, str]:
+    beat = json.loads((run / "status.json").read_text())
+    return beat["state"], beat["exit_code"], beat["error"] or ""
+
+
+def _window_fills(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fact update after the opening finds no room: each episode ends context_limit before its first
+    committed turn, so a run of them measured nothing (exit 5, rundir/invalid.py)."""
+    from ncp_local.engines.base import ContextOverflow
+    from ncp_local.engines.scripted import ScriptedEngine
+
+    generate = ScriptedEngine.generate
+
+    async def no_room(self: ScriptedEngine, request: object) -> object:
+        if request.tags["stage"] == "fact_update" and request.tags["turn"] >= 0:  # type: ignore[attr-defined]
+            raise ContextOverflow("prompt of 8100 tokens leaves 92 for the output; the stage needs 256")
+        return await generate(self, request)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ScriptedEngine, "generate", no_room)
+
+
+def test_the_final_heartbeat_says_the_exit_code_of_every_way_a_run_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Done (0), done again with nothing left to do (0), an engine death (3), a run that measured nothing
+    (5) and the same run again (5 again, its heartbeat rewritten), and a batched sweep's points (5 each): the
+    final status.json and mode=status say the process's exit code and state. (143: the real-process test below.)"""
+    monkeypatch.chdir(tmp_path)
+    base = ("engine=scripted", "limit=2", "max_turns=2", "progress=false", "status.heartbeat_s=0.5")
+    ok = run_cli(*base, f"out_dir={tmp_path / 'ok'}")
+    assert ok.returncode == 0, ok.stderr
+    assert _final(tmp_path / "ok") == ("done", 0, "")
+    (tmp_path / "ok" / "status.json").write_text(json.dumps(_beat(state="stopped", exit_code=143)))
+    again = run_cli(*base, f"out_dir={tmp_path / 'ok'}")
+    assert again.returncode == 0 and "nothing left to do" in again.stdout
+    assert _final(tmp_path / "ok") == ("done", 0, "")  # this command's end, not the one left before
+
+    dead = run_cli(*base, "engine.die_after_calls=5", f"out_dir={tmp_path / 'dead'}")
+    assert dead.returncode == 3, dead.stderr
+    state, code, line = _final(tmp_path / "dead")
+    assert (state, code) == ("failed", 3) and line.startswith("engine died")
+
+    _window_fills(monkeypatch)
+    for attempt in range(2):  # played, then every result already on disk: the same verdict, the same exit
+        empty = run_cli(*base, "limit=1", f"out_dir={tmp_path / 'empty'}")
+        assert empty.returncode == 5, (attempt, empty.stderr)
+        state, code, line = _final(tmp_path / "empty")
+        assert (state, code) == ("failed", 5) and "context_limit before their first committed turn" in line
+        row = _status(tmp_path, tmp_path / "empty")
+        assert (row["state"], row["exit_code"]) == ("failed", 5)
+    assert "nothing left to do" in empty.stdout
+
+    sweep = run_cli("-m", "hydra/launcher=batched", *base, "limit=1", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sw'}")
+    assert sweep.returncode == 6, sweep.stderr
+    beats = sorted((tmp_path / "runs").rglob("status.json"))
+    assert len(beats) == 2 and {_final(b.parent)[:2] for b in beats} == {("failed", 5)}
+
+
 # ---- real runs ---------------------------------------------------------------------
 
 

@@ -46,7 +46,7 @@ from .engine_pool import EnginePool, embedded_note, roles_described
 from .failures import Exit, exit_for
 from .placement import groups, place
 from .preflight import Ready
-from .progress import Metered, Progress
+from .progress import Ending, Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings
 
 
@@ -355,6 +355,14 @@ class Life:
             self.progress.start()
         await asyncio.gather(*(self._point(p) for p in working))
 
+    def _judge(self, p: Point, ending: Ending) -> None:
+        """A point whose episodes all finished fails (exit 5) if most of them measured nothing for one cause."""
+        cfg = point_cfg(p)
+        broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
+        if broken:
+            p.fail(EXIT_SYSTEMATIC, f"{broken} (max_invalid_share={cfg.max_invalid_share})")
+            ending.failed(EXIT_SYSTEMATIC, p.message)
+
     def _finished(self, p: Point) -> bool:
         """A point whose results are all on disk: verified and reported without an engine. False if it
         has work (or if opening its run directory moved a damaged result aside: then it has work after all)."""
@@ -368,13 +376,17 @@ class Life:
         try:
             if not all(store.has_result(e) for e in names):
                 return False
-            p.results = {e: store.load_result(e) for e in names}
-            store.mark_done(len(names))
-            p.status, p.code = "done", 0
+            # The heartbeat's final state is this command's, not the one an earlier command left.
+            with self.progress.beating(self._shown(p), self.stopped) as ending:
+                p.results = {e: store.load_result(e) for e in names}
+                store.mark_done(len(names))
+                self._judge(p, ending)  # the same verdict as when they were played
             if self.sweep is not None:
                 self.say(f"sweep: {p.name}: all {len(names)} episodes already finished in {p.out}; nothing left to do")
             else:
                 print(f"all {len(names)} episodes already finished in {p.out}; nothing left to do")
+            if p.status != "failed":
+                p.status, p.code = "done", 0
         except (InputError, DiskFull) as exc:
             if self.sweep is None:
                 raise
@@ -426,7 +438,7 @@ class Life:
         try:
             # status.json (mode=status) from the engines' loading to the point's end, its final state by
             # how the block ends (a sweep's point began beating when it started running).
-            with self.progress.beating(self._shown(p), self.stopped):
+            with self.progress.beating(self._shown(p), self.stopped) as ending:
                 engines = await self.pool.of_roles(p.keys)
                 if self.sweep is None:
                     self.progress.start()
@@ -434,11 +446,10 @@ class Life:
                 # the group's placement: placement never changes what a run computes).
                 ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
                 p.results = await play(ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
-            store.mark_done(len(p.episodes()))
-            broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
-            if broken:
-                p.fail(EXIT_SYSTEMATIC, f"{broken} (max_invalid_share={cfg.max_invalid_share})")
-            else:
+                # Inside the heartbeat's block: its final state carries this verdict's exit code.
+                store.mark_done(len(p.episodes()))
+                self._judge(p, ending)
+            if p.status != "failed":
                 p.status, p.code = "done", 0
                 if self.sweep is not None:
                     self.say(f"sweep: {p.name}: done, {len(p.results)} episodes in {p.out}")

@@ -31,7 +31,8 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from ..engines.base import Completion, Engine, Request
-from ..exits import EXIT_FAILED, EXIT_SIGNAL
+from ..errors import OutputClosed, closed_outputs
+from ..exits import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
 from ..rundir.layout import CHECKPOINTS, result_file, turns_recorded
 from .failures import exit_for
 from .heartbeat import Counts, Heartbeat
@@ -44,6 +45,19 @@ class _Episodes:
     committed: dict[str, int] = field(default_factory=dict)
     possible: dict[str, int] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Ending:
+    """How a run held by `Progress.beating` ended when its block returned: done, exit 0, unless the block
+    says otherwise (a run whose finished episodes measured nothing is failed, exit 5)."""
+
+    state: str = "done"
+    code: int = EXIT_OK
+    error: str | None = None
+
+    def failed(self, code: int, error: str) -> None:
+        self.state, self.code, self.error = "failed", code, error
 
 
 def duration(seconds: float) -> str:
@@ -138,25 +152,30 @@ class Progress:
             beat.finish(state, code, error)
 
     @contextmanager
-    def beating(self, key: str, stopped: list[str] | None = None) -> Iterator[None]:
-        """A single run's heartbeat while the block runs, and its final state by how the block ended: done
-        (returned), stopped (cancelled by the signal named in `stopped`), failed (an exception: its exit)."""
+    def beating(self, key: str, stopped: list[str] | None = None) -> Iterator[Ending]:
+        """A run's heartbeat while the block runs, and its final state, with the process's exit code, by how
+        the block ended: as its `Ending` says (returned), stopped (cancelled by the signal named in
+        `stopped`, or its output's reader gone), failed (an exception: its exit)."""
         self.begin_beat(key)
+        ending = Ending()
         try:
-            yield
+            yield ending
         except asyncio.CancelledError:
             name = stopped[0] if stopped else None
             self.end_beat(key, "stopped", EXIT_SIGNAL.get(name) if name else None, f"stopped by {name or 'a cancel'}")
             raise
         except BaseException as exc:
+            if isinstance(exc, (BrokenPipeError, OutputClosed)) and closed_outputs():
+                # A progress line to a closed pipe (`2>&1 | head`): the entry ends the process quietly.
+                self.end_beat(key, "stopped", EXIT_CLOSED_PIPE, "stopped: the reader of its output closed it")
+                raise
             known = exit_for(exc) if isinstance(exc, Exception) else None
             code = known.code if known is not None else EXIT_FAILED
             line = known.message if known is not None else f"{type(exc).__name__}: {exc}"
             self.end_beat(key, "failed", code, (line.splitlines() or [""])[0])
             raise
         else:
-            # No exit code yet: the process's own follows the report (5 when too many episodes are invalid).
-            self.end_beat(key, "done")
+            self.end_beat(key, ending.state, ending.code, ending.error)
 
     # -- events -----------------------------------------------------------------------
     def start(self) -> None:

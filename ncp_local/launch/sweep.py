@@ -43,7 +43,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from .. import modes, tracking
-from ..errors import InputError
+from ..errors import InputError, reader_may_close
 from ..execution import engine_log
 from ..execution.life import Life, Point, SweepOf, point_cfg, prepare
 from ..exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGNAL, EXIT_SWEEP_FAILED
@@ -129,7 +129,7 @@ def run_sweep(points: list[Point], sweep_dir: Path) -> int:
 
     The engines serve every point, so their log is the sweep folder's `engine.log`."""
     verbose = any(bool((p.raw or {}).get("verbose")) for p in points)
-    with engine_log.quiet(verbose, "sweep"):
+    with reader_may_close(), engine_log.quiet(verbose, "sweep"):  # the table's reader may close it (entry.py)
         engine_log.place(sweep_dir / layout.ENGINE_LOG)
         return _run_sweep(points, sweep_dir)
 

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import validate as validate_config  # not `validate`: that name is the mode module modes/validate.py
+from ..errors import reader_may_close
 from ..execution import engine_log
 from ..execution.failures import exit_for
 from ..exits import EXIT_BAD_INPUT
@@ -34,8 +35,9 @@ def main(dcfg: DictConfig) -> int:
         mode = find(cfg.mode)
         # Every output path the config names can be written, before any model loads or file is written.
         named = check_outputs(mode.writes, raw)
-        # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both).
-        with engine_log.quiet(cfg.verbose, mode.name):
+        # Engine and library output to engine.log, the rig's lines to the terminal (verbose=true: both);
+        # output closed by its reader ends at the entry, quietly (outside: the terminal's descriptors back).
+        with reader_may_close(), engine_log.quiet(cfg.verbose, mode.name):
             return mode.load()(cfg)
     except Exception as exc:
         known = exit_for(refused_write(exc, named) or exc)

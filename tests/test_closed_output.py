@@ -1,0 +1,81 @@
+"""A command whose output's reader stops reading (`ncp-local mode=status | head -1`) ends quietly with
+EXIT_CLOSED_PIPE (141, as a shell tool killed by SIGPIPE), with no traceback, and every file it had written
+stays whole (ncp_local/entry.py, errors.reader_may_close). Real processes, real pipes: the subject is the
+process's exit status and its descriptors."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ncp_local.exits import EXIT_CLOSED_PIPE
+
+ROOT = Path(__file__).resolve().parent.parent
+F_SETPIPE_SZ = 1031  # Linux's fcntl: a pipe's capacity (the smallest is one page)
+
+
+def _one_line_then_close(cmd: list[str], cwd: Path, which: str = "stdout") -> tuple[str, int, str]:
+    """Runs `cmd` with `which` (stdout or stderr) a one-page pipe, reads its first line, closes the pipe;
+    (that line, the exit code, what the other stream said). An output longer than the page blocks the
+    writer until the close, so the write that fails is certain, not a race."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, F_SETPIPE_SZ, 4096)
+    other = subprocess.PIPE
+    streams = {"stdout": w, "stderr": other} if which == "stdout" else {"stdout": other, "stderr": w}
+    proc = subprocess.Popen(cmd, cwd=cwd, text=True, **streams)  # type: ignore[call-overload]
+    os.close(w)
+    with os.fdopen(r) as reader:
+        first = reader.readline()
+    said = (proc.stderr if which == "stdout" else proc.stdout).read()
+    return first, proc.wait(timeout=120), said
+
+
+@pytest.mark.parametrize("entry", [["run.py"], ["-m", "ncp_local"]], ids=["run.py", "python -m ncp_local"])
+def test_a_mode_piped_into_head_ends_quietly_with_141(tmp_path: Path, entry: list[str]) -> None:
+    # 150 run directories: mode=status prints a row each, far more than the pipe holds.
+    runs = []
+    for i in range(150):
+        d = tmp_path / f"a-run-directory-whose-name-fills-the-row-{i:03d}"
+        (d / "results").mkdir(parents=True)
+        runs.append(str(d))
+    first, code, stderr = _one_line_then_close(
+        [sys.executable, *entry, "mode=status", f"runs=[{','.join(runs)}]"], ROOT
+    )
+    assert first.startswith("run ") and "state" in first
+    assert code == EXIT_CLOSED_PIPE, stderr[-2000:]
+    assert stderr == ""  # no traceback, no "Exception ignored" at the interpreter's exit
+
+
+def test_a_run_whose_output_is_closed_keeps_what_it_wrote(tmp_path: Path) -> None:
+    """The progress lines' reader closes them mid-run: the run stops (141, its heartbeat says why), every
+    committed turn and result it wrote stays, and the same command resumes it to the end."""
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "engine=scripted",
+        "engine.delay_s=0.02",
+        "limit=3",
+        "max_turns=8",
+        "progress=true",
+        "progress_every_s=0.05",
+        "status.heartbeat_s=0.5",
+        f"out_dir={out}",
+    ]
+    first, code, stdout = _one_line_then_close(cmd, tmp_path, which="stderr")
+    assert first.startswith("progress: ")
+    assert code == EXIT_CLOSED_PIPE and "Traceback" not in stdout, stdout
+    beat = json.loads((out / "status.json").read_text())
+    assert (beat["state"], beat["exit_code"]) == ("stopped", EXIT_CLOSED_PIPE), beat
+    assert not (out / "DONE").exists()
+    kept = {p.name: p.read_bytes() for p in (out / "results").glob("*.json")}
+    resumed = subprocess.run(cmd[:-4] + ["progress=false", f"out_dir={out}"], cwd=tmp_path, capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(list((out / "results").glob("*.json"))) == 3 and (out / "DONE").exists()
+    assert all((out / "results" / name).read_bytes() == data for name, data in kept.items())
