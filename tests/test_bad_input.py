@@ -731,6 +731,11 @@ def test_sweep_point_refused_up_front_the_others_run(tmp_path: Path, args: tuple
     lines = err.strip().splitlines()
     assert refused in lines[0] and "the other points run" in lines[0], err  # before anything ran
     assert lines[-1].startswith("error: sweep: 1 of 2 point(s) failed: #1 (exit 2); fix the refused point(s)"), err
+    # Said once: the refused point's job is not run to say it again; its index row keeps the line.
+    assert [line for line in lines if line.startswith("error: ")] == [lines[0], lines[-1]], err
+    (index,) = tmp_path.rglob("index.json")
+    row = json.loads(index.read_text())["points"][1]
+    assert (row["exit_code"], row["status"]) == (2, "failed") and row["error"] in lines[0]
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "DONE").exists()  # the refused point wrote nothing
 

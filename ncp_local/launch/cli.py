@@ -88,7 +88,8 @@ def check_overrides(argv: list[str]) -> str | None:
             return None
         grid = points.expand(args.overrides, name)  # a glob() sweep is left to Hydra's own sweeper
         # A point the rig's checks refuse is named now, before anything starts, and the others
-        # run (its own job refuses at its start and the sweep ends with EXIT_SWEEP_FAILED).
+        # run (its job is not run: it ends EXIT_BAD_INPUT without saying it again, and the sweep ends
+        # with EXIT_SWEEP_FAILED).
         # Hydra's own errors (an unknown key or option) refuse the whole sweep: Hydra's sweeper
         # would refuse it anyway, in many lines, before any launcher starts.
         batched = grid.launcher.endswith(".BatchedLauncher")
@@ -108,6 +109,7 @@ def check_overrides(argv: list[str]) -> str | None:
                 _, ident, out = checked.where()
             except InputError as exc:
                 print(f"error: sweep point {' '.join(point)}: {exc} (refused; the other points run)", file=sys.stderr)
+                REFUSED[_point_key(p.overrides)] = str(exc)
                 continue
             placed.append((" ".join(point) or "(no overrides)", out, ident.key))
         shared = shared_run_dir(placed)
@@ -130,6 +132,14 @@ class _BadArgs(Exception):
 
 # A local sweep's points, in order: (job number, overrides, exit code).
 SWEEP: list[tuple[int, str, int]] = []
+# The basic launcher's points refused by the up-front check (by `_point_key`): the line that named them.
+REFUSED: dict[tuple[str, ...], str] = {}
+
+
+def _point_key(overrides: Sequence[str]) -> tuple[str, ...]:
+    """A point's overrides as values, so that the check's `progress=false` is its job's `progress=False`."""
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return tuple(sorted(f"{o.key_or_group}@{o.package}={o.value()!r}" for o in parsed))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     SWEEP.clear()
+    REFUSED.clear()
     try:
         problem = check_overrides(args)
         if problem:
@@ -167,8 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _hydra_task(cfg: DictConfig) -> None:
     from ncp_local.modes import main as mode_main  # every mode (scipy, matplotlib): after the override check
 
-    code = mode_main(cfg)
     job = _local_sweep_job()
+    refused = REFUSED.get(_point_key(HydraConfig.get().overrides.task)) if job is not None else None
+    # A point refused up front was named then, in its one line; running it would only say it again.
+    code = EXIT_BAD_INPUT if refused is not None else mode_main(cfg)
     if job is None or code in STOPPED_BY_SIGNAL:
         # A single run, a Slurm task (its own exit code), or a stop asked for: exit now.
         if code:
@@ -176,15 +189,15 @@ def _hydra_task(cfg: DictConfig) -> None:
         return
     # A local sweep goes on past a failed point (each resumes when the sweep is re-run).
     SWEEP.append((*job, code))
-    _index_point(cfg, job[0], code)
+    _index_point(cfg, job[0], code, refused or "")
 
 
-def _index_point(cfg: DictConfig, num: int, code: int) -> None:
+def _index_point(cfg: DictConfig, num: int, code: int, error: str = "") -> None:
     """The sweep folder's index.json row of this point (job, overrides, run directory, status, exit code)."""
     from ncp_local.launch.point_index import record_point  # beside the batched launcher (matplotlib)
 
     hc = HydraConfig.get()
-    record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg)
+    record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg, error)
 
 
 def _local_sweep_job() -> tuple[int, str] | None:

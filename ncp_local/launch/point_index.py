@@ -64,9 +64,10 @@ def write_index(
     return sweep_index.write(sweep_dir, rows, engines, [[p.num for p in g] for g in groups_], launcher, name)
 
 
-def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int, task: Any) -> None:
-    """The basic launcher's index: one point after the other, each row as its point ends."""
-    p = Point(num, tuple(overrides), task=task, code=code, status="done" if code == 0 else "failed")
+def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int, task: Any, error: str = "") -> None:
+    """The basic launcher's index: one point after the other, each row as its point ends (`error`: the line
+    that refused it up front)."""
+    p = Point(num, tuple(overrides), task=task, code=code, status="done" if code == 0 else "failed", message=error)
     try:
         raw = OmegaConf.to_container(task, resolve=True)
         cfg = config_mod.validate(raw)  # type: ignore[arg-type]
