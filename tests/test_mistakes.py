@@ -2,6 +2,9 @@
 the `ncp-local` console command and slurm/submit.py all say "did you mean ...?" in one line, exit 2,
 never Hydra's `+key` advice or pydantic's `Extra inputs are not permitted`.
 
+And each mode's main field given wrong (missing, not there, the wrong kind of folder): one line that names
+the field, exit 2, no traceback.
+
 run.py and submit.py run in this process (tests/cli_runner.py); `ncp-local` runs as the console
 script a user runs (beside this Python), one process for all its cases' worth of checks.
 """
@@ -112,3 +115,51 @@ def test_the_ncp_local_command_answers_as_run_py() -> None:
         )
         line = _one_line(proc.returncode, proc.stdout, proc.stderr, said)
         assert line == run_cli("engine=scripted", *args).stderr.strip()
+
+
+# Each mode's main field given wrong, as a user following the README and docs/reference would: missing,
+# a path that is not there, a folder of the wrong kind. `{tmp}`: a folder with `empty/` (no run) and
+# `junk.tar.gz` (not an archive). The words the one line must hold name the field.
+MAIN_FIELDS = {
+    "status-none": (("mode=status",), "config: runs: give the run directories"),
+    "status-missing": (("mode=status", "runs=[/nonexistent]"), "/nonexistent: runs: no such directory"),
+    "report-none": (("mode=report", "runs=[]"), "config: runs: give at least one run directory"),
+    "report-not-a-run": (("mode=report", "runs=[{tmp}/empty]"), "empty: runs: not a run directory"),
+    "compare-none": (("mode=compare",), "config: runs: give two runs or more"),
+    "compare-missing": (("mode=compare", "runs=[/nonexistent,/nonexistent2]"), "/nonexistent: runs: no such run"),
+    "export-none": (("mode=export",), "config: runs: give at least one run directory"),
+    "export-missing": (("mode=export", "runs=[/nonexistent]"), "/nonexistent: runs: no such run directory"),
+    "merge-none": (("mode=merge",), "out_dir: no such directory: give the sharded run's"),
+    "merge-missing": (("mode=merge", "out_dir=/nonexistent"), "/nonexistent: out_dir: no such directory"),
+    "merge-not-sharded": (("mode=merge", "out_dir={tmp}/empty"), "empty: no shard-iii-of-nnn directories"),
+    "review-none": (("mode=review",), "config: runs: give at least one run directory"),
+    "review-missing": (("mode=review", "runs=[/nonexistent]"), "/nonexistent: runs: no such run directory"),
+    "rerun-none": (("mode=rerun",), "config: from: give the finished run to repeat: from=DIR"),
+    "rerun-missing": (("mode=rerun", "from=/nonexistent"), "/nonexistent: from: no such run directory"),
+    "rerun-not-a-run": (("mode=rerun", "from={tmp}/empty"), "empty: from: no manifest.json here"),
+    "rerun-into-itself": (("mode=rerun", "from={tmp}/empty", "out_dir={tmp}/empty"), "empty: out_dir: is the run to"),
+    "reaudit-none": (("mode=reaudit",), "config: runs: reaudit takes one run directory"),
+    "reaudit-missing": (("mode=reaudit", "runs=[/nonexistent]"), "/nonexistent: runs: no such run directory"),
+    "submission-none": (("mode=submission",), "config: runs: give at least one run directory"),
+    "validate-none": (("mode=validate",), "config: submission: give the archive to check"),
+    "validate-missing": (("mode=validate", "submission=/nonexistent.tar.gz"), "submission: no such file"),
+    "validate-not-an-archive": (("mode=validate", "submission={tmp}/junk.tar.gz"), "submission: not a readable"),
+    "lint-missing": (("mode=lint", "dataset.path=/nonexistent"), "/nonexistent: dataset.path: not a directory"),
+    "build-none": (("mode=build",), "config: sources: mode=build needs sources=FILE.yaml"),
+    "build-missing": (("mode=build", "sources=/nonexistent.yaml", "out={tmp}/b"), "nonexistent.yaml: sources: no such"),
+    "build-a-folder": (("mode=build", "sources={tmp}/empty", "out={tmp}/b"), "empty: sources: not a file"),
+    "run-missing": (("mode=run", "dataset.path=/nonexistent"), "/nonexistent: dataset.path: not a directory"),
+}
+
+
+@pytest.mark.parametrize("case", MAIN_FIELDS, ids=list(MAIN_FIELDS))
+def test_a_modes_main_field_given_wrong(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line naming the field, exit 2, no traceback, nothing written, in every mode."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "junk.tar.gz").write_text("not an archive")
+    monkeypatch.chdir(tmp_path)  # a default out_dir (runs/...) would land here
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    args, said = MAIN_FIELDS[case]
+    result = run_cli("engine=scripted", *(a.replace("{tmp}", str(tmp_path)) for a in args))
+    _one_line(result.returncode, result.stdout, result.stderr, said)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

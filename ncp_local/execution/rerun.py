@@ -68,10 +68,14 @@ def rerun_config(now: Mapping[str, Any]) -> dict[str, Any]:
     """
     source_arg = now.get("from")
     if not source_arg:
-        raise RerunError("mode=rerun", "mode=rerun needs from=<run directory>")
+        raise RerunError("config", "give the finished run to repeat: from=DIR")
     source = Path(str(source_arg)).expanduser()
     if not source.is_dir():
         raise RerunError(source, "no such run directory")
+    out = now.get("out_dir")
+    if out and Path(str(out)).expanduser().resolve() == source.resolve():
+        # The run's own directory holds every result already: the "repeat" would play nothing.
+        raise InputError(out, "out_dir", "is the run to repeat (from); give another folder, or none (<DIR>-rerun)")
     mpath, manifest = _read_manifest(source)
     recorded = manifest.get("identity_parts")
     if manifest.get("kind") or not isinstance(manifest.get("config"), dict):

@@ -62,6 +62,8 @@ class Source:
 
 def load_sources(path: str | Path) -> list[Source]:
     path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "sources", "no such file" if not path.exists() else "not a file: give FILE.yaml")
     r = Reader(path)
     data = read_yaml(path)
     items = data.get("sources") if isinstance(data, dict) else data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..config import RunConfig
+from ..errors import InputError
 from ..execution.merge import MergeError, merge
 from ..exits import EXIT_BAD_INPUT
 from ..protocol.metrics import aggregate, episode_metrics, results_table
@@ -14,6 +15,10 @@ from ..rundir.store import RunDir
 
 def main(cfg: RunConfig) -> int:
     root = layout.run_dir(cfg, "" if cfg.out_dir else identity.of_run(cfg).key)
+    if not root.is_dir():
+        raise InputError(
+            root, "out_dir", "no such directory: give the sharded run's (out_dir=DIR, or the overrides it ran with)"
+        )
     try:
         merged = merge(root)
     except MergeError as exc:
