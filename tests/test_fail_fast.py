@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,10 @@ import pytest
 from helpers import Scripted, make_spec, tag
 from ncp_local.engines.base import Completion, ContextOverflow, Request
 from ncp_local.execution.calls import SystematicFailure
+from ncp_local.exits import EXIT_SYSTEMATIC
 from ncp_local.rundir.invalid import failure_kind, systematic_invalid
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _engine_error(stage_name: str) -> Any:
@@ -88,3 +93,22 @@ def test_failure_kinds_and_the_invalid_share() -> None:
     assert failure_kind("bad JSON: Expecting value at char 0") is None
     assert failure_kind("cut off at max_tokens=512") is None
     assert systematic_invalid([], 0.5) is None
+
+
+def test_a_systematic_stop_is_one_line_in_a_real_process(tmp_path: Path) -> None:
+    """The speculative player call that failed is read before its failure is counted (protocol/episode.py
+    Speculation.take): counting it stops the run, and an unread failure was asyncio's traceback ("Task
+    exception was never retrieved", on stdout) beside the one line. A real process: it is printed when the
+    task is collected, as the interpreter exits."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "engine=scripted", "engine.context_limit_turn=1", "limit=2"]
+        + ["max_turns=3", "progress=false", f"out_dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == EXIT_SYSTEMATIC, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: stage player"), proc.stderr[-2000:]

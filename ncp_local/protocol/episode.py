@@ -233,6 +233,9 @@ class Speculation:
     async def take(self) -> str:
         """The answer, as if asked now (a failed call raises as it would have)."""
         await self._done()
+        # Read before settling: settling may stop the run (the call's failure, counted, is systematic), and
+        # a failure never read is printed by asyncio as a traceback ("Task exception was never retrieved").
+        self.task.exception()
         self._settle(True)
         return self.task.result()
 
