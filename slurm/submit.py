@@ -12,7 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ncp_local.launch.submit import main  # noqa: E402
+from ncp_local.entry import submit  # noqa: E402  (a closed output, Ctrl-C: as ncp-local-submit ends)
+from ncp_local.launch.submit import main  # noqa: E402, F401  (the tests call it in their own process)
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(submit())

@@ -79,3 +79,19 @@ def test_a_run_whose_output_is_closed_keeps_what_it_wrote(tmp_path: Path) -> Non
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert len(list((out / "results").glob("*.json"))) == 3 and (out / "DONE").exists()
     assert all((out / "results" / name).read_bytes() == data for name, data in kept.items())
+
+
+def test_the_submitter_ends_the_same_way(tmp_path: Path) -> None:
+    """slurm/submit.py (and ncp-local-submit) through the same entry: its reader gone before it writes."""
+    r, w = os.pipe()
+    os.close(r)  # the reader stopped before the first line (`| head -0`)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "slurm" / "submit.py"), "--dry-run", "--shards", "1", "--", "engine=scripted"],
+        stdout=w,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    os.close(w)
+    assert proc.returncode == EXIT_CLOSED_PIPE and proc.stderr == "", proc.stderr[-2000:]
