@@ -6,8 +6,9 @@ On the same simulated runs as `scripts/estimators_sim.py` (its conditions, seeds
 the incidence F_k(T+1)'s misses into the point's bias and the band's width: per condition it prints the
 truth, the Aalen-Johansen point's mean and bias, the spread of the point over runs against the spread the
 band's bootstrap sees, the coverage of the rig's band, of the same band moved by the mean bias (what the
-band would cover with an unbiased point) and of a band with the point's true spread; and the same split
-by whether anyone was still at risk at the cap (where no one is, F_k stops growing early).
+band would cover with an unbiased point) and of a band with the point's true spread, the band's mean width
+and on which side it misses; and the same split by whether anyone was still at risk at the cap (where no one
+is, F_k stops growing early). Run it with PYTHONPATH set to another checkout to measure that tree's band.
 docs/measurements/2026-12-05-estimators.md holds the figures.
 """
 
@@ -88,6 +89,8 @@ def main() -> int:
         moved = cover(lo - bias, hi - bias, every)
         print(f"  covers: the rig's band {cover(lo, hi, every)}; moved by the mean bias {moved}; "
               f"point +- z x true spread {cover(p - z * p.std(ddof=1), p + z * p.std(ddof=1), every)}")  # fmt: skip
+        print(f"  the rig's band: mean width {np.mean(hi - lo):.3f}; misses with the truth above it "
+              f"{100 * np.mean(hi < truth):.1f}%, below it {100 * np.mean(lo > truth):.1f}%")  # fmt: skip
         for label, sel in (("no one at risk at the cap", e), ("someone at risk at the cap", ~e)):
             if sel.sum() > 1:
                 print(

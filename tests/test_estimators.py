@@ -18,10 +18,10 @@ import pytest
 from scipy import optimize, stats
 
 from ncp_local.protocol import metrics, resample
-from ncp_local.protocol.metrics import EpisodeMetrics, aggregate, km_survival, restricted_mean_point
+from ncp_local.protocol.metrics import ENDINGS, EpisodeMetrics, aggregate, km_survival, restricted_mean_point
 from ncp_local.protocol.resample import percentile
 from ncp_local.report import auditors, precision
-from ncp_local.report.endings import cumulative_incidence
+from ncp_local.report.endings import cumulative_incidence, seen_since_last_ending
 from ncp_local.report.trials import (
     NOISE_METRICS,
     RunTrials,
@@ -455,3 +455,46 @@ def test_a_clustered_band_keeps_the_draws_top_where_s_fell_to_0_but_some_draws_d
     assert resample.few_stories_factor(2, 0.95) == pytest.approx(
         math.sqrt(2) * stats.t.ppf(0.975, 1) / stats.norm.ppf(0.975)
     )
+
+
+def test_censoring_after_the_last_ending_is_measured_by_the_share_left_at_risk() -> None:
+    # max_turns = 6. A fact ending at turn 1, a commitment one at 2; three plays censored at 3, 3 and 4; one
+    # stopped by the turn limit. At risk per turn 0..7: 6 6 5 4 2 1 1 0. After the last ending (turn 2) 4 are
+    # still watched; by turn 4 censoring left 2 of them (t = 5: 1/2), by turns 5 and 6 one (t = 6, 7: 1/4).
+    turns = np.array([1, 2, 3, 3, 4, 6])
+    codes = np.array([ENDINGS.index("fact"), ENDINGS.index("commitment"), -1, -1, -1, -1])
+    assert seen_since_last_ending(turns, codes, 6).tolist() == [1, 1, 1, 1, 1, 0.5, 0.25, 0.25]
+    # The turn limit alone censors nobody early: every play reached turn 6, the last one ending there.
+    assert seen_since_last_ending(np.array([6, 6, 6]), np.array([0, -1, -1]), 6).tolist() == [1.0] * 8
+    # Three watched after the last ending (turn 1), censored at 2, 2 and 3: one left at turn 3 (t = 4), and
+    # nobody at risk at turn 4: F_fact(5) is F_fact(4), with the share of the last turn anyone was at risk.
+    fading = seen_since_last_ending(np.array([1, 2, 2, 3]), np.array([0, -1, -1, -1]), 4)
+    assert fading.tolist() == [1, 1, 1, 1, 1 / 3, 1 / 3]
+
+
+def test_incidence_upper_limit_widens_where_the_watched_stories_were_censored() -> None:
+    # 40 single-play stories: 20 end by fact over turns 1-4; then 20 more are watched, and either the context
+    # fills up (censored at turns 5-8, one left at the limit of 10) or the turn limit stops them at 10.
+    ended = [play(f"s{i}", 0, 1 + i % 4) for i in range(20)]
+    censored = ended + [play(f"s{i}", 0, 5 + (i - 20) // 5, "context_limit") for i in range(20, 39)]
+    censored += [play("s39", 0, 10, "max_turns")]
+    limited = ended + [play(f"s{i}", 0, 10, "max_turns") for i in range(20, 40)]
+    for ms, share in ((censored, 1 / 20), (limited, 1.0)):
+        inc = cumulative_incidence(ms, 10, 0.95, 400, 0)
+        # F_fact stops growing after turn 4: at t = 5 and at t = 11 the point and every draw are the same, so
+        # are the lower limits; the upper limit at 11 is Jeffreys' at n* x (1 of the 20 watched still at risk).
+        p = inc.final("fact")
+        assert p == pytest.approx(0.5) and inc.curves["fact"][5] == p and inc.lo["fact"][11] == inc.lo["fact"][5]
+        n_up = max(_n_star(p, inc.hi["fact"][5]) * share, 1.0)
+        assert inc.hi["fact"][11] == pytest.approx(_jeffreys(p, n_up)[1], abs=1e-9)
+        assert (inc.hi["fact"][11] > inc.hi["fact"][5] + 0.1) == (share < 1)
+
+
+def _jeffreys(p: float, n: float) -> tuple[float, float]:
+    x = p * n
+    return float(stats.beta.ppf(0.025, x + 0.5, n - x + 0.5)), float(stats.beta.ppf(0.975, x + 0.5, n - x + 0.5))
+
+
+def _n_star(p: float, hi: float) -> float:
+    """The n at which Jeffreys' upper limit of the share p is `hi` (the band's effective size, found back)."""
+    return float(optimize.brentq(lambda n: _jeffreys(p, n)[1] - hi, 1.0, 10_000.0))

@@ -24,7 +24,9 @@ turn n + 1, as in the report's S(t); the order of endings inside a turn changes 
 
 Intervals. F_k(t)'s band is Jeffreys' binomial interval at the effective sample size
 (Korn and Graubard 1998), the variance from a bootstrap over stories, each with all its plays
-(`protocol/resample.py`; over episodes when each story was played once): `effective_band`. The
+(`protocol/resample.py`; over episodes when each story was played once): `effective_band`. Its upper
+limit takes the effective size times the share of the episodes watched after the last ending that
+censoring left at risk by t (after Dorey and Korn 1987): `seen_since_last_ending`. The
 percentile interval of the same draws, used before, covered 86-92% for common endings over 30-50
 stories, 55-83% for a 3% one, and gave [0, 0] for an ending with no events
 (docs/measurements/2026-12-05-estimators.md).
@@ -121,14 +123,53 @@ def cumulative_incidence(
     if resamples and scored:
         units = clusters([m.spec_id for m in scored])
         many = np.asarray([aalen_johansen(turns[i], codes[i], max_turns) for i in draws(units, resamples, seed)])
-        low, high = effective_band(point, many, len(units.plays), len(scored), level)
+        fading = seen_since_last_ending(turns, codes, max_turns)
+        low, high = effective_band(point, many, len(units.plays), len(scored), level, fading)
         lo = {e: tuple(float(x) for x in low[k]) for k, e in enumerate(ENDINGS)}
         hi = {e: tuple(float(x) for x in high[k]) for k, e in enumerate(ENDINGS)}
     return Incidence(max_turns, curves, len(scored), censored, lo, hi)
 
 
+def seen_since_last_ending(turns: np.ndarray, codes: np.ndarray, max_turns: int) -> np.ndarray:
+    """Per t = 0..max_turns + 1, the share of the episodes still watched after the last ending before t that
+    censoring left at risk by t: r(a) / (r(e) - d(e)), at most 1; e the last turn before t with an ending of
+    any kind, d(e) its endings, a the last turn before t anyone was at risk, r the episodes at risk. 1 where
+    nothing has ended yet, or nobody was censored since.
+
+    F_k(t) and its bootstrap variance change only at turns with endings, so between the last ending and t
+    they stand still while the stories still watched fall away to censoring: at the turn limit of a run
+    with half its plays censored, one or two of 50 are left, and the bootstrap's band is as narrow as just
+    after the last ending. Dorey and Korn (1987) scale the variance of the Kaplan-Meier lower limit by the
+    fall of the number at risk since the last death for that reason (R's survival package,
+    `conf.lower = "modified"`); here the fall counts censoring only (the endings at e are in the variance
+    already), and it is the incidence's upper limit that the stories lost might have raised:
+    `effective_band` takes n* times this share there.
+    """
+    size = max_turns + 2
+    out = np.ones(size)
+    if turns.size == 0:
+        return out
+    risk = at_risk(turns, size)
+    ends = np.bincount(turns[codes >= 0], minlength=size)[:size]
+    watched_after_ending = 0.0  # r(e) - d(e) of the last turn e with an ending so far
+    for t in range(1, size):
+        n = t - 1  # F_k(t) sums the endings of turns n < t
+        if ends[n]:
+            watched_after_ending = risk[n] - ends[n]
+        if risk[n] > 0 and watched_after_ending > 0:
+            out[t] = min(1.0, risk[n] / watched_after_ending)
+        elif watched_after_ending > 0:  # nobody at risk any more: the share of the last turn anyone was
+            out[t] = out[t - 1]
+    return out
+
+
 def effective_band(
-    point: np.ndarray, many: np.ndarray, stories: int, episodes: int, level: float
+    point: np.ndarray,
+    many: np.ndarray,
+    stories: int,
+    episodes: int,
+    level: float,
+    fading: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The band of each F_k(t) (rows, columns: point's shape): Jeffreys' interval at the effective sample size
     (Korn and Graubard 1998), the variance from the stories' bootstrap draws `many`.
@@ -143,7 +184,9 @@ def effective_band(
     variance estimated from few clusters; n* is at most the episodes. An ending not seen by t (p = 0, no
     variance) gets n* = the stories: Jeffreys' bound for 0 of n, [0, the 1 - alpha/2 quantile of
     Beta(1/2, n + 1/2)] (about 2.5/n at 95%, a cousin of the rule of three), never [0, 0]. F_k(0) = 0 by
-    definition, with no band.
+    definition, with no band. `fading` (per column, at most 1; `seen_since_last_ending`) scales n* for the
+    upper limit only: with half of 50 single-play stories censored, the band at the turn limit covered
+    90.2% without it, 95.7% with it (docs/measurements/2026-12-05-estimators.md).
     """
     alpha = (1 - level) / 2
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
@@ -154,10 +197,11 @@ def effective_band(
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where(var > 0, point * (1 - point) / var * shrink, float(stories))
     n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, float(stories)), 1.0, float(max(episodes, 1)))
-    x = point * n_eff
+    n_up = n_eff if fading is None else np.maximum(n_eff * fading, 1.0)
+    x, x_up = point * n_eff, point * n_up
     with np.errstate(invalid="ignore"):
         low = np.where(x > 0, stats.beta.ppf(alpha, x + 0.5, n_eff - x + 0.5), 0.0)
-        high = np.where(n_eff - x > 0, stats.beta.ppf(1 - alpha, x + 0.5, n_eff - x + 0.5), 1.0)
+        high = np.where(n_up - x_up > 0, stats.beta.ppf(1 - alpha, x_up + 0.5, n_up - x_up + 0.5), 1.0)
     # x just above 0 or just below n* (float residue) leaves the beta quantile NaN: the bound it stands for.
     low, high = np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
     low[..., 0], high[..., 0] = 0.0, 0.0
@@ -242,7 +286,8 @@ ENDINGS_NOTE = (
     "that a story ended by k (Aalen-Johansen; `max_turns` and `context_limit` censored, `invalid` "
     "left out); with the share still going when the turn limit stopped them, a row adds up to "
     "100; [interval]: Jeffreys' binomial interval at the effective sample size, its variance from a "
-    "bootstrap over stories, each with all its plays. At every t the endings so far and "
+    "bootstrap over stories, each with all its plays, the upper limit widened where stories were censored "
+    "after the last ending (after Dorey and Korn). At every t the endings so far and "
     "S(t) add up to 100% (endings.csv, with each curve's interval). `several_types`: "
     "one turn's confirmed conflicts of two or three types. Then, per run, the episodes by what "
     "ended them and the band of turns they played."
