@@ -18,10 +18,17 @@ import pytest
 from scipy import optimize, stats
 
 from ncp_local.protocol import metrics, resample
-from ncp_local.protocol.metrics import ENDINGS, EpisodeMetrics, aggregate, km_survival, restricted_mean_point
+from ncp_local.protocol.metrics import (
+    ENDINGS,
+    EpisodeMetrics,
+    aggregate,
+    km_survival,
+    restricted_mean_point,
+    seen_since_last_ending,
+)
 from ncp_local.protocol.resample import percentile
 from ncp_local.report import auditors, precision
-from ncp_local.report.endings import cumulative_incidence, seen_since_last_ending
+from ncp_local.report.endings import cumulative_incidence
 from ncp_local.report.trials import (
     NOISE_METRICS,
     RunTrials,

@@ -351,3 +351,22 @@ def test_length_mismatches_are_named() -> None:
         restricted_mean([1, 2], [False], 4)
     with pytest.raises(ValueError, match="^restricted_mean: horizon -1 is negative$"):
         restricted_mean([1], [False], -1)
+
+
+def test_past_the_last_turn_anyone_was_watched_s_has_no_lower_bound_but_0() -> None:
+    # Four single plays: ends at 2, censored at 3, ends at 3, censored at 5; max_turns = 8. S(t) = 3/4 from
+    # t = 3, 1/2 from t = 4 on; the last play watched is the one censored at 5 (at risk of turn 5's endings).
+    # From t = 7 no one was at risk at turn t - 1: S(7) and S(8) carry 1/2 on, and the lower limit is 0
+    # (either story censored might have ended since); the upper limit is the band's as carried on.
+    curve = km_survival([2, 3, 3, 5], [False, True, False, True], 8)
+    assert curve.s[4:] == pytest.approx((0.5,) * 5)
+    assert 0 < curve.lo[6] < 0.5 and curve.lo[7] == curve.lo[8] == 0.0
+    assert curve.hi[7] == curve.hi[8] == curve.hi[6] and curve.hi[6] > 0.5
+    # The same with several plays a story: the stories at risk count. With six more stories watched to the turn
+    # limit someone is at risk, and the lower limit carries on with the point.
+    names = ["a", "b", "a", "b"]
+    clustered = km_survival([2, 3, 3, 5], [False, True, False, True], 8, stories=names, resamples=200)
+    assert clustered.lo[7] == clustered.lo[8] == 0.0
+    more = [f"s{i // 2}" for i in range(12)]  # six stories of two plays each, all reaching the turn limit
+    watched = km_survival([2, 3, 3, 5, *[8] * 12], [False, True, False, True, *[True] * 12], 8, stories=names + more)
+    assert watched.lo[8] == watched.lo[7] == watched.lo[6] > 0

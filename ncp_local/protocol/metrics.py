@@ -199,6 +199,39 @@ def product_limit(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.nd
     return np.concatenate([[1.0], np.cumprod(factor[:max_turns])])
 
 
+def seen_since_last_ending(turns: np.ndarray, codes: np.ndarray, max_turns: int) -> np.ndarray:
+    """Per t = 0..max_turns + 1, the share of the episodes still watched after the last ending before t that
+    censoring left at risk by t: r(a) / (r(e) - d(e)), at most 1; e the last turn before t with an ending of
+    any kind, d(e) its endings, a the last turn before t anyone was at risk, r the episodes at risk. 1 where
+    nothing has ended yet, or nobody was censored since.
+
+    `codes`: >= 0 an ending (of any kind), < 0 censored. S(t) and F_k(t) and their variances change only at
+    turns with endings, so between the last ending and t they stand still while the stories still watched
+    fall away to censoring: at the turn limit of a run with half its plays censored, one or two of 50 are
+    left, and the band is as narrow as just after the last ending. Dorey and Korn (1987) scale the variance
+    of the Kaplan-Meier lower limit by the fall of the number at risk since the last death for that reason
+    (R's survival package, `conf.lower = "modified"`); here the fall counts censoring only (the endings at
+    e are in the variance already). The lost stories might have ended by k: an ending's incidence takes
+    its upper limit at n* times the share (report/endings.py, `effective_band`).
+    """
+    size = max_turns + 2
+    out = np.ones(size)
+    if turns.size == 0:
+        return out
+    risk = at_risk(turns, size)
+    ends = np.bincount(turns[codes >= 0], minlength=size)[:size]
+    watched_after_ending = 0.0  # r(e) - d(e) of the last turn e with an ending so far
+    for t in range(1, size):
+        n = t - 1  # F_k(t) sums the endings of turns n < t
+        if ends[n]:
+            watched_after_ending = risk[n] - ends[n]
+        if risk[n] > 0 and watched_after_ending > 0:
+            out[t] = min(1.0, risk[n] / watched_after_ending)
+        elif watched_after_ending > 0:  # nobody at risk any more: the share of the last turn anyone was
+            out[t] = out[t - 1]
+    return out
+
+
 def km_survival(
     turns: Sequence[int],
     censored: Sequence[bool],
@@ -220,7 +253,8 @@ def km_survival(
     one on the 20-100 episodes of a run). Where that is undefined, before the
     first end (S = 1) or once every episode still at risk has ended (S = 0),
     and where every bootstrap draw agrees, the band is a bound from the count
-    at risk (`_bounded`), never the point itself.
+    at risk (`_bounded`), never the point itself; past the last turn anyone
+    was watched its lower limit is 0.
     """
     if len(turns) != len(censored):
         raise ValueError("km_survival: turns and censored differ in length")
@@ -289,6 +323,12 @@ def _bounded(point: list[float], lo: np.ndarray, hi: np.ndarray, risk: np.ndarra
     (alpha/2)^(1/r) with r at risk of turn t - 1's endings (the fewest so far: censoring only takes away),
     and S(t) = 0 above by the band's top at the turn n it fell from times 1 - (alpha/2)^(1/r_n). With no
     one at risk the bound is the whole range. S(0) = 1 by definition, with no band.
+
+    Where no one was at risk at turn t - 1, the run watched no story into turn t: S(t) is the curve's last
+    value carried on, and the stories censored before might all have ended since, so nothing bounds S(t)
+    from below but 0 (the bound the data identify, Manski 1989). The Greenwood band carried on with the
+    point covered 91% at the turn limit of 50 single-play stories with half the plays censored, missing
+    low (docs/measurements/2026-12-05-estimators.md).
     """
     alpha = (1 - level) / 2
     lo_t, hi_t = [1.0], [1.0]
@@ -304,6 +344,8 @@ def _bounded(point: list[float], lo: np.ndarray, hi: np.ndarray, risk: np.ndarra
                 low, high = 0.0, (hi_t[n] * (1 - alpha ** (1 / risk[n])) if risk[n] > 0 else 1.0)
             else:
                 low, high = p, p  # not reached: only S = 0 or 1 leave the band undefined
+        if risk[t - 1] == 0:
+            low = 0.0
         lo_t.append(low)
         hi_t.append(high)
     return SurvivalCurve(tuple(point), tuple(lo_t), tuple(hi_t))

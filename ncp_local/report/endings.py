@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..protocol.metrics import ENDING_CENSORED, ENDINGS, EpisodeMetrics, at_risk, product_limit
+from ..protocol.metrics import (
+    ENDING_CENSORED,
+    ENDINGS,
+    EpisodeMetrics,
+    at_risk,
+    product_limit,
+    seen_since_last_ending,
+)
 from ..protocol.resample import clusters, draws
 from .runs import Run
 from .tables import csv_text, markdown_table
@@ -128,39 +135,6 @@ def cumulative_incidence(
         lo = {e: tuple(float(x) for x in low[k]) for k, e in enumerate(ENDINGS)}
         hi = {e: tuple(float(x) for x in high[k]) for k, e in enumerate(ENDINGS)}
     return Incidence(max_turns, curves, len(scored), censored, lo, hi)
-
-
-def seen_since_last_ending(turns: np.ndarray, codes: np.ndarray, max_turns: int) -> np.ndarray:
-    """Per t = 0..max_turns + 1, the share of the episodes still watched after the last ending before t that
-    censoring left at risk by t: r(a) / (r(e) - d(e)), at most 1; e the last turn before t with an ending of
-    any kind, d(e) its endings, a the last turn before t anyone was at risk, r the episodes at risk. 1 where
-    nothing has ended yet, or nobody was censored since.
-
-    F_k(t) and its bootstrap variance change only at turns with endings, so between the last ending and t
-    they stand still while the stories still watched fall away to censoring: at the turn limit of a run
-    with half its plays censored, one or two of 50 are left, and the bootstrap's band is as narrow as just
-    after the last ending. Dorey and Korn (1987) scale the variance of the Kaplan-Meier lower limit by the
-    fall of the number at risk since the last death for that reason (R's survival package,
-    `conf.lower = "modified"`); here the fall counts censoring only (the endings at e are in the variance
-    already), and it is the incidence's upper limit that the stories lost might have raised:
-    `effective_band` takes n* times this share there.
-    """
-    size = max_turns + 2
-    out = np.ones(size)
-    if turns.size == 0:
-        return out
-    risk = at_risk(turns, size)
-    ends = np.bincount(turns[codes >= 0], minlength=size)[:size]
-    watched_after_ending = 0.0  # r(e) - d(e) of the last turn e with an ending so far
-    for t in range(1, size):
-        n = t - 1  # F_k(t) sums the endings of turns n < t
-        if ends[n]:
-            watched_after_ending = risk[n] - ends[n]
-        if risk[n] > 0 and watched_after_ending > 0:
-            out[t] = min(1.0, risk[n] / watched_after_ending)
-        elif watched_after_ending > 0:  # nobody at risk any more: the share of the last turn anyone was
-            out[t] = out[t - 1]
-    return out
 
 
 def effective_band(
