@@ -1,16 +1,23 @@
-"""pass^k's estimability rule against stricter ones, on estimators_sim.py's simulated runs.
+"""pass^k's estimability rules and bands against each other, on estimators_sim.py's simulated runs.
 
-Usage: python scripts/passk_rules.py [--runs 1000] [--resamples 200] [--conditions C D] [--seed 0]
+Usage: python scripts/passk_rules.py [--runs 1000] [--resamples 200] [--conditions C D E] [--seed 0]
 
-For each run of a condition with trials (C: 30 stories x 8 plays, D: 50 x 3; scripts/estimators_sim.py)
-and each pass^k(t) it reports, this records the stories observed, all surviving and ended at t (as
-report/trials.py's `not_estimable` counts them), the point and its band, and the pooled Kaplan-Meier S(t);
-then, per rule, how often pass^k(t) is shown and, over the runs shown, its coverage and bias:
+For each run of a condition with trials (C: 30 stories x 8 plays, D: 50 x 3, E: C with plays that share
+their story's fate with chance 0.8; scripts/estimators_sim.py) and each pass^k(t) it reports, this records
+the stories observed, all surviving and ended at t (report/trials.py's `observed_counts`), the stories'
+k plays censoring follows through t (`followed`), the point and two bands from the same bootstrap draws
+(the percentile band, pass^k's before h58e, and Jeffreys' at the effective sample size,
+`effective_pass_k_band`), and the pooled Kaplan-Meier S(t); then, per rule and band, how often pass^k(t)
+is shown and, over the runs shown, its coverage, bias and mean width:
 
-- now: the rig's rule (10 observed, 5 all surviving, 5 ended);
+- now: the rule before h58e (10 observed, 5 all surviving, 5 ended);
 - 8 surviving, 10 surviving: the same with a higher count on the surviving side;
-- expected: the rule now, and observed x S(t)^k >= 5 (the all-k chance were a story's plays independent);
-- always: shown in every run with a band (what the rule guards against).
+- expected, independent: the rule then, and observed x S(t)^k >= 5 (plays taken as independent);
+- expected, beta-binomial: 10 observed and observed x E[p^k] >= 5, p ~ Beta fitted to the stories'
+  surviving shares (S(t)^k for independent plays, S(t) for plays that agree);
+- 10 observed: the count of stories alone;
+- 10 observed, 10 followed (h58e): and stories with k plays x G(t)^k >= 10 (the rig's rule since h58e);
+- always: shown in every run with a band (what a rule guards against).
 
 docs/measurements/2026-12-05-estimators.md gives the figures and what they say.
 """
@@ -20,10 +27,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
-
-import warnings
 
 import numpy as np
 
@@ -31,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import estimators_sim as es  # noqa: E402  (the simulation this measures on)
 
 from ncp_local.protocol.resample import percentile  # noqa: E402
-
 
 # The columns of a run's record (per pass^k(t)).
 OBS, SURV, ENDED, SETS, POINT, P_LO, P_HI, E_LO, E_HI, INDEP, BETA, FOLLOWED = range(12)

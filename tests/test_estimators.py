@@ -139,11 +139,12 @@ def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -
 def test_pass_k_band_is_jeffreys_at_the_effective_sample_size_by_hand() -> None:
     # t = 0..4: pass^k(0) = 1 (no band); 0.3 with bootstrap draws of known spread over 20 observed stories and
     # 40 disjoint k-sets; 0.3 again with draws so tight that n* would pass the 25 k-sets (capped there);
-    # 0 and 1 with no spread (Jeffreys' bound for 0 of 15 and 12 of 12).
+    # 0 and 1 with no spread: Jeffreys' bound for 0 of n* and n* of n*, n* the binomial one of the 15 (12) observed
+    # through the same corrections, 15 x 14/15 x (z / t_14)^2 = 11.6 (and 8.8 of 12), not the 30 or 24 k-sets.
     point = np.array([1.0, 0.3, 0.3, 0.0, 1.0])
     spread = np.array([0.0, 0.1, 0.01, 0.0, 0.0])
     many = point + spread * np.array([[-1.0], [1.0]])  # two draws, point -+ spread: variance spread^2
-    observed, sets = np.array([20, 20, 20, 15, 12]), np.array([40, 40, 25, 15, 12])
+    observed, sets = np.array([20, 20, 20, 15, 12]), np.array([40, 40, 25, 30, 24])
     lo, hi = effective_pass_k_band(point, many, observed, sets, 0.95)
     z, t19 = stats.norm.ppf(0.975), stats.t.ppf(0.975, 19)
     n1 = 0.3 * 0.7 / (0.01 * 20 / 19) * (z / t19) ** 2  # 17.4 of the 40
@@ -153,9 +154,10 @@ def test_pass_k_band_is_jeffreys_at_the_effective_sample_size_by_hand() -> None:
         (beta.ppf(0.025, 0.3 * n1 + 0.5, 0.7 * n1 + 0.5), beta.ppf(0.975, 0.3 * n1 + 0.5, 0.7 * n1 + 0.5))
     )
     assert (lo[2], hi[2]) == pytest.approx((beta.ppf(0.025, 7.5 + 0.5, 17.5 + 0.5), beta.ppf(0.975, 8.0, 18.0)))
-    assert (lo[3], hi[3]) == pytest.approx((0.0, beta.ppf(0.975, 0.5, 15.5)))  # about 0.15, never [0, 0]
-    assert (lo[4], hi[4]) == pytest.approx((beta.ppf(0.025, 12.5, 0.5), 1.0))  # about 0.82, never [1, 1]
-    assert 0.1 < hi[3] < 0.2 and 0.75 < lo[4] < 0.9
+    n3, n4 = 14 * (z / stats.t.ppf(0.975, 14)) ** 2, 11 * (z / stats.t.ppf(0.975, 11)) ** 2
+    assert (lo[3], hi[3]) == pytest.approx((0.0, beta.ppf(0.975, 0.5, n3 + 0.5)))  # about 0.19, never [0, 0]
+    assert (lo[4], hi[4]) == pytest.approx((beta.ppf(0.025, n4 + 0.5, 0.5), 1.0))  # about 0.75, never [1, 1]
+    assert 0.15 < hi[3] < 0.25 and 0.7 < lo[4] < 0.8
     # Undefined where pass^k is (no story has k plays known).
     nan_lo, nan_hi = effective_pass_k_band(np.array([1.0, np.nan]), np.ones((2, 2)), np.zeros(2), np.zeros(2), 0.95)
     assert np.isnan(nan_lo[1]) and np.isnan(nan_hi[1])
@@ -187,8 +189,8 @@ def test_pass_k_band_of_a_run_takes_its_spread_from_the_stories_bootstrap() -> N
     assert lo[10] == pytest.approx(exact[0], abs=0.01) and hi[10] == pytest.approx(
         exact[1], abs=0.025
     )  # the draws vary
-    # All surviving at t = 4 (no story has ended before 4): Jeffreys' 17 of 17, not 100 [100, 100].
-    assert hi[4] == 1.0 and lo[4] == pytest.approx(stats.beta.ppf(0.025, 17.5, 0.5))
+    # All surviving at t = 4 (no story has ended before 4): Jeffreys' n of n at the same n*, not 100 [100, 100].
+    assert hi[4] == 1.0 and lo[4] == pytest.approx(stats.beta.ppf(0.025, n + 0.5, 0.5))
 
 
 def _rt(story_list: list[Story], curves: dict[int, tuple[float, ...]], bands: dict, why: dict) -> RunTrials:

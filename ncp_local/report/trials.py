@@ -244,8 +244,8 @@ def effective_pass_k_band(
     The clusters that carry pass^k(t) are the `observed` stories (k plays with known fates at t), so they
     set the variance's correction (times n / (n - 1)) and the Student quantile's n - 1 degrees of freedom
     that shrinks n* = p (1 - p) / v by (z / t)^2; n* is at most `sets`, the disjoint k-sets of known plays.
-    With no spread (p = 0 or 1: no story, or every story, seen all surviving) n* is the observed stories:
-    Jeffreys' bound for 0 (or n) of n, never a band of zero width. The percentile band this replaced needed
+    With no spread (p = 0 or 1: no story, or every story, seen all surviving) n* is the observed stories
+    through the same corrections: Jeffreys' bound for 0 (or n*) of n*, never a band of zero width. The percentile band this replaced needed
     five stories on each side and covered 83% where so few were surviving that the rule showed pass^k only
     in lucky runs (docs/measurements/2026-12-05-estimators.md). pass^k(0) = 1 by definition, with no band.
     """
@@ -256,10 +256,13 @@ def effective_pass_k_band(
         var = np.nanvar(many, axis=0, ddof=0) * n / (n - 1) if len(many) else np.full(len(point), np.nan)
     z = stats.norm.ppf(1 - alpha)
     shrink = (z / stats.t.ppf(1 - alpha, n - 1)) ** 2
+    # No spread (p = 0 or 1): the n* a binomial share over the observed stories has, p (1 - p) / v with
+    # v = p (1 - p) / observed, through the same two corrections (Korn and Graubard take n* = n there).
+    plain = observed * (n - 1) / n * shrink
     with np.errstate(divide="ignore", invalid="ignore"):
-        n_eff = np.where(var > 0, point * (1 - point) / var * shrink, observed.astype(float))
+        n_eff = np.where(var > 0, point * (1 - point) / var * shrink, plain)
     top = np.maximum(sets, 1).astype(float)
-    n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, observed.astype(float)), 1.0, top)
+    n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, plain), 1.0, top)
     x = point * n_eff
     with np.errstate(invalid="ignore"):
         low = np.where(x > 0, stats.beta.ppf(alpha, x + 0.5, n_eff - x + 0.5), 0.0)
@@ -533,8 +536,9 @@ NOISE_NOTE = (
     "pass^k(t): the chance that k plays of a story all survive t turns, from each story's c of n plays seen "
     "surviving as C(c,k)/C(n,k), averaged over stories with the plays seen at t weighted by 1/G(t)^k (G: the "
     "Kaplan-Meier chance a play is not yet censored), as a ratio of weights, so never above 1; pass^1 = S(t) "
-    "when every story has as many plays; `not estimable` where too few stories are seen at t (the note says why); "
-    "[interval]: bootstrap over stories. Noise floor: within-story variance (one play's sampling noise), "
+    "when every story has as many plays; `not estimable` where too few stories are seen at t, or censoring "
+    "follows too few through t (the note says why); [interval]: Jeffreys' interval at the effective sample "
+    "size of a bootstrap over stories. Noise floor: within-story variance (one play's sampling noise), "
     "between-story variance (var of story means minus within/n), and the smallest difference between two "
     "runs of this size the noise allows to call real: z*sqrt(2*within/(S*k)) for two replays of the same S "
     "stories, z*sqrt(2*(between/S + within/(S*k))) for two runs of S other stories. A test finds a "
