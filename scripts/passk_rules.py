@@ -39,7 +39,7 @@ import estimators_sim as es  # noqa: E402  (the simulation this measures on)
 from ncp_local.protocol.resample import percentile  # noqa: E402
 
 # The columns of a run's record (per pass^k(t)).
-OBS, SURV, ENDED, SETS, POINT, P_LO, P_HI, E_LO, E_HI, INDEP, BETA, FOLLOWED = range(12)
+OBS, SURV, ENDED, PLAYS, POINT, P_LO, P_HI, E_LO, E_HI, INDEP, BETA, FOLLOWED = range(12)
 
 
 def beta_binomial_all_k(share: float, seen: np.ndarray, known: np.ndarray, k: int) -> float:
@@ -112,19 +112,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             f = tr.fates(ss, cap)
             s = product_limit(x.turns, (x.ending != -2).astype(float), cap)
             for k in ks:
-                n_obs, surviving, ended, sets = tr.observed_counts(f, k)
+                n_obs, surviving, ended, plays = tr.observed_counts(f, k)
                 point = tr.pass_k_curve(ss, k, cap)
                 many = tr.pass_k_draws(ss, k, cap, a.resamples, 0)
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     p_lo, p_hi = percentile(many, 0.95)
-                e_lo, e_hi = tr.effective_pass_k_band(point, many, n_obs, sets, 0.95)
+                e_lo, e_hi = tr.effective_pass_k_band(point, many, n_obs, plays, 0.95)
                 reach = tr.followed(f, k)
                 for t in (es.MID, cap):
                     eligible = f.plays >= k
                     seen, known = f.seen[eligible, :, t].sum(axis=1), f.known[eligible, :, t].sum(axis=1)
                     beta = n_obs[t] * beta_binomial_all_k(float(s[t]), seen, known, k)
-                    row = (n_obs[t], surviving[t], ended[t], sets[t], point[t], p_lo[t], p_hi[t], e_lo[t], e_hi[t],
+                    row = (n_obs[t], surviving[t], ended[t], plays[t], point[t], p_lo[t], p_hi[t], e_lo[t], e_hi[t],
                            n_obs[t] * s[t] ** k, beta, reach[t])  # fmt: skip
                     rec[(k, t)].append(tuple(float(v) for v in row))
         for (k, t), rows in rec.items():

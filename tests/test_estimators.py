@@ -138,14 +138,14 @@ def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -
 
 def test_pass_k_band_is_jeffreys_at_the_effective_sample_size_by_hand() -> None:
     # t = 0..4: pass^k(0) = 1 (no band); 0.3 with bootstrap draws of known spread over 20 observed stories and
-    # 40 disjoint k-sets; 0.3 again with draws so tight that n* would pass the 25 k-sets (capped there);
+    # 40 plays with known fates; 0.3 again with draws so tight that n* would pass the 25 plays (capped there);
     # 0 and 1 with no spread: Jeffreys' bound for 0 of n* and n* of n*, n* the binomial one of the 15 (12) observed
-    # through the same corrections, 15 x 14/15 x (z / t_14)^2 = 11.6 (and 8.8 of 12), not the 30 or 24 k-sets.
+    # through the same corrections, 15 x 14/15 x (z / t_14)^2 = 11.6 (and 8.8 of 12), not the 30 or 24 plays.
     point = np.array([1.0, 0.3, 0.3, 0.0, 1.0])
     spread = np.array([0.0, 0.1, 0.01, 0.0, 0.0])
     many = point + spread * np.array([[-1.0], [1.0]])  # two draws, point -+ spread: variance spread^2
-    observed, sets = np.array([20, 20, 20, 15, 12]), np.array([40, 40, 25, 30, 24])
-    lo, hi = effective_pass_k_band(point, many, observed, sets, 0.95)
+    observed, plays = np.array([20, 20, 20, 15, 12]), np.array([40, 40, 25, 30, 24])
+    lo, hi = effective_pass_k_band(point, many, observed, plays, 0.95)
     z, t19 = stats.norm.ppf(0.975), stats.t.ppf(0.975, 19)
     n1 = 0.3 * 0.7 / (0.01 * 20 / 19) * (z / t19) ** 2  # 17.4 of the 40
     beta = stats.beta
@@ -178,10 +178,10 @@ def test_pass_k_band_of_a_run_takes_its_spread_from_the_stories_bootstrap() -> N
     many = pass_k_draws(ss, 8, 10, 400, 1)
     assert point[10] == pytest.approx(3 / 17)
     f = fates(ss, 10)
-    observed, surviving, ended, sets = observed_counts(f, 8)
-    assert (observed[10], surviving[10], ended[10], sets[10]) == (17, 3, 14, 17)
+    observed, surviving, ended, plays = observed_counts(f, 8)
+    assert (observed[10], surviving[10], ended[10], plays[10]) == (17, 3, 14, 136)
     assert all(
-        (a == b).all() for a, b in zip((lo, hi), effective_pass_k_band(point, many, observed, sets, 0.95), strict=True)
+        (a == b).all() for a, b in zip((lo, hi), effective_pass_k_band(point, many, observed, plays, 0.95), strict=True)
     )
     n = 16 * (stats.norm.ppf(0.975) / stats.t.ppf(0.975, 16)) ** 2
     x = 3 / 17 * n

@@ -224,18 +224,18 @@ def pass_k_draws(story_list: Sequence[Story], k: int, max_turns: int, resamples:
 
 def observed_counts(f: Fates, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per t: the stories with k plays whose fates at t are known (observed), those of them with k plays all
-    seen surviving, those with a play seen ending before t, and the disjoint k-sets their known plays make
-    (each story's known plays // k, summed: the most independent all-k trials the run holds at t)."""
+    seen surviving, those with a play seen ending before t, and the plays with known fates at t in those
+    stories (what caps the effective sample size, as the episodes cap an ending's)."""
     known = f.known.sum(axis=1)
     observed = (f.plays >= k)[:, None] & (known >= k)
     surviving = (observed & (f.seen.sum(axis=1) >= k)).sum(axis=0)
     ended = (observed & (f.known & ~f.seen).any(axis=1)).sum(axis=0)
-    sets = np.where(observed, known // max(k, 1), 0).sum(axis=0)
-    return observed.sum(axis=0), surviving, ended, sets
+    plays = np.where(observed, known, 0).sum(axis=0)
+    return observed.sum(axis=0), surviving, ended, plays
 
 
 def effective_pass_k_band(
-    point: np.ndarray, many: np.ndarray, observed: np.ndarray, sets: np.ndarray, level: float
+    point: np.ndarray, many: np.ndarray, observed: np.ndarray, plays: np.ndarray, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """pass^k(t)'s band (t = 0..max_turns): Jeffreys' interval at the effective sample size (Korn and Graubard
     1998), the variance from the stories' bootstrap draws `many` (rows), as report/endings.py's
@@ -243,7 +243,7 @@ def effective_pass_k_band(
 
     The clusters that carry pass^k(t) are the `observed` stories (k plays with known fates at t), so they
     set the variance's correction (times n / (n - 1)) and the Student quantile's n - 1 degrees of freedom
-    that shrinks n* = p (1 - p) / v by (z / t)^2; n* is at most `sets`, the disjoint k-sets of known plays.
+    that shrinks n* = p (1 - p) / v by (z / t)^2; n* is at most `plays`, the plays they hold with known fates.
     With no spread (p = 0 or 1: no story, or every story, seen all surviving) n* is the observed stories
     through the same corrections: Jeffreys' bound for 0 (or n*) of n*, never a band of zero width. The percentile band this replaced needed
     five stories on each side and covered 83% where so few were surviving that the rule showed pass^k only
@@ -261,7 +261,7 @@ def effective_pass_k_band(
     plain = observed * (n - 1) / n * shrink
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where(var > 0, point * (1 - point) / var * shrink, plain)
-    top = np.maximum(sets, 1).astype(float)
+    top = np.maximum(plays, 1).astype(float)
     n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, plain), 1.0, top)
     x = point * n_eff
     with np.errstate(invalid="ignore"):
@@ -283,8 +283,8 @@ def pass_k_band(
     f = fates(story_list, max_turns)
     point = _pass_k(f, np.arange(len(story_list)), k)
     many = pass_k_draws(story_list, k, max_turns, resamples, seed)
-    observed, _, _, sets = observed_counts(f, k)
-    return effective_pass_k_band(point, many, observed, sets, level)
+    observed, _, _, plays = observed_counts(f, k)
+    return effective_pass_k_band(point, many, observed, plays, level)
 
 
 def followed(f: Fates, k: int) -> np.ndarray:
