@@ -245,9 +245,10 @@ def effective_pass_k_band(
     set the variance's correction (times n / (n - 1)) and the Student quantile's n - 1 degrees of freedom
     that shrinks n* = p (1 - p) / v by (z / t)^2; n* is at most `plays`, the plays they hold with known fates.
     With no spread (p = 0 or 1: no story, or every story, seen all surviving) n* is the observed stories
-    through the same corrections: Jeffreys' bound for 0 (or n*) of n*, never a band of zero width. The percentile band this replaced needed
-    five stories on each side and covered 83% where so few were surviving that the rule showed pass^k only
-    in lucky runs (docs/measurements/2026-12-05-estimators.md). pass^k(0) = 1 by definition, with no band.
+    through the same corrections: Jeffreys' bound for 0 (or n*) of n*, never a band of zero width. The
+    percentile band this replaced collapsed there, so its rule needed five stories on each side, and covered
+    83% where so few survived that the rule showed pass^k only in lucky runs (docs/measurements/
+    2026-12-05-estimators.md, h58e). pass^k(0) = 1 by definition, with no band.
     """
     alpha = (1 - level) / 2
     n = np.maximum(observed, 2).astype(float)
