@@ -24,8 +24,11 @@ A run with `trials.count=k` plays each story k times. From a story's plays this 
   (docs/measurements/2026-12-05-estimators.md). pass^1 is exactly the Kaplan-Meier S(t) when every
   story has as many plays; with no censoring every weight is 1 and it is C(c, k)/C(n, k) averaged.
 - Not estimable. pass^k(t) is reported (point and interval) only where at least `MIN_OBSERVED` (10)
-  stories have k plays whose fates at t are known ("observed"); elsewhere the table says "not
-  estimable" and why. The rule counts stories, never what they showed: an earlier rule also asked for
+  stories have k plays whose fates at t are known ("observed") and censoring follows at least 10
+  stories' k plays through t (the stories with k plays times G(t)^k, `followed`: the weighting's
+  positivity; where censoring hides nearly every play still going, the observed stories are those that
+  ended and the share reads near 0); elsewhere the table says "not estimable" and why. The rule counts
+  stories and censoring, never what the stories showed: an earlier rule also asked for
   5 stories with k plays all surviving and 5 with a play ended, and so showed pass^8(10) over 30
   stories of 8 plays only in the 1 run in 10 where the survivors came out many, reading twice the
   truth and covering 83% there (docs/measurements/2026-12-05-estimators.md).
