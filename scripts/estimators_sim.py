@@ -62,6 +62,9 @@ class Condition:
     stories: int
     plays: int
     censoring: float  # target share of plays censored
+    # The chance a play shares its story's fate (the story's own draws of ending turn and ending): plays
+    # that agree beyond the story's hazard, as a narrator at temperature 0 makes them. 0: independent given u.
+    shared: float = 0.0
 
 
 CONDITIONS = {
@@ -69,6 +72,7 @@ CONDITIONS = {
     "B": Condition("B", 50, 1, 0.5),
     "C": Condition("C", 30, 8, 0.3),
     "D": Condition("D", 50, 3, 0.5),
+    "E": Condition("E", 30, 8, 0.3, shared=0.8),  # C with plays that share most of their fate (h58e)
 }
 
 
@@ -85,7 +89,15 @@ def shares(max_turns: int) -> np.ndarray:
     return out / out.sum(axis=0)
 
 
-def truths(max_turns: int, seed: int) -> dict[str, float]:
+def all_survive(s: np.ndarray, k: int, shared: float) -> np.ndarray:
+    """P(k plays all survive t | the story's S_s(t) = s): each play copies the story's fate with chance
+    `shared` (j of the k do, j ~ Binomial(k, shared); all survive if the story's fate does, when j > 0) and
+    plays its own otherwise; shared = 0 gives s^k, shared = 1 gives s."""
+    own = (1 - shared) * s
+    return own**k + s * ((shared + own) ** k - own**k)
+
+
+def truths(max_turns: int, seed: int, shared: float = 0.0) -> dict[str, float]:
     rng = np.random.default_rng([seed, 11])
     u = rng.gamma(2.0, 0.5, size=TRUTH_STORIES)
     h = hazard(u, max_turns)
@@ -95,7 +107,7 @@ def truths(max_turns: int, seed: int) -> dict[str, float]:
     for t in (MID, max_turns):
         out[f"S({t})"] = float(s[:, t].mean())
         for k in (2, 3, 8):
-            out[f"pass^{k}({t})"] = float((s[:, t] ** k).mean())
+            out[f"pass^{k}({t})"] = float(all_survive(s[:, t], k, shared).mean())
     ends_at = s[:, 1:] * h  # P(T = n), n = 1..max_turns
     sh = shares(max_turns)
     for i, (name, _, _, _) in enumerate(ENDS):
@@ -116,7 +128,12 @@ def draw(c: Condition, max_turns: int, q: float, rng: np.random.Generator, stori
     u = rng.gamma(2.0, 0.5, size=n_s)
     story = np.repeat(np.arange(n_s), c.plays)
     h = hazard(u, max_turns)[story]
-    ends = rng.random(h.shape) < h
+    draws = rng.random(h.shape)
+    if c.shared > 0:  # only then: the other conditions' streams, and so their simulated runs, stay as they were
+        copies = rng.random(len(story)) < c.shared
+        draws = np.where(copies[:, None], rng.random((n_s, max_turns))[story], draws)
+        cause_draw = np.where(copies, rng.random(n_s)[story], rng.random(len(story)))
+    ends = draws < h
     end = np.where(ends.any(axis=1), ends.argmax(axis=1) + 1, max_turns + 1)  # the turn it ends at
     # Censoring after n committed turns (turn n + 1's call no longer fits), n = 1..max_turns - 1.
     cn = np.arange(1, max_turns)
@@ -125,7 +142,7 @@ def draw(c: Condition, max_turns: int, q: float, rng: np.random.Generator, stori
     censored = cens_at < np.minimum(end, max_turns)  # censored after n: it survived turn n's endings
     sh = shares(max_turns)
     cum = np.cumsum(sh[:, np.minimum(end, max_turns) - 1], axis=0)
-    cause = (rng.random(len(story)) > cum).sum(axis=0)
+    cause = ((cause_draw if c.shared > 0 else rng.random(len(story))) > cum).sum(axis=0)
     ended = ~censored & (end <= max_turns)
     turns = np.where(censored, cens_at, np.where(ended, end, max_turns))
     ending = np.where(censored, -2, np.where(ended, cause, -1))
@@ -287,7 +304,9 @@ def simulate(c: Condition, runs: int, resamples: int, seed: int, max_turns: int,
     # large draw with the same censoring; real[e] is the chance an ending e really was a conflict.
     real = np.array([1 - math.prod(1 - PRECISION[t] for t in types) for _, _, _, types in ENDS])
     big = draw(c, max_turns, q, np.random.default_rng([seed, 13]), stories=100_000 // c.plays)
-    truth = dict(truth)
+    truth = dict(truth) | (
+        {k: v for k, v in truths(max_turns, seed, c.shared).items() if k.startswith("pass^")} if c.shared else {}
+    )
     truth["conflict-free % corrected"] = 100 * (1 - float(np.where(big.ending >= 0, real[big.ending], 0.0).mean()))
     truth["avg turns"] = truth["RMST"]  # what avg turns is read as: the mean length, censoring or not
     rows: dict[str, Row] = {}

@@ -34,11 +34,15 @@ from ncp_local.report.trials import (
     RunTrials,
     Story,
     censoring_survival,
+    effective_pass_k_band,
+    fates,
     noise_floor,
     noise_table,
     not_estimable,
+    observed_counts,
     pass_k_band,
     pass_k_curve,
+    pass_k_draws,
     trials_notes,
 )
 
@@ -102,7 +106,7 @@ def test_pass_k_is_undefined_where_censoring_hid_every_play_and_weighs_each_stor
 
 
 def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -> None:
-    # 12 stories of 2 plays, max_turns 10: stories 0-5 end both plays at turn 3, stories 6-11 play all 10.
+    # 12 stories of 2 plays, max_turns 10: the first 12 - survivors end both plays at turn 3, the rest play all 10.
     def stories(censor_late: bool = False, survivors: int = 6, count: int = 12) -> list[Story]:
         out = []
         for s in range(count):
@@ -112,20 +116,88 @@ def test_pass_k_is_not_estimable_where_few_stories_are_observed_and_says_why() -
             out.append(Story(f"s{s}", (plays[0], second or plays[1])))
         return out
 
-    why = not_estimable(stories(), 2, 10)
-    assert why[0] == ""  # pass^k(0) = 1 by definition
-    # t = 1..3: every story is seen surviving, none ended before t: the band would be 100 [100, 100].
-    assert why[1] == "0 stories with a play ended before t=1 (needs 5)" and why[3].startswith("0 stories")
-    assert why[4:] == ("",) * 7  # 6 stories surviving, 6 ended: estimable
+    assert not_estimable(stories(), 2, 10) == ("",) * 11  # pass^k(0) = 1 by definition; 12 observed throughout
     # Censor the second play of each long story after 2 turns: from t = 4 on their fates are unknown, so only
     # stories 0-5 have 2 plays observed.
     assert not_estimable(stories(censor_late=True), 2, 10)[4] == "6 stories with 2 plays observed at t=4 (needs 10)"
-    # Only 3 stories survive: at t = 4 the surviving side is too thin.
-    assert not_estimable(stories(survivors=3), 2, 10)[4] == "3 stories with 2 plays all surviving t=4 (needs 5)"
-    # At the limits, 10 stories observed of which 5 survive and 5 ended, it is estimable.
-    assert not_estimable(stories(count=10, survivors=5), 2, 10)[4] == ""
+    # What the observed stories showed does not count (h58e): none, 1 or every one of 12 surviving is estimable,
+    # where the rule before asked for 5 on each side and so showed pass^k only in the runs with many survivors.
+    for survivors in (0, 1, 3, 12):
+        assert not_estimable(stories(survivors=survivors), 2, 10)[4] == ""
+    assert not_estimable(stories(count=10), 2, 10)[4] == ""  # at the limit
+    assert not_estimable(stories(count=9), 2, 10)[4] == "9 stories with 2 plays observed at t=4 (needs 10)"
     # k larger than any story's plays: nothing observed.
     assert not_estimable(stories(), 3, 10)[5] == "0 stories with 3 plays observed at t=5 (needs 10)"
+    # Positivity: 12 stories end both plays at turn 3, 8 have both plays censored after 4 turns. At t = 8 the 12
+    # that ended are observed (a share of 0 there), but censoring hid every play still going: G(8) = 0, and no
+    # survivor could have been seen. At t = 5 the 8 are seen surviving (censored after 4: T > 4) and G = 1.
+    hidden = [Story(f"e{s}", (play(f"e{s}", 0, 3), play(f"e{s}", 1, 3))) for s in range(12)]
+    hidden += [Story(f"c{s}", tuple(play(f"c{s}", j, 4, "context_limit") for j in range(2))) for s in range(8)]
+    why = not_estimable(hidden, 2, 10)
+    assert why[5] == "" and pass_k_curve(hidden, 2, 10)[5] == pytest.approx(0.4)
+    assert why[8] == "censoring leaves 0.0 stories' 2 plays followed through t=8 (needs 10)"
+    # G(6) = 1 - 16/16 = 0 from t = 6 on; with 8 of the 16 censored instead, G = 1/2 and 20 x (1/2)^2 = 5.
+    half = hidden[:12] + [
+        Story(f"c{s}", (play(f"c{s}", 0, 4, "context_limit"), play(f"c{s}", 1, 10, "max_turns"))) for s in range(8)
+    ]
+    assert not_estimable(half, 2, 10)[8] == "censoring leaves 5.0 stories' 2 plays followed through t=8 (needs 10)"
+
+
+def test_pass_k_band_is_jeffreys_at_the_effective_sample_size_by_hand() -> None:
+    # t = 0..4: pass^k(0) = 1 (no band); 0.3 with bootstrap draws of known spread over 20 observed stories and
+    # 40 plays with known fates; 0.3 again with draws so tight that n* would pass the 25 plays (capped there);
+    # 0 and 1 with no spread: Jeffreys' bound for 0 of n* and n* of n*, n* the binomial one of the 15 (12) observed
+    # through the same corrections, 15 x 14/15 x (z / t_14)^2 = 11.6 (and 8.8 of 12), not the 30 or 24 plays.
+    point = np.array([1.0, 0.3, 0.3, 0.0, 1.0])
+    spread = np.array([0.0, 0.1, 0.01, 0.0, 0.0])
+    many = point + spread * np.array([[-1.0], [1.0]])  # two draws, point -+ spread: variance spread^2
+    observed, plays = np.array([20, 20, 20, 15, 12]), np.array([40, 40, 25, 30, 24])
+    lo, hi = effective_pass_k_band(point, many, observed, plays, 0.95)
+    z, t19 = stats.norm.ppf(0.975), stats.t.ppf(0.975, 19)
+    n1 = 0.3 * 0.7 / (0.01 * 20 / 19) * (z / t19) ** 2  # 17.4 of the 40
+    beta = stats.beta
+    assert (lo[0], hi[0]) == (1.0, 1.0)
+    assert (lo[1], hi[1]) == pytest.approx(
+        (beta.ppf(0.025, 0.3 * n1 + 0.5, 0.7 * n1 + 0.5), beta.ppf(0.975, 0.3 * n1 + 0.5, 0.7 * n1 + 0.5))
+    )
+    assert (lo[2], hi[2]) == pytest.approx((beta.ppf(0.025, 7.5 + 0.5, 17.5 + 0.5), beta.ppf(0.975, 8.0, 18.0)))
+    n3, n4 = 14 * (z / stats.t.ppf(0.975, 14)) ** 2, 11 * (z / stats.t.ppf(0.975, 11)) ** 2
+    assert (lo[3], hi[3]) == pytest.approx((0.0, beta.ppf(0.975, 0.5, n3 + 0.5)))  # about 0.19, never [0, 0]
+    assert (lo[4], hi[4]) == pytest.approx((beta.ppf(0.025, n4 + 0.5, 0.5), 1.0))  # about 0.75, never [1, 1]
+    assert 0.15 < hi[3] < 0.25 and 0.7 < lo[4] < 0.8
+    # Undefined where pass^k is (no story has k plays known).
+    nan_lo, nan_hi = effective_pass_k_band(np.array([1.0, np.nan]), np.ones((2, 2)), np.zeros(2), np.zeros(2), 0.95)
+    assert np.isnan(nan_lo[1]) and np.isnan(nan_hi[1])
+
+
+def test_pass_k_band_of_a_run_takes_its_spread_from_the_stories_bootstrap() -> None:
+    # 17 stories of 8 plays that share their fate: 3 play all 10 turns, 14 end at turn 4. pass^8(10) = 3/17;
+    # the band is Jeffreys' at the effective size the stories' draws give: a binomial's over 17 stories, whose
+    # variance p (1 - p) / 17 is taken times 17/16 and n* shrunk by (z / t_16)^2, so n* is about 13.7.
+    ss = [
+        Story(
+            f"s{s}", tuple(play(f"s{s}", j, 10 if s < 3 else 4, "max_turns" if s < 3 else "conflict") for j in range(8))
+        )
+        for s in range(17)
+    ]
+    point = pass_k_curve(ss, 8, 10)
+    lo, hi = pass_k_band(ss, 8, 10, 400, 1, 0.95)
+    many = pass_k_draws(ss, 8, 10, 400, 1)
+    assert point[10] == pytest.approx(3 / 17)
+    f = fates(ss, 10)
+    observed, surviving, ended, plays = observed_counts(f, 8)
+    assert (observed[10], surviving[10], ended[10], plays[10]) == (17, 3, 14, 136)
+    assert all(
+        (a == b).all() for a, b in zip((lo, hi), effective_pass_k_band(point, many, observed, plays, 0.95), strict=True)
+    )
+    n = 16 * (stats.norm.ppf(0.975) / stats.t.ppf(0.975, 16)) ** 2
+    x = 3 / 17 * n
+    exact = stats.beta.ppf([0.025, 0.975], x + 0.5, n - x + 0.5)
+    assert lo[10] == pytest.approx(exact[0], abs=0.01) and hi[10] == pytest.approx(
+        exact[1], abs=0.025
+    )  # the draws vary
+    # All surviving at t = 4 (no story has ended before 4): Jeffreys' n of n at the same n*, not 100 [100, 100].
+    assert hi[4] == 1.0 and lo[4] == pytest.approx(stats.beta.ppf(0.025, n + 0.5, 0.5))
 
 
 def _rt(story_list: list[Story], curves: dict[int, tuple[float, ...]], bands: dict, why: dict) -> RunTrials:

@@ -128,9 +128,9 @@ TRIALS_GLOSSARY: tuple[tuple[str, str], ...] = (
         "pass^k %",
         "chance that k plays of a story all survive t turns: the share of a story's k-subsets of plays all "
         "seen surviving among those whose fates at t are known, each weighted by 1/G for censoring, over the "
-        "stories (pass^1 = S(t) with as many plays per story); [interval]: bootstrap over stories; not "
-        "estimable where under 10 stories have k plays observed at t, or under 5 have k plays all surviving "
-        "or a play ended",
+        "stories (pass^1 = S(t) with as many plays per story); [interval]: Jeffreys' at the effective "
+        "sample size of a bootstrap over stories; not estimable where under 10 stories have k plays observed "
+        "at t, or censoring leaves under 10 stories' k plays followed through t",
     ),
     ("metric", "a main-table metric, per play (conflict-free %: 100 for a play no conflict ended)"),
     ("mean", "its mean over the scored plays"),

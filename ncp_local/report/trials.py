@@ -24,13 +24,21 @@ A run with `trials.count=k` plays each story k times. From a story's plays this 
   (docs/measurements/2026-12-05-estimators.md). pass^1 is exactly the Kaplan-Meier S(t) when every
   story has as many plays; with no censoring every weight is 1 and it is C(c, k)/C(n, k) averaged.
 - Not estimable. pass^k(t) is reported (point and interval) only where at least `MIN_OBSERVED` (10)
-  stories have k plays whose fates at t are known, at least `MIN_SIDE` (5) of them k plays all seen
-  surviving t, and at least 5 a play seen ending before t. Elsewhere the stories' bootstrap has
-  next to nothing to draw on one side: the band collapses onto the point (0 [0, 0] at late turns,
-  100 [100, 100] early) and covers far less than its level. The table says "not estimable" and
-  why; the rule is the usual "five on each side" for a binomial interval, counted in stories.
-- pass^k's interval: the percentile interval of a bootstrap over stories (`protocol/resample.py`),
-  each draw recomputing G from the drawn plays.
+  stories have k plays whose fates at t are known ("observed") and censoring follows at least 10
+  stories' k plays through t (the stories with k plays times G(t)^k, `followed`: the weighting's
+  positivity; where censoring hides nearly every play still going, the observed stories are those that
+  ended and the share reads near 0); elsewhere the table says "not estimable" and why. The rule counts
+  stories and censoring, never what the stories showed: an earlier rule also asked for
+  5 stories with k plays all surviving and 5 with a play ended, and so showed pass^8(10) over 30
+  stories of 8 plays only in the 1 run in 10 where the survivors came out many, reading twice the
+  truth and covering 83% there (docs/measurements/2026-12-05-estimators.md).
+- pass^k's interval: Jeffreys' interval at the effective sample size (Korn and Graubard 1998; Brown,
+  Cai and DasGupta 2001), as the endings' incidence band: the variance from a bootstrap over stories
+  (`protocol/resample.py`, each draw recomputing G from the drawn plays), n* = p (1 - p) / v over the
+  observed stories, and the quantiles of Beta(n* p + 1/2, n* (1 - p) + 1/2) (`effective_pass_k_band`).
+  Where no story (or every story) is seen all surviving it is Jeffreys' bound for 0 (or n) of the n
+  observed, never 0 [0, 0] or 100 [100, 100]: the percentile band it replaced collapsed onto the
+  point there, which is what the old rule's five on each side guarded against.
   A variance that float arithmetic leaves as a residue of 0 is 0, and the table's notes say where a
   variance is 0 or a band has no width (the sample shows no spread there, not that there is none).
 - the noise floor of each main metric (one-way random effects over stories): the within-story
@@ -56,7 +64,7 @@ import numpy as np
 from scipy import special, stats
 
 from ..protocol.metrics import EpisodeMetrics
-from ..protocol.resample import clusters, draws, percentile
+from ..protocol.resample import clusters, draws
 from .runs import Run
 from .tables import csv_text, markdown_table, table_columns
 
@@ -209,44 +217,113 @@ def pass_k(story_list: Sequence[Story], k: int, t: int) -> float:
     return float(pass_k_curve(story_list, k, t)[t])
 
 
+def pass_k_draws(story_list: Sequence[Story], k: int, max_turns: int, resamples: int, seed: int) -> np.ndarray:
+    """pass^k(t) of `resamples` bootstrap draws of stories (rows; protocol/resample.py), G(t) recomputed from
+    each draw's plays; (0, max_turns + 1) with no stories."""
+    f = fates(story_list, max_turns)
+    curves = [_pass_k(f, idx, k) for idx in draws(clusters([s.spec_id for s in story_list]), resamples, seed)]
+    return np.asarray(curves).reshape(len(curves), max_turns + 1)
+
+
+def observed_counts(f: Fates, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per t: the stories with k plays whose fates at t are known (observed), those of them with k plays all
+    seen surviving, those with a play seen ending before t, and the plays with known fates at t in those
+    stories (what caps the effective sample size, as the episodes cap an ending's)."""
+    known = f.known.sum(axis=1)
+    observed = (f.plays >= k)[:, None] & (known >= k)
+    surviving = (observed & (f.seen.sum(axis=1) >= k)).sum(axis=0)
+    ended = (observed & (f.known & ~f.seen).any(axis=1)).sum(axis=0)
+    plays = np.where(observed, known, 0).sum(axis=0)
+    return observed.sum(axis=0), surviving, ended, plays
+
+
+def effective_pass_k_band(
+    point: np.ndarray, many: np.ndarray, observed: np.ndarray, plays: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """pass^k(t)'s band (t = 0..max_turns): Jeffreys' interval at the effective sample size (Korn and Graubard
+    1998), the variance from the stories' bootstrap draws `many` (rows), as report/endings.py's
+    `effective_band` gives an ending's incidence.
+
+    The clusters that carry pass^k(t) are the `observed` stories (k plays with known fates at t), so they
+    set the variance's correction (times n / (n - 1)) and the Student quantile's n - 1 degrees of freedom
+    that shrinks n* = p (1 - p) / v by (z / t)^2; n* is at most `plays`, the plays they hold with known fates.
+    With no spread (p = 0 or 1: no story, or every story, seen all surviving) n* is the observed stories
+    through the same corrections: Jeffreys' bound for 0 (or n*) of n*, never a band of zero width. The
+    percentile band this replaced collapsed there, so its rule needed five stories on each side, and covered
+    83% where so few survived that the rule showed pass^k only in lucky runs (docs/measurements/
+    2026-12-05-estimators.md, h58e). pass^k(0) = 1 by definition, with no band.
+    """
+    alpha = (1 - level) / 2
+    n = np.maximum(observed, 2).astype(float)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column of NaN draws: NaN, as wanted
+        var = np.nanvar(many, axis=0, ddof=0) * n / (n - 1) if len(many) else np.full(len(point), np.nan)
+    z = stats.norm.ppf(1 - alpha)
+    shrink = (z / stats.t.ppf(1 - alpha, n - 1)) ** 2
+    # No spread (p = 0 or 1): the n* a binomial share over the observed stories has, p (1 - p) / v with
+    # v = p (1 - p) / observed, through the same two corrections (Korn and Graubard take n* = n there).
+    plain = observed * (n - 1) / n * shrink
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n_eff = np.where(var > 0, point * (1 - point) / var * shrink, plain)
+    top = np.maximum(plays, 1).astype(float)
+    n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, plain), 1.0, top)
+    x = point * n_eff
+    with np.errstate(invalid="ignore"):
+        low = np.where(x > 0, stats.beta.ppf(alpha, x + 0.5, n_eff - x + 0.5), 0.0)
+        high = np.where(n_eff - x > 0, stats.beta.ppf(1 - alpha, x + 0.5, n_eff - x + 0.5), 1.0)
+    # x a float residue above 0 or below n* leaves the beta quantile NaN: the bound it stands for.
+    low, high = np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
+    low, high = np.minimum(low, point), np.maximum(high, point)
+    undefined = np.isnan(point)
+    low[undefined], high[undefined] = np.nan, np.nan
+    low[..., 0], high[..., 0] = point[..., 0], point[..., 0]
+    return low, high
+
+
 def pass_k_band(
     story_list: Sequence[Story], k: int, max_turns: int, resamples: int, seed: int, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """pass^k(t)'s percentile interval over `resamples` bootstrap draws of stories (protocol/resample.py),
-    G(t) recomputed from each draw's plays."""
+    """pass^k(t)'s band over `resamples` bootstrap draws of stories: `effective_pass_k_band`."""
     f = fates(story_list, max_turns)
-    curves = [_pass_k(f, idx, k) for idx in draws(clusters([s.spec_id for s in story_list]), resamples, seed)]
-    if not curves:
-        nan = np.full(max_turns + 1, np.nan)
-        return nan, nan
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a column of NaN draws: NaN, as wanted
-        return percentile(np.asarray(curves), level)
+    point = _pass_k(f, np.arange(len(story_list)), k)
+    many = pass_k_draws(story_list, k, max_turns, resamples, seed)
+    observed, _, _, plays = observed_counts(f, k)
+    return effective_pass_k_band(point, many, observed, plays, level)
+
+
+def followed(f: Fates, k: int) -> np.ndarray:
+    """Per t: the stories with k plays times G(t)^k, the chance censoring lets k plays all be followed through
+    t (G over those stories' plays, as `_pass_k` weighs them): how many stories' k plays the run could have
+    seen surviving t had they all survived. It reads the censoring only, never what the plays showed; G^k is
+    the chance the estimator's own weights take (a product of 1/G over the k plays)."""
+    eligible = f.plays >= k
+    g = _censoring_from(f.counts[eligible].sum(axis=0), f.max_turns)
+    return int(eligible.sum()) * g**k
 
 
 # pass^k(t) is estimable (module docstring) where at least MIN_OBSERVED stories have k plays whose fate at t
-# is known, at least MIN_SIDE of them have k plays all seen surviving t, and at least MIN_SIDE a play seen
-# ending before t. Fewer, and the stories' bootstrap has (almost) nothing to draw on that side: the band
-# collapses onto the point (0 [0, 0] at late turns, 100 [100, 100] early) and covers far less than its level.
+# is known, and censoring leaves at least MIN_OBSERVED stories' k plays followed through t (`followed`). Both
+# count stories, not what they showed: a rule on the stories seen all surviving (the earlier "5 on each
+# side") let pass^k through only in the runs where that count came out high, and read it twice the truth
+# there (docs/measurements/2026-12-05-estimators.md, h58e); Jeffreys' band needs no such rule. The second
+# is the weighting's positivity: where censoring hides nearly every survivor, the stories observed are those
+# that ended, and the weighted share reads near 0 whatever the truth (Petersen et al. 2012).
 MIN_OBSERVED = 10
-MIN_SIDE = 5
 
 
 def not_estimable(story_list: Sequence[Story], k: int, max_turns: int) -> tuple[str, ...]:
     """Per t = 0..max_turns, why pass^k(t) is not estimable ('' where it is; t = 0 always is: pass^k(0) = 1)."""
     f = fates(story_list, max_turns)
-    observed = (f.plays >= k)[:, None] & (f.known.sum(axis=1) >= k)
-    surviving = (observed & (f.seen.sum(axis=1) >= k)).sum(axis=0)
-    ended = (observed & (f.known & ~f.seen).any(axis=1)).sum(axis=0)
-    observed_n = observed.sum(axis=0)
+    observed_n = observed_counts(f, k)[0]
+    reach = followed(f, k)
     out = [""]
     for t in range(1, max_turns + 1):
         if observed_n[t] < MIN_OBSERVED:
             out.append(f"{observed_n[t]} stories with {k} plays observed at t={t} (needs {MIN_OBSERVED})")
-        elif surviving[t] < MIN_SIDE:
-            out.append(f"{surviving[t]} stories with {k} plays all surviving t={t} (needs {MIN_SIDE})")
-        elif ended[t] < MIN_SIDE:
-            out.append(f"{ended[t]} stories with a play ended before t={t} (needs {MIN_SIDE})")
+        elif reach[t] < MIN_OBSERVED:
+            out.append(
+                f"censoring leaves {reach[t]:.1f} stories' {k} plays followed through t={t} (needs {MIN_OBSERVED})"
+            )
         else:
             out.append("")
     return tuple(out)
@@ -463,8 +540,9 @@ NOISE_NOTE = (
     "pass^k(t): the chance that k plays of a story all survive t turns, from each story's c of n plays seen "
     "surviving as C(c,k)/C(n,k), averaged over stories with the plays seen at t weighted by 1/G(t)^k (G: the "
     "Kaplan-Meier chance a play is not yet censored), as a ratio of weights, so never above 1; pass^1 = S(t) "
-    "when every story has as many plays; `not estimable` where too few stories are seen at t (the note says why); "
-    "[interval]: bootstrap over stories. Noise floor: within-story variance (one play's sampling noise), "
+    "when every story has as many plays; `not estimable` where too few stories are seen at t, or censoring "
+    "follows too few through t (the note says why); [interval]: Jeffreys' interval at the effective sample "
+    "size of a bootstrap over stories. Noise floor: within-story variance (one play's sampling noise), "
     "between-story variance (var of story means minus within/n), and the smallest difference between two "
     "runs of this size the noise allows to call real: z*sqrt(2*within/(S*k)) for two replays of the same S "
     "stories, z*sqrt(2*(between/S + within/(S*k))) for two runs of S other stories. A test finds a "
