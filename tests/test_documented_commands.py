@@ -369,7 +369,7 @@ BROKEN = {
     "a dry run refuses --shards": "python slurm/submit.py --shards 1000 -- engine=scripted   # needs Slurm",
     "a dry run refuses the mode": "python slurm/submit.py --shards 2 -- mode=report   # needs Slurm",
     "a dry run refuses the layout": (
-        "python slurm/submit.py --shards 1 --serve auditor --serve-gpus 0 --serve-nodes 7 -- engine=scripted"
+        "python slurm/submit.py --shards 1 --serve auditor --serve-gpus 0 --serve-nodes 31 -- engine=scripted"
         "   # needs Slurm"
     ),
     "a parsed line reads what is not there": (

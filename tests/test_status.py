@@ -238,6 +238,57 @@ def test_the_json_document_has_the_documented_fields(tmp_path: Path) -> None:
     assert doc["kind"] == "ncp-status" and doc["version"] == 1 and doc["rows"][0]["state"] in rs.STATES
 
 
+# A library speaking while mode=status reads the runs, and once more as the process exits: a log record, a
+# warning and a print. `mode=status` calls `status_rows` once.
+NOISY = """
+import atexit, logging, sys, warnings
+import ncp_local.modes.status as status
+read = status.status_rows
+def noisy(*args, **kwargs):
+    logging.getLogger("urllib3.connectionpool").warning("LIB-LOG: a library's warning")
+    warnings.warn("LIB-WARN: a library's warning")
+    print("LIB-PRINT: a library's print")
+    return read(*args, **kwargs)
+status.status_rows = noisy
+atexit.register(lambda: logging.getLogger("some.library").warning("LIB-EXIT: logged as the process exits"))
+sys.argv = ["run.py", *sys.argv[1:]]
+from ncp_local.launch.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("verbose", ["false", "true"])
+def test_the_json_document_is_alone_on_stdout_while_libraries_log(tmp_path: Path, verbose: str) -> None:
+    """docs/reference/status.md: the document is the whole of stdout; what else is written goes to stderr, or to
+    the mode's log while the terminal is quiet (verbose=false). A real process: Hydra's logging as configured."""
+    _run_dir(tmp_path / "a", _beat())
+    env = {**os.environ, "NCP_LOCAL_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            NOISY,
+            "mode=status",
+            f"runs=[{tmp_path}/a]",
+            "status.format=json",
+            f"verbose={verbose}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)  # the whole of stdout
+    assert doc["kind"] == "ncp-status" and doc["rows"][0]["state"] in rs.STATES
+    logged = out.stderr + "".join(p.read_text() for p in (tmp_path / "cache").glob("logs/*.log"))
+    for line in ("LIB-LOG", "LIB-WARN", "LIB-PRINT", "LIB-EXIT"):
+        assert line in logged, line  # moved, never lost
+    if verbose == "true":  # nothing quiets the terminal: all of it on stderr
+        assert all(line in out.stderr for line in ("LIB-LOG", "LIB-WARN", "LIB-PRINT", "LIB-EXIT")), out.stderr
+
+
 def test_not_a_run_directory_is_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")

@@ -215,16 +215,20 @@ def check(
     models: bool = True,
     endpoints: bool = True,
     datasets: dict[str, Dataset] | None = None,
+    memory_plan: bool = True,
 ) -> Checked:
     """What the point's own job would refuse at its start, checked without starting anything
     (InputError). `raw`: the point's composed config, or the config already typed at its entry;
-    `models`, `endpoints`, `datasets`: as `preflight` takes them."""
+    `models`, `endpoints`, `datasets`, `memory_plan`: as `preflight` takes them."""
     cfg = raw if isinstance(raw, RunConfig) else config_mod.validate(raw)
     roles = CHECKED_ROLES.get(cfg.mode)
     if roles is None:
         return Checked(cfg)
     # The same check the point's own job makes first (execution/preflight.py).
-    return Checked(cfg, preflight(cfg, roles=roles, models=models, endpoints=endpoints, datasets=datasets))
+    return Checked(
+        cfg,
+        preflight(cfg, roles=roles, models=models, endpoints=endpoints, datasets=datasets, memory_plan=memory_plan),
+    )
 
 
 def where(ready: Ready) -> tuple[tuple[Spec, ...], identity_mod.Identity, Path]:

@@ -70,19 +70,23 @@ def preflight(
     models: bool = True,
     datasets: dict[str, Dataset] | None = None,
     endpoints: bool = True,
+    memory_plan: bool = True,
 ) -> Ready:
     """Everything a job would refuse at its start, checked without starting anything.
 
     `episodes`: the job plays episodes (dataset, narrator method, player); `models`: check
     the plan and the engines (the Slurm submitter skips them when the models live on the
     compute nodes only); `datasets`: a cache by path, for a sweep that checks many points;
-    `endpoints`: ask the roles' servers (the Slurm submitter queues the server it would ask).
+    `endpoints`: ask the roles' servers (the Slurm submitter queues the server it would ask);
+    `memory_plan`: with `models`, plan memory on this machine's hardware (the Slurm submitter skips
+    it when the tasks' GPUs are not this machine's to know: their own start plans on them).
     """
     given = bindings = bind(cfg)
     if models:
         # The plan reads engine_args (the KV cache's size and dtype): a misspelt key is named
         # before a plan made without it can refuse the run for another reason.
         check_engine_args(given, roles)
+    if models and memory_plan:
         planned = plan.planned(cfg, roles)
         if planned != cfg:
             cfg, bindings = planned, bind(planned)

@@ -14,15 +14,17 @@ submitter's own calls (sbatch, the queued tasks a re-submission skips) stay in l
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..rundir.layout import SLURM_LOGS, SUBMIT_STATE
 
+_log = logging.getLogger(__name__)
 TIMEOUT_S = 15.0
 # The job script's own lines (slurm/ncp_array.sbatch): its start (with Slurm's restart count) and its end.
 _START = re.compile(r"^ncp: task (\S+) on (\S+) \(restart (\d+)\)")
@@ -113,14 +115,21 @@ def read_log(path: Path) -> LogSays:
     return said
 
 
-def _ask(cmd: list[str]) -> str | None:
+def _ask(cmd: list[str]) -> tuple[str | None, str | None]:
+    """(the command's stdout, None), or (None, why it said nothing): not on PATH, timed out, or its own
+    error line (sacct without accounting: "Slurm accounting storage is disabled", exit 1)."""
     if shutil.which(cmd[0]) is None:
-        return None
+        return None, f"{cmd[0]}: not on PATH"
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return None, f"{cmd[0]}: no answer within {TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return None, f"{cmd[0]}: cannot run ({exc})"
+    if out.returncode != 0:
+        said = (out.stderr.strip() or out.stdout.strip()).splitlines()
+        return None, f"{cmd[0]}: exit {out.returncode}" + (f": {said[0][:200]}" if said else "")
+    return out.stdout, None
 
 
 def _split_id(job_task: str) -> tuple[str, int] | None:
@@ -133,7 +142,7 @@ def from_squeue(jobs: list[str]) -> dict[tuple[str, int], Task]:
     out: dict[tuple[str, int], Task] = {}
     # One call per job: squeue refuses the whole list when one id is no longer known.
     for job in jobs:
-        text = _ask(["squeue", "-h", "-r", "-j", job, "-o", "%i|%T|%r|%N"])
+        text, _ = _ask(["squeue", "-h", "-r", "-j", job, "-o", "%i|%T|%r|%N"])
         for line in (text or "").splitlines():
             parts = line.strip().split("|")
             key = _split_id(parts[0]) if len(parts) == 4 else None
@@ -150,26 +159,100 @@ def from_squeue(jobs: list[str]) -> dict[tuple[str, int], Task]:
     return out
 
 
-def from_sacct(jobs: list[str]) -> dict[tuple[str, int], Task]:
-    """Ended tasks of these jobs, where accounting is on (else {})."""
-    if not jobs:
-        return {}
-    text = _ask(["sacct", "-n", "-P", "-X", "-j", ",".join(jobs), "-o", "JobID,State,ExitCode,NodeList"])
-    out: dict[tuple[str, int], Task] = {}
-    for line in (text or "").splitlines():
-        parts = line.strip().split("|")
-        key = _split_id(parts[0]) if len(parts) == 4 else None
-        if key is not None:
-            code = parts[2].partition(":")[0]
-            out[key] = Task(
-                key[0],
-                key[1],
-                state=parts[1].split()[0] if parts[1] else None,  # "CANCELLED by 123" -> CANCELLED
-                exit_code=int(code) if code.isdigit() else None,
-                node=parts[3] or None,
+# sacct's fields, in the order asked (`--format`), and its output as the rig asks for it: one line per job
+# allocation (`--allocations`, no steps), no header, fields split by "|" (`--parsable2`: none at the end).
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList")
+SACCT = ["sacct", "--noheader", "--parsable2", "--allocations", "--format=" + ",".join(SACCT_FIELDS)]
+# Slurm's job states (sacct(1), JOB STATE CODES); a state outside them is kept as given, with a note.
+STATES = frozenset(
+    {
+        "BOOT_FAIL", "CANCELLED", "COMPLETED", "COMPLETING", "CONFIGURING", "DEADLINE", "FAILED", "NODE_FAIL",
+        "OUT_OF_MEMORY", "PENDING", "PREEMPTED", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING",
+        "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "SUSPENDED", "TIMEOUT",
+    }
+)  # fmt: skip
+# An array job's id: `<job>_<task>` for a task Slurm has started, `<job>_[<ranges>]` (`1,3,5-9`, and a `%N`
+# throttle) for tasks still pending as one record.
+_ARRAY_ID = re.compile(r"^(\d+)_(?:(\d+)|\[([\d,\-]+)(?:%\d+)?\])$")
+
+
+@dataclass
+class SacctSaid:
+    """What sacct said of some jobs: the array tasks its lines name, and why anything else was left out."""
+
+    tasks: dict[tuple[str, int], Task] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # why sacct said nothing, or why a line was ignored
+
+
+def _task_ids(ranges: str) -> list[int] | None:
+    """`1,3,5-9` as task indexes; None when it is not such a list."""
+    out: list[int] = []
+    for part in ranges.split(","):
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()) or (dash and int(last) < int(first)):
+            return None
+        out += range(int(first), int(last) + 1) if dash else [int(first)]
+    return out
+
+
+def _exit_code(text: str) -> int | None:
+    """sacct's ExitCode `<exit>:<signal>` as a shell gives it: the exit, or 128 + the signal that ended it."""
+    code, colon, signal = text.partition(":")
+    if not code.isdigit() or (colon and not signal.isdigit()):
+        return None
+    return 128 + int(signal) if colon and int(signal) else int(code)
+
+
+def parse_sacct(text: str) -> SacctSaid:
+    """sacct's lines (`SACCT`'s fields) as array tasks; a line that names none is left out with a note."""
+    said = SacctSaid()
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != len(SACCT_FIELDS):
+            said.notes.append(f"sacct line {number}: {len(parts)} fields, not {len(SACCT_FIELDS)}: {line[:120]!r}")
+            continue
+        job_id, state_text, code_text, nodes = parts
+        m = _ARRAY_ID.match(job_id)
+        ids = ([int(m.group(2))] if m.group(2) else _task_ids(m.group(3))) if m else None
+        if m is None or not ids:
+            what = "a job step" if "." in job_id else "not an array task"
+            said.notes.append(f"sacct line {number}: {job_id!r} is {what}: ignored")
+            continue
+        # "CANCELLED by 1234" (the uid that cancelled it): the state is the first word.
+        state = state_text.split()[0].upper() if state_text.split() else None
+        if state is not None and state not in STATES:
+            said.notes.append(f"sacct line {number}: state {state_text!r} is not one of Slurm's: kept as given")
+        code = _exit_code(code_text) if code_text else None
+        if code_text and code is None:
+            said.notes.append(f"sacct line {number}: exit code {code_text!r} is not <exit>:<signal>: left unknown")
+        node = nodes if nodes and nodes not in ("None assigned", "(null)") else None
+        for task in ids:
+            # A later line of the same task (a requeued one) is its latest.
+            said.tasks[(m.group(1), task)] = Task(
+                m.group(1),
+                task,
+                state=state,
+                # The 0:0 sacct shows for a task not ended, or ended by Slurm (a timeout, a node's failure, a
+                # preemption), is no exit of the task's own: unknown, the state says how it ended.
+                exit_code=None if code == 0 and state != "COMPLETED" else code,
+                node=node,
                 source="sacct",
             )
-    return out
+    return said
+
+
+def from_sacct(jobs: list[str]) -> SacctSaid:
+    """The tasks of these jobs as Slurm's accounting has them (ended, and pending or running); nothing, with
+    the reason, where sacct is missing or fails (no accounting storage: the files alone answer)."""
+    if not jobs:
+        return SacctSaid()
+    text, why = _ask([*SACCT, "--jobs=" + ",".join(jobs)])
+    if text is None:
+        return SacctSaid(notes=[why or "sacct: no answer"])
+    return parse_sacct(text)
 
 
 def tasks_of(root: Path, count: int, slurm: bool = True) -> dict[int, Task]:
@@ -181,7 +264,10 @@ def tasks_of(root: Path, count: int, slurm: bool = True) -> dict[int, Task]:
     latest = {i: job for i in range(count) if (job := latest_job(jobs, i)) is not None}
     ids = sorted(set(latest.values()))
     queued = from_squeue(ids) if slurm else {}
-    ended = from_sacct(ids) if slurm else {}
+    accounted = from_sacct(ids) if slurm else SacctSaid()
+    for note in accounted.notes:
+        _log.info("mode=status: %s", note)  # logged (stderr, or the mode's log): the files answer instead
+    ended = accounted.tasks
     out: dict[int, Task] = {}
     for i, job in latest.items():
         t = queued.get((job, i)) or ended.get((job, i)) or Task(job, i)

@@ -88,16 +88,20 @@ def _architecture(model_dir: Path) -> dict[str, Any]:
 
 
 def check_split(name: str, model_dir: Path, stages: int, tensor_parallel: int) -> None:
-    """Refuse a layout the model cannot be split by: pipeline stages (one a node) that do not divide its
-    layers evenly, a tensor-parallel size (GPUs a node) that does not divide its attention heads."""
+    """Refuse a layout the model cannot be split by: more pipeline stages (one a node) than it has layers,
+    a tensor-parallel size (GPUs a node) that does not divide its attention heads.
+
+    Layers need not divide evenly: vLLM gives a stage one layer more than another where they do not
+    (`vllm/distributed/utils.py` `get_pp_indices`; DeepSeek-V3.2's 61 layers on 2 nodes are 31 and 30),
+    but a stage with no layer has nothing to run. Attention heads are split evenly or not at all."""
     if stages == 1 and tensor_parallel == 1:
         return
     cfg = _architecture(model_dir)
     layers, heads = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads")
-    if stages > 1 and isinstance(layers, int) and layers % stages:
+    if stages > 1 and isinstance(layers, int) and layers < stages:
         raise SubmitError(
-            f"--serve-nodes {stages}: {name} has {layers} layers, which {stages} pipeline stages (one a node) "
-            "do not split evenly; use a node count that divides it"
+            f"--serve-nodes {stages}: {name} has {layers} layers, fewer than {stages} pipeline stages (one a "
+            "node): a stage would hold none; use at most as many nodes as it has layers"
         )
     if tensor_parallel > 1 and isinstance(heads, int) and heads % tensor_parallel:
         raise SubmitError(

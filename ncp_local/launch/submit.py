@@ -35,11 +35,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.errors import HydraException
 
 from .. import config as config_mod
+from .. import plan
+from ..config import RunConfig
 from ..config.suggest import argparse_line
 from ..errors import InputError
 from ..execution import points
@@ -151,8 +153,30 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
-def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True) -> tuple[Path, str, list[str], int]:
-    """(run directory, config identity, spec ids, trials per spec) for these overrides; fails like run.py would."""
+class Resolved(NamedTuple):
+    """A run as the submitter resolved it."""
+
+    root: Path  # its run directory
+    identity: str
+    specs: list[str]  # spec ids
+    trials: int  # trials per spec
+    # Whether the memory plan was checked here: not when the tasks ask for GPUs this machine cannot
+    # describe (none here and no plan.gpus); each task plans on its own GPUs at its start.
+    planned: bool
+
+
+def plans_here(cfg: RunConfig, task_gpus: int | None) -> bool:
+    """Whether this machine's plan is the tasks' plan: their GPUs are named (plan.gpus) or seen here, or
+    they ask for none. A login node without GPUs would plan a GPU task in its own RAM, and refuse
+    (or pass) for the wrong hardware."""
+    return not task_gpus or cfg.plan.gpus is not None or plan.inventory(None).kind == "gpu"
+
+
+def resolve_run(
+    overrides: list[str], check_models: bool, endpoints: bool = True, task_gpus: int | None = None
+) -> Resolved:
+    """The run these overrides make, checked as its tasks would check it at their start (`task_gpus`: the
+    GPUs each task asks for); fails like run.py would."""
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key == "mode":
@@ -171,9 +195,16 @@ def resolve_run(overrides: list[str], check_models: bool, endpoints: bool = True
     if cfg.mode != "run":
         raise SubmitError(f"mode: only mode=run is submitted (got {cfg.mode!r})")
     # What each task would refuse at its start (models: unless they live on the compute nodes only).
-    checked = points.check(raw, models=check_models, endpoints=endpoints)
+    planned = check_models and plans_here(cfg, task_gpus)
+    checked = points.check(raw, models=check_models, endpoints=endpoints, memory_plan=planned)
     specs, ident, root = checked.where()
-    return (Path.cwd() / root).resolve(), ident.key, [s.id for s in specs], cfg.trials.count
+    return Resolved((Path.cwd() / root).resolve(), ident.key, [s.id for s in specs], cfg.trials.count, planned)
+
+
+PLAN_ELSEWHERE = (
+    "plan: not checked here: the tasks ask for GPUs (--gpus {gpus}) and this machine has none and no plan.gpus; "
+    "each task plans on its own GPUs at its start (to check now: plan.gpus=[<count>x<kind>], e.g. [1xH100-80GB])"
+)
 
 
 def sweep_points(overrides: list[str]) -> list[list[str]]:
@@ -192,8 +223,8 @@ def sweep_points(overrides: list[str]) -> list[list[str]]:
 
 
 def resolve_sweep(
-    overrides: list[str], check_models: bool, served: Sequence[str] = ()
-) -> list[tuple[list[str], Path, str, list[str], int]]:
+    overrides: list[str], check_models: bool, served: Sequence[str] = (), task_gpus: int | None = None
+) -> list[tuple[list[str], Resolved]]:
     """(point overrides, run directory, identity, spec ids, trials per spec) per point of the sweep, each checked as
     `resolve_run` checks a single run; the first bad point refuses the submission (nothing is queued).
     `served`: the overrides sending a role to the sweep's server (its endpoint is not asked here)."""
@@ -209,11 +240,11 @@ def resolve_sweep(
     out = []
     for point in sweep_points(overrides):
         try:
-            root, ident, specs, trials = resolve_run([*point, *served], check_models, endpoints=not served)
+            resolved = resolve_run([*point, *served], check_models, endpoints=not served, task_gpus=task_gpus)
         except (SubmitError, InputError) as exc:
             raise SubmitError(f"sweep point {' '.join(point)}: {exc}") from None
-        out.append((point, root, ident, specs, trials))
-    roots = [r for _, r, _, _, _ in out]
+        out.append((point, resolved))
+    roots = [r.root for _, r in out]
     if len(set(roots)) < len(roots):
         same = next(r for r in roots if roots.count(r) > 1)
         raise SubmitError(
@@ -237,9 +268,10 @@ def main(argv: list[str]) -> int:
         if args.serve:
             serving = _served().served_role(args, [overrides])
             overrides = [*overrides, *serving["overrides"]]
-        root, ident, specs, trials = resolve_run(
-            overrides, check_models=not args.skip_model_check, endpoints=not serving
+        resolved = resolve_run(
+            overrides, check_models=not args.skip_model_check, endpoints=not serving, task_gpus=args.gpus
         )
+        root, ident, specs, trials, _ = resolved
         if n > len(specs):
             raise SubmitError(f"--shards {n}: more shards than the run's {len(specs)} spec(s)")
         state_path = root / layout.SUBMIT_STATE
@@ -270,6 +302,8 @@ def main(argv: list[str]) -> int:
     merge_cmd = f"{run_command(args.python)} mode=merge out_dir={shlex.quote(str(root))}"
     todo = [i for i in range(n) if i not in done and i not in busy]
     print(f"run directory: {root}")
+    if not resolved.planned and not args.skip_model_check:
+        print(PLAN_ELSEWHERE.format(gpus=args.gpus))
     print(f"shards: {n} ({len(specs)} specs); done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
     if not todo:
         if len(done) == n:
@@ -334,12 +368,15 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
                 args, sweep_points([o for o in overrides if o.split("=", 1)[0] != "hydra/launcher"])
             )
         resolved = resolve_sweep(
-            overrides, check_models=not args.skip_model_check, served=serving["overrides"] if serving else []
+            overrides,
+            check_models=not args.skip_model_check,
+            served=serving["overrides"] if serving else [],
+            task_gpus=args.gpus,
         )
-        least = min(len(specs) for _, _, _, specs, _ in resolved)
+        least = min(len(r.specs) for _, r in resolved)
         if n > least:
             raise SubmitError(f"--shards {n}: more shards than the smallest point's {least} spec(s)")
-        ident = digest(sorted(i for _, _, i, _, _ in resolved))
+        ident = digest(sorted(r.identity for _, r in resolved))
         sweep_dir = (Path.cwd() / "multirun" / f"sweep-{ident}").resolve()
         state_path = sweep_dir / layout.SUBMIT_STATE
         state = read_state(state_path)
@@ -348,20 +385,18 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
                 f"{state_path}: shards: this sweep was split into {state.get('shards')} shards; "
                 f"re-submit with --shards {state.get('shards')}"
             )
-        for _, root, _, _, _ in resolved:
-            other = sorted(c for c in layout.shard_dirs(root) if c != n)
+        for _, r in resolved:
+            other = sorted(c for c in layout.shard_dirs(r.root) if c != n)
             if other:
                 raise SubmitError(
-                    f"{root}: holds shards of another layout (of-{other[0]:03d}); it belongs to another submission"
+                    f"{r.root}: holds shards of another layout (of-{other[0]:03d}); it belongs to another submission"
                 )
         jobs: list[dict[str, Any]] = state.get("jobs", [])
         if serving:
             done = [k for k in range(n) if _served().served_task_done(sweep_dir, k, n, len(resolved))]
         else:
             done = [
-                k
-                for k in range(n)
-                if all(layout.shard_finished(root, k, n, specs, trials) for _, root, _, specs, trials in resolved)
+                k for k in range(n) if all(layout.shard_finished(r.root, k, n, r.specs, r.trials) for _, r in resolved)
             ]
         busy = queued_tasks([j["job"] for j in jobs]) - set(done)
         if not args.dry_run and shutil.which("sbatch") is None:
@@ -372,18 +407,20 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         return refused(exc)
 
     print(f"sweep folder: {sweep_dir} ({len(resolved)} points, index-shard-*.json per task)")
-    for point, root, _, specs, _ in resolved:
+    for point, r in resolved:
         # A served role's run directories are named by what its server reports (identity), so only the
         # tasks know them: they write them in their index-shard-*.json.
-        where = "its run directory in the tasks' index-shard-*.json" if serving else str(root)
-        print(f"  {' '.join(point)}: {where} ({len(specs)} specs)")
+        where = "its run directory in the tasks' index-shard-*.json" if serving else str(r.root)
+        print(f"  {' '.join(point)}: {where} ({len(r.specs)} specs)")
+    if not args.skip_model_check and not all(r.planned for _, r in resolved):
+        print(PLAN_ELSEWHERE.format(gpus=args.gpus))
     todo = [k for k in range(n) if k not in done and k not in busy]
     print(f"shards: {n}; done {len(done)}, queued or running {len(busy)}, to submit {len(todo)}")
     run_py = run_command(args.python)
     if serving:
         merge = [f"{run_py} mode=merge out_dir=<each run_dir in {sweep_dir}/index-shard-*.json>"]
     else:
-        merge = [f"{run_py} mode=merge out_dir={shlex.quote(str(r))}" for _, r, _, _, _ in resolved]
+        merge = [f"{run_py} mode=merge out_dir={shlex.quote(str(r.root))}" for _, r in resolved]
     if not todo:
         if len(done) == n:
             print("all shards of every point are done; merge each point with:\n  " + "\n  ".join(merge))
@@ -406,7 +443,7 @@ def main_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         "shards": n,
         "overrides": overrides,
         "sweep": [
-            {"overrides": p, "run_dir": None if serving else str(r), "identity": i} for p, r, i, _, _ in resolved
+            {"overrides": p, "run_dir": None if serving else str(r.root), "identity": r.identity} for p, r in resolved
         ],
     }
     if serving:

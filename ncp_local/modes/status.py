@@ -8,6 +8,7 @@ interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -88,8 +89,11 @@ def table(rows: list[Row]) -> str:
 
 
 def render(cfg: RunConfig, now: float) -> tuple[str, dict[str, Any]]:
-    rows = status_rows(list(cfg.runs), Thresholds.of(cfg), now)
-    doc = document(rows, now)
+    # The JSON document is for a program: it must be the only thing on stdout, so whatever else prints while
+    # the rows are read (a library's own print) goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if cfg.status.format == "json" else contextlib.nullcontext():
+        rows = status_rows(list(cfg.runs), Thresholds.of(cfg), now)
+        doc = document(rows, now)
     text = json.dumps(doc, indent=1) if cfg.status.format == "json" else table(rows)
     return text, doc
 
