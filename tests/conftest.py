@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,21 @@ def slurm() -> None:
     probe = subprocess.run(["sinfo", "-h"], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
         pytest.skip(f"no Slurm controller reachable: {probe.stderr.strip()}")
+
+
+@pytest.fixture
+def window_fills(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it to make every fact update after the opening find no room in the context window: each episode
+    then ends context_limit before its first committed turn, so a run of them measured nothing (exit 5,
+    rundir/invalid.py)."""
+    from ncp_local.engines.base import ContextOverflow
+    from ncp_local.engines.scripted import ScriptedEngine
+
+    generate = ScriptedEngine.generate
+
+    async def no_room(self: ScriptedEngine, request: Any) -> Any:
+        if request.tags["stage"] == "fact_update" and request.tags["turn"] >= 0:
+            raise ContextOverflow("prompt of 8100 tokens leaves 92 for the output; the stage needs 256")
+        return await generate(self, request)
+
+    return lambda: monkeypatch.setattr(ScriptedEngine, "generate", no_room)

@@ -853,20 +853,10 @@ def test_crlf_and_bom_give_the_results_of_lf(finished: Path, tmp_path: Path) -> 
     assert runs["lf"] == runs["crlf"] and runs["lf"]
 
 
-def test_a_run_that_measures_nothing_is_systematic(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_measures_nothing_is_systematic(workspace: Path, window_fills: Callable[[], None]) -> None:
     """Every episode ends context_limit before its first committed turn (answers that fill the window:
     the fact update after the opening has no room left): exit 5, one line naming the cause and the fix."""
-    from ncp_local.engines.base import ContextOverflow
-    from ncp_local.engines.scripted import ScriptedEngine
-
-    generate = ScriptedEngine.generate
-
-    async def no_room(self: ScriptedEngine, request: object) -> object:
-        if request.tags["stage"] == "fact_update" and request.tags["turn"] >= 0:  # type: ignore[attr-defined]
-            raise ContextOverflow("prompt of 8100 tokens leaves 92 for the output; the stage needs 256")
-        return await generate(self, request)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ScriptedEngine, "generate", no_room)
+    window_fills()
     code, out, err = run_in_process("run", _command(Case("x", ("out_dir={tmp}/new",), ()), workspace))
     line = assert_one_line(
         code,

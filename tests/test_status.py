@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -342,24 +343,8 @@ def _final(run: Path) -> tuple[str, int | None, str]:
     return beat["state"], beat["exit_code"], beat["error"] or ""
 
 
-def _window_fills(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every fact update after the opening finds no room: each episode ends context_limit before its first
-    committed turn, so a run of them measured nothing (exit 5, rundir/invalid.py)."""
-    from ncp_local.engines.base import ContextOverflow
-    from ncp_local.engines.scripted import ScriptedEngine
-
-    generate = ScriptedEngine.generate
-
-    async def no_room(self: ScriptedEngine, request: object) -> object:
-        if request.tags["stage"] == "fact_update" and request.tags["turn"] >= 0:  # type: ignore[attr-defined]
-            raise ContextOverflow("prompt of 8100 tokens leaves 92 for the output; the stage needs 256")
-        return await generate(self, request)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ScriptedEngine, "generate", no_room)
-
-
 def test_the_final_heartbeat_says_the_exit_code_of_every_way_a_run_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window_fills: Callable[[], None]
 ) -> None:
     """Done (0), done again with nothing left to do (0), an engine death (3), a run that measured nothing
     (5) and the same run again (5 again, its heartbeat rewritten), and a batched sweep's points (5 each): the
@@ -379,7 +364,7 @@ def test_the_final_heartbeat_says_the_exit_code_of_every_way_a_run_ends(
     state, code, line = _final(tmp_path / "dead")
     assert (state, code) == ("failed", 3) and line.startswith("engine died")
 
-    _window_fills(monkeypatch)
+    window_fills()
     for attempt in range(2):  # played, then every result already on disk: the same verdict, the same exit
         empty = run_cli(*base, "limit=1", f"out_dir={tmp_path / 'empty'}")
         assert empty.returncode == 5, (attempt, empty.stderr)
