@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from ncp_local.protocol.metrics import ENDINGS, EpisodeMetrics, km_survival
 from ncp_local.report import build_report, load_runs
-from ncp_local.report.endings import band_labels, cumulative_incidence, endings_by_band
+from ncp_local.report.endings import band_labels, cumulative_incidence, effective_band, endings_by_band
 from ncp_local.report.runs import attach_specs
 
 
@@ -66,6 +67,10 @@ def test_six_episodes_with_ties_and_censoring_match_the_hand_computation() -> No
     for t in range(6):
         assert abs(inc.total(t) + km[t] - 1) < 1e-12
     assert inc.final("several_types") == pytest.approx(2 / 9) and inc.still_going == pytest.approx(2 / 9)
+    assert inc.lo == inc.hi == {}  # no draws asked for, no band
+    # With draws, the same seed gives the same band.
+    banded = cumulative_incidence(SIX, 5, resamples=50, seed=3)
+    assert banded.hi == cumulative_incidence(SIX, 5, resamples=50, seed=3).hi and set(banded.hi) == set(ENDINGS)
 
 
 def test_the_order_of_tied_endings_changes_nothing_and_no_global_rng_is_touched() -> None:
@@ -231,3 +236,31 @@ def test_scripted_official_run_endings_add_up_to_one_minus_survival(
     assert (out / "endings.svg").read_text().count("<svg") == 1 and (out / "endings.png").stat().st_size > 0
     index = (out / "index.html").read_text()
     assert "<h2>What ended each story</h2>" in index and "<table class='counts bands'>" in index
+
+
+def test_effective_band_by_hand() -> None:
+    # Ten stories in 40 episodes, two bootstrap draws per column; t = 0 has no band.
+    point = np.array([[0.0, 0.4, 0.0, 0.5, 0.5]])
+    many = np.array([[[0.0, 0.3, 0.0, 0.0, 0.5]], [[0.0, 0.5, 0.0, 1.0, 0.5001]]])
+    lo, hi = effective_band(point, many, 10, 40, 0.95)
+    shrink = (stats.norm.ppf(0.975) / stats.t.ppf(0.975, 9)) ** 2  # a variance from 10 stories: 9 df
+
+    def jeffreys(x: float, n: float) -> tuple[float, float]:
+        return stats.beta.ppf(0.025, x + 0.5, n - x + 0.5), stats.beta.ppf(0.975, x + 0.5, n - x + 0.5)
+
+    # 0.4 with draws 0.3 and 0.5: variance 0.01, times 10/9 for 10 stories; n* = 0.24 / that x the shrink.
+    n = 0.4 * 0.6 / (0.01 * 10 / 9) * shrink
+    assert (lo[0, 1], hi[0, 1]) == pytest.approx(jeffreys(0.4 * n, n), abs=1e-9)
+    # Not seen, no spread: Jeffreys' bound for 0 of the 10 stories.
+    assert (lo[0, 2], hi[0, 2]) == pytest.approx((0.0, stats.beta.ppf(0.975, 0.5, 10.5)), abs=1e-12)
+    # Draws 0 and 1 put n* under 1: one trial, Beta(1, 1)'s quantiles.
+    assert (lo[0, 3], hi[0, 3]) == pytest.approx((0.025, 0.975), abs=1e-12)
+    # Draws that barely differ put n* above the 40 episodes: 20 of 40.
+    assert (lo[0, 4], hi[0, 4]) == pytest.approx(jeffreys(20, 40), abs=1e-12)
+    assert lo[0, 0] == hi[0, 0] == 0.0
+    # `fading` takes the upper limit at n* times the share (at least 1 trial); the lower limit stays.
+    lo_f, hi_f = effective_band(point, many, 10, 40, 0.95, np.array([1.0, 0.5, 0.5, 0.5, 0.25]))
+    assert np.array_equal(lo_f, lo)
+    assert hi_f[0, 1] == pytest.approx(jeffreys(0.2 * n, 0.5 * n)[1], abs=1e-9)
+    assert hi_f[0, 2] == pytest.approx(stats.beta.ppf(0.975, 0.5, 5.5), abs=1e-12)
+    assert hi_f[0, 3] == pytest.approx(0.975, abs=1e-12) and hi_f[0, 4] == pytest.approx(jeffreys(5, 10)[1])

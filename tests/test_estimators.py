@@ -549,6 +549,13 @@ def test_censoring_after_the_last_ending_is_measured_by_the_share_left_at_risk()
     # nobody at risk at turn 4: F_fact(5) is F_fact(4), with the share of the last turn anyone was at risk.
     fading = seen_since_last_ending(np.array([1, 2, 2, 3]), np.array([0, -1, -1, -1]), 4)
     assert fading.tolist() == [1, 1, 1, 1, 1 / 3, 1 / 3]
+    # An ending in the opening (turn 0) counts: two watched after it, one censored at 2, one at 3.
+    assert seen_since_last_ending(np.array([0, 2, 3]), np.array([0, -1, -1]), 4).tolist() == [1, 1, 1, 1, 0.5, 0.5]
+    # A last ending that takes everyone still at risk leaves nobody unwatched: 1 again, whatever censoring
+    # took before it (three watched after turn 1, two censored at 2: 1/3 at t = 4; the one left ends at 4).
+    late = seen_since_last_ending(np.array([1, 2, 2, 4]), np.array([0, -1, -1, 1]), 5)
+    assert late.tolist() == [1, 1, 1, 1, 1 / 3, 1, 1]
+    assert seen_since_last_ending(np.array([], dtype=np.intp), np.array([], dtype=np.intp), 2).tolist() == [1.0] * 4
 
 
 def test_incidence_upper_limit_widens_where_the_watched_stories_were_censored() -> None:
@@ -577,3 +584,33 @@ def _jeffreys(p: float, n: float) -> tuple[float, float]:
 def _n_star(p: float, hi: float) -> float:
     """The n at which Jeffreys' upper limit of the share p is `hi` (the band's effective size, found back)."""
     return float(optimize.brentq(lambda n: _jeffreys(p, n)[1] - hi, 1.0, 10_000.0))
+
+
+def test_effective_pass_k_band_by_hand() -> None:
+    # Columns: t = 0; 0.4 over 10 observed stories (draws 0.3, 0.5); 0.05 (x = p n* under 1); draws 0 and 1
+    # (n* under 1: one trial); 2 stories observed; none all surviving (no spread); all surviving; draws that
+    # barely differ (n* capped at the 12 plays with known fates).
+    point = np.array([1.0, 0.4, 0.05, 0.5, 0.5, 0.0, 1.0, 0.5])
+    many = np.array([[1.0, 0.3, 0.0, 0.0, 0.4, 0.0, 1.0, 0.5], [1.0, 0.5, 0.1, 1.0, 0.6, 0.0, 1.0, 0.5001]])
+    observed = np.array([10, 10, 10, 10, 2, 10, 10, 10])
+    plays = np.array([40, 40, 40, 40, 8, 40, 40, 12])
+    lo, hi = effective_pass_k_band(point, many, observed, plays, 0.95)
+    z = stats.norm.ppf(0.975)
+    shrink = (z / stats.t.ppf(0.975, 9)) ** 2
+
+    def jeffreys(p: float, n: float) -> tuple[float, float]:
+        x = p * n
+        return stats.beta.ppf(0.025, x + 0.5, n - x + 0.5), stats.beta.ppf(0.975, x + 0.5, n - x + 0.5)
+
+    assert lo[0] == hi[0] == 1.0
+    n1 = 0.24 / (0.01 * 10 / 9) * shrink
+    assert (lo[1], hi[1]) == pytest.approx(jeffreys(0.4, n1), abs=1e-9)
+    n2 = 0.05 * 0.95 / (0.0025 * 10 / 9) * shrink
+    assert 0 < 0.05 * n2 < 1 and (lo[2], hi[2]) == pytest.approx(jeffreys(0.05, n2), abs=1e-9)
+    assert (lo[3], hi[3]) == pytest.approx((0.025, 0.975), abs=1e-12)
+    # Two stories: variance times 2/1, the shrink on 1 degree of freedom; n* = 0.30 falls to one trial.
+    assert 0.25 / (0.01 * 2) * (z / stats.t.ppf(0.975, 1)) ** 2 < 1 and (lo[4], hi[4]) == pytest.approx((0.025, 0.975))
+    plain = 10 * 9 / 10 * shrink  # no spread: a binomial share's n* over the 10 stories, through both corrections
+    assert (lo[5], hi[5]) == pytest.approx((0.0, stats.beta.ppf(0.975, 0.5, plain + 0.5)), abs=1e-12)
+    assert (lo[6], hi[6]) == pytest.approx((stats.beta.ppf(0.025, plain + 0.5, 0.5), 1.0), abs=1e-12)
+    assert (lo[7], hi[7]) == pytest.approx(jeffreys(0.5, 12), abs=1e-12)

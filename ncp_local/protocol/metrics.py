@@ -216,8 +216,6 @@ def seen_since_last_ending(turns: np.ndarray, codes: np.ndarray, max_turns: int)
     """
     size = max_turns + 2
     out = np.ones(size)
-    if turns.size == 0:
-        return out
     risk = at_risk(turns, size)
     ends = np.bincount(turns[codes >= 0], minlength=size)[:size]
     watched_after_ending = 0.0  # r(e) - d(e) of the last turn e with an ending so far
