@@ -81,3 +81,21 @@ def few_stories_factor(stories: int, level: float) -> float:
         return 1.0
     alpha = (1 - level) / 2
     return math.sqrt(stories / (stories - 1)) * float(stats.t.ppf(1 - alpha, stories - 1) / stats.norm.ppf(1 - alpha))
+
+
+def jeffreys_band(
+    point: np.ndarray, n_low: np.ndarray, n_high: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Jeffreys' interval of a share `point` read as point x n of n binomial trials (the quantiles of
+    Beta(x + 1/2, n - x + 1/2); Brown, Cai and DasGupta 2001), the lower limit at n = `n_low`, the upper
+    at `n_high` (the effective sample sizes the caller drew from its bootstrap; they differ where only one
+    limit is widened). 0 of n has no lower limit but 0, n of n no upper but 1; a float residue next to
+    either end leaves the beta quantile NaN, read as that bound. The band always holds the point.
+    Used by the endings' incidence (report/endings.py) and pass^k (report/trials.py)."""
+    alpha = (1 - level) / 2
+    x_low, x_high = point * n_low, point * n_high
+    with np.errstate(invalid="ignore"):
+        low = np.where(x_low > 0, stats.beta.ppf(alpha, x_low + 0.5, n_low - x_low + 0.5), 0.0)
+        high = np.where(n_high - x_high > 0, stats.beta.ppf(1 - alpha, x_high + 0.5, n_high - x_high + 0.5), 1.0)
+    low, high = np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
+    return np.minimum(low, point), np.maximum(high, point)

@@ -51,7 +51,7 @@ from ..protocol.metrics import (
     product_limit,
     seen_since_last_ending,
 )
-from ..protocol.resample import clusters, draws
+from ..protocol.resample import clusters, draws, jeffreys_band
 from .runs import Run
 from .tables import csv_text, markdown_table
 
@@ -171,15 +171,9 @@ def effective_band(
     with np.errstate(divide="ignore", invalid="ignore"):
         n_eff = np.where(var > 0, point * (1 - point) / var * shrink, float(stories))
     n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, float(stories)), 1.0, float(max(episodes, 1)))
-    n_up = n_eff if fading is None else np.maximum(n_eff * fading, 1.0)
-    x, x_up = point * n_eff, point * n_up
-    with np.errstate(invalid="ignore"):
-        low = np.where(x > 0, stats.beta.ppf(alpha, x + 0.5, n_eff - x + 0.5), 0.0)
-        high = np.where(n_up - x_up > 0, stats.beta.ppf(1 - alpha, x_up + 0.5, n_up - x_up + 0.5), 1.0)
-    # x just above 0 or just below n* (float residue) leaves the beta quantile NaN: the bound it stands for.
-    low, high = np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
+    low, high = jeffreys_band(point, n_eff, n_eff if fading is None else np.maximum(n_eff * fading, 1.0), level)
     low[..., 0], high[..., 0] = 0.0, 0.0
-    return np.minimum(low, point), np.maximum(high, point)
+    return low, high
 
 
 def band_labels(max_turns: int, metrics: Sequence[EpisodeMetrics]) -> list[tuple[str, int, int]]:

@@ -64,7 +64,7 @@ import numpy as np
 from scipy import special, stats
 
 from ..protocol.metrics import EpisodeMetrics
-from ..protocol.resample import clusters, draws
+from ..protocol.resample import clusters, draws, jeffreys_band
 from .runs import Run
 from .tables import csv_text, markdown_table, table_columns
 
@@ -267,13 +267,7 @@ def effective_pass_k_band(
         n_eff = np.where(var > 0, point * (1 - point) / var * shrink, plain)
     top = np.maximum(plays, 1).astype(float)
     n_eff = np.clip(np.where(np.isfinite(n_eff) & (n_eff > 0), n_eff, plain), 1.0, top)
-    x = point * n_eff
-    with np.errstate(invalid="ignore"):
-        low = np.where(x > 0, stats.beta.ppf(alpha, x + 0.5, n_eff - x + 0.5), 0.0)
-        high = np.where(n_eff - x > 0, stats.beta.ppf(1 - alpha, x + 0.5, n_eff - x + 0.5), 1.0)
-    # x a float residue above 0 or below n* leaves the beta quantile NaN: the bound it stands for.
-    low, high = np.nan_to_num(low, nan=0.0), np.nan_to_num(high, nan=1.0)
-    low, high = np.minimum(low, point), np.maximum(high, point)
+    low, high = jeffreys_band(point, n_eff, n_eff, level)
     undefined = np.isnan(point)
     low[undefined], high[undefined] = np.nan, np.nan
     low[..., 0], high[..., 0] = point[..., 0], point[..., 0]
