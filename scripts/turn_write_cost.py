@@ -140,7 +140,8 @@ def main() -> None:
     marks = [m for m in MARKS if m <= args.turns]
     print(f"per committed turn, min of {args.repeat} episodes; fsync delay {args.fsync_delay_s * 1000:.0f} ms")
     print(
-        "| turn | format 1 bytes | format 1 CPU ms | format 1 wall ms | format 2 bytes | format 2 loop CPU ms | format 2 wall ms (written) |"
+        "| turn | format 1 bytes | format 1 CPU ms | format 1 wall ms "
+        "| format 2 bytes | format 2 loop CPU ms | format 2 wall ms (written) |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for m in marks:
