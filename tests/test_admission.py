@@ -86,7 +86,7 @@ def _run(
 def test_admission_keeps_in_flight_within_the_cache_and_starves_nobody(tmp_path: Path) -> None:
     free, unbounded = _run(tmp_path / "free", None, concurrency=8)
     # Every episode's last footprint (all stages' prompts + answers) on the one engine.
-    last = max(ep.on(e) for ep in unbounded.episodes.values() for e in ep.footprint)
+    last = max(ep.on(e) for ep in unbounded.episodes.values() for e in ep.calls)
     cap = int(last * 2.5)  # two episodes at their longest, more early on
     bound, watched = _run(tmp_path / "bound", cap, concurrency=8)
     # Results do not depend on when an episode runs; every one finished (nobody starved).
