@@ -13,8 +13,7 @@ from ._base import (
     Bound,
     Bounds,
     InvalidOutput,
-    _asked,
-    _field,
+    _fields,
     _marker,
     _Out,
     _sized,
@@ -145,8 +144,8 @@ def _value_sizes(value: Any, tp: Any, meta: tuple[Any, ...] = ()) -> Iterator[tu
         for v in value:
             yield from _value_sizes(v, get_args(tp)[0])
     elif isinstance(value, _Out):
-        for name, f in _asked(type(value)).items():
-            yield from _value_sizes(getattr(value, name), *_field(f))
+        for name, ftp, fmeta in _fields(type(value)):
+            yield from _value_sizes(getattr(value, name), ftp, fmeta)
 
 
 def check_bounds(stage: str, out: Any, b: Bounds) -> None:
