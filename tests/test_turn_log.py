@@ -4,8 +4,10 @@ size, whatever the episode's length; damage costs the bad line and those after i
 
 from __future__ import annotations
 
+import errno
 import json
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,8 @@ from ncp_local import modes
 from ncp_local.protocol.records import Checkpoint, EpisodeResult
 from ncp_local.protocol.replay import replay
 from ncp_local.protocol.spec import Spec, load_spec
+from ncp_local.rundir import writer as writer_mod
+from ncp_local.rundir.atomic import DiskFull
 from ncp_local.rundir.formats import FORMAT_KEY
 from ncp_local.rundir.seals import SEAL, _body_hash
 from ncp_local.rundir.store import RunDir, RunMismatch
@@ -191,3 +195,39 @@ def test_a_format_1_checkpoint_resumes_and_becomes_a_log(
     assert store.load_checkpoint(spec.id) == cps[5] and store.quarantined == []
     store.close()
     assert turns_logged(_log(root, spec.id)) == 5
+
+
+# ---- the writer thread -----------------------------------------------------------------------------
+
+
+def test_the_writer_keeps_order_commits_in_groups_and_stops_at_its_first_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(writer_mod, "fsync", lambda fd: synced.append(fd))
+    w = writer_mod.Writer(tmp_path)
+    gate = threading.Event()
+    w.run(gate.wait)  # holds the thread while the next requests queue up
+    log, other = tmp_path / "a.jsonl", tmp_path / "b.json"
+    futures = [w.append(log, f"{i}\n".encode()) for i in range(50)]
+    w.run(lambda: other.write_text(log.read_text()))  # sees every line asked before it
+    futures += [w.append(log, f"{i}\n".encode()) for i in range(50, 60)]
+    assert not any(f.done() for f in futures)  # the loop was never made to wait
+    gate.set()
+    w.flush()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert log.read_text() == "".join(f"{i}\n" for i in range(60))
+    assert other.read_text() == "".join(f"{i}\n" for i in range(50))
+    assert len(synced) <= 3  # group commit: a fsync per file per group, not one per line (60 lines)
+
+    def full() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    failed = w.run(full)
+    with pytest.raises(DiskFull, match=f"^{tmp_path}: disk full"):
+        failed.result()
+    with pytest.raises(DiskFull):  # every later request raises it on the caller's side
+        w.append(log, b"x\n")
+    with pytest.raises(DiskFull):
+        w.close()
+    assert log.read_text().endswith("59\n")

@@ -315,7 +315,7 @@ class RunDir:
     def log_call(self, record: CallLine | CrossCheckNote) -> None:
         """Append one attempt to the call log, by the writer (a line is written whole or cut off)."""
         assert self._is_open, "run directory not open"
-        self._writer.append(self.calls_path, (record.to_line() + "\n").encode("utf-8"))
+        self._writer.append_only(self.calls_path, (record.to_line() + "\n").encode("utf-8"))
 
     def _spec_hash(self, spec_id: str) -> str:
         return (self.spec_hashes or {}).get(spec_id, "")

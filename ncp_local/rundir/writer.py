@@ -19,7 +19,7 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -33,7 +33,7 @@ class _Request:
     path: Path | None  # an append's file; None: `action` does the work
     data: bytes = b""
     action: Callable[[], None] | None = None
-    done: Future[None] = field(default_factory=Future)
+    done: Future[None] | None = None  # None: nobody waits for it (a call-log line)
 
 
 class Writer:
@@ -47,16 +47,24 @@ class Writer:
     # -- the loop's side ---------------------------------------------------------------------------
     def append(self, path: Path, data: bytes) -> Future[None]:
         """Append `data` to `path` (created if absent); resolves once written."""
-        return self._put(_Request(path, data))
+        done: Future[None] = Future()
+        self._put(_Request(path, data, done=done))
+        return done
+
+    def append_only(self, path: Path, data: bytes) -> None:
+        """`append`, with nothing to wait on (an error still stops the next request)."""
+        self._put(_Request(path, data))
 
     def run(self, action: Callable[[], None]) -> Future[None]:
         """Do `action` in the writer's order (an atomic replace, an unlink)."""
-        return self._put(_Request(None, action=action))
+        done: Future[None] = Future()
+        self._put(_Request(None, action=action, done=done))
+        return done
 
     def flush(self) -> None:
         """Wait until everything asked so far is written and fsynced; raise the writer's error if any."""
         if self._thread is not None:
-            self._put(_Request(None, action=lambda: None)).result()
+            self.run(lambda: None).result()
         if self.error is not None:
             raise self.error
 
@@ -71,7 +79,7 @@ class Writer:
                 self._queue.put(None)
                 thread.join()
 
-    def _put(self, req: _Request) -> Future[None]:
+    def _put(self, req: _Request) -> None:
         if self.error is not None:
             raise self.error
         with self._lock:
@@ -79,7 +87,6 @@ class Writer:
                 self._thread = threading.Thread(target=self._work, name="ncp-local-writer", daemon=True)
                 self._thread.start()
         self._queue.put(req)
-        return req.done
 
     # -- the thread's side -------------------------------------------------------------------------
     def _work(self) -> None:
@@ -130,7 +137,7 @@ class Writer:
                 self._settle(req)
 
     def _settle(self, req: _Request) -> None:
-        if req.done.done():
+        if req.done is None or req.done.done():
             return
         if self.error is None:
             req.done.set_result(None)
