@@ -1,4 +1,4 @@
-"""A contract test of how `mode=status` reads sacct (execution/slurm_tasks.py), from sacct's documented output.
+"""A contract test of how `mode=status` reads sacct (rundir/slurm.py), from sacct's documented output.
 
 The CI's Slurm keeps no accounting, so its sacct never answers with a line; this holds the parser to what
 sacct(1) documents for the call the rig makes (`--noheader --parsable2 --allocations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
-from ncp_local.execution import slurm_tasks as st
+from ncp_local.rundir import slurm as st
 
 # sacct's answer for two array jobs of a submission, one line per allocation, as documented.
 ANSWER = """\

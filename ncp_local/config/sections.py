@@ -173,16 +173,26 @@ class CompareCfg(ConfigModel):
 class StatusCfg(ConfigModel):
     """The heartbeat every running process writes (execution/heartbeat.py) and `mode=status`, which reads it."""
 
-    # How often a running process rewrites its status.json; 0: never (mode=status then knows less).
-    heartbeat_s: float = Field(5.0, ge=0)
+    # Finite numbers only (inf would never beat, never redraw, never stall).
+    model_config = ConfigDict(allow_inf_nan=False)
+    # How often a running process rewrites its status.json; 0: never (mode=status then knows less); else
+    # 0.5 s to a day (faster is a disk's work for nothing, slower is no heartbeat).
+    heartbeat_s: float = Field(5.0, ge=0, le=86_400)
     # "Stalled": no committed turn and no completed call for longer than this; null derives it from the
     # run's own turns: max(stall_floor_s, stall_factor x the 90th percentile of its recent turn durations).
     stall_s: float | None = Field(None, gt=0)
     stall_factor: float = Field(5.0, gt=0)
     stall_floor_s: float = Field(120.0, gt=0)
-    # mode=status: redraw every N seconds (a terminal) until interrupted; null: once.
-    watch: float | None = Field(None, gt=0)
+    # mode=status: redraw every N seconds (a terminal) until interrupted, at least 0.5 s; null: once.
+    watch: float | None = Field(None, ge=0.5, le=86_400)
     format: Literal["table", "json"] = "table"
+
+    @field_validator("heartbeat_s")
+    @classmethod
+    def _off_or_a_pace(cls, v: float) -> float:
+        if 0 < v < 0.5:
+            raise ValueError("must be 0 (no heartbeat) or at least 0.5 seconds")
+        return v
 
 
 class ExportCfg(ConfigModel):

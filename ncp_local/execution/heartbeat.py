@@ -1,12 +1,9 @@
 """A running process's heartbeat: `status.json` in its run (or shard) directory, rewritten every few seconds.
 
-`mode=status` (ncp_local/modes/status.py) reads it to say where a run stands without asking the process:
-the figures the progress line has (episodes, turns committed and still possible, calls and tokens per
-second over the last minutes), when the last turn was committed and the last call completed, the recent
-turn durations (the stall threshold is derived from them, execution/run_status.py), and who is writing
-(host, pid, Slurm job and task). A clean exit writes the final state (done, failed, stopped) with its
-exit code and the line that ended it; a process killed with SIGKILL writes nothing more, so its
-heartbeat goes stale, and that is how it is found out.
+The record's format is rundir/heartbeat.py's, and `mode=status` reads it there (rundir/status.py)
+to say where a run stands without asking the process. A clean exit writes the final state (done,
+failed, stopped) with its exit code and the line that ended it; a process killed with SIGKILL writes
+nothing more, so its heartbeat goes stale, and that is how it is found out.
 
 The file is written by a daemon thread, not the event loop: a process whose loop is blocked (a hung
 call into an engine) keeps beating, so its figures, not a missing heartbeat, say it is stalled; a
@@ -17,7 +14,6 @@ not part of the results, the identity or any seal, and a merge never copies it.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import socket
@@ -29,53 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from ..rundir.atomic import DiskFull, atomic_write, is_disk_full
+from ..rundir.heartbeat import STATES, WINDOW_S, Beat, iso
 from ..rundir.layout import STATUS
 
-SCHEMA = 1
-STATES = ("running", "done", "failed", "stopped")
-# Rates are over this window: long enough to smooth a turn of many calls, short enough to show a slowdown.
-WINDOW_S = 300.0
 # Per-episode turn durations kept: enough for a 90th percentile that one slow turn does not move much.
 TURN_SAMPLES = 64
-# The Slurm variables a task runs with; the status joins squeue/sacct by them (execution/slurm_tasks.py).
+# The Slurm variables a task runs with; the status joins squeue/sacct by them (rundir/slurm.py).
 SLURM_ENV = {"job_id": "SLURM_JOB_ID", "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID"}
-
-
-class Beat(BaseModel):
-    """status.json as written (schema 1); readers take unknown keys without complaint."""
-
-    model_config = ConfigDict(extra="allow")
-    schema_version: int = SCHEMA
-    state: str
-    every_s: float
-    episodes_finished: int = 0
-    episodes_total: int = 0
-    turns_committed: int = 0
-    turns_possible: int = 0
-    window_s: float = WINDOW_S
-    calls_per_s: float = 0.0
-    tokens_per_s: float = 0.0
-    turns_per_s: float = 0.0  # committed turns per second over the window: the ETA's rate
-    calls: int = 0  # completed calls since this process started
-    tokens: int = 0
-    last_turn_at: str | None = None  # UTC ISO
-    last_call_at: str | None = None
-    playing_since: str | None = None  # when the engines were up (before: loading)
-    turn_seconds: list[float] = []  # recent per-episode turn durations, oldest first
-    host: str = ""
-    pid: int = 0
-    slurm: dict[str, str] = {}
-    started_at: str = ""
-    updated_at: str = ""
-    exit_code: int | None = None
-    error: str | None = None  # the line that ended it (failed or stopped)
-
-
-def iso(t: float | None) -> str | None:
-    return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
 
 
 def slurm_ids(env: dict[str, str] | None = None) -> dict[str, str]:

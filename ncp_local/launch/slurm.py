@@ -9,7 +9,6 @@ import argparse
 import datetime as dt
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import Any
 from ..exits import EXIT_BAD_INPUT, EXIT_DISK_FULL, EXIT_ENGINE_DEAD, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
 from ..resources import INSTALLED, ROOT, SLURM_DIR
 from ..rundir.atomic import DiskFull, atomic_write
+from ..rundir.heartbeat import Damaged
+from ..rundir.slurm import from_squeue, read_submit
 
 ARRAY_SCRIPT = SLURM_DIR / "ncp_array.sbatch"
 SERVE_SCRIPT = SLURM_DIR / "serve.sbatch"
@@ -43,27 +44,15 @@ def script_env() -> dict[str, str]:
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    """submit.json as written by an earlier submission ({} when there is none); a garbled one is refused."""
-    try:
-        if not path.exists():
-            return {}
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    """submit.json as written by an earlier submission ({} when there is none); a damaged one is refused."""
+    rec = read_submit(path.parent)
+    if rec is None:
+        return {}
+    if isinstance(rec, Damaged):
         raise SubmitError(
-            f"{path}: cannot read it ({type(exc).__name__}: {str(exc)[:120]}); move it aside "
-            "(queued jobs it recorded are then not known here)"
-        ) from None
-    ok = (
-        isinstance(state, dict)
-        and isinstance(state.get("identity"), str)
-        and isinstance(state.get("shards"), int)
-        and not isinstance(state.get("shards"), bool)
-        and isinstance(state.get("jobs", []), list)
-        and all(isinstance(j, dict) and isinstance(j.get("job"), str) for j in state.get("jobs", []))
-    )
-    if not ok:
-        raise SubmitError(f"{path}: not a submit record (needs identity, shards and a list of jobs); move it aside")
-    return state
+            f"{path}: not a submit record ({rec.why}); move it aside (queued jobs it recorded are then not known here)"
+        )
+    return rec.model_dump(mode="json")
 
 
 def compress(indices: list[int]) -> str:
@@ -86,21 +75,13 @@ def queued_tasks(job_ids: list[str]) -> set[int]:
     """Array task indices of these jobs still pending or running (squeue)."""
     if not job_ids:
         return set()
-    if shutil.which("squeue") is None:
+    said = from_squeue(job_ids)
+    if said.unknown:
         raise SubmitError(
-            "squeue: not found on PATH, so the shards already queued are unknown: run this where "
-            "Slurm's commands are (a login node)"
+            f"{said.unknown[0]}, so the shards already queued are unknown: run this where Slurm's commands "
+            "answer (a login node)"
         )
-    out = subprocess.run(
-        ["squeue", "-h", "-r", "-o", "%i", "-j", ",".join(job_ids)], capture_output=True, text=True, timeout=60
-    )
-    # squeue fails for ids it no longer knows; then nothing of them is queued.
-    tasks: set[int] = set()
-    for line in out.stdout.split():
-        job, _, task = line.partition("_")
-        if task.isdigit():
-            tasks.add(int(task))
-    return tasks
+    return {task for _, task in said.tasks}
 
 
 def sbatch_command(

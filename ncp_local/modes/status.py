@@ -1,6 +1,6 @@
 """`mode=status runs=[...]`: where every run, shard and sweep point stands, read from its directory.
 
-One row each (execution/run_status.py decides the state from the heartbeat, the files and, where it
+One row each (rundir/status.py decides the state from the heartbeat, the files and, where it
 answers, Slurm), a total row, and nothing written. `status.format=json` prints one JSON document
 (docs/reference/status.md); `status.watch=S` redraws every S seconds (in place on a terminal) until
 interrupted.
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..config import ConfigError, RunConfig
 from ..execution.progress import duration
-from ..execution.run_status import Row, Thresholds, document, status_rows, total
+from ..rundir.status import Row, Thresholds, document, status_rows, total
 
 HEAD = ("run", "state", "episodes", "turns", "calls/s", "tok/s", "last turn", "ETA", "")
 

@@ -20,7 +20,7 @@ from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
 from ..protocol.trials import episode_names, story_of
 from .formats import check_version
-from .turn_log import SUFFIX, turns_logged
+from .turn_log import SUFFIX, checkpoint_paths, turns_logged
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -128,13 +128,20 @@ def result_file(run_dir: Path, episode: str) -> Path:
 def turns_recorded(path: Path) -> int:
     """Turns a result or checkpoint file records, read without its check (progress and status count with
     it while the run writes); 0 when unreadable: the store deals with damage when it opens the run."""
-    if path.name.endswith(SUFFIX):
-        return turns_logged(path)
     try:
+        if path.name.endswith(SUFFIX):
+            return turns_logged(path)
         data = json.loads(path.read_bytes())
-        return len(data.get("turns") or ()) if isinstance(data, dict) else 0
-    except (OSError, ValueError):
+        turns = data.get("turns") if isinstance(data, dict) else None
+        return len(turns) if isinstance(turns, list) else 0
+    except (OSError, ValueError, RecursionError):
         return 0
+
+
+def checkpointed(run_dir: Path) -> dict[str, int]:
+    """Episode -> turns its checkpoint holds (a turn log, or a format-1 file not yet resumed), for each
+    unfinished episode that has one: what status counts of checkpoints, read in this one place."""
+    return {episode: turns_recorded(path) for episode, path in checkpoint_paths(run_dir / CHECKPOINTS).items()}
 
 
 def is_done(run_dir: Path) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -24,6 +25,10 @@ from .provenance import command, now
 
 INDEX = "index.json"
 KIND = "ncp-sweep"
+# In each point's folder (`<sweep>/<job>/`): a link to the point's run directory, which lives under runs/.
+POINT_LINK = "run"
+# An index is a few kilobytes a point; a larger file than this is not one (mode=status reads it as given).
+MAX_BYTES = 64_000_000
 
 
 class _Row(BaseModel):
@@ -91,6 +96,7 @@ class SweepIndex(_Row):
     updated: str = ""
     command: str | None = None
     pid: int | None = None
+    host: str = ""  # where that process runs (its pid says something only there)
     points: tuple[PointRow, ...]
     engines: tuple[EngineRow, ...] = ()
     groups: tuple[tuple[int, ...], ...] = ()  # job numbers that ran together on the same engines
@@ -124,6 +130,7 @@ def write(
         command=command().get("line"),
         # The batched launcher runs every point in this one process; the basic one, one after the other.
         pid=os.getpid(),
+        host=socket.gethostname(),
         points=tuple(rows),
         engines=tuple(engines),
         groups=tuple(tuple(g) for g in groups),
@@ -147,7 +154,26 @@ def write(
             for e in engines
         ]
     atomic_write(sweep_dir / name.replace(".json", ".md"), "\n".join(lines) + "\n")
+    for r in rows:
+        if r.run_dir:
+            link_point(sweep_dir / str(r.job), Path(r.run_dir))
     return sweep_dir / name
+
+
+def link_point(folder: Path, run_dir: Path) -> None:
+    """`<sweep>/<job>/run` -> the point's run directory: the point's folder says where its run is. A
+    courtesy: a file system without links, or a link already there, leaves it as it is."""
+    link = folder / POINT_LINK
+    if link.is_symlink() and os.readlink(link) == str(run_dir):
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink():
+            link.unlink()
+        if not link.exists():
+            link.symlink_to(run_dir, target_is_directory=True)
+    except OSError:
+        pass
 
 
 def _num(x: float | None) -> str:
@@ -166,16 +192,24 @@ def _parse(path: Path, doc: Any) -> SweepIndex:
         raise InputError(path, where, f"{err['msg'].lower()} (a damaged sweep index?)") from None
 
 
-def read_index(sweep_dir: Path) -> list[PointRow]:
-    """Every point row of a sweep folder's index files (one per shard when sharded); [] if there is none."""
-    rows: list[PointRow] = []
+def read_sweep(sweep_dir: Path) -> list[SweepIndex]:
+    """A sweep folder's index files (one per shard when sharded); [] if there is none. A damaged one
+    (unreadable, too large, not an index): an InputError naming it."""
+    out: list[SweepIndex] = []
     for path in sorted(Path(sweep_dir).glob("index*.json")):
         try:
+            if path.stat().st_size > MAX_BYTES:
+                raise ValueError(f"larger than {MAX_BYTES // 1_000_000} MB")
             doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            raise InputError(path, "runs", f"cannot read the sweep index: {exc}".splitlines()[0]) from None
-        rows += _parse(path, doc).points
-    return rows
+        except (OSError, ValueError, RecursionError) as exc:
+            raise InputError(path, "runs", f"cannot read the sweep index: {exc}".splitlines()[0][:200]) from None
+        out.append(_parse(path, doc))
+    return out
+
+
+def read_index(sweep_dir: Path) -> list[PointRow]:
+    """Every point row of a sweep folder's index files (one per shard when sharded); [] if there is none."""
+    return [r for index in read_sweep(sweep_dir) for r in index.points]
 
 
 def read_rows(path: Path) -> list[PointRow] | None:

@@ -26,36 +26,39 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..config import RunConfig
 from ..errors import InputError
-from ..rundir.layout import (
-    CHECKPOINTS,
+from . import heartbeat
+from .heartbeat import Beat, Damaged, ts
+from .layout import (
     DONE,
     ENGINE_LOG,
     MANIFEST,
     RESULTS,
     STATUS,
     SUBMIT_STATE,
+    checkpointed,
     shard_dirs,
     shard_name,
     turns_recorded,
 )
-from ..rundir.sweep_index import read_index
-from ..rundir.turn_log import checkpoint_paths
-from .heartbeat import Beat
-from .slurm_tasks import Task, submitted_shards, tasks_of
+from .slurm import SubmitRecord, Task, read_submit, tasks_of
+from .sweep_index import POINT_LINK, read_sweep
 
-STATES = ("queued", "running", "stalled", "done", "failed", "stopped")
+# `damaged`: a record that says where a run or sweep is (a sweep index, a submission record) cannot be read,
+# and nothing else says it.
+STATES = ("queued", "running", "stalled", "done", "failed", "stopped", "damaged")
 DOC_KIND = "ncp-status"
 DOC_VERSION = 1
 QUANTILE = 0.9
+_RUNNING = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+_PENDING = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
 _SLURM_ENDED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 
@@ -92,6 +95,7 @@ class Row:
     heartbeat_age_s: float | None = None
     exit_code: int | None = None
     line: str | None = None  # what ended it, or why it is stalled or waiting
+    next: str | None = None  # what to do next (rows neither running nor done)
     host: str | None = None
     pid: int | None = None
     slurm: dict[str, Any] | None = None
@@ -138,15 +142,6 @@ def stale_after(every_s: float) -> float:
     return 3 * every_s + 10.0
 
 
-def _ts(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return dt.datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
-
-
 def pid_state(pid: int, host: str) -> str | None:
     """'gone', 'stopped' (SIGSTOP, T), 'alive', or None when it cannot be known (another host)."""
     if host != socket.gethostname() or pid <= 0:
@@ -167,26 +162,18 @@ def pid_state(pid: int, host: str) -> str | None:
     return "stopped" if state in ("T", "t") else "alive"
 
 
-def read_beat(part: Path) -> Beat | None:
+def _results(part: Path) -> int:
+    """Finished episodes: results on disk (what `finished` means in every row)."""
     try:
-        return Beat.model_validate(json.loads((part / STATUS).read_bytes()))
-    except (OSError, ValueError, ValidationError):
-        return None
-
-
-def _count(part: Path, folder: str) -> int:
-    if folder == CHECKPOINTS:
-        return len(checkpoint_paths(part / folder))
-    try:
-        return sum(1 for n in os.listdir(part / folder) if n.endswith(".json") and not n.startswith("."))
+        return sum(1 for n in os.listdir(part / RESULTS) if n.endswith(".json") and not n.startswith("."))
     except OSError:
         return 0
 
 
-def _turns_on_disk(part: Path) -> int:
+def _turns_on_disk(part: Path, started: dict[str, int]) -> int:
     """Committed turns from the files (no heartbeat to say): every result's and checkpoint's."""
-    results = sorted((part / RESULTS).glob("*.json")) if (part / RESULTS).is_dir() else []
-    return sum(turns_recorded(p) for p in [*results, *checkpoint_paths(part / CHECKPOINTS).values()])
+    done = sum(turns_recorded(p) for p in (part / RESULTS).glob("*.json")) if (part / RESULTS).is_dir() else 0
+    return done + sum(started.values())
 
 
 def _planned(part: Path) -> int | None:
@@ -197,7 +184,9 @@ def _planned(part: Path) -> int | None:
         trials = int(((m.get("config") or {}).get("trials") or {}).get("count") or 1)
         shard = (m.get("config") or {}).get("shard") or {}
         count, index = int(shard.get("count") or 1), int(shard.get("index") or 0)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
+    if trials < 1 or count < 1 or not 0 <= index < count:
         return None
     total = specs * trials
     return len(range(index, total, count)) if count > 1 else total
@@ -218,53 +207,72 @@ def _last_line(path: Path, words: tuple[str, ...] = ("error", "Error", "Tracebac
     return None
 
 
-def _slurm_said(task: Task | None) -> dict[str, Any] | None:
-    return task.as_dict() if task is not None else None
+def _resume(task: Task | None) -> str:
+    if task is not None:
+        return "re-submit: the same slurm/submit.py command queues only the unfinished shards"
+    return "re-run its command: it resumes from the checkpoints (finished episodes are kept)"
+
+
+def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damaged: str | None) -> Row:
+    """A row without a (readable) heartbeat: the results, checkpoints, DONE and Slurm say it."""
+    started = checkpointed(part)
+    row.episodes_total = _planned(part)
+    row.turns_committed = _turns_on_disk(part, started)
+    played = row.episodes_finished or len(started)
+    state = task.state if task is not None else None
+    say = f"{STATUS} damaged ({damaged}); from the files: " if damaged else ""
+    if (part / DONE).exists():
+        row.state = "done"
+        row.line = say.rstrip(": ").replace("; from the files", "") or None
+    elif state in _PENDING and task is not None:
+        row.state, row.line = "queued", say + (f"pending ({task.reason})" if task.reason else "pending")
+        row.next = f"wait: Slurm starts it (squeue -r -j {task.job})"
+    elif state in _RUNNING:
+        row.state, row.line = "running", say + "started: no heartbeat yet (loading)"
+    elif task is not None and (task.exit_code is not None or state in _SLURM_ENDED or state == "COMPLETED"):
+        code = task.exit_code
+        if state == "COMPLETED" or (state is None and code == 0):
+            # Slurm's success, but the run never said so: no DONE, no heartbeat (status.heartbeat_s=0?).
+            row.state, row.exit_code = "stopped", code if code is not None else 0
+            row.line = say + f"Slurm: task ended (exit {code if code is not None else 0}) without DONE or a heartbeat"
+        else:
+            row.state, row.exit_code = "failed", code
+            line = task.last_error or task.end_line or f"Slurm: {state or 'ended'} before its first heartbeat"
+            row.line = say + line
+        row.next = (f"read {task.log}; " if task.log else "") + _resume(task)
+    elif played:
+        row.state = "stopped"
+        row.line = say + (note or "not running (no heartbeat)")
+        row.next = _resume(task)
+    else:
+        row.state, row.line = "queued", (say + (note or "nothing played yet")) if (say or note) else None
+        row.next = "wait, or start it with its command: nothing has played" if not note else None
+    return row
 
 
 def classify(
     part: Path, kind: str, name: str, now: float, t: Thresholds, task: Task | None = None, note: str | None = None
 ) -> Row:
     """One run (or shard) directory's row at wall-clock time `now`; `task`: its Slurm array task, if any."""
-    row = Row(kind=kind, name=name, path=str(part), state="queued", slurm=_slurm_said(task))
-    row.episodes_finished = _count(part, RESULTS)
-    beat = read_beat(part) if part.is_dir() else None
-    done_marker = (part / DONE).exists()
+    row = Row(kind=kind, name=name, path=str(part), state="queued", slurm=task.as_dict() if task else None)
+    row.episodes_finished = _results(part)
+    beat = heartbeat.read(part) if part.is_dir() else None
+    if not isinstance(beat, Beat):
+        return _from_files(row, part, task, note, beat.why if isinstance(beat, Damaged) else None)
     slurm_state = task.state if task is not None else None
-    slurm_running = slurm_state in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
-    slurm_pending = slurm_state in ("PENDING", "REQUEUED", "REQUEUE_HOLD")
+    slurm_running, slurm_pending = slurm_state in _RUNNING, slurm_state in _PENDING
     # The line that ended a task: the rig's last `error:` line, else the job script's exit line (a SIGKILL's 137).
     task_line = (task.last_error or task.end_line) if task is not None else None
-    if beat is None:
-        row.episodes_total = _planned(part)
-        row.turns_committed = _turns_on_disk(part) if part.is_dir() else 0
-        played = row.episodes_finished or _count(part, CHECKPOINTS)
-        if done_marker:
-            row.state = "done"
-        elif slurm_pending:
-            row.state, row.line = "queued", f"pending ({task.reason})" if task and task.reason else "pending"
-        elif slurm_running:
-            row.state, row.line = "running", "started: no heartbeat yet (loading)"
-        elif task is not None and (task.exit_code is not None or slurm_state in _SLURM_ENDED):
-            row.state, row.exit_code = "failed", task.exit_code
-            row.line = task_line or f"Slurm: {slurm_state or 'ended'} before its first heartbeat"
-        elif played:
-            row.state, row.line = "stopped", note or "not running (no heartbeat; its own command resumes it)"
-        else:
-            row.state, row.line = "queued", note
-        return row
-    # A heartbeat: its figures.
+    where = f"scancel {task.job}_{task.task}" if task is not None else f"kill {beat.pid}"
     row.episodes_total, row.turns_committed, row.turns_possible = (
         beat.episodes_total,
         beat.turns_committed,
         beat.turns_possible,
     )
-    # The heartbeat's own count, consistent with its turns (results written since show at its next beat).
-    row.episodes_finished = beat.episodes_finished
     row.host, row.pid = beat.host, beat.pid
-    updated = _ts(beat.updated_at) or now
+    updated = ts(beat.updated_at) or now
     row.heartbeat_age_s = max(0.0, now - updated)
-    last_turn, last_call = _ts(beat.last_turn_at), _ts(beat.last_call_at)
+    last_turn, last_call = ts(beat.last_turn_at), ts(beat.last_call_at)
     row.since_turn_s = now - last_turn if last_turn is not None else None
     row.since_call_s = now - last_call if last_call is not None else None
     row.stall_s = stall_threshold(beat.turn_seconds, t)
@@ -273,13 +281,14 @@ def classify(
         if slurm_running and beat.state != "done":
             row.state, row.line = "running", f"restarted by Slurm after {beat.state}: no new heartbeat yet"
         elif slurm_pending and beat.state != "done":
-            row.state, row.line = (
-                "queued",
-                f"requeued after {beat.state}" + (f" ({task.reason})" if task and task.reason else ""),
-            )
+            row.state = "queued"
+            row.line = f"requeued after {beat.state}" + (f" ({task.reason})" if task and task.reason else "")
         else:
-            row.state = "done" if beat.state == "done" else beat.state
+            row.state = beat.state
             row.exit_code, row.line = beat.exit_code, beat.error
+            if row.state != "done":
+                log = task.log if task is not None and task.log else part / ENGINE_LOG
+                row.next = f"read {log}; " + _resume(task)
         return row
     stale = row.heartbeat_age_s > stale_after(beat.every_s)
     proc = pid_state(beat.pid, beat.host)
@@ -299,24 +308,30 @@ def classify(
             or _last_line(part / ENGINE_LOG)
             or f"{how}: no final state (killed?); last heartbeat {row.heartbeat_age_s:.0f} s ago"
         )
+        log = task.log if task is not None and task.log else part / ENGINE_LOG
+        row.next = f"read {log}; " + _resume(task)
+        return row
+    if proc == "stopped":
+        # SIGSTOP (Ctrl-Z, a debugger): /proc says it at once, whatever the heartbeat's age.
+        row.state, row.line = "stopped", f"process {beat.pid} is stopped (SIGSTOP or Ctrl-Z), not ended"
+        row.next = f"kill -CONT {beat.pid} resumes it where it was"
         return row
     # The process is there: working, loading, or stalled.
     if beat.playing_since is None:
-        row.state, row.line = (
-            "running",
-            f"loading engines for {row.heartbeat_age_s + (updated - (_ts(beat.started_at) or updated)):.0f} s",
-        )
+        loading = row.heartbeat_age_s + (updated - (ts(beat.started_at) or updated))
+        row.state, row.line = "running", f"loading engines for {loading:.0f} s"
         return row
-    activity = max(x for x in (last_turn, last_call, _ts(beat.playing_since), _ts(beat.started_at)) if x is not None)
+    moments = (last_turn, last_call, ts(beat.playing_since), ts(beat.started_at))
+    activity = max((x for x in moments if x is not None), default=updated)
     idle = now - activity
     if idle > row.stall_s:
         row.state = "stalled"
         why = f"no committed turn or completed call for {idle:.0f} s (threshold {row.stall_s:.0f} s)"
-        if proc == "stopped":
-            why += f"; process {beat.pid} is stopped (SIGSTOP)"
-        elif stale:
+        if stale:
             why += f"; heartbeat {row.heartbeat_age_s:.0f} s old"
         row.line = why
+        log = task.log if task is not None and task.log else part / ENGINE_LOG
+        row.next = f"read {log}; if it stays stalled: {where}, then " + _resume(task)
         return row
     row.state = "running"
     row.calls_per_s, row.tokens_per_s, row.turns_per_s = beat.calls_per_s, beat.tokens_per_s, beat.turns_per_s
@@ -334,12 +349,21 @@ def _is_run(d: Path) -> bool:
     return (d / MANIFEST).is_file() or (d / RESULTS).is_dir() or (d / STATUS).is_file()
 
 
+def _damaged(kind: str, name: str, path: Path, what: str, why: str, fix: str) -> Row:
+    return Row(kind=kind, name=name, path=str(path), state="damaged", line=f"{what} damaged: {why}", next=fix)
+
+
 def _shard_rows(root: Path, now: float, t: Thresholds, slurm: bool, label: str) -> list[Row]:
     layouts = shard_dirs(root)
-    count = submitted_shards(root) or (max(layouts) if layouts else 0)
+    rec = read_submit(root)
+    out: list[Row] = []
+    if isinstance(rec, Damaged):
+        fix = f"move {root / SUBMIT_STATE} aside; the shards on disk are read"
+        out.append(_damaged("run", label, root, SUBMIT_STATE, rec.why, fix))
+    count = rec.shards if isinstance(rec, SubmitRecord) else (max(layouts) if layouts else 0)
     found = layouts.get(count, {})
     tasks = tasks_of(root, count, slurm)
-    return [
+    return out + [
         classify(
             found.get(i, root / shard_name(i, count)), "shard", f"{label} {shard_name(i, count)}", now, t, tasks.get(i)
         )
@@ -347,69 +371,121 @@ def _shard_rows(root: Path, now: float, t: Thresholds, slurm: bool, label: str) 
     ]
 
 
+_SHARD_DIR = re.compile(r"^shard-(\d+)-of-(\d+)$")
+
+
 def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]:
-    rows = read_index(root)
+    try:
+        indexes = read_sweep(root)
+    except InputError as exc:
+        return [_damaged("sweep", root.name, root, "sweep index", str(exc), "move the index aside; the runs are read")]
+    if not indexes:
+        return [Row(kind="sweep", name=root.name, path=str(root), state="queued", line="no point has started yet")]
+    rows = [r for index in indexes for r in index.points]
+    # The process that writes the index: a point it has not finished is its to play, while it lives.
+    alive = {pid_state(i.pid, i.host) if i.pid and i.host else None for i in indexes}
+    gone = alive == {"gone"}
     shared = set.intersection(*(set(r.overrides) for r in rows)) if rows else set()
-    count = submitted_shards(root) or 1
+    rec = read_submit(root)
+    count = rec.shards if isinstance(rec, SubmitRecord) else 1
     tasks = tasks_of(root, count, slurm)
     out: list[Row] = []
     for r in rows:
         own = " ".join(o for o in r.overrides if o not in shared)
         name = f"#{r.job}" + (f" {own}" if own else "")
+        m = _SHARD_DIR.match(Path(r.shard_dir).name) if r.shard_dir else None
+        index = int(m.group(1)) if m else 0
         if r.shard_dir:
-            index = int(Path(r.shard_dir).name.split("-")[1]) if Path(r.shard_dir).name.startswith("shard-") else 0
             name += f" {Path(r.shard_dir).name}"
-        else:
-            index = 0
-        part = Path(r.shard_dir or r.run_dir or root / f"point-{r.job}")
         if not r.run_dir:
             row = Row(kind="point", name=name, path=str(root), state="failed" if r.status == "failed" else "queued")
             row.exit_code, row.line = r.exit_code, r.error or None
+            if r.status == "failed":
+                row.next = "fix what its line says, then re-run the sweep's command"
+            elif gone:
+                row.state, row.line = "stopped", "the sweep's process is gone before this point started"
+                row.next = "re-run the sweep's command: finished points are not run again"
+            else:
+                row.line = "waiting for its turn (the points play one after the other)"
             out.append(row)
             continue
+        part = Path(r.shard_dir or r.run_dir)
         note = {"failed": r.error, "pending": "waiting for its group's engines"}.get(r.status)
         row = classify(part, "point", name, now, t, tasks.get(index) if count > 1 else None, note=note or None)
         if row.state in ("queued", "stopped") and r.status == "failed":
             row.state, row.exit_code, row.line = "failed", r.exit_code, r.error or row.line
+            row.next = f"read {part / ENGINE_LOG}; re-run the sweep's command: finished points are not run again"
+        elif count == 1 and (row.state, r.status) in _STARTING:
+            # Its run has no heartbeat yet: the sweep's process is checking it or loading its engines.
+            if gone:
+                row.state = "failed"
+                row.line = "the sweep's process is gone (killed?) before this point's first heartbeat"
+                row.next = "re-run the sweep's command: it resumes from the checkpoints"
+            else:
+                row.state, row.line, row.next = "running", "starting: no heartbeat yet", None
         out.append(row)
     return out
 
 
+_STARTING = {("queued", "running"), ("stopped", "running")}
 GLOB_CHARS = set("*?[")
 
 
 def status_rows(entries: list[str], t: Thresholds, now: float, slurm: bool = True) -> list[Row]:
     """Rows for each `runs=` entry: a run directory (one row), a sharded run (a row per shard), a sweep
-    folder (a row per point and shard), a glob (each matching directory). Anything else: an InputError."""
+    folder (a row per point and shard), a glob (each matching directory that is one of these; a folder it
+    matches that is none is left out). A named entry that is none of these: an InputError."""
     out: list[Row] = []
     for entry in entries:
         if GLOB_CHARS & set(entry):
             root = Path(entry).expanduser()
             anchor = Path(root.anchor) if root.is_absolute() else Path(".")
             pattern = str(root.relative_to(root.anchor)) if root.is_absolute() else str(root)
-            found = sorted(str(p) for p in anchor.glob(pattern) if p.is_dir())
-            if not found:
-                raise InputError(entry, "runs", "no directory matches this pattern")
-            for f in found:
-                out += rows_for(f, t, now, slurm)
+            try:
+                found = sorted(str(p) for p in anchor.glob(pattern) if p.is_dir())
+            except (ValueError, OSError) as exc:
+                raise InputError(entry, "runs", f"not a pattern this can read ({exc})") from None
+            rows = [r for f in found if (what := _what(Path(f))) for r in _rows(Path(f), what, t, now, slurm)]
+            if not rows:
+                raise InputError(entry, "runs", "no run directory, sharded run or sweep folder matches this pattern")
+            out += rows
         else:
             out += rows_for(entry, t, now, slurm)
     return out
+
+
+def _what(root: Path) -> str | None:
+    """What a directory is: a sweep folder, a sharded run, a run; None when none of these."""
+    if not (root / RESULTS).is_dir() and (any(root.glob("index*.json")) or _point_folders(root)):
+        return "sweep"
+    if shard_dirs(root) or (root / SUBMIT_STATE).is_file():
+        return "shards"
+    return "run" if _is_run(root) else None
+
+
+def _point_folders(root: Path) -> bool:
+    """A sweep's folder before its index: Hydra's `multirun.yaml`, or a numbered folder that points at its run."""
+    return (root / "multirun.yaml").is_file() or (root / "0" / POINT_LINK).exists()
+
+
+def _rows(root: Path, what: str, t: Thresholds, now: float, slurm: bool) -> list[Row]:
+    if what == "sweep":
+        return _sweep_rows(root, now, t, slurm)
+    if what == "shards":
+        return _shard_rows(root, now, t, slurm, root.name)
+    return [classify(root, "run", root.name, now, t)]
 
 
 def rows_for(entry: str, t: Thresholds, now: float, slurm: bool = True) -> list[Row]:
     root = Path(entry).expanduser()
     if not root.is_dir():
         raise InputError(root, "runs", "no such directory" if not root.exists() else "not a directory")
-    if any(root.glob("index*.json")) and not (root / RESULTS).is_dir():
-        return _sweep_rows(root, now, t, slurm)
-    if shard_dirs(root) or (root / SUBMIT_STATE).is_file():
-        return _shard_rows(root, now, t, slurm, root.name)
-    if _is_run(root):
-        return [classify(root, "run", root.name, now, t)]
-    raise InputError(
-        root, "runs", "not a run directory, a sharded run or a sweep folder (no manifest, results/, shards or index)"
-    )
+    what = _what(root)
+    if what is None:
+        raise InputError(
+            root, "runs", "not a run directory, a sharded run or a sweep folder (no manifest, results/, shards, index)"
+        )
+    return _rows(root, what, t, now, slurm)
 
 
 def total(rows: list[Row]) -> Total:

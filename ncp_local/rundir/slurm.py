@@ -1,14 +1,15 @@
-"""What Slurm says about a submission's array tasks, for `mode=status` (execution/run_status.py).
+"""What a Slurm submission recorded and what Slurm says of its array tasks: the one reader of both.
 
 The submitter records each job it queued in the run directory's `submit.json` (launch/slurm.py,
-`queue`); this reads that record, asks `squeue` (tasks pending or running: state, the reason a task
-waits, its node) and `sacct` (tasks that ended: state, exit code, node) about those jobs, and reads
-each task's log (`slurm/<job>_<task>.out`: how often it restarted, how it ended). Every source is
-optional: without Slurm's commands on PATH, or without accounting (`sacct` then has nothing), the
-answer is whatever the files say. Read-only, bounded by a timeout; never raises for Slurm's sake.
-
-It lives below `modes` (the layers in pyproject.toml) so that `mode=status` can use it; the
-submitter's own calls (sbatch, the queued tasks a re-submission skips) stay in launch/slurm.py.
+`queue`); `read_submit` reads that record for the submitter (a re-submission) and for `mode=status`
+alike, as untrusted input: at most `MAX_BYTES`, a shard count up to `MAX_SHARDS`, job ids that are
+Slurm's (digits), task indexes inside the shard count; a record that is not one is `Damaged`, with
+why. `from_squeue` asks squeue (tasks pending or running: state, the reason a task waits, its node),
+`from_sacct` asks sacct (tasks that ended: state, exit code, node), and `read_log` reads each task's
+log (`slurm/<job>_<task>.out`: how often it restarted, how it ended). Every source is optional:
+without Slurm's commands on PATH, or without accounting (`sacct` then has nothing), the answer is
+whatever the files say. Read-only and bounded: each call has a timeout, all of one reading share
+`BUDGET_S`, and at most `MAX_JOBS` jobs are asked about; never raises for Slurm's sake.
 """
 
 from __future__ import annotations
@@ -18,17 +19,89 @@ import logging
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..rundir.layout import SLURM_LOGS, SUBMIT_STATE
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .heartbeat import Damaged
+from .layout import SLURM_LOGS, SUBMIT_STATE
 
 _log = logging.getLogger(__name__)
 TIMEOUT_S = 15.0
+# All of one status reading's calls to Slurm together: a hung squeue is waited for once, not per job.
+BUDGET_S = 30.0
+# A submission is one array job, re-submitted a few times: more distinct jobs than this are not asked about.
+MAX_JOBS = 32
+# No run is split into more shards than it has specs; this is far above any, and bounds what a record can claim.
+MAX_SHARDS = 10_000
+MAX_BYTES = 16_000_000
+# A task log is read from its tail: the job script's lines of the last attempt are there.
+LOG_TAIL = 64_000
 # The job script's own lines (slurm/ncp_array.sbatch): its start (with Slurm's restart count) and its end.
 _START = re.compile(r"^ncp: task (\S+) on (\S+) \(restart (\d+)\)")
 _EXIT = re.compile(r"^ncp: task (\S+) exit (\d+)")
+_JOB_ID = r"^\d{1,20}$"
+
+
+class SubmittedJob(BaseModel):
+    """One sbatch call of the submission: its job id and the array tasks it was given."""
+
+    model_config = ConfigDict(extra="allow")
+    job: str = Field(pattern=_JOB_ID)
+    tasks: list[int] = []
+
+    @field_validator("tasks")
+    @classmethod
+    def _indexes(cls, v: list[int]) -> list[int]:
+        if any(not 0 <= t < MAX_SHARDS for t in v):
+            raise ValueError(f"a task index outside 0..{MAX_SHARDS - 1}")
+        return v
+
+
+class SubmitRecord(BaseModel):
+    """`submit.json`: the run's identity, its shard count and every job queued for it (oldest first)."""
+
+    model_config = ConfigDict(extra="allow")
+    identity: str
+    shards: int = Field(ge=1, le=MAX_SHARDS, strict=True)
+    jobs: list[SubmittedJob] = []
+
+
+def read_submit(root: Path) -> SubmitRecord | Damaged | None:
+    """The submission recorded in `root` (a sharded run's directory or a sweep folder); None without one."""
+    path = Path(root) / SUBMIT_STATE
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return Damaged(f"unreadable ({exc.strerror or type(exc).__name__})")
+    if len(data) > MAX_BYTES:
+        return Damaged(f"larger than {MAX_BYTES // 1_000_000} MB")
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return Damaged(f"not JSON ({str(exc).splitlines()[0][:80]})")
+    if not isinstance(doc, dict):
+        return Damaged(f"a JSON {type(doc).__name__}, not an object")
+    try:
+        rec = SubmitRecord.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the record"
+        return Damaged(f"{where}: {err['msg'][:100]}")
+    if any(t >= rec.shards for j in rec.jobs for t in j.tasks):
+        return Damaged(f"a job's task index is not below its {rec.shards} shards")
+    return rec
+
+
+def _record(root: Path) -> SubmitRecord | None:
+    rec = read_submit(root)
+    return rec if isinstance(rec, SubmitRecord) else None
 
 
 @dataclass
@@ -61,31 +134,20 @@ class Task:
         }
 
 
-def submitted_jobs(root: Path) -> list[dict[str, Any]]:
-    """The jobs `submit.json` in `root` records (oldest first); [] without one or when unreadable."""
-    try:
-        state = json.loads((Path(root) / SUBMIT_STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    jobs = state.get("jobs") if isinstance(state, dict) else None
-    return [j for j in jobs or () if isinstance(j, dict) and isinstance(j.get("job"), str)]
+def submitted_jobs(root: Path) -> list[SubmittedJob]:
+    """The jobs `submit.json` in `root` records (oldest first); [] without one or when damaged."""
+    rec = _record(root)
+    return list(rec.jobs) if rec else []
 
 
 def submitted_shards(root: Path) -> int | None:
-    try:
-        state = json.loads((Path(root) / SUBMIT_STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    n = state.get("shards") if isinstance(state, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
+    rec = _record(root)
+    return rec.shards if rec else None
 
 
-def latest_job(jobs: list[dict[str, Any]], task: int) -> str | None:
-    """The last job that was given array task `task` (a re-submission queues only the unfinished tasks)."""
-    for j in reversed(jobs):
-        if task in (j.get("tasks") or ()):
-            return str(j["job"])
-    return None
+def latest_jobs(jobs: list[SubmittedJob], count: int) -> dict[int, str]:
+    """Array task -> the last job that was given it (a re-submission queues only the unfinished tasks)."""
+    return {t: j.job for j in jobs for t in j.tasks if t < count}
 
 
 @dataclass
@@ -101,7 +163,10 @@ def read_log(path: Path) -> LogSays:
     """What a task log (slurm/ncp_array.sbatch's lines and the rig's) says of the task's last attempt."""
     said = LogSays()
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL))
+            text = f.read().decode("utf-8", "replace")
     except OSError:
         return said
     for line in text.splitlines():
@@ -115,15 +180,24 @@ def read_log(path: Path) -> LogSays:
     return said
 
 
-def _ask(cmd: list[str]) -> tuple[str | None, str | None]:
-    """(the command's stdout, None), or (None, why it said nothing): not on PATH, timed out, or its own
-    error line (sacct without accounting: "Slurm accounting storage is disabled", exit 1)."""
+def deadline(budget_s: float = BUDGET_S) -> float:
+    """When a reading's calls to Slurm must have answered (time.monotonic)."""
+    return time.monotonic() + budget_s
+
+
+def _ask(cmd: list[str], until: float) -> tuple[str | None, str | None]:
+    """(the command's stdout, None), or (None, why it said nothing): not on PATH, timed out (each call
+    within `TIMEOUT_S`, all before `until`), or its own error line (sacct without accounting: "Slurm
+    accounting storage is disabled", exit 1)."""
     if shutil.which(cmd[0]) is None:
         return None, f"{cmd[0]}: not on PATH"
+    wait = min(TIMEOUT_S, until - time.monotonic())
+    if wait <= 0:
+        return None, f"{cmd[0]}: not asked (Slurm's answers took {BUDGET_S:.0f} s already)"
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=wait)
     except subprocess.TimeoutExpired:
-        return None, f"{cmd[0]}: no answer within {TIMEOUT_S:.0f} s"
+        return None, f"{cmd[0]}: no answer within {wait:.0f} s"
     except OSError as exc:
         return None, f"{cmd[0]}: cannot run ({exc})"
     if out.returncode != 0:
@@ -137,18 +211,30 @@ def _split_id(job_task: str) -> tuple[str, int] | None:
     return (job, int(task)) if task.isdigit() else None
 
 
-def from_squeue(jobs: list[str]) -> dict[tuple[str, int], Task]:
+@dataclass
+class SqueueSaid:
+    """What squeue said of some jobs: their pending and running tasks, and why it said nothing of some."""
+
+    tasks: dict[tuple[str, int], Task] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)  # why a job's tasks are not known (no answer)
+
+
+def from_squeue(jobs: list[str], until: float | None = None) -> SqueueSaid:
     """Pending and running tasks of these jobs (squeue -r lists each array task on its own line)."""
-    out: dict[tuple[str, int], Task] = {}
-    # One call per job: squeue refuses the whole list when one id is no longer known.
+    said = SqueueSaid()
+    until = deadline() if until is None else until
+    # One call per job: squeue refuses the whole list when one id is no longer known (exit 1: nothing queued).
     for job in jobs:
-        text, _ = _ask(["squeue", "-h", "-r", "-j", job, "-o", "%i|%T|%r|%N"])
+        text, why = _ask(["squeue", "-h", "-r", "-j", job, "-o", "%i|%T|%r|%N"], until)
+        if text is None and why is not None and ": exit " not in why:
+            said.unknown.append(why)  # not on PATH, or no answer: nothing is known of this job or the next
+            break
         for line in (text or "").splitlines():
             parts = line.strip().split("|")
             key = _split_id(parts[0]) if len(parts) == 4 else None
             if key is not None:
                 state, reason, node = parts[1], parts[2], parts[3]
-                out[key] = Task(
+                said.tasks[key] = Task(
                     key[0],
                     key[1],
                     state=state,
@@ -156,7 +242,7 @@ def from_squeue(jobs: list[str]) -> dict[tuple[str, int], Task]:
                     node=node or None,
                     source="squeue",
                 )
-    return out
+    return said
 
 
 # sacct's fields, in the order asked (`--format`), and its output as the rig asks for it: one line per job
@@ -244,12 +330,12 @@ def parse_sacct(text: str) -> SacctSaid:
     return said
 
 
-def from_sacct(jobs: list[str]) -> SacctSaid:
+def from_sacct(jobs: list[str], until: float | None = None) -> SacctSaid:
     """The tasks of these jobs as Slurm's accounting has them (ended, and pending or running); nothing, with
     the reason, where sacct is missing or fails (no accounting storage: the files alone answer)."""
     if not jobs:
         return SacctSaid()
-    text, why = _ask([*SACCT, "--jobs=" + ",".join(jobs)])
+    text, why = _ask([*SACCT, "--jobs=" + ",".join(jobs)], deadline() if until is None else until)
     if text is None:
         return SacctSaid(notes=[why or "sacct: no answer"])
     return parse_sacct(text)
@@ -261,10 +347,13 @@ def tasks_of(root: Path, count: int, slurm: bool = True) -> dict[int, Task]:
     jobs = submitted_jobs(root)
     if not jobs:
         return {}
-    latest = {i: job for i in range(count) if (job := latest_job(jobs, i)) is not None}
-    ids = sorted(set(latest.values()))
-    queued = from_squeue(ids) if slurm else {}
-    accounted = from_sacct(ids) if slurm else SacctSaid()
+    latest = latest_jobs(jobs, count)
+    # The newest jobs only (a record claiming thousands of re-submissions is not asked about job by job).
+    ids = sorted(set(latest.values()), key=int)[-MAX_JOBS:]
+    latest = {i: job for i, job in sorted(latest.items()) if job in ids}
+    until = deadline()
+    queued = from_squeue(ids, until).tasks if slurm else {}
+    accounted = from_sacct(ids, until) if slurm else SacctSaid()
     for note in accounted.notes:
         _log.info("mode=status: %s", note)  # logged (stderr, or the mode's log): the files answer instead
     ended = accounted.tasks
