@@ -36,6 +36,8 @@ EXIT_SIGINT = EXIT_SIGNAL["SIGINT"]
 # starts; a larger one value by value (each swept key alone, the others at
 # their first value), which catches every bad value but not a bad combination.
 MAX_CHECKED_POINTS = 64
+# A local sweep's index lists its points from the start up to this many (past it: each as it starts).
+MAX_PLANNED_POINTS = 10_000
 
 
 OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
@@ -93,6 +95,9 @@ def check_overrides(argv: list[str]) -> str | None:
         # Hydra's own errors (an unknown key or option) refuse the whole sweep: Hydra's sweeper
         # would refuse it anyway, in many lines, before any launcher starts.
         batched = grid.launcher.endswith(".BatchedLauncher")
+        if not batched and not grid.unexpanded and grid.count() <= MAX_PLANNED_POINTS:
+            # The basic launcher's index lists every point from the first one on (mode=status reads it).
+            PLANNED[:] = [p.overrides for p in grid.points()]
         datasets: dict[str, Any] = {}  # datasets already read (a sweep rarely varies it)
         placed: list[tuple[str, Any, str]] = []  # (point, run directory, identity) of points with an out_dir
         for p in grid.points(most=MAX_CHECKED_POINTS):
@@ -134,6 +139,8 @@ class _BadArgs(Exception):
 SWEEP: list[tuple[int, str, int]] = []
 # The basic launcher's points refused by the up-front check (by `_point_key`): the line that named them.
 REFUSED: dict[tuple[str, ...], str] = {}
+# A local sweep's points in job order (their overrides), as expanded before the first starts.
+PLANNED: list[tuple[str, ...]] = []
 
 
 def _point_key(overrides: Sequence[str]) -> tuple[str, ...]:
@@ -151,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     SWEEP.clear()
     REFUSED.clear()
+    PLANNED.clear()
     try:
         problem = check_overrides(args)
         if problem:
@@ -180,6 +188,8 @@ def _hydra_task(cfg: DictConfig) -> None:
 
     job = _local_sweep_job()
     refused = REFUSED.get(_point_key(HydraConfig.get().overrides.task)) if job is not None else None
+    if job is not None and refused is None:
+        _index_point(cfg, job[0], None)  # its row (running, its run directory) before it plays
     # A point refused up front was named then, in its one line; running it would only say it again.
     code = EXIT_BAD_INPUT if refused is not None else mode_main(cfg)
     if job is None or code in STOPPED_BY_SIGNAL:
@@ -192,12 +202,13 @@ def _hydra_task(cfg: DictConfig) -> None:
     _index_point(cfg, job[0], code, refused or "")
 
 
-def _index_point(cfg: DictConfig, num: int, code: int, error: str = "") -> None:
-    """The sweep folder's index.json row of this point (job, overrides, run directory, status, exit code)."""
+def _index_point(cfg: DictConfig, num: int, code: int | None, error: str = "") -> None:
+    """The sweep folder's index.json row of this point (job, overrides, run directory, status, exit code;
+    None: it starts), with a waiting row for each point not played yet."""
     from ncp_local.launch.point_index import record_point  # beside the batched launcher (matplotlib)
 
     hc = HydraConfig.get()
-    record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg, error)
+    record_point(Path(str(hc.sweep.dir)), num, list(hc.overrides.task), code, cfg, error, PLANNED)
 
 
 def _local_sweep_job() -> tuple[int, str] | None:

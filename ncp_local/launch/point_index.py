@@ -64,10 +64,21 @@ def write_index(
     return sweep_index.write(sweep_dir, rows, engines, [[p.num for p in g] for g in groups_], launcher, name)
 
 
-def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int, task: Any, error: str = "") -> None:
-    """The basic launcher's index: one point after the other, each row as its point ends (`error`: the line
-    that refused it up front)."""
-    p = Point(num, tuple(overrides), task=task, code=code, status="done" if code == 0 else "failed", message=error)
+def record_point(
+    sweep_dir: Path,
+    num: int,
+    overrides: Sequence[str],
+    code: int | None,
+    task: Any,
+    error: str = "",
+    planned: Sequence[Sequence[str]] = (),
+) -> None:
+    """The basic launcher's index, one point after the other: each point's row as it starts (`code` None:
+    running, with its run directory, so the sweep is watched from its first point) and as it ends
+    (`error`: the line that refused it up front); `planned`, every point's overrides in job order, adds
+    a waiting row for each point not in the index yet."""
+    status = "running" if code is None else "done" if code == 0 else "failed"
+    p = Point(num, tuple(overrides), task=task, code=code, status=status, message=error)
     try:
         raw = OmegaConf.to_container(task, resolve=True)
         cfg = config_mod.validate(raw)  # type: ignore[arg-type]
@@ -91,4 +102,6 @@ def record_point(sweep_dir: Path, num: int, overrides: Sequence[str], code: int,
         )
         for r in rows
     ]
-    write_index(sweep_dir, sorted([*known, p], key=lambda q: q.num), None, "basic", name=name)
+    seen = {q.num for q in known} | {num}
+    waiting = [Point(n, tuple(o)) for n, o in enumerate(planned) if n not in seen]
+    write_index(sweep_dir, sorted([*known, *waiting, p], key=lambda q: q.num), None, "basic", name=name)

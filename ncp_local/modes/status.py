@@ -3,13 +3,14 @@
 One row each (rundir/status.py decides the state from the heartbeat, the files and, where it
 answers, Slurm), a total row, and nothing written. `status.format=json` prints one JSON document
 (docs/reference/status.md); `status.watch=S` redraws every S seconds (in place on a terminal) until
-interrupted.
+interrupted. Its reader may stop reading at any point (`| head`): exit 0 for every format.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -48,6 +49,8 @@ def _row_cells(r: Row) -> tuple[str, ...]:
         note.append(f"requeued {r.slurm['restarts']}x")
     if r.line:
         note.append(r.line)
+    if r.next:
+        note.append(f"next: {r.next}")
     return (
         r.name,
         r.state,
@@ -98,22 +101,38 @@ def render(cfg: RunConfig, now: float) -> tuple[str, dict[str, Any]]:
     return text, doc
 
 
+def _show(text: str, tty: bool) -> bool:
+    """`text` in one write (a reader that takes the first line gets it whole, whatever the format); False
+    when the reader has gone (`| head`): status is a query, and its reader decides how much it reads."""
+    try:
+        if tty:
+            sys.stdout.write("\x1b[H\x1b[2J")  # home and clear: the table redrawn in place
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # What is still buffered, and the interpreter's own flush at exit, go nowhere instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in {sys.stdout, sys.__stdout__}:
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                os.dup2(devnull, stream.fileno())  # type: ignore[union-attr]
+        os.close(devnull)
+        return False
+    return True
+
+
 def main(cfg: RunConfig) -> int:
     if not cfg.runs:
         raise ConfigError(
             "runs", "give the run directories to look at: runs=[DIR,...] (a sharded run, a sweep folder, a glob)"
         )
     text, _ = render(cfg, time.time())  # every entry checked (one line, exit 2) before anything is drawn
-    if cfg.status.watch is None:
-        print(text)
-        return 0
-    tty = sys.stdout.isatty()
+    tty = cfg.status.watch is not None and sys.stdout.isatty()
     try:
-        while True:
-            if tty:
-                sys.stdout.write("\x1b[H\x1b[2J")  # home and clear: the table redrawn in place
-            print(text + ("" if tty else "\n"), flush=True)
+        while _show(text, tty) and cfg.status.watch is not None:
+            if not tty:
+                print(flush=True)  # a blank line between two readings in a log
             time.sleep(cfg.status.watch)
             text, _ = render(cfg, time.time())
     except KeyboardInterrupt:
-        return 0
+        pass
+    return 0

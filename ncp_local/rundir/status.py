@@ -207,10 +207,11 @@ def _last_line(path: Path, words: tuple[str, ...] = ("error", "Error", "Tracebac
     return None
 
 
-def _resume(task: Task | None) -> str:
+def _resume(task: Task | None, kind: str) -> str:
     if task is not None:
         return "re-submit: the same slurm/submit.py command queues only the unfinished shards"
-    return "re-run its command: it resumes from the checkpoints (finished episodes are kept)"
+    whose = "the sweep's command" if kind == "point" else "its command"
+    return f"re-run {whose}: it resumes from the checkpoints (finished episodes are kept)"
 
 
 def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damaged: str | None) -> Row:
@@ -239,11 +240,11 @@ def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damag
             row.state, row.exit_code = "failed", code
             line = task.last_error or task.end_line or f"Slurm: {state or 'ended'} before its first heartbeat"
             row.line = say + line
-        row.next = (f"read {task.log}; " if task.log else "") + _resume(task)
+        row.next = (f"read {task.log}; " if task.log else "") + _resume(task, row.kind)
     elif played:
         row.state = "stopped"
         row.line = say + (note or "not running (no heartbeat)")
-        row.next = _resume(task)
+        row.next = _resume(task, row.kind)
     else:
         row.state, row.line = "queued", (say + (note or "nothing played yet")) if (say or note) else None
         row.next = "wait, or start it with its command: nothing has played" if not note else None
@@ -288,7 +289,7 @@ def classify(
             row.exit_code, row.line = beat.exit_code, beat.error
             if row.state != "done":
                 log = task.log if task is not None and task.log else part / ENGINE_LOG
-                row.next = f"read {log}; " + _resume(task)
+                row.next = f"read {log}; " + _resume(task, row.kind)
         return row
     stale = row.heartbeat_age_s > stale_after(beat.every_s)
     proc = pid_state(beat.pid, beat.host)
@@ -309,7 +310,7 @@ def classify(
             or f"{how}: no final state (killed?); last heartbeat {row.heartbeat_age_s:.0f} s ago"
         )
         log = task.log if task is not None and task.log else part / ENGINE_LOG
-        row.next = f"read {log}; " + _resume(task)
+        row.next = f"read {log}; " + _resume(task, row.kind)
         return row
     if proc == "stopped":
         # SIGSTOP (Ctrl-Z, a debugger): /proc says it at once, whatever the heartbeat's age.
@@ -331,7 +332,7 @@ def classify(
             why += f"; heartbeat {row.heartbeat_age_s:.0f} s old"
         row.line = why
         log = task.log if task is not None and task.log else part / ENGINE_LOG
-        row.next = f"read {log}; if it stays stalled: {where}, then " + _resume(task)
+        row.next = f"read {log}; if it stays stalled: {where}, then " + _resume(task, row.kind)
         return row
     row.state = "running"
     row.calls_per_s, row.tokens_per_s, row.turns_per_s = beat.calls_per_s, beat.tokens_per_s, beat.turns_per_s
@@ -405,6 +406,8 @@ def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]
             elif gone:
                 row.state, row.line = "stopped", "the sweep's process is gone before this point started"
                 row.next = "re-run the sweep's command: finished points are not run again"
+            elif alive == {"stopped"}:
+                row.line = "waiting: the sweep's process is stopped (SIGSTOP or Ctrl-Z)"
             else:
                 row.line = "waiting for its turn (the points play one after the other)"
             out.append(row)
@@ -415,7 +418,7 @@ def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]
         if row.state in ("queued", "stopped") and r.status == "failed":
             row.state, row.exit_code, row.line = "failed", r.exit_code, r.error or row.line
             row.next = f"read {part / ENGINE_LOG}; re-run the sweep's command: finished points are not run again"
-        elif count == 1 and (row.state, r.status) in _STARTING:
+        elif count == 1 and row.heartbeat_age_s is None and (row.state, r.status) in _STARTING:
             # Its run has no heartbeat yet: the sweep's process is checking it or loading its engines.
             if gone:
                 row.state = "failed"
