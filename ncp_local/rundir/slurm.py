@@ -180,9 +180,9 @@ def read_log(path: Path) -> LogSays:
     return said
 
 
-def deadline(budget_s: float = BUDGET_S) -> float:
-    """When a reading's calls to Slurm must have answered (time.monotonic)."""
-    return time.monotonic() + budget_s
+def deadline(budget_s: float | None = None) -> float:
+    """When a reading's calls to Slurm must have answered (time.monotonic); `BUDGET_S` from now by default."""
+    return time.monotonic() + (BUDGET_S if budget_s is None else budget_s)
 
 
 def _ask(cmd: list[str], until: float) -> tuple[str | None, str | None]:

@@ -57,6 +57,9 @@ STATES = ("queued", "running", "stalled", "done", "failed", "stopped", "damaged"
 DOC_KIND = "ncp-status"
 DOC_VERSION = 1
 QUANTILE = 0.9
+# A heartbeat written later than this after the reading's own clock is not one (clocks of a cluster agree to
+# within seconds): a heartbeat from the future would never go stale.
+FUTURE_S = 300.0
 _RUNNING = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
 _PENDING = ("PENDING", "REQUEUED", "REQUEUE_HOLD")
 _SLURM_ENDED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
@@ -247,7 +250,7 @@ def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damag
         row.next = _resume(task, row.kind)
     else:
         row.state, row.line = "queued", (say + (note or "nothing played yet")) if (say or note) else None
-        row.next = "wait, or start it with its command: nothing has played" if not note else None
+        row.next = "wait: it starts with its sweep's engines" if note else "start it with its command: nothing has played"
     return row
 
 
@@ -258,6 +261,8 @@ def classify(
     row = Row(kind=kind, name=name, path=str(part), state="queued", slurm=task.as_dict() if task else None)
     row.episodes_finished = _results(part)
     beat = heartbeat.read(part) if part.is_dir() else None
+    if isinstance(beat, Beat) and (ts(beat.updated_at) or 0.0) > now + FUTURE_S:
+        beat = Damaged(f"updated_at {beat.updated_at} is in the future")
     if not isinstance(beat, Beat):
         return _from_files(row, part, task, note, beat.why if isinstance(beat, Damaged) else None)
     slurm_state = task.state if task is not None else None
@@ -410,9 +415,14 @@ def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]
                 row.line = "waiting: the sweep's process is stopped (SIGSTOP or Ctrl-Z)"
             else:
                 row.line = "waiting for its turn (the points play one after the other)"
+                row.next = "wait: the sweep plays it after the points before it"
             out.append(row)
             continue
         part = Path(r.shard_dir or r.run_dir)
+        if r.status in ("done", "failed", "stopped") and not part.is_dir():
+            fix = "re-run the sweep's command to play it again, or restore the directory"
+            out.append(_damaged("point", name, part, "run directory", "not found (moved or deleted?)", fix))
+            continue
         note = {"failed": r.error, "pending": "waiting for its group's engines"}.get(r.status)
         row = classify(part, "point", name, now, t, tasks.get(index) if count > 1 else None, note=note or None)
         if row.state in ("queued", "stopped") and r.status == "failed":
