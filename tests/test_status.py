@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from ncp_local.execution.heartbeat import Counts, Heartbeat
 from ncp_local.rundir import heartbeat as hb
 from ncp_local.rundir import status as rs
-from ncp_local.execution.heartbeat import Counts, Heartbeat
 from ncp_local.rundir.heartbeat import Beat
 from ncp_local.rundir.slurm import tasks_of
 from ncp_local.rundir.sweep_index import PointRow, write
@@ -461,3 +461,35 @@ def test_runs_killed_stopped_and_terminated(tmp_path: Path) -> None:
                 os.kill(p.pid, signal.SIGCONT)
                 p.kill()
                 p.wait()
+
+
+def _rows(tmp_path: Path, entry: Path | str) -> list[dict]:
+    out = run_cli("mode=status", f"runs=[{entry}]", "status.format=json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["rows"]
+
+
+@pytest.mark.timeout(300)
+def test_a_basic_launcher_sweep_is_watched_from_its_first_point(tmp_path: Path) -> None:
+    """Every point listed while the first plays, each point's folder linking to its run, the second point
+    running after the first is done, and a glob over the sweeps' folder reading it."""
+    sweep = tmp_path / "multirun" / "sw"
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", "engine=scripted", "engine.delay_s=0.05", "limit=1"]
+    cmd += ["max_turns=12", "concurrency=1", "progress=false", "status.heartbeat_s=0.5", "seed=0,1,2"]
+    proc = subprocess.Popen([*cmd, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        first = _until(lambda: (sweep / "index.json").exists() and _rows(tmp_path, sweep))
+        assert [r["name"] for r in first] == ["#0 seed=0", "#1 seed=1", "#2 seed=2"]
+        assert [r["state"] for r in first] == ["running", "queued", "queued"], first
+        assert all(r["next"] for r in first[1:])
+        assert (sweep / "0" / "run").resolve() == Path(first[0]["path"]).resolve()
+        second = _until(lambda: (rows := _rows(tmp_path, sweep))[1]["state"] == "running" and rows, 120)
+        assert second[0]["state"] == "done" and second[2]["state"] == "queued"
+        assert proc.wait(120) == 0
+        both = _rows(tmp_path, tmp_path / "multirun" / "*")
+        assert [r["state"] for r in both] == ["done"] * 3
+        assert all((sweep / str(n) / "run" / "DONE").exists() for n in range(3))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -102,7 +102,11 @@ def _sweep(text: bytes | None = None, rows: list[PointRow] | None = None) -> Cal
 
 
 def _index_of(**over: object) -> bytes:
-    doc = {"kind": "ncp-sweep", "format_version": 1, "points": [{"job": 0, "run_dir": "/nonexistent", "status": "running"}]}
+    doc = {
+        "kind": "ncp-sweep",
+        "format_version": 1,
+        "points": [{"job": 0, "run_dir": "/nonexistent", "status": "running"}],
+    }
     return json.dumps({**doc, **over}).encode()
 
 
@@ -200,10 +204,12 @@ CASES: dict[str, Case] = {
     "updated far in the future": Case(_beat_with(updated_at="9999-12-31T00:00:00+00:00"), "stopped", "in the future"),
     "year 0 time": Case(_beat_with(updated_at="0000-01-01T00:00:00"), "stopped", "is not a time"),
     "negative episodes": Case(_beat_with(episodes_finished=-3), "stopped", "episodes_finished"),
-    "NaN rate": Case(_heartbeat(json.dumps(_beat()).replace('"calls_per_s": 0.0', '"calls_per_s": NaN')), "stopped",
-                     "calls_per_s"),  # fmt: skip
-    "every_s Infinity": Case(_heartbeat(json.dumps(_beat()).replace('"every_s": 5.0', '"every_s": Infinity')),
-                             "stopped", "every_s"),  # fmt: skip
+    "NaN rate": Case(
+        _heartbeat(json.dumps(_beat()).replace('"calls_per_s": 0.0', '"calls_per_s": NaN')), "stopped", "calls_per_s"
+    ),  # fmt: skip
+    "every_s Infinity": Case(
+        _heartbeat(json.dumps(_beat()).replace('"every_s": 5.0', '"every_s": Infinity')), "stopped", "every_s"
+    ),  # fmt: skip
     "every_s 0": Case(_beat_with(every_s=0), "stopped", "every_s"),
     "pid 10**30": Case(_beat_with(pid=10**30, host=os.uname().nodename), "stopped", "pid"),
     "pid negative": Case(_beat_with(pid=-5), "stopped", "pid"),
@@ -219,14 +225,17 @@ CASES: dict[str, Case] = {
         _beat_with(last_turn_at=None, last_call_at=None, started_at="", playing_since="", updated_at=""), "running", ""
     ),  # the max() of nothing, once a ValueError
     # -- the submission record (submit.json) --
-    "shards 1,000,000,000": Case(_sharded(_good_record(shards=1_000_000_000)), "damaged", "less than or equal to 10000"),
+    "shards 1,000,000,000": Case(
+        _sharded(_good_record(shards=1_000_000_000)), "damaged", "less than or equal to 10000"
+    ),
     "shards a string": Case(_sharded(_good_record(shards="2")), "damaged", "shards"),
     "shards true": Case(_sharded(_good_record(shards=True)), "damaged", "shards"),
     "shards 0": Case(_sharded(_good_record(shards=0)), "damaged", "shards"),
     "jobs not a list": Case(_sharded(_good_record(jobs="101")), "damaged", "jobs"),
     "job id an option": Case(_sharded(_good_record(jobs=[{"job": "--help", "tasks": [0]}])), "damaged", "jobs.0.job"),
-    "task index past the shards": Case(_sharded(_good_record(jobs=[{"job": "1", "tasks": [7]}])), "damaged",
-                                       "not below its 2 shards"),  # fmt: skip
+    "task index past the shards": Case(
+        _sharded(_good_record(jobs=[{"job": "1", "tasks": [7]}])), "damaged", "not below its 2 shards"
+    ),  # fmt: skip
     "task index a word": Case(_sharded(_good_record(jobs=[{"job": "1", "tasks": ["x"]}])), "damaged", "tasks"),
     "submit.json empty": Case(_sharded(None, raw=b""), "damaged", "not JSON"),
     "submit.json a list": Case(_sharded(None, raw=b"[]"), "damaged", "a JSON list"),
@@ -254,13 +263,15 @@ CASES: dict[str, Case] = {
     "index of 10,000 points": Case(
         _sweep(rows=[PointRow(job=i, overrides=(f"seed={i}",)) for i in range(10_000)]), "queued", "", row=9_999
     ),
-    "index beside a huge file": Case(_with_file(_sweep(_index_of()), "index-2.json", b" " * 65_000_001), "damaged",
-                                     "larger than 64 MB"),  # fmt: skip
+    "index beside a huge file": Case(
+        _with_file(_sweep(_index_of()), "index-2.json", b" " * 65_000_001), "damaged", "larger than 64 MB"
+    ),  # fmt: skip
     # -- results, checkpoints and the manifest --
     "results nested 200k deep": Case(_deep_result, "stopped", ""),
     "odd checkpoints": Case(_odd_checkpoints, "stopped", ""),
-    "manifest trials a word": Case(_manifest({"dataset": {"specs": [1]}, "config": {"trials": {"count": "x"}}}),
-                                   "queued", ""),  # fmt: skip
+    "manifest trials a word": Case(
+        _manifest({"dataset": {"specs": [1]}, "config": {"trials": {"count": "x"}}}), "queued", ""
+    ),  # fmt: skip
     "manifest shard index past its count": Case(
         _manifest({"dataset": {"specs": [1, 2]}, "config": {"shard": {"count": 2, "index": 9}}}), "queued", ""
     ),
@@ -316,7 +327,9 @@ def test_a_hung_squeue_is_waited_for_once_within_the_budget(tmp_path: Path, monk
 
 
 def test_squeue_garbage_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake(tmp_path / "bin", "squeue", 'printf "101_0|RUNNING||n1\\ngarbage\\n101_x|RUNNING||n\\n|||\\n101_1|PENDING\\n"\n')
+    _fake(
+        tmp_path / "bin", "squeue", 'printf "101_0|RUNNING||n1\\ngarbage\\n101_x|RUNNING||n\\n|||\\n101_1|PENDING\\n"\n'
+    )
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     said = st.from_squeue(["101"])
     assert list(said.tasks) == [("101", 0)] and not said.unknown

@@ -3,14 +3,13 @@
 One row each (rundir/status.py decides the state from the heartbeat, the files and, where it
 answers, Slurm), a total row, and nothing written. `status.format=json` prints one JSON document
 (docs/reference/status.md); `status.watch=S` redraws every S seconds (in place on a terminal) until
-interrupted. Its reader may stop reading at any point (`| head`): exit 0 for every format.
+interrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -101,23 +100,23 @@ def render(cfg: RunConfig, now: float) -> tuple[str, dict[str, Any]]:
     return text, doc
 
 
-def _show(text: str, tty: bool) -> bool:
-    """`text` in one write (a reader that takes the first line gets it whole, whatever the format); False
-    when the reader has gone (`| head`): status is a query, and its reader decides how much it reads."""
-    try:
-        if tty:
-            sys.stdout.write("\x1b[H\x1b[2J")  # home and clear: the table redrawn in place
-        sys.stdout.write(text + "\n")
+def _show(text: str, tty: bool) -> None:
+    """`text` in one write, whatever the format: a reader that takes the first line (`| head -1`) then
+    finds the command done (exit 0) whenever the output fit in the pipe, and closes it under the writer
+    (141, entry.py) only when it did not; never a race between a table's lines and the reader. The bytes
+    go out until all are written: a bare descriptor's write may take only part of them (a pipe whose
+    reader left takes what it had room for), and the rest must not be dropped without a word."""
+    out = ("\x1b[H\x1b[2J" if tty else "") + text + "\n"  # home and clear: a terminal's table redrawn in place
+    sys.stdout.flush()
+    raw = getattr(sys.stdout, "buffer", None)
+    if raw is None:  # a text-only stream (a capture in tests): it takes the whole string
+        sys.stdout.write(out)
         sys.stdout.flush()
-    except BrokenPipeError:
-        # What is still buffered, and the interpreter's own flush at exit, go nowhere instead of failing again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        for stream in {sys.stdout, sys.__stdout__}:
-            with contextlib.suppress(AttributeError, OSError, ValueError):
-                os.dup2(devnull, stream.fileno())  # type: ignore[union-attr]
-        os.close(devnull)
-        return False
-    return True
+        return
+    left = memoryview(out.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict"))
+    while left:
+        left = left[raw.write(left) or 0 :]
+    raw.flush()
 
 
 def main(cfg: RunConfig) -> int:
@@ -128,7 +127,10 @@ def main(cfg: RunConfig) -> int:
     text, _ = render(cfg, time.time())  # every entry checked (one line, exit 2) before anything is drawn
     tty = cfg.status.watch is not None and sys.stdout.isatty()
     try:
-        while _show(text, tty) and cfg.status.watch is not None:
+        while True:
+            _show(text, tty)
+            if cfg.status.watch is None:
+                break
             if not tty:
                 print(flush=True)  # a blank line between two readings in a log
             time.sleep(cfg.status.watch)

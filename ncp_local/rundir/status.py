@@ -250,7 +250,9 @@ def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damag
         row.next = _resume(task, row.kind)
     else:
         row.state, row.line = "queued", (say + (note or "nothing played yet")) if (say or note) else None
-        row.next = "wait: it starts with its sweep's engines" if note else "start it with its command: nothing has played"
+        row.next = (
+            "wait: it starts with its sweep's engines" if note else "start it with its command: nothing has played"
+        )
     return row
 
 
