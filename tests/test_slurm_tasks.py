@@ -184,7 +184,7 @@ def test_mode_status_shows_what_sacct_says_of_each_task(tmp_path: Path) -> None:
     rows = json.loads(out.stdout)["rows"]
     got = [(r["state"], r["exit_code"], r["slurm"]["state"], r["slurm"]["source"]) for r in rows]
     assert got == [
-        ("failed", 0, "COMPLETED", "sacct"),  # ended before its first heartbeat, no DONE: nothing of it there
+        ("stopped", 0, "COMPLETED", "sacct"),  # Slurm's success, but neither DONE nor a heartbeat: re-submit
         ("failed", 1, "FAILED", "sacct"),
         ("failed", 143, "CANCELLED", "sacct"),
         ("failed", None, "TIMEOUT", "sacct"),
