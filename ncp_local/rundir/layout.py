@@ -30,7 +30,7 @@ CALLS = "calls.jsonl"
 DONE = "DONE"
 LOCK = ".lock"
 ENGINE_LOG = "engine.log"  # the engine's and libraries' output (execution/engine_log.py)
-STATUS = "status.json"  # the running process's heartbeat (execution/heartbeat.py): bookkeeping, never a result
+STATUS = "status.json"  # the running process's heartbeat (rundir/heartbeat.py): bookkeeping, never a result
 SUBMIT_STATE = "submit.json"  # a Slurm submission: shard count, identity, jobs queued (launch/submit.py)
 SLURM_LOGS = "slurm"  # the array tasks' and the server's logs
 # The kind each part must have (a wrong kind is refused, never worked around).

@@ -1,23 +1,28 @@
 """Where each run, shard and sweep point stands, from what its directory holds (`mode=status`).
 
-Sources, all files: the heartbeat (`status.json`, execution/heartbeat.py), `DONE`, `results/`,
-`checkpoints/`, the manifest, the submission record (`submit.json`) with its task logs, and, where
-Slurm's commands answer, squeue and sacct (execution/slurm_tasks.py). No engine, no model library.
+Sources, all files and all untrusted: the heartbeat (rundir/heartbeat.py), `DONE`, `results/`,
+`checkpoints/` (counted through `layout.checkpointed`), the manifest, the submission record and task
+logs, and, where Slurm's commands answer, squeue and sacct (rundir/slurm.py). No engine, no model
+library. "Finished" is results on disk in every row.
 
 The states, decided in this order (`classify`):
 - done: the heartbeat's final state says so, or DONE is there;
 - failed / stopped: the heartbeat's final state (with its exit code and line);
 - failed: a heartbeat with no final state whose process is gone (its pid, on this host), or stale (no
   rewrite for `stale_after` = 3 heartbeat intervals + 10 s) while Slurm does not show its task
-  running; or a task that Slurm (or its log) says ended without DONE;
+  running; or a task that Slurm (or its log) says failed before its first heartbeat;
+- stopped: its process, on this host, is stopped (SIGSTOP: /proc says it at once);
 - stalled: the process is there (fresh heartbeat, a live pid, or Slurm shows the task running) but no
   turn was committed and no call completed for longer than the stall threshold (`stall_threshold`:
   `status.stall_s`, else max(`status.stall_floor_s`, `status.stall_factor` x the 90th percentile of the
   run's recent turn durations)); engine loading is not a stall;
 - running: the process is there and working;
 - queued: no heartbeat yet and nothing played (or Slurm shows the task pending);
-- stopped: no heartbeat, work on disk, no DONE, nothing running it (a run from before heartbeats,
-  or one stopped before its first).
+- stopped: no heartbeat, work on disk, no DONE, nothing running it (a run from before heartbeats, one
+  stopped before its first, a task Slurm calls COMPLETED that left neither).
+A heartbeat that cannot be read is named in the row's line and the files decide; a sweep index or
+submission record that cannot be read, with nothing else to say, is a `damaged` row. Every row that
+is neither running nor done says what to do next (`Row.next`).
 """
 
 from __future__ import annotations
