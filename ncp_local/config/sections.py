@@ -171,7 +171,8 @@ class CompareCfg(ConfigModel):
 
 
 class StatusCfg(ConfigModel):
-    """The heartbeat every running process writes (execution/heartbeat.py, its format rundir/heartbeat.py) and `mode=status`, which reads it."""
+    """The heartbeat every running process writes (execution/heartbeat.py; its format: rundir/heartbeat.py)
+    and `mode=status`, which reads it."""
 
     # Finite numbers only (inf would never beat, never redraw, never stall).
     model_config = ConfigDict(allow_inf_nan=False)
