@@ -439,3 +439,11 @@ def test_a_headless_worker_watches_its_head_and_a_head_nothing(monkeypatch: pyte
     # A head that never came up, or one refused poll among answers: left alone (vLLM's own timeout ends it).
     assert not watched([set()])
     assert not watched([{29501, 8001}, {29501}, {29501, 8001}])
+
+
+def test_a_served_model_not_on_disk_is_one_line_exit_2(tmp_path: Path) -> None:
+    """Its weights missing, the server would die on a node after the wait in the queue: refused now."""
+    missing = tmp_path / "no-such-model"
+    err = _refused(tmp_path, overrides=("auditor=qwen3_32b", f"auditor.model.path={missing}"))
+    assert err.startswith(f"error: --serve auditor: model 'qwen3-32b': {missing} is not a local model directory"), err
+    assert "--skip-model-check" in err

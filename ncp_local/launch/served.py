@@ -43,7 +43,13 @@ def served_role(args: argparse.Namespace, sweep: list[list[str]]) -> dict[str, A
                 "one server serves one model; submit one sweep per served model"
             )
     model = models[0]
-    path = model.path if args.skip_model_check else str(resolved_path(model))
+    try:
+        path = model.path if args.skip_model_check else str(resolved_path(model))
+    except FileNotFoundError as exc:  # weights not on disk: the server would die at its start, on a node
+        raise SubmitError(
+            f"--serve {role}: {exc}; put the weights there, point {role}.model.path at them, or give "
+            "--skip-model-check if they are on the compute nodes only"
+        ) from None
     gpus = model.tensor_parallel_size if args.serve_gpus is None else args.serve_gpus
     on_cpu = gpus == 0
     if on_cpu and model.gpu_memory_utilization is None and model.kv_cache_memory_bytes is None:
