@@ -49,8 +49,9 @@ def read_state(path: Path) -> dict[str, Any]:
     if rec is None:
         return {}
     if isinstance(rec, Damaged):
+        what = "cannot read it" if rec.why.startswith(("not JSON", "unreadable", "larger")) else "not a submit record"
         raise SubmitError(
-            f"{path}: not a submit record ({rec.why}); move it aside (queued jobs it recorded are then not known here)"
+            f"{path}: {what} ({rec.why}); move it aside (queued jobs it recorded are then not known here)"
         )
     return rec.model_dump(mode="json")
 
