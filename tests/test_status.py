@@ -493,3 +493,39 @@ def test_a_basic_launcher_sweep_is_watched_from_its_first_point(tmp_path: Path) 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_point_without_a_heartbeat_follows_the_sweeps_process(tmp_path: Path) -> None:
+    """The basic launcher's point that is starting (no heartbeat yet) and the points after it: running and
+    queued while the sweep's process lives, queued with `kill -CONT` while it is stopped, failed and
+    stopped (re-run the sweep) once it is gone."""
+    sweep = tmp_path / "sweep"
+    (tmp_path / "p0" / "results").mkdir(parents=True)
+    rows = [
+        PointRow(job=0, overrides=("seed=0",), run_dir=str(tmp_path / "p0"), status="running"),
+        PointRow(job=1, overrides=("seed=1",), status="waiting"),
+    ]
+    write(sweep, rows, [], [], "basic")
+    index = json.loads((sweep / "index.json").read_text())
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        seen = {}
+        for how in ("alive", "stopped", "gone"):
+            if how == "stopped":
+                os.kill(proc.pid, signal.SIGSTOP)
+                _until(lambda: rs.pid_state(proc.pid, index["host"]) == "stopped", 5)
+            if how == "gone":
+                proc.kill()
+                proc.wait()
+            (sweep / "index.json").write_text(json.dumps({**index, "pid": proc.pid}))
+            got = rs.rows_for(str(sweep), T, time.time(), slurm=False)
+            seen[how] = [(r.state, r.next) for r in got]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [s for s, _ in seen["alive"]] == ["running", "queued"]
+    assert seen["stopped"][1] == ("queued", f"kill -CONT {proc.pid} resumes the sweep")
+    assert [s for s, _ in seen["gone"]] == ["failed", "stopped"]
+    assert all("re-run the sweep's command" in (n or "") for _, n in seen["gone"])
+    assert (sweep / "0" / "run").resolve() == (tmp_path / "p0").resolve()  # the point's folder says where its run is

@@ -28,6 +28,7 @@ __all__ = [
     "Thresholds",
     "Total",
     "document",
+    "pid_state",
     "quantile",
     "rows_for",
     "stall_threshold",
@@ -100,6 +101,7 @@ def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]
                 row.next = "re-run the sweep's command: finished points are not run again"
             elif alive == {"stopped"}:
                 row.line = "waiting: the sweep's process is stopped (SIGSTOP or Ctrl-Z)"
+                row.next = f"kill -CONT {indexes[0].pid} resumes the sweep"
             else:
                 row.line = "waiting for its turn (the points play one after the other)"
                 row.next = "wait: the sweep plays it after the points before it"
