@@ -363,3 +363,22 @@ def test_heartbeat_0_is_off_as_documented(tmp_path: Path) -> None:
     d = _run(tmp_path / "run")
     out = run_cli("mode=status", f"runs=[{d}]", "status.heartbeat_s=0", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_glob_names_a_folder_it_cannot_read_and_reads_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Permissions do not stop root (the CI's user): the folder's listing is made to fail instead."""
+    _run(tmp_path / "all" / "good", json.dumps(_beat()))
+    _run(tmp_path / "all" / "locked")
+    real = rs.shard_dirs
+
+    def refuse(root: Path) -> dict:
+        if root.name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real(root)
+
+    monkeypatch.setattr(rs, "shard_dirs", refuse)
+    rows = rs.status_rows([str(tmp_path / "all" / "*")], T, NOW, slurm=False)
+    assert [(r.name, r.state) for r in rows] == [("good", "running"), ("locked", "damaged")]
+    assert "Permission denied" in (rows[1].line or "")

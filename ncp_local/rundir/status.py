@@ -147,13 +147,22 @@ def status_rows(entries: list[str], t: Thresholds, now: float, slurm: bool = Tru
                 found = sorted(str(p) for p in anchor.glob(pattern) if p.is_dir())
             except (ValueError, OSError) as exc:
                 raise InputError(entry, "runs", f"not a pattern this can read ({exc})") from None
-            rows = [r for f in found if (what := _what(Path(f))) for r in _rows(Path(f), what, t, now, slurm)]
+            rows = [r for f in found for r in _matched(Path(f), t, now, slurm)]
             if not rows:
                 raise InputError(entry, "runs", "no run directory, sharded run or sweep folder matches this pattern")
             out += rows
         else:
             out += rows_for(entry, t, now, slurm)
     return out
+
+
+def _matched(root: Path, t: Thresholds, now: float, slurm: bool) -> list[Row]:
+    """A folder a glob matched: its rows, none when it is no run, one naming it when it cannot be read."""
+    try:
+        what = _what(root)
+        return _rows(root, what, t, now, slurm) if what else []
+    except OSError as exc:
+        return [_damaged("run", root.name, root, "folder", f"cannot read it ({exc.strerror or exc})", "check it")]
 
 
 def _what(root: Path) -> str | None:
