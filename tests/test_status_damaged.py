@@ -240,7 +240,7 @@ CASES: dict[str, Case] = {
     "submit.json empty": Case(_sharded(None, raw=b""), "damaged", "not JSON"),
     "submit.json a list": Case(_sharded(None, raw=b"[]"), "damaged", "a JSON list"),
     "submit.json no identity": Case(_sharded({"shards": 2}), "damaged", "identity"),
-    "50,000 jobs recorded": Case(_many_jobs, "stopped", "not running"),
+    "50,000 jobs recorded": Case(_many_jobs, "damaged", "at most 10000 items"),
     # -- the task logs --
     "task log 5 MB without a newline": Case(_task_log(b"x" * 5_000_000), "stopped", "not running"),
     "task log garbage restart line": Case(

@@ -22,9 +22,9 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .heartbeat import Damaged
 from .layout import SLURM_LOGS, SUBMIT_STATE
@@ -37,6 +37,8 @@ BUDGET_S = 30.0
 MAX_JOBS = 32
 # No run is split into more shards than it has specs; this is far above any, and bounds what a record can claim.
 MAX_SHARDS = 10_000
+# Each re-submission records one job: a record of more than this many is not a submission's.
+MAX_JOBS_RECORDED = 10_000
 MAX_BYTES = 16_000_000
 # A task log is read from its tail: the job script's lines of the last attempt are there.
 LOG_TAIL = 64_000
@@ -51,14 +53,7 @@ class SubmittedJob(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     job: str = Field(pattern=_JOB_ID)
-    tasks: list[int] = []
-
-    @field_validator("tasks")
-    @classmethod
-    def _indexes(cls, v: list[int]) -> list[int]:
-        if any(not 0 <= t < MAX_SHARDS for t in v):
-            raise ValueError(f"a task index outside 0..{MAX_SHARDS - 1}")
-        return v
+    tasks: list[Annotated[int, Field(ge=0, lt=MAX_SHARDS)]] = []
 
 
 class SubmitRecord(BaseModel):
@@ -67,7 +62,7 @@ class SubmitRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
     identity: str
     shards: int = Field(ge=1, le=MAX_SHARDS, strict=True)
-    jobs: list[SubmittedJob] = []
+    jobs: list[SubmittedJob] = Field([], max_length=MAX_JOBS_RECORDED)
 
 
 def read_submit(root: Path) -> SubmitRecord | Damaged | None:
@@ -341,10 +336,11 @@ def from_sacct(jobs: list[str], until: float | None = None) -> SacctSaid:
     return parse_sacct(text)
 
 
-def tasks_of(root: Path, count: int, slurm: bool = True) -> dict[int, Task]:
+def tasks_of(root: Path, count: int, slurm: bool = True, record: SubmitRecord | None = None) -> dict[int, Task]:
     """Array task index -> what is known of its latest job, for the submission recorded in `root`
-    (a sharded run's directory or a sweep folder); {} when nothing was submitted from there."""
-    jobs = submitted_jobs(root)
+    (a sharded run's directory or a sweep folder; `record`: its submit.json, if already read); {} when
+    nothing was submitted from there."""
+    jobs = list(record.jobs) if record is not None else submitted_jobs(root)
     if not jobs:
         return {}
     latest = latest_jobs(jobs, count)

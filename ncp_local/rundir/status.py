@@ -56,7 +56,7 @@ def _shard_rows(root: Path, now: float, t: Thresholds, slurm: bool, label: str) 
         out.append(_damaged("run", label, root, SUBMIT_STATE, rec.why, fix))
     count = rec.shards if isinstance(rec, SubmitRecord) else (max(layouts) if layouts else 0)
     found = layouts.get(count, {})
-    tasks = tasks_of(root, count, slurm)
+    tasks = tasks_of(root, count, slurm, rec if isinstance(rec, SubmitRecord) else None)
     return out + [
         classify(
             found.get(i, root / shard_name(i, count)), "shard", f"{label} {shard_name(i, count)}", now, t, tasks.get(i)
@@ -82,7 +82,7 @@ def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]
     shared = set.intersection(*(set(r.overrides) for r in rows)) if rows else set()
     rec = read_submit(root)
     count = rec.shards if isinstance(rec, SubmitRecord) else 1
-    tasks = tasks_of(root, count, slurm)
+    tasks = tasks_of(root, count, slurm, rec if isinstance(rec, SubmitRecord) else None)
     out: list[Row] = []
     for r in rows:
         own = " ".join(o for o in r.overrides if o not in shared)
