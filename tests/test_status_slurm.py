@@ -80,9 +80,13 @@ def test_status_of_an_array_with_a_killed_and_a_stopped_task(
                 row = _rows(tmp_path, run_dir)[1]
                 assert row["state"] == "running" and row["eta_s"] is not None and row["slurm"]["state"] == "RUNNING"
             os.kill(pids[i], sig)
-        rows = _until(lambda: (r := _rows(tmp_path, run_dir))[1]["state"] == "stalled" and r, 60)
-        assert "stopped (SIGSTOP)" in rows[1]["line"] and rows[1]["slurm"]["state"] == "RUNNING"
-        assert rows[1]["since_call_s"] > rows[1]["stall_s"] >= 4
+        # On this host /proc says stopped at once; on another node only the stall threshold says it.
+        rows = _until(lambda: (r := _rows(tmp_path, run_dir))[1]["state"] in ("stopped", "stalled") and r, 60)
+        assert rows[1]["slurm"]["state"] == "RUNNING"
+        if rows[1]["state"] == "stopped":
+            assert rows[1]["next"] == f"kill -CONT {pids[1]} resumes it where it was", rows[1]
+        else:
+            assert rows[1]["since_call_s"] > rows[1]["stall_s"] >= 4 and f"scancel {job}_1" in rows[1]["next"]
         assert rows[0]["state"] == "failed" and rows[0]["exit_code"] == 137, rows[0]
         assert rows[0]["line"].startswith(f"ncp: task {job}_0 exit 137"), rows[0]
         assert rows[2]["state"] in ("queued", "running", "done")

@@ -74,7 +74,9 @@ def _sweep_rows(root: Path, now: float, t: Thresholds, slurm: bool) -> list[Row]
     except InputError as exc:
         return [_damaged("sweep", root.name, root, "sweep index", str(exc), "move the index aside; the runs are read")]
     if not indexes:
-        return [Row(kind="sweep", name=root.name, path=str(root), state="queued", line="no point has started yet")]
+        row = Row(kind="sweep", name=root.name, path=str(root), state="queued", line="no point has started yet")
+        row.next = "wait: the sweep's first point is being checked"
+        return [row]
     rows = [r for index in indexes for r in index.points]
     # The process that writes the index: a point it has not finished is its to play, while it lives.
     alive = {pid_state(i.pid, i.host) if i.pid and i.host else None for i in indexes}

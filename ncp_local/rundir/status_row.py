@@ -199,6 +199,10 @@ def _resume(task: Task | None, kind: str) -> str:
     return f"re-run {whose}: it resumes from the checkpoints (finished episodes are kept)"
 
 
+def _wait(task: Task | None) -> str:
+    return f"wait: Slurm starts it (squeue -r -j {task.job})" if task is not None else "wait"
+
+
 def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damaged: str | None) -> Row:
     """A row without a (readable) heartbeat: the results, checkpoints, DONE and Slurm say it."""
     started = checkpointed(part)
@@ -212,7 +216,7 @@ def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damag
         row.line = say.rstrip(": ").replace("; from the files", "") or None
     elif state in _PENDING and task is not None:
         row.state, row.line = "queued", say + (f"pending ({task.reason})" if task.reason else "pending")
-        row.next = f"wait: Slurm starts it (squeue -r -j {task.job})"
+        row.next = _wait(task)
     elif state in _RUNNING:
         row.state, row.line = "running", say + "started: no heartbeat yet (loading)"
     elif task is not None and (task.exit_code is not None or state in _SLURM_ENDED or state == "COMPLETED"):
@@ -273,6 +277,7 @@ def classify(
         elif slurm_pending and beat.state != "done":
             row.state = "queued"
             row.line = f"requeued after {beat.state}" + (f" ({task.reason})" if task and task.reason else "")
+            row.next = _wait(task)
         else:
             row.state = beat.state
             row.exit_code, row.line = beat.exit_code, beat.error
@@ -288,6 +293,7 @@ def classify(
         row.state = "queued" if slurm_pending else "running"
         row.line = "re-submitted" + (f", pending ({task.reason})" if slurm_pending and task and task.reason else "")
         row.line += "; no heartbeat of its own yet" if not slurm_pending else ""
+        row.next = _wait(task) if slurm_pending else None
         return row
     if proc == "gone" or (stale and proc is None and not slurm_running):
         row.state = "failed"
