@@ -236,9 +236,10 @@ def _from_files(row: Row, part: Path, task: Task | None, note: str | None, damag
         row.next = _resume(task, row.kind)
     else:
         row.state, row.line = "queued", (say + (note or "nothing played yet")) if (say or note) else None
-        row.next = (
-            "wait: it starts with its sweep's engines" if note else "start it with its command: nothing has played"
-        )
+        if task is not None:  # submitted, and Slurm's commands do not say where it is
+            row.next = f"squeue -r -j {task.job} shows it; if it is not there: " + _resume(task, row.kind)
+        else:
+            row.next = "wait: it starts with its sweep's engines" if note else "start it with its command"
     return row
 
 
