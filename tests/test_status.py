@@ -529,3 +529,11 @@ def test_a_point_without_a_heartbeat_follows_the_sweeps_process(tmp_path: Path) 
     assert [s for s, _ in seen["gone"]] == ["failed", "stopped"]
     assert all("re-run the sweep's command" in (n or "") for _, n in seen["gone"])
     assert (sweep / "0" / "run").resolve() == (tmp_path / "p0").resolve()  # the point's folder says where its run is
+
+
+def test_a_point_whose_run_is_its_folder_gets_no_link(tmp_path: Path) -> None:
+    """out_dir=${hydra:sweep.dir}/${hydra:job.num}: the run is the point's folder, which must stay a run's."""
+    sweep = tmp_path / "sweep"
+    write(sweep, [PointRow(job=0, run_dir=str(sweep / "0"), status="running")], [], [], "basic")
+    write(sweep, [PointRow(job=1, run_dir=str(sweep / "1" / "r"), status="running")], [], [], "basic")
+    assert not (sweep / "0").exists() and not (sweep / "1" / "run").exists()

@@ -166,6 +166,8 @@ def link_point(folder: Path, run_dir: Path) -> None:
     link = folder / POINT_LINK
     if link.is_symlink() and os.readlink(link) == str(run_dir):
         return
+    if folder.resolve() in (run_dir.resolve(), *run_dir.resolve().parents):
+        return  # the run lives in the point's folder itself (out_dir=${hydra:sweep.dir}/${hydra:job.num})
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if link.is_symlink():
