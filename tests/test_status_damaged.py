@@ -141,6 +141,17 @@ def _odd_checkpoints(tmp: Path) -> Path:
     return d
 
 
+def _turn_logs(tmp: Path) -> Path:
+    d = _run(tmp / "run", results=0, checkpoints=0)
+    (d / "checkpoints" / "a.jsonl").write_text("not a frame\n" * 3)
+    body = "[" * 200_000
+    (d / "checkpoints" / "b.jsonl").write_text(
+        '{"sha256":"' + "0" * 64 + '","prev":"' + "0" * 64 + '","body":' + body + "}\n"
+    )
+    (d / "checkpoints" / "c.jsonl").write_bytes(b"")
+    return d
+
+
 def _manifest(doc: object) -> Callable[[Path], Path]:
     def build(tmp: Path) -> Path:
         d = _run(tmp / "run", results=0, checkpoints=0)
@@ -269,6 +280,7 @@ CASES: dict[str, Case] = {
     # -- results, checkpoints and the manifest --
     "results nested 200k deep": Case(_deep_result, "stopped", ""),
     "odd checkpoints": Case(_odd_checkpoints, "stopped", ""),
+    "turn logs garbled, 200k deep, empty": Case(_turn_logs, "stopped", "not running"),
     "manifest trials a word": Case(
         _manifest({"dataset": {"specs": [1]}, "config": {"trials": {"count": "x"}}}), "queued", ""
     ),  # fmt: skip
