@@ -43,6 +43,9 @@ from .seals import check_result
 
 SUFFIX = ".jsonl"
 GENESIS = "0" * 64
+# Line 1 as the unchecked readers (status, progress) take it: a whole format-1 episode carried over is a
+# few MB; a file of one endless line is not read whole.
+_LINE1_MAX = 64 << 20
 _FRAME = re.compile(rb'^\{"sha256":"([0-9a-f]{64})","prev":"([0-9a-f]{64})","body":(.*)\}\n$', re.DOTALL)
 
 
@@ -224,14 +227,14 @@ def turns_logged(path: Path) -> int:
     the run writes): the base's turns plus one per whole line after it; 0 when line 1 is unreadable."""
     try:
         with open(path, "rb") as f:
-            first = f.readline()
+            first = f.readline(_LINE1_MAX)
             rest = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
         m = _FRAME.match(first)
         if m is None:
             return 0
         data = json.loads(m.group(3))
         return len(((data.get("checkpoint") or {}).get("turns")) or ()) + rest
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return 0
 
 
@@ -239,10 +242,10 @@ def seal_of(path: Path) -> dict[str, Any] | None:
     """Line 1's seal, unchecked (None when unreadable): which run a log says it belongs to."""
     try:
         with open(path, "rb") as f:
-            m = _FRAME.match(f.readline())
+            m = _FRAME.match(f.readline(_LINE1_MAX))
         seal = json.loads(m.group(3)).get("seal") if m else None
         return seal if isinstance(seal, dict) else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 
