@@ -93,8 +93,9 @@ def _terminal_side(stream: TextIO, fd: int, saved: int, made: list[TextIO]) -> T
     """The stream the rig prints to while `fd` points at the log: `stream` itself unless it writes to `fd`."""
     if not _on_fd(stream, fd):
         return stream
+    # Buffered: a raw FileIO may write part of a line to a pipe and the wrapper would drop the rest.
     out = io.TextIOWrapper(
-        io.FileIO(saved, "w", closefd=False),
+        io.BufferedWriter(io.FileIO(saved, "w", closefd=False)),
         encoding=getattr(stream, "encoding", None) or "utf-8",
         errors=getattr(stream, "errors", None) or "backslashreplace",
         line_buffering=True,
