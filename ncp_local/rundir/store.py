@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InputError
+from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name
@@ -274,7 +275,7 @@ class RunDir:
     def has_result(self, episode: str) -> bool:
         return self.result_path(episode).exists()
 
-    def write_result(self, result: EpisodeResult | ReauditResult) -> None:
+    def write_result(self, result: EpisodeResult | ReauditResult | PlantResult) -> None:
         name = episode_name(result.spec_id, getattr(result, "trial", 0))
         self._write(self.result_path(name), sealed_json(result, self._spec_hash(result.spec_id), self.identity))
         # The result supersedes the checkpoint; dropped only after the result is safe.
