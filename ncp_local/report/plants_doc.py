@@ -196,8 +196,7 @@ def write_plant_report(
     if no_plots:
         print(f"warning: {out}: plot skipped ({no_plots})", file=sys.stderr)
     else:
-        from .plants_plot import write_plants_plot
-        from .plots import inline_svg  # after plots_ready(): importing matplotlib writes its config folder
+        from .plots import inline_svg, write_plants_plot  # after plots_ready(): matplotlib writes its config
 
         png, svg_path = write_plants_plot(figs, out)
         files += [png, svg_path]
