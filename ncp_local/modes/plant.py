@@ -32,7 +32,7 @@ from ..execution.preflight import preflight
 from ..execution.progress import Metered, Progress
 from ..protocol import ROLES
 from ..protocol.plant import ItemAudit, PlantedItem, PlantResult, draw_items, items_digest, judge_item
-from ..protocol.prompts import PromptPack
+from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
 from ..report.plant_dirs import PLANT_KIND, is_plant_dir, load_plant_dir, plant_figures
@@ -82,6 +82,15 @@ def out_dir(cfg: RunConfig, source: Run, pack: PromptPack, digest: str) -> tuple
         else source.path.resolve().parent / f"plant-{source.key}-{ident.key}"
     )
     return out, ident
+
+
+def point_dir(cfg: RunConfig) -> Path:
+    """Where `mode=plant` with this config writes (a sweep's table reads it)."""
+    source = load_run(cfg.runs[0])
+    attach_specs(source, cfg.report.dataset, required=True)
+    items = draw(cfg, source)
+    pack = PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates))
+    return out_dir(cfg, source, pack, items_digest([i for its in items.values() for i in its]))[0]
 
 
 def auditor_label(cfg: RunConfig, label: str) -> str:
