@@ -155,7 +155,8 @@ def simulate(condition: str, runs: int, stories: int, turns: int, resamples: int
         cov = np.mean((a[:, 1] <= truth[k] + 1e-12) & (truth[k] - 1e-12 <= a[:, 2]))
         se = math.sqrt(cov * (1 - cov) / len(a))
         lines.append(
-            f"| {k} | {truth[k]:.3f} | {a[:, 0].mean():.3f} | {100 * cov:.1f} ({100 * se:.1f}) | {np.mean(a[:, 2] - a[:, 1]):.3f} |"
+            f"| {k} | {truth[k]:.3f} | {a[:, 0].mean():.3f} | {100 * cov:.1f} ({100 * se:.1f}) | "
+            f"{np.mean(a[:, 2] - a[:, 1]):.3f} |"
         )
     lines += [
         "",

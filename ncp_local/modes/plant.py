@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..bindings import Bindings
 from ..config import ConfigError, RunConfig
 from ..engines.base import EngineDead
 from ..errors import InputError
@@ -93,6 +94,17 @@ def point_dir(cfg: RunConfig) -> Path:
     return out_dir(cfg, source, pack, items_digest([i for its in items.values() for i in its]))[0]
 
 
+SCRIPTED_NOTE = "a scripted auditor: its figures are the rates it was given (engine.plant_*), drawn at random"
+
+
+def what_it_measures(bindings: Bindings) -> list[str]:
+    """The lines the figures carry when they measure no real auditor: the embedded model, or scripted answers."""
+    note = embedded_note(bindings, ("auditor",))
+    if note:
+        return [note.removeprefix("note: ")]
+    return [SCRIPTED_NOTE] if bindings["auditor"].label == "scripted" else []
+
+
 def auditor_label(cfg: RunConfig, label: str) -> str:
     """The judged auditor as the figures name it; a scripted one by the rates it was given."""
     if label != "scripted" or cfg.engine.name != "scripted":
@@ -138,10 +150,7 @@ def main(cfg: RunConfig) -> int:
     if source.path.resolve() in out.resolve().parents:
         raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: use a folder of its own")
     label = auditor_label(cfg, ready.bindings["auditor"].label)
-    note = embedded_note(ready.bindings, ("auditor",))
-    notes = [note.removeprefix("note: ")] if note else []
-    if cfg.engine.name == "scripted":
-        notes.append("a scripted auditor: its figures are the rates it was given (engine.plant_*), drawn at random")
+    notes = what_it_measures(ready.bindings)
     store = RunDir(out, record=PlantResult)
     store.open(
         {
