@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bindings import Bindings
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, ScriptedEngineCfg
 from ..engines.base import EngineDead
 from ..errors import InputError
 from ..execution import engine_log
@@ -36,6 +36,7 @@ from ..protocol.plant import ItemAudit, PlantedItem, PlantResult, draw_items, it
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
+from ..protocol.stages import CONFLICT_TYPES
 from ..report.plant_dirs import PLANT_KIND, is_plant_dir, load_plant_dir, plant_figures
 from ..report.plants_doc import write_plant_report
 from ..report.runs import Run, attach_specs, expand_runs, load_run
@@ -109,9 +110,14 @@ def auditor_label(cfg: RunConfig, label: str) -> str:
     """The judged auditor as the figures name it; a scripted one by the rates it was given."""
     if label != "scripted" or cfg.engine.name != "scripted":
         return f"{label} (seed {cfg.seed})" if cfg.seed else label
-    rec, fa = cfg.engine.plant_recall, cfg.engine.plant_false_alarm  # type: ignore[union-attr]
-    rates = "/".join(f"{rec[t]:g}" for t in cfg.plant.types)
-    return f"scripted (recall {rates}, false alarm {'/'.join(f'{fa[t]:g}' for t in sorted(fa))})"
+    assert isinstance(cfg.engine, ScriptedEngineCfg)
+
+    def rates(by_type: dict[str, float]) -> str:
+        if len(set(by_type.values())) == 1:
+            return f"{next(iter(by_type.values())):g}"
+        return " ".join(f"{t} {by_type[t]:g}" for t in CONFLICT_TYPES)
+
+    return f"scripted (recall {rates(cfg.engine.plant_recall)}; false alarm {rates(cfg.engine.plant_false_alarm)})"
 
 
 def table(cfg: RunConfig, paths: Sequence[str]) -> int:

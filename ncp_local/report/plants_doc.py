@@ -137,7 +137,7 @@ def _verdict(a: ItemAudit) -> str:
 
 def item_rows(results: Sequence[PlantResult], limit: int = ITEMS_SHOWN) -> list[str]:
     """A row per planted item: where, its type and target, the original, the planted text, the verdict."""
-    rows = []
+    rows: list[str] = []
     for r in results:
         for a in r.items:
             if not a.item.planted or len(rows) >= limit:
