@@ -7,10 +7,12 @@ the clean ones). The items of one story share its ledger and its narrator, so th
 interval draws *stories* with replacement, a drawn story bringing all its items (protocol/resample.py's
 rule). A share's band is Jeffreys' interval at the effective number of items that bootstrap implies
 (p(1 - p) / its variance, at most the items counted; protocol/resample.jeffreys_band), widened for few
-stories (resample.few_stories_factor): a percentile band of a share near 0 or 1 from 30-50 stories falls
-short of its level, Jeffreys' does not. A difference between two auditors is paired by item: its interval
-is the percentile bootstrap of stories, both auditors' items of a drawn story together, and its p-value
-the paired sign-flip permutation test by story that mode=compare uses (report/compare.py).
+stories (resample.few_stories_factor), with the exact one-sided limit at 0 or all hits (the modified
+Jeffreys interval of Brown, Cai and DasGupta 2001): a percentile band of a share near 0 or 1 from 30-50
+stories falls short of its level. A difference between two auditors is paired by item: its interval is
+the percentile bootstrap of stories, both auditors' items of a drawn story together, widened for few
+stories the same way, and its p-value the paired sign-flip permutation test by story that mode=compare
+uses (report/compare.py). scripts/plant_sim.py measures the coverage (docs/measurements).
 """
 
 from __future__ import annotations
@@ -109,6 +111,13 @@ def share_band(
     var = float(np.nanvar(boot)) * few_stories_factor(g, level) ** 2
     n_eff = min(n, p * (1 - p) / var) if var > 0 else n
     lo, hi = jeffreys_band(np.asarray([p]), np.asarray([n_eff]), np.asarray([n_eff]), level)
+    # None of n (or all): Jeffreys' limit falls short (0 of 55 reaches only 4.4%); Brown, Cai and DasGupta's
+    # modified interval takes the exact one-sided limit there, 1 - (alpha/2)^(1/n).
+    edge = ((1 - level) / 2) ** (1 / n_eff)
+    if p == 0:
+        return p, 0.0, max(float(hi[0]), 1 - edge)
+    if p == 1:
+        return p, min(float(lo[0]), edge), 1.0
     return p, float(lo[0]), float(hi[0])
 
 
@@ -203,11 +212,14 @@ def _difference(
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (w @ (sums[:, 1] - sums[:, 0])) / (w @ sums[:, 2])
     lo, hi = percentile(boot[:, None], level)
+    # The percentile band widened about the difference for few stories, as the shares' bands are.
+    widen = few_stories_factor(g, level)
+    observed = pb - pa
+    lo, hi = observed - widen * (observed - lo), observed + widen * (hi - observed)
     # Sign flips by story: a story's items keep their two verdicts and swap which auditor gave them.
     by_story = sums[:, 1] - sums[:, 0]
     flips = sign_flips(g, resamples, np.random.default_rng(seed + 1))
     null = np.where(flips, -by_story, by_story).sum(axis=1) / n
-    observed = pb - pa
     far = np.abs(null) >= abs(observed) - 1e-12
     p = float(far.mean()) if len(flips) == 2**g else float((1 + far.sum()) / (1 + len(flips)))
     return PairedDifference(f, pa, pb, observed, float(lo[0]), float(hi[0]), p, int(n), g)
