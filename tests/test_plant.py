@@ -220,7 +220,9 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
     assert "## Paired differences" in rep.stdout
     paired = list(csv.DictReader((tmp_path / "rep" / "plants_paired.csv").open()))
     fact = next(row for row in paired if row["figure"] == "recall:fact")
-    assert float(fact["difference"]) < -0.5 and float(fact["hi"]) < 0  # the difference, and its interval below 0
+    assert float(fact["difference"]) < -0.5 and float(fact["lo"]) < float(fact["difference"]) < float(fact["hi"])
+    # Three stories: every sign-flip pattern is enumerated, and no p-value can fall below 2/8.
+    assert float(fact["p"]) == 0.25
     assert (tmp_path / "rep" / "plants.html").is_file()
 
 
@@ -276,3 +278,12 @@ def test_marked_html_shows_exactly_the_planted_words(source: Run) -> None:
     inside = html.split("<mark class=planted>")[1].split("</mark>")[0]
     assert inside.replace("&quot;", '"').replace("&#x27;", "'") == planted.sentence
     assert json.loads(planted.model_dump_json())["inserted"].strip() == planted.sentence
+
+
+def test_none_found_still_reaches_a_rate_the_items_cannot_rule_out() -> None:
+    # 0 of 55: Jeffreys' upper limit (4.4%) would exclude a true 5%; the exact one-sided limit is 6.5%.
+    stories = [f"s{i % 29}" for i in range(55)]
+    p, lo, hi = share_band(np.zeros(55), np.ones(55), stories, 300, 0, 0.95)
+    assert (p, lo) == (0.0, 0.0) and hi == pytest.approx(1 - 0.025 ** (1 / 55))
+    p, lo, hi = share_band(np.ones(55), np.ones(55), stories, 300, 0, 0.95)
+    assert (p, hi) == (1.0, 1.0) and lo == pytest.approx(0.025 ** (1 / 55))
