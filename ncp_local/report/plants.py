@@ -10,9 +10,10 @@ rule). A share's band is Jeffreys' interval at the effective number of items tha
 stories (resample.few_stories_factor), with the exact one-sided limit at 0 or all hits (the modified
 Jeffreys interval of Brown, Cai and DasGupta 2001): a percentile band of a share near 0 or 1 from 30-50
 stories falls short of its level. A difference between two auditors is paired by item: its interval is
-the percentile bootstrap of stories, both auditors' items of a drawn story together, widened for few
-stories the same way, and its p-value the paired sign-flip permutation test by story that mode=compare
-uses (report/compare.py). scripts/plant_sim.py measures the coverage (docs/measurements).
+the difference plus and minus z times the standard error of a bootstrap of stories (both auditors' items
+of a drawn story together), widened for few stories the same way; its p-value is the paired sign-flip
+permutation test by story that mode=compare uses (report/compare.py). scripts/plant_sim.py measures the
+coverage (docs/measurements/2026-12-07-planted.md).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from ..protocol.plant import CLEAN, ItemAudit, PlantResult
-from ..protocol.resample import clusters, few_stories_factor, jeffreys_band, percentile
+from ..protocol.resample import clusters, few_stories_factor, jeffreys_band
 from ..protocol.stages import CONFLICT_TYPES
 from .compare import ALPHA, holm, sign_flips
 
@@ -211,18 +213,19 @@ def _difference(
     w = _story_draws(g, resamples, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (w @ (sums[:, 1] - sums[:, 0])) / (w @ sums[:, 2])
-    lo, hi = percentile(boot[:, None], level)
-    # The percentile band widened about the difference for few stories, as the shares' bands are.
-    widen = few_stories_factor(g, level)
+    # The bootstrap's standard error, widened for few stories as the shares' bands are, about the difference:
+    # a difference of two shares of the same items is near normal, and the percentile band of its lumpy
+    # bootstrap (steps of 1/items) fell short at a true 0 (92.6% in scripts/plant_sim.py, 500 runs).
     observed = pb - pa
-    lo, hi = observed - widen * (observed - lo), observed + widen * (hi - observed)
+    half = float(stats.norm.ppf(1 - (1 - level) / 2)) * few_stories_factor(g, level) * float(np.nanstd(boot, ddof=1))
+    lo, hi = observed - half, observed + half
     # Sign flips by story: a story's items keep their two verdicts and swap which auditor gave them.
     by_story = sums[:, 1] - sums[:, 0]
     flips = sign_flips(g, resamples, np.random.default_rng(seed + 1))
     null = np.where(flips, -by_story, by_story).sum(axis=1) / n
     far = np.abs(null) >= abs(observed) - 1e-12
     p = float(far.mean()) if len(flips) == 2**g else float((1 + far.sum()) / (1 + len(flips)))
-    return PairedDifference(f, pa, pb, observed, float(lo[0]), float(hi[0]), p, int(n), g)
+    return PairedDifference(f, pa, pb, observed, float(lo), float(hi), p, int(n), g)
 
 
 def compare_auditors(
