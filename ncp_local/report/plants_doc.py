@@ -34,7 +34,8 @@ def method_note(level: float, resamples: int) -> str:
         "conflict stands after the double-check; found and typed: ... a conflict of the planted type; false "
         "alarm: clean turns (as played, which the run's own auditor passed) on which a conflict stands. "
         "Differences: auditor minus the first, on the items both judged, paired by item; interval from a "
-        "bootstrap of stories (its standard error, widened for few stories) and a two-sided sign-flip permutation test by story (Holm over auditors, per figure)."
+        "bootstrap of stories (its standard error, widened for few stories) and a two-sided sign-flip "
+        "permutation test by story (Holm over auditors, per figure)."
     )
 
 
