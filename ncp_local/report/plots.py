@@ -285,7 +285,7 @@ def plants_figure(figs: Sequence[AuditorFigures]) -> Figure:
     ax.set_xticks(range(len(keys)), [k.label for k in keys], fontsize=8)
     ax.set_ylim(0, 100)
     ax.set_ylabel("% of items")
-    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    fig.legend(loc="outside lower center", fontsize=7, frameon=False)  # below: labels are long
     return fig
 
 
