@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers import RandomPolicy, make_spec
 from ncp_local.engines.scripted import ScriptedEngine
-from ncp_local.execution.admission import Admission, resident
+from ncp_local.execution.admission import _BLOCK, _EXACT, Admission, Prompt, resident
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.footprint import counter, estimate
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
@@ -86,7 +87,7 @@ def _run(
 def test_admission_keeps_in_flight_within_the_cache_and_starves_nobody(tmp_path: Path) -> None:
     free, unbounded = _run(tmp_path / "free", None, concurrency=8)
     # Every episode's last footprint (all stages' prompts + answers) on the one engine.
-    last = max(ep.on(e) for ep in unbounded.episodes.values() for e in ep.footprint)
+    last = max(ep.on(e) for ep in unbounded.episodes.values() for e in ep.calls)
     cap = int(last * 2.5)  # two episodes at their longest, more early on
     bound, watched = _run(tmp_path / "bound", cap, concurrency=8)
     # Results do not depend on when an episode runs; every one finished (nobody starved).
@@ -179,3 +180,19 @@ def test_a_prefix_two_stages_share_is_counted_once() -> None:
     assert resident(calls) == (10 + 4 + 7) + (1 + 2 + 3)
     assert resident({"a": (8, 0, "abcdefgh"), "b": (8, 0, "abcdefgh")}) == 8
     assert resident({"a": (5, 5, "")}) == 10
+
+
+def test_a_long_prompt_is_kept_as_blocks_and_its_shared_prefix_found_within_one() -> None:
+    """The admission keeps no long prompt's text (at turn 100 an episode's stages' prompts are
+    megabytes): a hash per block finds the prefix two prompts share to within a block, never more."""
+    rng = random.Random(7)
+    for _ in range(200):
+        common = "".join(rng.choice("abc ") for _ in range(rng.randrange(0, 60_000)))
+        a = common + "X" + "".join(rng.choice("ab") for _ in range(rng.randrange(0, 9_000)))
+        b = common + "Y" + "".join(rng.choice("ab") for _ in range(rng.randrange(0, 9_000)))
+        pa, pb = Prompt.of(a), Prompt.of(b)
+        got = pa.shared(pb)
+        assert got == pb.shared(pa) and len(common) - _BLOCK < got <= len(common), (len(common), got)
+        if len(a) <= _EXACT and len(b) <= _EXACT:
+            assert got == len(common)
+        assert not pa.text or len(a) <= _EXACT  # no long text kept

@@ -139,7 +139,13 @@ CASES = [
     Case(
         "yaml-deep-nesting",
         (),
-        (SPEC, "nested deeper than"),
+        (SPEC, "nested deeper than 32 levels"),
+        setup=_edit(SPEC, lambda t: t + "deep: " + "[" * 100 + "]" * 100 + "\n"),
+    ),
+    Case(  # past libyaml's own bound, which its parser meets before the rig's composer
+        "yaml-deeper-than-libyaml",
+        (),
+        (SPEC, ": line ", "invalid YAML: exceeded maximum nesting depth"),
         setup=_edit(SPEC, lambda t: t + "deep: " + "[" * 5000 + "]" * 5000 + "\n"),
     ),
     Case(

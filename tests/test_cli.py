@@ -27,7 +27,7 @@ def test_scripted_official_run_and_resume(official_dataset: Path, tmp_path: Path
     first = _run(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert len(list((out / "results").glob("*.json"))) == 100
-    assert not list((out / "checkpoints").glob("*.json"))
+    assert not list((out / "checkpoints").glob("*.jsonl"))
     header = next(line for line in first.stdout.splitlines() if line.startswith("| run |"))
     for col in ("avg turns", "traj %", "sat %", "fact %", "commit %", "player %", "conflict-free"):
         assert col in header

@@ -260,10 +260,10 @@ def test_resumed_run_equals_uninterrupted(tmp_path: Path) -> None:
         with pytest.raises((Crash, BaseExceptionGroup)) as crashed:  # raised inside a TaskGroup: grouped
             Scripted(root, specs, crash_after(n), max_turns=6, policy=busy).run()
         assert crashed.type is Crash or crashed.group_contains(Crash)
-    assert list((root / "checkpoints").glob("*.json")), "a crash mid-run leaves checkpoints"
+    assert list((root / "checkpoints").glob("*.jsonl")), "a crash mid-run leaves checkpoints"
     resumed = Scripted(root, specs, None, max_turns=6, policy=busy).run()
     assert _results_json(resumed) == _results_json(full)
-    assert not list((root / "checkpoints").glob("*.json"))
+    assert not list((root / "checkpoints").glob("*.jsonl"))
     again = Scripted(root, specs, None, max_turns=6, policy=busy)
     again.run()
     assert again.backend.requests == []  # nothing left to do

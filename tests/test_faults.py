@@ -16,6 +16,7 @@ import pytest
 from cli_runner import CliResult, run_cli
 from helpers import Scripted, make_spec, tag
 from ncp_local.engines.base import Completion, Request
+from ncp_local.rundir.turn_log import SUFFIX, read_log
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,8 +51,13 @@ def _assert_clean(out: Path, killed: bool = False) -> None:
         if p.name.endswith(".tmp"):
             assert killed and p.name.startswith("."), p
             continue
-        data = json.loads(p.read_text())
-        assert [t["turn"] for t in data["turns"]] == list(range(len(data["turns"])))
+        if p.suffix == SUFFIX:  # a turn log: every line whole and chained (a kill can cut the last short)
+            got = read_log(p, None)
+            assert got.checkpoint is not None and (not got.problem or (killed and "cut short" in got.problem)), p
+            turns = [t.turn for t in got.checkpoint.turns]
+        else:
+            turns = [t["turn"] for t in json.loads(p.read_text())["turns"]]
+        assert turns == list(range(len(turns)))
 
 
 def _wait_for(predicate: Any, timeout: float) -> bool:
@@ -103,7 +109,7 @@ def test_sigkill_at_random_moments_then_resume_matches(
     assert final.returncode == 0, final.stderr
     _assert_clean(out)
     assert _results(out) == expected
-    assert not list((out / "checkpoints").glob("*.json"))
+    assert not list((out / "checkpoints").glob("*.jsonl"))
     for line in (out / "calls.jsonl").read_text().splitlines():
         json.loads(line)  # no torn line survives a resume
     print(f"survived {kills} SIGKILLs; {len(expected)} results match the uninterrupted run")
@@ -117,13 +123,13 @@ def test_sigterm_flushes_and_exit_status_resumes(official_dataset: Path, tmp_pat
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert _wait_for(lambda: len(list((out / "checkpoints").glob("*.json"))) >= 2, 300)  # a bound, not a speed
+    assert _wait_for(lambda: len(list((out / "checkpoints").glob("*.jsonl"))) >= 2, 300)  # a bound, not a speed
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert "stopped by SIGTERM" in err and "re-run the same command to resume" in err
     _assert_clean(out)
-    assert list((out / "checkpoints").glob("*.json"))
+    assert list((out / "checkpoints").glob("*.jsonl"))
     assert not (out / "DONE").exists()
     again = run_cli(*_args(official_dataset, out))
     assert again.returncode == 0, again.stderr
@@ -146,7 +152,7 @@ def test_sigterm_stops_a_sweep_and_its_resume_equals_a_run_alone(
         text=True,
         cwd=tmp_path,
     )
-    assert _wait_for(lambda: len(list(tmp_path.glob("p*/checkpoints/*.json"))) >= 2, 300)  # a bound, not a speed
+    assert _wait_for(lambda: len(list(tmp_path.glob("p*/checkpoints/*.jsonl"))) >= 2, 300)  # a bound, not a speed
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
@@ -251,7 +257,7 @@ def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path
     died = _local(out, "engine.die_after_calls=100")
     assert died.returncode == 3, died.stderr
     done = sorted((out / "results").glob("*.json"))
-    (cp,) = (out / "checkpoints").glob("*.json")
+    (cp,) = (out / "checkpoints").glob("*.jsonl")
     assert len(done) == 2
     a, b = done
     a_text, b_text = a.read_bytes(), b.read_bytes()
@@ -277,8 +283,11 @@ def test_swapped_truncated_and_ghost_files_are_quarantined_and_replayed(tmp_path
     assert resumed.returncode == 0, resumed.stderr
     warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == 4, resumed.stderr
-    assert any(cp.name in w and "not JSON" in w and "from the start" in w for w in warnings)
-    assert sorted(p.name for p in (out / "quarantine").rglob("*.json")) == sorted([a.name, b.name, cp.name, ghost.name])
+    # The log cut in half: its whole lines stay, the cut one goes aside (all of it, if it was line 1).
+    assert any(cp.name in w and "cut short" in w and ("resumes after" in w or "from the start" in w) for w in warnings)
+    assert sorted(p.name for p in (out / "quarantine").rglob("*.json*")) == sorted(
+        [a.name, b.name, cp.name, ghost.name]
+    )
     assert _results(out) == expected
     assert {p.name: p.read_bytes() for p in (out / "results").glob("*.json")} == {
         p.name: p.read_bytes() for p in (reference / "results").glob("*.json")

@@ -120,3 +120,33 @@ def test_a_newer_format_is_refused_in_one_line_and_kept(which: str, old_run: Pat
         assert "newer ncp-local" in lines[0]
     assert target.read_bytes() == kept and not (shard / "quarantine").exists()
     assert not (tmp_path / "rep").exists()
+
+
+# Written by fceb218 (checkpoint format 1: `checkpoints/<episode>.json`, the whole episode rewritten each
+# turn) on 2026-12-07: `python run.py engine=scripted max_turns=6 engine.conflict_rate=0 engine.delay_s=0.3
+# concurrency=2 out_dir=run` over the rig's own specs/, SIGKILLed with two results written and
+# hound_of_the_baskervilles checkpointed after 2 turns.
+UNFINISHED = ROOT / "tests" / "data" / "run-format1-unfinished"
+SIX = ("engine=scripted", "max_turns=6", "engine.conflict_rate=0", "progress=false")
+
+
+def test_an_unfinished_format1_run_reports_then_resumes_as_if_never_stopped(tmp_path: Path) -> None:
+    """A run killed under checkpoint format 1 reports its episode in flight, resumes from the format-1
+    checkpoint into a turn log (format 2), and ends with results byte for byte those of an uninterrupted
+    run; the results fceb218 wrote are those this rig writes."""
+    run = tmp_path / "run"
+    shutil.copytree(UNFINISHED, run)
+    old = run / "checkpoints" / "hound_of_the_baskervilles.json"
+    assert FORMAT_KEY not in old.read_text() and len(json.loads(old.read_text())["turns"]) == 2
+    report = run_cli("mode=report", f"runs=[{run}]", f"report.out={tmp_path / 'rep'}", cwd=ROOT)
+    assert report.returncode == 0, report.stderr
+    assert "1 of 3 episodes still playing or stopped" in report.stdout, report.stdout
+    done = run_cli(*SIX, f"out_dir={run}", cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert not list((run / "checkpoints").iterdir()) and not (run / "quarantine").exists()
+    reference = tmp_path / "reference"
+    assert run_cli(*SIX, f"out_dir={reference}", cwd=ROOT).returncode == 0
+    assert _files(run / "results") == _files(reference / "results")
+    assert _files(UNFINISHED / "results") == {
+        k: v for k, v in _files(reference / "results").items() if k in _files(UNFINISHED / "results")
+    }

@@ -12,6 +12,7 @@ from ncp_local.protocol.hiagent import HiAgentNarrator, Subgoal
 from ncp_local.protocol.ledger import EpisodeState, Exchange, FactUpdate
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.prompts import PromptPack
+from ncp_local.rundir.turn_log import read_log
 
 
 class HiAgentRun(Scripted):
@@ -109,8 +110,8 @@ def test_hiagent_state_survives_resume(tmp_path: Path) -> None:
         first.run()
     except BaseException:
         pass
-    cp = json.loads((tmp_path / "r" / "checkpoints" / "tiny.json").read_text())
-    assert [s["title"] for s in cp["narrator_state"]["subgoals"]] == ["goal 0", "goal 1"]
+    cp = read_log(tmp_path / "r" / "checkpoints" / "tiny.jsonl", None).checkpoint
+    assert cp is not None and [s["title"] for s in cp.narrator_state["subgoals"]] == ["goal 0", "goal 1"]
     second = HiAgentRun(tmp_path / "r", [make_spec()], _subgoal_rules(plan), max_turns=6)
     assert second.run()["tiny"].model_dump_json() == expected
     # Summaries made before the crash are not recomputed after it.

@@ -99,7 +99,7 @@ def test_a_killed_run_resumes_to_the_same_results(
     out = tmp_path / "run"
     killed = _play(out, official_dataset, reference_on_path, f"method.name={BASELINE}", "engine.die_after_calls=1500")
     assert killed.returncode != 0 and "resume" in killed.stderr
-    assert any((out / "checkpoints").glob("*.json"))
+    assert any((out / "checkpoints").glob("*.jsonl"))
     assert len(list((out / "results").glob("*.json"))) < 100
     resumed = _play(out, official_dataset, reference_on_path, f"method.name={BASELINE}")
     assert resumed.returncode == 0, resumed.stderr
@@ -160,7 +160,7 @@ def test_official_hiagent_runs_unchanged_and_resumes(
     killed = _play(out, official_dataset, reference_on_path, *args, "engine.die_after_calls=1500")
     assert killed.returncode != 0 and "resume" in killed.stderr
     # The method's memory went into the rig's checkpoints (its checkpoint_state), turn by turn.
-    states = [json.loads(f.read_text())["narrator_state"] for f in (out / "checkpoints").glob("*.json")]
+    states = [json.loads(f.read_text())["narrator_state"] for f in (out / "checkpoints").glob("*.jsonl")]
     assert states and all(s["core"]["memory"][0] == [["Observation", "Story initialized."]] for s in states)
     assert any(len(s["core"]["memory"]) > 2 for s in states)
     resumed = _play(out, official_dataset, reference_on_path, *args)

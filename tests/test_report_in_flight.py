@@ -33,7 +33,7 @@ def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     died = run_cli(*RUN, f"out_dir={out}", "engine.die_after_calls=200")
     assert died.returncode == 3, died.stderr
     assert len(list((out / "results").glob("*.json"))) == 5
-    assert len(list((out / "checkpoints").glob("*.json"))) == 4
+    assert len(list((out / "checkpoints").glob("*.jsonl"))) == 4
     return out
 
 
@@ -50,8 +50,8 @@ def _turns(run: Path) -> tuple[list[int], list[bool]]:
         if data["termination"] != "invalid":
             turns.append(len(data["turns"]))
             censored.append(data["termination"] == "context_limit")
-    for f in sorted((run / "checkpoints").glob("*.json")):
-        turns.append(len(json.loads(f.read_text(encoding="utf-8"))["turns"]))
+    for f in sorted((run / "checkpoints").glob("*.jsonl")):
+        turns.append(len(f.read_bytes().splitlines()) - 1)  # a turn log: line 1 the opening, then a turn each
         censored.append(True)
     return turns, censored
 
@@ -115,12 +115,12 @@ def test_the_same_report_after_the_run_finishes_has_no_line(stopped: Path, tmp_p
 def test_a_checkpoint_that_fails_its_check_is_skipped_with_a_note(stopped: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(stopped, run)
-    torn = sorted((run / "checkpoints").glob("*.json"))[0]
-    torn.write_bytes(torn.read_bytes()[:100])  # what a reader would see of a file written in place
+    torn = sorted((run / "checkpoints").glob("*.jsonl"))[0]
+    torn.write_bytes(torn.read_bytes()[:100])  # line 1 cut short: nothing of the log can be read
     rep = _report(tmp_path / "rep", run)
     assert rep.returncode == 0, rep.stderr
     assert "3 of 8 episodes still playing" in rep.stdout
-    assert f"{torn}: not JSON (truncated or damaged): skipped" in rep.stdout
+    assert f"{torn}: line 1: cut short (a crash mid-write): skipped" in rep.stdout
     assert torn.read_bytes()  # nothing moved or removed: the report never writes into a run
 
 
@@ -128,7 +128,7 @@ def test_a_checkpoint_gone_between_listing_and_reading_is_noted(stopped: Path, t
     run = tmp_path / "run"
     shutil.copytree(stopped, run)
     loaded = load_run(run)
-    gone = sorted((run / "checkpoints").glob("*.json"))[0]
+    gone = sorted((run / "checkpoints").glob("*.jsonl"))[0]
     gone.unlink()  # the episode finished (or was quarantined) while the report read the run
     count_in_flight(loaded)
     assert len(loaded.in_flight) == 3
@@ -138,7 +138,7 @@ def test_a_checkpoint_gone_between_listing_and_reading_is_noted(stopped: Path, t
 def test_a_run_with_nothing_yet_is_said_so(stopped: Path, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     shutil.copytree(stopped, empty)
-    for f in [*(empty / "results").glob("*.json"), *(empty / "checkpoints").glob("*.json")]:
+    for f in [*(empty / "results").glob("*.json"), *(empty / "checkpoints").glob("*.jsonl")]:
         f.unlink()
     alone = _report(tmp_path / "rep-alone", empty)
     assert alone.returncode == 0, alone.stderr

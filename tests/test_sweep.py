@@ -224,7 +224,7 @@ def test_dead_engine_fails_its_point_the_others_finish(
     assert (points[1].status, points[1].code) == ("failed", 3) and "engine died" in points[1].message
     assert "#1 seed=2 engine.die_after_calls=12 (exit 3: engine died" in err.strip().splitlines()[-1]
     # What the dead point committed is checkpointed: the same sweep without the fault resumes it.
-    assert list((points[1].out / "checkpoints").glob("*.json")) or list((points[1].out / "results").glob("*.json"))
+    assert list((points[1].out / "checkpoints").glob("*.jsonl")) or list((points[1].out / "results").glob("*.json"))
     again = _points([*base, "seed=1"], [*base, "seed=2"])
     assert sweep.run_sweep(again, tmp_path / "sw2") == 0
     fresh = tmp_path / "fresh"

@@ -147,10 +147,10 @@ def test_a_run_killed_mid_way_resumes_to_the_uninterrupted_results(tmp_path: Pat
         "engine.die_after_calls=60",
     )
     assert dead.returncode == 3, dead.stderr
-    assert len(_files(out)) < 9 and list((out / "checkpoints").glob(f"*{SEPARATOR}*.json"))
+    assert len(_files(out)) < 9 and list((out / "checkpoints").glob(f"*{SEPARATOR}*.jsonl"))
     _run(out, "trials.count=3", "concurrency=2")
     assert _files(out) == expected
-    assert not list((out / "checkpoints").glob("*.json"))
+    assert not list((out / "checkpoints").glob("*.jsonl"))
 
 
 @pytest.mark.parametrize(("shards", "together"), [(3, True), (2, False)])

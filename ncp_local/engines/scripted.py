@@ -176,7 +176,7 @@ class PlantJudge:
         tags = request.tags
         where = (tags.get("episode"), tags.get("turn"), str(tags.get("key")))
         if tags["stage"] == "double_check":
-            conflicts = self.found.get(where, [])
+            conflicts = self.found.pop(where, [])  # asked once per item: the memory goes with it
             return json.dumps({"conflicts": conflicts, "confirmed": True, "review_reason": "scripted"})
         kind = str(tags["key"])[len(PLANT_KEY) :]
         rng = random.Random(request.seed)
@@ -192,7 +192,8 @@ class PlantJudge:
             if t in branches:  # a type the state offers no id for cannot be named
                 ids = branches[t]["id"]
                 conflicts.append({"type": t, "id": ids.get("const") or rng.choice(ids["enum"]), "reason": "scripted"})
-        self.found[where] = conflicts
+        if conflicts:  # only these are double-checked
+            self.found[where] = conflicts
         return json.dumps({"conflicts": conflicts})
 
 
@@ -227,12 +228,18 @@ class ScriptedEngine:
         delay_s: float = 0.0,
         die_after_calls: int | None = None,
         overflow: Overflow | None = None,
+        keep_requests: bool = True,
         plant: PlantJudge | None = None,
     ) -> None:
         self.rules = rules
         self.plant = plant
         self.policy = policy or RandomPolicy()
+        # Every request, for the tests that read what was asked. A run's engine (`start`) keeps none: at
+        # turn 100 each prompt is about 600 kB, and keeping them cost 17 MB per episode, which the bench
+        # measuring the rig's memory would have charged to the rig.
+        self.keep_requests = keep_requests
         self.requests: list[Request] = []
+        self.calls = 0
         # Fault injection for reliability tests: simulated latency, and an
         # engine that dies after N calls (as a crashed engine process would).
         self.delay_s = delay_s
@@ -240,9 +247,11 @@ class ScriptedEngine:
         self.overflow = overflow
 
     async def generate(self, request: Request) -> Completion:
-        if self.die_after_calls is not None and len(self.requests) >= self.die_after_calls:
+        if self.die_after_calls is not None and self.calls >= self.die_after_calls:
             raise EngineDead(f"scripted engine died after {self.die_after_calls} calls (fault injection)")
-        self.requests.append(request)
+        self.calls += 1
+        if self.keep_requests:
+            self.requests.append(request)
         await asyncio.sleep(self.delay_s)
         if self.overflow is not None and self.overflow.hits(request):
             raise ContextOverflow(
@@ -269,8 +278,9 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
     """The registry's start (engines/registry.py): the run's `engine=scripted` settings, or the
     defaults for a scripted role in a run whose top-level engine is another."""
     if getattr(engine, "name", None) != "scripted":
-        return ScriptedEngine(policy=RandomPolicy())
+        return ScriptedEngine(policy=RandomPolicy(), keep_requests=False)
     return ScriptedEngine(
+        keep_requests=False,
         policy=RandomPolicy(
             conflict_rate=engine.conflict_rate,
             overturn_rate=engine.overturn_rate,

@@ -48,18 +48,63 @@ class _Episode:
     # so a run of thousands of episodes does not tokenize them all at start)
     estimated: dict[str, int] | None = None
     to_know: int = 2  # commits until every stage has been asked: opening and turn 0, or 1 turn on resume
-    # engine -> stage -> (prompt tokens, answer tokens, prompt text) of its last call there
-    calls: dict[str, dict[str, tuple[int, int, str]]] = field(default_factory=dict)
+    # engine -> stage -> (prompt tokens, answer tokens, the prompt's blocks) of its last call there
+    calls: dict[str, dict[str, tuple[int, int, Prompt]]] = field(default_factory=dict)
     footprint: dict[str, int] = field(default_factory=dict)  # engine -> resident tokens (of `calls`)
     known: bool = False  # a whole turn measured: the footprint replaces the estimate
     commits: int = 0
+    stale: set[str] = field(default_factory=set)  # engines called since their footprint was last summed
 
     def on(self, engine: str) -> int:
+        # Summed when asked (an admission decision, once a turn), not after each of a turn's calls.
+        if engine in self.stale:
+            self.stale.discard(engine)
+            self.footprint[engine] = resident(self.calls[engine])
         return self.footprint.get(engine, 0)
 
 
+_BLOCK = 2048
+_EXACT = 16_384
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt as the admission keeps it: its length, a hash per whole block of `_BLOCK` characters and
+    the characters after the last one. Enough to find the prefix two prompts share (to within a block,
+    exactly for prompts shorter than one) without keeping the text: at turn 100 an episode's stages'
+    prompts are megabytes, kept for every episode in flight."""
+
+    chars: int
+    blocks: tuple[int, ...]
+    tail: str
+    text: str = ""  # the whole text, kept while it is short (`_EXACT`): a short prompt's sharing is exact
+
+    @classmethod
+    def of(cls, text: str) -> Prompt:
+        whole = len(text) - len(text) % _BLOCK
+        blocks = tuple(hash(text[i : i + _BLOCK]) for i in range(0, whole, _BLOCK))
+        return cls(len(text), blocks, text[whole:], text if len(text) <= _EXACT else "")
+
+    def shared(self, other: Prompt) -> int:
+        """Characters the two prompts share at their start: exactly when both are short; else the equal
+        leading blocks, then, where both end within the next block, their tails' common prefix."""
+        if self.text and other.text:
+            return _common(self.text, other.text)
+        n = 0
+        for a, b in zip(self.blocks, other.blocks, strict=False):
+            if a != b:
+                return n * _BLOCK
+            n += 1
+        if n == len(self.blocks) == len(other.blocks):
+            return n * _BLOCK + _common(self.tail, other.tail)
+        return n * _BLOCK
+
+    def key(self) -> tuple[tuple[int, ...], str]:
+        return self.blocks, self.tail
+
+
 def _common(a: str, b: str) -> int:
-    """Length of the common prefix (a binary search over slice comparisons, which run in C)."""
+    """Length of the common prefix of two strings (a binary search over slice comparisons, in C)."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -70,16 +115,18 @@ def _common(a: str, b: str) -> int:
     return lo
 
 
-def resident(calls: Mapping[str, tuple[int, int, str]]) -> int:
+def resident(calls: Mapping[str, tuple[int, int, str | Prompt]]) -> int:
     """Tokens these calls' prompts and answers hold in a prefix cache where a shared prefix is kept once.
 
-    In sorted order each prompt's longest common prefix with any other is with a neighbour, so the
-    prompts' union (as a prefix tree) is their sum less each one's common prefix with the one before;
-    characters convert to tokens at each prompt's own ratio.
+    In sorted order each prompt's longest common prefix with any other is with a neighbour (sorted by
+    their blocks' hashes, prompts that share leading blocks are neighbours too), so the prompts' union
+    (as a prefix tree) is their sum less each one's common prefix with the one before; characters
+    convert to tokens at each prompt's own ratio.
     """
-    total, before = 0, ""
-    for prompt, answer, text in sorted(calls.values(), key=lambda c: c[2]):
-        shared = _common(before, text) * prompt // len(text) if text else 0
+    total, before = 0, None
+    held = [(p, a, t if isinstance(t, Prompt) else Prompt.of(t)) for p, a, t in calls.values()]
+    for prompt, answer, text in sorted(held, key=lambda c: c[2].key()):
+        shared = (before.shared(text) * prompt // text.chars if text.chars else 0) if before is not None else 0
         total += prompt + answer - shared
         before = text
     return total
@@ -141,8 +188,8 @@ class Admission:
             return
         engine = self.engine_of.get(role, role)
         calls = ep.calls.setdefault(engine, {})
-        calls[stage] = (prompt, answer, text)
-        ep.footprint[engine] = resident(calls)
+        calls[stage] = (prompt, answer, Prompt.of(text))
+        ep.stale.add(engine)
 
     def guess(self, episode_id: str, engine: str) -> int:
         """The estimate, rescaled by what the episodes that played a whole turn measured against theirs."""

@@ -48,6 +48,7 @@ from ..rundir.layout import (
     turns_recorded,
 )
 from ..rundir.sweep_index import read_index
+from ..rundir.turn_log import checkpoint_paths
 from .heartbeat import Beat
 from .slurm_tasks import Task, submitted_shards, tasks_of
 
@@ -174,6 +175,8 @@ def read_beat(part: Path) -> Beat | None:
 
 
 def _count(part: Path, folder: str) -> int:
+    if folder == CHECKPOINTS:
+        return len(checkpoint_paths(part / folder))
     try:
         return sum(1 for n in os.listdir(part / folder) if n.endswith(".json") and not n.startswith("."))
     except OSError:
@@ -182,12 +185,8 @@ def _count(part: Path, folder: str) -> int:
 
 def _turns_on_disk(part: Path) -> int:
     """Committed turns from the files (no heartbeat to say): every result's and checkpoint's."""
-    return sum(
-        turns_recorded(p)
-        for folder in (RESULTS, CHECKPOINTS)
-        if (part / folder).is_dir()
-        for p in (part / folder).glob("*.json")
-    )
+    results = sorted((part / RESULTS).glob("*.json")) if (part / RESULTS).is_dir() else []
+    return sum(turns_recorded(p) for p in [*results, *checkpoint_paths(part / CHECKPOINTS).values()])
 
 
 def _planned(part: Path) -> int | None:

@@ -73,7 +73,11 @@ class EpisodeScheduler:
 
             async def on_commit(cp: Checkpoint) -> None:
                 # The episode knows its story, not which play of it this is: the records say.
-                self.store.write_checkpoint(cp.model_copy(update={"trial": trial}) if trial else cp)
+                # The writer thread writes it; the episode goes on once it is written (a killed process
+                # loses at most the turn in flight), and no other episode waits for the disk.
+                await asyncio.wrap_future(
+                    self.store.write_checkpoint(cp.model_copy(update={"trial": trial}) if trial else cp)
+                )
                 if self.on_turn:
                     self.on_turn(name, len(cp.turns))
                 await gate.turn_done(name)

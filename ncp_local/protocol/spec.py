@@ -134,18 +134,32 @@ class Reader:
         return value
 
 
-class _StrictLoader(yaml.SafeLoader):
+# libyaml's scanner and parser (C) under PyYAML's own composer (Python), whose `compose_node` the checks
+# below extend: reading the official 100 specs takes 1.2 s instead of 4.6 (the pure-Python scanner's).
+_PARSER: Any = getattr(yaml.cyaml, "CParser", None) if yaml.__with_libyaml__ else None
+_SCANNING: tuple[Any, ...] = (_PARSER,) if _PARSER else (yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser)
+
+
+class _StrictLoader(yaml.composer.Composer, yaml.constructor.SafeConstructor, yaml.resolver.Resolver, *_SCANNING):  # type: ignore[misc]
     """Safe YAML with what a spec never needs refused: a repeated key (last-one-wins
     would silently drop data), anchors and aliases (an alias bomb expands
     exponentially when shown or walked), nesting deeper than MAX_YAML_DEPTH
     (the composer recurses: RecursionError)."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        if _PARSER is not None:
+            _PARSER.__init__(self, stream)
+        else:  # no libyaml: PyYAML's own scanner and parser
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
+        event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
                 None, None, "anchors and aliases (&name, *name) are not allowed", event.start_mark

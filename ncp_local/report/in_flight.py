@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..protocol.metrics import EpisodeMetrics, in_flight_metrics
-from ..protocol.records import Checkpoint
 from ..rundir.layout import CHECKPOINTS, RESULTS
-from ..rundir.seals import check_result
+from ..rundir.turn_log import checkpoint_paths, read_checkpoint
 from .reference_runs import REFERENCE_KIND
 from .runs import LEFT_OUT, Run
 
@@ -28,8 +27,8 @@ from .runs import LEFT_OUT, Run
 def _checkpoint_file(run: Run, episode: str) -> Path | None:
     parts = ([run.path] if (run.path / RESULTS).is_dir() else []) + list(run.shards)
     for part in parts:
-        path = part / CHECKPOINTS / f"{episode}.json"
-        if path.is_file():
+        path = checkpoint_paths(part / CHECKPOINTS).get(episode)
+        if path is not None and path.is_file():
             return path
     return None
 
@@ -50,7 +49,7 @@ def count_in_flight(run: Run) -> None:
                 "moved to quarantine/): counted in neither; run the report again"
             )
             continue
-        cp, why = check_result(path, run.manifest, Checkpoint)
+        cp, why = read_checkpoint(path, run.manifest)
         if cp is None:
             skipped.append(f"{path}: {why}: skipped (a checkpoint being replaced, or damaged)")
             continue

@@ -22,6 +22,7 @@ from ..protocol.spec import Spec, dataset_digest, load_spec, parse_yaml, text_by
 from ..rundir.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..rundir.seals import check_result
 from ..rundir.sweep_index import read_index
+from ..rundir.turn_log import checkpoint_paths
 from .labels import by_difference, from_template
 from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder
 
@@ -166,7 +167,7 @@ def load_run(path: str | Path) -> Run:
     # checkpoint dropped) is still found by its result, never lost between the two listings.
     for part in parts:
         if (part / CHECKPOINTS).is_dir():
-            unfinished.update(f.stem for f in (part / CHECKPOINTS).glob("*.json"))
+            unfinished.update(checkpoint_paths(part / CHECKPOINTS))
     for part in parts:
         for f in sorted((part / RESULTS).glob("*.json")):
             result, why = _read_result(f, manifest)

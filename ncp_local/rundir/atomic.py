@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import time
 from pathlib import Path
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -30,6 +31,18 @@ class DiskFull(RuntimeError):
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _DISK_FULL
+
+
+# A slow filesystem for the bench (modes=bench's rig way): seconds added to every fsync the rig makes.
+# Set by the bench before it plays; 0 for every run.
+FSYNC_DELAY_S = float(os.environ.get("NCP_FSYNC_DELAY_S", "0") or 0)
+
+
+def fsync(fd: int) -> None:
+    """Every fsync the run directory makes (atomic writes, the turn logs' group commits)."""
+    os.fsync(fd)
+    if FSYNC_DELAY_S > 0:
+        time.sleep(FSYNC_DELAY_S)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -56,7 +69,7 @@ def atomic_write(path: Path, text: str | bytes) -> None:
                 continue
         try:
             write_all(fd, data)
-            os.fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)

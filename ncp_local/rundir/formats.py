@@ -25,7 +25,9 @@ Kind = Literal["result", "checkpoint", "reaudit", "plant", "manifest", "calls", 
 # The version this rig writes and the newest it reads, per kind of file.
 VERSIONS: dict[Kind, int] = {
     "result": 1,  # results/<episode>.json of a run (protocol/episode.py EpisodeResult, sealed)
-    "checkpoint": 1,  # checkpoints/<episode>.json (Checkpoint, sealed)
+    # 2: checkpoints/<episode>.jsonl, a line per committed turn (rundir/turn_log.py); 1: checkpoints/
+    # <episode>.json, the whole Checkpoint sealed, rewritten every turn (still read: a run resumes from it)
+    "checkpoint": 2,
     "reaudit": 1,  # results/<episode>.json of a re-audit (protocol/reaudit.py ReauditResult, sealed)
     "plant": 1,  # results/<episode>.json of a plant directory (protocol/plant.py PlantResult, sealed)
     "manifest": 1,  # manifest.json (rundir/layout.py ManifestShape)

@@ -20,6 +20,7 @@ from ..config import ConfigError, RunConfig
 from ..errors import InputError, shown
 from ..protocol.trials import episode_names, story_of
 from .formats import check_version
+from .turn_log import SUFFIX, turns_logged
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -127,6 +128,8 @@ def result_file(run_dir: Path, episode: str) -> Path:
 def turns_recorded(path: Path) -> int:
     """Turns a result or checkpoint file records, read without its check (progress and status count with
     it while the run writes); 0 when unreadable: the store deals with damage when it opens the run."""
+    if path.name.endswith(SUFFIX):
+        return turns_logged(path)
     try:
         data = json.loads(path.read_bytes())
         return len(data.get("turns") or ()) if isinstance(data, dict) else 0

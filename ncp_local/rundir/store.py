@@ -4,16 +4,19 @@ Layout:
     manifest.json            written once: identity and its parts, resolved config,
                              command, versions, git, hardware; plus `resumes`
     results/<episode>.json      one finished episode each (<spec> for trial 0, <spec>~t<k> for trial k)
-    checkpoints/<episode>.json  the last committed turn of an unfinished episode
+    checkpoints/<episode>.jsonl a line per committed turn of an unfinished episode (rundir/turn_log.py;
+                                `<episode>.json`, the whole last turn, in runs of format 1)
     quarantine/              files that failed verification, moved aside
     calls.jsonl              every model call attempt (append-only)
     DONE                     every episode of this (shard's) run has its result
     .lock                    held while a process works in the directory
 
-Every JSON file is written whole or not at all (rundir/atomic.py). Every
-result and checkpoint carries a seal (rundir/seals.py); opening the
-directory checks every file's seal, and a file that fails is moved to
-`quarantine/`, said in one line, and its episode played again. Where a run
+Every JSON file is written whole or not at all (rundir/atomic.py), and every
+write is made by the directory's writer thread (rundir/writer.py), in order,
+off the event loop. Every result carries a seal (rundir/seals.py) and every
+line of a turn log is chained to the line before; opening the directory
+checks them all, and a file (or a log's line and those after it) that fails
+is moved to `quarantine/`, said in one line, and played again. Where a run
 directory may be is checked first (rundir/places.py).
 """
 
@@ -24,6 +27,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,7 @@ from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name
-from .atomic import DiskFull, atomic_write, is_disk_full, write_all
+from .atomic import DiskFull, atomic_write, is_disk_full
 from .call_log import CallLine, CrossCheckNote
 from .formats import check_version, stamped
 from .identity import differences, summary
@@ -42,6 +47,8 @@ from .layout import CALLS, CHECKPOINTS, DONE, LOCK, MANIFEST, QUARANTINE, RESULT
 from .places import check_place
 from .provenance import now, resume_entry
 from .seals import SEAL, check_file, sealed_json
+from .turn_log import SUFFIX, LogRead, base_line, read_log, seal_of, turn_line
+from .writer import Writer
 
 
 class RunLocked(RuntimeError):
@@ -50,6 +57,16 @@ class RunLocked(RuntimeError):
 
 class RunMismatch(RuntimeError):
     pass
+
+
+@dataclass
+class _Chain:
+    """Where an episode's turn log stands: the hash its next line chains to, its turns, the narrator
+    state its lines last recorded."""
+
+    last: str
+    turns: int
+    narrator_state: dict[str, Any]
 
 
 class RunDir:
@@ -66,7 +83,10 @@ class RunDir:
         self.manifest: dict[str, Any] = {}
         self.quarantined: list[str] = []
         self._lock_fd: int | None = None
-        self._calls_fd: int | None = None
+        self._is_open = False
+        self._writer = Writer(self.root)
+        self._chains: dict[str, _Chain] = {}
+        self._logs: dict[str, Checkpoint] = {}  # each log verify() read, until its episode resumes
 
     # -- lifecycle ---------------------------------------------------------
     def open(self, manifest: dict[str, Any], identity: Any, warn: Callable[[str], None] | None = None) -> None:
@@ -151,7 +171,7 @@ class RunDir:
         self._recover()
         for line in self.verify():
             warn(line)
-        self._calls_fd = os.open(self.calls_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._is_open = True
 
     def _read_manifest(self, warn: Callable[[str], None]) -> dict[str, Any] | None:
         if not self.manifest_path.exists():
@@ -175,9 +195,9 @@ class RunDir:
     def _refuse_foreign(self, key: str) -> None:
         """No manifest, yet results or checkpoints: take them only if they are sealed by this run."""
         for d in (self.results, self.checkpoints):
-            for path in sorted(d.glob("*.json")) if d.is_dir() else ():
+            for path in sorted(d.glob("*.json*")) if d.is_dir() else ():
                 try:
-                    seal = json.loads(path.read_bytes()).get(SEAL) or {}
+                    seal = (seal_of(path) if path.suffix == SUFFIX else json.loads(path.read_bytes()).get(SEAL)) or {}
                 except (OSError, ValueError, AttributeError):
                     continue  # damage: verify() quarantines it
                 if seal.get("run") != key:
@@ -199,7 +219,8 @@ class RunDir:
                     f.truncate(data.rfind(b"\n") + 1)
 
     def verify(self) -> list[str]:
-        """Check every result and checkpoint; move the failing ones to quarantine/. One line each."""
+        """Check every result and checkpoint; move the failing ones (a log's failing line and those
+        after it) to quarantine/. One line each."""
         lines = []
         for d, model in ((self.results, self.record), (self.checkpoints, Checkpoint)):
             for path in sorted(d.glob("*.json")):
@@ -208,10 +229,36 @@ class RunDir:
                     moved = self._move_aside(path, d.name)
                     again = "played again" if d is self.results else "played again from the start"
                     lines.append(f"{path}: {problem}: moved to {moved}; the episode is {again}")
+        for path in sorted(self.checkpoints.glob(f"*{SUFFIX}")):
+            line = self._check_log(path)
+            if line:
+                lines.append(line)
         self.quarantined += lines
         return lines
 
-    def _move_aside(self, path: Path, sub: str) -> Path:
+    def _check_log(self, path: Path) -> str:
+        """Read one turn log; keep what is good (for the episode's resume), move the rest aside."""
+        episode = path.name[: -len(SUFFIX)]
+        got: LogRead = read_log(path, self.identity, self.spec_hashes)
+        if got.checkpoint is not None:
+            self._logs[episode] = got.checkpoint
+            self._chains[episode] = _Chain(got.last, len(got.checkpoint.turns), got.checkpoint.narrator_state)
+        if not got.problem:
+            return ""
+        if got.checkpoint is None:
+            moved = self._move_aside(path, CHECKPOINTS)
+            return f"{path}: {got.problem}: moved to {moved}; the episode is played again from the start"
+        # The good lines stay; the bad one and every line after it (chained to it) go aside, whole.
+        target = self._move_aside(path, CHECKPOINTS, copy=got.tail)
+        os.truncate(path, got.good_bytes)
+        after = len(got.tail.splitlines()) - 1
+        return (
+            f"{path}: {got.problem}: it and the {after} line(s) after it moved to {target}; the episode "
+            f"resumes after its {len(got.checkpoint.turns)} committed turn(s)"
+        )
+
+    def _move_aside(self, path: Path, sub: str, copy: bytes | None = None) -> Path:
+        """Move `path` into quarantine/ (or, with `copy`, write those bytes there under its name)."""
         target_dir = self.quarantine / sub if sub else self.quarantine
         target_dir.mkdir(parents=True, exist_ok=True)
         target = target_dir / path.name
@@ -219,13 +266,29 @@ class RunDir:
         while target.exists():
             target = target_dir / f"{path.name}.{n}"
             n += 1
-        os.replace(path, target)
+        if copy is None:
+            os.replace(path, target)
+        else:
+            atomic_write(target, copy)
         return target
 
+    def flush(self) -> None:
+        """Wait until every write asked for so far is on disk (raises a write's error)."""
+        try:
+            self._writer.flush()
+        except DiskFull as exc:
+            raise DiskFull(self.root, exc.detail) from None
+
     def close(self) -> None:
-        if self._calls_fd is not None:
-            os.close(self._calls_fd)
-            self._calls_fd = None
+        """Flush every write, then release the directory."""
+        try:
+            if self._is_open:
+                self._writer.close()
+        finally:
+            self._is_open = False
+            self._release()
+
+    def _release(self) -> None:
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -238,32 +301,22 @@ class RunDir:
         self.close()
 
     # -- records -----------------------------------------------------------
-    def _write(self, path: Path, text: str) -> None:
+    def _write(self, path: Path, text: str | bytes) -> None:
         try:
             atomic_write(path, text)
         except DiskFull as exc:
             raise DiskFull(self.root, exc.detail) from None  # named by the run, not the subfolder
 
     def mark_done(self, n_episodes: int) -> None:
-        """A marker that every episode of this (shard's) run has its result."""
-        self._write(self.root / DONE, f"{n_episodes}\n")
+        """A marker that every episode of this (shard's) run has its result: written after every result
+        asked for before it, and on disk when this returns."""
+        self._writer.run(lambda: self._write(self.root / DONE, f"{n_episodes}\n"))
+        self.flush()
 
     def log_call(self, record: CallLine | CrossCheckNote) -> None:
-        assert self._calls_fd is not None, "run directory not open"
-        line = (record.to_line() + "\n").encode("utf-8")
-        size = os.fstat(self._calls_fd).st_size
-        try:
-            # One write per line, unbuffered: a kill loses at most the line in flight.
-            write_all(self._calls_fd, line)
-        except OSError as exc:
-            # A line half written for want of space is cut off again, so the log stays whole.
-            try:
-                os.ftruncate(self._calls_fd, size)
-            except OSError:
-                pass
-            if is_disk_full(exc):
-                raise DiskFull(self.root, f"writing {self.calls_path.name}: {exc.strerror}") from None
-            raise
+        """Append one attempt to the call log, by the writer (a line is written whole or cut off)."""
+        assert self._is_open, "run directory not open"
+        self._writer.append_only(self.calls_path, (record.to_line() + "\n").encode("utf-8"))
 
     def _spec_hash(self, spec_id: str) -> str:
         return (self.spec_hashes or {}).get(spec_id, "")
@@ -273,22 +326,61 @@ class RunDir:
         return result_file(self.root, episode)
 
     def has_result(self, episode: str) -> bool:
+        self.flush()  # this process reads what it wrote
         return self.result_path(episode).exists()
 
-    def write_result(self, result: EpisodeResult | ReauditResult | PlantResult) -> None:
+    def write_result(self, result: EpisodeResult | ReauditResult | PlantResult) -> Future[None]:
+        """Seal and write a finished episode's result, by the writer (its serialization too: once per
+        episode, off the loop); resolves once it is on disk and its checkpoint is gone."""
         name = episode_name(result.spec_id, getattr(result, "trial", 0))
-        self._write(self.result_path(name), sealed_json(result, self._spec_hash(result.spec_id), self.identity))
-        # The result supersedes the checkpoint; dropped only after the result is safe.
-        (self.checkpoints / f"{name}.json").unlink(missing_ok=True)
+        self._chains.pop(name, None)
 
-    def write_checkpoint(self, cp: Checkpoint) -> None:
-        self._write(
-            self.checkpoints / f"{cp.episode}.json", sealed_json(cp, self._spec_hash(cp.spec_id), self.identity)
-        )
+        def write() -> None:
+            self._write(self.result_path(name), sealed_json(result, self._spec_hash(result.spec_id), self.identity))
+            # The result supersedes the checkpoint; dropped only after the result is safe.
+            for old in self._checkpoint_files(name):
+                old.unlink(missing_ok=True)
+
+        return self._writer.run(write)
+
+    def _checkpoint_files(self, episode: str) -> tuple[Path, Path]:
+        """(the turn log, a format-1 checkpoint) of an episode."""
+        return self.checkpoints / f"{episode}{SUFFIX}", self.checkpoints / f"{episode}.json"
+
+    def write_checkpoint(self, cp: Checkpoint) -> Future[None]:
+        """Record a committed turn: one line appended to the episode's turn log, by the writer. The
+        first commit of an episode (its opening, or the first turn after a format-1 checkpoint) starts
+        the log with the whole checkpoint. Resolves once written."""
+        log, old = self._checkpoint_files(cp.episode)
+        chain = self._chains.get(cp.episode)
+        if chain is not None and len(cp.turns) == chain.turns + 1:
+            changed = cp.narrator_state != chain.narrator_state
+            line, chain.last = turn_line(chain.last, cp, changed)
+            chain.turns += 1
+            if changed:
+                chain.narrator_state = cp.narrator_state
+            return self._writer.append(log, line)
+        line, last = base_line(cp, self._spec_hash(cp.spec_id), self.identity)
+        self._chains[cp.episode] = _Chain(last, len(cp.turns), cp.narrator_state)
+
+        def start() -> None:
+            self._write(log, line)
+            old.unlink(missing_ok=True)  # a format-1 checkpoint, now carried by the log
+
+        return self._writer.run(start)
 
     def load_checkpoint(self, episode: str) -> Checkpoint | None:
         """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
-        path = self.checkpoints / f"{episode}.json"
+        self.flush()
+        if episode in self._logs:
+            return self._logs.pop(episode)
+        log, path = self._checkpoint_files(episode)
+        if log.exists():
+            line = self._check_log(log)
+            if line:
+                self.quarantined.append(line)
+                print(f"warning: {line}", file=sys.stderr, flush=True)
+            return self._logs.pop(episode, None)
         if not path.exists():
             return None
         cp, problem = check_file(path, Checkpoint, self.identity, self.spec_hashes)
@@ -301,6 +393,7 @@ class RunDir:
         return cp
 
     def load_result(self, episode: str) -> Any:
+        self.flush()
         record, problem = check_file(self.result_path(episode), self.record, self.identity or None, self.spec_hashes)
         if problem:
             # verify() ran at open: only a file changed under a running process gets here.
@@ -309,6 +402,7 @@ class RunDir:
 
     def iter_results(self) -> Iterator[Any]:
         """Every result that passes its check (run `verify` first to move the others aside)."""
+        self.flush()
         for path in sorted(self.results.glob("*.json")):
             record, problem = check_file(path, self.record, self.identity or None, self.spec_hashes)
             if not problem:

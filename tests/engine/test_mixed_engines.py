@@ -60,7 +60,7 @@ def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
 
 def _committed_turn(run: Path) -> bool:
     """A checkpoint with turn 0 committed (the opening's own checkpoint comes before it)."""
-    for p in (run / "checkpoints").glob("*.json"):
+    for p in (run / "checkpoints").glob("*.jsonl"):
         try:
             if json.loads(p.read_text()).get("turns"):
                 return True
@@ -113,7 +113,7 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     assert line.startswith("error: engine died: endpoint 'smollm2-135m-instruct'")
     assert "unreachable after 3 tries" in line
     assert line.endswith(f"every committed turn is checkpointed in {run}; re-run the same command to resume"), line
-    assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.json"))
+    assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.jsonl"))
     # The retries before giving up were logged with their backoff (the run's engine.log: a quiet terminal).
     log = (run / "engine.log").read_text(errors="replace")
     assert "retry 1 of 2 in 0.5 s" in log and "retry 2 of 2 in 1.0 s" in log, log[-3000:]

@@ -4,6 +4,7 @@ model's fields carry (`Bound`, `Names`, ...) with the functions that read them.
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -177,13 +178,34 @@ class _Out(BaseModel):
 # ---- reading the markers --------------------------------------------------
 
 
+# The markers are read on every call (each schema built, each answer's bounds checked): a model's fields
+# and a type's layers never change, so each is read once (functools.cache: classes and frozen markers hash).
+@functools.cache
 def _asked(model: type[_Out]) -> dict[str, FieldInfo]:
-    """The fields an answer is asked for, in order (excluded ones are only accepted)."""
+    """The fields an answer is asked for, in order (excluded ones are only accepted). Read only."""
     return {name: f for name, f in model.model_fields.items() if not f.exclude}
+
+
+@functools.cache
+def _fields(model: type[_Out]) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
+    """(name, type, markers) of each asked field, in order."""
+    return tuple((name, *_field(f)) for name, f in _asked(model).items())
 
 
 def _unwrap(tp: Any, meta: tuple[Any, ...] = ()) -> tuple[Any, tuple[Any, ...]]:
     """A type without its `Annotated` layers, and their markers."""
+    try:
+        return _unwrap_cached(tp, meta)
+    except TypeError:  # an unhashable marker: read it every time
+        return _unwrap_layers(tp, meta)
+
+
+@functools.cache
+def _unwrap_cached(tp: Any, meta: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    return _unwrap_layers(tp, meta)
+
+
+def _unwrap_layers(tp: Any, meta: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
     while get_origin(tp) is Annotated:
         base, *more = get_args(tp)
         tp, meta = base, (*meta, *more)

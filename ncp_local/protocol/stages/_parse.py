@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import ValidationError
 
@@ -13,8 +14,7 @@ from ._base import (
     Bound,
     Bounds,
     InvalidOutput,
-    _asked,
-    _field,
+    _fields,
     _marker,
     _Out,
     _sized,
@@ -137,16 +137,34 @@ def _sizes(stage: str, out: Any) -> list[tuple[str, int]]:
 
 
 def _value_sizes(value: Any, tp: Any, meta: tuple[Any, ...] = ()) -> Iterator[tuple[str, int]]:
-    tp, meta = _unwrap(tp, meta)
-    bound = _marker(meta, Bound)
+    bound, item = _sizing(tp, meta)
     if bound is not None:
-        yield bound.name, len(value)
+        yield bound, len(value)
     if isinstance(value, tuple):
         for v in value:
-            yield from _value_sizes(v, get_args(tp)[0])
+            yield from _value_sizes(v, item)
     elif isinstance(value, _Out):
-        for name, f in _asked(type(value)).items():
-            yield from _value_sizes(getattr(value, name), *_field(f))
+        for name, ftp, fmeta in _fields(type(value)):
+            yield from _value_sizes(getattr(value, name), ftp, fmeta)
+
+
+def _sizing(tp: Any, meta: tuple[Any, ...]) -> tuple[str | None, Any]:
+    """(the bound a value of this type reaches, its items' type): read once per type, not per answer."""
+    try:
+        return _sizing_cached(tp, meta)
+    except TypeError:  # an unhashable marker
+        return _sizing_now(tp, meta)
+
+
+@functools.cache
+def _sizing_cached(tp: Any, meta: tuple[Any, ...]) -> tuple[str | None, Any]:
+    return _sizing_now(tp, meta)
+
+
+def _sizing_now(tp: Any, meta: tuple[Any, ...]) -> tuple[str | None, Any]:
+    tp, meta = _unwrap(tp, meta)
+    bound = _marker(meta, Bound)
+    return (bound.name if bound is not None else None), (get_args(tp)[0] if get_origin(tp) is tuple else None)
 
 
 def check_bounds(stage: str, out: Any, b: Bounds) -> None:

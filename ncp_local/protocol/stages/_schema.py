@@ -23,6 +23,7 @@ from ._base import (
     Size,
     _asked,
     _field,
+    _fields,
     _is_optional,
     _marker,
     _Out,
@@ -59,12 +60,12 @@ class _Call:
 def _object(model: type[_Out], c: _Call, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An output model's schema; `given` fixes some fields' schemas (a pinned id, a branch's type)."""
     given = given or {}
-    fields = _asked(model)
-    for name, f in fields.items():
-        per = _marker(_field(f)[1], NamesPer)
+    fields = _fields(model)
+    for name, _, meta in fields:
+        per = _marker(meta, NamesPer)
         if per is not None and name not in given:
             return {"anyOf": _branches(model, name, per, c, given)}
-    return _obj({name: given[name] if name in given else _schema(*_field(f), c) for name, f in fields.items()})
+    return _obj({name: given[name] if name in given else _schema(tp, meta, c) for name, tp, meta in fields})
 
 
 def _branches(model: type[_Out], name: str, per: NamesPer, c: _Call, given: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,170 @@
+"""A run directory's writes, done by one thread in the order they were asked, fsynced in groups.
+
+The event loop that plays hundreds of episodes must never wait for the disk: a checkpoint's fsync costs
+about 12 ms on a local disk and more on a cluster's network filesystem, and every episode would wait for
+it. So the loop hands each write to this thread and goes on. The thread takes whatever is queued, does
+it in order (a turn before the next, an episode's last turn before its result, every result before
+`DONE`), appending the lines of one file in one write, then fsyncs each file it appended to once: group
+commit. An append's future resolves once its bytes are written (a killed process loses nothing written;
+a crashed machine loses at most the last group's lines, which a resume plays again).
+
+The first error (a full disk, a failing write) is kept: every later request raises it, so the run stops
+as it did when writes were made on the loop.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from .atomic import DiskFull, fsync, is_disk_full, write_all
+
+_BATCH = 512  # requests taken at once: bounds the files open at once
+
+
+@dataclass
+class _Request:
+    path: Path | None  # an append's file; None: `action` does the work
+    data: bytes = b""
+    action: Callable[[], None] | None = None
+    done: Future[None] | None = None  # None: nobody waits for it (a call-log line)
+
+
+class Writer:
+    def __init__(self, root: Path) -> None:
+        self.root = root  # the run directory a full disk is named by
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    # -- the loop's side ---------------------------------------------------------------------------
+    def append(self, path: Path, data: bytes) -> Future[None]:
+        """Append `data` to `path` (created if absent); resolves once written."""
+        done: Future[None] = Future()
+        self._put(_Request(path, data, done=done))
+        return done
+
+    def append_only(self, path: Path, data: bytes) -> None:
+        """`append`, with nothing to wait on (an error still stops the next request)."""
+        self._put(_Request(path, data))
+
+    def run(self, action: Callable[[], None]) -> Future[None]:
+        """Do `action` in the writer's order (an atomic replace, an unlink)."""
+        done: Future[None] = Future()
+        self._put(_Request(None, action=action, done=done))
+        return done
+
+    def flush(self) -> None:
+        """Wait until everything asked so far is written and fsynced; raise the writer's error if any."""
+        if self._thread is not None:
+            self.run(lambda: None).result()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        """Flush, then stop the thread (a later request starts it again)."""
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                thread, self._thread = self._thread, None
+            if thread is not None:
+                self._queue.put(None)
+                thread.join()
+
+    def _put(self, req: _Request) -> None:
+        if self.error is not None:
+            raise self.error
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="ncp-local-writer", daemon=True)
+                self._thread.start()
+        self._queue.put(req)
+
+    # -- the thread's side -------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < _BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(nxt)
+            self._do(batch)
+
+    def _do(self, batch: list[_Request]) -> None:
+        appended: dict[Path, int] = {}  # file -> its open descriptor, fsynced once at the end
+        try:
+            i = 0
+            while i < len(batch):
+                req = batch[i]
+                if req.action is not None:
+                    if self.error is None:
+                        self._guard(req.action)
+                    i += 1
+                    continue
+                # Consecutive appends to the same file: one write, then they are written.
+                j = i + 1
+                while j < len(batch) and batch[j].path == req.path and batch[j].action is None:
+                    j += 1
+                if self.error is None:
+                    assert req.path is not None
+                    self._guard(partial(self._append, appended, req.path, b"".join(r.data for r in batch[i:j])))
+                for r in batch[i:j]:
+                    self._settle(r)
+                i = j
+            for fd in appended.values():  # group commit: each file appended to, once
+                if self.error is None:
+                    self._guard(partial(fsync, fd))
+        finally:
+            for fd in appended.values():
+                os.close(fd)
+            for req in batch:
+                self._settle(req)
+
+    def _settle(self, req: _Request) -> None:
+        if req.done is None or req.done.done():
+            return
+        if self.error is None:
+            req.done.set_result(None)
+        else:
+            req.done.set_exception(self.error)
+
+    def _append(self, open_fds: dict[Path, int], path: Path, data: bytes) -> None:
+        fd = open_fds.get(path)
+        if fd is None:
+            fd = open_fds[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        size = os.fstat(fd).st_size
+        try:
+            write_all(fd, data)
+        except OSError:
+            # A line half written for want of space is cut off again, so the file stays whole.
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise
+
+    def _guard(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except BaseException as exc:  # kept, and raised on the loop's next request
+            if isinstance(exc, DiskFull):
+                exc = DiskFull(self.root, exc.detail)
+            elif isinstance(exc, OSError) and is_disk_full(exc):
+                exc = DiskFull(self.root, f"writing: {exc.strerror}")
+            self.error = exc
