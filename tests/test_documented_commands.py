@@ -54,7 +54,7 @@ from ncp_local.execution import points
 from ncp_local.modes._registry import find
 
 # The modes that start the engines of the roles they use (the others read files or plan on paper).
-ENGINE_MODES = ("run", "bench", "reaudit", "build")
+ENGINE_MODES = ("run", "bench", "reaudit", "plant", "build")
 
 
 # Where `make` looks when NCP_BENCH_DATASET is not set (the Makefile's default).

@@ -66,6 +66,7 @@ NOT_IDENTITY = (
     "status",  # the heartbeat and mode=status: they watch a run, never change it
     "tracker",
     "submission",
+    "plant",  # mode=plant's draw: a plant directory's identity holds its items' own digest instead
     *(f"{role}.model.{key}" for role in ROLES for key in _PLACEMENT),
     # A role's engine and endpoint enter the identity as that role's model identity
     # (rundir/identity.py: the engine when it differs from `engine`, the served model and
@@ -84,6 +85,13 @@ def _vary_read(value: Any) -> Any:
     return ALL if roles == frozenset(ROLES) else sorted(roles)
 
 
+def _per_type_read(value: Any) -> Any:
+    """A per-type share as the identity holds it: one number stands for every type."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return dict.fromkeys(("fact", "commitment", "player_input"), float(value))
+    return value
+
+
 # Keys added after runs existed: the value that plays exactly as before the key existed, and how a
 # value reads in the identity. At that value the key (and a section left empty by it) stays out of
 # the identity, so a run made before it keeps its identity and resumes; another value is another
@@ -93,4 +101,7 @@ LATER_KEYS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "trials.vary": (ALL, _vary_read),
     "engine.context_limit_turn": (None, lambda value: value),
     "engine.context_limit_share": (1.0, lambda value: value),
+    # mode=plant's scripted auditor: at the defaults a scripted run keeps the identity it had before them.
+    "engine.plant_recall": ({"fact": 0.8, "commitment": 0.8, "player_input": 0.8}, _per_type_read),
+    "engine.plant_false_alarm": ({"fact": 0.05, "commitment": 0.05, "player_input": 0.05}, _per_type_read),
 }

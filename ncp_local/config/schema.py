@@ -19,6 +19,7 @@ from .sections import (
     EngineCfg,
     ExportCfg,
     PlanCfg,
+    PlantCfg,
     ReportCfg,
     ReviewCfg,
     RoleCfg,
@@ -87,6 +88,7 @@ class RunConfig(ConfigModel):
     review: ReviewCfg = ReviewCfg()
     audit: AuditCfg = AuditCfg()
     plan: PlanCfg = PlanCfg()
+    plant: PlantCfg = PlantCfg()  # mode=plant
     models_root: str | None = None  # interpolated into model paths (conf/model/*.yaml)
     from_: str | None = Field(None, alias="from")  # mode=rerun: the run directory to repeat
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from ..engines.registry import KINDS
 from ..engines.settings import ModelSettings
-from ..protocol.stages import Bounds
+from ..protocol.stages import CONFLICT_TYPES, Bounds
 from ..protocol.trials import ALL, varied_roles
 
 SCRIPTED = "scripted"  # the engine name, and the label of whatever it "played"
@@ -83,6 +83,25 @@ class ScriptedEngineCfg(ConfigModel):
     # window (their calls raise ContextOverflow), so they end `context_limit`, censored.
     context_limit_turn: int | None = Field(None, ge=1)
     context_limit_share: float = Field(1.0, ge=0, le=1)
+    # mode=plant's known auditor (engines/scripted.py PlantJudge): the share of planted contradictions it
+    # finds, and of clean items it flags, per conflict type (one number: every type).
+    plant_recall: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.8))
+    plant_false_alarm: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.05))
+
+    @field_validator("plant_recall", "plant_false_alarm", mode="before")
+    @classmethod
+    def _per_type(cls, v: Any) -> Any:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            v = dict.fromkeys(CONFLICT_TYPES, float(v))
+        if isinstance(v, dict):
+            extra = sorted(str(k) for k in v if k not in CONFLICT_TYPES)
+            if extra:
+                raise ValueError(f"{extra[0]!r} is not a conflict type (one of {', '.join(CONFLICT_TYPES)})")
+            bad = [k for k, x in v.items() if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x <= 1]
+            if bad:
+                raise ValueError(f"{bad[0]}: a share from 0 to 1, got {v[bad[0]]!r}")
+            return {**dict.fromkeys(CONFLICT_TYPES, 0.0), **{k: float(x) for k, x in v.items()}}
+        return v
 
 
 class OpenAIEngineCfg(ConfigModel):
@@ -234,6 +253,25 @@ class ReviewCfg(ConfigModel):
     seed: int = 0
     out: str | None = None  # null: <first run>/review
     sheet: str | None = None  # a filled review CSV: report its disputed rate
+
+
+class PlantCfg(ConfigModel):
+    """mode=plant: contradictions planted into a finished run's clean turns (protocol/plant.py)."""
+
+    turns: PositiveInt = 2  # clean turns drawn per episode (all it has, when fewer)
+    types: list[str] = Field(default_factory=lambda: list(CONFLICT_TYPES))  # one planted item per type
+    place: Literal["start", "end", "random"] = "end"  # where the planted sentence goes in the narration
+    seed: int = 0  # the draw of turns, targets and places
+
+    @field_validator("types")
+    @classmethod
+    def _types(cls, v: list[str]) -> list[str]:
+        unknown = [t for t in v if t not in CONFLICT_TYPES]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a conflict type (one of {', '.join(CONFLICT_TYPES)})")
+        if not v:
+            raise ValueError("plant at least one conflict type")
+        return list(dict.fromkeys(v))
 
 
 class AuditCfg(ConfigModel):

@@ -9,6 +9,13 @@ It is never a stand-in for the engine in engine tests. Two ways to script:
   conflicts, node completions and satisfied commitments, so that
   `engine=scripted` exercises every termination over a real dataset.
 
+A known auditor (`PlantJudge`, mode=plant's simulations): on an item of mode=plant, whose kind its
+call's `key` tag names (`plant/<kind>`: opaque to a real engine, read here only because a scripted
+auditor's truth must be known), the conflict check finds a planted contradiction of type t with chance
+`recall[t]` and names it with that type, and flags a clean item with a conflict of type u with chance
+`false_alarm[u]` (each type drawn on its own); the double-check confirms what the first check found.
+So the figures mode=plant estimates have a known truth.
+
 Fault injection (never a model's behaviour): simulated latency (`delay_s`), an engine that dies
 after N calls (`die_after_calls`), and a window that fills (`context_limit_turn`): from that turn on,
 the calls of a chosen share of the episodes no longer fit, so those episodes end `context_limit`
@@ -22,7 +29,7 @@ import hashlib
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Completion, ContextOverflow, EngineDead, Request
@@ -149,6 +156,47 @@ class RandomPolicy:
         raise ValueError(f"scripted backend: no policy for stage {stage!r}")
 
 
+PLANT_KEY = "plant/"  # the call key of a mode=plant item's audit (protocol/plant.py plant_key)
+
+
+@dataclass
+class PlantJudge:
+    """A scripted auditor of known recall and false-alarm rate per conflict type (module docstring)."""
+
+    recall: dict[str, float]
+    false_alarm: dict[str, float]
+    # The first check's conflicts per (episode, turn, key): the double-check of the same item confirms them.
+    found: dict[tuple[Any, Any, str], list[dict[str, str]]] = field(default_factory=dict)
+
+    def answers(self, request: Request) -> bool:
+        key = str(request.tags.get("key", ""))
+        return key.startswith(PLANT_KEY) and request.tags.get("stage") in ("conflict_check", "double_check")
+
+    def answer(self, request: Request) -> str:
+        tags = request.tags
+        where = (tags.get("episode"), tags.get("turn"), str(tags.get("key")))
+        if tags["stage"] == "double_check":
+            conflicts = self.found.pop(where, [])  # asked once per item: the memory goes with it
+            return json.dumps({"conflicts": conflicts, "confirmed": True, "review_reason": "scripted"})
+        kind = str(tags["key"])[len(PLANT_KEY) :]
+        rng = random.Random(request.seed)
+        branches = {
+            b["properties"]["type"]["const"]: b["properties"]
+            for b in (request.json_schema or {})["properties"]["conflicts"]["items"]["anyOf"]
+        }
+        named = [kind] if rng.random() < self.recall.get(kind, 0.0) else []
+        if kind not in self.recall:  # a clean item: each type may be flagged, on its own draw
+            named = [t for t in sorted(self.false_alarm) if rng.random() < self.false_alarm[t]]
+        conflicts = []
+        for t in named:
+            if t in branches:  # a type the state offers no id for cannot be named
+                ids = branches[t]["id"]
+                conflicts.append({"type": t, "id": ids.get("const") or rng.choice(ids["enum"]), "reason": "scripted"})
+        if conflicts:  # only these are double-checked
+            self.found[where] = conflicts
+        return json.dumps({"conflicts": conflicts})
+
+
 @dataclass(frozen=True)
 class Overflow:
     """The window fills (fault injection): from the player turn `turn` on (turn N = the N-th player
@@ -181,8 +229,10 @@ class ScriptedEngine:
         die_after_calls: int | None = None,
         overflow: Overflow | None = None,
         keep_requests: bool = True,
+        plant: PlantJudge | None = None,
     ) -> None:
         self.rules = rules
+        self.plant = plant
         self.policy = policy or RandomPolicy()
         # Every request, for the tests that read what was asked. A run's engine (`start`) keeps none: at
         # turn 100 each prompt is about 600 kB, and keeping them cost 17 MB per episode, which the bench
@@ -209,6 +259,8 @@ class ScriptedEngine:
                 "(fault injection: engine.context_limit_turn)"
             )  # yield, as a real engine would, so episodes interleave
         out = self.rules(request) if self.rules else None
+        if out is None and self.plant is not None and self.plant.answers(request):
+            out = self.plant.answer(request)
         if out is None:
             out = self.policy.answer(request)
         if isinstance(out, Completion):
@@ -242,4 +294,5 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
             if engine.context_limit_turn is not None
             else None
         ),
+        plant=PlantJudge(recall=dict(engine.plant_recall), false_alarm=dict(engine.plant_false_alarm)),
     )

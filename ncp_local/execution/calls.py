@@ -227,7 +227,14 @@ class CallService:
                 json_schema=schema,
                 regex=regex,
                 min_room=room,
-                tags={"stage": stage, "episode": episode, "turn": turn, "attempt": attempt, "role": role or info.role},
+                tags={
+                    "stage": stage,
+                    "episode": episode,
+                    "turn": turn,
+                    "attempt": attempt,
+                    "role": role or info.role,
+                    **({"key": key} if key else {}),  # two calls of a stage in a turn told apart (mode=plant's items)
+                },
             )
             log = CallLine(
                 spec_id=spec_id,

@@ -47,6 +47,7 @@ from ..errors import InputError, reader_may_close
 from ..execution import engine_log
 from ..execution.life import Life, Point, SweepOf, point_cfg, prepare
 from ..exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_SIGNAL, EXIT_SWEEP_FAILED
+from ..modes import plant as plant_mode
 from ..modes.reaudit import auditor_table, point_dir
 from ..protocol.metrics import aggregate, episode_metrics, results_table
 from ..report.labels import by_difference, from_template
@@ -203,6 +204,17 @@ def _run_sweep(points: list[Point], sweep_dir: Path) -> int:
                 ),
                 [first.runs[0], *(str(p.out) for p in reaudits)],
             )
+    plants = [p for p in points if p.mode == "plant" and p.status == "done" and len(point_cfg(p).runs) == 1]
+    if len(plants) > 1:  # several auditors on one run's plants: side by side, paired on the same items
+        for p in plants:
+            p.out = plant_mode.point_dir(point_cfg(p))
+        index()
+        first = point_cfg(plants[0])
+        out = first.report.out or str(sweep_dir / "plants")
+        plant_mode.table(
+            first.model_copy(update={"report": first.report.model_copy(update={"out": out})}),
+            [str(p.out) for p in plants],
+        )
     for p in points:
         if p.out is not None and p.status == "done":
             print(f"run directory: #{p.num} {p.out}")

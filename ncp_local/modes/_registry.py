@@ -61,6 +61,13 @@ MODES: tuple[Mode, ...] = (
         "`reaudit-<run>-<config hash>`, or into `out_dir`); several re-audits: the auditor table",
         ("out_dir", "report.out"),
     ),
+    Mode(
+        "plant",
+        "an auditor against contradictions of known truth planted into a run's clean turns: runs=[DIR] (written "
+        "beside DIR as `plant-<run>-<identity>`, or into `out_dir`): recall per type, false alarms, intervals by "
+        "story; several plant directories: side by side, paired",
+        ("out_dir", "report.out"),
+    ),
     Mode("review", "a human review sheet of conflict terminations (review.sheet=CSV reads it back)", ("review.out",)),
     Mode("merge", "join a sharded run's shards: out_dir=DIR", ("out_dir",)),
     Mode("rerun", "repeat a finished run from its manifest: from=DIR (out_dir defaults to <DIR>-rerun)", ("out_dir",)),

@@ -9,12 +9,22 @@ from ..execution.preflight import plan_growth
 from ..report import build_report, default_out, files_listing, runs_of
 from ..report.in_flight import NOTHING_YET, count_in_flight, nothing_yet
 from ..report.paper import row_named
+from ..report.plant_dirs import is_plant_dir, load_plant_dir, plant_figures
+from ..report.plants_doc import write_plant_report
+from ..report.runs import expand_runs
 from ..rundir.places import check_destination
 
 
 def main(cfg: RunConfig) -> int:
     if cfg.compare.paper:
         row_named(cfg.compare.paper)  # an unknown paper row is refused before any run is read
+    # Plant directories (mode=plant) are auditors measured on planted items: their own section and files.
+    plants = [p for p in expand_runs(list(cfg.runs)) if is_plant_dir(p)]
+    if plants:
+        _plants(cfg, plants)
+        cfg = cfg.model_copy(update={"runs": [p for p in expand_runs(list(cfg.runs)) if not is_plant_dir(p)]})
+        if not cfg.runs:
+            return 0
     runs = runs_of(cfg)
     for run in runs:
         count_in_flight(run)  # episodes still playing: censored at their last committed turn
@@ -54,3 +64,15 @@ def main(cfg: RunConfig) -> int:
     # Only what was written: the plots are skipped without a folder matplotlib can write.
     print(f"report: {out} ({files_listing(out, rep['files'])})")
     return 0
+
+
+def _plants(cfg: RunConfig, paths: list[str]) -> None:
+    dirs = [load_plant_dir(p) for p in paths]
+    out = Path(cfg.report.out).expanduser() if cfg.report.out else dirs[0].path / "report"
+    check_destination(out, "report.out")
+    figs, cmps, notes = plant_figures(dirs, cfg.report.resamples, cfg.report.seed, cfg.report.level)
+    md, files = write_plant_report(
+        out, figs, cmps, dirs[0].results, cfg.report.level, cfg.report.resamples, notes, cfg.report.html
+    )
+    print(md)
+    print(f"report: {out} ({files_listing(out, files)})")

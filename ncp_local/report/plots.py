@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..protocol.metrics import ENDINGS
 from .endings import Incidence
+from .plants import AuditorFigures
 from .runs import Run
 from .tables import censored_at
 from .trials import RunTrials
@@ -265,3 +266,28 @@ def inline_svg(svg_path: Path) -> str:
     if start < 0:
         return ""
     return re.sub(r"<metadata>.*?</metadata>\s*", "", text[start:], count=1, flags=re.S)
+
+
+# mode=plant's plot: each auditor's recall per type and false-alarm rate (any type), with their intervals.
+def plants_figure(figs: Sequence[AuditorFigures]) -> Figure:
+    keys = [s.figure for s in figs[0].shares if s.figure.key.startswith("recall:") or s.figure.key == "false_alarm"]
+    fig = Figure(figsize=(7.0, 3.6), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(figs))
+    for i, f in enumerate(figs):
+        by_key = {s.figure.key: s for s in f.shares}
+        shown = [by_key[k.key] for k in keys if k.key in by_key]
+        x = [j + (i - (len(figs) - 1) / 2) * width for j, k in enumerate(keys) if k.key in by_key]
+        vals = [100 * s.value for s in shown]
+        errs = [[100 * (s.value - s.lo) for s in shown], [100 * (s.hi - s.value) for s in shown]]
+        ax.bar(x, vals, width, yerr=errs, capsize=3, label=f.label)
+    ax.set_xticks(range(len(keys)), [k.label for k in keys], fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("% of items")
+    fig.legend(loc="outside lower center", fontsize=7, frameon=False)  # below: labels are long
+    return fig
+
+
+def write_plants_plot(figs: Sequence[AuditorFigures], out: Path) -> tuple[Path, Path]:
+    return _save(plants_figure(figs), out, "plants")

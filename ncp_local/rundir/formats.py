@@ -21,7 +21,7 @@ from typing import Any, Literal
 from ..errors import InputError
 
 FORMAT_KEY = "format_version"
-Kind = Literal["result", "checkpoint", "reaudit", "manifest", "calls", "sweep_index"]
+Kind = Literal["result", "checkpoint", "reaudit", "plant", "manifest", "calls", "sweep_index"]
 # The version this rig writes and the newest it reads, per kind of file.
 VERSIONS: dict[Kind, int] = {
     "result": 1,  # results/<episode>.json of a run (protocol/episode.py EpisodeResult, sealed)
@@ -29,6 +29,7 @@ VERSIONS: dict[Kind, int] = {
     # <episode>.json, the whole Checkpoint sealed, rewritten every turn (still read: a run resumes from it)
     "checkpoint": 2,
     "reaudit": 1,  # results/<episode>.json of a re-audit (protocol/reaudit.py ReauditResult, sealed)
+    "plant": 1,  # results/<episode>.json of a plant directory (protocol/plant.py PlantResult, sealed)
     "manifest": 1,  # manifest.json (rundir/layout.py ManifestShape)
     "calls": 1,  # each line of calls.jsonl (execution/calls.py)
     "sweep_index": 1,  # a sweep folder's index.json (rundir/sweep_index.py)

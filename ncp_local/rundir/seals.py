@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name, parse_episode
@@ -31,8 +32,13 @@ def _body_hash(record: BaseModel) -> str:
 
 
 # The records a run directory seals, each of one spec, and their kinds of file (rundir/formats.py).
-Sealed = EpisodeResult | ReauditResult | Checkpoint
-_KIND: dict[type[BaseModel], Kind] = {EpisodeResult: "result", Checkpoint: "checkpoint", ReauditResult: "reaudit"}
+Sealed = EpisodeResult | ReauditResult | PlantResult | Checkpoint
+_KIND: dict[type[BaseModel], Kind] = {
+    EpisodeResult: "result",
+    Checkpoint: "checkpoint",
+    ReauditResult: "reaudit",
+    PlantResult: "plant",
+}
 
 
 def _kind(record: BaseModel) -> Kind:

@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InputError
+from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name
@@ -328,7 +329,7 @@ class RunDir:
         self.flush()  # this process reads what it wrote
         return self.result_path(episode).exists()
 
-    def write_result(self, result: EpisodeResult | ReauditResult) -> Future[None]:
+    def write_result(self, result: EpisodeResult | ReauditResult | PlantResult) -> Future[None]:
         """Seal and write a finished episode's result, by the writer (its serialization too: once per
         episode, off the loop); resolves once it is on disk and its checkpoint is gone."""
         name = episode_name(result.spec_id, getattr(result, "trial", 0))

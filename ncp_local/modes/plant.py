@@ -1,0 +1,265 @@
+"""`mode=plant`: an auditor measured against contradictions of known truth planted into a finished run.
+
+From the run `runs=[DIR]`, `plant.turns` clean turns are drawn per episode (seeded), and each gives its
+items (protocol/plant.py): the turn as played, and the turn with one contradiction planted per type of
+`plant.types`. The configured auditor judges every item with the stages a turn uses (fact update,
+conflict check, double-check; episode.audit_response), on the state the turn was told in, through the
+call service (retries, per-call seeds, the call log), all items at once.
+
+Output: a plant directory beside the run, `plant-<run>-<identity>` (or `out_dir`): manifest with
+`kind: plant`, results/<episode>.json per episode (sealed, so a rerun resumes), calls.jsonl, and the
+figures: plants.{md,csv,html} and a plot. Its identity holds the run's, the items' digest, the auditor
+and the prompts, so an auditor sweep (`-m auditor=a,b`) judges the same items in directories of its own.
+Several plant directories (`runs=[P1,P2,...]`, no model loads) give the figures side by side and the
+paired differences; so does mode=report given them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..bindings import Bindings
+from ..config import ConfigError, RunConfig, ScriptedEngineCfg
+from ..engines.base import EngineDead
+from ..errors import InputError
+from ..execution import engine_log
+from ..execution.calls import CallService, with_engines
+from ..execution.engine_pool import EnginePool, embedded_note
+from ..execution.failures import exit_for
+from ..execution.preflight import preflight
+from ..execution.progress import Metered, Progress
+from ..protocol import ROLES
+from ..protocol.plant import ItemAudit, PlantedItem, PlantResult, draw_items, items_digest, judge_item
+from ..protocol.prompts import TEMPLATES, PromptPack
+from ..protocol.replay import TurnView, replay
+from ..protocol.spec import Spec
+from ..protocol.stages import CONFLICT_TYPES
+from ..report.plant_dirs import PLANT_KIND, is_plant_dir, load_plant_dir, plant_figures
+from ..report.plants_doc import write_plant_report
+from ..report.runs import Run, attach_specs, expand_runs, load_run
+from ..rundir import identity as identity_mod
+from ..rundir import provenance
+from ..rundir.layout import ENGINE_LOG, require_finished
+from ..rundir.store import RunDir, resume_hint
+
+Items = dict[str, list[PlantedItem]]  # episode -> its items
+
+
+def draw(cfg: RunConfig, source: Run) -> Items:
+    """Every episode's items; refused in one line when the run has no clean turn, or never had what a
+    type asked for needs (exit 2, before any model loads)."""
+    items: Items = {}
+    for name, result in source.results.items():
+        drawn = draw_items(
+            source.specs[result.spec_id], result, cfg.plant.types, cfg.plant.turns, cfg.plant.place, cfg.plant.seed
+        )
+        if drawn:
+            items[name] = drawn
+    if not items:
+        raise InputError(
+            source.path, "runs", "no finished turn that committed clean: nothing to plant into (finish the run first)"
+        )
+    for kind in cfg.plant.types:
+        if not any(i.kind == kind for its in items.values() for i in its):
+            need = {"fact": "an active fact", "commitment": "a pending commitment"}.get(kind, kind)
+            raise InputError(
+                source.path,
+                "plant.types",
+                f"the run never had {need} at a clean turn drawn, so no {kind} contradiction can be planted; "
+                f"leave {kind} out of plant.types",
+            )
+    return items
+
+
+def out_dir(cfg: RunConfig, source: Run, pack: PromptPack, digest: str) -> tuple[Path, identity_mod.Identity]:
+    src = source.manifest.get("identity") or str(source.path.resolve())
+    base = identity_mod.of_reaudit(cfg, pack.templates, f"{PLANT_KIND}/{src}")
+    ident = identity_mod.Identity({**base.parts, "kind": PLANT_KIND, "plants": digest})
+    out = (
+        Path(cfg.out_dir).expanduser()
+        if cfg.out_dir
+        else source.path.resolve().parent / f"plant-{source.key}-{ident.key}"
+    )
+    return out, ident
+
+
+def point_dir(cfg: RunConfig) -> Path:
+    """Where `mode=plant` with this config writes (a sweep's table reads it)."""
+    source = load_run(cfg.runs[0])
+    attach_specs(source, cfg.report.dataset, required=True)
+    items = draw(cfg, source)
+    pack = PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates))
+    return out_dir(cfg, source, pack, items_digest([i for its in items.values() for i in its]))[0]
+
+
+SCRIPTED_NOTE = "a scripted auditor: its figures are the rates it was given (engine.plant_*), drawn at random"
+
+
+def what_it_measures(bindings: Bindings) -> list[str]:
+    """The lines the figures carry when they measure no real auditor: the embedded model, or scripted answers."""
+    note = embedded_note(bindings, ("auditor",))
+    if note:
+        return [note.removeprefix("note: ")]
+    return [SCRIPTED_NOTE] if bindings["auditor"].label == "scripted" else []
+
+
+def auditor_label(cfg: RunConfig, label: str) -> str:
+    """The judged auditor as the figures name it; a scripted one by the rates it was given."""
+    if label != "scripted" or cfg.engine.name != "scripted":
+        return f"{label} (seed {cfg.seed})" if cfg.seed else label
+    assert isinstance(cfg.engine, ScriptedEngineCfg)
+
+    def rates(by_type: dict[str, float]) -> str:
+        if len(set(by_type.values())) == 1:
+            return f"{next(iter(by_type.values())):g}"
+        return " ".join(f"{t} {by_type[t]:g}" for t in CONFLICT_TYPES)
+
+    return f"scripted (recall {rates(cfg.engine.plant_recall)}; false alarm {rates(cfg.engine.plant_false_alarm)})"
+
+
+def table(cfg: RunConfig, paths: Sequence[str]) -> int:
+    """Plant directories side by side, paired where they judged the same plants. No model loads."""
+    dirs = [load_plant_dir(p) for p in paths]
+    out = Path(cfg.report.out).expanduser() if cfg.report.out else dirs[0].path / "figures"
+    figs, cmps, notes = plant_figures(dirs, cfg.report.resamples, cfg.report.seed, cfg.report.level)
+    md, _ = write_plant_report(
+        out, figs, cmps, dirs[0].results, cfg.report.level, cfg.report.resamples, notes, cfg.report.html
+    )
+    print(md)
+    print(f"plant figures: {out}")
+    return 0
+
+
+def main(cfg: RunConfig) -> int:
+    require_finished(cfg.runs)
+    runs = expand_runs(list(cfg.runs)) if cfg.runs else []
+    if runs and all(is_plant_dir(r) for r in runs):
+        return table(cfg, runs)
+    if len(runs) != 1:
+        raise ConfigError("runs", "plant takes one run directory (runs=[DIR]), or plant directories to tabulate")
+    source = load_run(runs[0])
+    if source.damaged:
+        path, why = source.damaged[0]
+        raise InputError(path, "runs", f"{why}: re-run the source run's own command first")
+    attach_specs(source, cfg.report.dataset, required=True)
+    items = draw(cfg, source)  # every refusal of the input comes before any model loads
+    ready = preflight(cfg, roles=("auditor",), episodes=False)
+    engines = EnginePool(
+        ready.bindings.all_as("auditor"),
+        endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
+    )
+    digest = items_digest([i for its in items.values() for i in its])
+    out, ident = out_dir(cfg, source, ready.pack, digest)
+    if source.path.resolve() in out.resolve().parents:
+        raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: use a folder of its own")
+    label = auditor_label(cfg, ready.bindings["auditor"].label)
+    notes = what_it_measures(ready.bindings)
+    store = RunDir(out, record=PlantResult)
+    store.open(
+        {
+            "kind": PLANT_KIND,
+            **provenance.environment(),
+            "config": cfg.source,
+            "source": {
+                "path": str(source.path.resolve()),
+                "label": source.label,
+                "identity": source.manifest.get("identity"),
+            },
+            "dataset": source.manifest.get("dataset"),
+            "plants": {"digest": digest, "items": sum(map(len, items.values())), **cfg.plant.model_dump()},
+            "auditor_label": label,
+            "notes": notes,
+            "prompts": {"path": str(Path(ready.pack.root).resolve()), "sha256": ready.pack.sha256},
+            "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
+        },
+        ident,
+    )
+    for line in notes:
+        print(f"note: {line}")
+    engine_log.place(out / ENGINE_LOG)
+    try:
+        done = {r.episode: r for r in store.iter_results()}
+        todo = {e: its for e, its in items.items() if e not in done}
+        if todo:
+            done.update(asyncio.run(_judge(ready.cfg, ready.pack, engines, store, source, todo)))
+        else:
+            print(f"all {len(done)} episodes' items already judged in {out}; nothing left to do")
+        store.mark_done(len(done))
+    except EngineDead as exc:
+        known = exit_for(exc, resume_hint("judged episodes are saved", out))
+        assert known is not None
+        known.print()
+        return known.code
+    finally:
+        store.close()
+    return table(
+        cfg.model_copy(update={"report": cfg.report.model_copy(update={"out": cfg.report.out or str(out)})}), [str(out)]
+    )
+
+
+async def _one(
+    spec: Spec, views: dict[int, TurnView], item: PlantedItem, calls: CallService, episode: str, gate: asyncio.Semaphore
+) -> ItemAudit:
+    async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
+        return await calls.ask(episode, item.turn, stage, template, variables, **kw)
+
+    async with gate:
+        return await judge_item(spec, views[item.turn], item, ask)
+
+
+async def judge_all(
+    source: Run,
+    items: Items,
+    calls: CallService,
+    concurrency: int,
+    on_result: Callable[[PlantResult], None] | None = None,
+) -> dict[str, PlantResult]:
+    """Every episode's items judged, all at once (at most `concurrency` items in flight)."""
+    gate = asyncio.Semaphore(max(1, concurrency))
+    out: dict[str, PlantResult] = {}
+
+    async def episode(name: str) -> None:
+        result = source.results[name]
+        spec = source.specs[result.spec_id]
+        views = {v.record.turn: v for v in replay(spec, result).turns}
+        audits = await asyncio.gather(*(_one(spec, views, i, calls, name, gate) for i in items[name]))
+        res = PlantResult(spec_id=result.spec_id, trial=result.trial, items=tuple(audits))
+        out[name] = res
+        if on_result:
+            on_result(res)
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for name in items:
+                tg.create_task(episode(name))
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None  # a dead engine, as itself
+    return out
+
+
+async def _judge(
+    cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir, source: Run, todo: Items
+) -> dict[str, PlantResult]:
+    started = await engines.start()
+    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
+    for name, its in todo.items():  # progress counts the items judged
+        bar.add_run("plant", [name], len(its))
+    try:
+        assert engines.bindings is not None
+        roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
+        calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
+
+        def save(res: PlantResult) -> None:
+            store.write_result(res)
+            bar.result("plant", res.episode, len(res.items))
+
+        bar.start()
+        try:
+            return await judge_all(source, todo, calls, cfg.concurrency, on_result=save)
+        finally:
+            bar.close()
+    finally:
+        await engines.close_all()
