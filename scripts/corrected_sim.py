@@ -87,7 +87,9 @@ def draw_run(c: Condition, rng: random.Random) -> SimpleNamespace:
             _, _, conflicts, censored = KINDS[kind]
             turn = rng.randint(1, MAX_TURNS)
             last = SimpleNamespace(
-                conflicts=[SimpleNamespace(type=t, target_id=f"{t}_{j}") for t, n in conflicts.items() for j in range(n)]
+                conflicts=[
+                    SimpleNamespace(type=t, target_id=f"{t}_{j}") for t, n in conflicts.items() for j in range(n)
+                ]
             )
             term = "context_limit" if censored else "conflict" if conflicts else "all_resolved"
             results[f"s{s}~t{k}"] = SimpleNamespace(

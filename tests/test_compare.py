@@ -7,13 +7,26 @@ import csv
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from cli_runner import run_cli
 from ncp_local.protocol.metrics import EpisodeMetrics, product_limit
-from ncp_local.report.compare import Pool, holm, measurer, paired_differences, sign_flip_p
+from ncp_local.report.compare import (
+    MEANS,
+    Pool,
+    compare_runs,
+    comparison_rows,
+    comparisons_csv,
+    comparisons_markdown,
+    holm,
+    measurer,
+    paired_differences,
+    sentence,
+    sign_flip_p,
+)
 from ncp_local.report.paper import matching_rows, paper, row_named
 from ncp_local.report.runs import load_run
 
@@ -151,16 +164,28 @@ def test_mode_compare_of_two_scripted_runs(two_runs: tuple[Path, Path], tmp_path
     assert done.stdout.count("- turns kept: ") == 1 and done.stdout.count("- avg turns: ") == 1
 
 
-def test_a_run_against_itself_differs_by_nothing(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
-    a, _ = two_runs
+def test_a_run_against_itself_is_refused_and_a_torn_result_is_named(
+    two_runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # A run given twice, or a copy of it, is refused in one line (exit 2): its differences are nothing.
+    a, b = two_runs
     copy = tmp_path / "again"
     shutil.copytree(a, copy)
+    for pair in (f"[{a},{a}]", f"[{a},{copy}]"):
+        done = run_cli("mode=compare", f"runs={pair}", f"report.out={tmp_path / 'o'}", "progress=false")
+        assert done.returncode == 2 and "it is the same run" in done.stderr, done.stderr
+    # A result file cut short in a compared run is named with its reason, as mode=report names it, not passed
+    # off as a story the run never played.
+    torn = tmp_path / "torn"
+    shutil.copytree(b, torn)
+    victim = sorted((torn / "results").glob("*.json"))[0]
+    victim.write_bytes(victim.read_bytes()[:40])
     done = run_cli(
-        "mode=compare", f"runs=[{a},{copy}]", f"report.out={tmp_path / 'o'}", "report.resamples=100", "progress=false"
+        "mode=compare", f"runs=[{a},{torn}]", f"report.out={tmp_path / 't'}", "report.resamples=50", "progress=false"
     )
     assert done.returncode == 0, done.stderr
-    for r in csv.DictReader((tmp_path / "o" / "compare.csv").open()):
-        assert float(r["difference"]) == 0 and float(r["p"]) == 1.0
+    (line,) = [x for x in done.stdout.splitlines() if str(victim) in x]
+    assert line.endswith("not counted") and "stories played by only one" not in done.stdout
 
 
 def test_mode_report_holds_the_comparisons_section(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -269,3 +294,41 @@ def test_a_reaudit_compares_the_auditors_on_the_same_transcripts(two_runs: tuple
     assert "a re-audit of the baseline's transcripts: the differences are the auditors' alone" in done.stdout
     rows = list(csv.DictReader((out / "compare.csv").open()))
     assert rows and all(float(r["difference"]) == 0 for r in rows)
+
+
+# ---- censoring that differs between the runs ------------------------------------------------------------
+
+
+def _fake_run(label: str, plays: list[EpisodeMetrics], cap: int = 12) -> SimpleNamespace:
+    return SimpleNamespace(
+        label=label, path=Path(f"/{label}"), max_turns=cap, manifest={}, damaged=(), metrics=lambda: plays
+    )
+
+
+def test_a_run_its_window_stopped_more_gets_no_verdict_on_the_as_played_figures() -> None:
+    # The same plays in both runs, except that the window stopped a third of b's one turn before their end:
+    # avg turns and the rates differ by that alone, so they get no verdict (the reason in their sentence, no
+    # p in the table, left out of Holm's family); turns kept, S(t) and the endings by t keep theirs and lead.
+    base = [_ep(f"s{i}", 2 + i % 9, kind=i % 3) for i in range(30)]
+    cut = [_ep(m.spec_id, m.turns - 1, "context_limit") if i % 3 == 0 else m for i, m in enumerate(base)]
+    a, b, c = _fake_run("a", base), _fake_run("b", cut), _fake_run("c", base)
+    cs = compare_runs([a, b, c], resamples=200)
+    against_b, against_c = cs.compared
+    assert against_b.window == (0.0, pytest.approx(1 / 3)) and against_c.window == (0.0, 0.0)
+    keys = [d.figure.key for d in against_b.rows]
+    assert keys[0] == "turns_kept" and keys.index("fact_at_h") < keys.index("avg_turns")
+    for d in against_b.rows:
+        said = sentence(against_b, d, 0.95)
+        if d.figure.key in {k for k, _ in MEANS}:
+            assert d.withheld and math.isnan(d.p_holm) and "no verdict: the window stopped 33.3% of b's" in said
+        else:
+            assert not d.withheld and "paired interval" in said and not math.isnan(d.p_holm)
+    assert not any(d.withheld for d in against_c.rows)
+    # Holm over the one run left in the family is the raw p: c's avg turns is alone there.
+    avg_c = next(d for d in against_c.rows if d.figure.key == "avg_turns")
+    assert avg_c.p_holm == avg_c.p
+    md = comparisons_markdown(cs)
+    assert "stopped by the window: a 0.0%, b 33.3%" in md
+    rows = comparison_rows(against_b)
+    assert rows[keys.index("avg_turns")][6] == "no verdict" and rows[0][6] != "no verdict"
+    assert "no_verdict" in comparisons_csv(cs).splitlines()[0]

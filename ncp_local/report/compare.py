@@ -84,6 +84,7 @@ class Difference:
     p: float  # paired sign-flip permutation, two-sided
     mdd: float  # found 80% of the time at two-sided 5%
     p_holm: float = math.nan  # set when more than one run is compared with the baseline
+    withheld: str = ""  # why this figure gets no verdict ("" when it gets one)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Comparison:
     turns: tuple[int, ...]  # where S(t) is compared
     notes: tuple[str, ...]  # what was left out, and why (one line each)
     rows: tuple[Difference, ...]
+    window: tuple[float, float] = (0.0, 0.0)  # share of plays the window stopped, baseline then other
 
 
 @dataclass(frozen=True)
@@ -144,11 +146,31 @@ class Pool:
             start += int(lens.sum())
         self.turns = np.asarray([m.turns for m in every], dtype=np.intp)
         self.ended = np.asarray([0.0 if m.censored else 1.0 for m in every])
+        self.window = np.asarray([m.termination == "context_limit" for m in every], dtype=bool)
         codes = [-1 if m.ending in ENDING_CENSORED else ENDINGS.index(m.ending) for m in every]
         self.codes = np.asarray(codes, dtype=np.intp)
         cols = table_columns(every)
         cols["conflict_free_pct"] = [100.0 * (m.termination != "conflict") for m in every]
         self.values = np.asarray([cols[k] for k, _ in MEANS], dtype=float).reshape(len(MEANS), len(every))
+
+
+def window_shares(pool: Pool) -> tuple[float, float]:
+    """Each side's share of plays its window stopped (`context_limit`): the censoring that bends the
+    as-played figures (MEANS) where the two differ."""
+    out = []
+    for side in (0, 1):
+        n = int(pool.lens[side].sum())
+        first = int(pool.starts[side][0]) if n else 0
+        out.append(float(pool.window[first : first + n].mean()) if n else 0.0)
+    return out[0], out[1]
+
+
+BENT = frozenset(k for k, _ in MEANS)
+HOLDING = "turns kept, S(t) and each ending's % by t"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
 
 
 def figures_of(horizon: int, turns_at: Sequence[int], means: bool) -> list[Figure]:
@@ -298,6 +320,9 @@ def compare_pair(
             "(avg turns and the rates depend on the cap)"
         )
     a, b = scored_stories(base), scored_stories(other)
+    # A result file that failed its check is named, as mode=report names it, not passed off as a story one
+    # run never played.
+    notes += [f"{run.label}: {f}: {why}: not counted" for run in (base, other) for f, why in run.damaged]
     left = len(set(a) - set(stories)) + len(set(b) - set(stories))
     if left:
         notes.append(f"{left} stories played by only one of the two runs (or in another text) are left out")
@@ -313,6 +338,18 @@ def compare_pair(
     turns_at = tuple(columns_at(h))
     pool = Pool([[a[s] for s in stories], [b[s] for s in stories]])
     rows = paired_differences(pool, h, turns_at, means, resamples, seed, level)
+    window = window_shares(pool)
+    if window[0] != window[1]:
+        # The as-played figures count a stopped play as if it had ended there; with the windows stopping
+        # different shares they differ by that alone (docs/measurements/2026-12-07-corrected-and-censored.md:
+        # same narrator, 30% stopped against none, avg turns "differs" in every pair). Their consistent
+        # counterparts (turns kept, S(t), each ending by t) keep their verdicts.
+        why = (
+            f"no verdict: the window stopped {_pct(window[1])} of {other.label}'s plays and {_pct(window[0])} "
+            f"of {base.label}'s, which bends this figure; {HOLDING} hold under it"
+        )
+        rows = tuple(Difference(**{**d.__dict__, "withheld": why}) if d.figure.key in BENT else d for d in rows)
+    rows = tuple(sorted(rows, key=lambda d: d.figure.key in BENT))  # the figures censoring cannot bend lead
     return Comparison(
         base.label,
         other.label,
@@ -322,7 +359,14 @@ def compare_pair(
         turns_at,
         tuple(notes),
         rows,
+        window,
     )
+
+
+def same_run(a: Run, b: Run) -> bool:
+    """One directory given twice, or a copy of it (manifests alike to the moment each run was created)."""
+    made = a.manifest.get("created")
+    return a.path.resolve() == b.path.resolve() or (made is not None and a.manifest == b.manifest)
 
 
 def dataset_of(run: Run) -> str:
@@ -339,6 +383,9 @@ def compare_runs(
     refused: list[str] = []
     for other in runs[1:]:
         shared = shared_stories(base, other)
+        if same_run(base, other):
+            refused.append(f"{other.label} is not compared with {base.label}: it is the same run ({other.path})")
+            continue
         if not shared:
             why = (
                 "they ran on different datasets"
@@ -358,7 +405,7 @@ def _with_holm(compared: list[Comparison]) -> list[Comparison]:
     adjusted: dict[tuple[int, str], float] = {}
     for key in keys:
         where = [(i, d) for i, c in enumerate(compared) for d in c.rows if d.figure.key == key]
-        for (i, _), q in zip(where, holm([d.p for _, d in where]), strict=True):
+        for (i, _), q in zip(where, holm([math.nan if d.withheld else d.p for _, d in where]), strict=True):
             adjusted[i, key] = q
     out = []
     for i, c in enumerate(compared):
@@ -390,6 +437,8 @@ def sentence(c: Comparison, d: Difference, level: float) -> str:
         if d.diff
         else f"{f.label}: {c.other} and {c.baseline} are equal"
     )
+    if d.withheld:
+        return f"{head}: {d.withheld}."
     p = d.p if math.isnan(d.p_holm) else d.p_holm
     which = "p" if math.isnan(d.p_holm) else "Holm p"
     iv = f"{level:.0%} paired interval {_f(d.lo)} to {_f(d.hi)}, {which} = {_p(p)}"
@@ -432,18 +481,23 @@ def comparison_rows(c: Comparison) -> list[list[str]]:
             ("+" if d.diff > 0 else "") + _f(d.diff),
             f"[{_f(d.lo)}, {_f(d.hi)}]",
             f"[{_f(d.unpaired_lo)}, {_f(d.unpaired_hi)}]",
-            _p(d.p),
-            _p(d.p_holm),
+            "no verdict" if d.withheld else _p(d.p),
+            "no verdict" if d.withheld else _p(d.p_holm),
             _f(d.mdd),
         ]
         for d in c.rows
     ]
 
 
+def window_line(c: Comparison) -> str:
+    """Each run's share of plays its window stopped, said before any figure."""
+    return f"stopped by the window: {c.baseline} {_pct(c.window[0])}, {c.other} {_pct(c.window[1])}"
+
+
 def comparison_markdown(c: Comparison, level: float) -> str:
     title = (
         f"### {comparison_title(c)}\n\n{c.stories} shared stories, {c.plays[0]} and {c.plays[1]} "
-        f"scored plays; restricted mean and incidence to t={c.horizon}"
+        f"scored plays; restricted mean and incidence to t={c.horizon}; {window_line(c)}"
     )
     body = comparison_rows(c)
     notes = [f"- {n}" for n in c.notes]
@@ -487,6 +541,7 @@ CSV_HEADER = (
     "p",
     "p_holm",
     "mdd_80",
+    "no_verdict",
 )
 
 
@@ -503,6 +558,7 @@ def comparisons_csv(cs: Comparisons) -> str:
             c.horizon,
             d.figure.key,
             *map(_r, (d.base, d.other, d.diff, d.lo, d.hi, d.unpaired_lo, d.unpaired_hi, d.p, d.p_holm, d.mdd)),
+            d.withheld,
         ]
         for c in cs.compared
         for d in c.rows

@@ -226,7 +226,7 @@ def _comparisons_html(cs: Comparisons) -> str:
     parts += [f"<div class=warn>{prose(line)}</div>" for line in cs.refused]
     for c in cs.compared:
         parts.append(f"<h3>{esc(compare.comparison_title(c))}</h3>")
-        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in c.notes]
+        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in (compare.window_line(c), *c.notes)]
         parts.append(count_table("compare", compare.HEADER, compare.comparison_rows(c), tips=False))
         parts.append(
             "<ul class=small>" + "".join(f"<li>{esc(compare.sentence(c, d, cs.level))}</li>" for d in c.rows) + "</ul>"
