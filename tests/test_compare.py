@@ -301,7 +301,7 @@ def test_a_reaudit_compares_the_auditors_on_the_same_transcripts(two_runs: tuple
 
 def _fake_run(label: str, plays: list[EpisodeMetrics], cap: int = 12) -> SimpleNamespace:
     return SimpleNamespace(
-        label=label, path=Path(f"/{label}"), max_turns=cap, manifest={}, damaged=(), metrics=lambda: plays
+        label=label, path=Path(f"/{label}"), max_turns=cap, manifest={}, damaged=(), in_flight=(), metrics=lambda: plays
     )
 
 
@@ -332,3 +332,13 @@ def test_a_run_its_window_stopped_more_gets_no_verdict_on_the_as_played_figures(
     rows = comparison_rows(against_b)
     assert rows[keys.index("avg_turns")][6] == "no verdict" and rows[0][6] != "no verdict"
     assert "no_verdict" in comparisons_csv(cs).splitlines()[0]
+
+
+def test_the_curves_are_compared_no_further_than_both_runs_were_followed() -> None:
+    # b's plays were all stopped by the window by turn 3 and none reached further: its S(t) rests on the data to
+    # t = 4 only, so turns kept, S(t) and the endings are compared to t = 4, said in a note.
+    base = [_ep(f"s{i}", 2 + i % 9, kind=i % 3) for i in range(30)]
+    short = [_ep(m.spec_id, min(m.turns, 3), "context_limit") for m in base]
+    (c,) = compare_runs([_fake_run("a", base), _fake_run("b", short)], resamples=50).compared
+    assert c.horizon == 4 and any("compared to t=4 only" in n for n in c.notes)
+    assert "turns_kept" in {d.figure.key for d in c.rows} and "S(10)" not in {d.figure.key for d in c.rows}

@@ -631,3 +631,24 @@ def test_the_corrected_points_factor_is_unbiased_at_every_small_sheet() -> None:
             assert m < 2 or plug == pytest.approx((1 - p) ** 2 + p * (1 - p) / m)
     # No reviewed item: taken as judged, every conflict real.
     assert list(precision.unbiased_miss(0, 0, 2)) == [1.0, 0.0, 0.0]
+
+
+def test_no_figure_past_the_last_turn_anyone_was_followed() -> None:
+    # Three episodes in flight at 1, 1 and 2 committed turns (censored), cap 8: S(t) rests on the data to t = 3
+    # (turn 2's endings, none, are the last seen); turns kept to 8 has no point, only bounds: every story
+    # still going ending at turn 3 (S(1..3) = 1: 3 turns) or none before the cap (8 turns).
+    turns, censored = [1, 1, 2], [True, True, True]
+    assert metrics.identified_to(np.asarray(turns), np.zeros(3), 8) == 3
+    rm = metrics.restricted_mean(turns, censored, 8, resamples=20)
+    assert math.isnan(rm.value) and (rm.lo, rm.hi, rm.known_to) == (3.0, 8.0, 3)
+    # Two at turn 2, one of them ended: S(3) = 1/2, still past the data; least 1 + 1 + 1/2, most that + 5 x 1/2.
+    rm = metrics.restricted_mean([1, 2, 2], [True, True, False], 8, resamples=20)
+    assert math.isnan(rm.value) and (rm.lo, rm.hi) == pytest.approx((2.5, 5.0))
+    # Everyone followed to the end (the last at risk ended): the curve is 0 from there on, a point again.
+    done = metrics.restricted_mean([1, 2, 2], [True, False, False], 8, resamples=20)
+    assert done.value == pytest.approx(2.0) and done.known_to == -1
+    assert metrics.identified_to(np.asarray([1, 2, 2]), np.asarray([0.0, 1.0, 1.0]), 8) == 8
+    # The endings at the turn limit: n/e with the share ended by t = 3 and that plus the share still going.
+    plays = [EpisodeMetrics(f"s{i}", "context_limit", n, 0.0, 0.0, False, False, False) for i, n in enumerate(turns)]
+    inc = cumulative_incidence(plays, 8)
+    assert inc.known_to == 3

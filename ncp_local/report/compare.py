@@ -49,7 +49,7 @@ from ..protocol.metrics import ENDING_CENSORED, ENDINGS, EpisodeMetrics, product
 from ..protocol.resample import percentile
 from .endings import aalen_johansen
 from .runs import REAUDIT_KIND, Run
-from .tables import csv_text, markdown_table, table_columns
+from .tables import csv_text, known_to, markdown_table, table_columns
 from .trials import NOISE_METRICS, columns_at
 
 ALPHA = 0.05  # the test's two-sided size, fixed whatever report.level is (the intervals follow the level)
@@ -314,6 +314,10 @@ def compare_pair(
     h = min(cap_a, cap_b) if horizon is None else min(horizon, cap_a, cap_b)
     means = cap_a == cap_b
     notes = []
+    known = min(known_to(base), known_to(other))
+    if known < h:  # nobody followed that far in one run: the curves stop where its data do
+        notes.append(f"the curves are compared to t={known} only: no story was followed further in both runs")
+        h = known
     if not means:
         notes.append(
             f"turn caps differ ({cap_a} vs {cap_b}): only the curves' figures to turn {h} are compared "

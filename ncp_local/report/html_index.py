@@ -13,7 +13,7 @@ from .assets import asset
 from .compare import Comparisons
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
-from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
+from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows, past_data_lines
 from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
 from .failure_modes import RunModes
 from .glossary import define, define_cost, define_trials, plain
@@ -34,7 +34,7 @@ from .html_parts import (
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .ran import ran_notes
 from .runs import Run
-from .tables import METRICS, TERMINATIONS, Row
+from .tables import METRICS, PAST_DATA, TERMINATIONS, Row
 from .trials import RunTrials, noise_note, noise_table, passk_table, trials_notes
 
 
@@ -163,6 +163,7 @@ def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
     parts = [
         f"<p class='muted small'>{prose(ENDINGS_NOTE)}</p>",
         count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
+        *(f"<p class='warn'>{prose(line)}</p>" for line in past_data_lines(ends)),
     ]
     if svg:
         parts.append(f"<figure>{svg}</figure>")
@@ -260,6 +261,11 @@ def index_page(
         _summary_html(rows),
         # Episodes in flight (report/in_flight.py): one plain line per run that has some.
         *(f"<p class='warn in-flight'>{esc(r.label)}: {prose(r.in_flight)}</p>" for r in rows if r.in_flight),
+        *(
+            f"<p class='warn'>{esc(r.label)}: {prose(PAST_DATA.format(t=r.known_to))}</p>"
+            for r in rows
+            if r.known_to >= 0
+        ),
     ]
     if comparisons is not None and comparisons.compared:
         parts += ["<h2>Comparisons</h2>", _comparisons_html(comparisons)]
