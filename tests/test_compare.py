@@ -342,3 +342,47 @@ def test_the_curves_are_compared_no_further_than_both_runs_were_followed() -> No
     (c,) = compare_runs([_fake_run("a", base), _fake_run("b", short)], resamples=50).compared
     assert c.horizon == 4 and any("compared to t=4 only" in n for n in c.notes)
     assert "turns_kept" in {d.figure.key for d in c.rows} and "S(10)" not in {d.figure.key for d in c.rows}
+
+
+# ---- compare's claims, each failing a test when broken (docs/measurements/2026-12-07-corrected-and-censored.md) --
+
+
+def _shifted(shift: int) -> tuple[list[EpisodeMetrics], list[EpisodeMetrics]]:
+    """19 stories of 2 to 38 turns, ended by a conflict; the other run keeps each `shift` turns longer."""
+    base = [_ep(f"s{i}", 2 + i) for i in range(0, 37, 2)]
+    return base, [_ep(m.spec_id, m.turns + shift) for m in base]
+
+
+def test_stories_pair_by_their_id_whatever_order_a_run_lists_them_in() -> None:
+    # b lists its stories backwards: paired by id, each differs by +1 and the paired interval is exactly [1, 1].
+    base, other = _shifted(1)
+    (c,) = compare_runs([_fake_run("a", base, 40), _fake_run("b", other[::-1], 40)], resamples=200).compared
+    for key in ("avg_turns", "turns_kept"):
+        d = next(d for d in c.rows if d.figure.key == key)
+        assert (d.diff, d.lo, d.hi) == pytest.approx((1.0, 1.0, 1.0)), key
+
+
+def test_both_intervals_carry_the_differences_sign_and_the_mdd_the_paired_spread() -> None:
+    # Each story 5 turns longer in b: the paired interval is [5, 5]; the unpaired one spans the stories' spread
+    # around +5 (its middle above 0, as b minus a). The MDD is 1.96 permutation spreads (each story's +-5 flipped:
+    # sd 5 / sqrt(19)) plus 0.84 paired standard errors (0 here), not the unpaired spread.
+    base, other = _shifted(5)
+    (c,) = compare_runs([_fake_run("a", base, 60), _fake_run("b", other, 60)], resamples=400).compared
+    d = next(d for d in c.rows if d.figure.key == "avg_turns")
+    assert (d.lo, d.hi) == pytest.approx((5.0, 5.0))
+    assert d.unpaired_lo < 5 < d.unpaired_hi and d.unpaired_hi - d.unpaired_lo > 8
+    assert (d.unpaired_lo + d.unpaired_hi) / 2 > 2
+    assert d.mdd == pytest.approx(1.96 * 5 / math.sqrt(19), rel=0.12)
+    assert "5.00 turns higher than a" in sentence(c, d, 0.95)
+
+
+def test_holm_adjusts_each_figure_over_the_runs_compared_with_the_baseline() -> None:
+    # Three runs against a: each figure's Holm p is Holm's adjustment of its three raw p-values, never below them.
+    base, _ = _shifted(0)
+    runs = [_fake_run("a", base, 60)] + [_fake_run(n, _shifted(s)[1], 60) for n, s in (("b", 1), ("c", 0), ("d", 3))]
+    cs = compare_runs(runs, resamples=300)
+    for key in ("avg_turns", "turns_kept"):
+        rows = [next(d for d in c.rows if d.figure.key == key) for c in cs.compared]
+        assert [d.p_holm for d in rows] == pytest.approx(holm([d.p for d in rows]))
+        assert all(d.p_holm >= d.p for d in rows) and rows[0].p_holm > rows[0].p
+    assert "Holm p = " in sentence(cs.compared[0], cs.compared[0].rows[0], 0.95)
