@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ncp_local.protocol.metrics import EpisodeMetrics
-from ncp_local.report.compare import MEANS, Pool, figures_of, measurer, sign_flip_p, window_shares
+from ncp_local.report.paired import MEANS, Pool, figures_of, measurer, sign_flip_p, window_shares
 
 SCENARIOS = {  # name: (q of run A, q of run B, hazard ratio of B)
     "N1": (0.0, 0.035, 1.0),  # the case: B's window stops about 30% of its plays, A's none

@@ -14,19 +14,9 @@ import pytest
 
 from cli_runner import run_cli
 from ncp_local.protocol.metrics import EpisodeMetrics, product_limit
-from ncp_local.report.compare import (
-    MEANS,
-    Pool,
-    compare_runs,
-    comparison_rows,
-    comparisons_csv,
-    comparisons_markdown,
-    holm,
-    measurer,
-    paired_differences,
-    sentence,
-    sign_flip_p,
-)
+from ncp_local.report.compare import compare_runs
+from ncp_local.report.compare_doc import comparison_rows, comparisons_csv, comparisons_markdown, sentence
+from ncp_local.report.paired import MEANS, Pool, holm, measurer, paired_differences, sign_flip_p
 from ncp_local.report.paper import matching_rows, paper, row_named
 from ncp_local.report.runs import load_run
 

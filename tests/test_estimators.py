@@ -37,14 +37,13 @@ from ncp_local.report.trials import (
     effective_pass_k_band,
     fates,
     noise_floor,
-    noise_table,
     not_estimable,
     observed_counts,
     pass_k_band,
     pass_k_curve,
     pass_k_draws,
-    trials_notes,
 )
+from ncp_local.report.trials_doc import noise_table, trials_notes
 
 
 def play(story: str, trial: int, turns: int, termination: str = "conflict", fact: bool = True) -> EpisodeMetrics:
@@ -357,17 +356,17 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     assert corr_s == pytest.approx((1, 1, 1, 0.59, 0.59 * (1 - 44 / 45 / 5)))
     assert len(lo_s) == len(hi_s) == 5
     # With draws: one story, so every draw takes the same plays and only the precisions vary. The fact rate
-    # f(p) = 10 (5 p + 1 - (1 - p)^2) rises with p, so its interval is f at the quantiles of Jeffreys'
-    # Beta(8.5, 2.5); the point stays the unbiased one, not the draws' median.
+    # f(p) = 10 (5 p + 1 - (1 - p)^2) rises with p, so the draws' band is f at the quantiles of Jeffreys'
+    # Beta(8.5, 2.5); the interval holds it (and Jeffreys' interval at the draws' effective sample size, the
+    # wider of the two), and the point stays the unbiased one, not the draws' median.
     drawn = precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]
 
-    def p_of(rate: float) -> float:
-        return float(optimize.brentq(lambda p: 10 * (5 * p + 1 - (1 - p) ** 2) - rate, 0, 1))
+    def f(p: float) -> float:
+        return 10 * (5 * p + 1 - (1 - p) ** 2)
 
-    jeffreys = stats.beta(8.5, 2.5)
-    got = (p_of(drawn.lo), p_of(drawn.hi))
-    assert got == pytest.approx(tuple(jeffreys.ppf([0.025, 0.975])), abs=0.012)
-    assert drawn.point == plug.rates["fact_pct"][1].point
+    lo_q, hi_q = stats.beta(8.5, 2.5).ppf([0.025, 0.975])
+    assert drawn.lo <= f(lo_q) + 0.3 and drawn.hi >= f(hi_q) - 0.3
+    assert drawn.lo < drawn.point == plug.rates["fact_pct"][1].point < drawn.hi
     assert drawn == precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]  # seeded
     # A type with no reviewed item is taken as judged, in the point and in every draw: one more play ending in
     # a player-input conflict gives 1 in 11, corrected or not.
@@ -377,7 +376,9 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     for draws in (0, 200):
         rate = precision.correct(run, prec, verdicts, draws, 0, 0.95).rates["player_input_pct"]
         assert rate[0] == rate[1].point == pytest.approx(100 / 11)
-        assert draws == 0 or rate[1].lo == rate[1].hi == pytest.approx(100 / 11)
+        # (With draws its band holds it; one story leaves the bootstrap no spread, so Jeffreys' interval for
+        # 1 of 11 at one trial, the story, widens it.)
+        assert draws == 0 or rate[1].lo < 100 / 11 < rate[1].hi
 
 
 def test_survival_bounds_at_zero_and_one_by_hand() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ..protocol.metrics import episode_metrics
 from ..protocol.records import EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
-from . import compare, failure_modes, precision
+from . import compare_doc, failure_modes, precision
 from .assets import asset
 from .compare import Comparisons
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
@@ -35,7 +35,8 @@ from .precision import UNCORRECTED_NOTE, AuditorError
 from .ran import ran_notes
 from .runs import Run
 from .tables import METRICS, PAST_DATA, TERMINATIONS, Row
-from .trials import RunTrials, noise_note, noise_table, passk_table, trials_notes
+from .trials import RunTrials
+from .trials_doc import noise_note, noise_table, passk_table, trials_notes
 
 
 def _overturned(result: EpisodeResult) -> int:
@@ -223,14 +224,16 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
 
 def _comparisons_html(cs: Comparisons) -> str:
     """mode=compare's section: per run against the baseline, its notes, the table and the sentences."""
-    parts = [f"<p class='muted small'>{prose(compare.comparisons_note(cs))}</p>"]
+    parts = [f"<p class='muted small'>{prose(compare_doc.comparisons_note(cs))}</p>"]
     parts += [f"<div class=warn>{prose(line)}</div>" for line in cs.refused]
     for c in cs.compared:
-        parts.append(f"<h3>{esc(compare.comparison_title(c))}</h3>")
-        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in (compare.window_line(c), *c.notes)]
-        parts.append(count_table("compare", compare.HEADER, compare.comparison_rows(c), tips=False))
+        parts.append(f"<h3>{esc(compare_doc.comparison_title(c))}</h3>")
+        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in (compare_doc.window_line(c), *c.notes)]
+        parts.append(count_table("compare", compare_doc.HEADER, compare_doc.comparison_rows(c), tips=False))
         parts.append(
-            "<ul class=small>" + "".join(f"<li>{esc(compare.sentence(c, d, cs.level))}</li>" for d in c.rows) + "</ul>"
+            "<ul class=small>"
+            + "".join(f"<li>{esc(compare_doc.sentence(c, d, cs.level))}</li>" for d in c.rows)
+            + "</ul>"
         )
     return "".join(parts)
 
