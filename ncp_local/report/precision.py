@@ -32,8 +32,8 @@ lies above it. For the rates and the conflict-free share it is also widened to J
 draws' effective sample size (report/endings.py's `effective_band`, the incidence's band): over 30
 single-play stories the percentiles alone covered 90.8-92.9% where the sheet was 3-6 items and the
 stories' share of the error large, Jeffreys' alone 69-86% where 2-3 items left the precision's draws
-lopsided; the wider of the two covers 93-97%. The median of the draws, the point before, sat nearer 1/2 than upheld / reviewed and
-moved fact % corrected about -2 points at sheets of 2-6 items
+lopsided; the wider of the two covers 93-97%. The median of the draws, the point before, sat nearer 1/2
+than upheld / reviewed and moved fact % corrected about -2 points at sheets of 2-6 items
 (docs/measurements/2026-12-07-corrected-and-censored.md).
 A type with no reviewed item is not corrected (p = 1), and the report says so.
 Without a sheet nothing changes, and the report says its figures are uncorrected.
