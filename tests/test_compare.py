@@ -140,7 +140,10 @@ def test_mode_compare_of_two_scripted_runs(two_runs: tuple[Path, Path], tmp_path
     out = tmp_path / "cmp"
     done = run_cli("mode=compare", f"runs=[{a},{b}]", f"report.out={out}", "report.resamples=300", "progress=false")
     assert done.returncode == 0, done.stderr
-    assert "## Comparisons" in done.stdout and "seed=1 vs seed=0 (baseline)" in done.stdout
+    assert "## Comparisons" in done.stdout and "seed=1 vs the baseline" in done.stdout
+    # What ran, per run, once: its short name, folder, engine and models (a scripted run says no model ran).
+    assert f"- baseline: {a}; engine scripted, no model (every role); seed=0" in done.stdout
+    assert f"- seed=1: {b}; engine scripted, no model (every role); seed=1" in done.stdout
     assert "with 3 stories no p-value can fall below 0.25" in done.stdout
     rows = list(csv.DictReader((out / "compare.csv").open()))
     by = {r["figure"]: r for r in rows}
@@ -189,7 +192,7 @@ def test_mode_report_holds_the_comparisons_section(two_runs: tuple[Path, Path], 
     assert "## Comparisons" in text and "turns kept" in text
     assert (out / "compare.csv").is_file()
     html = (out / "index.html").read_text()
-    assert "<h2>Comparisons</h2>" in html and "seed=1 vs seed=0 (baseline)" in html
+    assert "<h2>Comparisons</h2>" in html and "seed=1 vs the baseline" in html
     alone = run_cli("mode=report", f"runs=[{a}]", f"report.out={tmp_path / 'one'}", "report.html=false")
     assert alone.returncode == 0 and "## Comparisons" not in (tmp_path / "one" / "results.md").read_text()
 
@@ -310,7 +313,7 @@ def test_a_run_its_window_stopped_more_gets_no_verdict_on_the_as_played_figures(
     for d in against_b.rows:
         said = sentence(against_b, d, 0.95)
         if d.figure.key in {k for k, _ in MEANS}:
-            assert d.withheld and math.isnan(d.p_holm) and "no verdict: the window stopped 33.3% of b's" in said
+            assert d.withheld and math.isnan(d.p_holm) and "stopped 33.3% of b's plays and 0.0% of baseline's" in said
         else:
             assert not d.withheld and "paired interval" in said and not math.isnan(d.p_holm)
     assert not any(d.withheld for d in against_c.rows)
@@ -318,7 +321,7 @@ def test_a_run_its_window_stopped_more_gets_no_verdict_on_the_as_played_figures(
     avg_c = next(d for d in against_c.rows if d.figure.key == "avg_turns")
     assert avg_c.p_holm == avg_c.p
     md = comparisons_markdown(cs)
-    assert "stopped by the window: a 0.0%, b 33.3%" in md
+    assert "stopped by the window: baseline 0.0%, b 33.3%" in md
     rows = comparison_rows(against_b)
     assert rows[keys.index("avg_turns")][6] == "no verdict" and rows[0][6] != "no verdict"
     assert "no_verdict" in comparisons_csv(cs).splitlines()[0]
@@ -363,7 +366,7 @@ def test_both_intervals_carry_the_differences_sign_and_the_mdd_the_paired_spread
     assert d.unpaired_lo < 5 < d.unpaired_hi and d.unpaired_hi - d.unpaired_lo > 8
     assert (d.unpaired_lo + d.unpaired_hi) / 2 > 2
     assert d.mdd == pytest.approx(1.96 * 5 / math.sqrt(19), rel=0.12)
-    assert "5.00 turns higher than a" in sentence(c, d, 0.95)
+    assert "5.00 turns higher than baseline" in sentence(c, d, 0.95)
 
 
 def test_holm_adjusts_each_figure_over_the_runs_compared_with_the_baseline() -> None:

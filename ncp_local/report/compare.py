@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..protocol.metrics import EpisodeMetrics
+from .labels import differing, flat
 from .paired import ALPHA, MEANS, Difference, Pool, holm, paired_differences, window_shares
+from .ran import what_ran
 from .runs import REAUDIT_KIND, Run
 from .tables import known_to
 from .trials import columns_at
@@ -53,6 +55,34 @@ class Comparisons:
     resamples: int
     compared: list[Comparison]
     refused: list[str] = field(default_factory=list)  # pairs with nothing comparable, one line each
+    legend: list[str] = field(default_factory=list)  # each short name, once: its folder and full label
+
+
+SHORT_KEYS = 3  # settings named in a short name; the legend holds them all
+
+
+def short_names(runs: Sequence[Run]) -> list[str]:
+    """Each run named by what sets it apart from the first (the baseline, named so): the settings that
+    differ from the baseline's, by their last part (`seed=1`, `condition=natural`), trials where their count
+    differs; the folder's name where nothing recorded differs, or beside the name where two runs are alike."""
+    configs = [dict(r.manifest.get("config") or {}) for r in runs]
+    trials = [int((c.get("trials") or {}).get("count") or 1) for c in configs]
+    names = ["baseline"]
+    for run, cfg, k in zip(runs[1:], configs[1:], trials[1:], strict=True):
+        keys = differing([configs[0], cfg])
+        flat_cfg = dict(flat(cfg))
+        parts = [f"{_short_key(key)}={flat_cfg.get(key)}" for key in keys[:SHORT_KEYS]]
+        parts += [f"+{len(keys) - SHORT_KEYS}"] if len(keys) > SHORT_KEYS else []
+        parts += [f"trials={k}"] if k != trials[0] else []
+        names.append(" ".join(parts) or run.path.name)  # nothing recorded differs: its folder
+    if len(set(names)) < len(names):
+        names = [f"{n} [{r.path.name}]" for n, r in zip(names, runs, strict=True)]
+    return names
+
+
+def _short_key(key: str) -> str:
+    head, _, last = key.rpartition(".")
+    return head.split(".")[-1] if last == "name" and head else last
 
 
 def story_hashes(run: Run) -> dict[str, str]:
@@ -93,8 +123,11 @@ def compare_pair(
     resamples: int,
     seed: int,
     level: float,
+    names: tuple[str, str] | None = None,
 ) -> Comparison:
-    """One run against the baseline on their shared `stories` (module docstring)."""
+    """One run against the baseline on their shared `stories` (module docstring); `names`: what to call the
+    two (their labels when None)."""
+    a_name, b_name = names or (base.label, other.label)
     cap_a, cap_b = base.max_turns, other.max_turns
     h = min(cap_a, cap_b) if horizon is None else min(horizon, cap_a, cap_b)
     means = cap_a == cap_b
@@ -111,7 +144,9 @@ def compare_pair(
     a, b = scored_stories(base), scored_stories(other)
     # A result file that failed its check is named, as mode=report names it, not passed off as a story one
     # run never played.
-    notes += [f"{run.label}: {f}: {why}: not counted" for run in (base, other) for f, why in run.damaged]
+    notes += [
+        f"{name}: {f}: {why}: not counted" for run, name in ((base, a_name), (other, b_name)) for f, why in run.damaged
+    ]
     left = len(set(a) - set(stories)) + len(set(b) - set(stories))
     if left:
         notes.append(f"{left} stories played by only one of the two runs (or in another text) are left out")
@@ -134,14 +169,14 @@ def compare_pair(
         # same narrator, 30% stopped against none, avg turns "differs" in every pair). Their consistent
         # counterparts (turns kept, S(t), each ending by t) keep their verdicts.
         why = (
-            f"no verdict: the window stopped {_pct(window[1])} of {other.label}'s plays and {_pct(window[0])} "
-            f"of {base.label}'s, which bends this figure; {HOLDING} hold under it"
+            f"no verdict: the window stopped {_pct(window[1])} of {b_name}'s plays and {_pct(window[0])} "
+            f"of {a_name}'s, which bends this figure; {HOLDING} hold under it"
         )
         rows = tuple(Difference(**{**d.__dict__, "withheld": why}) if d.figure.key in BENT else d for d in rows)
     rows = tuple(sorted(rows, key=lambda d: d.figure.key in BENT))  # the figures censoring cannot bend lead
     return Comparison(
-        base.label,
-        other.label,
+        a_name,
+        b_name,
         len(stories),
         (sum(len(a[s]) for s in stories), sum(len(b[s]) for s in stories)),
         h,
@@ -167,13 +202,16 @@ def compare_runs(
     runs: Sequence[Run], horizon: int | None = None, resamples: int = 2000, seed: int = 0, level: float = 0.95
 ) -> Comparisons:
     """Every run after the first against the first; Holm over them per figure when more than one."""
+    names = short_names(runs)
+    # What ran, per run, from its manifest (a scripted engine says so: no model ran), and the full label once.
+    legend = [f"{n}: {r.path}; {what_ran(r.manifest).line}; {r.label}" for n, r in zip(names, runs, strict=True)]
     base = runs[0]
     compared: list[Comparison] = []
     refused: list[str] = []
-    for other in runs[1:]:
+    for other, name in zip(runs[1:], names[1:], strict=True):
         shared = shared_stories(base, other)
         if same_run(base, other):
-            refused.append(f"{other.label} is not compared with {base.label}: it is the same run ({other.path})")
+            refused.append(f"{name} is not compared with the baseline: it is the same run ({other.path})")
             continue
         if not shared:
             why = (
@@ -181,12 +219,12 @@ def compare_runs(
                 if dataset_of(base) != dataset_of(other)
                 else "they share no story with scored plays"
             )
-            refused.append(f"{other.label} is not compared with {base.label}: {why}, so no story pairs")
+            refused.append(f"{name} is not compared with the baseline: {why}, so no story pairs")
             continue
-        compared.append(compare_pair(base, other, shared, horizon, resamples, seed, level))
+        compared.append(compare_pair(base, other, shared, horizon, resamples, seed, level, (names[0], name)))
     if len(compared) > 1:
         compared = _with_holm(compared)
-    return Comparisons(level, resamples, compared, refused)
+    return Comparisons(level, resamples, compared, refused, legend)
 
 
 def _with_holm(compared: list[Comparison]) -> list[Comparison]:

@@ -72,8 +72,8 @@ def sentence(c: Comparison, d: Difference, level: float) -> str:
     way = "higher" if d.diff > 0 else "lower"
     head = (
         f"{f.label}: {c.other} is {size} {way} than {c.baseline}"
-        if d.diff
-        else f"{f.label}: {c.other} and {c.baseline} are equal"
+        if round(d.diff, 2)
+        else f"{f.label}: {c.other} and {c.baseline} are equal to two decimals"
     )
     if d.withheld:
         return f"{head}: {d.withheld}."
@@ -106,7 +106,7 @@ HEADER = (
 
 
 def comparison_title(c: Comparison) -> str:
-    return f"{c.other} vs {c.baseline} (baseline)"
+    return f"{c.other} vs the baseline" if c.baseline == "baseline" else f"{c.other} vs {c.baseline} (baseline)"
 
 
 def comparison_rows(c: Comparison) -> list[list[str]]:
@@ -157,7 +157,8 @@ def comparisons_note(cs: Comparisons) -> str:
 
 
 def comparisons_markdown(cs: Comparisons) -> str:
-    parts = [comparisons_note(cs)]
+    parts = ["Runs:\n\n" + "\n".join(f"- {line}" for line in cs.legend)] if cs.legend else []
+    parts += [comparisons_note(cs)]
     parts += [f"- {line}" for line in cs.refused]
     parts += [comparison_markdown(c, cs.level) for c in cs.compared]
     return "\n\n".join(parts)

@@ -224,7 +224,8 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
 
 def _comparisons_html(cs: Comparisons) -> str:
     """mode=compare's section: per run against the baseline, its notes, the table and the sentences."""
-    parts = [f"<p class='muted small'>{prose(compare_doc.comparisons_note(cs))}</p>"]
+    parts = ["<ul class=small>" + "".join(f"<li>{esc(line)}</li>" for line in cs.legend) + "</ul>"] if cs.legend else []
+    parts.append(f"<p class='muted small'>{prose(compare_doc.comparisons_note(cs))}</p>")
     parts += [f"<div class=warn>{prose(line)}</div>" for line in cs.refused]
     for c in cs.compared:
         parts.append(f"<h3>{esc(compare_doc.comparison_title(c))}</h3>")
