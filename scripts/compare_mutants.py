@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRED, COMPARE = "ncp_local/report/paired.py", "ncp_local/report/compare.py"
-FAST = "holm or sign_flip or paired or plays_move or window or followed or order or intervals_carry or holm_adjusts"
+FAST = "holm or sign_flip or paired or plays_move or window or followed or order or intervals_carry or holm_adjusts or as_wide"
 CLI = "itself or mode_compare_of_two"
 
 # (name, old text, new text, tests)

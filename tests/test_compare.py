@@ -379,3 +379,13 @@ def test_holm_adjusts_each_figure_over_the_runs_compared_with_the_baseline() -> 
         assert [d.p_holm for d in rows] == pytest.approx(holm([d.p for d in rows]))
         assert all(d.p_holm >= d.p for d in rows) and rows[0].p_holm > rows[0].p
     assert "Holm p = " in sentence(cs.compared[0], cs.compared[0].rows[0], 0.95)
+
+
+def test_the_paired_interval_is_as_wide_as_its_level_asks() -> None:
+    # b keeps each story 1 or 3 turns longer, alternately: the mean difference 2 has a standard error of about
+    # 1 / sqrt(19) by story, so the 95% paired interval is about 2 x 1.96 / sqrt(19) = 0.90 wide (a 50% one 0.31).
+    base, _ = _shifted(0)
+    other = [_ep(m.spec_id, m.turns + 1 + 2 * (i % 2)) for i, m in enumerate(base)]
+    (c,) = compare_runs([_fake_run("a", base, 60), _fake_run("b", other, 60)], resamples=1000).compared
+    d = next(d for d in c.rows if d.figure.key == "avg_turns")
+    assert d.lo < 2 < d.hi and 0.7 < d.hi - d.lo < 1.1
