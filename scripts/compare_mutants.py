@@ -96,8 +96,8 @@ MUTANTS: tuple[tuple[str, str, str, str], ...] = (
     ("a run compared with itself", "        if same_run(base, other):", "        if False:", CLI),
     (
         "torn result unnamed",
-        "for run in (base, other) for f, why in run.damaged]",
-        "for run in () for f, why in run.damaged]",
+        "for run, name in ((base, a_name), (other, b_name)) for f, why in run.damaged",
+        "for run, name in () for f, why in run.damaged",
         CLI,
     ),
 )
