@@ -14,7 +14,7 @@ import pytest
 
 from cli_runner import run_cli
 from ncp_local.protocol.metrics import EpisodeMetrics, product_limit
-from ncp_local.report.compare import compare_runs
+from ncp_local.report.compare import compare_runs, short_names
 from ncp_local.report.compare_doc import comparison_rows, comparisons_csv, comparisons_markdown, sentence
 from ncp_local.report.paired import MEANS, Pool, holm, measurer, paired_differences, sign_flip_p
 from ncp_local.report.paper import matching_rows, paper, row_named
@@ -389,3 +389,25 @@ def test_the_paired_interval_is_as_wide_as_its_level_asks() -> None:
     (c,) = compare_runs([_fake_run("a", base, 60), _fake_run("b", other, 60)], resamples=1000).compared
     d = next(d for d in c.rows if d.figure.key == "avg_turns")
     assert d.lo < 2 < d.hi and 0.7 < d.hi - d.lo < 1.1
+
+
+def test_a_run_is_named_by_what_sets_it_apart_from_the_baseline() -> None:
+    def run(folder: str, **cfg: object) -> SimpleNamespace:
+        base = {"seed": 0, "condition": {"name": "adversarial"}, "narrator": {"model": {"name": "m1"}}}
+        return SimpleNamespace(path=Path(f"/r/{folder}"), manifest={"config": {**base, **cfg}})
+
+    runs = [
+        run("a"),
+        run("b", seed=1),
+        run("c", condition={"name": "natural"}),
+        run("d", narrator={"model": {"name": "m2"}}, trials={"count": 3}),
+        run("e"),
+        SimpleNamespace(path=Path("/r/ref"), manifest={}),
+    ]
+    assert short_names(runs) == ["baseline", "seed=1", "condition=natural", "narrator=m2 trials=3", "e", "ref"]
+    # Two alike keep their folders beside the name.
+    assert short_names([run("a"), run("b", seed=1), run("c", seed=1)]) == [
+        "baseline [a]",
+        "seed=1 [b]",
+        "seed=1 [c]",
+    ]

@@ -22,6 +22,7 @@ check is named.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,9 +70,9 @@ def short_names(runs: Sequence[Run]) -> list[str]:
     trials = [int((c.get("trials") or {}).get("count") or 1) for c in configs]
     names = ["baseline"]
     for run, cfg, k in zip(runs[1:], configs[1:], trials[1:], strict=True):
-        keys = differing([configs[0], cfg])
+        keys = differing([configs[0], cfg]) if cfg and configs[0] else []  # no config recorded: its folder
         flat_cfg = dict(flat(cfg))
-        parts = [f"{_short_key(key)}={flat_cfg.get(key)}" for key in keys[:SHORT_KEYS]]
+        parts = [f"{_short_key(key)}={_value(flat_cfg.get(key))}" for key in keys[:SHORT_KEYS]]
         parts += [f"+{len(keys) - SHORT_KEYS}"] if len(keys) > SHORT_KEYS else []
         parts += [f"trials={k}"] if k != trials[0] else []
         names.append(" ".join(parts) or run.path.name)  # nothing recorded differs: its folder
@@ -80,7 +81,14 @@ def short_names(runs: Sequence[Run]) -> list[str]:
     return names
 
 
+def _value(v: object) -> str:
+    return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
 def _short_key(key: str) -> str:
+    """`seed`, `condition.name` -> `condition`, `narrator.model.name` -> `narrator`, else the last part."""
+    if key.endswith(".model.name"):
+        return key.split(".")[0]
     head, _, last = key.rpartition(".")
     return head.split(".")[-1] if last == "name" and head else last
 
