@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ncp_local.protocol.metrics import EpisodeMetrics
-from ncp_local.report.compare import Pool, figures_of, measurer, paired_differences, sign_flip_p, take
+from ncp_local.report.paired import Pool, figures_of, measurer, paired_differences, sign_flip_p, take
 
 FIGURES = ("turns_kept", "avg_turns", "fact_pct", "S(10)", "fact_at_h")
 

@@ -7,13 +7,16 @@ import csv
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from cli_runner import run_cli
 from ncp_local.protocol.metrics import EpisodeMetrics, product_limit
-from ncp_local.report.compare import Pool, holm, measurer, paired_differences, sign_flip_p
+from ncp_local.report.compare import compare_runs, short_names
+from ncp_local.report.compare_doc import comparison_rows, comparisons_csv, comparisons_markdown, sentence
+from ncp_local.report.paired import MEANS, Pool, holm, measurer, paired_differences, sign_flip_p
 from ncp_local.report.paper import matching_rows, paper, row_named
 from ncp_local.report.runs import load_run
 
@@ -137,7 +140,10 @@ def test_mode_compare_of_two_scripted_runs(two_runs: tuple[Path, Path], tmp_path
     out = tmp_path / "cmp"
     done = run_cli("mode=compare", f"runs=[{a},{b}]", f"report.out={out}", "report.resamples=300", "progress=false")
     assert done.returncode == 0, done.stderr
-    assert "## Comparisons" in done.stdout and "seed=1 vs seed=0 (baseline)" in done.stdout
+    assert "## Comparisons" in done.stdout and "seed=1 vs the baseline" in done.stdout
+    # What ran, per run, once: its short name, folder, engine and models (a scripted run says no model ran).
+    assert f"- baseline: {a}; engine scripted, no model (every role); seed=0" in done.stdout
+    assert f"- seed=1: {b}; engine scripted, no model (every role); seed=1" in done.stdout
     assert "with 3 stories no p-value can fall below 0.25" in done.stdout
     rows = list(csv.DictReader((out / "compare.csv").open()))
     by = {r["figure"]: r for r in rows}
@@ -151,16 +157,28 @@ def test_mode_compare_of_two_scripted_runs(two_runs: tuple[Path, Path], tmp_path
     assert done.stdout.count("- turns kept: ") == 1 and done.stdout.count("- avg turns: ") == 1
 
 
-def test_a_run_against_itself_differs_by_nothing(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
-    a, _ = two_runs
+def test_a_run_against_itself_is_refused_and_a_torn_result_is_named(
+    two_runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # A run given twice, or a copy of it, is refused in one line (exit 2): its differences are nothing.
+    a, b = two_runs
     copy = tmp_path / "again"
     shutil.copytree(a, copy)
+    for pair in (f"[{a},{a}]", f"[{a},{copy}]"):
+        done = run_cli("mode=compare", f"runs={pair}", f"report.out={tmp_path / 'o'}", "progress=false")
+        assert done.returncode == 2 and "it is the same run" in done.stderr, done.stderr
+    # A result file cut short in a compared run is named with its reason, as mode=report names it, not passed
+    # off as a story the run never played.
+    torn = tmp_path / "torn"
+    shutil.copytree(b, torn)
+    victim = sorted((torn / "results").glob("*.json"))[0]
+    victim.write_bytes(victim.read_bytes()[:40])
     done = run_cli(
-        "mode=compare", f"runs=[{a},{copy}]", f"report.out={tmp_path / 'o'}", "report.resamples=100", "progress=false"
+        "mode=compare", f"runs=[{a},{torn}]", f"report.out={tmp_path / 't'}", "report.resamples=50", "progress=false"
     )
     assert done.returncode == 0, done.stderr
-    for r in csv.DictReader((tmp_path / "o" / "compare.csv").open()):
-        assert float(r["difference"]) == 0 and float(r["p"]) == 1.0
+    (line,) = [x for x in done.stdout.splitlines() if str(victim) in x]
+    assert line.endswith("not counted") and "stories played by only one" not in done.stdout
 
 
 def test_mode_report_holds_the_comparisons_section(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -174,7 +192,7 @@ def test_mode_report_holds_the_comparisons_section(two_runs: tuple[Path, Path], 
     assert "## Comparisons" in text and "turns kept" in text
     assert (out / "compare.csv").is_file()
     html = (out / "index.html").read_text()
-    assert "<h2>Comparisons</h2>" in html and "seed=1 vs seed=0 (baseline)" in html
+    assert "<h2>Comparisons</h2>" in html and "seed=1 vs the baseline" in html
     alone = run_cli("mode=report", f"runs=[{a}]", f"report.out={tmp_path / 'one'}", "report.html=false")
     assert alone.returncode == 0 and "## Comparisons" not in (tmp_path / "one" / "results.md").read_text()
 
@@ -269,3 +287,127 @@ def test_a_reaudit_compares_the_auditors_on_the_same_transcripts(two_runs: tuple
     assert "a re-audit of the baseline's transcripts: the differences are the auditors' alone" in done.stdout
     rows = list(csv.DictReader((out / "compare.csv").open()))
     assert rows and all(float(r["difference"]) == 0 for r in rows)
+
+
+# ---- censoring that differs between the runs ------------------------------------------------------------
+
+
+def _fake_run(label: str, plays: list[EpisodeMetrics], cap: int = 12) -> SimpleNamespace:
+    return SimpleNamespace(
+        label=label, path=Path(f"/{label}"), max_turns=cap, manifest={}, damaged=(), in_flight=(), metrics=lambda: plays
+    )
+
+
+def test_a_run_its_window_stopped_more_gets_no_verdict_on_the_as_played_figures() -> None:
+    # The same plays in both runs, except that the window stopped a third of b's one turn before their end:
+    # avg turns and the rates differ by that alone, so they get no verdict (the reason in their sentence, no
+    # p in the table, left out of Holm's family); turns kept, S(t) and the endings by t keep theirs and lead.
+    base = [_ep(f"s{i}", 2 + i % 9, kind=i % 3) for i in range(30)]
+    cut = [_ep(m.spec_id, m.turns - 1, "context_limit") if i % 3 == 0 else m for i, m in enumerate(base)]
+    a, b, c = _fake_run("a", base), _fake_run("b", cut), _fake_run("c", base)
+    cs = compare_runs([a, b, c], resamples=200)
+    against_b, against_c = cs.compared
+    assert against_b.window == (0.0, pytest.approx(1 / 3)) and against_c.window == (0.0, 0.0)
+    keys = [d.figure.key for d in against_b.rows]
+    assert keys[0] == "turns_kept" and keys.index("fact_at_h") < keys.index("avg_turns")
+    for d in against_b.rows:
+        said = sentence(against_b, d, 0.95)
+        if d.figure.key in {k for k, _ in MEANS}:
+            assert d.withheld and math.isnan(d.p_holm) and "stopped 33.3% of b's plays and 0.0% of baseline's" in said
+        else:
+            assert not d.withheld and "paired interval" in said and not math.isnan(d.p_holm)
+    assert not any(d.withheld for d in against_c.rows)
+    # Holm over the one run left in the family is the raw p: c's avg turns is alone there.
+    avg_c = next(d for d in against_c.rows if d.figure.key == "avg_turns")
+    assert avg_c.p_holm == avg_c.p
+    md = comparisons_markdown(cs)
+    assert "stopped by the window: baseline 0.0%, b 33.3%" in md
+    rows = comparison_rows(against_b)
+    assert rows[keys.index("avg_turns")][6] == "no verdict" and rows[0][6] != "no verdict"
+    assert "no_verdict" in comparisons_csv(cs).splitlines()[0]
+
+
+def test_the_curves_are_compared_no_further_than_both_runs_were_followed() -> None:
+    # b's plays were all stopped by the window by turn 3 and none reached further: its S(t) rests on the data to
+    # t = 4 only, so turns kept, S(t) and the endings are compared to t = 4, said in a note.
+    base = [_ep(f"s{i}", 2 + i % 9, kind=i % 3) for i in range(30)]
+    short = [_ep(m.spec_id, min(m.turns, 3), "context_limit") for m in base]
+    (c,) = compare_runs([_fake_run("a", base), _fake_run("b", short)], resamples=50).compared
+    assert c.horizon == 4 and any("compared to t=4 only" in n for n in c.notes)
+    assert "turns_kept" in {d.figure.key for d in c.rows} and "S(10)" not in {d.figure.key for d in c.rows}
+
+
+# ---- compare's claims, each failing a test when broken (docs/measurements/2026-12-07-corrected-and-censored.md) --
+
+
+def _shifted(shift: int) -> tuple[list[EpisodeMetrics], list[EpisodeMetrics]]:
+    """19 stories of 2 to 38 turns, ended by a conflict; the other run keeps each `shift` turns longer."""
+    base = [_ep(f"s{i}", 2 + i) for i in range(0, 37, 2)]
+    return base, [_ep(m.spec_id, m.turns + shift) for m in base]
+
+
+def test_stories_pair_by_their_id_whatever_order_a_run_lists_them_in() -> None:
+    # b lists its stories backwards: paired by id, each differs by +1 and the paired interval is exactly [1, 1].
+    base, other = _shifted(1)
+    (c,) = compare_runs([_fake_run("a", base, 40), _fake_run("b", other[::-1], 40)], resamples=200).compared
+    for key in ("avg_turns", "turns_kept"):
+        d = next(d for d in c.rows if d.figure.key == key)
+        assert (d.diff, d.lo, d.hi) == pytest.approx((1.0, 1.0, 1.0)), key
+
+
+def test_both_intervals_carry_the_differences_sign_and_the_mdd_the_paired_spread() -> None:
+    # Each story 5 turns longer in b: the paired interval is [5, 5]; the unpaired one spans the stories' spread
+    # around +5 (its middle above 0, as b minus a). The MDD is 1.96 permutation spreads (each story's +-5 flipped:
+    # sd 5 / sqrt(19)) plus 0.84 paired standard errors (0 here), not the unpaired spread.
+    base, other = _shifted(5)
+    (c,) = compare_runs([_fake_run("a", base, 60), _fake_run("b", other, 60)], resamples=400).compared
+    d = next(d for d in c.rows if d.figure.key == "avg_turns")
+    assert (d.lo, d.hi) == pytest.approx((5.0, 5.0))
+    assert d.unpaired_lo < 5 < d.unpaired_hi and d.unpaired_hi - d.unpaired_lo > 8
+    assert (d.unpaired_lo + d.unpaired_hi) / 2 > 2
+    assert d.mdd == pytest.approx(1.96 * 5 / math.sqrt(19), rel=0.12)
+    assert "5.00 turns higher than baseline" in sentence(c, d, 0.95)
+
+
+def test_holm_adjusts_each_figure_over_the_runs_compared_with_the_baseline() -> None:
+    # Three runs against a: each figure's Holm p is Holm's adjustment of its three raw p-values, never below them.
+    base, _ = _shifted(0)
+    runs = [_fake_run("a", base, 60)] + [_fake_run(n, _shifted(s)[1], 60) for n, s in (("b", 1), ("c", 0), ("d", 3))]
+    cs = compare_runs(runs, resamples=300)
+    for key in ("avg_turns", "turns_kept"):
+        rows = [next(d for d in c.rows if d.figure.key == key) for c in cs.compared]
+        assert [d.p_holm for d in rows] == pytest.approx(holm([d.p for d in rows]))
+        assert all(d.p_holm >= d.p for d in rows) and rows[0].p_holm > rows[0].p
+    assert "Holm p = " in sentence(cs.compared[0], cs.compared[0].rows[0], 0.95)
+
+
+def test_the_paired_interval_is_as_wide_as_its_level_asks() -> None:
+    # b keeps each story 1 or 3 turns longer, alternately: the mean difference 2 has a standard error of about
+    # 1 / sqrt(19) by story, so the 95% paired interval is about 2 x 1.96 / sqrt(19) = 0.90 wide (a 50% one 0.31).
+    base, _ = _shifted(0)
+    other = [_ep(m.spec_id, m.turns + 1 + 2 * (i % 2)) for i, m in enumerate(base)]
+    (c,) = compare_runs([_fake_run("a", base, 60), _fake_run("b", other, 60)], resamples=1000).compared
+    d = next(d for d in c.rows if d.figure.key == "avg_turns")
+    assert d.lo < 2 < d.hi and 0.7 < d.hi - d.lo < 1.1
+
+
+def test_a_run_is_named_by_what_sets_it_apart_from_the_baseline() -> None:
+    def run(folder: str, **cfg: object) -> SimpleNamespace:
+        base = {"seed": 0, "condition": {"name": "adversarial"}, "narrator": {"model": {"name": "m1"}}}
+        return SimpleNamespace(path=Path(f"/r/{folder}"), manifest={"config": {**base, **cfg}})
+
+    runs = [
+        run("a"),
+        run("b", seed=1),
+        run("c", condition={"name": "natural"}),
+        run("d", narrator={"model": {"name": "m2"}}, trials={"count": 3}),
+        run("e"),
+        SimpleNamespace(path=Path("/r/ref"), manifest={}),
+    ]
+    assert short_names(runs) == ["baseline", "seed=1", "condition=natural", "narrator=m2 trials=3", "e", "ref"]
+    # Two alike keep their folders beside the name.
+    assert short_names([run("a"), run("b", seed=1), run("c", seed=1)]) == [
+        "baseline [a]",
+        "seed=1 [b]",
+        "seed=1 [c]",
+    ]

@@ -37,14 +37,13 @@ from ncp_local.report.trials import (
     effective_pass_k_band,
     fates,
     noise_floor,
-    noise_table,
     not_estimable,
     observed_counts,
     pass_k_band,
     pass_k_curve,
     pass_k_draws,
-    trials_notes,
 )
+from ncp_local.report.trials_doc import noise_table, trials_notes
 
 
 def play(story: str, trial: int, turns: int, termination: str = "conflict", fact: bool = True) -> EpisodeMetrics:
@@ -337,34 +336,37 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     assert (fact.lo, fact.hi) == pytest.approx((stats.beta.ppf(0.05, 8, 3), stats.beta.ppf(0.95, 9, 2)))
     assert (fact.type, player.type, player.reviewed, player.upheld) == ("fact", "player_input", 0, 0)
     assert math.isnan(player.lo) and math.isnan(player.hi)
-    # The plug-in figures (no draw): a play with c_k conflicts of type k really ended by k with chance
-    # 1 - (1 - p_k)^c_k. Fact: 4 x 0.8 + 0.8 + (1 - 0.2^2) over 10 plays = 49.6%; commitment 0.5 / 10 = 5%.
-    # By any conflict: 4 x 0.8 + (1 - 0.2 x 0.5) + 0.96 = 5.06, so 4.94 plays conflict-free.
+    # The point (draws or none): a play with c_k conflicts of type k really ended by k with chance
+    # 1 - (1 - p_k)^c_k, (1 - p_k)^c_k estimated without bias by C(m - u, c) / C(m, c): 2 / 10 for one fact
+    # conflict, C(2, 2) / C(10, 2) = 1 / 45 for two (not 0.2^2, biased up by p (1 - p) / m).
+    # Fact: 4 x 0.8 + 0.8 + 44 / 45 over 10 plays = 49.78%; commitment 0.5 / 10 = 5%.
+    # By any conflict: 4 x 0.8 + (1 - 0.2 x 0.5) + 44 / 45 = 5.0778, so 4.9222 plays conflict-free.
     plug = precision.correct(run, prec, verdicts, 0, 0, 0.95)
     assert (plug.label, plug.scored, plug.uncorrected_types) == ("toy", 10, ("player_input",))
-    assert plug.rates["fact_pct"][1].point == pytest.approx(49.6)
+    assert plug.rates["fact_pct"][1].point == pytest.approx(10 * (4 + 44 / 45))
     assert plug.rates["commitment_pct"][1].point == pytest.approx(5.0)
     assert plug.rates["player_input_pct"][1].point == 0.0
-    assert plug.conflict_free[1].point == pytest.approx(4.94) and math.isnan(plug.conflict_free[1].lo)
+    assert plug.conflict_free[1].point == pytest.approx(10 - 4.1 - 44 / 45) and math.isnan(plug.conflict_free[1].lo)
     # As judged (every conflict real): 6 of 10 with a fact conflict, 1 with a commitment one, 4 conflict-free.
     assert (plug.rates["fact_pct"][0], plug.rates["commitment_pct"][0], plug.conflict_free[0]) == (60.0, 10.0, 4.0)
     # S(t): turn 2 has 10 at risk and endings weighing 3.2 + 0.9; turn 3 has 5 at risk (the two censored
-    # plays among them, weighing 0) and 0.96. As judged: 5 of 10, then 1 of 5.
+    # plays among them, weighing 0) and 44 / 45. As judged: 5 of 10, then 1 of 5.
     judged_s, corr_s, lo_s, hi_s = plug.survival
     assert judged_s == pytest.approx((1, 1, 1, 0.5, 0.4))
-    assert corr_s == pytest.approx((1, 1, 1, 0.59, 0.59 * (1 - 0.96 / 5)))
+    assert corr_s == pytest.approx((1, 1, 1, 0.59, 0.59 * (1 - 44 / 45 / 5)))
     assert len(lo_s) == len(hi_s) == 5
     # With draws: one story, so every draw takes the same plays and only the precisions vary. The fact rate
-    # f(p) = 10 (5 p + 1 - (1 - p)^2) rises with p, so its interval and point are f at the quantiles of
-    # Jeffreys' Beta(8.5, 2.5): the point at its median, never at 8/10 exactly.
+    # f(p) = 10 (5 p + 1 - (1 - p)^2) rises with p, so the draws' band is f at the quantiles of Jeffreys'
+    # Beta(8.5, 2.5); the interval holds it (and Jeffreys' interval at the draws' effective sample size, the
+    # wider of the two), and the point stays the unbiased one, not the draws' median.
     drawn = precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]
 
-    def p_of(rate: float) -> float:
-        return float(optimize.brentq(lambda p: 10 * (5 * p + 1 - (1 - p) ** 2) - rate, 0, 1))
+    def f(p: float) -> float:
+        return 10 * (5 * p + 1 - (1 - p) ** 2)
 
-    jeffreys = stats.beta(8.5, 2.5)
-    got = (p_of(drawn.lo), p_of(drawn.point), p_of(drawn.hi))
-    assert got == pytest.approx(tuple(jeffreys.ppf([0.025, 0.5, 0.975])), abs=0.012)
+    lo_q, hi_q = stats.beta(8.5, 2.5).ppf([0.025, 0.975])
+    assert drawn.lo <= f(lo_q) + 0.3 and drawn.hi >= f(hi_q) - 0.3
+    assert drawn.lo < drawn.point == plug.rates["fact_pct"][1].point < drawn.hi
     assert drawn == precision.correct(run, prec, verdicts, 4000, 0, 0.95).rates["fact_pct"][1]  # seeded
     # A type with no reviewed item is taken as judged, in the point and in every draw: one more play ending in
     # a player-input conflict gives 1 in 11, corrected or not.
@@ -374,7 +376,9 @@ def test_corrected_figures_by_hand_and_their_interval_from_the_precisions_poster
     for draws in (0, 200):
         rate = precision.correct(run, prec, verdicts, draws, 0, 0.95).rates["player_input_pct"]
         assert rate[0] == rate[1].point == pytest.approx(100 / 11)
-        assert draws == 0 or rate[1].lo == rate[1].hi == pytest.approx(100 / 11)
+        # (With draws its band holds it; one story leaves the bootstrap no spread, so Jeffreys' interval for
+        # 1 of 11 at one trial, the story, widens it.)
+        assert draws == 0 or rate[1].lo < 100 / 11 < rate[1].hi
 
 
 def test_survival_bounds_at_zero_and_one_by_hand() -> None:
@@ -474,10 +478,10 @@ def test_corrected_survival_weighs_a_story_that_ended_unconflicted_fully_and_lea
                                            turns=[SimpleNamespace(conflicts=[])] * 2)  # fmt: skip
     run.results["s~t11"] = SimpleNamespace(spec_id="s", trial=11, termination="invalid", turns=[last])
     plug = precision.correct(run, precision.precisions(verdicts, 0.95), verdicts, 0, 0, 0.95)
-    assert plug.scored == 11 and plug.rates["fact_pct"][1].point == pytest.approx(100 * 4.96 / 11)
+    assert plug.scored == 11 and plug.rates["fact_pct"][1].point == pytest.approx(100 * (4 + 44 / 45) / 11)
     # Turn 2: 11 at risk, endings weighing 4 x 0.8 + 0.9 + 1 (the resolved play) = 5.1; turn 3: 5 at risk, 0.96.
     judged_s, corr_s, _, _ = plug.survival
-    assert corr_s == pytest.approx((1, 1, 1, 5.9 / 11, 5.9 / 11 * (1 - 0.96 / 5)))
+    assert corr_s == pytest.approx((1, 1, 1, 5.9 / 11, 5.9 / 11 * (1 - 44 / 45 / 5)))
     assert judged_s == pytest.approx((1, 1, 1, 5 / 11, 5 / 11 * 4 / 5))
 
 
@@ -614,3 +618,38 @@ def test_effective_pass_k_band_by_hand() -> None:
     assert (lo[5], hi[5]) == pytest.approx((0.0, stats.beta.ppf(0.975, 0.5, plain + 0.5)), abs=1e-12)
     assert (lo[6], hi[6]) == pytest.approx((stats.beta.ppf(0.025, plain + 0.5, 0.5), 1.0), abs=1e-12)
     assert (lo[7], hi[7]) == pytest.approx(jeffreys(0.5, 12), abs=1e-12)
+
+
+def test_the_corrected_points_factor_is_unbiased_at_every_small_sheet() -> None:
+    # E[C(m - U, c) / C(m, c)] = (1 - p)^c exactly when U ~ Binomial(m, p) and c <= m: summed over every sheet
+    # outcome at m = 2, 3, 6 items; the plug-in (1 - U / m)^c is not, for c >= 2.
+    for m in (1, 2, 3, 6):
+        for p in (0.3, 0.5, 0.8, 0.95):
+            mean = sum(stats.binom.pmf(u, m, p) * precision.unbiased_miss(u, m, 3) for u in range(m + 1))
+            for c in range(min(m, 3) + 1):
+                assert mean[c] == pytest.approx((1 - p) ** c, abs=1e-12)
+            plug = sum(stats.binom.pmf(u, m, p) * (1 - u / m) ** 2 for u in range(m + 1))
+            assert m < 2 or plug == pytest.approx((1 - p) ** 2 + p * (1 - p) / m)
+    # No reviewed item: taken as judged, every conflict real.
+    assert list(precision.unbiased_miss(0, 0, 2)) == [1.0, 0.0, 0.0]
+
+
+def test_no_figure_past_the_last_turn_anyone_was_followed() -> None:
+    # Three episodes in flight at 1, 1 and 2 committed turns (censored), cap 8: S(t) rests on the data to t = 3
+    # (turn 2's endings, none, are the last seen); turns kept to 8 has no point, only bounds: every story
+    # still going ending at turn 3 (S(1..3) = 1: 3 turns) or none before the cap (8 turns).
+    turns, censored = [1, 1, 2], [True, True, True]
+    assert metrics.identified_to(np.asarray(turns), np.zeros(3), 8) == 3
+    rm = metrics.restricted_mean(turns, censored, 8, resamples=20)
+    assert math.isnan(rm.value) and (rm.lo, rm.hi, rm.known_to) == (3.0, 8.0, 3)
+    # Two at turn 2, one of them ended: S(3) = 1/2, still past the data; least 1 + 1 + 1/2, most that + 5 x 1/2.
+    rm = metrics.restricted_mean([1, 2, 2], [True, True, False], 8, resamples=20)
+    assert math.isnan(rm.value) and (rm.lo, rm.hi) == pytest.approx((2.5, 5.0))
+    # Everyone followed to the end (the last at risk ended): the curve is 0 from there on, a point again.
+    done = metrics.restricted_mean([1, 2, 2], [True, False, False], 8, resamples=20)
+    assert done.value == pytest.approx(2.0) and done.known_to == -1
+    assert metrics.identified_to(np.asarray([1, 2, 2]), np.asarray([0.0, 1.0, 1.0]), 8) == 8
+    # The endings at the turn limit: n/e with the share ended by t = 3 and that plus the share still going.
+    plays = [EpisodeMetrics(f"s{i}", "context_limit", n, 0.0, 0.0, False, False, False) for i, n in enumerate(turns)]
+    inc = cumulative_incidence(plays, 8)
+    assert inc.known_to == 3

@@ -76,9 +76,9 @@ def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(
     ms = runs[0].metrics()
     judged = 100 * sum(m.fact for m in ms) / len(ms)
     as_judged, corrected = c.rates["fact_pct"]
-    # Each scripted conflict turn holds one conflict: the corrected rate is about the judged one times the
-    # precision, its point the median of the draws (Beta(8.5, 2.5) has its median at 0.787, not 8/10).
-    assert as_judged == pytest.approx(judged) and corrected.point == pytest.approx(judged * 0.787, rel=0.03)
+    # Each scripted conflict turn holds one conflict: the corrected rate is the judged one times the precision,
+    # upheld / reviewed (unbiased; not the draws' median, 0.787 for Beta(8.5, 2.5)).
+    assert as_judged == pytest.approx(judged) and corrected.point == pytest.approx(judged * 0.8)
     assert corrected.lo < corrected.point < corrected.hi
     assert c.rates["commitment_pct"][1].point == pytest.approx(c.rates["commitment_pct"][0])
     assert c.uncorrected_types == ("commitment", "player_input")
@@ -95,14 +95,13 @@ def test_two_of_ten_fact_conflicts_disputed_correct_the_fact_rate_and_survival(
         )
         s *= (1 - ended / at_risk) if at_risk else 1.0
         expected.append(s)
-    # The point is the median of the draws; with the precision at its plug-in value (resamples=0) it is the
-    # product-limit estimate by hand.
+    # The point is the product-limit estimate by hand, with draws or without (resamples=0).
     plug_in = correct(runs[0], err.precision, [], 0, 0, 0.95)
-    assert plug_in.survival[1] == pytest.approx(expected, abs=1e-12)
+    assert plug_in.survival[1] == pytest.approx(expected, abs=1e-12) == corr_s
     assert plug_in.rates["fact_pct"][1].point == pytest.approx(judged * 0.8)
     assert judged_s == pytest.approx(runs[0].aggregate().survival, abs=1e-12)
     assert all(a >= b - 1e-12 for a, b in zip(corr_s, judged_s, strict=True)) and corr_s[15] > judged_s[15]
-    assert all(a >= b for a, b in itertools.pairwise(corr_s))  # a median of curves that never rise never rises
+    assert all(a >= b for a, b in itertools.pairwise(corr_s))
     assert all(lo <= x + 1e-12 and x <= hi + 1e-12 for x, lo, hi in zip(corr_s, lo_s, hi_s, strict=True))
     md = (out / "results.md").read_text()
     assert "## The auditor's error" in md and "10 reviewed conflict(s)" in md and "80.0 [44.4, 97.5]" in md
@@ -185,20 +184,19 @@ def _toy_run(n: int, fact_every: int) -> SimpleNamespace:
 
 
 def test_a_small_sheet_puts_the_point_inside_its_interval_and_keeps_the_precisions_uncertainty() -> None:
-    # 0 of 3 fact conflicts upheld. The plug-in precision is exactly 0, so the plug-in fact rate 0, while the
-    # precision drawn from Beta(1/2, 7/2) is above 0 in every draw: the plug-in point lay outside its own
-    # interval. The point is now the draws' median, inside; and the interval keeps the precision's spread
-    # (replacing the Jeffreys draw by 0/3 collapses it to [0, 0]).
+    # 0 of 3 fact conflicts upheld. The point is the unbiased one, a precision of 0: a fact rate of 0. Every
+    # precision drawn from Beta(1/2, 7/2) is above 0, so the draws' band alone would lie above the point; it is
+    # widened to take it in, and keeps the precision's spread above (0/3 in every draw would give [0, 0]).
     run = _toy_run(40, 2)
     verdicts = [Verdict("/toy", f"s{i}", "fact", "f0", False) for i in (0, 2, 4)]
     c = correct(run, precisions(verdicts, 0.95), verdicts, 400, 0, 0.95)
     rate = c.rates["fact_pct"][1]
-    assert 0 < rate.lo <= rate.point <= rate.hi
-    # Beta(1/2, 7/2): median 0.0667, 97.5% quantile 0.53; half of the 40 stories end by fact.
-    assert rate.point == pytest.approx(50 * 0.0667, rel=0.25) and rate.hi > 50 * 0.4
-    # 3 of 3 upheld: the point is below the judged rate (the median of Beta(3.5, 1/2) is 0.93) and the
-    # interval reaches well below it.
+    assert rate.point == rate.lo == 0.0
+    # Beta(1/2, 7/2): 97.5% quantile 0.53; half of the 40 stories end by fact.
+    assert rate.hi > 50 * 0.4
+    # 3 of 3 upheld: the point is the judged rate (a precision of 1), the interval reaching well below it.
     upheld = [Verdict("/toy", f"s{i}", "fact", "f0", True) for i in (0, 2, 4)]
     c = correct(run, precisions(upheld, 0.95), upheld, 400, 0, 0.95)
     rate = c.rates["fact_pct"][1]
-    assert rate.lo < 50 * 0.75 and rate.lo <= rate.point < 50.0 <= rate.hi
+    assert rate.point == pytest.approx(50.0) == c.rates["fact_pct"][0]
+    assert rate.lo < 50 * 0.75 and rate.lo <= rate.point <= rate.hi

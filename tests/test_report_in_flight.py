@@ -165,3 +165,23 @@ def test_an_inspect_export_of_a_run_in_flight_is_a_started_log_rewritten_in_plac
     log = read_eval_log(str(log_file))
     assert log.status == "started"
     assert len(log.samples or []) == len(list((stopped / "results").glob("*.json"))) == 5
+
+
+def test_a_run_with_nothing_finished_shows_no_figure_past_the_data(tmp_path: Path) -> None:
+    # Killed after 40 calls: four episodes in flight at a turn or two, none finished. Turns kept to the cap and
+    # the endings at the turn limit are not estimable (bounds, labelled), S(t) has no point past the turn after
+    # the last followed, and the report says nothing has finished.
+    run = tmp_path / "run"
+    died = run_cli(*RUN, f"out_dir={run}", "engine.die_after_calls=40")
+    assert died.returncode == 3, died.stderr
+    assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.json"))
+    rep = _report(tmp_path / "rep", run)
+    assert rep.returncode == 0, rep.stderr
+    assert "nothing has finished yet: 4 episodes still playing or stopped" in rep.stdout
+    (row,) = _csv(tmp_path / "rep" / "results.csv")
+    assert row["turns_kept"] == "" and float(row["turns_kept_hi"]) == 8.0
+    assert "| n/e [" in rep.stdout.split("what ended each story:")[0] and "turns kept n/e (not estimable)" in rep.stdout
+    assert "n/e (not estimable) at the turn limit" in rep.stdout.split("what ended each story:")[1]
+    rows = _csv(tmp_path / "rep" / "survival.csv")
+    label = next(k for k in rows[0] if k != "turns_played" and not k.endswith((" lo", " hi", "limit", "flight")))
+    assert rows[-1][label] == "" and float(rows[0][label]) == 1.0

@@ -361,7 +361,8 @@ def test_one_trial_has_no_trials_section(tmp_path: Path) -> None:
 
 def test_every_trials_column_is_defined_and_documented() -> None:
     from ncp_local.report.glossary import TRIALS_GLOSSARY, define_trials
-    from ncp_local.report.trials import STORY_HEADER, RunTrials, noise_table, passk_table
+    from ncp_local.report.trials import RunTrials
+    from ncp_local.report.trials_doc import STORY_HEADER, noise_table, passk_table
 
     band = ((1.0,) * 5, (1.0,) * 5)
     rt = RunTrials("r", 3, 4, [], {k: (1.0,) * 5 for k in (1, 2, 3)}, (1.0,) * 5, [], {k: band for k in (1, 2, 3)})

@@ -199,6 +199,20 @@ def product_limit(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> np.nd
     return np.concatenate([[1.0], np.cumprod(factor[:max_turns])])
 
 
+def identified_to(turns: np.ndarray, ended: np.ndarray, max_turns: int) -> int:
+    """The last t <= max_turns at which S(t) rests on the data: the turn after the last anyone was followed
+    (S(L + 1) takes turn L's endings, the last turn with someone at risk), or `max_turns` once S has fallen
+    to 0 by then (nobody left to follow). Past it the curve is not estimable: the stories still going
+    after turn L might all end at L + 1 or none before the cap (docs/guide: no figure past the data)."""
+    turns = np.asarray(turns, dtype=np.intp)
+    if not len(turns):
+        return 0
+    last = int(turns.max())
+    if last + 1 >= max_turns:
+        return max_turns
+    return max_turns if product_limit(turns, ended, last + 1)[-1] == 0 else last + 1
+
+
 def seen_since_last_ending(turns: np.ndarray, codes: np.ndarray, max_turns: int) -> np.ndarray:
     """Per t = 0..max_turns + 1, the share of the episodes still watched after the last ending before t that
     censoring left at risk by t: r(a) / (r(e) - d(e)), at most 1; e the last turn before t with an ending of
@@ -353,10 +367,11 @@ def _bounded(point: list[float], lo: np.ndarray, hi: np.ndarray, risk: np.ndarra
 class RestrictedMean:
     """The restricted mean ("turns kept"): the area under S(t) up to `horizon`, with its band."""
 
-    value: float
+    value: float  # NaN where the horizon is past the data (`identified_to`): lo and hi then bound it
     lo: float
     hi: float
     horizon: int
+    known_to: int = -1  # the last turn S(t) rests on the data, where that is before the horizon
 
 
 def restricted_mean_point(turns: np.ndarray, ended: np.ndarray, horizon: int) -> float:
@@ -391,8 +406,8 @@ def restricted_mean(
     with 8 plays or 1 (docs/measurements/2026-12-05-estimators.md). Single-play runs take it too: the
     factor corrects a bootstrap over few independent units, and a single-play run's stories are those
     units (S(t)'s single-play band is Greenwood's, not a bootstrap, so it has nothing to correct).
-    An empty sample gives 0 [0, 0]. A horizon past the last observed turn extends the curve flat
-    (lifelines' convention), so choose one inside the turn cap.
+    An empty sample gives 0 [0, 0]. A horizon past the data (`identified_to`: nobody followed that far
+    and S(t) not yet 0) gives no point: NaN, with lo and hi the least and most the area can be.
     """
     if len(turns) != len(censored):
         raise ValueError("restricted_mean: turns and censored differ in length")
@@ -403,6 +418,13 @@ def restricted_mean(
     point = restricted_mean_point(t_arr, ended, horizon)
     if not len(t_arr):
         return RestrictedMean(0.0, 0.0, 0.0, horizon)
+    known = identified_to(t_arr, ended, horizon)
+    if known < horizon:
+        # Past the last turn anyone was followed the area is not identified: every story still going ends at
+        # once (the least) or none before the horizon (the most). The bounds, not a point (Manski 1989).
+        s = product_limit(t_arr, ended, known)
+        least = float(s[1:].sum())
+        return RestrictedMean(math.nan, least, least + (horizon - known) * float(s[known]), horizon, known)
     groups = clusters(stories if stories is not None else [str(i) for i in range(len(t_arr))])
     values = np.asarray([restricted_mean_point(t_arr[i], ended[i], horizon) for i in draws(groups, resamples, seed)])
     low, high = (float(v) for v in percentile(values, level))

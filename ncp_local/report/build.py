@@ -32,7 +32,8 @@ from .tables import (
 from .tables import (
     summary_markdown as results_markdown,
 )
-from .trials import noise_csv, passk_csv, run_trials, stories_csv, stories_markdown, trials_markdown
+from .trials import run_trials
+from .trials_doc import noise_csv, passk_csv, stories_csv, stories_markdown, trials_markdown
 
 
 def runs_of(cfg: RunConfig) -> list[Run]:

@@ -1,14 +1,19 @@
 """What `mode=compare` prints and writes, and the comparisons section of `mode=report`: the runs' paired
-differences from the first (compare.py) and the paper's figures beside each run (paper.py)."""
+differences from the first (compare.py) in sentences, tables and CSV, and the paper's figures beside each
+run (paper.py)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from .compare import Comparisons, compare_runs, comparisons_csv, comparisons_markdown
+from .compare import Comparison, Comparisons, compare_runs
+from .paired import ALPHA, Difference
 from .paper import BesidePaper, beside_paper, paper_markdown, rows_for
 from .runs import Run
+from .tables import csv_text, markdown_table
 
 
 @dataclass(frozen=True)
@@ -41,3 +46,160 @@ def compare_document(
     if beside:
         parts.append(f"{heading} Beside the paper\n\n" + paper_markdown(beside, level))
     return CompareDoc(cs, beside, "\n\n".join(parts))
+
+
+# ---- text ---------------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _f(x: float, d: int = 2) -> str:
+    return "n/a" if math.isnan(x) else "inf" if math.isinf(x) else f"{round(x, d) + 0.0:.{d}f}"
+
+
+def _p(p: float) -> str:
+    return "n/a" if math.isnan(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def sentence(c: Comparison, d: Difference, level: float) -> str:
+    """One plain sentence: what the difference is, how sure, and what this design could have found."""
+    f = d.figure
+    if math.isnan(d.diff):
+        return f"{f.label}: not estimable on these plays."
+    size = f"{abs(d.diff):.2f} {f.unit}"
+    way = "higher" if d.diff > 0 else "lower"
+    head = (
+        f"{f.label}: {c.other} is {size} {way} than {c.baseline}"
+        if round(d.diff, 2)
+        else f"{f.label}: {c.other} and {c.baseline} are equal to two decimals"
+    )
+    if d.withheld:
+        return f"{head}: {d.withheld}."
+    p = d.p if math.isnan(d.p_holm) else d.p_holm
+    which = "p" if math.isnan(d.p_holm) else "Holm p"
+    iv = f"{level:.0%} paired interval {_f(d.lo)} to {_f(d.hi)}, {which} = {_p(p)}"
+    if p < ALPHA:
+        return f"{head} ({iv}): a difference at the 5% level."
+    if math.isinf(d.mdd):
+        return f"{head} ({iv}): no difference shown; {c.stories} stories are too few for any to show at 5%."
+    if d.mdd == 0:
+        return f"{head} ({iv}): no difference shown; the resampled stories never move this figure."
+    return (
+        f"{head} ({iv}): no difference shown; on {c.stories} stories this design finds one of "
+        f"{_f(d.mdd)} {f.unit} 80% of the time."
+    )
+
+
+HEADER = (
+    "figure",
+    "baseline",
+    "run",
+    "difference",
+    "paired [lo, hi]",
+    "unpaired [lo, hi]",
+    "p",
+    "Holm p",
+    "MDD 80%",
+)
+
+
+def comparison_title(c: Comparison) -> str:
+    return f"{c.other} vs the baseline" if c.baseline == "baseline" else f"{c.other} vs {c.baseline} (baseline)"
+
+
+def comparison_rows(c: Comparison) -> list[list[str]]:
+    """The table's cells (HEADER's columns), one row per figure, as Markdown and HTML show them."""
+    return [
+        [
+            d.figure.label,
+            _f(d.base),
+            _f(d.other),
+            ("+" if d.diff > 0 else "") + _f(d.diff),
+            f"[{_f(d.lo)}, {_f(d.hi)}]",
+            f"[{_f(d.unpaired_lo)}, {_f(d.unpaired_hi)}]",
+            "no verdict" if d.withheld else _p(d.p),
+            "no verdict" if d.withheld else _p(d.p_holm),
+            _f(d.mdd),
+        ]
+        for d in c.rows
+    ]
+
+
+def window_line(c: Comparison) -> str:
+    """Each run's share of plays its window stopped, said before any figure."""
+    return f"stopped by the window: {c.baseline} {_pct(c.window[0])}, {c.other} {_pct(c.window[1])}"
+
+
+def comparison_markdown(c: Comparison, level: float) -> str:
+    title = (
+        f"### {comparison_title(c)}\n\n{c.stories} shared stories, {c.plays[0]} and {c.plays[1]} "
+        f"scored plays; restricted mean and incidence to t={c.horizon}; {window_line(c)}"
+    )
+    body = comparison_rows(c)
+    notes = [f"- {n}" for n in c.notes]
+    said = [f"- {sentence(c, d, level)}" for d in c.rows]
+    return "\n\n".join(p for p in (title, "\n".join(notes), markdown_table(HEADER, body), "\n".join(said)) if p)
+
+
+def comparisons_note(cs: Comparisons) -> str:
+    return (
+        f"Differences are run minus baseline over the stories both played. Paired: {cs.level:.0%} percentile "
+        f"bootstrap ({cs.resamples} draws) of stories, a drawn story bringing its plays in both runs; unpaired: "
+        "each run's stories drawn on their own. p: two-sided paired sign-flip permutation test by story "
+        "(each story's two sets of plays swapped with chance 1/2); Holm p: adjusted over the runs compared "
+        "with the baseline, per figure. MDD 80%: the difference this design finds 80% of the time with this "
+        "test at two-sided 5% (1.96 permutation spreads + 0.84 paired standard errors). S(t) % and the "
+        "endings' % are Kaplan-Meier and "
+        "Aalen-Johansen estimates, in points."
+    )
+
+
+def comparisons_markdown(cs: Comparisons) -> str:
+    parts = ["Runs:\n\n" + "\n".join(f"- {line}" for line in cs.legend)] if cs.legend else []
+    parts += [comparisons_note(cs)]
+    parts += [f"- {line}" for line in cs.refused]
+    parts += [comparison_markdown(c, cs.level) for c in cs.compared]
+    return "\n\n".join(parts)
+
+
+CSV_HEADER = (
+    "baseline",
+    "run",
+    "stories",
+    "horizon",
+    "figure",
+    "baseline_value",
+    "run_value",
+    "difference",
+    "paired_lo",
+    "paired_hi",
+    "unpaired_lo",
+    "unpaired_hi",
+    "p",
+    "p_holm",
+    "mdd_80",
+    "no_verdict",
+)
+
+
+def _r(x: float) -> Any:
+    return "" if math.isnan(x) else round(x, 6)
+
+
+def comparisons_csv(cs: Comparisons) -> str:
+    body = [
+        [
+            c.baseline,
+            c.other,
+            c.stories,
+            c.horizon,
+            d.figure.key,
+            *map(_r, (d.base, d.other, d.diff, d.lo, d.hi, d.unpaired_lo, d.unpaired_hi, d.p, d.p_holm, d.mdd)),
+            d.withheld,
+        ]
+        for c in cs.compared
+        for d in c.rows
+    ]
+    return csv_text(CSV_HEADER, body)

@@ -48,6 +48,7 @@ from ..protocol.metrics import (
     ENDINGS,
     EpisodeMetrics,
     at_risk,
+    identified_to,
     product_limit,
     seen_since_last_ending,
 )
@@ -71,6 +72,7 @@ class Incidence:
     censored: dict[str, int]  # ENDING_CENSORED -> episodes
     lo: dict[str, tuple[float, ...]] = field(default_factory=dict)  # the band, per ending ({} if none drawn)
     hi: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    known_to: int = -1  # past the data: the last t the curves rest on, before max_turns + 1 (-1: none such)
 
     def total(self, t: int) -> float:
         """1 - S(t): every ending's share before turn t."""
@@ -134,7 +136,8 @@ def cumulative_incidence(
         low, high = effective_band(point, many, len(units.plays), len(scored), level, fading)
         lo = {e: tuple(float(x) for x in low[k]) for k, e in enumerate(ENDINGS)}
         hi = {e: tuple(float(x) for x in high[k]) for k, e in enumerate(ENDINGS)}
-    return Incidence(max_turns, curves, len(scored), censored, lo, hi)
+    known = identified_to(turns, (codes >= 0).astype(float), max_turns + 1)
+    return Incidence(max_turns, curves, len(scored), censored, lo, hi, known if known <= max_turns else -1)
 
 
 def effective_band(
@@ -236,6 +239,10 @@ def pct(x: float) -> str:
 def pct_band(inc: Incidence, ending: str) -> str:
     """An ending's final share in percent, with its interval when one was drawn."""
     t = inc.max_turns + 1
+    if inc.known_to >= 0:  # past the data: the share ended by then, and at most all still going besides
+        k = inc.known_to
+        least = inc.curves[ending][k]
+        return f"n/e [{pct(least)}, {pct(least + 1.0 - inc.total(k))}]"
     if ending not in inc.lo:
         return pct(inc.final(ending))
     return f"{pct(inc.final(ending))} [{pct(inc.lo[ending][t])}, {pct(inc.hi[ending][t])}]"
@@ -271,15 +278,25 @@ def endings_summary_rows(ends: Sequence[RunEndings]) -> list[list[Any]]:
                 e.label,
                 inc.episodes,
                 *(pct_band(inc, k) for k in ENDINGS),
-                pct(inc.still_going),
+                pct(inc.still_going) if inc.known_to < 0 else f"n/e [0.0, {pct(1.0 - inc.total(inc.known_to))}]",
                 *(inc.censored[c] for c in ENDING_CENSORED),
             ]
         )
     return rows
 
 
+PAST_DATA = (
+    "{label}: n/e (not estimable) at the turn limit: the curves rest on the data to t = {t} only (the turn after "
+    "the last anyone was followed); [least, most]: the share ended by then, and that plus every story still going"
+)
+
+
+def past_data_lines(ends: Sequence[RunEndings]) -> list[str]:
+    return [PAST_DATA.format(label=e.label, t=e.incidence.known_to) for e in ends if e.incidence.known_to >= 0]
+
+
 def endings_markdown(ends: Sequence[RunEndings]) -> str:
-    parts = [ENDINGS_NOTE, markdown_table(SUMMARY_HEADER, endings_summary_rows(ends))]
+    parts = [ENDINGS_NOTE, markdown_table(SUMMARY_HEADER, endings_summary_rows(ends)), *past_data_lines(ends)]
     for e in ends:
         parts.append(f"### {e.label}: endings by turns played\n\n" + markdown_table(*e.bands))
     return "\n\n".join(parts)

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..protocol.metrics import restricted_mean_point
+from ..protocol.metrics import identified_to, restricted_mean_point
 from .runs import load_run
 
 
 @dataclass(frozen=True)
 class Headline:
     avg_turns: float
-    turns_kept: float
+    turns_kept: float | None  # None past the data (protocol/metrics.identified_to)
     horizon: int
 
 
@@ -51,4 +51,6 @@ def _cached(run_dir: str, horizon: int | None, stamp: tuple[int, ...]) -> Headli
     h = run.max_turns if horizon is None else min(horizon, run.max_turns)
     turns = np.asarray([m.turns for m in scored], dtype=np.intp)
     ended = 1.0 - np.asarray([m.censored for m in scored], dtype=float)
-    return Headline(float(turns.mean()), restricted_mean_point(turns, ended, h), h)
+    # Past the last turn anyone was followed turns kept has no point (protocol/metrics.identified_to).
+    kept = restricted_mean_point(turns, ended, h) if identified_to(turns, ended, h) >= h else None
+    return Headline(float(turns.mean()), kept, h)

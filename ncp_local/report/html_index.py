@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from ..protocol.metrics import episode_metrics
 from ..protocol.records import EpisodeResult
 from ..protocol.stages import CONFLICT_TYPES
-from . import compare, failure_modes, precision
+from . import compare_doc, failure_modes, precision
 from .assets import asset
 from .compare import Comparisons
 from .cost import PER_TURN_NOTE, CostTable, headers, rows_of, table_note
 from .cost import cells as cost_cells
-from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows
+from .endings import ENDINGS_NOTE, RunEndings, endings_summary_rows, past_data_lines
 from .endings import SUMMARY_HEADER as ENDINGS_SUMMARY_HEADER
 from .failure_modes import RunModes
 from .glossary import define, define_cost, define_trials, plain
@@ -34,8 +34,9 @@ from .html_parts import (
 from .precision import UNCORRECTED_NOTE, AuditorError
 from .ran import ran_notes
 from .runs import Run
-from .tables import METRICS, TERMINATIONS, Row
-from .trials import RunTrials, noise_note, noise_table, passk_table, trials_notes
+from .tables import METRICS, PAST_DATA, TERMINATIONS, Row
+from .trials import RunTrials
+from .trials_doc import noise_note, noise_table, passk_table, trials_notes
 
 
 def _overturned(result: EpisodeResult) -> int:
@@ -163,6 +164,7 @@ def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
     parts = [
         f"<p class='muted small'>{prose(ENDINGS_NOTE)}</p>",
         count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
+        *(f"<p class='warn'>{prose(line)}</p>" for line in past_data_lines(ends)),
     ]
     if svg:
         parts.append(f"<figure>{svg}</figure>")
@@ -222,14 +224,17 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
 
 def _comparisons_html(cs: Comparisons) -> str:
     """mode=compare's section: per run against the baseline, its notes, the table and the sentences."""
-    parts = [f"<p class='muted small'>{prose(compare.comparisons_note(cs))}</p>"]
+    parts = ["<ul class=small>" + "".join(f"<li>{esc(line)}</li>" for line in cs.legend) + "</ul>"] if cs.legend else []
+    parts.append(f"<p class='muted small'>{prose(compare_doc.comparisons_note(cs))}</p>")
     parts += [f"<div class=warn>{prose(line)}</div>" for line in cs.refused]
     for c in cs.compared:
-        parts.append(f"<h3>{esc(compare.comparison_title(c))}</h3>")
-        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in c.notes]
-        parts.append(count_table("compare", compare.HEADER, compare.comparison_rows(c), tips=False))
+        parts.append(f"<h3>{esc(compare_doc.comparison_title(c))}</h3>")
+        parts += [f"<p class='muted small'>{prose(n)}</p>" for n in (compare_doc.window_line(c), *c.notes)]
+        parts.append(count_table("compare", compare_doc.HEADER, compare_doc.comparison_rows(c), tips=False))
         parts.append(
-            "<ul class=small>" + "".join(f"<li>{esc(compare.sentence(c, d, cs.level))}</li>" for d in c.rows) + "</ul>"
+            "<ul class=small>"
+            + "".join(f"<li>{esc(compare_doc.sentence(c, d, cs.level))}</li>" for d in c.rows)
+            + "</ul>"
         )
     return "".join(parts)
 
@@ -260,6 +265,11 @@ def index_page(
         _summary_html(rows),
         # Episodes in flight (report/in_flight.py): one plain line per run that has some.
         *(f"<p class='warn in-flight'>{esc(r.label)}: {prose(r.in_flight)}</p>" for r in rows if r.in_flight),
+        *(
+            f"<p class='warn'>{esc(r.label)}: {prose(PAST_DATA.format(t=r.known_to))}</p>"
+            for r in rows
+            if r.known_to >= 0
+        ),
     ]
     if comparisons is not None and comparisons.compared:
         parts += ["<h2>Comparisons</h2>", _comparisons_html(comparisons)]

@@ -65,6 +65,12 @@ def in_flight_line(run: Run) -> str:
     if not n:
         return ""
     finished = len(run.results)
+    if not finished:
+        return (
+            f"nothing has finished yet: {n} episodes still playing or stopped, followed to turn "
+            f"{max(m.turns for m in run.in_flight)} at most; the averages wait for a finished episode, and S(t), "
+            "turns kept and the endings rest on these alone, not estimable (n/e) past the turn after the last followed"
+        )
     return (
         f"{n} of {n + finished} episodes still playing or stopped (counted as censored at their last committed "
         f"turn): S(t), turns kept and the endings include them; the results table's episodes and averages "

@@ -32,7 +32,8 @@ import yaml
 from scipy import stats
 
 from ..errors import InputError
-from .compare import MEANS, Pool, measurer, scored_stories, take
+from .compare import scored_stories
+from .paired import MEANS, Pool, measurer, take
 from .runs import Run
 from .tables import markdown_table
 

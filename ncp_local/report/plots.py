@@ -25,7 +25,7 @@ from ..protocol.metrics import ENDINGS
 from .endings import Incidence
 from .plants import AuditorFigures
 from .runs import Run
-from .tables import censored_at
+from .tables import censored_at, known_to
 from .trials import RunTrials
 
 # Curves of a sweep often coincide (same seed, near temperatures): a line style and a marker per
@@ -48,10 +48,11 @@ def survival_figure(
     drawn: dict[tuple[tuple[float, ...], ...], str] = {}  # a curve with its band -> the first run drawing it
     for i, run in enumerate(runs):
         agg = run.aggregate(level)
-        s = agg.survival
+        # Past the data (tables.known_to) the curve is not drawn: nobody was followed that far.
+        s = agg.survival[: known_to(run) + 1]
         # Identical curves lie exactly on each other: the legend says which one a hidden curve repeats.
         same = drawn.setdefault((tuple(s), tuple(agg.survival_lo), tuple(agg.survival_hi)), run.label)
-        horizon = max(horizon, len(s) - 1)
+        horizon = max(horizon, len(agg.survival) - 1)
         # The last level drawn for half a turn: a drop at the last turn is a visible step, not the frame.
         ts = [*range(len(s)), len(s) - 0.5] if len(s) else []
 
@@ -80,8 +81,8 @@ def survival_figure(
         )
         ax.fill_between(
             ts,
-            held(agg.survival_lo),
-            held(agg.survival_hi),
+            held(agg.survival_lo[: len(s)]),
+            held(agg.survival_hi[: len(s)]),
             step="post",
             color=line.get_color(),
             alpha=0.15,

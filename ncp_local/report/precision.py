@@ -21,10 +21,20 @@ recomputes the corrected figure; the interval is the draws' percentiles. Drawing
 (rather than resampling the reviewed items) keeps its uncertainty when every reviewed item agrees:
 5 of 5 upheld is a precision anywhere from about 60% to 100%, not exactly 1. Jeffreys' interval is
 the one whose coverage stays near its level for small samples (Brown, Cai and DasGupta, 2001).
-The corrected figure itself is the median of the same draws. The plug-in value (p = upheld /
-reviewed) put 0 of 3 upheld at a precision of exactly 0 while the interval drew it from
-Beta(1/2, 7/2), and so could lie outside its own interval (in 7% of simulated runs with a 0-of-3
-sheet); the median of the draws is always inside (docs/measurements/2026-12-05-estimators.md).
+The corrected figure itself is unbiased: per type it estimates (1 - p_k)^c, the chance c conflicts
+of type k are all wrong, by C(m - u, c) / C(m, c) from u upheld of m reviewed (the share of c-item
+subsets of the sheet with none upheld; 1 - u / m for one conflict), the one unbiased estimate there is;
+with more conflicts of a type in one ending than items reviewed none exists, and (1 - u / m)^c stands in.
+The rates and the conflict-free count are sums of such products (each type's sheet its own), so they are
+unbiased; S(t) takes the same weights. The interval is the draws' percentiles widened, where needed, to
+take in the point: 0 of 3 upheld puts the point at a precision of 0 while every draw from Beta(1/2, 7/2)
+lies above it. For the rates and the conflict-free share it is also widened to Jeffreys' interval at the
+draws' effective sample size (report/endings.py's `effective_band`, the incidence's band): over 30
+single-play stories the percentiles alone covered 90.8-92.9% where the sheet was 3-6 items and the
+stories' share of the error large, Jeffreys' alone 69-86% where 2-3 items left the precision's draws
+lopsided; the wider of the two covers 93-97%. The median of the draws, the point before, sat nearer 1/2
+than upheld / reviewed and moved fact % corrected about -2 points at sheets of 2-6 items
+(docs/measurements/2026-12-07-corrected-and-censored.md).
 A type with no reviewed item is not corrected (p = 1), and the report says so.
 Without a sheet nothing changes, and the report says its figures are uncorrected.
 """
@@ -46,6 +56,7 @@ from ..protocol.records import conflict_key
 from ..protocol.resample import clusters
 from ..protocol.resample import draws as resample_draws
 from ..protocol.stages import CONFLICT_TYPES
+from .endings import effective_band
 from .runs import Run
 from .sheet import read_sheet
 from .stats import Interval
@@ -164,12 +175,23 @@ def episodes_of(run: Run) -> Episodes:
     )
 
 
-def _real(eps: Episodes, p: dict[str, float], idx: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Per type, the chance each (resampled) episode really ended by that type; and by any conflict."""
-    by_type = {t: 1.0 - (1.0 - p[t]) ** eps.conflicts[t][idx] for t in CONFLICT_TYPES}
+def unbiased_miss(upheld: int, reviewed: int, most: int) -> np.ndarray:
+    """[estimate of (1 - p)^c for c = 0..most] from `upheld` of `reviewed`: C(m - u, c) / C(m, c), unbiased for
+    c <= m (module docstring); (1 - u / m)^c past it. No reviewed item: p = 1 (taken as judged)."""
+    c = np.arange(most + 1)
+    if not reviewed:
+        return (c == 0).astype(float)
+    m, u = reviewed, upheld
+    return np.array([math.comb(m - u, j) / math.comb(m, j) if j <= m else (1 - u / m) ** j for j in c])
+
+
+def _real(eps: Episodes, miss: dict[str, np.ndarray], idx: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per type, the chance each (resampled) episode really ended by that type; and by any conflict.
+    miss[t][c]: the chance c conflicts of type t are all wrong."""
+    by_type = {t: 1.0 - miss[t][eps.conflicts[t][idx]] for t in CONFLICT_TYPES}
     none = np.ones(len(idx))
     for t in CONFLICT_TYPES:
-        none = none * (1.0 - p[t]) ** eps.conflicts[t][idx]
+        none = none * miss[t][eps.conflicts[t][idx]]
     return by_type, 1.0 - none
 
 
@@ -188,9 +210,9 @@ class Corrected:
 RATE_KEYS = {"fact": "fact_pct", "commitment": "commitment_pct", "player_input": "player_input_pct"}
 
 
-def _point(eps: Episodes, p: dict[str, float], idx: np.ndarray, max_turns: int) -> np.ndarray:
+def _point(eps: Episodes, miss: dict[str, np.ndarray], idx: np.ndarray, max_turns: int) -> np.ndarray:
     """[rates of each type (%), conflict-free count, S(0..max_turns)] for one draw."""
-    by_type, ended = _real(eps, p, idx)
+    by_type, ended = _real(eps, miss, idx)
     # A context_limit episode never ended; only conflict endings carry a weight below 1.
     is_conflict = sum(eps.conflicts[t][idx] for t in CONFLICT_TYPES) > 0
     weight = np.where(is_conflict, ended, 1.0)
@@ -206,25 +228,39 @@ def correct(
     eps = episodes_of(run)
     n = len(eps.turns)
     max_turns = run.max_turns
-    judged = _point(eps, {t: 1.0 for t in CONFLICT_TYPES}, np.arange(n), max_turns)
+    most = max([1, *(int(c.max(initial=0)) for c in eps.conflicts.values())])
+    powers = np.arange(most + 1)
+    judged = _point(eps, {t: (powers == 0).astype(float) for t in CONFLICT_TYPES}, np.arange(n), max_turns)
+    point = _point(
+        eps, {t: unbiased_miss(prec[t].upheld, prec[t].reviewed, most) for t in CONFLICT_TYPES}, np.arange(n), max_turns
+    )
     # Two generators: the stories' draws follow the one rule (and its stream), the precisions their own.
     p_rng = np.random.default_rng([seed, 1])
     reviewed = {t: (prec[t].upheld, prec[t].reviewed) for t in CONFLICT_TYPES}
     draws = []
     for idx in resample_draws(clusters(eps.stories or [str(i) for i in range(n)]), resamples, seed):
         p = {t: (float(p_rng.beta(k + 0.5, m - k + 0.5)) if m else 1.0) for t, (k, m) in reviewed.items()}
-        draws.append(_point(eps, p, idx, max_turns))
+        draws.append(_point(eps, {t: (1.0 - p[t]) ** powers for t in CONFLICT_TYPES}, idx, max_turns))
     alpha = (1 - level) / 2
+    k = len(CONFLICT_TYPES)
     if draws:
-        # The point is the draws' median, so it and the interval come from the same posterior and the point
-        # lies inside (module docstring); a median of curves that never rise never rises either.
-        point, lo, hi = np.quantile(np.array(draws), [0.5, alpha, 1 - alpha], axis=0)
-    else:  # no draw asked for: the plug-in value, p = upheld / reviewed
-        p_hat = {t: (pr.value if pr.value is not None else 1.0) for t, pr in prec.items()}
-        point = _point(eps, p_hat, np.arange(n), max_turns)
+        many = np.array(draws)
+        lo, hi = np.quantile(many, [alpha, 1 - alpha], axis=0)
+        # Widened to take in the point (module docstring); a min or max of two curves that never rise never rises.
+        lo, hi = np.minimum(lo, point), np.maximum(hi, point)
+        # The rates and the conflict-free share: also Jeffreys' interval at the draws' effective sample size, as
+        # the endings' incidence, and the band is the wider of the two (module docstring). A leading column of
+        # zeros stands for effective_band's t = 0.
+        scale = np.array([100.0] * k + [float(max(n, 1))])
+        shares = np.concatenate([[0.0], point[: k + 1] / scale])
+        drawn = np.concatenate([np.zeros((len(many), 1)), many[:, : k + 1] / scale], axis=1)
+        stories = len(set(eps.stories)) if eps.stories else n
+        s_lo, s_hi = effective_band(shares, drawn, stories, n, level)
+        lo[: k + 1] = np.minimum(lo[: k + 1], s_lo[1:] * scale)
+        hi[: k + 1] = np.maximum(hi[: k + 1], s_hi[1:] * scale)
+    else:
         lo = hi = np.full(len(point), math.nan)
     ivs = [Interval(float(a), float(b), float(c)) for a, b, c in zip(point, lo, hi, strict=True)]
-    k = len(CONFLICT_TYPES)
     return Corrected(
         label=run.label,
         scored=n,
@@ -292,7 +328,9 @@ def intro(err: AuditorError, level: float) -> str:
         f"conflict type (the share of its conflicts a human upholds), with its exact {level:.0%} binomial "
         "interval, and the figures that rest on its verdicts corrected for it. Corrected intervals: "
         f"{level:.0%} bootstrap over the stories (each with all its plays), each draw taking every type's precision "
-        "from its own uncertainty (Jeffreys: Beta(upheld + 1/2, disputed + 1/2))."
+        "from its own uncertainty (Jeffreys: Beta(upheld + 1/2, disputed + 1/2)); for the rates, widened to "
+        "Jeffreys' interval at the draws' effective sample size where that is wider. Corrected points: unbiased "
+        "for the precision (upheld / reviewed, per conflict)."
     )
 
 

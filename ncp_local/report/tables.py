@@ -10,14 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..protocol import ROLES
 from ..protocol.metrics import (
     ENDING_CENSORED,
     TERMINATIONS,
     Aggregate,
     EpisodeMetrics,
+    RestrictedMean,
     aggregate,
     censored_note,
+    identified_to,
     restricted_mean,
 )
 from ..rundir.atomic import atomic_write
@@ -61,6 +65,7 @@ class Row:
     horizon: int = 0  # turns the restricted mean ("turns kept") runs to
     ran: Ran = Ran(())  # the run's engine and models, as its manifest records them
     in_flight: str = ""  # the line saying how many episodes are still playing (report/in_flight.py), if any
+    known_to: int = -1  # turns kept past the data: the last turn S(t) rests on (-1: estimable to the horizon)
 
 
 def horizon_of(run: Run, horizon: int | None) -> int:
@@ -68,9 +73,13 @@ def horizon_of(run: Run, horizon: int | None) -> int:
     return run.max_turns if horizon is None else min(horizon, run.max_turns)
 
 
-def turns_kept(scored: Sequence[EpisodeMetrics], horizon: int, resamples: int, seed: int, level: float) -> Interval:
+def turns_kept(
+    scored: Sequence[EpisodeMetrics], horizon: int, resamples: int, seed: int, level: float
+) -> RestrictedMean:
     """The restricted mean of the scored episodes' S(t) to `horizon`, its band drawn as the table's are."""
-    rm = restricted_mean(
+    if not scored:
+        return RestrictedMean(math.nan, math.nan, math.nan, horizon)
+    return restricted_mean(
         [m.turns for m in scored],
         [m.censored for m in scored],
         horizon,
@@ -79,7 +88,6 @@ def turns_kept(scored: Sequence[EpisodeMetrics], horizon: int, resamples: int, s
         resamples=resamples,
         seed=seed,
     )
-    return Interval(rm.value, rm.lo, rm.hi) if scored else Interval(math.nan, math.nan, math.nan)
 
 
 def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float, horizon: int | None = None) -> list[Row]:
@@ -105,9 +113,20 @@ def summary_rows(runs: Sequence[Run], resamples: int, seed: int, level: float, h
         h = horizon_of(run, horizon)
         # The same seed, so the same story draws as the columns above (protocol/resample.py).
         # In-flight episodes (report/in_flight.py) are in the area as they are in S(t): censored.
-        ci["turns_kept"] = turns_kept([*scored, *run.in_flight], h, resamples, seed, level)
+        kept = turns_kept([*scored, *run.in_flight], h, resamples, seed, level)
+        ci["turns_kept"] = Interval(kept.value, kept.lo, kept.hi)
         rows.append(
-            Row(run.label, str(run.path), agg, ci, len(run.unfinished), h, what_ran(run.manifest), in_flight_line(run))
+            Row(
+                run.label,
+                str(run.path),
+                agg,
+                ci,
+                len(run.unfinished),
+                h,
+                what_ran(run.manifest),
+                in_flight_line(run),
+                kept.known_to,
+            )
         )
     return rows
 
@@ -121,6 +140,8 @@ MIN_FOR_INTERVAL = 2
 
 
 def _cell(iv: Interval, d: int, scored: int) -> str:
+    if math.isnan(iv.point) and not math.isnan(iv.lo):  # past the data: no point, the bounds (PAST_DATA)
+        return f"n/e [{_num(iv.lo, d)}, {_num(iv.hi, d)}]"
     if math.isnan(iv.point):
         return "n/a"
     if scored < MIN_FOR_INTERVAL or math.isnan(iv.lo):
@@ -187,7 +208,14 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
     )
     censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
     censored += [f"- {r.label}: {r.in_flight}" for r in rows if r.in_flight]
+    censored += [f"- {r.label}: {PAST_DATA.format(t=r.known_to)}" for r in rows if r.known_to >= 0]
     return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
+
+
+PAST_DATA = (
+    "turns kept n/e (not estimable): S(t) rests on the data to t = {t} only (the turn after the last anyone "
+    "was followed); [least, most]: every story still going ending at once, or none before the horizon"
+)
 
 
 def _horizons(rows: Sequence[Row]) -> str:
@@ -210,7 +238,8 @@ def summary_record(r: Row) -> dict[str, Any]:
     few = r.agg.scored < MIN_FOR_INTERVAL  # no interval for fewer than 2 scored episodes
     for k, _, _ in METRICS:
         iv = r.ci[k]
-        out |= {k: _round(iv.point), f"{k}_lo": "" if few else _round(iv.lo), f"{k}_hi": "" if few else _round(iv.hi)}
+        bare = few and not (math.isnan(iv.point) and not math.isnan(iv.lo))  # past the data: the bounds stay
+        out |= {k: _round(iv.point), f"{k}_lo": "" if bare else _round(iv.lo), f"{k}_hi": "" if bare else _round(iv.hi)}
     out["horizon"] = r.horizon
     cf = r.ci["conflict_free"]
     out |= {
@@ -308,7 +337,7 @@ def _genre_cells(r: GenreRow) -> list[Any]:
         a.episodes,
         a.censored,
         f"{a.avg_turns:.2f}",
-        f"{r.turns_kept:.2f}",
+        "n/e" if math.isnan(r.turns_kept) else f"{r.turns_kept:.2f}",
         f"{a.trajectory_pct:.2f}",
         f"{a.satisfied_pct:.2f}",
         f"{a.fact_pct:.1f}",
@@ -369,6 +398,14 @@ def censored_at(run: Run, in_flight: bool = False) -> dict[int, int]:
     return out
 
 
+def known_to(run: Run) -> int:
+    """The last t at which the run's S(t) rests on the data (protocol/metrics.identified_to): the turn after
+    the last any episode, finished or in flight, was followed; the cap once S(t) has fallen to 0."""
+    at = [m for m in (*run.metrics(), *run.in_flight) if m.termination != "invalid"]
+    turns = np.asarray([m.turns for m in at], dtype=np.intp)
+    return identified_to(turns, np.asarray([0.0 if m.censored else 1.0 for m in at]), run.max_turns)
+
+
 def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
     """Per run: S(t) (Kaplan-Meier), its band, and the `context_limit` episodes censored after t
     (`censored_at`; the `max_turns` ones are censored after the last row); while episodes are in
@@ -377,16 +414,17 @@ def survival_csv(runs: Sequence[Run], level: float = 0.95) -> str:
     cens = [censored_at(r) for r in runs]
     # A column of episodes in flight only while some run has them (a finished run's CSV is as before).
     playing = [censored_at(r, in_flight=True) for r in runs] if any(r.in_flight for r in runs) else None
+    known = [known_to(r) for r in runs]
     horizon = max((len(a.survival) for a in aggs), default=0)
     body = []
     for t in range(horizon):
         line: list[Any] = [t]
         for i, (a, c) in enumerate(zip(aggs, cens, strict=True)):
             inside = t < len(a.survival)
+            # Past the data S(t) has no point (blank), only its band: 0 to the last value it rested on.
+            point = _round(a.survival[t]) if inside and t <= known[i] else ""
             line += (
-                [_round(a.survival[t]), _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)]
-                if inside
-                else ["", "", "", ""]
+                [point, _round(a.survival_lo[t]), _round(a.survival_hi[t]), c.get(t, 0)] if inside else ["", "", "", ""]
             )
             if playing is not None:
                 line.append(playing[i].get(t, 0) if inside else "")
