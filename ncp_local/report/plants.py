@@ -28,7 +28,7 @@ from scipy import stats
 from ..protocol.plant import CLEAN, ItemAudit, PlantResult
 from ..protocol.resample import clusters, few_stories_factor, jeffreys_band
 from ..protocol.stages import CONFLICT_TYPES
-from .compare import ALPHA, holm, sign_flips
+from .paired import ALPHA, holm, sign_flips
 
 
 @dataclass(frozen=True)
