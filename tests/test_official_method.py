@@ -23,6 +23,7 @@ from ncp_local.protocol import ledger
 from ncp_local.protocol.narrators import narrator_factory
 from ncp_local.protocol.official_method import OfficialMethod, is_official_narrator
 from ncp_local.protocol.spec import load_spec
+from ncp_local.rundir.turn_log import read_log
 
 BASELINE = "ncpbench_reference_baseline:BaselineNarrator"
 
@@ -160,8 +161,13 @@ def test_official_hiagent_runs_unchanged_and_resumes(
     killed = _play(out, official_dataset, reference_on_path, *args, "engine.die_after_calls=1500")
     assert killed.returncode != 0 and "resume" in killed.stderr
     # The method's memory went into the rig's checkpoints (its checkpoint_state), turn by turn.
-    states = [json.loads(f.read_text())["narrator_state"] for f in (out / "checkpoints").glob("*.jsonl")]
-    assert states and all(s["core"]["memory"][0] == [["Observation", "Story initialized."]] for s in states)
+    logs = [read_log(f, None).checkpoint for f in (out / "checkpoints").glob("*.jsonl")]
+    states = [cp.narrator_state for cp in logs if cp is not None]
+    assert (
+        states
+        and len(states) == len(logs)
+        and all(s["core"]["memory"][0] == [["Observation", "Story initialized."]] for s in states)
+    )
     assert any(len(s["core"]["memory"]) > 2 for s in states)
     resumed = _play(out, official_dataset, reference_on_path, *args)
     assert resumed.returncode == 0, resumed.stderr

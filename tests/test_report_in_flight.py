@@ -174,7 +174,7 @@ def test_a_run_with_nothing_finished_shows_no_figure_past_the_data(tmp_path: Pat
     run = tmp_path / "run"
     died = run_cli(*RUN, f"out_dir={run}", "engine.die_after_calls=40")
     assert died.returncode == 3, died.stderr
-    assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.json"))
+    assert not list((run / "results").glob("*.json")) and list((run / "checkpoints").glob("*.jsonl"))
     rep = _report(tmp_path / "rep", run)
     assert rep.returncode == 0, rep.stderr
     assert "nothing has finished yet: 4 episodes still playing or stopped" in rep.stdout

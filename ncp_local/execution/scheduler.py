@@ -25,6 +25,10 @@ from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
 from .footprint import counter, estimate
 
+# Requests the writer thread may have queued before a committing episode waits for its own line: a
+# bound on the work a kill loses and on the memory the queue holds.
+WRITER_LAG = 256
+
 
 @dataclass(frozen=True)
 class EpisodeSettings:
@@ -73,11 +77,12 @@ class EpisodeScheduler:
 
             async def on_commit(cp: Checkpoint) -> None:
                 # The episode knows its story, not which play of it this is: the records say.
-                # The writer thread writes it; the episode goes on once it is written (a killed process
-                # loses at most the turn in flight), and no other episode waits for the disk.
-                await asyncio.wrap_future(
-                    self.store.write_checkpoint(cp.model_copy(update={"trial": trial}) if trial else cp)
-                )
+                # The writer thread writes it, in order (nothing later overtakes it), while the episode
+                # goes on: nobody waits for the disk, and the schedule stays the loop's alone (on the
+                # scripted engine, the same every run). Only a writer that falls behind holds it back.
+                written = self.store.write_checkpoint(cp.model_copy(update={"trial": trial}) if trial else cp)
+                if self.store.writes_pending() > WRITER_LAG:
+                    await asyncio.wrap_future(written)
                 if self.on_turn:
                     self.on_turn(name, len(cp.turns))
                 await gate.turn_done(name)

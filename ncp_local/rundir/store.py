@@ -279,6 +279,10 @@ class RunDir:
         except DiskFull as exc:
             raise DiskFull(self.root, exc.detail) from None
 
+    def writes_pending(self) -> int:
+        """Writes asked for that the writer thread has not taken yet."""
+        return self._writer.pending()
+
     def close(self) -> None:
         """Flush every write, then release the directory."""
         try:

@@ -5,8 +5,10 @@ about 12 ms on a local disk and more on a cluster's network filesystem, and ever
 it. So the loop hands each write to this thread and goes on. The thread takes whatever is queued, does
 it in order (a turn before the next, an episode's last turn before its result, every result before
 `DONE`), appending the lines of one file in one write, then fsyncs each file it appended to once: group
-commit. An append's future resolves once its bytes are written (a killed process loses nothing written;
-a crashed machine loses at most the last group's lines, which a resume plays again).
+commit. An append's future resolves once its bytes are written; the run waits on it only when the
+thread falls behind (`pending`), so a killed process loses the turns in flight and the few still queued
+(milliseconds of work), and a crashed machine at most the last group's lines too; a resume plays them
+again.
 
 The first error (a full disk, a failing write) is kept: every later request raises it, so the run stops
 as it did when writes were made on the loop.
@@ -78,6 +80,10 @@ class Writer:
             if thread is not None:
                 self._queue.put(None)
                 thread.join()
+
+    def pending(self) -> int:
+        """Requests asked for and not yet taken by the thread (approximate, for back-pressure)."""
+        return self._queue.qsize()
 
     def _put(self, req: _Request) -> None:
         if self.error is not None:
