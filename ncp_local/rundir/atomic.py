@@ -12,9 +12,35 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+# A test and bench hook, never a setting of a run: every fsync the rig makes also waits this long, as
+# on a slow (network) filesystem. `NCP_FSYNC_DELAY_S` sets it for a whole process; `fsync_delay` for a
+# block (mode=bench's rig-alone way).
+_delay_s = float(os.environ.get("NCP_FSYNC_DELAY_S") or 0.0)
+
+
+def fsync(fd: int) -> None:
+    """The one place the rig makes a file durable (every writer calls it), with the injected delay."""
+    os.fsync(fd)
+    if _delay_s > 0:
+        time.sleep(_delay_s)  # blocks the calling thread, as a slow fsync does
+
+
+@contextmanager
+def fsync_delay(seconds: float) -> Iterator[None]:
+    """Every fsync in the block waits `seconds` more (a slow filesystem, for benches and tests)."""
+    global _delay_s
+    before, _delay_s = _delay_s, seconds
+    try:
+        yield
+    finally:
+        _delay_s = before
 
 
 class DiskFull(RuntimeError):
@@ -56,7 +82,7 @@ def atomic_write(path: Path, text: str | bytes) -> None:
                 continue
         try:
             write_all(fd, data)
-            os.fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
