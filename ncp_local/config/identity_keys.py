@@ -93,4 +93,8 @@ LATER_KEYS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "trials.vary": (ALL, _vary_read),
     "engine.context_limit_turn": (None, lambda value: value),
     "engine.context_limit_share": (1.0, lambda value: value),
+    # The scripted engine's text lengths (mode=bench's rig-alone way): 0 is the short texts it always wrote.
+    "engine.narration_chars": (0, lambda value: value),
+    "engine.player_chars": (0, lambda value: value),
+    "engine.reason_chars": (0, lambda value: value),
 }

@@ -78,6 +78,11 @@ class ScriptedEngineCfg(ConfigModel):
     node_rate: float = Field(0.35, ge=0, le=1)
     satisfy_rate: float = Field(0.25, ge=0, le=1)
     delay_s: float = Field(0.0, ge=0)  # simulated latency per call
+    # Text lengths in characters (0: the short scripted texts): a narration, a player's line, an
+    # auditor's reason. A real narrator's and player's: about 900, 300 and 120 (mode=bench's rig-alone way).
+    narration_chars: int = Field(0, ge=0)
+    player_chars: int = Field(0, ge=0)
+    reason_chars: int = Field(0, ge=0)
     die_after_calls: int | None = Field(None, ge=0)  # fault injection: EngineDead from this call on
     # Fault injection: from this player turn on, a chosen share of the episodes no longer fit the
     # window (their calls raise ContextOverflow), so they end `context_limit`, censored.

@@ -38,6 +38,12 @@ class RandomPolicy:
     satisfy_rate: float = 0.25
     add_fact_rate: float = 0.5
     negate_fact_rate: float = 0.15
+    # Text lengths in characters (0: the short scripted texts, about 60-80 characters): a narration,
+    # a player's line, an auditor's reason. A real narrator writes about 150 words a turn, a player
+    # about 50, an auditor's reason about 20 (the plan's defaults, plan/growth.py Sizes).
+    narration_chars: int = 0
+    player_chars: int = 0
+    reason_chars: int = 0
 
     def answer(self, request: Request) -> str:
         rng = random.Random(request.seed)
@@ -45,15 +51,19 @@ class RandomPolicy:
         schema = request.json_schema or {}
         turn = request.tags.get("turn", 0)
         if stage == "player":
-            return f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
-        if stage == "narrate" and request.json_schema is None:
+            line = f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
+            return _sized(line, self.player_chars, rng)
+        if stage in ("opening", "narrate"):
+            narration = _sized(
+                f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)}).",
+                self.narration_chars,
+                rng,
+            )
             # A method's plain-text turn (an official method's call sent without grammar): HiAgent's
             # `Action:` form, which a plain narration also reads as.
-            return f"Action: You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."
-        if stage in ("opening", "narrate"):
-            return json.dumps(
-                {"text": f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."}
-            )
+            plain = stage == "narrate" and request.json_schema is None
+            return f"Action: {narration}" if plain else json.dumps({"text": narration})
+        reason = _sized("scripted", self.reason_chars, rng)  # draws from rng only when lengthened
         if stage == "hiagent_narrate":
             # A new subgoal every other turn, so summaries get exercised.
             return json.dumps(
@@ -99,22 +109,22 @@ class RandomPolicy:
             enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
             adds = [f"Something new is established at turn id {turn}."] if rng.random() < self.add_fact_rate else []
             negs = [rng.choice(enum)] if enum and rng.random() < self.negate_fact_rate else []
-            return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": "scripted"})
+            return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": reason})
         if stage in ("conflict_check", "double_check"):
             conflicts = []
             if stage == "double_check" or rng.random() < self.conflict_rate:
                 branch = rng.choice(schema["properties"]["conflicts"]["items"]["anyOf"])
                 props = branch["properties"]
                 cid = props["id"].get("const") or rng.choice(props["id"]["enum"])
-                conflicts.append({"type": props["type"]["const"], "id": cid, "reason": "scripted"})
+                conflicts.append({"type": props["type"]["const"], "id": cid, "reason": reason})
             out: dict[str, Any] = {"conflicts": conflicts}
             if stage == "double_check":
-                out.update(confirmed=rng.random() >= self.overturn_rate, review_reason="scripted")
+                out.update(confirmed=rng.random() >= self.overturn_rate, review_reason=reason)
             return json.dumps(out)
         if stage == "trajectory_check":
             hit = rng.random() < self.node_rate
             return json.dumps(
-                {"trigger": {"occurred": hit, "reason": "scripted"}, "delta": {"occurred": hit, "reason": "scripted"}}
+                {"trigger": {"occurred": hit, "reason": reason}, "delta": {"occurred": hit, "reason": reason}}
             )
         if stage == "status_check":
             items = schema["properties"]["statuses"]["prefixItems"]
@@ -124,7 +134,7 @@ class RandomPolicy:
                         {
                             "id": it["properties"]["id"]["const"],
                             "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
-                            "reason": "scripted",
+                            "reason": reason,
                         }
                         for it in items
                     ]
@@ -138,7 +148,7 @@ class RandomPolicy:
                         {
                             "conflict": it["properties"]["conflict"]["const"],
                             "mode": rng.choice(it["properties"]["mode"]["enum"]),
-                            "reason": "scripted",
+                            "reason": reason,
                         }
                         for it in items
                     ]
@@ -147,6 +157,24 @@ class RandomPolicy:
         if stage == "scaling":  # mode=bench's engine-alone measurement: any text of the asked length
             return "a" * (4 * request.max_tokens)
         raise ValueError(f"scripted backend: no policy for stage {stage!r}")
+
+
+# Filler for the sized texts: words cut from one fixed passage at a seeded offset (cheap: the
+# rig-alone bench counts this engine's CPU with the rig's).
+_FILLER = (
+    "The lantern swings in the wind and the harbor bell rings twice while the ferryman counts his coins "
+    "beside the cedar gate, and somewhere past the orchard a falcon circles above the marble tower where "
+    "the old signal fire still smoulders in the copper bowl; the meadow is quiet, the river runs high "
+    "with winter melt, and the thread of the story pulls the traveller on toward the violet hills. "
+) * 8
+
+
+def _sized(text: str, chars: int, rng: random.Random) -> str:
+    """`text` lengthened with filler to about `chars` characters (unchanged when it is that long already)."""
+    if chars <= len(text):
+        return text
+    start = rng.randrange(len(_FILLER) // 2)
+    return f"{text} {_FILLER[start : start + chars - len(text) - 1].strip()}"
 
 
 @dataclass(frozen=True)
@@ -180,10 +208,15 @@ class ScriptedEngine:
         delay_s: float = 0.0,
         die_after_calls: int | None = None,
         overflow: Overflow | None = None,
+        keep_requests: bool = True,
     ) -> None:
         self.rules = rules
         self.policy = policy or RandomPolicy()
+        # Every request seen, for tests and the plan's projection; a run's engine keeps none (at turn 100
+        # a call's prompt is about 100 KB: keeping them all held most of a long scripted run's memory).
         self.requests: list[Request] = []
+        self.keep_requests = keep_requests
+        self.calls = 0
         # Fault injection for reliability tests: simulated latency, and an
         # engine that dies after N calls (as a crashed engine process would).
         self.delay_s = delay_s
@@ -191,9 +224,11 @@ class ScriptedEngine:
         self.overflow = overflow
 
     async def generate(self, request: Request) -> Completion:
-        if self.die_after_calls is not None and len(self.requests) >= self.die_after_calls:
+        if self.die_after_calls is not None and self.calls >= self.die_after_calls:
             raise EngineDead(f"scripted engine died after {self.die_after_calls} calls (fault injection)")
-        self.requests.append(request)
+        self.calls += 1
+        if self.keep_requests:
+            self.requests.append(request)
         await asyncio.sleep(self.delay_s)
         if self.overflow is not None and self.overflow.hits(request):
             raise ContextOverflow(
@@ -218,13 +253,16 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
     """The registry's start (engines/registry.py): the run's `engine=scripted` settings, or the
     defaults for a scripted role in a run whose top-level engine is another."""
     if getattr(engine, "name", None) != "scripted":
-        return ScriptedEngine(policy=RandomPolicy())
+        return ScriptedEngine(policy=RandomPolicy(), keep_requests=False)
     return ScriptedEngine(
         policy=RandomPolicy(
             conflict_rate=engine.conflict_rate,
             overturn_rate=engine.overturn_rate,
             node_rate=engine.node_rate,
             satisfy_rate=engine.satisfy_rate,
+            narration_chars=engine.narration_chars,
+            player_chars=engine.player_chars,
+            reason_chars=engine.reason_chars,
         ),
         delay_s=engine.delay_s,
         die_after_calls=engine.die_after_calls,
@@ -233,4 +271,5 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
             if engine.context_limit_turn is not None
             else None
         ),
+        keep_requests=False,
     )
