@@ -264,6 +264,15 @@ class BenchCfg(ConfigModel):
     # first `speculative_episodes` episodes x `turns` (before the long-horizon bench, if both are on).
     speculative: bool = False
     speculative_episodes: int = Field(2, ge=1)
+    # The rig alone at paper length (ncp_local/bench/rig_alone.py): `episodes` stories x `trials`, `turns`
+    # turns each, on the scripted engine with texts as long as real ones (unless `short_texts`), every
+    # episode in flight; `fsync_delay_s`: a slow filesystem; `profile`: under cProfile, its top costs.
+    rig_alone: bool = False
+    trials: int = Field(1, ge=1)
+    short_texts: bool = False
+    fsync_delay_s: float = Field(0.0, ge=0)
+    profile: bool = False
+    keep_run: bool = False  # keep the played run directory (bench dir/rig-alone-run)
 
 
 class PlanCfg(ConfigModel):

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..bench import rig_alone
 from ..bindings import Sampling, bind
 from ..config import ConfigError, RunConfig
 from ..engines.base import Engine
@@ -204,6 +205,12 @@ NO_MODEL_NOTE = (
 
 def main(cfg: RunConfig) -> int:
     """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
+    if cfg.bench.rig_alone:
+        out = bench_dir(cfg)
+        check_destination(out, "out_dir")
+        for line in rig_alone.main(cfg, out):
+            print(line)
+        return 0
     if cfg.bench.sweep:
         return main_sweep(cfg)
     if cfg.bench.long_horizon or cfg.bench.speculative:
