@@ -10,11 +10,11 @@ from typing import Any
 
 from cli_runner import run_cli
 from ncp_local.engines.base import Message, Request
-from ncp_local.modes.bench import NO_MODEL_NOTE
-from ncp_local.modes.benches.cache_sim import unbounded_cache_hit
-from ncp_local.modes.benches.figures import BenchFigures
-from ncp_local.modes.benches.scaling import Scaling, late_hit, projection
-from ncp_local.modes.benches.ways import Way, workload
+from ncp_local.bench.entry import NO_MODEL_NOTE
+from ncp_local.bench.cache_sim import unbounded_cache_hit
+from ncp_local.bench.figures import BenchFigures
+from ncp_local.bench.scaling import Scaling, late_hit, projection
+from ncp_local.bench.ways import Way, workload
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
 
 def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> None:
     from ncp_local.engines.base import Completion
-    from ncp_local.modes.benches.ways import run_replay_k
+    from ncp_local.bench.ways import run_replay_k
 
     class Probe:
         def __init__(self) -> None:
@@ -191,7 +191,7 @@ class LruPrefixCache:
 def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     """On a fake engine whose cache holds about two episodes' prefixes: many in flight evict each other
     (the hit falls), admission by cache keeps the hit of an unbounded cache."""
-    from ncp_local.modes.benches.long_horizon import long_horizon
+    from ncp_local.bench.long_horizon import long_horizon
     from ncp_local.plan.growth import Sizes
     from ncp_local.protocol.narrators import BaselineNarrator
     from ncp_local.protocol.player import Player

@@ -253,7 +253,7 @@ class BenchCfg(ConfigModel):
     # A sweep to bench instead: {config key: [values]}, its points run batched (one engine) and
     # point by point (an engine each), e.g. {narrator.temperature: [0.2, 0.6], seed: [0, 1]}.
     sweep: dict[str, list[Any]] | None = None
-    # The long-horizon bench (modes/benches/long_horizon.py): `episodes` played to `at_turn` on scripted answers,
+    # The long-horizon bench (ncp_local/bench/long_horizon.py): `episodes` played to `at_turn` on scripted answers,
     # then `turns` more on the engine, whose KV cache holds `kv_tokens` (null: as planned), at each of
     # `levels` episodes in flight and with admission by cache capacity.
     long_horizon: bool = False

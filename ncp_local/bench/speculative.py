@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...execution.calls import CallService, RoleBinding
-from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...protocol.player import Player
-from ...protocol.prompts import PromptPack
-from ...protocol.spec import Spec
-from ...rundir.call_log import read_calls
-from ...rundir.store import RunDir
+from ..execution.calls import CallService, RoleBinding
+from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ..protocol.player import Player
+from ..protocol.prompts import PromptPack
+from ..protocol.spec import Spec
+from ..rundir.call_log import read_calls
+from ..rundir.store import RunDir
 
 
 async def _way(

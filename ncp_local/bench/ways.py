@@ -11,14 +11,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...engines.base import Completion, Engine, Request
-from ...execution.calls import CallService, RoleBinding
-from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...protocol.player import Player
-from ...protocol.prompts import PromptPack
-from ...protocol.spec import Meta, Spec
-from ...rundir.call_log import CallLine, read_calls
-from ...rundir.store import RunDir
+from ..engines.base import Completion, Engine, Request
+from ..execution.calls import CallService, RoleBinding
+from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ..protocol.player import Player
+from ..protocol.prompts import PromptPack
+from ..protocol.spec import Meta, Spec
+from ..rundir.call_log import CallLine, read_calls
+from ..rundir.store import RunDir
 from .figures import WayFigures
 
 # The paper's grid, for the cost projection.

@@ -12,19 +12,19 @@ from typing import Any
 
 from hydra.errors import HydraException
 
-from ...config import ConfigError, RunConfig, hydra_error_line
-from ...engines.base import Engine
-from ...errors import InputError
-from ...execution import points
-from ...execution.calls import CallService, with_engines
-from ...execution.engine_pool import EnginePool
-from ...execution.preflight import Ready
-from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...protocol import ROLES
-from ...protocol.spec import Spec
-from ...rundir import provenance
-from ...rundir.call_log import read_calls
-from ...rundir.store import RunDir
+from ..config import ConfigError, RunConfig, hydra_error_line
+from ..engines.base import Engine
+from ..errors import InputError
+from ..execution import points
+from ..execution.calls import CallService, with_engines
+from ..execution.engine_pool import EnginePool
+from ..execution.preflight import Ready
+from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ..protocol import ROLES
+from ..protocol.spec import Spec
+from ..rundir import provenance
+from ..rundir.call_log import read_calls
+from ..rundir.store import RunDir
 from .ways import Tally, say, silent, workload
 
 # ---- bench.sweep: a sweep batched vs point by point ---------------------------------------
