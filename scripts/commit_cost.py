@@ -64,8 +64,10 @@ def main() -> int:
         with atomic.fsync_delay(args.fsync_delay):
             code = run_one(validate(points.load(overrides)))
         size = sum(f.stat().st_size for f in Path(tmp, "run", "results").glob("*.json")) / args.stories / args.turns
-    print(f"{args.method}, {args.stories} episodes, fsync delay {1000 * args.fsync_delay:.0f} ms, "
-          f"{size:.0f} bytes per turn of result (exit {code})")
+    print(
+        f"{args.method}, {args.stories} episodes, fsync delay {1000 * args.fsync_delay:.0f} ms, "
+        f"{size:.0f} bytes per turn of result (exit {code})"
+    )
     print("| turn | CPU ms (median) | wall ms (median) | wall ms (max) |\n|---:|---:|---:|---:|")
     for t in (1, 25, 50, 100):
         if t in timed:

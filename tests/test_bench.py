@@ -14,7 +14,7 @@ from ncp_local.bench.entry import NO_MODEL_NOTE
 from ncp_local.bench.cache_sim import unbounded_cache_hit
 from ncp_local.bench.figures import BenchFigures
 from ncp_local.bench.scaling import Scaling, late_hit, projection
-from ncp_local.bench.ways import Way, workload
+from ncp_local.bench.ways import Way, cycled, run_overrides, workload
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,6 +104,15 @@ def test_workload_repeats_specs_with_own_ids() -> None:
     specs = load_dataset(ROOT / "specs").specs
     ids = [s.id for s in workload(specs, 7)]
     assert len(set(ids)) == 7 and ids[3] == f"{specs[0].id}~1"
+
+
+def test_the_bench_workload_cycles_the_stories_a_trial_per_round() -> None:
+    assert cycled(["a", "b", "c"], 7) == ("a", "b", "c", "a~t1", "b~t1", "c~t1", "a~t2")
+
+
+def test_a_way_plays_the_bench_commands_run_not_its_bench_settings() -> None:
+    given = ["mode=bench", "engine=scripted", "bench.episodes=5", "out_dir=x", "max_turns=9", "seed=3"]
+    assert run_overrides(given, ["out_dir=y"]) == ["engine=scripted", "seed=3", "mode=run", "progress=false", "out_dir=y"]
 
 
 def test_projection_uses_episodes_alive_per_turn() -> None:

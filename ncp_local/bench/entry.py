@@ -38,16 +38,14 @@ Two figures explain the ratios rather than just state them:
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import rig_alone
 from ..bindings import Sampling, bind
 from ..config import ConfigError, RunConfig
-from ..engines.base import Engine
+from ..engines.base import Request
 from ..engines.registry import kind
 from ..execution import engine_log
 from ..execution.calls import RoleBinding
@@ -57,13 +55,11 @@ from ..plan.checkpoint import model_facts
 from ..plan.facts import dtype_bytes
 from ..plan.growth import Sizes
 from ..protocol import ROLES
-from ..protocol.player import Player
-from ..protocol.prompts import PromptPack
-from ..protocol.spec import Spec
-from ..protocol.stages import UNBOUNDED, Bounds
+from ..protocol.stages import UNBOUNDED
 from ..protocol.turns import shown as shown_turn
 from ..rundir import layout, provenance
 from ..rundir.places import check_destination
+from . import rig_alone
 from .cache_sim import unbounded_cache_hit
 from .figures import BenchFigures, Machine, Workload, finite
 from .long_horizon import long_horizon
@@ -74,6 +70,7 @@ from .ways import (
     HEADER,
     Recorder,
     Way,
+    bench_point,
     ratio_of,
     reset_cache,
     run_ceiling,
@@ -87,85 +84,81 @@ from .ways import (
 
 
 async def bench(
-    backend: Engine,
-    model: str,
-    sampling: Sampling,
-    specs: tuple[Spec, ...],
-    pack: PromptPack,
-    narrator_cls: type,
-    player: Player,
-    seed: int,
-    k: int,
-    turns: int,
-    throughput: float | None,
-    sequential: bool = True,
-    sequential_episodes: int | None = None,
-    bounds: Mapping[str, Bounds] | None = None,
+    cfg: RunConfig,
+    out: Path,
     note: Callable[[str], None] = silent,
     record: dict[str, Any] | None = None,
 ) -> list[str]:
-    """The workload four ways on one engine (see the module docstring); `note` gets a line as each
-    way ends (the default size takes an hour on 2 CPU cores). `record`, when given, receives the
-    figures as records: `ways` (WayFigures, in table order) and `ratios`."""
-    work = workload(specs, k)
-    recorder = Recorder(backend)
-    # Each role keeps its own output bounds (the embedded model's are tight).
-    bound = {r: (bounds or {}).get(r, UNBOUNDED) for r in ROLES}
-    rec_roles = {r: RoleBinding(recorder, sampling, model, bound[r]) for r in bound}
-    roles = {r: RoleBinding(backend, sampling, model, bound[r]) for r in bound}
+    """The workload four ways on one engine (see the module docstring), each played way through
+    `mode=run`'s life into its run directory under `out`; `note` gets a line as each way ends (the
+    default size takes an hour on 2 CPU cores). `record`, when given, receives the figures as
+    records: `ways` (WayFigures, in table order) and `ratios`."""
+    b = cfg.bench
+    k, turns = b.episodes, b.turns
+    a_point = bench_point(out / "a-rig", k, turns, k)
+    ready = a_point.ready
+    assert ready is not None
+    narrator = ready.bindings["narrator"]
+    print(
+        f"bench: {k} episodes x {turns} turns on {narrator.label} ({cfg.engine.name}), "
+        f"max_tokens={cfg.narrator.max_tokens}, seed={cfg.seed}",
+        flush=True,
+    )
+    if record is not None:
+        record["model"], record["runs_model"] = narrator.label, narrator.kind.runs_model
+    pool = EnginePool()
+    keys = pool.register(ready.bindings, ROLES, ready.endpoints)
+    requests: list[Request] = []
     lines: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="ncp-bench-") as tmp:
-        root = Path(tmp)
-        # Warm-up (not measured): compiles grammars and kernels the first calls would pay for.
-        await run_rig("warmup", work[:1], roles, pack, narrator_cls, player, seed + 1, 1, 1, root)
-        scaling = await engine_scaling(backend, k, seed)
+    try:
+        backend = await pool.get(keys["narrator"])
+        # Warm-up (not measured; other seeds): compiles grammars and kernels the first calls would pay for.
+        await run_rig("warmup", bench_point(out / "warmup", 1, 1, 1, [f"seed={cfg.seed + 1}"]), pool)
+        scaling = await engine_scaling(backend, k, cfg.seed)
         note("bench: warm-up and engine-alone scaling done; now (a) the rig")
         await reset_cache(backend)
-        a = await run_rig(f"a rig ({k} concurrent)", work, rec_roles, pack, narrator_cls, player, seed, turns, k, root)
+        a = await run_rig(f"a rig ({k} concurrent)", a_point, pool, wrap=lambda e: Recorder(e, requests))
         note(f"bench: (a) done in {a.wall_s:.0f} s")
         ways = [a]
-        b: Way | None = None
-        if sequential:
+        b_way: Way | None = None
+        if b.sequential:
             # One call at a time, time adds up episode by episode: on slow hardware a
             # sample of the episodes gives the same tokens/s (the row says how many).
-            n = min(sequential_episodes or k, k)
+            n = min(b.sequential_episodes or k, k)
             await reset_cache(backend)
-            b = await run_rig(
+            b_way = await run_rig(
                 f"b sequential (one call in flight{f', {n} of {k} episodes' if n < k else ''})",
-                work[:n],
-                roles,
-                pack,
-                narrator_cls,
-                player,
-                seed,
-                turns,
-                1,
-                root,
+                bench_point(out / "b-sequential", n, turns, 1),
+                pool,
             )
-            note(f"bench: (b) done in {b.wall_s:.0f} s")
-            ways.append(b)
+            note(f"bench: (b) done in {b_way.wall_s:.0f} s")
+            ways.append(b_way)
         await reset_cache(backend)
-        c = await run_ceiling(backend, recorder.requests, a.turns)
+        c = await run_ceiling(backend, requests, a.turns)
         ways.append(c)
         note(f"bench: (c) done in {c.wall_s:.0f} s")
         await reset_cache(backend)
-        d = await run_replay_k(backend, recorder.requests, a.turns)
+        d = await run_replay_k(backend, requests, a.turns)
         ways.append(d)
         note(f"bench: (d) done in {d.wall_s:.0f} s")
+        tokenize, block = getattr(backend, "tokenize", None), getattr(backend, "block_size", None)
+        ideal = unbounded_cache_hit(requests, tokenize, block) if tokenize is not None and block else None
+    finally:
+        await pool.close_all()
     lines.append(HEADER)
     lines.extend(w.row() for w in ways)
     lines.extend(scaling.lines())
-    ref = b or a
+    ref = b_way or a
     lines.append(
         f"best rig/sequential batching allows for this mix ({ref.prompt_tokens - ref.cached_tokens} "
         f"uncached prompt + {ref.generated_tokens} generated tokens): "
         f"{scaling.best_speedup(ref.prompt_tokens - ref.cached_tokens, ref.generated_tokens):.2f}"
     )
-    if b is not None:
-        differ = sorted(e for e in b.by_episode if b.by_episode[e] != a.by_episode.get(e))
+    if b_way is not None:
+        differ = sorted(e for e in b_way.by_episode if b_way.by_episode[e] != a.by_episode.get(e))
         if differ:
             lines.append(
-                f"note: {len(differ)} of the {len(b.by_episode)} episodes both ways ran made other calls or "
+                f"note: {len(differ)} of the {len(b_way.by_episode)} episodes both ways ran made other calls or "
                 f"tokens one at a time than concurrently (outputs depend on batch composition): {differ}"
             )
     lines.append(
@@ -174,15 +167,13 @@ async def bench(
         + f"; the rig's {k} episodes can have at most {k} (a turn is a chain of dependent calls)"
     )
     lines.append("cache hit by turn (rig): " + hits_text(a.tokens_by_turn))
-    tokenize, block = getattr(backend, "tokenize", None), getattr(backend, "block_size", None)
-    if tokenize is not None and block:
-        ideal = unbounded_cache_hit(recorder.requests, tokenize, block)
+    if ideal is not None:
         lines.append(
             f"cache hit by turn if nothing were evicted (block {block}): {hits_text(ideal)}; "
             f"from turn {shown_turn(2)} on: {late_hit(ideal):.2f}"
         )
-    lines.extend(projection(a, throughput or a.tokens_per_s))
-    rig_seq = a.tokens_per_s / b.tokens_per_s if b and b.tokens_per_s else float("nan")
+    lines.extend(projection(a, b.throughput or a.tokens_per_s))
+    rig_seq = a.tokens_per_s / b_way.tokens_per_s if b_way and b_way.tokens_per_s else float("nan")
     ratios = {
         "rig/ceiling": ratio_of(a.tokens_per_s, c.tokens_per_s),
         "rig/sequential": rig_seq,
@@ -215,54 +206,14 @@ def main(cfg: RunConfig) -> int:
         return main_sweep(cfg)
     if cfg.bench.long_horizon or cfg.bench.speculative:
         return _main_long(cfg)
-    ready = preflight(cfg, roles=("narrator",))  # memory shares and windows as mode=run plans them
-    cfg = ready.cfg
-    # Pre-flight for episodes (its default) reads all three. Bound to names: go() below keeps the
-    # narrowing of a name, not that of an attribute (`ready.player`).
-    dataset, narrator_cls, player = ready.dataset, ready.narrator_cls, ready.player
-    assert dataset is not None and narrator_cls is not None and player is not None
-    b, rc = cfg.bench, cfg.narrator
-    model = ready.bindings["narrator"].label  # what plays the narrator: `scripted` when no model loads
-    print(
-        f"bench: {b.episodes} episodes x {b.turns} turns on {model} ({cfg.engine.name}), "
-        f"max_tokens={rc.max_tokens}, seed={cfg.seed}",
-        flush=True,
-    )
-    engines = EnginePool(ready.bindings, roles=("narrator",), endpoints=ready.endpoints)
-
     out = bench_dir(cfg)
     check_destination(out, "out_dir")  # the default runs/bench-<time> too, before the engine starts
     engine_log.place(out / layout.ENGINE_LOG)
     record: dict[str, Any] = {}
-
-    async def go() -> list[str]:
-        started = await engines.start()
-        try:
-            return await bench(
-                started["narrator"],
-                model,
-                Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-                dataset.specs,
-                ready.pack,
-                narrator_cls,
-                player,
-                cfg.seed,
-                b.episodes,
-                b.turns,
-                b.throughput,
-                b.sequential,
-                b.sequential_episodes,
-                bounds={r: getattr(cfg, r).bounds for r in ROLES},
-                note=say,
-                record=record,
-            )
-        finally:
-            await engines.close_all()
-
-    lines = asyncio.run(go())
+    lines = asyncio.run(bench(cfg, out, note=say, record=record))
     for line in lines:
         print(line)
-    if not ready.bindings["narrator"].kind.runs_model:
+    if not record["runs_model"]:
         say(NO_MODEL_NOTE)
     path = figures(cfg, record, lines).write(out)
     say(f"bench: figures in {path}")
@@ -293,7 +244,7 @@ def figures(cfg: RunConfig, record: Mapping[str, Any], lines: list[str]) -> Benc
             seed=cfg.seed,
             max_tokens=rc.max_tokens,
             engine=cfg.engine.name,
-            model=bind(cfg)["narrator"].label,  # `scripted` when no model loaded
+            model=record.get("model", bind(cfg)["narrator"].label),  # `scripted` when no model loaded
         ),
         ways=list(record.get("ways", [])),
         ratios=dict(record.get("ratios", {})),
