@@ -203,7 +203,7 @@ def main(cfg: RunConfig) -> int:
             print(line)
         return 0
     if cfg.bench.sweep:
-        return main_sweep(cfg)
+        return main_sweep(cfg, bench_dir(cfg))
     if cfg.bench.long_horizon or cfg.bench.speculative:
         return _main_long(cfg)
     out = bench_dir(cfg)
