@@ -43,12 +43,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..bindings import Sampling, bind
+from ..bindings import bind
 from ..config import ConfigError, RunConfig
 from ..engines.base import Request
 from ..engines.registry import kind
 from ..execution import engine_log
-from ..execution.calls import RoleBinding
 from ..execution.engine_pool import EnginePool
 from ..execution.preflight import preflight
 from ..plan.checkpoint import model_facts
@@ -264,9 +263,22 @@ def with_kv_tokens(cfg: RunConfig, tokens: int) -> RunConfig:
 
 
 def _main_long(cfg: RunConfig) -> int:
-    """`bench.speculative` and/or `bench.long_horizon`, on one engine (the narrator's model)."""
+    """`bench.speculative` and/or `bench.long_horizon`, each on the narrator's model."""
+    b = cfg.bench
+    lines: list[str] = []
+    if b.speculative:
+        lines += asyncio.run(speculative_bench(bench_dir(cfg), b.speculative_episodes, b.turns, note=say))
+    if b.long_horizon:
+        lines += _long_horizon(cfg)
+    for line in lines:
+        print(line)
+    return 0
+
+
+def _long_horizon(cfg: RunConfig) -> list[str]:
+    """`bench.long_horizon`: its state built and replayed on one engine (ncp_local/bench/long_horizon.py)."""
     b, pc = cfg.bench, cfg.plan
-    if b.kv_tokens and b.long_horizon:
+    if b.kv_tokens:
         cfg = with_kv_tokens(cfg, b.kv_tokens)
     ready = preflight(cfg, roles=("narrator",))
     cfg = ready.cfg
@@ -283,61 +295,32 @@ def _main_long(cfg: RunConfig) -> int:
         pc.facts_per_turn,
         max(1, round(sum(facts) / len(facts))) if facts else 12,
     )
-    model = ready.bindings["narrator"].label  # `scripted` when no model loads
-    if b.long_horizon:
-        print(
-            f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
-            f"then {b.turns} turns on {model} at {b.levels} in flight and by cache admission",
-            flush=True,
-        )
+    print(
+        f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
+        f"then {b.turns} turns on {ready.bindings['narrator'].label} at {b.levels} in flight and by cache admission",
+        flush=True,
+    )
     engines = EnginePool(bind(cfg), roles=("narrator",))
-    rc = cfg.narrator
 
     async def go() -> list[str]:
         backend = (await engines.start())["narrator"]
-        lines: list[str] = []
         try:
-            if b.speculative:
-                roles = {
-                    r: RoleBinding(
-                        backend,
-                        Sampling(rc.temperature, rc.top_p, rc.max_tokens),
-                        model,
-                        getattr(cfg, r).bounds,
-                    )
-                    for r in ROLES
-                }
-                lines += await speculative_bench(
-                    backend,
-                    roles,
-                    specs[: b.speculative_episodes],
-                    ready.pack,
-                    narrator_cls,
-                    player,
-                    cfg.seed,
-                    b.turns,
-                    note=say,
-                )
-            if b.long_horizon:
-                lines += await long_horizon(
-                    backend,
-                    specs,
-                    ready.pack,
-                    narrator_cls,
-                    player,
-                    cfg.seed,
-                    b.at_turn,
-                    b.turns,
-                    list(b.levels),
-                    sizes,
-                    {r: UNBOUNDED for r in ROLES},
-                    note=say,
-                    grammar=not kind(cfg.engine.name).runs_model,
-                )
-            return lines
+            return await long_horizon(
+                backend,
+                specs,
+                ready.pack,
+                narrator_cls,
+                player,
+                cfg.seed,
+                b.at_turn,
+                b.turns,
+                list(b.levels),
+                sizes,
+                {r: UNBOUNDED for r in ROLES},
+                note=say,
+                grammar=not kind(cfg.engine.name).runs_model,
+            )
         finally:
             await engines.close_all()
 
-    for line in asyncio.run(go()):
-        print(line)
-    return 0
+    return asyncio.run(go())

@@ -1,110 +1,81 @@
 """`bench.speculative=true`: turn latency with the next turn's player asked after the audits and during them.
 
-The same episodes, seeds and engine, played through (a fixed workload) twice from a cold prefix cache:
-once asking each turn's player after the previous turn's audits (the order
-PROTOCOL section 3 describes), once asking it as soon as the narration exists
-(`speculative_player`, Episode's Speculation). A turn's latency is the time
-between two commits of one episode. The results of both must be identical,
-byte for byte: the bench says whether they were.
+The same episodes, seeds and engine, played through (a fixed workload) twice by `mode=run`'s life from a
+cold prefix cache: once asking each turn's player after the previous turn's audits (the order PROTOCOL
+section 3 describes), once asking it as soon as the narration exists (`speculative_player`, Episode's
+Speculation). A turn's latency is the time between two commits of one episode, read from the call log
+(a turn commits as its last call answers). The results of both must be identical, byte for byte: the
+bench says whether they were.
 """
 
 from __future__ import annotations
 
 import statistics
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from ..execution.calls import CallService, RoleBinding
-from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ..protocol.player import Player
-from ..protocol.prompts import PromptPack
-from ..protocol.spec import Spec
-from ..rundir.call_log import read_calls
-from ..rundir.store import RunDir
+from ..execution.engine_pool import EnginePool
+from ..protocol.trials import episode_name
+from ..rundir import layout
+from ..rundir.call_log import CallLine, read_calls
+from .ways import bench_point, reset_cache, run_rig
 
 
-async def _way(
-    roles: dict[str, RoleBinding],
-    specs: tuple[Spec, ...],
-    pack: PromptPack,
-    narrator_cls: type,
-    player: Player,
-    seed: int,
-    turns: int,
-    root: Path,
-    speculative: bool,
-) -> tuple[list[float], dict, int]:
-    store = RunDir(root)
-    store.open({"bench": root.name}, root.name)
-    last: dict[str, float] = {}
-    latencies: list[float] = []
+def turn_latencies(calls: list[CallLine]) -> list[float]:
+    """The time between two commits of one episode, for every turn after the opening: a turn commits
+    when its last call (a call asked ahead for the next turn is tagged with that turn) answers."""
+    commits: dict[str, dict[int, float]] = {}
+    for c in calls:
+        if c.done_at is not None and not c.speculative:
+            by_turn = commits.setdefault(episode_name(c.spec_id, c.trial), {})
+            by_turn[c.turn] = max(by_turn.get(c.turn, 0.0), c.done_at)
+    out = []
+    for by_turn in commits.values():
+        times = [by_turn[t] for t in sorted(by_turn)]
+        out += [b - a for a, b in zip(times, times[1:], strict=False)]
+    return out
 
-    def on_turn(spec_id: str, n: int) -> None:
-        now = time.perf_counter()
-        if n > 0 and spec_id in last:  # n = 0: the opening committed; turns count from there
-            latencies.append(now - last[spec_id])
-        last[spec_id] = now
 
-    scheduler = EpisodeScheduler(
-        specs=specs,
-        calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-        store=store,
-        settings=EpisodeSettings(
-            max_turns=turns, concurrency=len(specs), play_through=True, speculative_player=speculative
-        ),
-        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
-        player=player,
-        on_turn=on_turn,
-    )
+async def speculative_bench(out: Path, episodes: int, turns: int, note: Callable[[str], None]) -> list[str]:
+    """Both orders on the same seeds and engine; mean and median turn latency, and whether the results
+    are identical."""
+    pool = EnginePool()  # one engine for both ways
     try:
-        results = await scheduler.run()
+        found = await _both(out, pool, episodes, turns, note)
     finally:
-        store.close()
-    dropped = sum(1 for c in read_calls(store.calls_path) if c.speculative)
-    return latencies, {k: v.model_dump_json() for k, v in results.items()}, dropped
-
-
-async def speculative_bench(
-    backend: Any,
-    roles: dict[str, RoleBinding],
-    specs: tuple[Spec, ...],
-    pack: PromptPack,
-    narrator_cls: type,
-    player: Player,
-    seed: int,
-    turns: int,
-    note: Callable[[str], None],
-) -> list[str]:
-    """Both orders on the same seeds; mean and median turn latency, and whether the results are identical."""
-    out = {}
-    with tempfile.TemporaryDirectory(prefix="ncp-bench-spec-") as tmp:
-        for speculative in (False, True):
-            reset = getattr(backend, "reset_prefix_cache", None)
-            if reset is not None:
-                await reset()
-            out[speculative] = await _way(
-                roles,
-                specs,
-                pack,
-                narrator_cls,
-                player,
-                seed,
-                turns,
-                Path(tmp) / f"speculative-{speculative}",
-                speculative,
-            )
-            note(f"bench: speculative_player={str(speculative).lower()} done")
-    (seq, a, _), (spec, b, dropped) = out[False], out[True]
+        await pool.close_all()
+    (seq, a, _), (spec, b, dropped) = found[False], found[True]
     differ = sorted(k for k in a if a[k] != b.get(k))
     mean_seq, mean_spec = statistics.mean(seq), statistics.mean(spec)
     return [
-        f"speculative player: {len(specs)} episodes x {turns} turns, turn latency (s) after the audits: mean "
+        f"speculative player: {episodes} episodes x {turns} turns, turn latency (s) after the audits: mean "
         f"{mean_seq:.1f}, median {statistics.median(seq):.1f}; during them: mean {mean_spec:.1f}, median "
         f"{statistics.median(spec):.1f}; {dropped} speculative call(s) dropped; results "
         + ("identical" if not differ else f"differ in {len(differ)} of {len(a)} episodes: {differ[:4]}"),
         f"speculative: turn_s after={mean_seq:.2f} during={mean_spec:.2f} during/after={mean_spec / mean_seq:.2f} "
         f"identical={str(not differ).lower()}",
     ]
+
+
+async def _both(
+    out: Path, pool: EnginePool, episodes: int, turns: int, note: Callable[[str], None]
+) -> dict[bool, tuple[list[float], dict[str, str], int]]:
+    found: dict[bool, tuple[list[float], dict[str, str], int]] = {}
+    for speculative in (False, True):
+        p = bench_point(
+            out / f"speculative-{str(speculative).lower()}",
+            episodes,
+            turns,
+            episodes,
+            [f"speculative_player={str(speculative).lower()}"],
+        )
+        for engine in pool.engines.values():
+            if engine.engine is not None:
+                await reset_cache(engine.engine)
+        await run_rig(f"speculative_player={speculative}", p, pool)
+        assert p.out is not None
+        calls = read_calls(p.out / layout.CALLS)
+        results = {k: v.model_dump_json() for k, v in p.results.items()}
+        found[speculative] = (turn_latencies(calls), results, sum(1 for c in calls if c.speculative))
+        note(f"bench: speculative_player={str(speculative).lower()} done")
+    return found

@@ -125,7 +125,16 @@ def cycled(spec_ids: Sequence[str], k: int) -> tuple[str, ...]:
 
 
 # What the bench's command says that is not the run its ways play.
-_NOT_THE_RUN = ("mode", "bench.", "out_dir", "progress", "concurrency", "max_turns", "trials.count")
+_NOT_THE_RUN = (
+    "mode",
+    "bench.",
+    "out_dir",
+    "progress",
+    "concurrency",
+    "max_turns",
+    "trials.count",
+    "speculative_player",
+)
 
 
 def run_overrides(given: Sequence[str], extra: Sequence[str]) -> list[str]:
