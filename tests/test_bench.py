@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from cli_runner import run_cli
-from ncp_local.engines.base import Message, Request
-from ncp_local.bench.entry import NO_MODEL_NOTE
 from ncp_local.bench.cache_sim import unbounded_cache_hit
+from ncp_local.bench.entry import NO_MODEL_NOTE
 from ncp_local.bench.figures import BenchFigures
 from ncp_local.bench.scaling import Scaling, late_hit, projection
 from ncp_local.bench.ways import Way, cycled, run_overrides, workload
+from ncp_local.engines.base import Message, Request
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,8 +64,8 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
 
 
 def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> None:
-    from ncp_local.engines.base import Completion
     from ncp_local.bench.ways import run_replay_k
+    from ncp_local.engines.base import Completion
 
     class Probe:
         def __init__(self) -> None:
@@ -112,7 +112,13 @@ def test_the_bench_workload_cycles_the_stories_a_trial_per_round() -> None:
 
 def test_a_way_plays_the_bench_commands_run_not_its_bench_settings() -> None:
     given = ["mode=bench", "engine=scripted", "bench.episodes=5", "out_dir=x", "max_turns=9", "seed=3"]
-    assert run_overrides(given, ["out_dir=y"]) == ["engine=scripted", "seed=3", "mode=run", "progress=false", "out_dir=y"]
+    assert run_overrides(given, ["out_dir=y"]) == [
+        "engine=scripted",
+        "seed=3",
+        "mode=run",
+        "progress=false",
+        "out_dir=y",
+    ]
 
 
 def test_projection_uses_episodes_alive_per_turn() -> None:
