@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,58 @@ def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     assert hit["6 in flight"] < unbounded - 0.1  # thrashing: six episodes' prefixes do not fit
     assert adaptive >= unbounded - 0.05 and adaptive == hit["admission by cache"]
     assert int(rows["admission by cache"][7]) < 6  # it held fewer in flight than all six
+
+
+def test_rig_alone_plays_mode_runs_life_and_prints_by_tenth(tmp_path: Path) -> None:
+    proc = run_cli(
+        "mode=bench",
+        "bench.rig_alone=true",
+        "bench.episodes=2",
+        "bench.trials=2",
+        "bench.turns=10",
+        "bench.fsync_delay_s=0.001",
+        f"out_dir={tmp_path / 'b'}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("bench: rig alone, 4 episodes (2 stories x 2) x 10 turns on the scripted engine")
+    assert "realistic texts, fsync delay 1 ms" in lines[0]
+    rows = [line for line in lines if re.match(r"\| \d+-\d+ \|", line)]
+    assert [r.split("|")[1].strip() for r in rows] == [f"{k + 1}-{k + 1}" for k in range(10)]
+    assert re.fullmatch(r"rig_alone: last/first_tenth=[\d.]+ late_calls_s=\d+ stall_ms=\d+", lines[-1])
+    assert not (tmp_path / "b" / "rig-alone-run").exists()  # played, measured, removed
+
+
+def test_scripted_text_lengths_and_the_fsync_hook(tmp_path: Path) -> None:
+    from ncp_local.engines.scripted import RandomPolicy
+    from ncp_local.rundir import atomic
+
+    def ask(policy: RandomPolicy, stage: str) -> str:
+        return policy.answer(
+            Request(
+                messages=(Message("user", "hi"),),
+                temperature=1.0,
+                top_p=1.0,
+                max_tokens=1,
+                seed=7,
+                tags={"stage": stage, "turn": 3},
+            )
+        )
+
+    short, long = RandomPolicy(), RandomPolicy(narration_chars=750, player_chars=250)
+    assert len(ask(short, "player")) < 100 and 240 <= len(ask(long, "player")) <= 250
+    assert ask(long, "player").startswith(ask(short, "player"))  # the same draws, then filler
+    calls: list[int] = []
+    real = atomic.os.fsync
+    atomic.os.fsync = calls.append  # type: ignore[assignment]
+    try:
+        with atomic.fsync_delay(0.05):
+            started = time.perf_counter()
+            atomic.atomic_write(tmp_path / "x", "y")
+            assert time.perf_counter() - started >= 0.05 and len(calls) == 1
+        started = time.perf_counter()
+        atomic.atomic_write(tmp_path / "x", "z")
+        assert time.perf_counter() - started < 0.05 and len(calls) == 2
+    finally:
+        atomic.os.fsync = real  # type: ignore[assignment]
