@@ -37,6 +37,7 @@ from ..execution.life import Life, prepared_run
 from ..protocol.turns import shown
 from ..rundir import layout, provenance
 from ..rundir.atomic import fsync_delay
+from .ways import run_overrides
 
 # Texts as long as a real narrator's (about 150 words), player's (50) and auditor's reason (20): with
 # them a committed turn adds about 2.6 times what the short scripted texts add to the episode's record.
@@ -100,31 +101,27 @@ class Tenth:
         return 1000 * self.cpu_s / self.calls if self.calls else float("nan")
 
 
-def run_overrides(cfg: RunConfig, out: Path) -> list[str]:
-    """The run this way plays: this command's own overrides (not its mode or the bench's), then the
-    scripted engine that ends no episode early, the texts, the size, every episode in flight."""
+def rig_overrides(cfg: RunConfig, out: Path) -> list[str]:
+    """The run this way plays: this command's own run (not its engine), on the scripted engine that ends
+    no episode early, the texts, the size, every episode in flight."""
     b = cfg.bench
-    given = [
-        o
-        for o in provenance.command()["overrides"]
-        if not o.split("=", 1)[0].lstrip("+~").startswith(("mode", "bench.", "out_dir", "engine"))
-    ]
+    given = [o for o in provenance.command()["overrides"] if not o.lstrip("+~").startswith("engine")]
     texts = {} if b.short_texts else REALISTIC
-    return [
-        *given,
-        "mode=run",
-        "engine=scripted",
-        "engine.conflict_rate=0",
-        "engine.node_rate=0",
-        "engine.satisfy_rate=0",
-        *(f"engine.{k}={v}" for k, v in texts.items()),
-        f"max_turns={b.turns}",
-        f"limit={b.episodes}",
-        f"trials.count={b.trials}",
-        f"concurrency={b.episodes * b.trials}",
-        "progress=false",
-        f"out_dir={out}",
-    ]
+    return run_overrides(
+        given,
+        [
+            "engine=scripted",
+            "engine.conflict_rate=0",
+            "engine.node_rate=0",
+            "engine.satisfy_rate=0",
+            *(f"engine.{k}={v}" for k, v in texts.items()),
+            f"max_turns={b.turns}",
+            f"limit={b.episodes}",
+            f"trials.count={b.trials}",
+            f"concurrency={b.episodes * b.trials}",
+            f"out_dir={out}",
+        ],
+    )
 
 
 def call_times(calls: Path, turns: int) -> tuple[list[float], list[list[float]]]:
@@ -215,7 +212,7 @@ def main(cfg: RunConfig, out: Path) -> list[str]:
     run_dir = out / "rig-alone-run"
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a fresh run each time: a resumed one would measure nothing
-    run_cfg = validate(points.load(run_overrides(cfg, run_dir)))
+    run_cfg = validate(points.load(rig_overrides(cfg, run_dir)))
     p = prepared_run(run_cfg)
     assert p.ready is not None and p.ready.dataset is not None
     episodes = len(p.episodes())
