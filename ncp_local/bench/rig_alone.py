@@ -51,6 +51,7 @@ class Sample:
     at: float  # wall clock (time.time(): the call log's `done_at` clock)
     cpu_s: float  # the process's CPU so far
     lag_s: float  # the probe's longest lateness since the previous sample
+    lag_cpu_s: float  # the process's CPU during that lateness: about lag_s when the loop computed, ~0 when it waited
     rss: int  # resident bytes now
 
 
@@ -61,15 +62,16 @@ class Probe:
     samples: list[Sample] = field(default_factory=list)
 
     async def watch(self) -> None:
-        worst, next_note = 0.0, time.monotonic() + SAMPLE_S
+        worst, worst_cpu, next_note = 0.0, 0.0, time.monotonic() + SAMPLE_S
         while True:
-            before = time.monotonic()
+            before, cpu = time.monotonic(), time.process_time()
             await asyncio.sleep(PROBE_S)
             now = time.monotonic()
-            worst = max(worst, now - before - PROBE_S)
+            if now - before - PROBE_S > worst:
+                worst, worst_cpu = now - before - PROBE_S, time.process_time() - cpu
             if now >= next_note:
-                self.samples.append(Sample(time.time(), time.process_time(), worst, rss()))
-                worst, next_note = 0.0, now + SAMPLE_S
+                self.samples.append(Sample(time.time(), time.process_time(), worst, worst_cpu, rss()))
+                worst, worst_cpu, next_note = 0.0, 0.0, now + SAMPLE_S
 
 
 def rss() -> int:
@@ -90,6 +92,7 @@ class Tenth:
     wall_s: float
     cpu_s: float
     stall_s: float
+    stall_cpu_s: float  # the process's CPU during that stall (the rest: waiting on the disk or for a core)
     rss: int  # at the window's end
 
     @property
@@ -169,6 +172,7 @@ def tenths(ends: list[float], by_tenth: list[list[float]], samples: list[Sample]
                 wall_s=hi - lo,
                 cpu_s=cpu(hi) - cpu(lo),
                 stall_s=max((s.lag_s for s in window), default=0.0),
+                stall_cpu_s=max(window, key=lambda s: s.lag_s).lag_cpu_s if window else 0.0,
                 rss=sample(hi).rss,
             )
         )
@@ -178,13 +182,13 @@ def tenths(ends: list[float], by_tenth: list[list[float]], samples: list[Sample]
 def lines(rows: list[Tenth], episodes: int, base: int, peak: int, wall: float, cpu: float, calls: int) -> list[str]:
     mib = 1 << 20
     out = [
-        "| turns | calls | calls/s | CPU ms/call | longest loop stall ms | MB per episode in flight |",
+        "| turns | calls | calls/s | CPU ms/call | longest loop stall ms (of which CPU) | MB per episode in flight |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         out.append(
             f"| {r.turns} | {r.calls} | {r.per_s:.0f} | {r.cpu_ms:.2f} | {1000 * r.stall_s:.0f} "
-            f"| {(r.rss - base) / mib / episodes:.2f} |"
+            f"({1000 * r.stall_cpu_s:.0f}) | {(r.rss - base) / mib / episodes:.2f} |"
         )
     late = rows[-1].per_s / rows[0].per_s if len(rows) > 1 and rows[0].per_s else float("nan")
     out.append(
