@@ -13,9 +13,10 @@ one engine, in one process, one after the other:
                  order: rig/replay_k is the rig's own overhead, rig/ceiling
                  adds what more episodes at once would buy.
 
-Every run writes its figures as a record (`benches/figures.py`) to
-`bench.json` in its run directory (`out_dir`, else `runs/bench-<UTC time>`),
-beside the engine's log.
+(a), (b) and the warm-up are `mode=run`s of this command played by its one life
+(execution/life.py) on the bench's engine, each into its run directory beside
+`bench.json`, the figures as a record (`figures.py`), in the bench's folder
+(`out_dir`, else `runs/bench-<UTC time>`).
 
 The prefix cache is reset before each way, so none inherits another's cache.
 Throughput is (prompt + generated tokens) per second of wall time, so the
