@@ -461,17 +461,8 @@ class Life:
                 # A sweep's point as it would run alone, on the pool's engines (its own config as given, not
                 # the group's placement: placement never changes what a run computes).
                 ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
-                p.results = await play(
-                    ready,
-                    p.specs,
-                    engines,
-                    store,
-                    self.progress,
-                    self._shown(p),
-                    p.episodes(),
-                    self.wrap,
-                    p.play_through,
-                )
+                where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
+                p.results = await play(*where, self.wrap, p.play_through)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code.
                 store.mark_done(len(p.episodes()))
                 self._judge(p, ending)
