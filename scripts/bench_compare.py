@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ncp_local.bench.figures import FILE as BENCH_JSON  # noqa: E402
+from ncp_local.bench.figures import BenchFigures, spread  # noqa: E402
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL  # noqa: E402
-from ncp_local.modes.benches.figures import FILE as BENCH_JSON  # noqa: E402
-from ncp_local.modes.benches.figures import BenchFigures, spread  # noqa: E402
 
 # Where a tree keeps its bench: the layered tree's mode module, or the flat module before it.
 BENCH_MODULES = ("ncp_local/modes/bench.py", "ncp_local/bench.py")

@@ -457,7 +457,7 @@ def record_table(cls: type) -> str:
 
 def record_models() -> list[tuple[str, type]]:
     """(where the record lives in a run directory, its model), as the readers load them."""
-    from ncp_local.modes.benches.figures import (
+    from ncp_local.bench.figures import (
         BenchFigures,
         Machine,
         WayFigures,

@@ -130,12 +130,12 @@ def main() -> None:
     ap.add_argument("--input-chars", type=int, default=700)
     ap.add_argument("--fsync-delay-s", type=float, default=0.0, help="added to every fsync (a slow filesystem)")
     args = ap.parse_args()
-    atomic.FSYNC_DELAY_S = args.fsync_delay_s
     cps = episode(args.turns, args.response_chars, args.input_chars)
     runs = []
-    for _ in range(args.repeat):
-        with tempfile.TemporaryDirectory(dir=".") as tmp:
-            runs.append(measure(cps, Path(tmp)))
+    with atomic.fsync_delay(args.fsync_delay_s):
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory(dir=".") as tmp:
+                runs.append(measure(cps, Path(tmp)))
     best = {key: {k: min(r[key][k] for r in runs) for k in runs[0][key]} for key in runs[0]}
     marks = [m for m in MARKS if m <= args.turns]
     print(f"per committed turn, min of {args.repeat} episodes; fsync delay {args.fsync_delay_s * 1000:.0f} ms")

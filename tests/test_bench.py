@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cli_runner import run_cli
+from ncp_local.bench.cache_sim import unbounded_cache_hit
+from ncp_local.bench.entry import NO_MODEL_NOTE
+from ncp_local.bench.figures import BenchFigures
+from ncp_local.bench.scaling import Scaling, late_hit, projection
+from ncp_local.bench.ways import Way, cycled, run_overrides, workload
 from ncp_local.engines.base import Message, Request
-from ncp_local.modes.bench import NO_MODEL_NOTE
-from ncp_local.modes.benches.cache_sim import unbounded_cache_hit
-from ncp_local.modes.benches.figures import BenchFigures
-from ncp_local.modes.benches.scaling import Scaling, late_hit, projection
-from ncp_local.modes.benches.ways import Way, workload
 from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,8 +65,8 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
 
 
 def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> None:
+    from ncp_local.bench.ways import run_replay_k
     from ncp_local.engines.base import Completion
-    from ncp_local.modes.benches.ways import run_replay_k
 
     class Probe:
         def __init__(self) -> None:
@@ -104,6 +105,21 @@ def test_workload_repeats_specs_with_own_ids() -> None:
     specs = load_dataset(ROOT / "specs").specs
     ids = [s.id for s in workload(specs, 7)]
     assert len(set(ids)) == 7 and ids[3] == f"{specs[0].id}~1"
+
+
+def test_the_bench_workload_cycles_the_stories_a_trial_per_round() -> None:
+    assert cycled(["a", "b", "c"], 7) == ("a", "b", "c", "a~t1", "b~t1", "c~t1", "a~t2")
+
+
+def test_a_way_plays_the_bench_commands_run_not_its_bench_settings() -> None:
+    given = ["mode=bench", "engine=scripted", "bench.episodes=5", "out_dir=x", "max_turns=9", "seed=3"]
+    assert run_overrides(given, ["out_dir=y"]) == [
+        "engine=scripted",
+        "seed=3",
+        "mode=run",
+        "progress=false",
+        "out_dir=y",
+    ]
 
 
 def test_projection_uses_episodes_alive_per_turn() -> None:
@@ -191,7 +207,7 @@ class LruPrefixCache:
 def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     """On a fake engine whose cache holds about two episodes' prefixes: many in flight evict each other
     (the hit falls), admission by cache keeps the hit of an unbounded cache."""
-    from ncp_local.modes.benches.long_horizon import long_horizon
+    from ncp_local.bench.long_horizon import long_horizon
     from ncp_local.plan.growth import Sizes
     from ncp_local.protocol.narrators import BaselineNarrator
     from ncp_local.protocol.player import Player
@@ -231,3 +247,58 @@ def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
     assert hit["6 in flight"] < unbounded - 0.1  # thrashing: six episodes' prefixes do not fit
     assert adaptive >= unbounded - 0.05 and adaptive == hit["admission by cache"]
     assert int(rows["admission by cache"][7]) < 6  # it held fewer in flight than all six
+
+
+def test_rig_alone_plays_mode_runs_life_and_prints_by_tenth(tmp_path: Path) -> None:
+    proc = run_cli(
+        "mode=bench",
+        "bench.rig_alone=true",
+        "bench.episodes=2",
+        "bench.trials=2",
+        "bench.turns=10",
+        "bench.fsync_delay_s=0.001",
+        f"out_dir={tmp_path / 'b'}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("bench: rig alone, 4 episodes (2 stories x 2) x 10 turns on the scripted engine")
+    assert "realistic texts, fsync delay 1 ms" in lines[0]
+    rows = [line for line in lines if re.match(r"\| \d+-\d+ \|", line)]
+    assert [r.split("|")[1].strip() for r in rows] == [f"{k + 1}-{k + 1}" for k in range(10)]
+    assert re.fullmatch(r"rig_alone: last/first_tenth=[\d.]+ late_calls_s=\d+ stall_ms=\d+", lines[-1])
+    assert not (tmp_path / "b" / "rig-alone-run").exists()  # played, measured, removed
+
+
+def test_scripted_text_lengths_and_the_fsync_hook(tmp_path: Path) -> None:
+    from ncp_local.engines.scripted import RandomPolicy
+    from ncp_local.rundir import atomic
+
+    def ask(policy: RandomPolicy, stage: str) -> str:
+        return policy.answer(
+            Request(
+                messages=(Message("user", "hi"),),
+                temperature=1.0,
+                top_p=1.0,
+                max_tokens=1,
+                seed=7,
+                tags={"stage": stage, "turn": 3},
+            )
+        )
+
+    short, long = RandomPolicy(), RandomPolicy(narration_chars=750, player_chars=250)
+    assert len(ask(short, "player")) < 100 and 240 <= len(ask(long, "player")) <= 250
+    assert ask(long, "player").startswith(ask(short, "player"))  # the same draws, then filler
+    calls: list[int] = []
+    real = atomic.os.fsync
+    atomic.os.fsync = calls.append  # type: ignore[assignment]
+    try:
+        with atomic.fsync_delay(0.05):
+            started = time.perf_counter()
+            atomic.atomic_write(tmp_path / "x", "y")
+            assert time.perf_counter() - started >= 0.05 and len(calls) == 1
+        started = time.perf_counter()
+        atomic.atomic_write(tmp_path / "x", "z")
+        assert time.perf_counter() - started < 0.05 and len(calls) == 2
+    finally:
+        atomic.os.fsync = real  # type: ignore[assignment]

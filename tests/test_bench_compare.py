@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from ncp_local.bench.figures import BenchFigures, Machine, WayFigures, Workload
 from ncp_local.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_SIGNAL
-from ncp_local.modes.benches.figures import BenchFigures, Machine, WayFigures, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "bench_compare.py"

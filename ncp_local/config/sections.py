@@ -78,6 +78,11 @@ class ScriptedEngineCfg(ConfigModel):
     node_rate: float = Field(0.35, ge=0, le=1)
     satisfy_rate: float = Field(0.25, ge=0, le=1)
     delay_s: float = Field(0.0, ge=0)  # simulated latency per call
+    # Text lengths in characters (0: the short scripted texts): a narration, a player's line, an
+    # auditor's reason. A real narrator's and player's: about 900, 300 and 120 (mode=bench's rig-alone way).
+    narration_chars: int = Field(0, ge=0)
+    player_chars: int = Field(0, ge=0)
+    reason_chars: int = Field(0, ge=0)
     die_after_calls: int | None = Field(None, ge=0)  # fault injection: EngineDead from this call on
     # Fault injection: from this player turn on, a chosen share of the episodes no longer fit the
     # window (their calls raise ContextOverflow), so they end `context_limit`, censored.
@@ -297,7 +302,7 @@ class BenchCfg(ConfigModel):
     # A sweep to bench instead: {config key: [values]}, its points run batched (one engine) and
     # point by point (an engine each), e.g. {narrator.temperature: [0.2, 0.6], seed: [0, 1]}.
     sweep: dict[str, list[Any]] | None = None
-    # The long-horizon bench (modes/benches/long_horizon.py): `episodes` played to `at_turn` on scripted answers,
+    # The long-horizon bench (ncp_local/bench/long_horizon.py): `episodes` played to `at_turn` on scripted answers,
     # then `turns` more on the engine, whose KV cache holds `kv_tokens` (null: as planned), at each of
     # `levels` episodes in flight and with admission by cache capacity.
     long_horizon: bool = False
@@ -308,6 +313,15 @@ class BenchCfg(ConfigModel):
     # first `speculative_episodes` episodes x `turns` (before the long-horizon bench, if both are on).
     speculative: bool = False
     speculative_episodes: int = Field(2, ge=1)
+    # The rig alone at paper length (ncp_local/bench/rig_alone.py): `episodes` stories x `trials`, `turns`
+    # turns each, on the scripted engine with texts as long as real ones (unless `short_texts`), every
+    # episode in flight; `fsync_delay_s`: a slow filesystem; `profile`: under cProfile, its top costs.
+    rig_alone: bool = False
+    trials: int = Field(1, ge=1)
+    short_texts: bool = False
+    fsync_delay_s: float = Field(0.0, ge=0)
+    profile: bool = False
+    keep_run: bool = False  # keep the played run directory (bench dir/rig-alone-run)
 
 
 class PlanCfg(ConfigModel):

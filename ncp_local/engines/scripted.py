@@ -45,6 +45,12 @@ class RandomPolicy:
     satisfy_rate: float = 0.25
     add_fact_rate: float = 0.5
     negate_fact_rate: float = 0.15
+    # Text lengths in characters (0: the short scripted texts, about 60-80 characters): a narration,
+    # a player's line, an auditor's reason. A real narrator writes about 150 words a turn, a player
+    # about 50, an auditor's reason about 20 (the plan's defaults, plan/growth.py Sizes).
+    narration_chars: int = 0
+    player_chars: int = 0
+    reason_chars: int = 0
 
     def answer(self, request: Request) -> str:
         rng = random.Random(request.seed)
@@ -52,15 +58,19 @@ class RandomPolicy:
         schema = request.json_schema or {}
         turn = request.tags.get("turn", 0)
         if stage == "player":
-            return f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
-        if stage == "narrate" and request.json_schema is None:
+            line = f"I look around carefully and try something new (turn id {turn}, roll {rng.randint(1, 99)})."
+            return _sized(line, self.player_chars, rng)
+        if stage in ("opening", "narrate"):
+            narration = _sized(
+                f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)}).",
+                self.narration_chars,
+                rng,
+            )
             # A method's plain-text turn (an official method's call sent without grammar): HiAgent's
             # `Action:` form, which a plain narration also reads as.
-            return f"Action: You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."
-        if stage in ("opening", "narrate"):
-            return json.dumps(
-                {"text": f"You stand in the scene as it unfolds (turn id {turn}, beat {rng.randint(1, 99)})."}
-            )
+            plain = stage == "narrate" and request.json_schema is None
+            return f"Action: {narration}" if plain else json.dumps({"text": narration})
+        reason = _sized("scripted", self.reason_chars, rng)  # draws from rng only when lengthened
         if stage == "hiagent_narrate":
             # A new subgoal every other turn, so summaries get exercised.
             return json.dumps(
@@ -106,22 +116,22 @@ class RandomPolicy:
             enum = schema["properties"]["negate_facts"]["items"].get("enum", [])
             adds = [f"Something new is established at turn id {turn}."] if rng.random() < self.add_fact_rate else []
             negs = [rng.choice(enum)] if enum and rng.random() < self.negate_fact_rate else []
-            return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": "scripted"})
+            return json.dumps({"add_facts": adds, "negate_facts": negs, "reason": reason})
         if stage in ("conflict_check", "double_check"):
             conflicts = []
             if stage == "double_check" or rng.random() < self.conflict_rate:
                 branch = rng.choice(schema["properties"]["conflicts"]["items"]["anyOf"])
                 props = branch["properties"]
                 cid = props["id"].get("const") or rng.choice(props["id"]["enum"])
-                conflicts.append({"type": props["type"]["const"], "id": cid, "reason": "scripted"})
+                conflicts.append({"type": props["type"]["const"], "id": cid, "reason": reason})
             out: dict[str, Any] = {"conflicts": conflicts}
             if stage == "double_check":
-                out.update(confirmed=rng.random() >= self.overturn_rate, review_reason="scripted")
+                out.update(confirmed=rng.random() >= self.overturn_rate, review_reason=reason)
             return json.dumps(out)
         if stage == "trajectory_check":
             hit = rng.random() < self.node_rate
             return json.dumps(
-                {"trigger": {"occurred": hit, "reason": "scripted"}, "delta": {"occurred": hit, "reason": "scripted"}}
+                {"trigger": {"occurred": hit, "reason": reason}, "delta": {"occurred": hit, "reason": reason}}
             )
         if stage == "status_check":
             items = schema["properties"]["statuses"]["prefixItems"]
@@ -131,7 +141,7 @@ class RandomPolicy:
                         {
                             "id": it["properties"]["id"]["const"],
                             "status": "SATISFIED" if rng.random() < self.satisfy_rate else "PENDING",
-                            "reason": "scripted",
+                            "reason": reason,
                         }
                         for it in items
                     ]
@@ -145,7 +155,7 @@ class RandomPolicy:
                         {
                             "conflict": it["properties"]["conflict"]["const"],
                             "mode": rng.choice(it["properties"]["mode"]["enum"]),
-                            "reason": "scripted",
+                            "reason": reason,
                         }
                         for it in items
                     ]
@@ -195,6 +205,24 @@ class PlantJudge:
         if conflicts:  # only these are double-checked
             self.found[where] = conflicts
         return json.dumps({"conflicts": conflicts})
+
+
+# Filler for the sized texts: words cut from one fixed passage at a seeded offset (cheap: the
+# rig-alone bench counts this engine's CPU with the rig's).
+_FILLER = (
+    "The lantern swings in the wind and the harbor bell rings twice while the ferryman counts his coins "
+    "beside the cedar gate, and somewhere past the orchard a falcon circles above the marble tower where "
+    "the old signal fire still smoulders in the copper bowl; the meadow is quiet, the river runs high "
+    "with winter melt, and the thread of the story pulls the traveller on toward the violet hills. "
+) * 8
+
+
+def _sized(text: str, chars: int, rng: random.Random) -> str:
+    """`text` lengthened with filler to about `chars` characters (unchanged when it is that long already)."""
+    if chars <= len(text):
+        return text
+    start = rng.randrange(len(_FILLER) // 2)
+    return f"{text} {_FILLER[start : start + chars - len(text) - 1].strip()}"
 
 
 @dataclass(frozen=True)
@@ -286,6 +314,9 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
             overturn_rate=engine.overturn_rate,
             node_rate=engine.node_rate,
             satisfy_rate=engine.satisfy_rate,
+            narration_chars=engine.narration_chars,
+            player_chars=engine.player_chars,
+            reason_chars=engine.reason_chars,
         ),
         delay_s=engine.delay_s,
         die_after_calls=engine.die_after_calls,

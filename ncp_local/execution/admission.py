@@ -104,11 +104,12 @@ class Prompt:
 
 
 def _common(a: str, b: str) -> int:
-    """Length of the common prefix of two strings (a binary search over slice comparisons, in C)."""
+    """Length of the common prefix (a binary search over comparisons that run in C). Only the part not
+    yet known to match is compared (and copied): linear in the prompts' length, not n log n."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
+        if a.startswith(b[lo:mid], lo):  # a[:lo] == b[:lo] already
             lo = mid
         else:
             hi = mid - 1

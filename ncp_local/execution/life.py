@@ -73,6 +73,10 @@ class Point:
     results: dict[str, EpisodeResult] = field(default_factory=dict)
     engine_ids: dict[str, str] = field(default_factory=dict)  # role -> engine id (e1, e2, ...)
     swept: tuple[str, ...] | None = None  # the overrides that differ between the sweep's points
+    # mode=bench's fixed workloads: these episodes only (else every trial of every spec, or the shard's),
+    # each played through to max_turns whatever the story does (Episode.play_through).
+    only: tuple[str, ...] | None = None
+    play_through: bool = False
 
     @property
     def name(self) -> str:
@@ -85,6 +89,8 @@ class Point:
     def episodes(self) -> tuple[str, ...]:
         """The point's episodes: each trial of each of its specs, or its shard's (protocol/trials.py names them)."""
         assert self.cfg is not None and self.ready is not None and self.ready.dataset is not None
+        if self.only is not None:
+            return self.only
         return layout.run_episodes(self.cfg, [s.id for s in self.ready.dataset.specs])
 
 
@@ -207,11 +213,13 @@ async def play(
     bar: Progress,
     name: str,
     episodes: tuple[str, ...] | None = None,
+    wrap: Callable[[Engine], Engine] | None = None,
+    play_through: bool = False,
 ) -> dict[str, EpisodeResult]:
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
-    engine), metered on `bar`."""
+    engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`."""
     cfg = ready.cfg
-    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(e, bar, name))
+    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(wrap(e) if wrap else e, bar, name))
     calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
@@ -221,6 +229,7 @@ async def play(
         settings=EpisodeSettings(
             max_turns=cfg.max_turns,
             concurrency=cfg.concurrency,
+            play_through=play_through,
             speculative_player=cfg.speculative_player,
             failure_modes=cfg.audit.failure_modes,
             trials=cfg.trials.count,
@@ -243,7 +252,9 @@ class Life:
     """Points played group after group on one engine pool, each into its own run directory.
 
     `sweep`: the sweep the points belong to (None: one run alone, whose failures are raised to the
-    entry as they always were, except a dead engine and a systematic failure, which are its exit)."""
+    entry as they always were, except a dead engine and a systematic failure, which are its exit).
+    `pool`: engines the caller keeps between lives (mode=bench's ways on one engine; closed by the
+    caller); `wrap`: how every call reaches them (mode=bench's recorder)."""
 
     def __init__(
         self,
@@ -251,12 +262,16 @@ class Life:
         sweep: SweepOf | None = None,
         say: Callable[[str], None] | None = None,
         on_change: Callable[[], None] = lambda: None,
+        pool: EnginePool | None = None,
+        wrap: Callable[[Engine], Engine] | None = None,
     ) -> None:
         self.points = points
         self.sweep = sweep
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.on_change = on_change  # a point's status changed (the sweep rewrites its index)
-        self.pool = EnginePool(log=self.say if sweep is not None else None)
+        self.owns_pool = pool is None
+        self.pool = pool if pool is not None else EnginePool(log=self.say if sweep is not None else None)
+        self.wrap = wrap
         self.groups: list[list[Point]] = []
         self.stopped: list[str] = []
         first = next((p.cfg for p in points if p.cfg is not None), None)
@@ -317,7 +332,8 @@ class Life:
         finally:
             self.progress.close()
             try:
-                await asyncio.shield(self.pool.close_all())
+                if self.owns_pool:
+                    await asyncio.shield(self.pool.close_all())
             finally:
                 self.on_change()
 
@@ -445,7 +461,8 @@ class Life:
                 # A sweep's point as it would run alone, on the pool's engines (its own config as given, not
                 # the group's placement: placement never changes what a run computes).
                 ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
-                p.results = await play(ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
+                where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
+                p.results = await play(*where, self.wrap, p.play_through)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code.
                 store.mark_done(len(p.episodes()))
                 self._judge(p, ending)

@@ -13,9 +13,34 @@ import errno
 import os
 import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+# A test and bench hook, never a setting of a run: every fsync the rig makes also waits this long, as
+# on a slow (network) filesystem. `NCP_FSYNC_DELAY_S` sets it for a whole process; `fsync_delay` for a
+# block (mode=bench's rig-alone way).
+_delay_s = float(os.environ.get("NCP_FSYNC_DELAY_S") or 0.0)
+
+
+def fsync(fd: int) -> None:
+    """The one place the rig makes a file durable (every writer calls it), with the injected delay."""
+    os.fsync(fd)
+    if _delay_s > 0:
+        time.sleep(_delay_s)  # blocks the calling thread, as a slow fsync does
+
+
+@contextmanager
+def fsync_delay(seconds: float) -> Iterator[None]:
+    """Every fsync in the block waits `seconds` more (a slow filesystem, for benches and tests)."""
+    global _delay_s
+    before, _delay_s = _delay_s, seconds
+    try:
+        yield
+    finally:
+        _delay_s = before
 
 
 class DiskFull(RuntimeError):
@@ -31,18 +56,6 @@ class DiskFull(RuntimeError):
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _DISK_FULL
-
-
-# A slow filesystem for the bench (modes=bench's rig way): seconds added to every fsync the rig makes.
-# Set by the bench before it plays; 0 for every run.
-FSYNC_DELAY_S = float(os.environ.get("NCP_FSYNC_DELAY_S", "0") or 0)
-
-
-def fsync(fd: int) -> None:
-    """Every fsync the run directory makes (atomic writes, the turn logs' group commits)."""
-    os.fsync(fd)
-    if FSYNC_DELAY_S > 0:
-        time.sleep(FSYNC_DELAY_S)
 
 
 def write_all(fd: int, data: bytes) -> None:

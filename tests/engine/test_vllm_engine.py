@@ -75,7 +75,7 @@ def test_prefix_cache_hits_on_repeated_long_prompt(engine) -> None:
 
 def test_bench_cache_model_predicts_the_engines_hits(engine) -> None:
     """mode=bench's unbounded-cache figure uses the engine's own block rule: it must match what vLLM reports."""
-    from ncp_local.modes.benches.cache_sim import unbounded_cache_hit
+    from ncp_local.bench.cache_sim import unbounded_cache_hit
 
     backend = engine.backend
     assert backend.block_size and backend.max_num_seqs == 16

@@ -6,19 +6,20 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ...engines.base import Completion, Engine, Request
-from ...execution.calls import CallService, RoleBinding
-from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...protocol.player import Player
-from ...protocol.prompts import PromptPack
-from ...protocol.spec import Meta, Spec
-from ...rundir.call_log import CallLine, read_calls
-from ...rundir.store import RunDir
+from ..config import validate
+from ..engines.base import Completion, Engine, Request
+from ..execution import points
+from ..execution.engine_pool import EnginePool
+from ..execution.life import Life, Point, prepared_run
+from ..protocol.spec import Meta, Spec
+from ..protocol.trials import episode_name
+from ..rundir import layout, provenance
+from ..rundir.call_log import CallLine, read_calls
 from .figures import WayFigures
 
 # The paper's grid, for the cost projection.
@@ -100,11 +101,12 @@ HEADER = (
 
 
 class Recorder:
-    """Passes calls through to the engine and keeps every request it saw."""
+    """Passes calls through to the engine and keeps every request it saw (in `requests`, which the
+    recorders of several roles may share)."""
 
-    def __init__(self, inner: Engine) -> None:
+    def __init__(self, inner: Engine, requests: list[Request] | None = None) -> None:
         self.inner = inner
-        self.requests: list[Request] = []
+        self.requests: list[Request] = [] if requests is None else requests
 
     async def generate(self, request: Request) -> Completion:
         self.requests.append(request)
@@ -117,8 +119,47 @@ class Recorder:
         return getattr(self.inner, name)
 
 
+def cycled(spec_ids: Sequence[str], k: int) -> tuple[str, ...]:
+    """K episodes cycling over the stories: the first round trial 0 of each, the next trial 1, ..."""
+    return tuple(episode_name(spec_ids[i % len(spec_ids)], i // len(spec_ids)) for i in range(k))
+
+
+# What the bench's command says that is not the run its ways play.
+_NOT_THE_RUN = (
+    "mode",
+    "bench.",
+    "out_dir",
+    "progress",
+    "concurrency",
+    "max_turns",
+    "trials.count",
+    "speculative_player",
+)
+
+
+def run_overrides(given: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """A `mode=run` of the bench's command: its own overrides (not its mode or the bench's), then `extra`."""
+    own = [o for o in given if not o.split("=", 1)[0].lstrip("+~").startswith(_NOT_THE_RUN)]
+    return [*own, "mode=run", "progress=false", *extra]
+
+
+def bench_point(out: Path, k: int, turns: int, concurrency: int, extra: Sequence[str] = ()) -> Point:
+    """The bench's workload as `mode=run` plays it: the command's run, its first `k` episodes (the
+    stories cycled, a trial per round) played through `turns` turns, `concurrency` at once, into `out`;
+    checked as mode=run checks it (pre-flight) before anything starts."""
+    overrides = run_overrides(
+        provenance.command()["overrides"],
+        [f"out_dir={out}", f"max_turns={turns}", f"concurrency={concurrency}", f"trials.count={k}", *extra],
+    )
+    p = prepared_run(validate(points.load(overrides)))
+    assert p.ready is not None and p.ready.dataset is not None
+    p.only = cycled([s.id for s in p.ready.dataset.specs], k)
+    p.play_through = True  # exactly k x turns turns whatever the model says: every way makes the same calls
+    return p
+
+
 def workload(specs: tuple[Spec, ...], k: int) -> tuple[Spec, ...]:
-    """K episodes cycling over the specs; repeats get their own id (own seeds)."""
+    """K episodes cycling over the specs; repeats get their own id (own seeds). The long-horizon bench's."""
     out = []
     for i in range(k):
         s = specs[i % len(specs)]
@@ -149,9 +190,10 @@ def _summarise(way: Way, lines: list[CallLine]) -> None:
     for c in calls:
         p, h = by_turn.get(c.turn, (0, 0))
         by_turn[c.turn] = (p + (c.prompt_tokens or 0), h + (c.cached_tokens or 0))
-        alive.setdefault(c.turn, set()).add(c.spec_id)
-        n, g = way.by_episode.get(c.spec_id, (0, 0))
-        way.by_episode[c.spec_id] = (n + 1, g + (c.generated_tokens or 0))
+        episode = episode_name(c.spec_id, c.trial)
+        alive.setdefault(c.turn, set()).add(episode)
+        n, g = way.by_episode.get(episode, (0, 0))
+        way.by_episode[episode] = (n + 1, g + (c.generated_tokens or 0))
     way.tokens_by_turn = dict(sorted(by_turn.items()))
     if way.wall_s:
         way.in_flight = sum(c.latency_s or 0.0 for c in calls) / way.wall_s
@@ -164,36 +206,21 @@ async def reset_cache(backend: Any) -> None:
         await reset()
 
 
-async def run_rig(
-    name: str,
-    specs: tuple[Spec, ...],
-    roles: dict[str, RoleBinding],
-    pack: PromptPack,
-    narrator_cls: type,
-    player: Player,
-    seed: int,
-    turns: int,
-    concurrency: int,
-    root: Path,
-) -> Way:
-    store = RunDir(root / name)
-    store.open({"bench": name}, name)
-    scheduler = EpisodeScheduler(
-        specs=specs,
-        calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-        store=store,
-        settings=EpisodeSettings(max_turns=turns, concurrency=concurrency, play_through=True),
-        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
-        player=player,
-    )
-    started = time.perf_counter()
-    try:
-        results = await scheduler.run()
-    finally:
-        store.close()
-    way = Way(name, wall_s=time.perf_counter() - started)
-    way.turns = sum(len(r.turns) for r in results.values())
-    _summarise(way, read_calls(store.calls_path))
+async def run_rig(name: str, point: Point, pool: EnginePool, wrap: Callable[[Engine], Engine] | None = None) -> Way:
+    """One point played by `mode=run`'s life on the bench's engines (kept between ways). Its wall time
+    runs from the first call's start to the last call's answer, as a replay's does: the run directory's
+    opening and sealing (the manifest's provenance: git, versions) are the same for every run and
+    workload, and would only blur the rig's pace between the calls."""
+    await Life([point], pool=pool, wrap=wrap).run()
+    if point.status != "done":
+        raise RuntimeError(f"bench: way {name!r} ended {point.status}: {point.message or f'exit {point.code}'}")
+    assert point.out is not None
+    calls = read_calls(point.out / layout.CALLS)
+    timed = [c for c in calls if c.done_at is not None]
+    first = min((c.done_at - (c.latency_s or 0.0) for c in timed if c.done_at is not None), default=0.0)
+    way = Way(name, wall_s=max((c.done_at for c in timed if c.done_at is not None), default=0.0) - first)
+    way.turns = sum(len(r.turns) for r in point.results.values())
+    _summarise(way, calls)
     return way
 
 

@@ -7,9 +7,9 @@ import random
 import time
 from dataclasses import dataclass
 
-from ...engines.base import Engine, Message, Request
-from ...plan.growth import fit_line
-from ...protocol.turns import shown as shown_turn
+from ..engines.base import Engine, Message, Request
+from ..plan.growth import fit_line
+from ..protocol.turns import shown as shown_turn
 from .ways import PAPER_NARRATORS, PAPER_SPECS, PAPER_TURNS, Way, reset_cache
 
 

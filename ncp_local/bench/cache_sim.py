@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ...engines.base import Request
+from ..engines.base import Request
 
 
 def unbounded_cache_hit(requests: list[Request], tokenize: Any, block: int) -> dict[int, tuple[int, int]]:

@@ -31,22 +31,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...bindings import Sampling
-from ...engines.base import Completion, Engine, Request
-from ...engines.scripted import ScriptedEngine
-from ...execution.calls import CallService, RoleBinding
-from ...execution.scheduler import EpisodeScheduler, EpisodeSettings
-from ...plan.growth import Sizes, sized_answers, words_of
-from ...protocol import ROLES
-from ...protocol.player import Player
-from ...protocol.prompts import PromptPack
-from ...protocol.records import Checkpoint, EpisodeResult
-from ...protocol.spec import Spec
-from ...protocol.stages import Bounds
-from ...protocol.turns import resumed
-from ...protocol.turns import shown as shown_turn
-from ...rundir.call_log import read_calls
-from ...rundir.store import RunDir
+from ..bindings import Sampling
+from ..engines.base import Completion, Engine, Request
+from ..engines.scripted import ScriptedEngine
+from ..execution.calls import CallService, RoleBinding
+from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ..plan.growth import Sizes, sized_answers, words_of
+from ..protocol import ROLES
+from ..protocol.player import Player
+from ..protocol.prompts import PromptPack
+from ..protocol.records import Checkpoint, EpisodeResult
+from ..protocol.spec import Spec
+from ..protocol.stages import Bounds
+from ..protocol.turns import resumed
+from ..protocol.turns import shown as shown_turn
+from ..rundir.call_log import read_calls
+from ..rundir.store import RunDir
 from .cache_sim import unbounded_cache_hit
 
 
