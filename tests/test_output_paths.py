@@ -60,6 +60,8 @@ CASES = (
     Case("review", "review.out", ("mode=review", RUN, "review.out={bad}")),
     Case("build", "out", ("mode=build", f"sources={ROOT}/specs/sources.yaml", "out={bad}")),
     Case("bench", "out_dir", ("mode=bench", "bench.episodes=1", "bench.turns=1", "out_dir={bad}")),
+    Case("plant", "out_dir", ("mode=plant", RUN, "out_dir={bad}")),
+    Case("plant", "report.out", ("mode=plant", RUN, "report.out={bad}")),
 )
 
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
-from ..bench.entry import main
+from ..bench import entry
+from ..config import RunConfig
 
-__all__ = ["main"]
+
+def main(cfg: RunConfig) -> int:
+    return entry.main(cfg)
