@@ -31,6 +31,7 @@ import pytest
 
 from engine_helpers import FITS, REFERENCE, ReferenceSweep, small_overrides
 from ncp_local.protocol import ROLES
+from ncp_local.rundir.turn_log import turns_logged
 from served import SERVED_NAME, Relay
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,14 +60,8 @@ def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _committed_turn(run: Path) -> bool:
-    """A checkpoint with turn 0 committed (the opening's own checkpoint comes before it)."""
-    for p in (run / "checkpoints").glob("*.jsonl"):
-        try:
-            if json.loads(p.read_text()).get("turns"):
-                return True
-        except (OSError, ValueError):  # being replaced right now: look again
-            pass
-    return False
+    """A turn log with turn 0 committed (its line 1 is the opening)."""
+    return any(turns_logged(p) > 0 for p in (run / "checkpoints").glob("*.jsonl"))
 
 
 def _results(d: Path) -> dict[str, dict]:
