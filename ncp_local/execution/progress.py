@@ -33,8 +33,7 @@ from tqdm import tqdm
 from ..engines.base import Completion, Engine, Request
 from ..errors import OutputClosed, closed_outputs
 from ..exits import EXIT_CLOSED_PIPE, EXIT_FAILED, EXIT_OK, EXIT_SIGNAL
-from ..rundir.layout import CHECKPOINTS, result_file, turns_recorded
-from ..rundir.turn_log import checkpoint_paths
+from ..rundir.layout import checkpointed, result_file, turns_recorded
 from .failures import exit_for
 from .heartbeat import Counts, Heartbeat
 
@@ -108,7 +107,7 @@ class Progress:
         ep = self.runs.setdefault(key, _Episodes())
         if root is not None:
             self.roots[key] = Path(root)
-        logs = checkpoint_paths(root / CHECKPOINTS) if root is not None else {}
+        logs = checkpointed(root) if root is not None else {}
         for sid in spec_ids:
             done = result_file(root, sid) if root is not None else None
             if done is not None and done.exists():
@@ -116,8 +115,7 @@ class Progress:
                 ep.committed[sid] = ep.possible[sid] = n
                 ep.finished.add(sid)
                 continue
-            cp = logs.get(sid)
-            ep.committed[sid] = turns_recorded(cp) if cp is not None else 0
+            ep.committed[sid] = logs.get(sid, 0)
             ep.possible[sid] = max_turns
 
     def point(self, key: str, state: str, code: int | None = None, error: str | None = None) -> None:

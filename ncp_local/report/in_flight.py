@@ -24,13 +24,14 @@ from .reference_runs import REFERENCE_KIND
 from .runs import LEFT_OUT, Run
 
 
-def _checkpoint_file(run: Run, episode: str) -> Path | None:
+def _checkpoint_files(run: Run) -> dict[str, Path]:
+    """Episode -> its checkpoint, each part's folder listed once (the first part that holds it)."""
     parts = ([run.path] if (run.path / RESULTS).is_dir() else []) + list(run.shards)
+    found: dict[str, Path] = {}
     for part in parts:
-        path = checkpoint_paths(part / CHECKPOINTS).get(episode)
-        if path is not None and path.is_file():
-            return path
-    return None
+        for episode, path in checkpoint_paths(part / CHECKPOINTS).items():
+            found.setdefault(episode, path)
+    return found
 
 
 def count_in_flight(run: Run) -> None:
@@ -41,9 +42,10 @@ def count_in_flight(run: Run) -> None:
         return
     found: list[EpisodeMetrics] = []
     skipped: list[str] = []
+    files = _checkpoint_files(run)
     for episode in run.unfinished:
-        path = _checkpoint_file(run, episode)
-        if path is None:
+        path = files.get(episode)
+        if path is None or not path.is_file():
             skipped.append(
                 f"{episode}: its checkpoint went away while the report read the run (finished or "
                 "moved to quarantine/): counted in neither; run the report again"

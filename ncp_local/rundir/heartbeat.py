@@ -19,6 +19,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -29,6 +30,7 @@ STATES = ("running", "done", "failed", "stopped")
 # Rates are over this window: long enough to smooth a turn of many calls, short enough to show a slowdown.
 WINDOW_S = 300.0
 # A heartbeat is a few kilobytes (64 turn durations at most); anything much larger is not one.
+_R = TypeVar("_R", bound=BaseModel)
 MAX_BYTES = 256_000
 # Linux's largest pid (pid_max's ceiling): a larger one is no process's.
 PID_MAX = 4_194_304
@@ -111,20 +113,23 @@ def ts(text: str | None) -> float | None:
     return out if math.isfinite(out) else None
 
 
-def read(part: Path) -> Beat | Damaged | None:
-    """`part`'s heartbeat; None when it has none, `Damaged` (why) when the file cannot be read as one."""
-    path = Path(part) / STATUS
+def read_capped(path: Path, max_bytes: int) -> bytes | Damaged | None:
+    """An untrusted record's bytes, at most `max_bytes` of them; None when there is no such file."""
     try:
         with path.open("rb") as f:
-            data = f.read(MAX_BYTES + 1)
+            data = f.read(max_bytes + 1)
     except FileNotFoundError:
         return None
     except OSError as exc:
         return Damaged(f"unreadable ({exc.strerror or type(exc).__name__})")
-    if len(data) > MAX_BYTES:
-        return Damaged(f"larger than {MAX_BYTES // 1000} kB")
-    if not data.strip():
-        return Damaged("empty")
+    if len(data) > max_bytes:
+        size = f"{max_bytes // 1_000_000} MB" if max_bytes >= 1_000_000 else f"{max_bytes // 1000} kB"
+        return Damaged(f"larger than {size}")
+    return data
+
+
+def parse_record(data: bytes, model: type[_R]) -> _R | Damaged:
+    """An untrusted record's bytes as `model`, or why not (not JSON, not an object, the first bad field)."""
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -132,8 +137,18 @@ def read(part: Path) -> Beat | Damaged | None:
     if not isinstance(doc, dict):
         return Damaged(f"a JSON {type(doc).__name__}, not an object")
     try:
-        return Beat.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "the record"
         return Damaged(f"{where}: {err['msg'][:100]}")
+
+
+def read(part: Path) -> Beat | Damaged | None:
+    """`part`'s heartbeat; None when it has none, `Damaged` (why) when the file cannot be read as one."""
+    data = read_capped(Path(part) / STATUS, MAX_BYTES)
+    if not isinstance(data, bytes):
+        return data
+    if not data.strip():
+        return Damaged("empty")
+    return parse_record(data, Beat)

@@ -14,7 +14,6 @@ whatever the files say. Read-only and bounded: each call has a timeout, all of o
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
@@ -24,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from .heartbeat import Damaged
+from .heartbeat import Damaged, parse_record, read_capped
 from .layout import SLURM_LOGS, SUBMIT_STATE
 
 _log = logging.getLogger(__name__)
@@ -67,28 +66,12 @@ class SubmitRecord(BaseModel):
 
 def read_submit(root: Path) -> SubmitRecord | Damaged | None:
     """The submission recorded in `root` (a sharded run's directory or a sweep folder); None without one."""
-    path = Path(root) / SUBMIT_STATE
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return Damaged(f"unreadable ({exc.strerror or type(exc).__name__})")
-    if len(data) > MAX_BYTES:
-        return Damaged(f"larger than {MAX_BYTES // 1_000_000} MB")
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        return Damaged(f"not JSON ({str(exc).splitlines()[0][:80]})")
-    if not isinstance(doc, dict):
-        return Damaged(f"a JSON {type(doc).__name__}, not an object")
-    try:
-        rec = SubmitRecord.model_validate(doc)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "the record"
-        return Damaged(f"{where}: {err['msg'][:100]}")
+    data = read_capped(Path(root) / SUBMIT_STATE, MAX_BYTES)
+    if not isinstance(data, bytes):
+        return data
+    rec = parse_record(data, SubmitRecord)
+    if isinstance(rec, Damaged):
+        return rec
     if any(t >= rec.shards for j in rec.jobs for t in j.tasks):
         return Damaged(f"a job's task index is not below its {rec.shards} shards")
     return rec

@@ -47,6 +47,7 @@ class Writer:
         self._lock = threading.Lock()
         self.error: BaseException | None = None
         self._syncers: ThreadPoolExecutor | None = None
+        self._outstanding = 0  # requests asked for and not yet done: flush() returns at once at 0
 
     # -- the loop's side ---------------------------------------------------------------------------
     def append(self, path: Path, data: bytes) -> Future[None]:
@@ -67,7 +68,7 @@ class Writer:
 
     def flush(self) -> None:
         """Wait until everything asked so far is written and fsynced; raise the writer's error if any."""
-        if self._thread is not None:
+        if self._thread is not None and self._outstanding:
             self.run(lambda: None).result()
         if self.error is not None:
             raise self.error
@@ -94,6 +95,7 @@ class Writer:
         if self.error is not None:
             raise self.error
         with self._lock:
+            self._outstanding += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="ncp-local-writer", daemon=True)
                 self._thread.start()
@@ -153,6 +155,8 @@ class Writer:
                 os.close(fd)
             for req in batch:
                 self._settle(req)
+            with self._lock:
+                self._outstanding -= len(batch)
 
     def _settle(self, req: _Request) -> None:
         if req.done is None or req.done.done():
