@@ -288,14 +288,7 @@ def _long_horizon(cfg: RunConfig) -> list[str]:
     dataset, narrator_cls, player = ready.dataset, ready.narrator_cls, ready.player
     assert dataset is not None and narrator_cls is not None and player is not None
     specs = workload(dataset.specs, b.episodes)
-    facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
-    sizes = Sizes(
-        pc.narration_words,
-        pc.player_words,
-        pc.reason_words,
-        pc.facts_per_turn,
-        max(1, round(sum(facts) / len(facts))) if facts else 12,
-    )
+    sizes = Sizes.of(pc, specs)
     print(
         f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
         f"then {b.turns} turns on {ready.bindings['narrator'].label} at {b.levels} in flight and by cache admission",

@@ -40,14 +40,7 @@ def play(
 ) -> Growth:
     """Play `plan.fit_turns` turns of the longest specs on scripted answers; fit each stage."""
     chosen = longest_specs(specs, pc.fit_specs)
-    facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
-    sizes = Sizes(
-        pc.narration_words,
-        pc.player_words,
-        pc.reason_words,
-        pc.facts_per_turn,
-        max(1, round(sum(facts) / len(facts))) if facts else 12,
-    )
+    sizes = Sizes.of(pc, specs)
     counts = counters(cfg, roles)
     answers: dict[str, tuple[str, str]] = {}
 

@@ -179,6 +179,13 @@ class Sizes:
     facts_per_turn: int
     fact_words: int
 
+    @classmethod
+    def of(cls, pc: Any, specs: Sequence[Any]) -> Sizes:
+        """The plan settings' answer lengths (`pc`: the `plan` section), a fact as long as the specs' own."""
+        facts = [len(f.content.split()) for s in specs for f in s.initial_facts]
+        fact_words = max(1, round(sum(facts) / len(facts))) if facts else 12
+        return cls(pc.narration_words, pc.player_words, pc.reason_words, pc.facts_per_turn, fact_words)
+
     def text(self) -> str:
         return (
             f"narrations of {self.narration_words} words in one paragraph, player actions of {self.player_words}, "
