@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +65,25 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     a, c, d = fig.way("a"), fig.way("c"), fig.way("d")
     assert a and c and d and a.calls == c.calls == d.calls and a.prompt_tokens == d.prompt_tokens
     assert lines[-1] == "ratios: " + " ".join(f"{k}={v:.2f}" for k, v in fig.ratios.items())
+
+
+def test_a_bench_stopped_by_sigterm_says_so_in_one_line_with_the_signals_exit_code(tmp_path: Path) -> None:
+    """SIGTERM while way (a) plays (its life holds the signals, then hands them back): exit 143, one line."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, str(ROOT / "run.py"), "mode=bench", "engine=scripted", "engine.delay_s=0.05"]
+    cmd += ["bench.episodes=4", "bench.turns=40", "bench.sequential=false", f"out_dir={out}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 300  # a bound, not a speed
+    while not list((out / "a-rig" / "checkpoints").glob("*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err, err
+    assert [line for line in err.splitlines() if "stopped by" in line] == [
+        "bench: stopped by SIGTERM; nothing measured (a bench does not resume: run it again)"
+    ]
+    assert not (out / "bench.json").exists()
 
 
 def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> None:

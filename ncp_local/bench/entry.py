@@ -39,6 +39,7 @@ Two figures explain the ratios rather than just state them:
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -69,6 +70,7 @@ from .sweep import main_sweep
 from .ways import (
     HEADER,
     Recorder,
+    Stopped,
     Way,
     bench_point,
     ratio_of,
@@ -195,7 +197,26 @@ NO_MODEL_NOTE = (
 
 
 def main(cfg: RunConfig) -> int:
-    """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways."""
+    """`mode=bench`: one workload four ways on the narrator's model; `bench.sweep`: a sweep two ways.
+    Stopped by SIGTERM or SIGINT while a way plays: one line and the signal's exit code (a bench does not
+    resume; what it measured so far is left out)."""
+
+    def raise_stopped(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    # Between the ways (the engine-alone scaling, the replays) no life holds the signals: these do.
+    before = {sig: signal.signal(sig, raise_stopped) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _main(cfg)
+    except Stopped as stop:
+        say(f"bench: stopped by {stop.signal_name}; nothing measured (a bench does not resume: run it again)")
+        return stop.code
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _main(cfg: RunConfig) -> int:
     if cfg.bench.rig_alone:
         out = bench_dir(cfg)
         check_destination(out, "out_dir")

@@ -37,7 +37,7 @@ from ..execution.life import Life, prepared_run
 from ..protocol.turns import shown
 from ..rundir import layout, provenance
 from ..rundir.atomic import fsync_delay
-from .ways import run_overrides
+from .ways import played, run_overrides
 
 # Texts as long as a real narrator's (about 150 words), player's (50) and auditor's reason (20): with
 # them a committed turn adds about 2.6 times what the short scripted texts add to the episode's record.
@@ -247,8 +247,7 @@ def main(cfg: RunConfig, out: Path) -> list[str]:
         asyncio.run(go())
     wall, cpu = time.time() - t0, time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
-    if p.status != "done":
-        raise RuntimeError(f"bench: the rig-alone run ended {p.status}: {p.message}")
+    played("the rig-alone run", life, p)
     ends, by_tenth = call_times(run_dir / layout.CALLS, b.turns)
     out_lines = lines(tenths(ends, by_tenth, probe.samples, b.turns), episodes, base, peak, wall, cpu, len(ends))
     if profile is not None:

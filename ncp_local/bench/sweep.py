@@ -16,7 +16,7 @@ from ..execution import points
 from ..execution.life import Life, Point, SweepOf, prepare
 from ..rundir import layout, provenance
 from ..rundir.call_log import read_calls
-from .ways import Tally, cycled, run_overrides, say, silent
+from .ways import Tally, cycled, played, run_overrides, say, silent
 
 # ---- bench.sweep: a sweep batched vs point by point ---------------------------------------
 
@@ -114,8 +114,7 @@ async def sweep_bench(cfg: RunConfig, root: Path, note: Callable[[str], None] = 
     batched.wall_s = time.perf_counter() - started
     _started(batched, life)
     for p in batched_points:
-        if p.status != "done":
-            raise RuntimeError(f"bench: sweep point {p.name} ended {p.status}: {p.message}")
+        played(f"sweep point {p.name}", life, p)
         _account(batched, p)
     note(f"bench: batched way done in {batched.wall_s:.0f} s; now point by point")
     ways.append(batched)
@@ -125,6 +124,7 @@ async def sweep_bench(cfg: RunConfig, root: Path, note: Callable[[str], None] = 
         for p in sweep_points(cfg, root, "sequential"):
             alone = Life([p])
             await alone.run()
+            played(f"sweep point {p.name} (alone)", alone, p)
             _started(seq, alone)
             _account(seq, p)
             note(

@@ -16,11 +16,30 @@ from ..engines.base import Completion, Engine, Request
 from ..execution import points
 from ..execution.engine_pool import EnginePool
 from ..execution.life import Life, Point, prepared_run
+from ..exits import EXIT_SIGNAL
 from ..protocol.spec import Meta, Spec
 from ..protocol.trials import episode_name
 from ..rundir import layout, provenance
 from ..rundir.call_log import CallLine, read_calls
 from .figures import WayFigures
+
+
+class Stopped(Exception):
+    """A way stopped by SIGTERM or SIGINT: the bench stops there, with the signal's exit code."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.code = EXIT_SIGNAL.get(signal_name, EXIT_SIGNAL["SIGINT"])
+
+
+def played(what: str, life: Life, point: Point) -> None:
+    """Raises unless `point` played to the end: `Stopped` when a signal stopped it, else what ended it."""
+    if point.status == "stopped":
+        raise Stopped(life.stopped[0] if life.stopped else "SIGINT")
+    if point.status != "done":
+        raise RuntimeError(f"bench: {what} ended {point.status}: {point.message or f'exit {point.code}'}")
+
 
 # The paper's grid, for the cost projection.
 PAPER_NARRATORS = 6
@@ -211,9 +230,9 @@ async def run_rig(name: str, point: Point, pool: EnginePool, wrap: Callable[[Eng
     runs from the first call's start to the last call's answer, as a replay's does: the run directory's
     opening and sealing (the manifest's provenance: git, versions) are the same for every run and
     workload, and would only blur the rig's pace between the calls."""
-    await Life([point], pool=pool, wrap=wrap).run()
-    if point.status != "done":
-        raise RuntimeError(f"bench: way {name!r} ended {point.status}: {point.message or f'exit {point.code}'}")
+    life = Life([point], pool=pool, wrap=wrap)
+    await life.run()
+    played(f"way {name!r}", life, point)
     assert point.out is not None
     calls = read_calls(point.out / layout.CALLS)
     timed = [c for c in calls if c.done_at is not None]

@@ -313,7 +313,8 @@ class Life:
         # so cancelling loses at most the turns in flight.
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        for sig in before:
 
             def on_signal(name: str = sig.name) -> None:
                 self.stopped.append(name)
@@ -336,6 +337,11 @@ class Life:
                     await asyncio.shield(self.pool.close_all())
             finally:
                 self.on_change()
+                # The handlers cancel this life's task: past its end they would cancel whatever the caller
+                # does next (the bench's later ways), so the signals go back to the handlers they had.
+                for sig, handler in before.items():
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, handler)
 
     def _shown(self, p: Point) -> str:
         return p.name if self.sweep is not None else "run"
