@@ -16,6 +16,7 @@ from cli_runner import run_cli
 from helpers import spec_doc
 from ncp_local.engines.scripted import PlantJudge, RandomPolicy, ScriptedEngine
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
+from ncp_local.exits import EXIT_ENGINE_DEAD
 from ncp_local.modes.plant import judge_all
 from ncp_local.protocol import ledger
 from ncp_local.protocol.plant import CLEAN, clean_turns, draw_items, items_digest
@@ -287,3 +288,21 @@ def test_none_found_still_reaches_a_rate_the_items_cannot_rule_out() -> None:
     assert (p, lo) == (0.0, 0.0) and hi == pytest.approx(1 - 0.025 ** (1 / 55))
     p, lo, hi = share_band(np.ones(55), np.ones(55), stories, 300, 0, 0.95)
     assert (p, hi) == (1.0, 1.0) and lo == pytest.approx(0.025 ** (1 / 55))
+
+
+@pytest.mark.parametrize("mode", ["plant", "reaudit"])
+def test_a_dead_engine_stops_either_judging_mode_the_same_way_and_it_resumes(
+    mode: str, tmp_path: Path, source: Run
+) -> None:
+    # mode=plant and mode=reaudit share one harness (execution/rejudge.py): the same exit, the same resume.
+    out = tmp_path / mode
+    args = (f"mode={mode}", f"runs=[{source.path}]", *SCRIPTED, f"out_dir={out}")
+    dead = run_cli(*args, "engine.die_after_calls=6", cwd=tmp_path)
+    assert dead.returncode == EXIT_ENGINE_DEAD, dead.stderr
+    assert "engine died" in dead.stderr and "the judged episodes are saved" in dead.stderr
+    assert str(out) in dead.stderr and not (out / "DONE").exists()
+    saved = len(list((out / "results").glob("*.json")))
+    assert saved < len(source.results)
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (out / "DONE").exists() and len(list((out / "results").glob("*.json"))) == len(source.results)

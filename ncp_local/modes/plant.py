@@ -17,21 +17,18 @@ paired differences; so does mode=report given them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bindings import Bindings
 from ..config import ConfigError, RunConfig, ScriptedEngineCfg
-from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log
-from ..execution.calls import CallService, with_engines
-from ..execution.engine_pool import EnginePool, embedded_note
-from ..execution.failures import exit_for
+from ..execution.calls import CallService
+from ..execution.engine_pool import embedded_note
+from ..execution.failures import Exit
 from ..execution.preflight import preflight
-from ..execution.progress import Metered, Progress
-from ..protocol import ROLES
+from ..execution.rejudge import auditor_pool, each_episode, judge_run
 from ..protocol.plant import ItemAudit, PlantedItem, PlantResult, draw_items, items_digest, judge_item
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.replay import TurnView, replay
@@ -42,10 +39,11 @@ from ..report.plants_doc import write_plant_report
 from ..report.runs import Run, attach_specs, expand_runs, load_run
 from ..rundir import identity as identity_mod
 from ..rundir import provenance
-from ..rundir.layout import ENGINE_LOG, require_finished
-from ..rundir.store import RunDir, resume_hint
+from ..rundir.layout import require_finished
+from ..rundir.store import RunDir
 
 Items = dict[str, list[PlantedItem]]  # episode -> its items
+Results = dict[str, PlantResult]  # episode -> its items judged
 
 
 def draw(cfg: RunConfig, source: Run) -> Items:
@@ -147,10 +145,7 @@ def main(cfg: RunConfig) -> int:
     attach_specs(source, cfg.report.dataset, required=True)
     items = draw(cfg, source)  # every refusal of the input comes before any model loads
     ready = preflight(cfg, roles=("auditor",), episodes=False)
-    engines = EnginePool(
-        ready.bindings.all_as("auditor"),
-        endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
-    )
+    engines = auditor_pool(ready)
     digest = items_digest([i for its in items.values() for i in its])
     out, ident = out_dir(cfg, source, ready.pack, digest)
     if source.path.resolve() in out.resolve().parents:
@@ -179,22 +174,15 @@ def main(cfg: RunConfig) -> int:
     )
     for line in notes:
         print(f"note: {line}")
-    engine_log.place(out / ENGINE_LOG)
-    try:
-        done = {r.episode: r for r in store.iter_results()}
-        todo = {e: its for e, its in items.items() if e not in done}
-        if todo:
-            done.update(asyncio.run(_judge(ready.cfg, ready.pack, engines, store, source, todo)))
-        else:
-            print(f"all {len(done)} episodes' items already judged in {out}; nothing left to do")
-        store.mark_done(len(done))
-    except EngineDead as exc:
-        known = exit_for(exc, resume_hint("judged episodes are saved", out))
-        assert known is not None
-        known.print()
-        return known.code
-    finally:
-        store.close()
+    sizes = {e: len(its) for e, its in items.items()}
+
+    def work(calls: CallService, todo: Iterable[str], save: Callable[[PlantResult], None]) -> Awaitable[Results]:
+        return judge_all(source, {e: items[e] for e in todo}, calls, ready.cfg.concurrency, on_result=save)
+
+    done = judge_run(ready, engines, store, "plant", sizes, work)
+    if isinstance(done, Exit):
+        done.print()
+        return done.code
     return table(
         cfg.model_copy(update={"report": cfg.report.model_copy(update={"out": cfg.report.out or str(out)})}), [str(out)]
     )
@@ -216,50 +204,15 @@ async def judge_all(
     calls: CallService,
     concurrency: int,
     on_result: Callable[[PlantResult], None] | None = None,
-) -> dict[str, PlantResult]:
+) -> Results:
     """Every episode's items judged, all at once (at most `concurrency` items in flight)."""
     gate = asyncio.Semaphore(max(1, concurrency))
-    out: dict[str, PlantResult] = {}
 
-    async def episode(name: str) -> None:
+    async def episode(name: str) -> PlantResult:
         result = source.results[name]
         spec = source.specs[result.spec_id]
         views = {v.record.turn: v for v in replay(spec, result).turns}
         audits = await asyncio.gather(*(_one(spec, views, i, calls, name, gate) for i in items[name]))
-        res = PlantResult(spec_id=result.spec_id, trial=result.trial, items=tuple(audits))
-        out[name] = res
-        if on_result:
-            on_result(res)
+        return PlantResult(spec_id=result.spec_id, trial=result.trial, items=tuple(audits))
 
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for name in items:
-                tg.create_task(episode(name))
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None  # a dead engine, as itself
-    return out
-
-
-async def _judge(
-    cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir, source: Run, todo: Items
-) -> dict[str, PlantResult]:
-    started = await engines.start()
-    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-    for name, its in todo.items():  # progress counts the items judged
-        bar.add_run("plant", [name], len(its))
-    try:
-        assert engines.bindings is not None
-        roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
-        calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
-
-        def save(res: PlantResult) -> None:
-            store.write_result(res)
-            bar.result("plant", res.episode, len(res.items))
-
-        bar.start()
-        try:
-            return await judge_all(source, todo, calls, cfg.concurrency, on_result=save)
-        finally:
-            bar.close()
-    finally:
-        await engines.close_all()
+    return await each_episode(items, episode, on_result)
