@@ -121,7 +121,7 @@ def test_a_perfect_auditor_and_a_blind_one(source: Run, tmp_path: Path) -> None:
         for a in r.items:
             assert a.flagged == a.item.planted
             if a.item.planted:
-                assert a.types == {a.item.kind}
+                assert a.types == {a.item.kind} and a.aimed  # the planted id cited
                 assert a.audit.double_check is not None and a.audit.double_check.confirmed
     figs = measure("perfect", "", "", perfect, 200, 0, 0.95)
     by = {s.figure.key: s for s in figs.shares}
@@ -135,6 +135,46 @@ def test_a_perfect_auditor_and_a_blind_one(source: Run, tmp_path: Path) -> None:
         tmp_path / "b",
     )
     assert not any(a.flagged for r in blind for a in r.items)
+
+
+def test_a_conflict_of_the_right_type_citing_another_id_is_not_the_plant_found(source: Run, tmp_path: Path) -> None:
+    items = _items(source)
+    wrong = _judge(
+        source,
+        items,
+        PlantJudge(
+            dict.fromkeys(CONFLICT_TYPES, 1.0), dict.fromkeys(CONFLICT_TYPES, 0.0), dict.fromkeys(CONFLICT_TYPES, 1.0)
+        ),
+        1,
+        tmp_path / "w",
+    )
+    planted = [a for r in wrong for a in r.items if a.item.planted]
+    assert {a.item.kind for a in planted} == set(CONFLICT_TYPES)
+    for a in planted:
+        assert a.flagged and a.typed
+        cited = {c.id for c in a.audit.conflicts}
+        if a.item.kind == "player_input":  # `input` is the one id a player-input conflict can cite
+            assert a.aimed and cited == {"input"}
+        else:
+            assert not a.aimed and a.item.target not in cited and cited  # found, typed, but aimed elsewhere
+    by = {s.figure.key: s for s in measure("wrong id", "", "", wrong, 200, 0, 0.95).shares}
+    for t in ("fact", "commitment"):
+        assert by[f"recall:{t}"].value == by[f"type:{t}"].value == 1.0 and by[f"id:{t}"].value == 0.0
+    assert by["id:player_input"].value == 1.0
+    assert by["id:fact"].figure.label == "id named right, fact"
+    assert by["type:fact"].figure.label == "type named right, fact"
+    # Half the found plants aimed elsewhere: the id named right falls to about half the type named right.
+    half = _judge(
+        source,
+        _items(source, turns=6),
+        PlantJudge(dict.fromkeys(CONFLICT_TYPES, 1.0), dict.fromkeys(CONFLICT_TYPES, 0.0), {"fact": 0.5}),
+        2,
+        tmp_path / "h",
+    )
+    by = {s.figure.key: s for s in measure("half", "", "", half, 200, 0, 0.95).shares}
+    assert by["type:fact"].value == 1.0 and 0.2 < by["id:fact"].value < 0.8
+    assert by["id:commitment"].value == 1.0
+    assert by["id:fact"].lo < by["id:fact"].value < by["id:fact"].hi
 
 
 def test_clustered_band_is_wider_when_a_story_decides_all_its_items() -> None:
@@ -189,12 +229,16 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
         f"runs=[{src}]",
         *SCRIPTED,
         "engine.plant_recall.fact=0.2",
+        "engine.plant_wrong_id.commitment=1",
         f"out_dir={tmp_path / 'b'}",
         cwd=tmp_path,
     )
     assert b.returncode == 0, b.stderr
     pa, pb = load_plant_dir(tmp_path / "a"), load_plant_dir(tmp_path / "b")
     assert pa.plants == pb.plants and pa.label != pb.label  # the same items, two auditors
+    assert "wrong id fact 0 commitment 1 player_input 0" in pb.label and "wrong id" not in pa.label
+    rows = {r["figure"]: r for r in csv.DictReader((tmp_path / "b" / "plants.csv").open())}
+    assert float(rows["type:commitment"]["value"]) > 0.5 and float(rows["id:commitment"]["value"]) == 0.0
     assert pa.manifest["identity"] != pb.manifest["identity"]
     html = (tmp_path / "a" / "plants.html").read_text()
     assert "<mark class=planted>It is not true that" in html and "<td class=original>" in html

@@ -89,11 +89,13 @@ class ScriptedEngineCfg(ConfigModel):
     context_limit_turn: int | None = Field(None, ge=1)
     context_limit_share: float = Field(1.0, ge=0, le=1)
     # mode=plant's known auditor (engines/scripted.py PlantJudge): the share of planted contradictions it
-    # finds, and of clean items it flags, per conflict type (one number: every type).
+    # finds, of clean items it flags, and of the plants it finds that it names with another id than the
+    # planted one, per conflict type (one number: every type).
     plant_recall: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.8))
     plant_false_alarm: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.05))
+    plant_wrong_id: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.0))
 
-    @field_validator("plant_recall", "plant_false_alarm", mode="before")
+    @field_validator("plant_recall", "plant_false_alarm", "plant_wrong_id", mode="before")
     @classmethod
     def _per_type(cls, v: Any) -> Any:
         if isinstance(v, int | float) and not isinstance(v, bool):

@@ -115,7 +115,9 @@ def auditor_label(cfg: RunConfig, label: str) -> str:
             return f"{next(iter(by_type.values())):g}"
         return " ".join(f"{t} {by_type[t]:g}" for t in CONFLICT_TYPES)
 
-    return f"scripted (recall {rates(cfg.engine.plant_recall)}; false alarm {rates(cfg.engine.plant_false_alarm)})"
+    e = cfg.engine
+    wrong = f"; wrong id {rates(e.plant_wrong_id)}" if any(e.plant_wrong_id.values()) else ""
+    return f"scripted (recall {rates(e.plant_recall)}; false alarm {rates(e.plant_false_alarm)}{wrong})"
 
 
 def table(cfg: RunConfig, paths: Sequence[str]) -> int:

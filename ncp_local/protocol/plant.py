@@ -91,6 +91,17 @@ class ItemAudit(Record):
     def types(self) -> frozenset[str]:
         return frozenset(c.type for c in self.audit.conflicts)
 
+    @property
+    def typed(self) -> bool:
+        """A standing conflict has the planted type."""
+        return self.item.kind in self.types
+
+    @property
+    def aimed(self) -> bool:
+        """A standing conflict names the planted contradiction itself: its type and the id it contradicts (the
+        fact, the commitment, `input`); another conflict of the right type is not it."""
+        return any(c.type == self.item.kind and c.id == self.item.target for c in self.audit.conflicts)
+
 
 class PlantResult(Record):
     """One episode's items and their verdicts: a plant directory's sealed record."""
@@ -229,8 +240,9 @@ def unknown_kinds(kinds: Sequence[str]) -> list[str]:
 
 
 def plant_key(item: PlantedItem) -> str:
-    """The call key of an item's audit: each item draws seeds of its own (execution/calls.call_seed)."""
-    return f"plant/{item.kind}"
+    """The call key of an item's audit, `plant/<kind>[/<target>]`: each item draws seeds of its own
+    (execution/calls.call_seed), and a scripted auditor reads its truth there (engines/scripted.py)."""
+    return f"plant/{item.kind}/{item.target}" if item.planted else f"plant/{item.kind}"
 
 
 async def judge_item(spec: Spec, view: TurnView, item: PlantedItem, ask: Ask) -> ItemAudit:

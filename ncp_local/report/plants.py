@@ -1,5 +1,6 @@
-"""An auditor measured against planted contradictions (mode=plant): recall per conflict type, the false-alarm
-rate on clean turns, the type named right, each with its interval clustered by story; and, for auditors
+"""An auditor measured against planted contradictions (mode=plant): recall per conflict type, the type named
+right and the id named right (a standing conflict of the planted type citing the planted fact, commitment or
+`input`), the false-alarm rate on clean turns, each with its interval clustered by story; and, for auditors
 judged on the same items, their paired differences.
 
 A figure is a share of items: `hits / items` over the items it counts (the planted items of one type, or
@@ -33,7 +34,7 @@ from .paired import ALPHA, holm, sign_flips
 
 @dataclass(frozen=True)
 class FigureDef:
-    key: str  # recall:fact, named:fact, false_alarm, false_alarm:fact
+    key: str  # recall:fact, type:fact, id:fact, false_alarm, false_alarm:fact
     label: str
     kind: str  # the items it counts: a conflict type, or `clean`
 
@@ -41,14 +42,17 @@ class FigureDef:
         head, _, ctype = self.key.partition(":")
         if head == "recall":
             return a.flagged
-        if head == "named":
-            return ctype in a.types
+        if head == "type":
+            return a.typed
+        if head == "id":
+            return a.aimed
         return a.flagged if not ctype else ctype in a.types
 
 
 def figure_defs(kinds: Sequence[str]) -> list[FigureDef]:
     out = [FigureDef(f"recall:{t}", f"recall, {t}", t) for t in kinds]
-    out += [FigureDef(f"named:{t}", f"found and typed {t}", t) for t in kinds]
+    out += [FigureDef(f"type:{t}", f"type named right, {t}", t) for t in kinds]
+    out += [FigureDef(f"id:{t}", f"id named right, {t}", t) for t in kinds]
     out.append(FigureDef("false_alarm", "false alarm (any type)", CLEAN))
     out += [FigureDef(f"false_alarm:{t}", f"false alarm as {t}", CLEAN) for t in CONFLICT_TYPES]
     return out
