@@ -114,8 +114,8 @@ def judged(source: Any, items: dict, judge: PlantJudge, seed: int, root: Path) -
 
 
 def truths() -> dict[str, float]:
-    t = {f"recall:{k}": v for k, v in RECALL_1.items()} | {f"type:{k}": v for k, v in RECALL_1.items()}
-    t |= {f"id:{k}": v * (1 - WRONG_ID[k]) for k, v in RECALL_1.items()}
+    t = {f"recall:{k}": v for k, v in RECALL_1.items()} | {f"type_right:{k}": v for k, v in RECALL_1.items()}
+    t |= {f"id_right:{k}": v * (1 - WRONG_ID[k]) for k, v in RECALL_1.items()}
     t["false_alarm"] = 1 - math.prod(1 - v for v in FALSE_ALARM.values())
     t |= {f"false_alarm:{k}": v for k, v in FALSE_ALARM.items()}
     return t

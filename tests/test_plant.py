@@ -9,11 +9,13 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from cli_runner import run_cli
 from helpers import spec_doc
+from ncp_local import analysis
 from ncp_local.engines.scripted import PlantJudge, RandomPolicy, ScriptedEngine
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.exits import EXIT_ENGINE_DEAD
@@ -159,10 +161,10 @@ def test_a_conflict_of_the_right_type_citing_another_id_is_not_the_plant_found(s
             assert not a.aimed and a.item.target not in cited and cited  # found, typed, but aimed elsewhere
     by = {s.figure.key: s for s in measure("wrong id", "", "", wrong, 200, 0, 0.95).shares}
     for t in ("fact", "commitment"):
-        assert by[f"recall:{t}"].value == by[f"type:{t}"].value == 1.0 and by[f"id:{t}"].value == 0.0
-    assert by["id:player_input"].value == 1.0
-    assert by["id:fact"].figure.label == "id named right, fact"
-    assert by["type:fact"].figure.label == "type named right, fact"
+        assert by[f"recall:{t}"].value == by[f"type_right:{t}"].value == 1.0 and by[f"id_right:{t}"].value == 0.0
+    assert by["id_right:player_input"].value == 1.0
+    assert by["id_right:fact"].figure.label == "id named right, fact"
+    assert by["type_right:fact"].figure.label == "type named right, fact"
     # Half the found plants aimed elsewhere: the id named right falls to about half the type named right.
     half = _judge(
         source,
@@ -172,9 +174,9 @@ def test_a_conflict_of_the_right_type_citing_another_id_is_not_the_plant_found(s
         tmp_path / "h",
     )
     by = {s.figure.key: s for s in measure("half", "", "", half, 200, 0, 0.95).shares}
-    assert by["type:fact"].value == 1.0 and 0.2 < by["id:fact"].value < 0.8
-    assert by["id:commitment"].value == 1.0
-    assert by["id:fact"].lo < by["id:fact"].value < by["id:fact"].hi
+    assert by["type_right:fact"].value == 1.0 and 0.2 < by["id_right:fact"].value < 0.8
+    assert by["id_right:commitment"].value == 1.0
+    assert by["id_right:fact"].lo < by["id_right:fact"].value < by["id_right:fact"].hi
 
 
 def test_clustered_band_is_wider_when_a_story_decides_all_its_items() -> None:
@@ -238,7 +240,7 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
     assert pa.plants == pb.plants and pa.label != pb.label  # the same items, two auditors
     assert "wrong id fact 0 commitment 1 player_input 0" in pb.label and "wrong id" not in pa.label
     rows = {r["figure"]: r for r in csv.DictReader((tmp_path / "b" / "plants.csv").open())}
-    assert float(rows["type:commitment"]["value"]) > 0.5 and float(rows["id:commitment"]["value"]) == 0.0
+    assert float(rows["type_right:commitment"]["value"]) > 0.5 and float(rows["id_right:commitment"]["value"]) == 0.0
     assert pa.manifest["identity"] != pb.manifest["identity"]
     html = (tmp_path / "a" / "plants.html").read_text()
     assert "<mark class=planted>It is not true that" in html and "<td class=original>" in html
@@ -269,6 +271,36 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
     # Three stories: every sign-flip pattern is enumerated, and no p-value can fall below 2/8.
     assert float(fact["p"]) == 0.25
     assert (tmp_path / "rep" / "plants.html").is_file()
+    # The analysis table `plants`: plants.csv's figures, from the directories and from the Parquet export.
+    frame = analysis.plants([str(tmp_path / "a"), str(tmp_path / "b")])
+    csv_rows = list(csv.DictReader((tmp_path / "b" / "plants.csv").open()))
+    b_rows = frame[frame.plant_dir == str(tmp_path / "b")].set_index("figure")
+    assert len(b_rows) == len(csv_rows) and len(frame) == 2 * len(csv_rows)
+    for row in csv_rows:
+        got = b_rows.loc[row["figure"]]
+        assert (got["hits"], got["items"]) == (int(row["hits"]), int(row["items"]))
+        assert got.value_lo <= got.value <= got.value_hi
+    assert b_rows.loc["id_right:commitment"].value == 0.0 and b_rows.loc["type_right:commitment"].value > 0.5
+    assert b_rows.loc["id_right:commitment"].measure == "id_right"
+    assert b_rows.loc["id_right:commitment"].conflict_type == "commitment"
+    assert b_rows.loc["false_alarm"].conflict_type is None and b_rows.loc["false_alarm"].measure == "false_alarm"
+    assert set(frame.plants) == {pa.plants} and set(frame.label) == {pa.label, pb.label}
+    exp = run_cli(
+        "mode=export",
+        f"runs=[{src},{tmp_path / 'b'}]",
+        "export.format=parquet",
+        f"export.out={tmp_path / 'tables'}",
+        cwd=tmp_path,
+    )
+    assert exp.returncode == 0, exp.stderr
+    assert "plants: " + str(len(csv_rows)) + " rows" in exp.stdout
+    both = analysis.tables(tmp_path / "tables", ["runs", "plants"])
+    assert len(both["runs"]) == 1  # the run's row beside the auditor's figures
+    pd.testing.assert_frame_equal(
+        both["plants"], analysis.plants(str(tmp_path / "b")), check_exact=True, check_dtype=True
+    )
+    refused = run_cli("mode=export", f"runs=[{tmp_path / 'b'}]", "export.format=inspect", cwd=tmp_path)
+    assert refused.returncode == 2 and "exports only as export.format=parquet" in refused.stderr
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path: Path, source: Run) -> None:
@@ -350,3 +382,53 @@ def test_a_dead_engine_stops_either_judging_mode_the_same_way_and_it_resumes(
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert (out / "DONE").exists() and len(list((out / "results").glob("*.json"))) == len(source.results)
+
+
+def test_a_plant_directory_is_logged_to_the_tracker_with_its_figures(tmp_path: Path, source: Run) -> None:
+    pytest.importorskip("mlflow", reason="mlflow-skinny is not installed (the `tracking` extra)")
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "mlruns"
+    done = run_cli(
+        "mode=plant",
+        f"runs=[{source.path}]",
+        *SCRIPTED,
+        "engine.plant_wrong_id.fact=1",
+        f"out_dir={tmp_path / 'p'}",
+        "tracker=mlflow",
+        f"tracker.dir={store}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tracker=mlflow: run " in done.stdout and "warning" not in done.stderr
+    run_id = json.loads((tmp_path / "p" / "tracker.json").read_text())["mlflow"]["id"]
+    got = MlflowClient(tracking_uri=f"sqlite:///{store.resolve() / 'mlflow.db'}").get_run(run_id).data
+    rows = list(csv.DictReader((tmp_path / "p" / "plants.csv").open()))
+    assert rows
+    for row in rows:
+        name = row["figure"].replace(":", "_")
+        assert got.metrics[f"{name}_items"] == int(row["items"])
+        for suffix, col in (("", "value"), ("_lo", "lo"), ("_hi", "hi")):
+            assert got.metrics[name + suffix] == pytest.approx(float(row[col]), abs=1e-6)
+    assert got.metrics["id_right_fact"] == 0.0 and got.metrics["type_right_fact"] > 0
+    assert got.tags["kind"] == "plant" and "wrong id fact 1" in got.tags["label"]
+    # W&B, offline: the same figures in the run's summary (a plant directory has no S(t) nor cost table).
+    pytest.importorskip("wandb", reason="wandb is not installed (the `tracking` extra)")
+    import wandb_files
+    from ncp_local.tracking.wandb_tracker import run_files
+
+    wb = tmp_path / "wb"
+    again = run_cli(
+        "mode=plant",
+        f"runs=[{source.path}]",
+        *SCRIPTED,
+        "engine.plant_wrong_id.fact=1",
+        f"out_dir={tmp_path / 'p'}",
+        "tracker=wandb",
+        f"tracker.dir={wb}",
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
+    wid = json.loads((tmp_path / "p" / "tracker.json").read_text())["wandb"]["id"]
+    logged = wandb_files.summary(run_files(wb, wid))
+    assert {k: logged[k] for k in got.metrics} == pytest.approx(got.metrics)

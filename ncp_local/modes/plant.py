@@ -8,7 +8,8 @@ call service (retries, per-call seeds, the call log), all items at once.
 
 Output: a plant directory beside the run, `plant-<run>-<identity>` (or `out_dir`): manifest with
 `kind: plant`, results/<episode>.json per episode (sealed, so a rerun resumes), calls.jsonl, and the
-figures: plants.{md,csv,html} and a plot. Its identity holds the run's, the items' digest, the auditor
+figures: plants.{md,csv,html} and a plot (and, with `tracker=mlflow|wandb`, the figures logged there too).
+Its identity holds the run's, the items' digest, the auditor
 and the prompts, so an auditor sweep (`-m auditor=a,b`) judges the same items in directories of its own.
 Several plant directories (`runs=[P1,P2,...]`, no model loads) give the figures side by side and the
 paired differences; so does mode=report given them.
@@ -41,6 +42,7 @@ from ..rundir import identity as identity_mod
 from ..rundir import provenance
 from ..rundir.layout import require_finished
 from ..rundir.store import RunDir
+from ..tracking import require, track_run
 
 Items = dict[str, list[PlantedItem]]  # episode -> its items
 Results = dict[str, PlantResult]  # episode -> its items judged
@@ -138,6 +140,7 @@ def main(cfg: RunConfig) -> int:
     runs = expand_runs(list(cfg.runs)) if cfg.runs else []
     if runs and all(is_plant_dir(r) for r in runs):
         return table(cfg, runs)
+    require(cfg.tracker)  # a tracker that is not installed is refused before anything starts
     if len(runs) != 1:
         raise ConfigError("runs", "plant takes one run directory (runs=[DIR]), or plant directories to tabulate")
     source = load_run(runs[0])
@@ -185,9 +188,11 @@ def main(cfg: RunConfig) -> int:
     if isinstance(done, Exit):
         done.print()
         return done.code
-    return table(
+    code = table(
         cfg.model_copy(update={"report": cfg.report.model_copy(update={"out": cfg.report.out or str(out)})}), [str(out)]
     )
+    track_run(cfg, out)  # the figures to tracker=mlflow|wandb, as mode=run's (never fails the mode)
+    return code
 
 
 async def _one(

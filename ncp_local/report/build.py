@@ -15,6 +15,7 @@ from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
 from .mpl_home import ready as plots_ready
+from .plant_dirs import PlantDir
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
 from .ran import ran_notes
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
@@ -208,7 +209,7 @@ def run_notes(runs: list[Run]) -> list[str]:
     return [f"{r.label}: {n}" for r in runs for n in r.notes]
 
 
-def default_out(cfg: RunConfig, runs: list[Run], name: str) -> Path:
+def default_out(cfg: RunConfig, runs: Sequence[Run] | Sequence[PlantDir], name: str) -> Path:
     """`<sweep folder>/<name>` for one sweep folder, else `<first run>/<name>`."""
     given = [Path(r).expanduser() for r in cfg.runs]
     if len(given) == 1 and is_sweep_folder(given[0]):

@@ -34,7 +34,7 @@ from .paired import ALPHA, holm, sign_flips
 
 @dataclass(frozen=True)
 class FigureDef:
-    key: str  # recall:fact, type:fact, id:fact, false_alarm, false_alarm:fact
+    key: str  # recall:fact, type_right:fact, id_right:fact, false_alarm, false_alarm:fact
     label: str
     kind: str  # the items it counts: a conflict type, or `clean`
 
@@ -42,17 +42,17 @@ class FigureDef:
         head, _, ctype = self.key.partition(":")
         if head == "recall":
             return a.flagged
-        if head == "type":
+        if head == "type_right":
             return a.typed
-        if head == "id":
+        if head == "id_right":
             return a.aimed
         return a.flagged if not ctype else ctype in a.types
 
 
 def figure_defs(kinds: Sequence[str]) -> list[FigureDef]:
     out = [FigureDef(f"recall:{t}", f"recall, {t}", t) for t in kinds]
-    out += [FigureDef(f"type:{t}", f"type named right, {t}", t) for t in kinds]
-    out += [FigureDef(f"id:{t}", f"id named right, {t}", t) for t in kinds]
+    out += [FigureDef(f"type_right:{t}", f"type named right, {t}", t) for t in kinds]
+    out += [FigureDef(f"id_right:{t}", f"id named right, {t}", t) for t in kinds]
     out.append(FigureDef("false_alarm", "false alarm (any type)", CLEAN))
     out += [FigureDef(f"false_alarm:{t}", f"false alarm as {t}", CLEAN) for t in CONFLICT_TYPES]
     return out
