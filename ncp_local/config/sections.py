@@ -269,6 +269,15 @@ class PlantCfg(ConfigModel):
     types: list[str] = Field(default_factory=lambda: list(CONFLICT_TYPES))  # one planted item per type
     place: Literal["start", "end", "random"] = "end"  # where the planted sentence goes in the narration
     seed: int = 0  # the draw of turns, targets and places
+    # A planting model: `narrator`, the narrator as configured (narrator=<group>, its engine and sampling),
+    # rewrites each planted turn with its contradiction, checked (protocol/plant.py rewrite_item); a rewrite
+    # that fails the check is replaced by the fixed edit. None: the fixed edits alone.
+    model: Literal["narrator"] | None = None
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        """The optional stages' templates these settings ask (protocol.prompts.OPTIONAL)."""
+        return ("plant_rewrite",) if self.model else ()
 
     @field_validator("types")
     @classmethod

@@ -83,6 +83,9 @@ class RandomPolicy:
             )
         if stage == "hiagent_summarize":
             return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
+        if stage == "plant_rewrite":  # a planting model with no skill: its rewrite fails mode=plant's check
+            line = f"You notice nothing unusual (roll {rng.randint(1, 99)})."
+            return json.dumps({"text": line, "planted": line})
         if stage == "build_trajectory":
             return json.dumps(
                 {

@@ -1,6 +1,7 @@
 """An auditor judging a finished run's recorded turns again: the one harness mode=reaudit and mode=plant share.
 
-Only the auditor's engine starts (the other roles point at its model, so the pool starts one engine).
+Only the auditor's engine starts (the other roles point at its model, so the pool starts one engine), and a
+role the mode keeps (mode=plant's planting model: the narrator's).
 Every episode not yet saved goes to the engine at once through the call service (retries, per-call
 seeds, the call log); each episode's result is sealed as it comes, so the same command resumes; a dead
 engine is the one exit line, saying where the saved episodes are. What judging an episode means is the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from ..engines.base import EngineDead
@@ -32,12 +34,13 @@ R = TypeVar("R", ReauditResult, PlantResult)
 Work = Callable[[CallService, Iterable[str], Callable[[R], None]], Awaitable[dict[str, R]]]
 
 
-def auditor_pool(ready: Ready) -> EnginePool:
-    """The pool of a process that runs the auditor alone."""
-    return EnginePool(
-        ready.bindings.all_as("auditor"),
-        endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
-    )
+def auditor_pool(ready: Ready, keep: tuple[str, ...] = ()) -> EnginePool:
+    """The pool of a process that runs the auditor, and the roles of `keep` as configured (mode=plant's
+    planting model is the narrator's); every other role is bound as the auditor, so it starts nothing more."""
+    bound = ready.bindings.all_as("auditor")
+    bound = replace(bound, roles={r: ready.bindings[r] if r in keep else b for r, b in bound.roles.items()})
+    at = {r: "auditor" if r not in keep else r for r in ROLES}
+    return EnginePool(bound, endpoints={r: ready.endpoints[at[r]] for r in ROLES if at[r] in ready.endpoints})
 
 
 async def each_episode(
@@ -62,7 +65,13 @@ async def each_episode(
 
 
 def judge_run(
-    ready: Ready, engines: EnginePool, store: RunDir, what: str, sizes: Mapping[str, int], work: Work[R]
+    ready: Ready,
+    engines: EnginePool,
+    store: RunDir,
+    what: str,
+    sizes: Mapping[str, int],
+    work: Work[R],
+    roles: tuple[str, ...] = ("auditor",),
 ) -> dict[str, R] | Exit:
     """Every episode of `sizes` (episode -> its turns or items, for the progress line) judged by `work`
     unless already saved in `store`, which is marked done and closed. The results, or the exit of a dead
@@ -73,7 +82,7 @@ def judge_run(
         done: dict[str, R] = {r.episode: r for r in store.iter_results()}
         todo = {e: n for e, n in sizes.items() if e not in done}
         if todo:
-            done.update(asyncio.run(_judge(ready, engines, store, what, todo, work)))
+            done.update(asyncio.run(_judge(ready, engines, store, what, todo, work, roles)))
         else:
             print(f"all {len(done)} episodes already judged in {out}; nothing left to do")
         store.mark_done(len(done))
@@ -87,7 +96,13 @@ def judge_run(
 
 
 async def _judge(
-    ready: Ready, engines: EnginePool, store: RunDir, what: str, todo: dict[str, int], work: Work[R]
+    ready: Ready,
+    engines: EnginePool,
+    store: RunDir,
+    what: str,
+    todo: dict[str, int],
+    work: Work[R],
+    roles: tuple[str, ...],
 ) -> dict[str, R]:
     started = await engines.start()
     bar = Progress(enabled=ready.cfg.progress, every_s=ready.cfg.progress_every_s)
@@ -95,8 +110,8 @@ async def _judge(
         bar.add_run(what, [name], n)
     try:
         assert engines.bindings is not None
-        roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
-        calls = CallService(roles=roles, pack=ready.pack, store=store, seed=ready.cfg.seed)
+        bound = with_engines(engines.bindings, started, roles, wrap=lambda e: Metered(e, bar))
+        calls = CallService(roles=bound, pack=ready.pack, store=store, seed=ready.cfg.seed)
 
         def save(res: R) -> None:
             store.write_result(res)

@@ -30,7 +30,15 @@ from ..execution.engine_pool import embedded_note
 from ..execution.failures import Exit
 from ..execution.preflight import preflight
 from ..execution.rejudge import auditor_pool, each_episode, judge_run
-from ..protocol.plant import ItemAudit, PlantedItem, PlantResult, draw_items, items_digest, judge_item
+from ..protocol.plant import (
+    ItemAudit,
+    PlantedItem,
+    PlantResult,
+    draw_items,
+    items_digest,
+    judge_item,
+    rewrite_item,
+)
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
@@ -74,6 +82,28 @@ def draw(cfg: RunConfig, source: Run) -> Items:
     return items
 
 
+def planter(cfg: RunConfig, pack: PromptPack) -> dict[str, Any] | None:
+    """The planting model as the items' identity holds it (its role's settings, weights and prompt); None
+    when the fixed edits alone plant."""
+    role = cfg.plant.model
+    if role is None:
+        return None
+    return {
+        "role": role,
+        "settings": cfg.source.get(role),
+        "models": identity_mod.role_models(cfg, (role,)),
+        "prompt": pack.templates["plant_rewrite"],
+    }
+
+
+def digest_of(cfg: RunConfig, items: Items, pack: PromptPack) -> str:
+    return items_digest([i for its in items.values() for i in its], planter(cfg, pack))
+
+
+def load_pack(cfg: RunConfig) -> PromptPack:
+    return PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates, *cfg.plant.templates))
+
+
 def out_dir(cfg: RunConfig, source: Run, pack: PromptPack, digest: str) -> tuple[Path, identity_mod.Identity]:
     src = source.manifest.get("identity") or str(source.path.resolve())
     base = identity_mod.of_reaudit(cfg, pack.templates, f"{PLANT_KIND}/{src}")
@@ -91,8 +121,8 @@ def point_dir(cfg: RunConfig) -> Path:
     source = load_run(cfg.runs[0])
     attach_specs(source, cfg.report.dataset, required=True)
     items = draw(cfg, source)
-    pack = PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates))
-    return out_dir(cfg, source, pack, items_digest([i for its in items.values() for i in its]))[0]
+    pack = load_pack(cfg)
+    return out_dir(cfg, source, pack, digest_of(cfg, items, pack))[0]
 
 
 SCRIPTED_NOTE = "a scripted auditor: its figures are the rates it was given (engine.plant_*), drawn at random"
@@ -149,14 +179,16 @@ def main(cfg: RunConfig) -> int:
         raise InputError(path, "runs", f"{why}: re-run the source run's own command first")
     attach_specs(source, cfg.report.dataset, required=True)
     items = draw(cfg, source)  # every refusal of the input comes before any model loads
-    ready = preflight(cfg, roles=("auditor",), episodes=False)
-    engines = auditor_pool(ready)
-    digest = items_digest([i for its in items.values() for i in its])
+    roles = ("auditor", *([cfg.plant.model] if cfg.plant.model else []))  # and the planting model's
+    ready = preflight(cfg, roles=roles, episodes=False, templates=(*TEMPLATES, *cfg.plant.templates))
+    engines = auditor_pool(ready, keep=roles[1:])
+    digest = digest_of(cfg, items, ready.pack)
     out, ident = out_dir(cfg, source, ready.pack, digest)
     if source.path.resolve() in out.resolve().parents:
         raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: use a folder of its own")
     label = auditor_label(cfg, ready.bindings["auditor"].label)
     notes = what_it_measures(ready.bindings)
+    weights = {**identity_mod.role_models(cfg, roles[1:]), **ident.parts["models"]}
     store = RunDir(out, record=PlantResult)
     store.open(
         {
@@ -173,7 +205,7 @@ def main(cfg: RunConfig) -> int:
             "auditor_label": label,
             "notes": notes,
             "prompts": {"path": str(Path(ready.pack.root).resolve()), "sha256": ready.pack.sha256},
-            "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
+            "models": {r: {**engines.describe()[r], "weights": weights[r]} for r in roles},
         },
         ident,
     )
@@ -182,9 +214,10 @@ def main(cfg: RunConfig) -> int:
     sizes = {e: len(its) for e, its in items.items()}
 
     def work(calls: CallService, todo: Iterable[str], save: Callable[[PlantResult], None]) -> Awaitable[Results]:
-        return judge_all(source, {e: items[e] for e in todo}, calls, ready.cfg.concurrency, on_result=save)
+        todo_items = {e: items[e] for e in todo}
+        return judge_all(source, todo_items, calls, ready.cfg.concurrency, save, rewrite=len(roles) > 1)
 
-    done = judge_run(ready, engines, store, "plant", sizes, work)
+    done = judge_run(ready, engines, store, "plant", sizes, work, roles)
     if isinstance(done, Exit):
         done.print()
         return done.code
@@ -196,13 +229,21 @@ def main(cfg: RunConfig) -> int:
 
 
 async def _one(
-    spec: Spec, views: dict[int, TurnView], item: PlantedItem, calls: CallService, episode: str, gate: asyncio.Semaphore
+    spec: Spec,
+    view: TurnView,
+    item: PlantedItem,
+    calls: CallService,
+    episode: str,
+    gate: asyncio.Semaphore,
+    rewrite: bool,
 ) -> ItemAudit:
     async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
         return await calls.ask(episode, item.turn, stage, template, variables, **kw)
 
     async with gate:
-        return await judge_item(spec, views[item.turn], item, ask)
+        if rewrite:  # the planting model's turn first: the auditor judges the item as planted
+            item = await rewrite_item(spec, view, item, ask)
+        return await judge_item(spec, view, item, ask)
 
 
 async def judge_all(
@@ -211,15 +252,17 @@ async def judge_all(
     calls: CallService,
     concurrency: int,
     on_result: Callable[[PlantResult], None] | None = None,
+    rewrite: bool = False,
 ) -> Results:
-    """Every episode's items judged, all at once (at most `concurrency` items in flight)."""
+    """Every episode's items judged, all at once (at most `concurrency` items in flight); `rewrite`: each
+    planted item rewritten by the planting model first (the narrator role of `calls`)."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def episode(name: str) -> PlantResult:
         result = source.results[name]
         spec = source.specs[result.spec_id]
         views = {v.record.turn: v for v in replay(spec, result).turns}
-        audits = await asyncio.gather(*(_one(spec, views, i, calls, name, gate) for i in items[name]))
+        audits = await asyncio.gather(*(_one(spec, views[i.turn], i, calls, name, gate, rewrite) for i in items[name]))
         return PlantResult(spec_id=result.spec_id, trial=result.trial, items=tuple(audits))
 
     return await each_episode(items, episode, on_result)

@@ -20,6 +20,7 @@ coverage (docs/measurements/2026-12-07-planted.md).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -78,6 +79,8 @@ class AuditorFigures:
     failed: int  # items whose audit stayed invalid (left out of every figure)
     shares: tuple[Share, ...]
     notes: tuple[str, ...] = ()
+    rewritten: int = 0  # planted items the planting model rewrote (plant.model)
+    refused: int = 0  # its rewrites that failed their check: those items are the fixed edit
 
 
 def judged_items(results: Sequence[PlantResult]) -> list[tuple[str, ItemAudit]]:
@@ -142,8 +145,19 @@ def measure(
         value, lo, hi = share_band(hits, counted, stories, resamples, seed, level)
         n_stories = len({s for s, c in zip(stories, counted, strict=True) if c})
         shares.append(Share(f, int(hits.sum()), int(counted.sum()), n_stories, value, lo, hi))
-    notes = (f"{failed} item(s) whose audit stayed invalid after its retries: left out",) if failed else ()
-    return AuditorFigures(label, path, plants, len(items), failed, tuple(shares), notes)
+    notes = [f"{failed} item(s) whose audit stayed invalid after its retries: left out"] if failed else []
+    planted = [a.item for r in results for a in r.items if a.item.planted]
+    rewritten = sum(i.by == "model" for i in planted)
+    refused = Counter(i.refused.split(" (")[0] for i in planted if i.refused)
+    if rewritten or refused:
+        why = "; ".join(f"{n} x {reason}" for reason, n in refused.most_common(3))
+        notes.append(
+            f"planting model: {rewritten} of {len(planted)} planted items rewritten by it; {refused.total()} "
+            f"rewrite(s) refused, those items planted by the fixed edit instead" + (f" ({why})" if why else "")
+        )
+    return AuditorFigures(
+        label, path, plants, len(items), failed, tuple(shares), tuple(notes), rewritten, refused.total()
+    )
 
 
 # ---- paired differences -----------------------------------------------------------------------------
