@@ -539,5 +539,11 @@ def test_cli_a_planting_model_is_part_of_the_items_identity(tmp_path: Path, sour
     assert [a.item.response for r in pn.results for a in r.items] == [
         a.item.response for r in pe.results for a in r.items
     ]
+    # Another auditor on the same planting model: the same items' digest (paired), the same rewrites asked.
+    other = run_cli(*base, "plant.model=narrator", "engine.plant_recall=0.3", f"out_dir={tmp_path / 'o'}", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    po = load_plant_dir(tmp_path / "o")
+    assert po.plants == pn.plants and po.manifest["identity"] != pn.manifest["identity"]
+    assert [a.item for r in po.results for a in r.items] == [a.item for r in pn.results for a in r.items]
     log = [json.loads(line) for line in (tmp_path / "n" / "calls.jsonl").read_text().splitlines()]
     assert {line["stage"] for line in log if line["role"] == "narrator"} == {"plant_rewrite"}
