@@ -7,6 +7,7 @@ import csv
 import json
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -547,3 +548,64 @@ def test_cli_a_planting_model_is_part_of_the_items_identity(tmp_path: Path, sour
     assert [a.item for r in po.results for a in r.items] == [a.item for r in pn.results for a in r.items]
     log = [json.loads(line) for line in (tmp_path / "n" / "calls.jsonl").read_text().splitlines()]
     assert {line["stage"] for line in log if line["role"] == "narrator"} == {"plant_rewrite"}
+
+
+def test_the_miss_correction_inverts_recall_and_false_alarms() -> None:
+    from ncp_local.report.misses import Measured, correct, corrected_rates
+
+    assert float(correct(0.05, 0.5, 0.01)) == pytest.approx(0.04 / 0.49)
+    assert float(correct(0.001, 0.5, 0.01)) == 0.0  # fewer flags than false alarms alone: none real
+    assert np.isnan(correct(0.05, 0.3, 0.3))  # an auditor that tells nothing apart corrects nothing
+    # 40 stories of 50 turns: 1 of 50 turns flagged, by an auditor of recall 0.5 and no false alarm: 2 of 50 real.
+    stories = [f"s{i}" for i in range(40)]
+    turns = np.full(40, 50.0)
+    ended = {"fact": np.ones(40, dtype=bool)}
+    exact = Measured(0.5, 1e6), Measured(0.0, 1e6)
+    [rate] = corrected_rates(stories, turns, ended, {"fact": exact}, 400, 0, 0.95)
+    assert rate.flagged == pytest.approx(0.02) and rate.value == pytest.approx(0.04)
+    assert rate.lo <= 0.04 <= rate.hi
+    # A recall measured on few items: the same point, a wider interval.
+    [loose] = corrected_rates(stories, turns, ended, {"fact": (Measured(0.5, 10), exact[1])}, 400, 0, 0.95)
+    assert loose.value == rate.value and loose.hi - loose.lo > 2 * (rate.hi - rate.lo)
+
+
+def test_a_report_over_a_run_and_a_plant_of_its_auditor_corrects_for_misses(tmp_path: Path, source: Run) -> None:
+    planted = run_cli(
+        "mode=plant",
+        f"runs=[{source.path}]",
+        *SCRIPTED,
+        "engine.plant_recall=0.5",
+        f"out_dir={tmp_path / 'p'}",
+        cwd=tmp_path,
+    )
+    assert planted.returncode == 0, planted.stderr
+    rep = run_cli(
+        "mode=report",
+        f"runs=[{source.path},{tmp_path / 'p'}]",
+        f"report.out={tmp_path / 'rep'}",
+        "report.resamples=300",
+        "report.html=false",
+        cwd=tmp_path,
+    )
+    assert rep.returncode == 0, rep.stderr
+    doc = (tmp_path / "rep" / "results.md").read_text()
+    assert "## The auditor's misses" in doc and "the auditor's misses:" in rep.stdout
+    section = doc.split("## The auditor's misses")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert {r[1] for r in rows} == set(CONFLICT_TYPES)
+    for r in rows:  # flagged, recall, false alarm, corrected, [lo, hi] (per 100 turns, %)
+        flagged, recall, alarm = float(r[2]), float(r[3]) / 100, float(r[4]) / 100
+        if r[5] != "n/a" and recall > alarm:
+            assert float(r[5]) == pytest.approx(max(0.0, (flagged - 100 * alarm) / (recall - alarm)), abs=0.011)
+            lo, hi = (float(x) for x in r[6].strip(" |[]").split(", "))
+            assert lo <= float(r[5]) <= hi
+    # A plant directory of another auditor corrects nothing, and says so.
+    from ncp_local.report.misses import misses_section
+
+    other = load_plant_dir(tmp_path / "p")
+    config = {**other.manifest["config"], "auditor": {"model": {"name": "another-model"}}}
+    stranger = replace(other, manifest={**other.manifest, "config": config})
+    md, notes = misses_section([source], [stranger], 200, 0, 0.95)
+    assert md == "" and notes == [
+        f"{stranger.path}: its auditor (another-model on scripted) audited none of these runs"
+    ]

@@ -68,6 +68,7 @@ class Share:
     value: float  # hits / items
     lo: float
     hi: float
+    n_eff: float = math.nan  # the effective number of items its band rests on (effective_items)
 
 
 @dataclass(frozen=True)
@@ -102,13 +103,15 @@ def _story_draws(g: int, resamples: int, seed: int) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=g) for row in picks]) if g else np.zeros((resamples, 0))
 
 
-def share_band(
+def effective_items(
     hits: np.ndarray, counted: np.ndarray, stories: Sequence[str], resamples: int, seed: int, level: float
-) -> tuple[float, float, float]:
-    """(value, lo, hi) of sum(hits) / sum(counted) over items, clustered by story (module docstring)."""
+) -> tuple[float, float]:
+    """(sum(hits) / sum(counted), the effective number of items): as many independent items as would give
+    the variance a bootstrap of stories finds, widened for few stories, at most the items counted
+    (module docstring). (nan, 0) when nothing is counted."""
     n = float(counted.sum())
     if n == 0:
-        return math.nan, math.nan, math.nan
+        return math.nan, 0.0
     p = float(hits.sum()) / n
     keep = counted.astype(bool)
     kept = [s for s, k in zip(stories, keep, strict=True) if k]
@@ -118,7 +121,16 @@ def share_band(
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (w @ sums[:, 0]) / (w @ sums[:, 1])
     var = float(np.nanvar(boot)) * few_stories_factor(g, level) ** 2
-    n_eff = min(n, p * (1 - p) / var) if var > 0 else n
+    return p, (min(n, p * (1 - p) / var) if var > 0 else n)
+
+
+def share_band(
+    hits: np.ndarray, counted: np.ndarray, stories: Sequence[str], resamples: int, seed: int, level: float
+) -> tuple[float, float, float]:
+    """(value, lo, hi) of sum(hits) / sum(counted) over items, clustered by story (module docstring)."""
+    p, n_eff = effective_items(hits, counted, stories, resamples, seed, level)
+    if n_eff == 0:
+        return math.nan, math.nan, math.nan
     lo, hi = jeffreys_band(np.asarray([p]), np.asarray([n_eff]), np.asarray([n_eff]), level)
     # None of n (or all): Jeffreys' limit falls short (0 of 55 reaches only 4.4%); Brown, Cai and DasGupta's
     # modified interval takes the exact one-sided limit there, 1 - (alpha/2)^(1/n).
@@ -143,8 +155,9 @@ def measure(
         counted = np.asarray([a.item.kind == f.kind for _, a in items], dtype=float)
         hits = np.asarray([a.item.kind == f.kind and f.hit(a) for _, a in items], dtype=float)
         value, lo, hi = share_band(hits, counted, stories, resamples, seed, level)
+        n_eff = effective_items(hits, counted, stories, resamples, seed, level)[1]
         n_stories = len({s for s, c in zip(stories, counted, strict=True) if c})
-        shares.append(Share(f, int(hits.sum()), int(counted.sum()), n_stories, value, lo, hi))
+        shares.append(Share(f, int(hits.sum()), int(counted.sum()), n_stories, value, lo, hi, n_eff))
     notes = [f"{failed} item(s) whose audit stayed invalid after its retries: left out"] if failed else []
     planted = [a.item for r in results for a in r.items if a.item.planted]
     rewritten = sum(i.by == "model" for i in planted)
