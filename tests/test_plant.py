@@ -303,6 +303,9 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
     pd.testing.assert_frame_equal(
         both["plants"], analysis.plants(str(tmp_path / "b")), check_exact=True, check_dtype=True
     )
+    (tmp_path / "tables" / "plants.parquet").unlink()  # as an export made before the table existed
+    old = analysis.tables(tmp_path / "tables")
+    assert old["plants"].empty and list(old["plants"].columns) == list(both["plants"].columns)
     refused = run_cli("mode=export", f"runs=[{tmp_path / 'b'}]", "export.format=inspect", cwd=tmp_path)
     assert refused.returncode == 2 and "exports only as export.format=parquet" in refused.stderr
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..report.parquet import build_tables, is_table_folder, read_table
+from ..report.parquet import build_tables, is_table_folder, read_table, table_path, to_arrow
 from ..report.plant_dirs import is_plant_dir, load_plant_dir
 from ..report.runs import attach_specs, expand_runs, load_runs, sweep_points
 from ..report.table_rows import Source, point_of
@@ -46,7 +46,9 @@ def tables(
     entries = _entries(runs)
     if len(entries) == 1 and is_table_folder(Path(entries[0]).expanduser()):
         folder = Path(entries[0]).expanduser()
-        return {n: read_table(folder, n).to_pandas() for n in names}
+        # An export from before the `plants` table has no file of it: it exported no plant directory.
+        empty = {"plants": to_arrow(TABLES["plants"], [])} if not table_path(folder, "plants").is_file() else {}
+        return {n: (empty[n] if n in empty else read_table(folder, n)).to_pandas() for n in names}
     given = expand_runs(entries)
     run_dirs = [p for p in given if not is_plant_dir(p)]
     loaded = load_runs(run_dirs, label) if run_dirs else []
