@@ -12,6 +12,8 @@ from run to run, and measures them as the mode does (report/plants.py):
 - A: every story alike. Auditor 1 finds fact / commitment / player_input plants with chance 0.80 / 0.60 /
   0.90 and flags clean turns as fact / commitment / player_input with 0.05 / 0.03 / 0.02; auditor 2 finds
   them with 0.60 / 0.50 / 0.90 (a paired difference of -0.20 / -0.10 / 0) and flags with the same rates.
+  Both name a found plant with another id of its type than the planted one with chance 0.25 / 0.10 / 0
+  (so the id named right is recall x 0.75 / 0.90 / 1).
 - B: stories differ. Each story's recall of each type is drawn per run from a Beta of the same mean and
   concentration 4 (auditor 2's from the same draw, shifted by its difference), so a story's items are
   correlated: what the clustered intervals are for.
@@ -54,6 +56,8 @@ from ncp_local.rundir.store import RunDir  # noqa: E402
 RECALL_1 = {"fact": 0.80, "commitment": 0.60, "player_input": 0.90}
 RECALL_2 = {"fact": 0.60, "commitment": 0.50, "player_input": 0.90}
 FALSE_ALARM = {"fact": 0.05, "commitment": 0.03, "player_input": 0.02}
+# Of the plants found, named with another id of their type (a fact plant always has one: `response_internal`).
+WRONG_ID = {"fact": 0.25, "commitment": 0.10, "player_input": 0.0}
 CONCENTRATION = 4.0
 
 
@@ -61,7 +65,7 @@ class StoryJudge(PlantJudge):
     """A PlantJudge whose recall differs by story (condition B): the story's rates are looked up per call."""
 
     def __init__(self, by_story: dict[str, dict[str, float]], false_alarm: dict[str, float]) -> None:
-        super().__init__(recall={}, false_alarm=false_alarm)
+        super().__init__(recall={}, false_alarm=false_alarm, wrong_id=dict(WRONG_ID))
         self.by_story = by_story
 
     def answer(self, request: Request) -> str:
@@ -110,7 +114,8 @@ def judged(source: Any, items: dict, judge: PlantJudge, seed: int, root: Path) -
 
 
 def truths() -> dict[str, float]:
-    t = {f"recall:{k}": v for k, v in RECALL_1.items()} | {f"named:{k}": v for k, v in RECALL_1.items()}
+    t = {f"recall:{k}": v for k, v in RECALL_1.items()} | {f"type_right:{k}": v for k, v in RECALL_1.items()}
+    t |= {f"id_right:{k}": v * (1 - WRONG_ID[k]) for k, v in RECALL_1.items()}
     t["false_alarm"] = 1 - math.prod(1 - v for v in FALSE_ALARM.values())
     t |= {f"false_alarm:{k}": v for k, v in FALSE_ALARM.items()}
     return t

@@ -9,13 +9,16 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from cli_runner import run_cli
 from helpers import spec_doc
+from ncp_local import analysis
 from ncp_local.engines.scripted import PlantJudge, RandomPolicy, ScriptedEngine
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
+from ncp_local.exits import EXIT_ENGINE_DEAD
 from ncp_local.modes.plant import judge_all
 from ncp_local.protocol import ledger
 from ncp_local.protocol.plant import CLEAN, clean_turns, draw_items, items_digest
@@ -31,8 +34,7 @@ from ncp_local.rundir.store import RunDir
 SCRIPTED = ("engine=scripted", "progress=false")
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The rig's three specs, 6 turns, few conflicts: a run with clean turns to plant into."""
     root = tmp_path_factory.mktemp("plant")
     done = run_cli(*SCRIPTED, "max_turns=6", "engine.conflict_rate=0.05", f"out_dir={root / 'src'}", cwd=root)
@@ -40,6 +42,11 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = load_run(str(root / "src"))
     attach_specs(run, None, required=True)
     return run
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return planted_run(tmp_path_factory)
 
 
 def _items(run: Run, turns: int = 3, seed: int = 0, place: str = "end") -> dict[str, list]:
@@ -120,7 +127,7 @@ def test_a_perfect_auditor_and_a_blind_one(source: Run, tmp_path: Path) -> None:
         for a in r.items:
             assert a.flagged == a.item.planted
             if a.item.planted:
-                assert a.types == {a.item.kind}
+                assert a.types == {a.item.kind} and a.aimed  # the planted id cited
                 assert a.audit.double_check is not None and a.audit.double_check.confirmed
     figs = measure("perfect", "", "", perfect, 200, 0, 0.95)
     by = {s.figure.key: s for s in figs.shares}
@@ -134,6 +141,46 @@ def test_a_perfect_auditor_and_a_blind_one(source: Run, tmp_path: Path) -> None:
         tmp_path / "b",
     )
     assert not any(a.flagged for r in blind for a in r.items)
+
+
+def test_a_conflict_of_the_right_type_citing_another_id_is_not_the_plant_found(source: Run, tmp_path: Path) -> None:
+    items = _items(source)
+    wrong = _judge(
+        source,
+        items,
+        PlantJudge(
+            dict.fromkeys(CONFLICT_TYPES, 1.0), dict.fromkeys(CONFLICT_TYPES, 0.0), dict.fromkeys(CONFLICT_TYPES, 1.0)
+        ),
+        1,
+        tmp_path / "w",
+    )
+    planted = [a for r in wrong for a in r.items if a.item.planted]
+    assert {a.item.kind for a in planted} == set(CONFLICT_TYPES)
+    for a in planted:
+        assert a.flagged and a.typed
+        cited = {c.id for c in a.audit.conflicts}
+        if a.item.kind == "player_input":  # `input` is the one id a player-input conflict can cite
+            assert a.aimed and cited == {"input"}
+        else:
+            assert not a.aimed and a.item.target not in cited and cited  # found, typed, but aimed elsewhere
+    by = {s.figure.key: s for s in measure("wrong id", "", "", wrong, 200, 0, 0.95).shares}
+    for t in ("fact", "commitment"):
+        assert by[f"recall:{t}"].value == by[f"type_right:{t}"].value == 1.0 and by[f"id_right:{t}"].value == 0.0
+    assert by["id_right:player_input"].value == 1.0
+    assert by["id_right:fact"].figure.label == "id named right, fact"
+    assert by["type_right:fact"].figure.label == "type named right, fact"
+    # Half the found plants aimed elsewhere: the id named right falls to about half the type named right.
+    half = _judge(
+        source,
+        _items(source, turns=6),
+        PlantJudge(dict.fromkeys(CONFLICT_TYPES, 1.0), dict.fromkeys(CONFLICT_TYPES, 0.0), {"fact": 0.5}),
+        2,
+        tmp_path / "h",
+    )
+    by = {s.figure.key: s for s in measure("half", "", "", half, 200, 0, 0.95).shares}
+    assert by["type_right:fact"].value == 1.0 and 0.2 < by["id_right:fact"].value < 0.8
+    assert by["id_right:commitment"].value == 1.0
+    assert by["id_right:fact"].lo < by["id_right:fact"].value < by["id_right:fact"].hi
 
 
 def test_clustered_band_is_wider_when_a_story_decides_all_its_items() -> None:
@@ -188,12 +235,16 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
         f"runs=[{src}]",
         *SCRIPTED,
         "engine.plant_recall.fact=0.2",
+        "engine.plant_wrong_id.commitment=1",
         f"out_dir={tmp_path / 'b'}",
         cwd=tmp_path,
     )
     assert b.returncode == 0, b.stderr
     pa, pb = load_plant_dir(tmp_path / "a"), load_plant_dir(tmp_path / "b")
     assert pa.plants == pb.plants and pa.label != pb.label  # the same items, two auditors
+    assert "wrong id fact 0 commitment 1 player_input 0" in pb.label and "wrong id" not in pa.label
+    rows = {r["figure"]: r for r in csv.DictReader((tmp_path / "b" / "plants.csv").open())}
+    assert float(rows["type_right:commitment"]["value"]) > 0.5 and float(rows["id_right:commitment"]["value"]) == 0.0
     assert pa.manifest["identity"] != pb.manifest["identity"]
     html = (tmp_path / "a" / "plants.html").read_text()
     assert "<mark class=planted>It is not true that" in html and "<td class=original>" in html
@@ -224,6 +275,39 @@ def test_cli_plant_sweep_resume_html_and_report(tmp_path: Path, source: Run) -> 
     # Three stories: every sign-flip pattern is enumerated, and no p-value can fall below 2/8.
     assert float(fact["p"]) == 0.25
     assert (tmp_path / "rep" / "plants.html").is_file()
+    # The analysis table `plants`: plants.csv's figures, from the directories and from the Parquet export.
+    frame = analysis.plants([str(tmp_path / "a"), str(tmp_path / "b")])
+    csv_rows = list(csv.DictReader((tmp_path / "b" / "plants.csv").open()))
+    b_rows = frame[frame.plant_dir == str(tmp_path / "b")].set_index("figure")
+    assert len(b_rows) == len(csv_rows) and len(frame) == 2 * len(csv_rows)
+    for row in csv_rows:
+        got = b_rows.loc[row["figure"]]
+        assert (got["hits"], got["items"]) == (int(row["hits"]), int(row["items"]))
+        assert got.value_lo <= got.value <= got.value_hi
+    assert b_rows.loc["id_right:commitment"].value == 0.0 and b_rows.loc["type_right:commitment"].value > 0.5
+    assert b_rows.loc["id_right:commitment"].measure == "id_right"
+    assert b_rows.loc["id_right:commitment"].conflict_type == "commitment"
+    assert b_rows.loc["false_alarm"].conflict_type is None and b_rows.loc["false_alarm"].measure == "false_alarm"
+    assert set(frame.plants) == {pa.plants} and set(frame.label) == {pa.label, pb.label}
+    exp = run_cli(
+        "mode=export",
+        f"runs=[{src},{tmp_path / 'b'}]",
+        "export.format=parquet",
+        f"export.out={tmp_path / 'tables'}",
+        cwd=tmp_path,
+    )
+    assert exp.returncode == 0, exp.stderr
+    assert "plants: " + str(len(csv_rows)) + " rows" in exp.stdout
+    both = analysis.tables(tmp_path / "tables", ["runs", "plants"])
+    assert len(both["runs"]) == 1  # the run's row beside the auditor's figures
+    pd.testing.assert_frame_equal(
+        both["plants"], analysis.plants(str(tmp_path / "b")), check_exact=True, check_dtype=True
+    )
+    (tmp_path / "tables" / "plants.parquet").unlink()  # as an export made before the table existed
+    old = analysis.tables(tmp_path / "tables")
+    assert old["plants"].empty and list(old["plants"].columns) == list(both["plants"].columns)
+    refused = run_cli("mode=export", f"runs=[{tmp_path / 'b'}]", "export.format=inspect", cwd=tmp_path)
+    assert refused.returncode == 2 and "exports only as export.format=parquet" in refused.stderr
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path: Path, source: Run) -> None:
@@ -287,3 +371,71 @@ def test_none_found_still_reaches_a_rate_the_items_cannot_rule_out() -> None:
     assert (p, lo) == (0.0, 0.0) and hi == pytest.approx(1 - 0.025 ** (1 / 55))
     p, lo, hi = share_band(np.ones(55), np.ones(55), stories, 300, 0, 0.95)
     assert (p, hi) == (1.0, 1.0) and lo == pytest.approx(0.025 ** (1 / 55))
+
+
+@pytest.mark.parametrize("mode", ["plant", "reaudit"])
+def test_a_dead_engine_stops_either_judging_mode_the_same_way_and_it_resumes(
+    mode: str, tmp_path: Path, source: Run
+) -> None:
+    # mode=plant and mode=reaudit share one harness (execution/rejudge.py): the same exit, the same resume.
+    out = tmp_path / mode
+    args = (f"mode={mode}", f"runs=[{source.path}]", *SCRIPTED, f"out_dir={out}")
+    dead = run_cli(*args, "engine.die_after_calls=6", cwd=tmp_path)
+    assert dead.returncode == EXIT_ENGINE_DEAD, dead.stderr
+    assert "engine died" in dead.stderr and "the judged episodes are saved" in dead.stderr
+    assert str(out) in dead.stderr and not (out / "DONE").exists()
+    saved = len(list((out / "results").glob("*.json")))
+    assert saved < len(source.results)
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (out / "DONE").exists() and len(list((out / "results").glob("*.json"))) == len(source.results)
+
+
+def test_a_plant_directory_is_logged_to_the_tracker_with_its_figures(tmp_path: Path, source: Run) -> None:
+    pytest.importorskip("mlflow", reason="mlflow-skinny is not installed (the `tracking` extra)")
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "mlruns"
+    done = run_cli(
+        "mode=plant",
+        f"runs=[{source.path}]",
+        *SCRIPTED,
+        "engine.plant_wrong_id.fact=1",
+        f"out_dir={tmp_path / 'p'}",
+        "tracker=mlflow",
+        f"tracker.dir={store}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tracker=mlflow: run " in done.stdout and "warning" not in done.stderr
+    run_id = json.loads((tmp_path / "p" / "tracker.json").read_text())["mlflow"]["id"]
+    got = MlflowClient(tracking_uri=f"sqlite:///{store.resolve() / 'mlflow.db'}").get_run(run_id).data
+    rows = list(csv.DictReader((tmp_path / "p" / "plants.csv").open()))
+    assert rows
+    for row in rows:
+        name = row["figure"].replace(":", "_")
+        assert got.metrics[f"{name}_items"] == int(row["items"])
+        for suffix, col in (("", "value"), ("_lo", "lo"), ("_hi", "hi")):
+            assert got.metrics[name + suffix] == pytest.approx(float(row[col]), abs=1e-6)
+    assert got.metrics["id_right_fact"] == 0.0 and got.metrics["type_right_fact"] > 0
+    assert got.tags["kind"] == "plant" and "wrong id fact 1" in got.tags["label"]
+    # W&B, offline: the same figures in the run's summary (a plant directory has no S(t) nor cost table).
+    pytest.importorskip("wandb", reason="wandb is not installed (the `tracking` extra)")
+    import wandb_files
+    from ncp_local.tracking.wandb_tracker import run_files
+
+    wb = tmp_path / "wb"
+    again = run_cli(
+        "mode=plant",
+        f"runs=[{source.path}]",
+        *SCRIPTED,
+        "engine.plant_wrong_id.fact=1",
+        f"out_dir={tmp_path / 'p'}",
+        "tracker=wandb",
+        f"tracker.dir={wb}",
+        cwd=tmp_path,
+    )
+    assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
+    wid = json.loads((tmp_path / "p" / "tracker.json").read_text())["wandb"]["id"]
+    logged = wandb_files.summary(run_files(wb, wid))
+    assert {k: logged[k] for k in got.metrics} == pytest.approx(got.metrics)

@@ -112,7 +112,7 @@ def test_parse_and_bound_verdicts_are_unchanged(case: dict[str, Any]) -> None:
 
 # Stages added since the snapshot, each optional (asked only when a run turns it on), so that
 # everything the snapshot holds is still exactly as it was.
-ADDED = ("failure_mode",)
+ADDED = ("failure_mode", "plant_rewrite")
 
 
 def test_template_tables_and_stage_table_are_unchanged() -> None:
@@ -189,8 +189,20 @@ def test_each_builder_provides_exactly_its_templates_placeholders() -> None:
         "trajectory_check": trajectory_vars(spec, 0, facts, "history"),
         "status_check": status_vars(spec, state, facts, state.node_occurred, "history"),
     }
+    from types import SimpleNamespace
+
+    from ncp_local.protocol.plant import items_of_turn, rewrite_vars
+
+    # What a turn's view gives a plant: its record, the ledger its audit saw, the state before it.
+    record = SimpleNamespace(turn=0, player_input="I wait.", response="Nothing moves.")
+    view: Any = SimpleNamespace(record=record, projected=facts, before=state)
+    planted = items_of_turn("tiny", view, spec, ("fact",), "end", 0)[1]
+    provided["plant_rewrite"] = rewrite_vars(planted, view, spec)
     for name, variables in provided.items():
         assert set(variables) == TEMPLATE_VARS[name], name
+    assert set(provided) == set(TEMPLATE_VARS) - {"failure_mode", "hiagent_summarize", "hiagent_memory"} - set(
+        BUILD_TEMPLATES
+    )
 
 
 def test_every_stage_has_a_schema_or_a_line_and_every_bound_is_read() -> None:

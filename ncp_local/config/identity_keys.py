@@ -104,6 +104,8 @@ LATER_KEYS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     # mode=plant's scripted auditor: at the defaults a scripted run keeps the identity it had before them.
     "engine.plant_recall": ({"fact": 0.8, "commitment": 0.8, "player_input": 0.8}, _per_type_read),
     "engine.plant_false_alarm": ({"fact": 0.05, "commitment": 0.05, "player_input": 0.05}, _per_type_read),
+    "plant.model": (None, lambda value: value),
+    "engine.plant_wrong_id": ({"fact": 0.0, "commitment": 0.0, "player_input": 0.0}, _per_type_read),
     # The scripted engine's text lengths (mode=bench's rig-alone way): 0 is the short texts it always wrote.
     "engine.narration_chars": (0, lambda value: value),
     "engine.player_chars": (0, lambda value: value),

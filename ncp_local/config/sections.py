@@ -89,11 +89,13 @@ class ScriptedEngineCfg(ConfigModel):
     context_limit_turn: int | None = Field(None, ge=1)
     context_limit_share: float = Field(1.0, ge=0, le=1)
     # mode=plant's known auditor (engines/scripted.py PlantJudge): the share of planted contradictions it
-    # finds, and of clean items it flags, per conflict type (one number: every type).
+    # finds, of clean items it flags, and of the plants it finds that it names with another id than the
+    # planted one, per conflict type (one number: every type).
     plant_recall: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.8))
     plant_false_alarm: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.05))
+    plant_wrong_id: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CONFLICT_TYPES, 0.0))
 
-    @field_validator("plant_recall", "plant_false_alarm", mode="before")
+    @field_validator("plant_recall", "plant_false_alarm", "plant_wrong_id", mode="before")
     @classmethod
     def _per_type(cls, v: Any) -> Any:
         if isinstance(v, int | float) and not isinstance(v, bool):
@@ -267,6 +269,15 @@ class PlantCfg(ConfigModel):
     types: list[str] = Field(default_factory=lambda: list(CONFLICT_TYPES))  # one planted item per type
     place: Literal["start", "end", "random"] = "end"  # where the planted sentence goes in the narration
     seed: int = 0  # the draw of turns, targets and places
+    # A planting model: `narrator`, the narrator as configured (narrator=<group>, its engine and sampling),
+    # rewrites each planted turn with its contradiction, checked (protocol/plant.py rewrite_item); a rewrite
+    # that fails the check is replaced by the fixed edit. None: the fixed edits alone.
+    model: Literal["narrator"] | None = None
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        """The optional stages' templates these settings ask (protocol.prompts.OPTIONAL)."""
+        return ("plant_rewrite",) if self.model else ()
 
     @field_validator("types")
     @classmethod

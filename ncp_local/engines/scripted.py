@@ -9,12 +9,13 @@ It is never a stand-in for the engine in engine tests. Two ways to script:
   conflicts, node completions and satisfied commitments, so that
   `engine=scripted` exercises every termination over a real dataset.
 
-A known auditor (`PlantJudge`, mode=plant's simulations): on an item of mode=plant, whose kind its
-call's `key` tag names (`plant/<kind>`: opaque to a real engine, read here only because a scripted
-auditor's truth must be known), the conflict check finds a planted contradiction of type t with chance
-`recall[t]` and names it with that type, and flags a clean item with a conflict of type u with chance
-`false_alarm[u]` (each type drawn on its own); the double-check confirms what the first check found.
-So the figures mode=plant estimates have a known truth.
+A known auditor (`PlantJudge`, mode=plant's simulations): on an item of mode=plant, whose kind and
+planted target its call's `key` tag names (`plant/<kind>/<target>`: opaque to a real engine, read here
+only because a scripted auditor's truth must be known), the conflict check finds a planted contradiction
+of type t with chance `recall[t]` and names it with that type, citing the planted id, or with chance
+`wrong_id[t]` another id of that type (when the state offers one); it flags a clean item with a conflict
+of type u with chance `false_alarm[u]` (each type drawn on its own); the double-check confirms what the
+first check found. So the figures mode=plant estimates have a known truth.
 
 Fault injection (never a model's behaviour): simulated latency (`delay_s`), an engine that dies
 after N calls (`die_after_calls`), and a window that fills (`context_limit_turn`): from that turn on,
@@ -82,6 +83,9 @@ class RandomPolicy:
             )
         if stage == "hiagent_summarize":
             return json.dumps({"summary": f"Summary of what happened (roll {rng.randint(1, 99)})."})
+        if stage == "plant_rewrite":  # a planting model with no skill: its rewrite fails mode=plant's check
+            line = f"You notice nothing unusual (roll {rng.randint(1, 99)})."
+            return json.dumps({"text": line, "planted": line})
         if stage == "build_trajectory":
             return json.dumps(
                 {
@@ -175,6 +179,7 @@ class PlantJudge:
 
     recall: dict[str, float]
     false_alarm: dict[str, float]
+    wrong_id: dict[str, float] = field(default_factory=dict)  # of the plants found, named with another id
     # The first check's conflicts per (episode, turn, key): the double-check of the same item confirms them.
     found: dict[tuple[Any, Any, str], list[dict[str, str]]] = field(default_factory=dict)
 
@@ -188,7 +193,7 @@ class PlantJudge:
         if tags["stage"] == "double_check":
             conflicts = self.found.pop(where, [])  # asked once per item: the memory goes with it
             return json.dumps({"conflicts": conflicts, "confirmed": True, "review_reason": "scripted"})
-        kind = str(tags["key"])[len(PLANT_KEY) :]
+        kind, _, target = str(tags["key"])[len(PLANT_KEY) :].partition("/")
         rng = random.Random(request.seed)
         branches = {
             b["properties"]["type"]["const"]: b["properties"]
@@ -201,7 +206,13 @@ class PlantJudge:
         for t in named:
             if t in branches:  # a type the state offers no id for cannot be named
                 ids = branches[t]["id"]
-                conflicts.append({"type": t, "id": ids.get("const") or rng.choice(ids["enum"]), "reason": "scripted"})
+                offered = [ids["const"]] if "const" in ids else list(ids["enum"])
+                cited = rng.choice(offered)
+                if t == kind and target in offered:  # the plant found: its own id, or another of its type
+                    others = [i for i in offered if i != target]
+                    wrong = others and rng.random() < self.wrong_id.get(t, 0.0)
+                    cited = rng.choice(others) if wrong else target
+                conflicts.append({"type": t, "id": cited, "reason": "scripted"})
         if conflicts:  # only these are double-checked
             self.found[where] = conflicts
         return json.dumps({"conflicts": conflicts})
@@ -325,5 +336,9 @@ async def start(model: Any, engine: Any, endpoint: Any) -> ScriptedEngine:
             if engine.context_limit_turn is not None
             else None
         ),
-        plant=PlantJudge(recall=dict(engine.plant_recall), false_alarm=dict(engine.plant_false_alarm)),
+        plant=PlantJudge(
+            recall=dict(engine.plant_recall),
+            false_alarm=dict(engine.plant_false_alarm),
+            wrong_id=dict(engine.plant_wrong_id),
+        ),
     )

@@ -1,7 +1,8 @@
 """`mode=export`: finished runs as files another tool reads, one function per `export.format`:
 `inspect`, one Inspect `.eval` log per run (report/inspect_log.py), which `inspect view --log-dir DIR`
 lists and opens; `parquet`, the analysis tables over all the runs (report/parquet.py), one Parquet file
-per table, read by pandas, `ncp_local.analysis` or any Arrow reader; `reference`, each run's results
+per table, read by pandas, `ncp_local.analysis` or any Arrow reader (plant directories among the runs: the
+`plants` table); `reference`, each run's results
 as the official NCP-Bench code writes them (report/reference_runs.py), one folder per run, which the
 official metric functions and `mode=report` read."""
 
@@ -11,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
+from ..errors import InputError
 from ..protocol.trials import episode_name
 from ..report import Run, default_out, run_notes, runs_of
 from ..report.inspect_log import build_log, write_log
 from ..report.parquet import build_tables, write_tables
+from ..report.plant_dirs import is_plant_dir, load_plant_dir
 from ..report.reference_runs import write_reference_folder
 from ..report.run_table import Bootstrap
-from ..report.runs import attach_specs, sweep_points
+from ..report.runs import attach_specs, expand_runs, sweep_points
 from ..report.table_rows import Source, point_of
 from ..rundir.layout import require_finished
 from ..rundir.places import check_destination
@@ -34,8 +37,9 @@ def _inspect(cfg: RunConfig, runs: list[Run], out: Path) -> None:
 def _parquet(cfg: RunConfig, runs: list[Run], out: Path) -> None:
     points = sweep_points(list(cfg.runs))
     rep = cfg.report
-    boot = Bootstrap(rep.resamples, rep.seed, rep.level, rep.horizon)  # the `runs` table's intervals, as the report's
-    tables = build_tables((Source(run, point_of(run.path, points)) for run in runs), boot)
+    boot = Bootstrap(rep.resamples, rep.seed, rep.level, rep.horizon)  # the intervals, as the report's
+    plants = [load_plant_dir(p) for p in expand_runs(list(cfg.runs)) if is_plant_dir(p)]
+    tables = build_tables((Source(run, point_of(run.path, points)) for run in runs), boot, plants, points)
     check_destination(out, "export.out")
     for path in write_tables(tables, out):
         print(f"{path.stem}: {tables[path.stem].num_rows} rows")
@@ -68,8 +72,17 @@ FORMATS = {"inspect": _inspect, "parquet": _parquet, "reference": _reference}
 
 def main(cfg: RunConfig) -> int:
     require_finished(cfg.runs)
-    runs = runs_of(cfg)
     fmt = cfg.export.format
-    out = Path(cfg.export.out).expanduser() if cfg.export.out else default_out(cfg, runs, fmt)
+    given = expand_runs(list(cfg.runs)) if cfg.runs else []
+    plants = [p for p in given if is_plant_dir(p)]
+    if plants and fmt != "parquet":
+        raise InputError(plants[0], "runs", "a plant directory (mode=plant) exports only as export.format=parquet")
+    # Plant directories are the `plants` table's (_parquet): the rest are runs, when there is any.
+    others = [p for p in given if not is_plant_dir(p)]
+    runs = runs_of(cfg.model_copy(update={"runs": others})) if others or not plants else []
+    if cfg.export.out:
+        out = Path(cfg.export.out).expanduser()
+    else:
+        out = default_out(cfg, runs, fmt) if runs else default_out(cfg, [load_plant_dir(plants[0])], fmt)
     FORMATS[fmt](cfg, runs, out)
     return 0

@@ -8,7 +8,8 @@ call service (retries, per-call seeds, the call log), all items at once.
 
 Output: a plant directory beside the run, `plant-<run>-<identity>` (or `out_dir`): manifest with
 `kind: plant`, results/<episode>.json per episode (sealed, so a rerun resumes), calls.jsonl, and the
-figures: plants.{md,csv,html} and a plot. Its identity holds the run's, the items' digest, the auditor
+figures: plants.{md,csv,html} and a plot (and, with `tracker=mlflow|wandb`, the figures logged there too).
+Its identity holds the run's, the items' digest, the auditor
 and the prompts, so an auditor sweep (`-m auditor=a,b`) judges the same items in directories of its own.
 Several plant directories (`runs=[P1,P2,...]`, no model loads) give the figures side by side and the
 paired differences; so does mode=report given them.
@@ -17,22 +18,27 @@ paired differences; so does mode=report given them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bindings import Bindings
 from ..config import ConfigError, RunConfig, ScriptedEngineCfg
-from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log
-from ..execution.calls import CallService, with_engines
-from ..execution.engine_pool import EnginePool, embedded_note
-from ..execution.failures import exit_for
+from ..execution.calls import CallService
+from ..execution.engine_pool import embedded_note
+from ..execution.failures import Exit
 from ..execution.preflight import preflight
-from ..execution.progress import Metered, Progress
-from ..protocol import ROLES
-from ..protocol.plant import ItemAudit, PlantedItem, PlantResult, draw_items, items_digest, judge_item
+from ..execution.rejudge import auditor_pool, each_episode, judge_run
+from ..protocol.plant import (
+    ItemAudit,
+    PlantedItem,
+    PlantResult,
+    draw_items,
+    items_digest,
+    judge_item,
+    rewrite_item,
+)
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.replay import TurnView, replay
 from ..protocol.spec import Spec
@@ -42,10 +48,12 @@ from ..report.plants_doc import write_plant_report
 from ..report.runs import Run, attach_specs, expand_runs, load_run
 from ..rundir import identity as identity_mod
 from ..rundir import provenance
-from ..rundir.layout import ENGINE_LOG, require_finished
-from ..rundir.store import RunDir, resume_hint
+from ..rundir.layout import require_finished
+from ..rundir.store import RunDir
+from ..tracking import require, track_run
 
 Items = dict[str, list[PlantedItem]]  # episode -> its items
+Results = dict[str, PlantResult]  # episode -> its items judged
 
 
 def draw(cfg: RunConfig, source: Run) -> Items:
@@ -74,6 +82,28 @@ def draw(cfg: RunConfig, source: Run) -> Items:
     return items
 
 
+def planter(cfg: RunConfig, pack: PromptPack) -> dict[str, Any] | None:
+    """The planting model as the items' identity holds it (its role's settings, weights and prompt); None
+    when the fixed edits alone plant."""
+    role = cfg.plant.model
+    if role is None:
+        return None
+    return {
+        "role": role,
+        "settings": cfg.source.get(role),
+        "models": identity_mod.role_models(cfg, (role,)),
+        "prompt": pack.templates["plant_rewrite"],
+    }
+
+
+def digest_of(cfg: RunConfig, items: Items, pack: PromptPack) -> str:
+    return items_digest([i for its in items.values() for i in its], planter(cfg, pack))
+
+
+def load_pack(cfg: RunConfig) -> PromptPack:
+    return PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates, *cfg.plant.templates))
+
+
 def out_dir(cfg: RunConfig, source: Run, pack: PromptPack, digest: str) -> tuple[Path, identity_mod.Identity]:
     src = source.manifest.get("identity") or str(source.path.resolve())
     base = identity_mod.of_reaudit(cfg, pack.templates, f"{PLANT_KIND}/{src}")
@@ -91,8 +121,8 @@ def point_dir(cfg: RunConfig) -> Path:
     source = load_run(cfg.runs[0])
     attach_specs(source, cfg.report.dataset, required=True)
     items = draw(cfg, source)
-    pack = PromptPack.load(cfg.prompts.get("dir"), (*TEMPLATES, *cfg.optional_templates))
-    return out_dir(cfg, source, pack, items_digest([i for its in items.values() for i in its]))[0]
+    pack = load_pack(cfg)
+    return out_dir(cfg, source, pack, digest_of(cfg, items, pack))[0]
 
 
 SCRIPTED_NOTE = "a scripted auditor: its figures are the rates it was given (engine.plant_*), drawn at random"
@@ -117,7 +147,9 @@ def auditor_label(cfg: RunConfig, label: str) -> str:
             return f"{next(iter(by_type.values())):g}"
         return " ".join(f"{t} {by_type[t]:g}" for t in CONFLICT_TYPES)
 
-    return f"scripted (recall {rates(cfg.engine.plant_recall)}; false alarm {rates(cfg.engine.plant_false_alarm)})"
+    e = cfg.engine
+    wrong = f"; wrong id {rates(e.plant_wrong_id)}" if any(e.plant_wrong_id.values()) else ""
+    return f"scripted (recall {rates(e.plant_recall)}; false alarm {rates(e.plant_false_alarm)}{wrong})"
 
 
 def table(cfg: RunConfig, paths: Sequence[str]) -> int:
@@ -138,6 +170,7 @@ def main(cfg: RunConfig) -> int:
     runs = expand_runs(list(cfg.runs)) if cfg.runs else []
     if runs and all(is_plant_dir(r) for r in runs):
         return table(cfg, runs)
+    require(cfg.tracker)  # a tracker that is not installed is refused before anything starts
     if len(runs) != 1:
         raise ConfigError("runs", "plant takes one run directory (runs=[DIR]), or plant directories to tabulate")
     source = load_run(runs[0])
@@ -146,17 +179,16 @@ def main(cfg: RunConfig) -> int:
         raise InputError(path, "runs", f"{why}: re-run the source run's own command first")
     attach_specs(source, cfg.report.dataset, required=True)
     items = draw(cfg, source)  # every refusal of the input comes before any model loads
-    ready = preflight(cfg, roles=("auditor",), episodes=False)
-    engines = EnginePool(
-        ready.bindings.all_as("auditor"),
-        endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
-    )
-    digest = items_digest([i for its in items.values() for i in its])
+    roles = ("auditor", *([cfg.plant.model] if cfg.plant.model else []))  # and the planting model's
+    ready = preflight(cfg, roles=roles, episodes=False, templates=(*TEMPLATES, *cfg.plant.templates))
+    engines = auditor_pool(ready, keep=roles[1:])
+    digest = digest_of(cfg, items, ready.pack)
     out, ident = out_dir(cfg, source, ready.pack, digest)
     if source.path.resolve() in out.resolve().parents:
         raise ConfigError("out_dir", f"{out} is inside the source run {source.path}: use a folder of its own")
     label = auditor_label(cfg, ready.bindings["auditor"].label)
     notes = what_it_measures(ready.bindings)
+    weights = {**identity_mod.role_models(cfg, roles[1:]), **ident.parts["models"]}
     store = RunDir(out, record=PlantResult)
     store.open(
         {
@@ -173,41 +205,45 @@ def main(cfg: RunConfig) -> int:
             "auditor_label": label,
             "notes": notes,
             "prompts": {"path": str(Path(ready.pack.root).resolve()), "sha256": ready.pack.sha256},
-            "models": {"auditor": {**engines.describe()["auditor"], "weights": ident.parts["models"]["auditor"]}},
+            "models": {r: {**engines.describe()[r], "weights": weights[r]} for r in roles},
         },
         ident,
     )
     for line in notes:
         print(f"note: {line}")
-    engine_log.place(out / ENGINE_LOG)
-    try:
-        done = {r.episode: r for r in store.iter_results()}
-        todo = {e: its for e, its in items.items() if e not in done}
-        if todo:
-            done.update(asyncio.run(_judge(ready.cfg, ready.pack, engines, store, source, todo)))
-        else:
-            print(f"all {len(done)} episodes' items already judged in {out}; nothing left to do")
-        store.mark_done(len(done))
-    except EngineDead as exc:
-        known = exit_for(exc, resume_hint("judged episodes are saved", out))
-        assert known is not None
-        known.print()
-        return known.code
-    finally:
-        store.close()
-    return table(
+    sizes = {e: len(its) for e, its in items.items()}
+
+    def work(calls: CallService, todo: Iterable[str], save: Callable[[PlantResult], None]) -> Awaitable[Results]:
+        todo_items = {e: items[e] for e in todo}
+        return judge_all(source, todo_items, calls, ready.cfg.concurrency, save, rewrite=len(roles) > 1)
+
+    done = judge_run(ready, engines, store, "plant", sizes, work, roles)
+    if isinstance(done, Exit):
+        done.print()
+        return done.code
+    code = table(
         cfg.model_copy(update={"report": cfg.report.model_copy(update={"out": cfg.report.out or str(out)})}), [str(out)]
     )
+    track_run(cfg, out)  # the figures to tracker=mlflow|wandb, as mode=run's (never fails the mode)
+    return code
 
 
 async def _one(
-    spec: Spec, views: dict[int, TurnView], item: PlantedItem, calls: CallService, episode: str, gate: asyncio.Semaphore
+    spec: Spec,
+    view: TurnView,
+    item: PlantedItem,
+    calls: CallService,
+    episode: str,
+    gate: asyncio.Semaphore,
+    rewrite: bool,
 ) -> ItemAudit:
     async def ask(stage: str, template: str, variables: dict[str, str], **kw: Any) -> Any:
         return await calls.ask(episode, item.turn, stage, template, variables, **kw)
 
     async with gate:
-        return await judge_item(spec, views[item.turn], item, ask)
+        if rewrite:  # the planting model's turn first: the auditor judges the item as planted
+            item = await rewrite_item(spec, view, item, ask)
+        return await judge_item(spec, view, item, ask)
 
 
 async def judge_all(
@@ -216,50 +252,17 @@ async def judge_all(
     calls: CallService,
     concurrency: int,
     on_result: Callable[[PlantResult], None] | None = None,
-) -> dict[str, PlantResult]:
-    """Every episode's items judged, all at once (at most `concurrency` items in flight)."""
+    rewrite: bool = False,
+) -> Results:
+    """Every episode's items judged, all at once (at most `concurrency` items in flight); `rewrite`: each
+    planted item rewritten by the planting model first (the narrator role of `calls`)."""
     gate = asyncio.Semaphore(max(1, concurrency))
-    out: dict[str, PlantResult] = {}
 
-    async def episode(name: str) -> None:
+    async def episode(name: str) -> PlantResult:
         result = source.results[name]
         spec = source.specs[result.spec_id]
         views = {v.record.turn: v for v in replay(spec, result).turns}
-        audits = await asyncio.gather(*(_one(spec, views, i, calls, name, gate) for i in items[name]))
-        res = PlantResult(spec_id=result.spec_id, trial=result.trial, items=tuple(audits))
-        out[name] = res
-        if on_result:
-            on_result(res)
+        audits = await asyncio.gather(*(_one(spec, views[i.turn], i, calls, name, gate, rewrite) for i in items[name]))
+        return PlantResult(spec_id=result.spec_id, trial=result.trial, items=tuple(audits))
 
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for name in items:
-                tg.create_task(episode(name))
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None  # a dead engine, as itself
-    return out
-
-
-async def _judge(
-    cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir, source: Run, todo: Items
-) -> dict[str, PlantResult]:
-    started = await engines.start()
-    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-    for name, its in todo.items():  # progress counts the items judged
-        bar.add_run("plant", [name], len(its))
-    try:
-        assert engines.bindings is not None
-        roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
-        calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
-
-        def save(res: PlantResult) -> None:
-            store.write_result(res)
-            bar.result("plant", res.episode, len(res.items))
-
-        bar.start()
-        try:
-            return await judge_all(source, todo, calls, cfg.concurrency, on_result=save)
-        finally:
-            bar.close()
-    finally:
-        await engines.close_all()
+    return await each_episode(items, episode, on_result)

@@ -20,20 +20,16 @@ Pearson / Spearman of per-episode metrics between the two auditors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig
-from ..engines.base import EngineDead
 from ..errors import InputError
-from ..execution import engine_log
-from ..execution.calls import CallService, with_engines
-from ..execution.engine_pool import EnginePool
-from ..execution.failures import exit_for
+from ..execution.calls import CallService
+from ..execution.failures import Exit
 from ..execution.preflight import preflight
-from ..execution.progress import Metered, Progress
-from ..protocol import ROLES
+from ..execution.rejudge import auditor_pool, each_episode, judge_run
 from ..protocol.prompts import TEMPLATES, PromptPack
 from ..protocol.reaudit import ReauditResult, TurnAudit, audit_turn
 from ..protocol.records import EpisodeResult
@@ -46,8 +42,8 @@ from ..report.failure_modes import reaudit_modes, write_modes
 from ..report.runs import REAUDIT_KIND, Run, attach_specs, expand_runs, load_run
 from ..rundir import identity as identity_mod
 from ..rundir import provenance
-from ..rundir.layout import ENGINE_LOG, require_finished
-from ..rundir.store import RunDir, resume_hint
+from ..rundir.layout import require_finished
+from ..rundir.store import RunDir
 
 
 async def reaudit_episode(
@@ -76,21 +72,12 @@ async def reaudit_all(
     failure_modes: bool = False,
 ) -> dict[str, ReauditResult]:
     gate = asyncio.Semaphore(max(1, concurrency))
-    out: dict[str, ReauditResult] = {}
+    by_name = {r.episode: (spec, r) for spec, r in items}
 
-    async def episode(spec: Spec, result: EpisodeResult) -> None:
-        res = await reaudit_episode(spec, result, calls, gate, failure_modes)
-        out[res.episode] = res
-        if on_result:
-            on_result(res)
+    async def episode(name: str) -> ReauditResult:
+        return await reaudit_episode(*by_name[name], calls, gate, failure_modes)
 
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for spec, result in items:
-                tg.create_task(episode(spec, result))
-    except BaseExceptionGroup as group:
-        raise group.exceptions[0] from None  # a dead engine, as itself
-    return out
+    return await each_episode(by_name, episode, on_result)
 
 
 # ---- mode=reaudit -----------------------------------------------------------------
@@ -101,11 +88,6 @@ def _identity(cfg: RunConfig, pack: PromptPack, source: Run) -> identity_mod.Ide
     # never shares an identity with a run or with a re-audit of another run.
     src = source.manifest.get("identity") or str(source.path.resolve())
     return identity_mod.of_reaudit(cfg, pack.templates, f"{REAUDIT_KIND}/{src}")
-
-
-def _load_done(store: RunDir) -> dict[str, ReauditResult]:
-    # Verified when the store opened: a failing file was moved to quarantine/ and is judged again.
-    return {r.episode: r for r in store.iter_results()}
 
 
 def auditor_table(cfg: RunConfig, paths: Sequence[str]) -> int:
@@ -159,10 +141,7 @@ def main(cfg: RunConfig) -> int:
     # auditor.model.path), then the other roles point at its model so the pool starts one engine.
     ready = preflight(cfg, roles=("auditor",), episodes=False)
     pack = ready.pack
-    engines = EnginePool(
-        ready.bindings.all_as("auditor"),
-        endpoints={r: ready.endpoints["auditor"] for r in ROLES if "auditor" in ready.endpoints},
-    )
+    engines = auditor_pool(ready)
     out, ident = out_dir(cfg, source, pack)
     src_root = source.path.resolve()
     if src_root in out.resolve().parents:
@@ -192,22 +171,25 @@ def main(cfg: RunConfig) -> int:
     )
     for line in run_notes([source]):  # e.g. unfinished episodes: not judged, and not in the agreement
         print(f"note: {line}")
-    engine_log.place(out / ENGINE_LOG)
-    try:
-        done = _load_done(store)
-        todo = [(source.specs[r.spec_id], r) for sid, r in source.results.items() if sid not in done]
-        if todo:
-            done.update(asyncio.run(_run(ready.cfg, pack, engines, store, todo)))
-        else:
-            print(f"all {len(done)} episodes already re-audited in {out}; nothing left to do")
-        store.mark_done(len(done))
-    except EngineDead as exc:
-        known = exit_for(exc, resume_hint("finished episodes are saved", out))
-        assert known is not None
-        known.print()
-        return known.code
-    finally:
-        store.close()
+    todo = [(source.specs[r.spec_id], r) for r in source.results.values()]
+    sizes = {r.episode: len(r.turns) for _, r in todo}
+
+    def work(
+        calls: CallService, names: Iterable[str], save: Callable[[ReauditResult], None]
+    ) -> Awaitable[dict[str, ReauditResult]]:
+        chosen = set(names)
+        return reaudit_all(
+            [t for t in todo if t[1].episode in chosen],
+            calls,
+            ready.cfg.concurrency,
+            on_result=save,
+            failure_modes=ready.cfg.audit.failure_modes,
+        )
+
+    done = judge_run(ready, engines, store, "re-audit", sizes, work)
+    if isinstance(done, Exit):
+        done.print()
+        return done.code
     pairs = [(r, done[sid]) for sid, r in source.results.items() if sid in done]
     agr = agreement(pairs)
     print(write_agreement(out, agr, f"{source.label} ({source.path})", reauditor))
@@ -216,30 +198,3 @@ def main(cfg: RunConfig) -> int:
         print(f"failure modes: {', '.join(str(p) for p in write_modes(out, [modes]))}")
     print(f"re-audit directory: {out}")
     return 0
-
-
-async def _run(
-    cfg: RunConfig, pack: PromptPack, engines: EnginePool, store: RunDir, todo: list[tuple[Spec, EpisodeResult]]
-) -> dict[str, ReauditResult]:
-    started = await engines.start()
-    bar = Progress(enabled=cfg.progress, every_s=cfg.progress_every_s)
-    for _, result in todo:  # progress counts the recorded turns judged again
-        bar.add_run("re-audit", [result.episode], len(result.turns))
-    try:
-        assert engines.bindings is not None
-        roles = with_engines(engines.bindings, started, ("auditor",), wrap=lambda e: Metered(e, bar))
-        calls = CallService(roles=roles, pack=pack, store=store, seed=cfg.seed)
-
-        def save(res: ReauditResult) -> None:
-            store.write_result(res)
-            bar.result("re-audit", res.episode, len(res.turns))
-
-        bar.start()
-        try:
-            return await reaudit_all(
-                todo, calls, cfg.concurrency, on_result=save, failure_modes=cfg.audit.failure_modes
-            )
-        finally:
-            bar.close()
-    finally:
-        await engines.close_all()

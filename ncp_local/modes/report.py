@@ -9,7 +9,7 @@ from ..execution.preflight import plan_growth
 from ..report import build_report, default_out, files_listing, runs_of
 from ..report.in_flight import NOTHING_YET, count_in_flight, nothing_yet
 from ..report.paper import row_named
-from ..report.plant_dirs import is_plant_dir, load_plant_dir, plant_figures
+from ..report.plant_dirs import PlantDir, is_plant_dir, load_plant_dir, plant_figures
 from ..report.plants_doc import write_plant_report
 from ..report.runs import expand_runs
 from ..rundir.places import check_destination
@@ -20,8 +20,9 @@ def main(cfg: RunConfig) -> int:
         row_named(cfg.compare.paper)  # an unknown paper row is refused before any run is read
     # Plant directories (mode=plant) are auditors measured on planted items: their own section and files.
     plants = [p for p in expand_runs(list(cfg.runs)) if is_plant_dir(p)]
+    dirs = [load_plant_dir(p) for p in plants]
     if plants:
-        _plants(cfg, plants)
+        _plants(cfg, dirs)
         cfg = cfg.model_copy(update={"runs": [p for p in expand_runs(list(cfg.runs)) if not is_plant_dir(p)]})
         if not cfg.runs:
             return 0
@@ -50,6 +51,7 @@ def main(cfg: RunConfig) -> int:
         cfg.review.sheet,
         cfg.report.horizon,
         cfg.compare.paper,
+        dirs,  # a run's auditor measured by mode=plant: its rates corrected for the misses
     )
     print(rep["ran_md"] + rep["summary_md"])
     if rep["compare_md"]:
@@ -58,6 +60,8 @@ def main(cfg: RunConfig) -> int:
     if rep["trials"]:
         print("\ntrials: pass^k and the noise floor:\n" + rep["trials_md"])
     print("\nthe auditor's error:\n" + rep["auditor_md"])
+    if rep["misses_md"]:
+        print("\nthe auditor's misses:\n" + rep["misses_md"])
     print("\ncost by role and stage:\n" + rep["cost_md"])
     for note in rep["notes"]:
         print(note)
@@ -66,8 +70,7 @@ def main(cfg: RunConfig) -> int:
     return 0
 
 
-def _plants(cfg: RunConfig, paths: list[str]) -> None:
-    dirs = [load_plant_dir(p) for p in paths]
+def _plants(cfg: RunConfig, dirs: list[PlantDir]) -> None:
     out = Path(cfg.report.out).expanduser() if cfg.report.out else dirs[0].path / "report"
     check_destination(out, "report.out")
     figs, cmps, notes = plant_figures(dirs, cfg.report.resamples, cfg.report.seed, cfg.report.level)

@@ -13,11 +13,17 @@ inserted, made by a fixed edit from the ledger the turn was told against:
 
 Everything is drawn from one seed and the episode's name, so the items of a run are the same in every
 process and for every auditor judged on them (an auditor sweep compares auditors on the same plants).
+Where a planting model is configured (`plant.model`), each planted item is then rewritten by it
+(`rewrite_item`): asked to weave the same contradiction into the narration, its answer is checked (the
+planted words in its text and carrying what they contradict, the rest of the text the narration as played,
+nearly word for word) and an answer that fails is replaced by the fixed edit, saying why.
+
 The records here are what a plant directory seals (rundir/store.py), one `PlantResult` per episode.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import random
@@ -34,7 +40,7 @@ from .reaudit import TurnAudit
 from .records import EpisodeResult, Record
 from .replay import TurnView, replay
 from .spec import Spec
-from .stages import CONFLICT_TYPES
+from .stages import CONFLICT_TYPES, PlantRewrite
 from .trials import episode_name
 
 CLEAN = "clean"
@@ -54,9 +60,15 @@ class PlantedItem(Record):
     turn: int  # the source turn's id
     kind: ItemKind
     target: str = ""  # what the plant contradicts: a fact id, a commitment id, `input`; "" when clean
-    at: int = 0  # where in the original narration the planted text was inserted (characters)
-    inserted: str = ""  # the exact text inserted there (the planted sentence and its space)
+    at: int = 0  # where in `response` the planted words begin (characters)
+    inserted: str = ""  # the exact planted text there (the fixed edit: the planted sentence and its space)
     response: str  # the narration the auditor judges
+    # How it was planted: `edit`, the fixed sentence inserted; `model`, the planting model's rewrite, checked
+    # (rewrite_item). `played`: the narration as played, kept when a rewrite changed more than the planted
+    # words; `refused`: why the planting model's rewrite was not used (the item is then the fixed edit).
+    by: Literal["edit", "model"] = "edit"
+    played: str = ""
+    refused: str = ""
 
     @property
     def planted(self) -> bool:
@@ -69,7 +81,7 @@ class PlantedItem(Record):
     @property
     def original(self) -> str:
         """The narration as played (the planted text taken out)."""
-        return self.response[: self.at] + self.response[self.at + len(self.inserted) :]
+        return self.played or self.response[: self.at] + self.response[self.at + len(self.inserted) :]
 
 
 class ItemAudit(Record):
@@ -90,6 +102,17 @@ class ItemAudit(Record):
     @property
     def types(self) -> frozenset[str]:
         return frozenset(c.type for c in self.audit.conflicts)
+
+    @property
+    def typed(self) -> bool:
+        """A standing conflict has the planted type."""
+        return self.item.kind in self.types
+
+    @property
+    def aimed(self) -> bool:
+        """A standing conflict names the planted contradiction itself: its type and the id it contradicts (the
+        fact, the commitment, `input`); another conflict of the right type is not it."""
+        return any(c.type == self.item.kind and c.id == self.item.target for c in self.audit.conflicts)
 
 
 class PlantResult(Record):
@@ -215,9 +238,13 @@ def draw_items(
     return [it for i in picked for it in items_of_turn(episode, views[i], spec, kinds, place, seed)]
 
 
-def items_digest(items: Sequence[PlantedItem]) -> str:
-    """The plants' identity by content: every item as written."""
-    text = json.dumps([i.model_dump(mode="json") for i in items], sort_keys=True, ensure_ascii=False)
+def items_digest(items: Sequence[PlantedItem], planter: object = None) -> str:
+    """The plants' identity by content: every item as drawn, and the planting model that rewrites them
+    (None: the fixed edits alone, the digest as it was before planting models)."""
+    doc: object = [i.model_dump(mode="json") for i in items]
+    if planter is not None:
+        doc = {"items": doc, "planter": planter}
+    text = json.dumps(doc, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -229,8 +256,9 @@ def unknown_kinds(kinds: Sequence[str]) -> list[str]:
 
 
 def plant_key(item: PlantedItem) -> str:
-    """The call key of an item's audit: each item draws seeds of its own (execution/calls.call_seed)."""
-    return f"plant/{item.kind}"
+    """The call key of an item's audit, `plant/<kind>[/<target>]`: each item draws seeds of its own
+    (execution/calls.call_seed), and a scripted auditor reads its truth there (engines/scripted.py)."""
+    return f"plant/{item.kind}/{item.target}" if item.planted else f"plant/{item.kind}"
 
 
 async def judge_item(spec: Spec, view: TurnView, item: PlantedItem, ask: Ask) -> ItemAudit:
@@ -246,3 +274,100 @@ async def judge_item(spec: Spec, view: TurnView, item: PlantedItem, ask: Ask) ->
     except CallFailed as exc:
         return ItemAudit(item=item, audit=TurnAudit(turn=rec.turn, error=str(exc)))
     return ItemAudit(item=item, audit=TurnAudit(turn=rec.turn, **audit.record_fields()))
+
+
+# ---- planting by a model ----------------------------------------------------------------------------
+
+# A rewrite is used only if the rest of its text (the planted words taken out) is the narration as played
+# to this word-level similarity (difflib's ratio: 2 x matching words / all words), and its planted words
+# carry this share of the content words of what they contradict (the fact, the violation, the action).
+REWRITE_KEEP = 0.85
+REWRITE_CARRY = 0.4
+_WORD = re.compile(r"[\w']+")
+_FILLER = frozenset(
+    "the a an and or but of to in on at by for with from into onto as is are was were be been being it its "
+    "this that these those you your he she they them his her their there here not no nor so than then".split()
+)
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _content(text: str) -> set[str]:
+    return {w for w in _words(text) if len(w) > 2 and w not in _FILLER}
+
+
+def target_text(item: PlantedItem, view: TurnView, spec: Spec) -> str:
+    """What the plant contradicts, in words: the fact's text, the commitment's violation, the player's action."""
+    if item.kind == "fact":
+        return next(f.text for f in ledger.active_facts(view.projected) if f.id == item.target)
+    if item.kind == "commitment":
+        return next(c.violation_condition for c in spec.commitments if c.id == item.target)
+    return view.record.player_input
+
+
+def contradiction(item: PlantedItem, target: str) -> str:
+    """The mistake the planting model is asked to put in, described."""
+    if item.kind == "fact":
+        return f'An established fact is denied: the passage states that this is not so: "{target}"'
+    if item.kind == "commitment":
+        return f'A promise of the story is broken: this event, which must not happen, happens now: "{target}"'
+    return (
+        f'The player\'s action is ignored: the passage states that what they attempted ("{target}") does not '
+        "happen, and that nothing changes because of it"
+    )
+
+
+def rewrite_vars(item: PlantedItem, view: TurnView, spec: Spec) -> dict[str, str]:
+    """The `plant_rewrite` template's variables (stages.STAGES)."""
+    return {
+        "player_role": spec.meta.player_role,
+        "user_input": view.record.player_input,
+        "response_text": view.record.response,
+        "contradiction": contradiction(item, target_text(item, view, spec)),
+        "planted_sentence": item.sentence,
+    }
+
+
+def check_rewrite(played: str, text: str, planted: str, target: str) -> str:
+    """Why a planting model's rewrite cannot stand for the plant ("" when it can)."""
+    planted = planted.strip()
+    if not planted or planted not in text:
+        return "its planted words are not in its text"
+    if planted in played:
+        return "its planted words were in the narration already"
+    rest = text.replace(planted, " ", 1)
+    keep = difflib.SequenceMatcher(None, _words(played), _words(rest), autojunk=False).ratio()
+    if keep < REWRITE_KEEP:
+        return f"the rest of its text is not the narration as played (similarity {keep:.2f} < {REWRITE_KEEP})"
+    wanted = _content(target)
+    carry = len(wanted & _content(planted)) / len(wanted) if wanted else 1.0
+    if carry < REWRITE_CARRY:
+        return f"its planted words carry {carry:.0%} of what they contradict (< {REWRITE_CARRY:.0%})"
+    return ""
+
+
+def rewrite_key(item: PlantedItem) -> str:
+    """The call key of an item's rewrite (apart from its audit's, plant_key)."""
+    return f"rewrite/{item.kind}/{item.target}"
+
+
+async def rewrite_item(spec: Spec, view: TurnView, item: PlantedItem, ask: Ask) -> PlantedItem:
+    """The planted item as the planting model rewrites it, if its answer passes `check_rewrite`; else the
+    fixed edit, with why in `refused`. A clean item is returned as it is."""
+    if not item.planted:
+        return item
+    try:
+        out = await ask("plant_rewrite", "plant_rewrite", rewrite_vars(item, view, spec), key=rewrite_key(item))
+    except CallFailed as exc:
+        return item.model_copy(update={"refused": f"no valid answer: {exc}"})
+    assert isinstance(out, PlantRewrite)
+    played = view.record.response
+    why = check_rewrite(played, out.text, out.planted, target_text(item, view, spec))
+    if why:
+        return item.model_copy(update={"refused": why})
+    planted = out.planted.strip()
+    at = out.text.index(planted)
+    made = {"by": "model", "response": out.text, "at": at, "inserted": planted, "played": played}
+    return item.model_copy(update=made)

@@ -14,7 +14,9 @@ from .cost import Planner, cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
 from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
+from .misses import misses_section
 from .mpl_home import ready as plots_ready
+from .plant_dirs import PlantDir
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
 from .ran import ran_notes
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
@@ -58,6 +60,7 @@ def build_report(
     review_sheet: str | Path | None = None,
     horizon: int | None = None,
     paper_row: str | None = None,
+    plants: Sequence[PlantDir] = (),
 ) -> dict[str, Any]:
     """Write every report file into `out`; returns the tables' text and the paths written.
 
@@ -77,7 +80,8 @@ def build_report(
     auditor_md = auditor_error_markdown(err, level)
     rts = run_trials(runs, level)  # only runs that played their stories more than once
     trials_md = trials_markdown(rts, level) if rts else ""
-    notes = [f"- {line}" for line in run_notes(runs)]
+    misses_md, misses_notes = misses_section(runs, plants, resamples, seed, level)
+    notes = [f"- {line}" for line in (*run_notes(runs), *misses_notes)]
     # Runs that share stories are compared with the first; the paper's figures beside a run that matches a row.
     cmp = compare_document(runs, paper_row, horizon, resamples, seed, level) if len(runs) > 1 or paper_row else None
     shown = cmp is not None and (bool(cmp.comparisons and cmp.comparisons.compared) or bool(cmp.paper))
@@ -95,6 +99,7 @@ def build_report(
         + ("\n\n## Trials: pass^k and the noise floor\n\n" + trials_md if rts else "")
         + "\n\n## The auditor's error\n\n"
         + auditor_md
+        + ("\n\n## The auditor's misses\n\n" + misses_md if misses_md else "")
         + "\n\n## Per genre\n\n"
         + genres_md
         + "\n\n## Cost by role and stage\n\n"
@@ -176,6 +181,7 @@ def build_report(
         "trials": rts,
         "auditor_md": auditor_md,
         "auditor_error": err,
+        "misses_md": misses_md,
         "genres_md": genres_md,
         "cost_md": cost_md,
         "costs": costs,
@@ -208,7 +214,7 @@ def run_notes(runs: list[Run]) -> list[str]:
     return [f"{r.label}: {n}" for r in runs for n in r.notes]
 
 
-def default_out(cfg: RunConfig, runs: list[Run], name: str) -> Path:
+def default_out(cfg: RunConfig, runs: Sequence[Run] | Sequence[PlantDir], name: str) -> Path:
     """`<sweep folder>/<name>` for one sweep folder, else `<first run>/<name>`."""
     given = [Path(r).expanduser() for r in cfg.runs]
     if len(given) == 1 and is_sweep_folder(given[0]):

@@ -1,8 +1,9 @@
 """The analysis tables as Arrow tables and Parquet files (pyarrow).
 
 `build_tables` turns runs into one Arrow table per schema of `table_schema.py` (several runs go into one
-set, told apart by their key columns); `write_tables` writes `<out>/<table>.parquet`; `read_tables` reads
-them back and refuses a file whose table or schema version is not the one this rig writes.
+set, told apart by their key columns; plant directories give the `plants` table); `write_tables` writes
+`<out>/<table>.parquet`; `read_tables` reads them back and refuses a file whose table or schema version
+is not the one this rig writes.
 
 Exports written before 2026-12-05 named a story's trial k > 0 `<spec>#<k>` in the `episode` column, where
 the run directory, the report and every other export say `<spec>~t<k>` (protocol/trials.py); reading
@@ -12,7 +13,7 @@ such a file gives the one spelling, rebuilt from its `spec_id` and `trial` colum
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..protocol.trials import episode_name
+from .plant_dirs import PlantDir, plant_rows
 from .run_table import DEFAULT_BOOTSTRAP, Bootstrap, run_row
 from .table_rows import Row, Source, run_rows
 from .table_schema import META_TABLE, META_VERSION, TABLES, TableSchema
@@ -36,13 +38,20 @@ def to_arrow(schema: TableSchema, rows: Sequence[Row]) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=schema.arrow())
 
 
-def build_tables(sources: Iterable[Source], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict[str, pa.Table]:
-    """Every table over all the runs, in the order given; `boot`: how the `runs` table's intervals are drawn."""
+def build_tables(
+    sources: Iterable[Source],
+    boot: Bootstrap = DEFAULT_BOOTSTRAP,
+    plants: Sequence[PlantDir] = (),
+    points: Mapping[Path, str] | None = None,
+) -> dict[str, pa.Table]:
+    """Every table over all the runs, in the order given; `boot`: how the `runs` and `plants` tables'
+    intervals are drawn; `plants`: plant directories (mode=plant), with their sweep `points`."""
     rows: dict[str, list[Row]] = {name: [] for name in TABLES}
     for src in sources:
         for name, part in run_rows(src).items():
             rows[name] += part
         rows["runs"].append(run_row(src, boot))
+    rows["plants"] = plant_rows(plants, points or {}, boot.resamples, boot.seed, boot.level)
     return {name: to_arrow(TABLES[name], rows[name]) for name in TABLES}
 
 

@@ -3,7 +3,8 @@ planted into one run, checked as a run's results are (seal, identity, spec hashe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,39 @@ def plant_figures(
         )
     cmps = compare_auditors(same, resamples, seed, level)
     return figs, cmps, list(dict.fromkeys(notes))
+
+
+def plant_rows(
+    dirs: Sequence[PlantDir], points: Mapping[Path, str], resamples: int, seed: int, level: float
+) -> list[dict[str, Any]]:
+    """The analysis table `plants` (table_schema.PLANTS): every figure of every directory, one row each;
+    `points`: each directory's sweep point, by its resolved path."""
+    rows = []
+    for lab, d in zip(distinct_labels(dirs), dirs, strict=True):
+        fig = measure(lab, str(d.path), d.plants, d.results, resamples, seed, level)
+        for s in fig.shares:
+            measure_of, _, ctype = s.figure.key.partition(":")
+            value, lo, hi = (None if math.isnan(x) else x for x in (s.value, s.lo, s.hi))
+            rows.append(
+                {
+                    "run": d.path.name,
+                    "label": lab,
+                    "point": points.get(d.path.resolve()),
+                    "plant_dir": str(d.path),
+                    "source": d.source,
+                    "plants": d.plants,
+                    "figure": s.figure.key,
+                    "measure": measure_of,
+                    "conflict_type": ctype or None,
+                    "hits": s.hits,
+                    "items": s.items,
+                    "stories": s.stories,
+                    "value": value,
+                    "value_lo": lo,
+                    "value_hi": hi,
+                    "level": level,
+                    "resamples": resamples,
+                    "seed": seed,
+                }
+            )
+    return rows

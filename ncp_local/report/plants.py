@@ -1,5 +1,6 @@
-"""An auditor measured against planted contradictions (mode=plant): recall per conflict type, the false-alarm
-rate on clean turns, the type named right, each with its interval clustered by story; and, for auditors
+"""An auditor measured against planted contradictions (mode=plant): recall per conflict type, the type named
+right and the id named right (a standing conflict of the planted type citing the planted fact, commitment or
+`input`), the false-alarm rate on clean turns, each with its interval clustered by story; and, for auditors
 judged on the same items, their paired differences.
 
 A figure is a share of items: `hits / items` over the items it counts (the planted items of one type, or
@@ -19,6 +20,7 @@ coverage (docs/measurements/2026-12-07-planted.md).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,7 +35,7 @@ from .paired import ALPHA, holm, sign_flips
 
 @dataclass(frozen=True)
 class FigureDef:
-    key: str  # recall:fact, named:fact, false_alarm, false_alarm:fact
+    key: str  # recall:fact, type_right:fact, id_right:fact, false_alarm, false_alarm:fact
     label: str
     kind: str  # the items it counts: a conflict type, or `clean`
 
@@ -41,14 +43,17 @@ class FigureDef:
         head, _, ctype = self.key.partition(":")
         if head == "recall":
             return a.flagged
-        if head == "named":
-            return ctype in a.types
+        if head == "type_right":
+            return a.typed
+        if head == "id_right":
+            return a.aimed
         return a.flagged if not ctype else ctype in a.types
 
 
 def figure_defs(kinds: Sequence[str]) -> list[FigureDef]:
     out = [FigureDef(f"recall:{t}", f"recall, {t}", t) for t in kinds]
-    out += [FigureDef(f"named:{t}", f"found and typed {t}", t) for t in kinds]
+    out += [FigureDef(f"type_right:{t}", f"type named right, {t}", t) for t in kinds]
+    out += [FigureDef(f"id_right:{t}", f"id named right, {t}", t) for t in kinds]
     out.append(FigureDef("false_alarm", "false alarm (any type)", CLEAN))
     out += [FigureDef(f"false_alarm:{t}", f"false alarm as {t}", CLEAN) for t in CONFLICT_TYPES]
     return out
@@ -63,6 +68,7 @@ class Share:
     value: float  # hits / items
     lo: float
     hi: float
+    n_eff: float = math.nan  # the effective number of items its band rests on (effective_items)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ class AuditorFigures:
     failed: int  # items whose audit stayed invalid (left out of every figure)
     shares: tuple[Share, ...]
     notes: tuple[str, ...] = ()
+    rewritten: int = 0  # planted items the planting model rewrote (plant.model)
+    refused: int = 0  # its rewrites that failed their check: those items are the fixed edit
 
 
 def judged_items(results: Sequence[PlantResult]) -> list[tuple[str, ItemAudit]]:
@@ -95,13 +103,15 @@ def _story_draws(g: int, resamples: int, seed: int) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=g) for row in picks]) if g else np.zeros((resamples, 0))
 
 
-def share_band(
+def effective_items(
     hits: np.ndarray, counted: np.ndarray, stories: Sequence[str], resamples: int, seed: int, level: float
-) -> tuple[float, float, float]:
-    """(value, lo, hi) of sum(hits) / sum(counted) over items, clustered by story (module docstring)."""
+) -> tuple[float, float]:
+    """(sum(hits) / sum(counted), the effective number of items): as many independent items as would give
+    the variance a bootstrap of stories finds, widened for few stories, at most the items counted
+    (module docstring). (nan, 0) when nothing is counted."""
     n = float(counted.sum())
     if n == 0:
-        return math.nan, math.nan, math.nan
+        return math.nan, 0.0
     p = float(hits.sum()) / n
     keep = counted.astype(bool)
     kept = [s for s, k in zip(stories, keep, strict=True) if k]
@@ -111,7 +121,16 @@ def share_band(
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (w @ sums[:, 0]) / (w @ sums[:, 1])
     var = float(np.nanvar(boot)) * few_stories_factor(g, level) ** 2
-    n_eff = min(n, p * (1 - p) / var) if var > 0 else n
+    return p, (min(n, p * (1 - p) / var) if var > 0 else n)
+
+
+def share_band(
+    hits: np.ndarray, counted: np.ndarray, stories: Sequence[str], resamples: int, seed: int, level: float
+) -> tuple[float, float, float]:
+    """(value, lo, hi) of sum(hits) / sum(counted) over items, clustered by story (module docstring)."""
+    p, n_eff = effective_items(hits, counted, stories, resamples, seed, level)
+    if n_eff == 0:
+        return math.nan, math.nan, math.nan
     lo, hi = jeffreys_band(np.asarray([p]), np.asarray([n_eff]), np.asarray([n_eff]), level)
     # None of n (or all): Jeffreys' limit falls short (0 of 55 reaches only 4.4%); Brown, Cai and DasGupta's
     # modified interval takes the exact one-sided limit there, 1 - (alpha/2)^(1/n).
@@ -136,10 +155,22 @@ def measure(
         counted = np.asarray([a.item.kind == f.kind for _, a in items], dtype=float)
         hits = np.asarray([a.item.kind == f.kind and f.hit(a) for _, a in items], dtype=float)
         value, lo, hi = share_band(hits, counted, stories, resamples, seed, level)
+        n_eff = effective_items(hits, counted, stories, resamples, seed, level)[1]
         n_stories = len({s for s, c in zip(stories, counted, strict=True) if c})
-        shares.append(Share(f, int(hits.sum()), int(counted.sum()), n_stories, value, lo, hi))
-    notes = (f"{failed} item(s) whose audit stayed invalid after its retries: left out",) if failed else ()
-    return AuditorFigures(label, path, plants, len(items), failed, tuple(shares), notes)
+        shares.append(Share(f, int(hits.sum()), int(counted.sum()), n_stories, value, lo, hi, n_eff))
+    notes = [f"{failed} item(s) whose audit stayed invalid after its retries: left out"] if failed else []
+    planted = [a.item for r in results for a in r.items if a.item.planted]
+    rewritten = sum(i.by == "model" for i in planted)
+    refused = Counter(i.refused.split(" (")[0] for i in planted if i.refused)
+    if rewritten or refused:
+        why = "; ".join(f"{n} x {reason}" for reason, n in refused.most_common(3))
+        notes.append(
+            f"planting model: {rewritten} of {len(planted)} planted items rewritten by it; {refused.total()} "
+            f"rewrite(s) refused, those items planted by the fixed edit instead" + (f" ({why})" if why else "")
+        )
+    return AuditorFigures(
+        label, path, plants, len(items), failed, tuple(shares), tuple(notes), rewritten, refused.total()
+    )
 
 
 # ---- paired differences -----------------------------------------------------------------------------

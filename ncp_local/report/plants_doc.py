@@ -31,7 +31,8 @@ def method_note(level: float, resamples: int) -> str:
     return (
         f"Shares in %, {level:.0%} intervals clustered by story: Jeffreys' interval at the effective number of "
         f"items a bootstrap of stories ({resamples} draws) implies. Recall: planted items of the type on which a "
-        "conflict stands after the double-check; found and typed: ... a conflict of the planted type; false "
+        "conflict stands after the double-check; type named right: ... a conflict of the planted type; id named "
+        "right: ... a conflict of that type citing the planted fact, commitment or `input` itself; false "
         "alarm: clean turns (as played, which the run's own auditor passed) on which a conflict stands. "
         "Differences: auditor minus the first, on the items both judged, paired by item; interval from a "
         "bootstrap of stories (its standard error, widened for few stories) and a two-sided sign-flip "

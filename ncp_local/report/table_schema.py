@@ -1,5 +1,6 @@
 """The analysis tables' schemas, defined once: `episodes`, `turns`, `calls`, `ledger_events`, `conflicts`,
-and `runs` (one row per run: the report's main table).
+`runs` (one row per run: the report's main table), and `plants` (one row per figure of an auditor measured
+on planted contradictions: mode=plant's table).
 
 Each table is a `TableSchema`: a name, a version, a sentence on what one row is, and its columns, each
 with its Arrow type and what it means. The Parquet export (`parquet.py`) writes exactly these columns
@@ -292,4 +293,38 @@ RUNS = TableSchema(
     ),
 )
 
-TABLES: dict[str, TableSchema] = {t.name: t for t in (EPISODES, TURNS, CALLS, LEDGER_EVENTS, CONFLICTS, RUNS)}
+PLANTS = TableSchema(
+    "plants",
+    1,
+    "one figure of one auditor measured against planted contradictions (a plant directory, mode=plant): "
+    "plants.csv's row, with its interval clustered by story",
+    (
+        Column("run", STR, "the plant directory's name"),
+        Column("label", STR, "the judged auditor, as the figures name it (a scripted one by the rates it was given)"),
+        KEYS[2],
+        Column("plant_dir", STR, "the plant directory's path"),
+        Column("source", STR, "the planted run's identity (its path when it has none)"),
+        Column("plants", STR, "the items' digest: auditors with the same digest judged the same items (paired)"),
+        Column(
+            "figure",
+            STR,
+            "recall:<type>, type_right:<type>, id_right:<type>, false_alarm (any type) or false_alarm:<type>",
+        ),
+        Column(
+            "measure",
+            STR,
+            "recall (a conflict stands on a planted item), type_right (of the planted type), id_right (of that "
+            "type, citing the planted fact, commitment or `input`), or false_alarm (a conflict on a clean item)",
+        ),
+        Column("conflict_type", STR, "fact, commitment or player_input (null: a false alarm of any type)"),
+        Column("hits", INT, "items that count as hits"),
+        Column("items", INT, "items the figure counts: the planted items of its type, or the clean items"),
+        Column("stories", INT, "stories those items come from (the intervals draw stories)"),
+        *_figure("value", "hits / items (0-1; null: no item)"),
+        Column("level", FLOAT, "the intervals' confidence level"),
+        Column("resamples", INT, "bootstrap draws behind the intervals"),
+        Column("seed", INT, "the bootstrap's seed"),
+    ),
+)
+
+TABLES: dict[str, TableSchema] = {t.name: t for t in (EPISODES, TURNS, CALLS, LEDGER_EVENTS, CONFLICTS, RUNS, PLANTS)}

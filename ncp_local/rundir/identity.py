@@ -147,6 +147,11 @@ def _models(bindings: Bindings, roles: tuple[str, ...], endpoints: Mapping[str, 
     return out
 
 
+def role_models(cfg: RunConfig, roles: tuple[str, ...]) -> dict[str, Any]:
+    """The roles' models as an identity holds them (weights fingerprinted, a served model by its endpoint)."""
+    return _models(bind(cfg), roles)
+
+
 def _load_pack(cfg: RunConfig) -> PromptPack:
     return PromptPack.load(cfg.prompts.get("dir"), required=cfg.optional_templates)
 

@@ -2,7 +2,10 @@
 
 The same figures as the report: the main table's metrics with their intervals (`tables.summary_record`,
 the row of results.csv), S(t) with its band (`survival.csv`), the cost by role (the cost table summed over
-stages), and the report folder itself, written where `mode=report` writes it by default.
+stages), and the report folder itself, written where `mode=report` writes it by default. For a plant
+directory (mode=plant): the auditor's figures as the `plants` analysis table has them (recall, the type
+and the id named right per conflict type, false alarms), each with its interval and its items, and the
+figures' files.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from ..config import RunConfig
 from ..report import build_report
 from ..report.cost import SUMS, Usage, cost_table
+from ..report.plant_dirs import is_plant_dir, load_plant_dir, plant_rows
 from ..report.runs import Run, attach_specs, load_run
 from ..report.tables import summary_record, summary_rows
 
@@ -51,6 +55,8 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 def run_record(cfg: RunConfig, run_dir: Path, point: str | None = None) -> RunRecord:
     """The run directory's figures, as `mode=report` would give them with this config's report settings."""
+    if is_plant_dir(run_dir):
+        return plant_record(cfg, run_dir, point)
     run: Run = load_run(run_dir)
     attach_specs(run, cfg.report.dataset)
     rep = cfg.report
@@ -91,4 +97,43 @@ def run_record(cfg: RunConfig, run_dir: Path, point: str | None = None) -> RunRe
         cost=cost,
         report=report,
         files={"versions.json": json.dumps(m.get("versions") or {}, indent=2)},
+    )
+
+
+PLANT_FILES = ("plants.md", "plants.csv")
+
+
+def plant_record(cfg: RunConfig, plant_dir: Path, point: str | None = None) -> RunRecord:
+    """A plant directory's figures: per figure of the `plants` table, `<figure>` (`recall:fact` logged as
+    `recall_fact`), its interval's ends `<figure>_lo` / `_hi`, and the items it counts, `<figure>_items`."""
+    d = load_plant_dir(plant_dir)
+    rep = cfg.report
+    metrics: dict[str, float] = {"judged": float(sum(len(r.items) for r in d.results))}
+    for row in plant_rows([d], {}, rep.resamples, rep.seed, rep.level):
+        name = str(row["figure"]).replace(":", "_")
+        ends = {name: row["value"], f"{name}_lo": row["value_lo"], f"{name}_hi": row["value_hi"]}
+        metrics |= {k: float(v) for k, v in ends.items() if v is not None}
+        metrics[f"{name}_items"] = float(row["items"])
+    m = d.manifest
+    git = m.get("git") or {}
+    tags = {
+        "kind": "plant",
+        "identity": str(m.get("identity") or ""),
+        "rig_version": str(m.get("rig_version") or ""),
+        "label": d.label,
+        "run_dir": str(d.path.resolve()),
+        "source": d.source,
+        "plants": d.plants,
+        "git_revision": str(git.get("revision") or ""),
+    }
+    return RunRecord(
+        key=d.path.name,
+        name=point or d.label,
+        config=dict(m.get("config") or {}),
+        tags={k: v for k, v in tags.items() if v},
+        metrics=metrics,
+        survival=[],
+        cost={},
+        report=None,
+        files={n: (d.path / n).read_text() for n in PLANT_FILES if (d.path / n).is_file()},
     )

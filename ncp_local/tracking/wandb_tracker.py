@@ -60,15 +60,12 @@ class WandbTracker:
                 columns=["role", *next(iter(rec.cost.values()), {})],
                 data=[[role, *fields.values()] for role, fields in rec.cost.items()],
             )
-            run.log(
-                {
-                    **rec.metrics,
-                    **cost,
-                    "survival": survival,
-                    "survival_plot": wandb.plot.line(survival, "turns_played", "S", title="S(t)"),
-                    "cost_by_role": costs,
-                }
-            )
+            tables = {
+                "survival": survival,
+                "survival_plot": wandb.plot.line(survival, "turns_played", "S", title="S(t)"),
+                "cost_by_role": costs,
+            }
+            run.log({**rec.metrics, **cost, **(tables if rec.survival else {})})  # a plant directory has none
             # The summary is what a run shows and what is compared: the figures of this (latest) logging.
             run.summary.update({**rec.metrics, **cost})
             if rec.report is not None:

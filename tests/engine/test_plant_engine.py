@@ -11,7 +11,7 @@ from engine_helpers import default_config, embedded_roles
 from ncp_local.bindings import bind
 from ncp_local.execution.calls import CallService, RoleBinding
 from ncp_local.modes.plant import judge_all, what_it_measures
-from ncp_local.protocol.plant import draw_items
+from ncp_local.protocol.plant import draw_items, plant_key
 from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.stages import CONFLICT_TYPES
 from ncp_local.report.plants import measure
@@ -47,7 +47,9 @@ def test_plant_runs_end_to_end_on_the_embedded_model_and_says_it_measures_nothin
     assert len(audits) == 4 and all(a.judged or a.audit.error for a in audits)
     logged = read_calls(tmp_path / "plant" / "calls.jsonl")
     assert {c.stage for c in logged} >= {"fact_update", "conflict_check"}
-    assert {c.key for c in logged} == {f"plant/{k}" for k in ("clean", *CONFLICT_TYPES)}
+    # Each item's calls under its own key: `plant/clean`, and `plant/<type>/<the planted id>`.
+    assert {c.key for c in logged} == {plant_key(i) for its in items.values() for i in its}
+    assert {c.key.split("/")[1] for c in logged} == {"clean", *CONFLICT_TYPES}
 
     lines = what_it_measures(bind(default_config()))
     assert len(lines) == 1 and "measure nothing" in lines[0] and "auditor" in lines[0]

@@ -202,6 +202,14 @@ class Summary(_Out):
     summary: Annotated[str, Bound("summary_chars")]
 
 
+class PlantRewrite(_Out):
+    """mode=plant's planting model: the narration rewritten with one contradiction, and the words of it that
+    carry the contradiction (a sentence or a clause, as they stand in the text)."""
+
+    text: Annotated[str, Bound("text_chars")]
+    planted: Annotated[str, Bound("text_chars")]
+
+
 class BuiltNode(_Out):
     description: BuildText
     trigger_event: BuildText

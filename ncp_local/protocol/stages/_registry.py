@@ -15,6 +15,7 @@ from ._outputs import (
     FailureModesOut,
     HiAgentStep,
     Narration,
+    PlantRewrite,
     StatusOut,
     Summary,
     TrajectoryOut,
@@ -142,6 +143,19 @@ STAGES: dict[str, Stage] = {
             FailureModesOut,
             (_template("failure_mode", *_CONFLICT, "standing_conflicts_json"),),
             min_room=48,
+            optional=True,
+        ),
+        # mode=plant with a planting model (plant.model): a planted turn rewritten, on the narrator's model.
+        Stage(
+            "plant_rewrite",
+            "narrator",
+            PlantRewrite,
+            (
+                _template(
+                    "plant_rewrite", "player_role", "user_input", "response_text", "contradiction", "planted_sentence"
+                ),
+            ),
+            min_room=128,
             optional=True,
         ),
         Stage(
