@@ -28,6 +28,15 @@ def test_every_mode_module_is_in_the_table_and_has_its_entry() -> None:
         assert [a.arg for a in main.args.args] == ["cfg"], m.name
 
 
+def test_every_mode_is_in_the_contract_that_keeps_modes_apart() -> None:
+    """import-linter checks only the modules its contract lists: a mode left out may import another unseen."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    [apart] = [c for c in contracts["contracts"] if c["type"] == "independence" and "mode" in c["name"]]
+    assert set(apart["modules"]) == {f"ncp_local.modes.{m.name}" for m in modes.MODES}
+
+
 def test_the_docs_list_the_table() -> None:
     assert "<!-- gen:modes -->" in (ROOT / "docs" / "reference" / "modes.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([a-z]+)` \| (.+) \|$", gen.generate("modes"), re.M)
