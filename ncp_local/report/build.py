@@ -16,7 +16,7 @@ from .failure_modes import modes_csv, modes_markdown, run_modes
 from .html import write_html
 from .mpl_home import ready as plots_ready
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
-from .ran import ran_notes
+from .ran import ran_lines
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     csv_text,
@@ -79,7 +79,11 @@ def build_report(
     trials_md = trials_markdown(rts, level) if rts else ""
     notes = [f"- {line}" for line in run_notes(runs)]
     # Runs that share stories are compared with the first; the paper's figures beside a run that matches a row.
-    cmp = compare_document(runs, paper_row, horizon, resamples, seed, level) if len(runs) > 1 or paper_row else None
+    cmp = (
+        compare_document(runs, paper_row, horizon, resamples, seed, level, listed=True)
+        if len(runs) > 1 or paper_row
+        else None
+    )
     shown = cmp is not None and (bool(cmp.comparisons and cmp.comparisons.compared) or bool(cmp.paper))
     compare_md = cmp.text if cmp is not None and shown else ""
     ran = what_ran_markdown(runs)
@@ -168,6 +172,7 @@ def build_report(
         "ran_md": ran,
         "summary_md": summary_md,
         "compare_md": compare_md,
+        "comparisons": cmp.comparisons if cmp is not None and shown else None,
         "endings_md": endings_md,
         "endings": ends,
         "modes_md": modes_md,
@@ -200,7 +205,8 @@ def files_listing(out: Path, files: Sequence[Path]) -> str:
 
 def what_ran_markdown(runs: list[Run]) -> str:
     """What ran (report/ran.py), the lines each Markdown page starts with."""
-    return "".join(f"- {line}\n" for line in ran_notes([(r.label, r.manifest) for r in runs])) + "\n"
+    per_run, rest = ran_lines(runs)
+    return "".join(f"- {line}\n" for line in (*per_run, *rest)) + "\n"
 
 
 def run_notes(runs: list[Run]) -> list[str]:
