@@ -91,6 +91,10 @@ def test_a_three_run_report_gives_the_answer_first(three_runs: list[Path], tmp_p
         listed += [f"{stem}.{e}" for e in (ext, *more)]
     assert {"results.md", "results.csv", "compare.csv", "index.html"} <= set(listed)
     assert all((out / name).is_file() for name in listed)
+    # Each run is named by what sets it apart from the first, in every file; its settings in full once.
+    labels = [line.split(",")[0] for line in (out / "results.csv").read_text().splitlines()[1:]]
+    assert labels == ["baseline", "condition=natural", "context_limit_turn=3 context_limit_share=0.5 trials=2"]
+    assert any(line.endswith("engine.context_limit_turn=3 engine.context_limit_share=0.5") for line in lines)
     # The full tables and sentences are in the files, not the terminal.
     assert "- turns kept: " not in done.stdout and "- turns kept: " in (out / "results.md").read_text()
 

@@ -157,8 +157,8 @@ def test_report_prose_renders_code_spans_and_tables_fit_their_frame(
     # The run is named by what sets it apart, shortened to two lines at most, the name whole on hover; its
     # settings in full once, in the legend above.
     assert got["title"] == "narrator.temperature=0.35 player.temperature=0.9 auditor.temperature=0.1 +1"
-    # Two lines at 1280 px; at 1000 px the tables stay whole and the label takes up to four.
-    assert got["shown"] != got["title"] and got["height"] <= (2.5 if width == 1280 else 4.5) * got["lineHeight"]
+    # Two lines at 1280 px; at 1000 px the tables stay whole and the label takes up to five.
+    assert got["shown"] != got["title"] and got["height"] <= (2.5 if width == 1280 else 5.5) * got["lineHeight"]
     assert any(line.endswith(" ".join(LONG)) for line in got["ran"])
 
 
@@ -247,7 +247,7 @@ def test_report_says_what_ran_and_what_was_censored(
     noise = next(n for n in got["notes"] if "Smallest real differences" in n)
     assert "at the 95% level" in noise and "squared percentage points" in noise and "inf" in noise
     # Plots: the identical curve is named, the marks are context_limit, the endings' shares are of plays.
-    assert any("identical to baseline" in c for c in got["comments"])
+    assert any("identical to condition.name=adversarial" in c for c in got["comments"])
     assert any("(+: context_limit)" in c for c in got["comments"])
     assert "plays (%)" in got["comments"] and "stories (%)" not in got["comments"]
 

@@ -19,7 +19,6 @@ from .failure_modes import RunModes
 from .glossary import define, define_cost, define_trials, plain
 from .html_parts import (
     badge,
-    breakable,
     conflict_badges,
     count_table,
     episode_href,
@@ -73,7 +72,7 @@ def _summary_html(rows: Sequence[Row]) -> str:
         # Episodes the window stopped are in the averages at their committed turns: say how many.
         censored = (
             f"<div class='muted small censored' title=\"{esc(plain(define('context_limit')))}\">"
-            f"{r.agg.censored} {breakable('context_limit')}</div>"
+            f"{r.agg.censored} context_limit</div>"
             if r.agg.censored
             else ""
         )
@@ -92,7 +91,7 @@ def _summary_html(rows: Sequence[Row]) -> str:
         cells.append(
             "<td class='small terms'>"
             + "<br>".join(
-                f'<span title="{esc(plain(define(t)))}">{breakable(t)}</span>&nbsp;<b>{r.agg.terminations[t]}</b>'
+                f'<span title="{esc(plain(define(t)))}">{t}</span>&nbsp;<b>{r.agg.terminations[t]}</b>'
                 for t in TERMINATIONS
             )
             + (f"<br>unfinished&nbsp;<b>{r.unfinished}</b>" if r.unfinished else "")

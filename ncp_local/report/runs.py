@@ -23,7 +23,7 @@ from ..rundir.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..rundir.seals import check_result
 from ..rundir.sweep_index import read_index
 from ..rundir.turn_log import checkpoint_paths
-from .labels import by_difference, from_template, short_names
+from .labels import SHORT, by_difference, from_template, short_names
 from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder
 
 REAUDIT_KIND = "reaudit"
@@ -275,7 +275,9 @@ def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
     if named:
         for r, name in zip(rig, named, strict=True):
             r.label = name
-    if named and not label:  # a short name by what sets each apart from the first; the full label in the legend
+    # Labels too long for a table's first column (a sweep's point names fit): each run named by what sets it
+    # apart from the first instead, the full label once, in the legend.
+    if named and not label and max(map(len, named)) > SHORT:
         for r, name in zip(runs, short_names(runs), strict=True):
             if r.manifest.get("kind") != REFERENCE_KIND:
                 r.overrides, r.label = r.label, name
