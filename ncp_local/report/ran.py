@@ -117,7 +117,7 @@ def legend(runs: Sequence[Run], names: Sequence[str] | None = None) -> list[str]
     """Each run once, by its name (its label unless `names`): its folder, what ran, and its settings in
     full where the name is short."""
     return [
-        f"{n}: {r.path}; {what_ran(r.manifest).line}" + (f"; {r.overrides}" if r.overrides and r.overrides != n else "")
+        f"{n}: {r.path}; {what_ran(r.manifest).line}" + (f"; {full}" if (full := r.overrides or r.label) != n else "")
         for n, r in zip(names or [r.label for r in runs], runs, strict=True)
     ]
 
