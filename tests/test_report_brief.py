@@ -95,6 +95,11 @@ def test_a_three_run_report_gives_the_answer_first(three_runs: list[Path], tmp_p
     labels = [line.split(",")[0] for line in (out / "results.csv").read_text().splitlines()[1:]]
     assert labels == ["baseline", "condition=natural", "context_limit_turn=3 context_limit_share=0.5 trials=2"]
     assert any(line.endswith("engine.context_limit_turn=3 engine.context_limit_share=0.5") for line in lines)
+    # results.md too: the verdicts and the endings before each figure's test.
+    md = (out / "results.md").read_text()
+    assert (
+        md.index("## Verdicts against the baseline") < md.index("## What ended each story") < md.index("## Comparisons")
+    )
     # The full tables and sentences are in the files, not the terminal.
     assert "- turns kept: " not in done.stdout and "- turns kept: " in (out / "results.md").read_text()
 

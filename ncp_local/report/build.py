@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig
+from .brief import verdicts
 from .compare_doc import compare_document
 from .cost import Planner, cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
@@ -87,13 +88,15 @@ def build_report(
     shown = cmp is not None and (bool(cmp.comparisons and cmp.comparisons.compared) or bool(cmp.paper))
     compare_md = cmp.text if cmp is not None and shown else ""
     ran = what_ran_markdown(runs)
+    said = verdicts(cmp.comparisons) if cmp is not None and shown else None
     doc = (
         "# NCP results\n\n"
         + ran
         + summary_md
-        + ("\n\n" + compare_md if compare_md else "")
+        + ("\n\n## Verdicts against the baseline\n\n" + "\n".join(said.lines) if said else "")
         + "\n\n## What ended each story\n\n"
         + endings_md
+        + ("\n\n" + compare_md if compare_md else "")  # the answer first: each figure with its test after it
         + "\n\n## Failure modes\n\n"
         + modes_md
         + ("\n\n## Trials: pass^k and the noise floor\n\n" + trials_md if rts else "")
