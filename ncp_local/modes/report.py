@@ -54,8 +54,11 @@ def main(cfg: RunConfig) -> int:
     )
     # The answer first, at most brief.BUDGET lines; every detail is in the files, named last.
     closing = [
-        "details (each figure's test, survival, failure modes, trials, the auditor's error, cost, per genre): "
-        "results.md" + (", index.html" if cfg.report.html else ""),
+        "details ("
+        + ("each figure's test, " if rep["comparisons"] else "")
+        + ("survival, failure modes, trials, " if rep["trials"] else "survival, failure modes, ")
+        + "the auditor's error, cost, per genre): results.md"
+        + (", index.html" if cfg.report.html else ""),
         f"report: {out} ({files_listing(out, rep['files'])})",
     ]
     print(report_brief(runs, rep["rows"], rep["comparisons"], rep["endings"], rep["notes"], closing))
