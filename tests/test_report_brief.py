@@ -148,3 +148,19 @@ def test_conflict_free_carries_its_unit_in_every_table(three_runs: list[Path], t
     assert {"conflict-free plays", "conflict-free %"} <= named
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
     assert "conflict_free" in header  # the count, as results.md's `conflict-free plays`
+
+
+def test_a_report_beside_the_paper_says_where_and_what_ran(three_runs: list[Path], tmp_path: Path) -> None:
+    out = tmp_path / "rep"
+    runs = ",".join(map(str, three_runs))
+    done = run_cli(
+        "mode=report", f"runs=[{runs}]", "compare.paper=table1/GPT-4o-mini", f"report.out={out}",
+        "report.resamples=50", "report.html=false",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.rstrip("\n").split("\n")
+    assert len(lines) <= BUDGET and lines[-1].startswith(f"report: {out} (")
+    (said,) = [line for line in lines if line.startswith("beside the paper")]
+    assert "baseline beside table1/GPT-4o-mini" in said and said.endswith("in results.md")
+    md = (out / "results.md").read_text()
+    assert md.count("What ran: engine scripted, no model (every role).") == 3 and "smollm2" not in md

@@ -61,7 +61,11 @@ def main(cfg: RunConfig) -> int:
         + (", index.html" if cfg.report.html else ""),
         f"report: {out} ({files_listing(out, rep['files'])})",
     ]
-    print(report_brief(runs, rep["rows"], rep["comparisons"], rep["endings"], rep["notes"], closing))
+    print(
+        report_brief(
+            runs, rep["rows"], rep["comparisons"], rep["endings"], rep["notes"], closing, rep["paper"], cfg.report.level
+        )
+    )
     return 0
 
 

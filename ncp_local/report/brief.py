@@ -16,7 +16,7 @@ from .compare import Comparisons
 from .compare_doc import CompareDoc, verdict
 from .endings import SUMMARY_HEADER as ENDINGS_HEADER
 from .endings import RunEndings, endings_summary_rows, past_data_lines
-from .paper import paper_markdown
+from .paper import BesidePaper, paper_markdown
 from .ran import ran_lines
 from .runs import Run
 from .tables import Row, markdown_table, summary_lines, summary_table
@@ -64,6 +64,8 @@ def report_brief(
     ends: Sequence[RunEndings],
     notes: Sequence[str],
     closing: Sequence[str],
+    paper: Sequence[BesidePaper] = (),
+    level: float = 0.95,
 ) -> str:
     legend, scripted = ran_lines(runs)
     sections = [
@@ -86,6 +88,8 @@ def report_brief(
                 "what ended each story: in the files",
             )
         )
+    if paper:
+        sections.append(_paper(paper, level, "results.md"))
     if notes:
         sections.append(Section("notes:", list(notes), f"{len(notes)} notes: at the end of results.md"))
     return fit(sections, closing)
@@ -101,7 +105,11 @@ def compare_brief(doc: CompareDoc, level: float, closing: Sequence[str]) -> str:
     if said := verdicts(doc.comparisons):
         sections.append(said)
     if doc.paper:
-        sections.append(
-            Section("beside the paper:", [paper_markdown(doc.paper, level)], "beside the paper: in compare.md")
-        )
+        sections.append(_paper(doc.paper, level, "compare.md"))
     return fit(sections, closing)
+
+
+def _paper(items: Sequence[BesidePaper], level: float, where: str) -> Section:
+    """The paper's figures beside a run, or where they are when they do not fit."""
+    rows = ", ".join(f"{b.run} beside {b.row.id}" for b in items)
+    return Section("beside the paper:", [paper_markdown(items, level)], f"beside the paper ({rows}): in {where}")

@@ -176,6 +176,7 @@ def build_report(
         "summary_md": summary_md,
         "compare_md": compare_md,
         "comparisons": cmp.comparisons if cmp is not None and shown else None,
+        "paper": cmp.paper if cmp is not None else [],
         "endings_md": endings_md,
         "endings": ends,
         "modes_md": modes_md,
