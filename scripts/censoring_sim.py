@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ncp_local.protocol.metrics import EpisodeMetrics
-from ncp_local.report.paired import MEANS, Pool, figures_of, measurer, sign_flip_p, window_shares
+from ncp_local.report import paired
+from ncp_local.report.paired import MEANS, Pool, figures_of, measurer, sign_flip_p
 
 SCENARIOS = {  # name: (q of run A, q of run B, hazard ratio of B)
     "N1": (0.0, 0.035, 1.0),  # the case: B's window stops about 30% of its plays, A's none
@@ -105,7 +106,7 @@ def main() -> None:
         for _ in range(a.pairs):
             pool = pair(rng, a.stories, SCENARIOS[name], cap)
             ps.append(sign_flip_p(measurer(pool, cap, turns_at, True), pool, a.flips, rng))
-            sa, sb = window_shares(pool)
+            sa, sb = paired.shares(pool)
             shares.append((sa, sb))
             differs.append(sa != sb)
             tested.append(censoring_test_p(pool, a.flips, rng) <= 0.05)

@@ -12,11 +12,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cli_runner import run_cli
-from ncp_local.protocol.metrics import EpisodeMetrics, product_limit
-from ncp_local.report.compare import compare_runs, short_names
-from ncp_local.report.compare_doc import comparison_rows, comparisons_csv, comparisons_markdown, sentence
-from ncp_local.report.paired import MEANS, Pool, holm, measurer, paired_differences, sign_flip_p
+from cli_runner import ROOT, run_cli
+from ncp_local.protocol.metrics import OVERRULED, EpisodeMetrics, product_limit
+from ncp_local.report.compare import Comparison, compare_runs
+from ncp_local.report.compare_doc import (
+    MDD_RULE,
+    comparison_rows,
+    comparisons_csv,
+    comparisons_markdown,
+    comparisons_note,
+    sentence,
+    verdict,
+)
+from ncp_local.report.labels import short_names
+from ncp_local.report.paired import MEANS, Difference, Pool, holm, measurer, paired_differences, sign_flip_p
 from ncp_local.report.paper import matching_rows, paper, row_named
 from ncp_local.report.runs import load_run
 
@@ -140,11 +149,14 @@ def test_mode_compare_of_two_scripted_runs(two_runs: tuple[Path, Path], tmp_path
     out = tmp_path / "cmp"
     done = run_cli("mode=compare", f"runs=[{a},{b}]", f"report.out={out}", "report.resamples=300", "progress=false")
     assert done.returncode == 0, done.stderr
-    assert "## Comparisons" in done.stdout and "seed=1 vs the baseline" in done.stdout
-    # What ran, per run, once: its short name, folder, engine and models (a scripted run says no model ran).
-    assert f"- baseline: {a}; engine scripted, no model (every role); seed=0" in done.stdout
-    assert f"- seed=1: {b}; engine scripted, no model (every role); seed=1" in done.stdout
-    assert "with 3 stories no p-value can fall below 0.25" in done.stdout
+    text = (out / "compare.md").read_text()
+    assert "## Comparisons" in text and "seed=1 vs the baseline" in done.stdout
+    # What ran, per run, once: its short name, folder, engine and models (a scripted run says no model ran),
+    # its full label where the name is short.
+    assert f"- baseline: {a}; engine scripted, no model (every role); seed=0\n" in done.stdout
+    assert f"- seed=1: {b}; engine scripted, no model (every role)\n" in done.stdout
+    assert "Scripted engine: no model ran" in done.stdout and "Scripted engine: no model ran" in text
+    assert "  - with 3 stories no p-value can fall below 0.25" in done.stdout
     rows = list(csv.DictReader((out / "compare.csv").open()))
     by = {r["figure"]: r for r in rows}
     assert {"avg_turns", "turns_kept", "S(6)", "fact_at_h", "all_resolved_at_h"} <= set(by)
@@ -154,7 +166,7 @@ def test_mode_compare_of_two_scripted_runs(two_runs: tuple[Path, Path], tmp_path
         assert float(r["p"]) >= 0.25 - 1e-9  # 3 stories: 2 / 2^3 is the floor
         assert r["stories"] == "3" and r["horizon"] == "6"
     # One plain sentence per figure.
-    assert done.stdout.count("- turns kept: ") == 1 and done.stdout.count("- avg turns: ") == 1
+    assert text.count("- turns kept: ") == 1 and text.count("- avg turns: ") == 1
 
 
 def test_a_run_against_itself_is_refused_and_a_torn_result_is_named(
@@ -227,11 +239,13 @@ def test_compare_paper_beside_a_scripted_run(two_runs: tuple[Path, Path], tmp_pa
     out = done.stdout
     assert "beside the paper's Table 1, row GPT-4o-mini" in out and "compare.paper=table1/GPT-4o-mini" in out
     assert "measures nothing" in out
+    # What ran, from the manifest: a scripted run lists no model as if it ran.
+    assert "What ran: engine scripted, no model (every role)." in out and "smollm2" not in out
     for line in (
         "engine: scripted",
-        "narrator: smollm2-135m-instruct (paper: GPT-4o-mini)",
-        "player: smollm2-135m-instruct (paper: Gemini-2.5-Flash)",
-        "auditor: smollm2-135m-instruct (paper: Gemini-2.5-Flash)",
+        "narrator: scripted, no model (paper: GPT-4o-mini)",
+        "player: scripted, no model (paper: Gemini-2.5-Flash)",
+        "auditor: scripted, no model (paper: Gemini-2.5-Flash)",
         "turn cap: 6 (paper: 100)",
         "stories x plays: 3 x 2 (paper: 100 x 1)",
         "context window: 8192 tokens, 0% of episodes censored",
@@ -247,6 +261,9 @@ def test_a_run_matches_the_rows_of_its_narrator_method_and_input(two_runs: tuple
     assert matching_rows(run) == []
     cfg = run.manifest["config"]
     cfg["narrator"]["model"]["name"] = "Kimi-K2.5"
+    assert matching_rows(run) == []  # a scripted run ran no narrator, whatever its config names
+    run.manifest.pop("models", None)
+    cfg["engine"]["name"] = "openai"
     assert [r.id for r in matching_rows(run)] == ["table1/Kimi-K2.5"]
     cfg["condition"]["name"] = "natural"
     assert matching_rows(run) == []
@@ -294,7 +311,14 @@ def test_a_reaudit_compares_the_auditors_on_the_same_transcripts(two_runs: tuple
 
 def _fake_run(label: str, plays: list[EpisodeMetrics], cap: int = 12) -> SimpleNamespace:
     return SimpleNamespace(
-        label=label, path=Path(f"/{label}"), max_turns=cap, manifest={}, damaged=(), in_flight=(), metrics=lambda: plays
+        label=label,
+        path=Path(f"/{label}"),
+        max_turns=cap,
+        manifest={},
+        damaged=(),
+        in_flight=(),
+        overrides="",
+        metrics=lambda: plays,
     )
 
 
@@ -325,6 +349,23 @@ def test_a_run_its_window_stopped_more_gets_no_verdict_on_the_as_played_figures(
     rows = comparison_rows(against_b)
     assert rows[keys.index("avg_turns")][6] == "no verdict" and rows[0][6] != "no verdict"
     assert "no_verdict" in comparisons_csv(cs).splitlines()[0]
+
+
+def test_an_overruled_ending_is_not_called_a_window_stop() -> None:
+    # A re-audit's plays whose ending conflict the re-auditor did not uphold are censored where they stood, as
+    # the window's stops are, and withhold the as-played verdicts the same way; but they are named for what
+    # they are: the window stopped none of either run's plays.
+    base = [_ep(f"s{i}", 2 + i % 9, kind=i % 3) for i in range(30)]
+    judged = [_ep(m.spec_id, m.turns, OVERRULED) if i % 3 == 0 else m for i, m in enumerate(base)]
+    (c,) = compare_runs([_fake_run("a", base), _fake_run("b", judged)], resamples=100).compared
+    assert c.window == (0.0, 0.0)
+    avg = next(d for d in c.rows if d.figure.key == "avg_turns")
+    said = sentence(c, avg, 0.95)
+    assert "the re-auditor overruled the conflict that ended 33.3% of b's plays" in said and "window" not in said
+    assert "no verdict on 7 as-played figures: the re-auditor overruled" in verdict(c)
+    # S(t) takes an overruled play as censored: T > n, nothing narrated after it.
+    kept = next(d for d in c.rows if d.figure.key == "turns_kept")
+    assert not kept.withheld and kept.diff > 0
 
 
 def test_the_curves_are_compared_no_further_than_both_runs_were_followed() -> None:
@@ -411,3 +452,34 @@ def test_a_run_is_named_by_what_sets_it_apart_from_the_baseline() -> None:
         "seed=1 [b]",
         "seed=1 [c]",
     ]
+
+
+# ---- one wording per figure -------------------------------------------------------------------------------
+
+
+def test_a_difference_that_rounds_to_zero_is_said_one_way() -> None:
+    # 0.004 turns shows as 0.00 in the table: the sentence and the verdict call it equal, never "0.00 lower".
+    base = [_ep(f"s{i}", 2 + i % 9, kind=i % 3) for i in range(30)]
+    (c,) = compare_runs([_fake_run("a", base), _fake_run("b", base)], resamples=50).compared
+    d = next(d for d in c.rows if d.figure.key == "avg_turns")
+    for diff in (0.004, -0.004):
+        tiny = Difference(**{**d.__dict__, "diff": diff, "p": 0.01})
+        (row,) = comparison_rows(Comparison(**{**c.__dict__, "rows": (tiny,)}))
+        assert row[3] == "0.00"
+        assert "are equal to two decimals" in sentence(c, tiny, 0.95)
+        said = verdict(Comparison(**{**c.__dict__, "rows": (tiny,)}))
+        assert "avg turns equal to two decimals (p = 0.010)" in said and "0.00 turns" not in said
+    big = Difference(**{**d.__dict__, "diff": -0.35})
+    assert (
+        "is 0.35 turns lower than" in sentence(c, big, 0.95)
+        and comparison_rows(Comparison(**{**c.__dict__, "rows": (big,)}))[0][3] == "-0.35"
+    )
+
+
+def test_the_guide_says_the_mdd_as_the_output_does() -> None:
+    # The rule is made from the constants the MDD is computed with, and the reports guide states that rule.
+    assert MDD_RULE == "1.96 permutation spreads + 0.84 paired standard errors"
+    cs = compare_runs([_fake_run("a", [_ep("s0", 3)]), _fake_run("b", [_ep("s0", 4)])], resamples=10)
+    assert MDD_RULE in comparisons_note(cs)
+    guide = " ".join((ROOT / "docs" / "guide" / "reports.md").read_text().split())
+    assert f"with a two-sided 5% test: {MDD_RULE}" in guide

@@ -18,8 +18,10 @@ from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
 from ncp_local.errors import InputError
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.modes.reaudit import ReauditResult, TurnAudit, agreement, reaudit_all
+from ncp_local.protocol.metrics import OVERRULED
 from ncp_local.protocol.prompts import PromptPack
 from ncp_local.protocol.records import EpisodeResult, FactUpdateRecord, TurnRecord
+from ncp_local.report.reaudit_runs import reaudit_run
 from ncp_local.report.runs import load_run
 from ncp_local.rundir.call_log import read_calls
 from ncp_local.rundir.store import RunDir
@@ -262,3 +264,19 @@ def test_cli_reaudit(tmp_path: Path) -> None:
     sheet = _run("mode=review", f"runs=[{part}]", f"review.out={tmp_path / 'sheet'}", cwd=tmp_path)
     assert sheet.returncode == 0, sheet.stderr
     assert "1 episode(s) unfinished" in sheet.stdout
+
+
+def test_a_conflict_the_reauditor_does_not_uphold_is_overruled_not_context_limit(tmp_path: Path) -> None:
+    # A re-auditor that finds no conflict leaves every play the source's auditor ended censored where it
+    # stood: named `overruled` (report/reaudit_runs.py), never the window's `context_limit`.
+    src, lax = tmp_path / "src", tmp_path / "lax"
+    done = _run("engine=scripted", "max_turns=6", f"out_dir={src}", "engine.conflict_rate=0.5", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = _run(
+        "mode=reaudit", f"runs=[{src}]", "engine=scripted", "engine.conflict_rate=0", f"out_dir={lax}", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    ended = {m.spec_id for m in load_run(src).metrics() if m.termination == "conflict"}
+    judged = {m.spec_id: m.termination for m in reaudit_run(lax).metrics()}
+    assert ended and {judged[s] for s in ended} == {OVERRULED}
+    assert "context_limit" not in judged.values()

@@ -71,11 +71,13 @@ def test_report_renders(chromium: Path, tmp_path: Path) -> None:
 
 def probe(chromium: Path, page: Path, tmp: Path, script: str, width: int = 1280) -> Any:
     """What `script` (a function body returning JSON-able data) returns in the page as the browser laid it
-    out: run on a copy of the page after load, its answer read back from the dumped DOM."""
+    out with every folded section (`details`) open: run on a copy of the page after load, its answer read
+    back from the dumped DOM."""
     copy = page.with_name(f"{page.stem}.probe.html")
     hook = (
         # Half a second after load: a page's own scripts finish first (the site adds its copy buttons then).
-        "<script>window.addEventListener('load',()=>setTimeout(()=>{let r;try{r=(()=>{" + script + "})();}"
+        "<script>window.addEventListener('load',()=>setTimeout(()=>{let r;"
+        "document.querySelectorAll('details').forEach(d=>{d.open=true;});try{r=(()=>{" + script + "})();}"
         "catch(e){r={probe_error:String(e)};}"
         "const p=document.createElement('pre');p.id='probe-out';p.textContent=JSON.stringify(r);"
         "document.body.appendChild(p);},500));</script>"
@@ -121,8 +123,9 @@ def long_labels_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "report"
 
 
+@pytest.mark.parametrize("width", [1280, 1000])
 def test_report_prose_renders_code_spans_and_tables_fit_their_frame(
-    chromium: Path, long_labels_report: Path, tmp_path: Path
+    chromium: Path, long_labels_report: Path, tmp_path: Path, width: int
 ) -> None:
     got = probe(
         chromium,
@@ -137,18 +140,26 @@ def test_report_prose_renders_code_spans_and_tables_fit_their_frame(
         const lines = span.getClientRects().length;
         return {prose, frames, codes: document.querySelectorAll('p code').length,
                 title: span.title, shown: span.innerText, lines,
+                ran: [...document.querySelectorAll('ul.ran li')].map(l => l.innerText),
+                past: [...document.querySelectorAll('table')].filter(t =>
+                    t.getBoundingClientRect().right > document.documentElement.clientWidth).map(t => t.className),
                 lineHeight: parseFloat(getComputedStyle(span).lineHeight), height: span.getBoundingClientRect().height};
         """,
+        width,
     )
     # The prose's Markdown code spans are rendered (`max_turns` in the endings note), none left literal.
     assert got["codes"] >= 3
     assert not [p for p in got["prose"] if "`" in p]
-    # Every table fits the page's width (1280 px) inside its frame: nothing hidden past the right edge.
-    assert {f["table"] for f in got["frames"]} >= {"summary", "counts endings", "counts bands"}
-    assert [f for f in got["frames"] if f["scroll"] > f["width"]] == []
-    # The long label is shortened to two lines at most, the full label on hover.
-    assert got["title"] == " ".join(LONG) and got["shown"] != got["title"]
-    assert got["height"] <= 2.5 * got["lineHeight"]
+    # Every table fits the page's width (1280 and 1000 px) inside its frame, every folded section open:
+    # nothing hidden past the right edge.
+    assert {f["table"] for f in got["frames"]} >= {"summary", "counts endings", "counts bands", "cost"}
+    assert [f for f in got["frames"] if f["scroll"] > f["width"]] == [] and got["past"] == []
+    # The run is named by what sets it apart, shortened to two lines at most, the name whole on hover; its
+    # settings in full once, in the legend above.
+    assert got["title"] == "narrator.temperature=0.35 player.temperature=0.9 auditor.temperature=0.1 +1"
+    # Two lines at 1280 px; at 1000 px the tables stay whole and the label takes up to five.
+    assert got["shown"] != got["title"] and got["height"] <= (2.5 if width == 1280 else 5.5) * got["lineHeight"]
+    assert any(line.endswith(" ".join(LONG)) for line in got["ran"])
 
 
 def test_report_episode_page_shows_each_commitments_text(

@@ -110,7 +110,7 @@ def test_report_and_exports_agree_on_what_was_censored(censored_run: tuple[Path,
     # The endings table: context_limit and max_turns both censored, as in the glossary.
     md = (report / "results.md").read_text()
     assert f"| {n_turns} | {n_context} |" in md  # max_turns (censored), context_limit (censored)
-    assert "Scripted engine: no model ran" in md and f"{label}: engine scripted" in md
+    assert "Scripted engine: no model ran" in md and f"{label}: {run.path}; engine scripted" in md
     index = (report / "index.html").read_text()
     assert f"{n_context} context_limit</div>" in index
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..config import ConfigError, RunConfig
 from ..report import default_out
+from ..report.brief import compare_brief
 from ..report.compare_doc import compare_document
 from ..report.paper import row_named
 from ..report.reaudit_runs import load_compared
@@ -41,6 +42,7 @@ def main(cfg: RunConfig) -> int:
     if doc.csv is not None:
         atomic_write(out / "compare.csv", doc.csv)
         written.append("compare.csv")
-    print(doc.text or "no paper row matches these runs' narrator, method and input (compare.paper=<row> picks one)")
-    print(f"compare: {out} ({', '.join(written)})")
+    if not doc.text:
+        print("no paper row matches these runs' narrator, method and input (compare.paper=<row> picks one)")
+    print(compare_brief(doc, rep.level, [f"compare: {out} ({', '.join(written)})"]))
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..config import RunConfig
 from ..execution.preflight import plan_growth
 from ..report import build_report, default_out, files_listing, runs_of
+from ..report.brief import report_brief
 from ..report.in_flight import NOTHING_YET, count_in_flight, nothing_yet
 from ..report.paper import row_named
 from ..report.plant_dirs import PlantDir, is_plant_dir, load_plant_dir, plant_figures
@@ -53,20 +54,22 @@ def main(cfg: RunConfig) -> int:
         cfg.compare.paper,
         dirs,  # a run's auditor measured by mode=plant: its rates corrected for the misses
     )
-    print(rep["ran_md"] + rep["summary_md"])
-    if rep["compare_md"]:
-        print("\n" + rep["compare_md"])
-    print("\nwhat ended each story:\n" + rep["endings_md"])
-    if rep["trials"]:
-        print("\ntrials: pass^k and the noise floor:\n" + rep["trials_md"])
-    print("\nthe auditor's error:\n" + rep["auditor_md"])
-    if rep["misses_md"]:
-        print("\nthe auditor's misses:\n" + rep["misses_md"])
-    print("\ncost by role and stage:\n" + rep["cost_md"])
-    for note in rep["notes"]:
-        print(note)
-    # Only what was written: the plots are skipped without a folder matplotlib can write.
-    print(f"report: {out} ({files_listing(out, rep['files'])})")
+    # The answer first, at most brief.BUDGET lines; every detail is in the files, named last.
+    closing = [
+        "details ("
+        + ("each figure's test, " if rep["comparisons"] else "")
+        + ("survival, failure modes, trials, " if rep["trials"] else "survival, failure modes, ")
+        + "the auditor's error, "
+        + ("the auditor's misses, " if rep["misses_md"] else "")
+        + "cost, per genre): results.md"
+        + (", index.html" if cfg.report.html else ""),
+        f"report: {out} ({files_listing(out, rep['files'])})",
+    ]
+    print(
+        report_brief(
+            runs, rep["rows"], rep["comparisons"], rep["endings"], rep["notes"], closing, rep["paper"], cfg.report.level
+        )
+    )
     return 0
 
 

@@ -43,8 +43,11 @@ TERMINATIONS: tuple[str, ...] = ("conflict", "max_turns", "all_resolved", "conte
 # An episode with a checkpoint and no result (still playing, or stopped mid-story): not a termination a
 # result can hold, only what a report calls it when it counts such an episode (report/in_flight.py).
 IN_FLIGHT = "in_flight"
+# A play whose ending conflict a re-auditor did not uphold (report/reaudit_runs.py): nothing was narrated
+# after it, so the story is censored there. Not the window's `context_limit`: a comparison says which.
+OVERRULED = "overruled"
 # Terminations whose story did not end: right-censored at their turn count.
-CENSORED: frozenset[str] = frozenset({"context_limit", IN_FLIGHT})
+CENSORED: frozenset[str] = frozenset({"context_limit", IN_FLIGHT, OVERRULED})
 
 # What ended a story, for competing risks (report/endings.py): a conflict by its type (two or more
 # types in the ending turn: `several_types`), or every achievement resolved. `max_turns` is not an
@@ -477,7 +480,7 @@ def aggregate(
 
 TABLE_HEADER = (
     "| run | episodes | avg turns | traj % | sat % | fact % | commit % | player % "
-    "| conflict-free | conflict | max_turns | all_resolved | context_limit | invalid | bound hits |"
+    "| conflict-free plays | conflict | max_turns | all_resolved | context_limit | invalid | bound hits |"
 )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, RunConfig
+from .brief import verdicts
 from .compare_doc import compare_document
 from .cost import Planner, cost_markdown, cost_rows_csv, cost_table
 from .endings import endings_csv, endings_markdown, run_endings
@@ -18,7 +19,7 @@ from .misses import misses_section
 from .mpl_home import ready as plots_ready
 from .plant_dirs import PlantDir
 from .precision import auditor_error, auditor_error_markdown, corrected_survival_csv
-from .ran import ran_notes
+from .ran import ran_lines
 from .runs import Run, attach_specs, is_sweep_folder, load_runs
 from .tables import (
     csv_text,
@@ -83,17 +84,23 @@ def build_report(
     misses_md, misses_notes = misses_section(runs, plants, resamples, seed, level)
     notes = [f"- {line}" for line in (*run_notes(runs), *misses_notes)]
     # Runs that share stories are compared with the first; the paper's figures beside a run that matches a row.
-    cmp = compare_document(runs, paper_row, horizon, resamples, seed, level) if len(runs) > 1 or paper_row else None
+    cmp = (
+        compare_document(runs, paper_row, horizon, resamples, seed, level, listed=True)
+        if len(runs) > 1 or paper_row
+        else None
+    )
     shown = cmp is not None and (bool(cmp.comparisons and cmp.comparisons.compared) or bool(cmp.paper))
     compare_md = cmp.text if cmp is not None and shown else ""
     ran = what_ran_markdown(runs)
+    said = verdicts(cmp.comparisons) if cmp is not None and shown else None
     doc = (
         "# NCP results\n\n"
         + ran
         + summary_md
-        + ("\n\n" + compare_md if compare_md else "")
+        + ("\n\n## Verdicts against the baseline\n\n" + "\n".join(said.lines) if said else "")
         + "\n\n## What ended each story\n\n"
         + endings_md
+        + ("\n\n" + compare_md if compare_md else "")  # the answer first: each figure with its test after it
         + "\n\n## Failure modes\n\n"
         + modes_md
         + ("\n\n## Trials: pass^k and the noise floor\n\n" + trials_md if rts else "")
@@ -173,6 +180,8 @@ def build_report(
         "ran_md": ran,
         "summary_md": summary_md,
         "compare_md": compare_md,
+        "comparisons": cmp.comparisons if cmp is not None and shown else None,
+        "paper": cmp.paper if cmp is not None else [],
         "endings_md": endings_md,
         "endings": ends,
         "modes_md": modes_md,
@@ -206,7 +215,8 @@ def files_listing(out: Path, files: Sequence[Path]) -> str:
 
 def what_ran_markdown(runs: list[Run]) -> str:
     """What ran (report/ran.py), the lines each Markdown page starts with."""
-    return "".join(f"- {line}\n" for line in ran_notes([(r.label, r.manifest) for r in runs])) + "\n"
+    per_run, rest = ran_lines(runs)
+    return "".join(f"- {line}\n" for line in (*per_run, *rest)) + "\n"
 
 
 def run_notes(runs: list[Run]) -> list[str]:

@@ -22,16 +22,15 @@ check is named.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..protocol.metrics import EpisodeMetrics
-from .labels import differing, flat
-from .paired import ALPHA, MEANS, Difference, Pool, holm, paired_differences, window_shares
-from .ran import what_ran
+from ..protocol.metrics import OVERRULED, EpisodeMetrics
+from .labels import short_names
+from .paired import ALPHA, MEANS, Difference, Pool, holm, paired_differences, shares
+from .ran import ran_lines
 from .runs import REAUDIT_KIND, Run
 from .tables import known_to
 from .trials import columns_at
@@ -48,6 +47,7 @@ class Comparison:
     notes: tuple[str, ...]  # what was left out, and why (one line each)
     rows: tuple[Difference, ...]
     window: tuple[float, float] = (0.0, 0.0)  # share of plays the window stopped, baseline then other
+    censoring: str = ""  # how the two runs' censoring differs, withholding the as-played figures' verdicts
 
 
 @dataclass(frozen=True)
@@ -57,40 +57,6 @@ class Comparisons:
     compared: list[Comparison]
     refused: list[str] = field(default_factory=list)  # pairs with nothing comparable, one line each
     legend: list[str] = field(default_factory=list)  # each short name, once: its folder and full label
-
-
-SHORT_KEYS = 3  # settings named in a short name; the legend holds them all
-
-
-def short_names(runs: Sequence[Run]) -> list[str]:
-    """Each run named by what sets it apart from the first (the baseline, named so): the settings that
-    differ from the baseline's, by their last part (`seed=1`, `condition=natural`), trials where their count
-    differs; the folder's name where nothing recorded differs, or beside the name where two runs are alike."""
-    configs = [dict(r.manifest.get("config") or {}) for r in runs]
-    trials = [int((c.get("trials") or {}).get("count") or 1) for c in configs]
-    names = ["baseline"]
-    for run, cfg, k in zip(runs[1:], configs[1:], trials[1:], strict=True):
-        keys = differing([configs[0], cfg]) if cfg and configs[0] else []  # no config recorded: its folder
-        flat_cfg = dict(flat(cfg))
-        parts = [f"{_short_key(key)}={_value(flat_cfg.get(key))}" for key in keys[:SHORT_KEYS]]
-        parts += [f"+{len(keys) - SHORT_KEYS}"] if len(keys) > SHORT_KEYS else []
-        parts += [f"trials={k}"] if k != trials[0] else []
-        names.append(" ".join(parts) or run.path.name)  # nothing recorded differs: its folder
-    if len(set(names)) < len(names):
-        names = [f"{n} [{r.path.name}]" for n, r in zip(names, runs, strict=True)]
-    return names
-
-
-def _value(v: object) -> str:
-    return v if isinstance(v, str) else json.dumps(v, default=str)
-
-
-def _short_key(key: str) -> str:
-    """`seed`, `condition.name` -> `condition`, `narrator.model.name` -> `narrator`, else the last part."""
-    if key.endswith(".model.name"):
-        return key.split(".")[0]
-    head, _, last = key.rpartition(".")
-    return head.split(".")[-1] if last == "name" and head else last
 
 
 def story_hashes(run: Run) -> dict[str, str]:
@@ -170,17 +136,24 @@ def compare_pair(
     turns_at = tuple(columns_at(h))
     pool = Pool([[a[s] for s in stories], [b[s] for s in stories]])
     rows = paired_differences(pool, h, turns_at, means, resamples, seed, level)
-    window = window_shares(pool)
+    window, overruled = shares(pool), shares(pool, OVERRULED)
+    # The as-played figures count a censored play as if it had ended there; where the two runs censor
+    # different shares they differ by that alone (docs/measurements/2026-12-07-corrected-and-censored.md:
+    # same narrator, 30% stopped against none, avg turns "differs" in every pair). Their consistent
+    # counterparts (turns kept, S(t), each ending by t) keep their verdicts. Two causes, named apart: the
+    # window's stops, and a re-auditor's overruled endings.
+    why = []
     if window[0] != window[1]:
-        # The as-played figures count a stopped play as if it had ended there; with the windows stopping
-        # different shares they differ by that alone (docs/measurements/2026-12-07-corrected-and-censored.md:
-        # same narrator, 30% stopped against none, avg turns "differs" in every pair). Their consistent
-        # counterparts (turns kept, S(t), each ending by t) keep their verdicts.
-        why = (
-            f"no verdict: the window stopped {_pct(window[1])} of {b_name}'s plays and {_pct(window[0])} "
-            f"of {a_name}'s, which bends this figure; {HOLDING} hold under it"
+        why.append(f"the window stopped {_pct(window[1])} of {b_name}'s plays and {_pct(window[0])} of {a_name}'s")
+    if overruled[0] != overruled[1]:
+        why.append(
+            f"the re-auditor overruled the conflict that ended {_pct(overruled[1])} of {b_name}'s plays "
+            f"({_pct(overruled[0])} of {a_name}'s), each censored where it stood"
         )
-        rows = tuple(Difference(**{**d.__dict__, "withheld": why}) if d.figure.key in BENT else d for d in rows)
+    censoring = " and ".join(why)
+    if censoring:
+        withheld = f"no verdict: {censoring}, which bends this figure; {HOLDING} hold under it"
+        rows = tuple(Difference(**{**d.__dict__, "withheld": withheld}) if d.figure.key in BENT else d for d in rows)
     rows = tuple(sorted(rows, key=lambda d: d.figure.key in BENT))  # the figures censoring cannot bend lead
     return Comparison(
         a_name,
@@ -192,6 +165,7 @@ def compare_pair(
         tuple(notes),
         rows,
         window,
+        censoring,
     )
 
 
@@ -211,8 +185,8 @@ def compare_runs(
 ) -> Comparisons:
     """Every run after the first against the first; Holm over them per figure when more than one."""
     names = short_names(runs)
-    # What ran, per run, from its manifest (a scripted engine says so: no model ran), and the full label once.
-    legend = [f"{n}: {r.path}; {what_ran(r.manifest).line}; {r.label}" for n, r in zip(names, runs, strict=True)]
+    # What ran, per run, from its manifest, its full label once, and the scripted lines where no model ran.
+    per_run, scripted = ran_lines(runs, names)
     base = runs[0]
     compared: list[Comparison] = []
     refused: list[str] = []
@@ -232,7 +206,7 @@ def compare_runs(
         compared.append(compare_pair(base, other, shared, horizon, resamples, seed, level, (names[0], name)))
     if len(compared) > 1:
         compared = _with_holm(compared)
-    return Comparisons(level, resamples, compared, refused, legend)
+    return Comparisons(level, resamples, compared, refused, per_run + scripted)
 
 
 def _with_holm(compared: list[Comparison]) -> list[Comparison]:

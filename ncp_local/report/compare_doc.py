@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .compare import Comparison, Comparisons, compare_runs
-from .paired import ALPHA, Difference
+from .paired import ALPHA, Z_POWER, Z_TEST, Difference
 from .paper import BesidePaper, beside_paper, paper_markdown, rows_for
 from .runs import Run
 from .tables import csv_text, markdown_table
@@ -35,14 +35,17 @@ def compare_document(
     seed: int,
     level: float,
     heading: str = "##",
+    listed: bool = False,
 ) -> CompareDoc:
+    """Both parts' Markdown; `listed`: the runs are already listed above it (a report's first lines), so
+    the comparisons do not list them again."""
     cs = compare_runs(runs, horizon, resamples, seed, level) if len(runs) > 1 else None
     beside = [
         beside_paper(run, row, how, level, resamples, seed) for run in runs for row, how in rows_for(run, paper_row)
     ]
     parts = []
     if cs is not None and (cs.compared or cs.refused):
-        parts.append(f"{heading} Comparisons\n\n" + comparisons_markdown(cs))
+        parts.append(f"{heading} Comparisons\n\n" + comparisons_markdown(cs, listed))
     if beside:
         parts.append(f"{heading} Beside the paper\n\n" + paper_markdown(beside, level))
     return CompareDoc(cs, beside, "\n\n".join(parts))
@@ -63,22 +66,32 @@ def _p(p: float) -> str:
     return "n/a" if math.isnan(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
 
 
+def _change(d: Difference) -> str:
+    """A difference in words, one wording for one value: `2.06 turns lower`, or, where the table shows
+    0.00, `equal to two decimals`."""
+    if not round(d.diff, 2):
+        return "equal to two decimals"
+    return f"{abs(d.diff):.2f} {d.figure.unit} {'higher' if d.diff > 0 else 'lower'}"
+
+
+def _signed(x: float) -> str:
+    """A difference as the tables show it: `+2.00`, `-0.35`, and `0.00` for what rounds to zero."""
+    return ("+" if round(x, 2) > 0 else "") + _f(x)
+
+
 def sentence(c: Comparison, d: Difference, level: float) -> str:
     """One plain sentence: what the difference is, how sure, and what this design could have found."""
     f = d.figure
     if math.isnan(d.diff):
         return f"{f.label}: not estimable on these plays."
-    size = f"{abs(d.diff):.2f} {f.unit}"
-    way = "higher" if d.diff > 0 else "lower"
     head = (
-        f"{f.label}: {c.other} is {size} {way} than {c.baseline}"
+        f"{f.label}: {c.other} is {_change(d)} than {c.baseline}"
         if round(d.diff, 2)
-        else f"{f.label}: {c.other} and {c.baseline} are equal to two decimals"
+        else f"{f.label}: {c.other} and {c.baseline} are {_change(d)}"
     )
     if d.withheld:
         return f"{head}: {d.withheld}."
-    p = d.p if math.isnan(d.p_holm) else d.p_holm
-    which = "p" if math.isnan(d.p_holm) else "Holm p"
+    p, which = _tested(d)
     iv = f"{level:.0%} paired interval {_f(d.lo)} to {_f(d.hi)}, {which} = {_p(p)}"
     if p < ALPHA:
         return f"{head} ({iv}): a difference at the 5% level."
@@ -90,6 +103,32 @@ def sentence(c: Comparison, d: Difference, level: float) -> str:
         f"{head} ({iv}): no difference shown; on {c.stories} stories this design finds one of "
         f"{_f(d.mdd)} {f.unit} 80% of the time."
     )
+
+
+def _tested(d: Difference) -> tuple[float, str]:
+    """The p-value a verdict rests on: Holm's where there are several runs, and its name."""
+    return (d.p, "p") if math.isnan(d.p_holm) else (d.p_holm, "Holm p")
+
+
+SHOWN = 3  # differences a verdict line names; the rest are counted
+
+
+def verdict(c: Comparison) -> str:
+    """A comparison in one line: the figures that differ at the 5% level (the largest first), how many do
+    not, and how many got no verdict and why (the sentences and tables hold the rest)."""
+    judged = [d for d in c.rows if not d.withheld and not math.isnan(d.diff)]
+    found = sorted((d for d in judged if _tested(d)[0] < ALPHA), key=lambda d: _tested(d)[0])
+    head = f"{comparison_title(c)}, {c.stories} stories: "
+    if found:
+        named = [f"{d.figure.label} {_change(d)} ({_tested(d)[1]} = {_p(_tested(d)[0])})" for d in found[:SHOWN]]
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        said = f"a difference at the 5% level in {len(found)} of {len(judged)} figures: {', '.join(named)}{more}"
+    else:
+        said = f"no difference shown in any of {len(judged)} figures"
+    withheld = [d for d in c.rows if d.withheld]
+    if withheld:
+        said += f"; no verdict on {len(withheld)} as-played figures: {c.censoring}"
+    return head + said
 
 
 HEADER = (
@@ -116,7 +155,7 @@ def comparison_rows(c: Comparison) -> list[list[str]]:
             d.figure.label,
             _f(d.base),
             _f(d.other),
-            ("+" if d.diff > 0 else "") + _f(d.diff),
+            _signed(d.diff),
             f"[{_f(d.lo)}, {_f(d.hi)}]",
             f"[{_f(d.unpaired_lo)}, {_f(d.unpaired_hi)}]",
             "no verdict" if d.withheld else _p(d.p),
@@ -143,6 +182,10 @@ def comparison_markdown(c: Comparison, level: float) -> str:
     return "\n\n".join(p for p in (title, "\n".join(notes), markdown_table(HEADER, body), "\n".join(said)) if p)
 
 
+# How the MDD is made (report/paired.py's Z_TEST and Z_POWER), as the note and the reports guide say it.
+MDD_RULE = f"{Z_TEST:.2f} permutation spreads + {Z_POWER:.2f} paired standard errors"
+
+
 def comparisons_note(cs: Comparisons) -> str:
     return (
         f"Differences are run minus baseline over the stories both played. Paired: {cs.level:.0%} percentile "
@@ -150,14 +193,14 @@ def comparisons_note(cs: Comparisons) -> str:
         "each run's stories drawn on their own. p: two-sided paired sign-flip permutation test by story "
         "(each story's two sets of plays swapped with chance 1/2); Holm p: adjusted over the runs compared "
         "with the baseline, per figure. MDD 80%: the difference this design finds 80% of the time with this "
-        "test at two-sided 5% (1.96 permutation spreads + 0.84 paired standard errors). S(t) % and the "
+        f"test at two-sided 5% ({MDD_RULE}). S(t) % and the "
         "endings' % are Kaplan-Meier and "
         "Aalen-Johansen estimates, in points."
     )
 
 
-def comparisons_markdown(cs: Comparisons) -> str:
-    parts = ["Runs:\n\n" + "\n".join(f"- {line}" for line in cs.legend)] if cs.legend else []
+def comparisons_markdown(cs: Comparisons, listed: bool = False) -> str:
+    parts = ["Runs:\n\n" + "\n".join(f"- {line}" for line in cs.legend)] if cs.legend and not listed else []
     parts += [comparisons_note(cs)]
     parts += [f"- {line}" for line in cs.refused]
     parts += [comparison_markdown(c, cs.level) for c in cs.compared]

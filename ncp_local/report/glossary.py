@@ -36,7 +36,7 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("fact %", "share of episodes ended by a fact conflict: the narration contradicted an active fact or itself"),
     ("commit %", "share of episodes ended by a commitment conflict: the narration broke a narrative commitment"),
     ("player %", "share of episodes ended by a player-input conflict: the narration contradicted what the player did"),
-    ("conflict-free", "episodes that did not end in a conflict"),
+    ("conflict-free plays", "scored plays no conflict ended: a count (`conflict-free %` in a comparison: their share)"),
     ("conflict", "episodes ended by a conflict the double-check confirmed"),
     ("max_turns", "episodes that played every turn allowed (`max_turns`) without a conflict"),
     ("all_resolved", "episodes that ended early because every achievement commitment was satisfied"),

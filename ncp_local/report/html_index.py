@@ -32,7 +32,7 @@ from .html_parts import (
     with_interval,
 )
 from .precision import UNCORRECTED_NOTE, AuditorError
-from .ran import ran_notes
+from .ran import ran_lines
 from .runs import Run
 from .tables import METRICS, PAST_DATA, TERMINATIONS, Row
 from .trials import RunTrials
@@ -48,8 +48,7 @@ def _overturned(result: EpisodeResult) -> int:
 
 def _ran_html(runs: Sequence[Run]) -> str:
     """What ran (report/ran.py): each run's engine and models, then the scripted lines, highlighted."""
-    lines = ran_notes([(r.label, r.manifest) for r in runs])
-    per_run, rest = lines[: len(runs)], lines[len(runs) :]
+    per_run, rest = ran_lines(runs)
     return (
         "<ul class='ran small'>"
         + "".join(f"<li>{prose(line)}</li>" for line in per_run)
@@ -63,7 +62,7 @@ def _summary_html(rows: Sequence[Row]) -> str:
         "<tr><th>run</th>"
         + header_cell("episodes", "num")
         + "".join(header_cell(h, "num") for _, h, _ in METRICS)
-        + header_cell("conflict-free", "num")
+        + header_cell("conflict-free plays", "num")
         + "<th>terminations</th>"
         + header_cell("bound hits", "num")
         + "</tr>"
@@ -159,13 +158,16 @@ def _cost_html(tables: Sequence[CostTable]) -> str:
     return "".join(parts)
 
 
+def _endings_answer(ends: Sequence[RunEndings]) -> str:
+    """The endings' shares by the last turn per run: part of the answer."""
+    return count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)) + "".join(
+        f"<p class='warn'>{prose(line)}</p>" for line in past_data_lines(ends)
+    )
+
+
 def _endings_html(ends: Sequence[RunEndings], svg: str) -> str:
-    """The endings' shares by the last turn per run, the stacked plot, and each run's table by turn band."""
-    parts = [
-        f"<p class='muted small'>{prose(ENDINGS_NOTE)}</p>",
-        count_table("endings", ENDINGS_SUMMARY_HEADER, endings_summary_rows(ends)),
-        *(f"<p class='warn'>{prose(line)}</p>" for line in past_data_lines(ends)),
-    ]
+    """How the endings' shares are estimated, the stacked plot, and each run's table by turn band."""
+    parts = [f"<p class='muted small'>{prose(ENDINGS_NOTE)}</p>"]
     if svg:
         parts.append(f"<figure>{svg}</figure>")
     for e in ends:
@@ -222,10 +224,16 @@ def _trials_html(rts: Sequence[RunTrials], svg: str, level: float) -> str:
     return "".join(parts)
 
 
+def _verdicts_html(cs: Comparisons) -> str:
+    """Each comparison's verdict in one line (compare_doc.verdict), and the runs not compared."""
+    said = [compare_doc.verdict(c) for c in cs.compared] + cs.refused
+    return "<ul class=verdicts>" + "".join(f"<li>{prose(line)}</li>" for line in said) + "</ul>"
+
+
 def _comparisons_html(cs: Comparisons) -> str:
-    """mode=compare's section: per run against the baseline, its notes, the table and the sentences."""
-    parts = ["<ul class=small>" + "".join(f"<li>{esc(line)}</li>" for line in cs.legend) + "</ul>"] if cs.legend else []
-    parts.append(f"<p class='muted small'>{prose(compare_doc.comparisons_note(cs))}</p>")
+    """mode=compare's section in full: per run against the baseline, its notes, the table and the sentences
+    (the runs are listed at the top of the page)."""
+    parts = [f"<p class='muted small'>{prose(compare_doc.comparisons_note(cs))}</p>"]
     parts += [f"<div class=warn>{prose(line)}</div>" for line in cs.refused]
     for c in cs.compared:
         parts.append(f"<h3>{esc(compare_doc.comparison_title(c))}</h3>")
@@ -271,28 +279,40 @@ def index_page(
             if r.known_to >= 0
         ),
     ]
-    if comparisons is not None and comparisons.compared:
-        parts += ["<h2>Comparisons</h2>", _comparisons_html(comparisons)]
-    if svg:
-        parts += ["<h2>Survival</h2>", f"<figure>{svg}</figure>"]
+    # The answer first (what ran, the results, the verdicts, what ended the stories); every detail after
+    # it, folded, each under its heading.
+    compared = comparisons is not None and bool(comparisons.compared)
+    if comparisons is not None and compared:
+        parts += ["<h2>Comparisons</h2>", _verdicts_html(comparisons)]
     if endings is not None:
-        parts += ["<h2>What ended each story</h2>", _endings_html(*endings)]
+        parts += ["<h2>What ended each story</h2>", _endings_answer(endings[0])]
+    folded: list[tuple[str, str, str]] = []
+    if comparisons is not None and compared:
+        folded.append(("comparisons", "Comparisons: every figure with its test", _comparisons_html(comparisons)))
+    if svg:
+        folded.append(("survival", "Survival", f"<figure>{svg}</figure>"))
+    if endings is not None:
+        folded.append(("endings", "What ended each story: by turn", _endings_html(*endings)))
     if modes:
-        parts += ["<h2>Failure modes</h2>", _modes_html(modes)]
+        folded.append(("modes", "Failure modes", _modes_html(modes)))
     if trials is not None:
-        parts += ["<h2>Trials: pass^k and the noise floor</h2>", _trials_html(*trials, level)]
-    parts += ["<h2>The auditor's error</h2>", _auditor_html(auditor, level)]
+        folded.append(("trials", "Trials: pass^k and the noise floor", _trials_html(*trials, level)))
+    folded.append(("auditor", "The auditor's error", _auditor_html(auditor, level)))
     if costs:
-        parts += ["<h2>Cost by role and stage</h2>", _cost_html(costs)]
+        folded.append(("cost", "Cost by role and stage", _cost_html(costs)))
     for i, run in enumerate(runs):
-        parts.append(
-            f"<h2 id=\"run-{i}\">{esc(run.label)}</h2><p class='muted small'>{esc(run.path)}"
+        body = [
+            f"<p class='muted small'>{esc(run.path)}"
             + (f" &middot; {len(run.shards)} shard(s)" if run.shards else "")
-            + "</p>"
-        )
-        for note in run.notes:
-            parts.append(f"<div class=warn>{prose(note)}</div>")
-        parts.append(_episode_table(i, run))
+            + "</p>",
+            *(f"<div class=warn>{prose(note)}</div>" for note in run.notes),
+            _episode_table(i, run),
+        ]
+        folded.append((f"run-{i}", f"Episodes: {run.label}", "".join(body)))
+    parts += [
+        f'<details class=section id="{key}"><summary><h2>{esc(title)}</h2></summary>{body}</details>'
+        for key, title, body in folded
+    ]
     return page("NCP report", "\n".join(parts), asset("index.js"))
 
 

@@ -38,9 +38,15 @@ def prose(text: str) -> str:
 def label_text(label: str) -> str:
     """A run's label where space is short: shortened (labels.shortened), the full label on hover."""
     short = shortened(label)
+    shown = breakable(short)
     if short == label:
-        return esc(label)
-    return f'<span class=label title="{esc(label)}">{esc(short)}</span>'
+        return shown
+    return f'<span class=label title="{esc(label)}">{shown}</span>'
+
+
+def breakable(text: str) -> str:
+    """Escaped text that a narrow column breaks after `_` or `=` first (`player_input`, `seed=1`)."""
+    return re.sub(r"([_=])", r"\1<wbr>", esc(text))
 
 
 def page(title: str, body: str, script: str = "") -> str:
@@ -124,7 +130,7 @@ def count_table(
 
     def th(i: int, h: str) -> str:
         tip = f' title="{esc(plain(define(h)))}"' if tips and h else ""
-        return f"<th{'' if i == 0 else ' class=num'}{tip}>{esc(h)}</th>"
+        return f"<th{'' if i == 0 else ' class=num'}{tip}>{breakable(h)}</th>"
 
     head = "<tr>" + "".join(th(i, h) for i, h in enumerate(header)) + "</tr>"
     # The first cell names the row (a run's label, an ending): shortened, in full on hover.

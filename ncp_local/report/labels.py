@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..config import LATER_KEYS
 from ..protocol import ROLES
@@ -93,6 +94,53 @@ def by_difference(configs: Sequence[Mapping[str, Any]]) -> list[str] | None:
     if len(set(labels)) < len(labels):  # folding hid what tells two runs apart: show every key
         labels = [_label(f, [(k, k) for k in keys]) for f in flats]
     return labels
+
+
+class Recorded(Protocol):
+    """A run as a short name needs it: its folder and its manifest."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+
+SHORT_KEYS = 3  # settings named in a short name; the legend holds them all
+
+
+def short_names(runs: Sequence[Recorded]) -> list[str]:
+    """Each run named by what sets it apart from the first (the baseline, named so): the settings that
+    differ from the baseline's, by their last part (`seed=1`, `condition=natural`), trials where their count
+    differs; the folder's name where nothing recorded differs, or beside the name where two runs are alike.
+    The full labels (`by_difference`) go once into a legend."""
+    configs = [dict(r.manifest.get("config") or {}) for r in runs]
+    trials = [int((c.get("trials") or {}).get("count") or 1) for c in configs]
+    names = ["baseline"]
+    for run, cfg, k in zip(runs[1:], configs[1:], trials[1:], strict=True):
+        keys = differing([configs[0], cfg]) if cfg and configs[0] else []  # no config recorded: its folder
+        flat_cfg = dict(flat(cfg))
+        parts = [f"{_short_key(key)}={_value(flat_cfg.get(key))}" for key in keys[:SHORT_KEYS]]
+        parts += [f"+{len(keys) - SHORT_KEYS}"] if len(keys) > SHORT_KEYS else []
+        parts += [f"trials={k}"] if k != trials[0] else []
+        names.append(" ".join(parts) or run.path.name)  # nothing recorded differs: its folder
+    if len(set(names)) < len(names):
+        names = [f"{n} [{r.path.name}]" for n, r in zip(names, runs, strict=True)]
+    return names
+
+
+def _value(v: object) -> str:
+    return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def _short_key(key: str) -> str:
+    """`seed`, `condition.name` -> `condition`, `narrator.model.name` -> `narrator`, a role's setting by its
+    role and last part (`narrator.temperature`), else the last part."""
+    if key.endswith(".model.name"):
+        return key.split(".")[0]
+    head, _, last = key.rpartition(".")
+    if head.split(".")[0] in ROLES:
+        return f"{head.split('.')[0]}.{last}"
+    return head.split(".")[-1] if last == "name" and head else last
 
 
 def from_template(template: str, config: Mapping[str, Any]) -> str:

@@ -93,22 +93,23 @@ class Pool:
             start += int(lens.sum())
         self.turns = np.asarray([m.turns for m in every], dtype=np.intp)
         self.ended = np.asarray([0.0 if m.censored else 1.0 for m in every])
-        self.window = np.asarray([m.termination == "context_limit" for m in every], dtype=bool)
-        codes = [-1 if m.ending in ENDING_CENSORED else ENDINGS.index(m.ending) for m in every]
+        self.terminations = np.asarray([m.termination for m in every])
+        codes = [-1 if m.censored or m.ending in ENDING_CENSORED else ENDINGS.index(m.ending) for m in every]
         self.codes = np.asarray(codes, dtype=np.intp)
         cols = table_columns(every)
         cols["conflict_free_pct"] = [100.0 * (m.termination != "conflict") for m in every]
         self.values = np.asarray([cols[k] for k, _ in MEANS], dtype=float).reshape(len(MEANS), len(every))
 
 
-def window_shares(pool: Pool) -> tuple[float, float]:
-    """Each side's share of plays its window stopped (`context_limit`): the censoring that bends the
-    as-played figures (MEANS) where the two differ."""
+def shares(pool: Pool, termination: str = "context_limit") -> tuple[float, float]:
+    """Each side's share of plays that ended `termination`: by default the window's stops (`context_limit`),
+    the censoring that bends the as-played figures (MEANS) where the two differ; a re-audit's `overruled`
+    plays are censored too, for another reason."""
     out = []
     for side in (0, 1):
         n = int(pool.lens[side].sum())
         first = int(pool.starts[side][0]) if n else 0
-        out.append(float(pool.window[first : first + n].mean()) if n else 0.0)
+        out.append(float((pool.terminations[first : first + n] == termination).mean()) if n else 0.0)
     return out[0], out[1]
 
 

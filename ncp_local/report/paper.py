@@ -31,9 +31,11 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from ..config import SCRIPTED
 from ..errors import InputError
 from .compare import scored_stories
 from .paired import MEANS, Pool, measurer, take
+from .ran import what_ran
 from .runs import Run
 from .tables import markdown_table
 
@@ -82,8 +84,9 @@ def _norm(name: object) -> str:
 
 
 def _model(run: Run, role: str) -> str:
-    cfg = (run.manifest.get("config") or {}).get(role) or {}
-    return str((cfg.get("model") or {}).get("name") or "?")
+    """The role's model as the run recorded what ran (report/ran.py): a scripted role ran none."""
+    model = what_ran(run.manifest).model(role)
+    return "scripted, no model" if model == SCRIPTED else model
 
 
 def _method(run: Run) -> str:
@@ -127,6 +130,7 @@ class BesidePaper:
     lines: tuple[Line, ...]
     differences: tuple[str, ...]  # how the setups differ, one line each
     scripted: bool  # the run's answers were the scripted engine's: it measures nothing
+    ran: str  # what ran, from the manifest (report/ran.py): `engine scripted, no model (every role)`
 
 
 def _paper_se(key: str, value: float, run_sd: float, n: int) -> float:
@@ -177,8 +181,8 @@ def beside_paper(run: Run, row: PaperRow, how: str, level: float, resamples: int
         note = "paper's spread taken as the run's" if key in MEAN_FIGURES else "paper's error: binomial, 100 stories"
         d = mine - value
         lines.append(Line(key, label, value, mine, d, d - z * se, d + z * se, note))
-    engine = str(((run.manifest.get("config") or {}).get("engine") or {}).get("name", "?"))
-    return BesidePaper(run.label, row, how, tuple(lines), setup_differences(run, row), engine == "scripted")
+    ran = what_ran(run.manifest)
+    return BesidePaper(run.label, row, how, tuple(lines), setup_differences(run, row), ran.scripted, ran.line)
 
 
 def setup_differences(run: Run, row: PaperRow) -> tuple[str, ...]:
@@ -186,8 +190,7 @@ def setup_differences(run: Run, row: PaperRow) -> tuple[str, ...]:
     design = paper().design
     cfg = run.manifest.get("config") or {}
     out = []
-    engine = str((cfg.get("engine") or {}).get("name", "?"))
-    if engine == "scripted":
+    if what_ran(run.manifest).scripted:
         out.append("engine: scripted (answers drawn at random; the run measures no model)")
     for role, theirs in (("narrator", row.setup["narrator"]), ("player", row.setup["player"])):
         if _norm(theirs) not in _norm(_model(run, role)):
@@ -262,7 +265,10 @@ def paper_markdown(items: Sequence[BesidePaper], level: float) -> str:
     src = paper().source
     parts = []
     for b in items:
-        head = f"### {b.run} beside the paper's {b.row.table}, row {b.row.row}\n\n{b.how}. Source: {src}."
+        head = (
+            f"### {b.run} beside the paper's {b.row.table}, row {b.row.row}\n\nWhat ran: {b.ran}. {b.how}. "
+            f"Source: {src}."
+        )
         if b.scripted:
             head += "\n\n**A scripted run: its answers are random draws, so this comparison measures nothing.**"
         body = [
@@ -270,7 +276,7 @@ def paper_markdown(items: Sequence[BesidePaper], level: float) -> str:
                 ln.label,
                 _f(ln.paper),
                 _f(ln.run),
-                ("+" if ln.diff > 0 else "") + _f(ln.diff),
+                ("+" if round(ln.diff, 2) > 0 else "") + _f(ln.diff),
                 "" if math.isnan(ln.diff) else f"[{_f(ln.lo)}, {_f(ln.hi)}]",
                 ln.note,
             ]

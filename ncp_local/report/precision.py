@@ -359,7 +359,7 @@ def corrected_rows(c: Corrected) -> list[list[Any]]:
         ]
         for key, (judged, iv) in c.rates.items()
     ]
-    rows.append(["conflict-free", f"{c.conflict_free[0]:.0f}", _iv(c.conflict_free[1], 1)])
+    rows.append(["conflict-free plays", f"{c.conflict_free[0]:.0f}", _iv(c.conflict_free[1], 1)])
     judged_s, corr_s, lo_s, hi_s = c.survival
     for t in survival_points(len(judged_s) - 1):
         rows.append(

@@ -18,6 +18,7 @@ from ..bindings import recorded_engine
 from ..config import SCRIPTED
 from ..protocol import ROLES
 from .labels import differing
+from .runs import Run
 
 NOT_RECORDED = "not recorded"
 
@@ -110,6 +111,21 @@ def what_ran(manifest: Mapping[str, Any]) -> Ran:
         engine = str(rec.get("engine") or recorded_engine(cfg, role))
         roles.append(RoleRan(role, engine, _model(engine, rec, (cfg.get(role) or {}).get("model") or {})))
     return Ran(tuple(roles))
+
+
+def legend(runs: Sequence[Run], names: Sequence[str] | None = None) -> list[str]:
+    """Each run once, by its name (its label unless `names`): its folder, what ran, and its settings in
+    full where the name is short."""
+    return [
+        f"{n}: {r.path}; {what_ran(r.manifest).line}" + (f"; {full}" if (full := r.overrides or r.label) != n else "")
+        for n, r in zip(names or [r.label for r in runs], runs, strict=True)
+    ]
+
+
+def ran_lines(runs: Sequence[Run], names: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """What every page of a report or comparison starts with: the legend, then the scripted lines
+    (`ran_notes`)."""
+    return legend(runs, names), ran_notes([(r.label, r.manifest) for r in runs])[len(runs) :]
 
 
 def inert_keys(configs: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:

@@ -3,10 +3,11 @@
 `mode=compare runs=[RUN, REAUDIT]` asks Table 2's question: how much the figures move when only the
 auditor changes. Per episode of the source run, the re-auditor's verdict (report/auditors.py's
 `of_reaudit`): ended at its first standing conflict, with that turn's types; or, where it found none,
-still going at the recorded length. A story the source auditor ended at turn n but the re-auditor let
-stand is censored there (T > n: nothing was narrated after it), which the curves take as they take
-`context_limit`; an episode that reached the turn cap or resolved everything ends as it did. Trajectory and satisfied
-shares are the source's: a re-audit judges conflicts and facts, not the story's beats.
+still going at the recorded length. A story the source auditor ended at turn n with a conflict the
+re-auditor did not uphold is `overruled`, censored there (T > n: nothing was narrated after it), which
+the curves take as they take the window's `context_limit` and a comparison names apart from it; an
+episode that reached the turn cap or resolved everything ends as it did. Trajectory and satisfied shares
+are the source's: a re-audit judges conflicts and facts, not the story's beats.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..protocol.metrics import EpisodeMetrics
+from ..protocol.metrics import OVERRULED, EpisodeMetrics
 from ..protocol.trials import episode_name
 from ..rundir.layout import MANIFEST, read_manifest
 from .auditors import of_reaudit
@@ -53,7 +54,7 @@ def reaudit_run(path: Path) -> ReauditRun:
         if verdict.types:
             termination = "conflict"
         else:  # what the re-audit does not judge stands; a conflict it let stand leaves the story censored
-            termination = "context_limit" if m.termination == "conflict" else m.termination
+            termination = OVERRULED if m.termination == "conflict" else m.termination
         judged.append(
             EpisodeMetrics(
                 m.spec_id,

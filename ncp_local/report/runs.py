@@ -23,7 +23,7 @@ from ..rundir.layout import CHECKPOINTS, MANIFEST, RESULTS, SHARD, read_manifest
 from ..rundir.seals import check_result
 from ..rundir.sweep_index import read_index
 from ..rundir.turn_log import checkpoint_paths
-from .labels import by_difference, from_template
+from .labels import SHORT, by_difference, from_template, short_names
 from .reference_runs import REFERENCE_KIND, looks_like_reference, read_reference_folder
 
 REAUDIT_KIND = "reaudit"
@@ -49,6 +49,9 @@ class Run:
     specs: dict[str, Spec] = field(default_factory=dict)  # filled by `attach_specs`
     # The report's bootstrap (resamples, seed): every interval of this run's report draws with it.
     bootstrap: tuple[int, int] = (2000, 0)
+    # The settings that tell this run apart in full (`condition.name=natural seed=0`), where its label is
+    # the short name (`condition=natural`): said once, in the legend.
+    overrides: str = ""
     # Aggregates by (level, bootstrap): a run with trials bootstraps its S(t) band, and the report's
     # tables, plots and sections all read the same one.
     _aggregates: dict[tuple[float, int, int], Aggregate] = field(default_factory=dict, repr=False, compare=False)
@@ -272,6 +275,12 @@ def load_runs(paths: list[str], label: str | None = None) -> list[Run]:
     if named:
         for r, name in zip(rig, named, strict=True):
             r.label = name
+    # Labels too long for a table's first column (a sweep's point names fit): each run named by what sets it
+    # apart from the first instead, the full label once, in the legend.
+    if named and not label and max(map(len, named)) > SHORT:
+        for r, name in zip(runs, short_names(runs), strict=True):
+            if r.manifest.get("kind") != REFERENCE_KIND:
+                r.overrides, r.label = r.label, name
     # Runs of the same models and condition (other seeds, say) still need a
     # row each that a reader can tell apart.
     labels = [r.label for r in runs]

@@ -173,14 +173,15 @@ SUMMARY_HEADER = (
     "run",
     "episodes",
     *(h for _, h, _ in METRICS),
-    "conflict-free",
+    "conflict-free plays",
     *TERMINATIONS,
     "bound hits",
     "engine",
 )
 
 
-def summary_markdown(rows: Sequence[Row], level: float) -> str:
+def summary_table(rows: Sequence[Row]) -> str:
+    """The headline table, one row per run (Markdown)."""
     body = []
     for r in rows:
         t = r.agg.terminations
@@ -195,6 +196,17 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
                 r.ran.short,
             ]
         )
+    return markdown_table(SUMMARY_HEADER, body)
+
+
+def summary_lines(rows: Sequence[Row]) -> list[str]:
+    """What the headline table cannot show, one line per run that needs it: censored, in flight, past the data."""
+    censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
+    censored += [f"- {r.label}: {r.in_flight}" for r in rows if r.in_flight]
+    return censored + [f"- {r.label}: {PAST_DATA.format(t=r.known_to)}" for r in rows if r.known_to >= 0]
+
+
+def summary_markdown(rows: Sequence[Row], level: float) -> str:
     note = (
         f"Point estimate [{level:.0%} bootstrap interval over episodes (over stories when a story was "
         f"played more than once: its trials are drawn together); none with fewer than "
@@ -206,10 +218,8 @@ def summary_markdown(rows: Sequence[Row], level: float) -> str:
         + " (avg turns when nothing is censored; quote it when something is); "
         "bound hits: outputs that reached a configured length or count bound."
     )
-    censored = [f"- {r.label}: {n}" for r in rows if (n := censored_note(r.agg))]
-    censored += [f"- {r.label}: {r.in_flight}" for r in rows if r.in_flight]
-    censored += [f"- {r.label}: {PAST_DATA.format(t=r.known_to)}" for r in rows if r.known_to >= 0]
-    return markdown_table(SUMMARY_HEADER, body) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
+    censored = summary_lines(rows)
+    return summary_table(rows) + "\n\n" + note + ("\n\n" + "\n".join(censored) if censored else "")
 
 
 PAST_DATA = (
