@@ -17,7 +17,7 @@ from typing import Any
 from ..protocol.episode import Episode
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
-from ..protocol.records import Checkpoint, EpisodeResult
+from ..protocol.records import Checkpoint, EpisodeResult, TurnRecord
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
 from ..rundir.store import RunDir
@@ -84,8 +84,11 @@ class EpisodeScheduler:
                 if self.store.writes_pending() > WRITER_LAG:
                     await asyncio.wrap_future(written)
                 if self.on_turn:
-                    self.on_turn(name, len(cp.turns))
+                    self.on_turn(name, cp.committed)
                 await gate.turn_done(name)
+
+            async def recall() -> tuple[TurnRecord, ...]:
+                return await asyncio.wrap_future(self.store.recall_turns(name))
 
             episode = Episode(
                 spec,
@@ -97,6 +100,7 @@ class EpisodeScheduler:
                 play_through=self.settings.play_through,
                 speculative_player=self.settings.speculative_player,
                 failure_modes=self.settings.failure_modes,
+                recall=recall,
             )
             result = await episode.run(checkpoint)
             if trial:
