@@ -8,6 +8,7 @@ Episodes (`scheduler.py`), the build and the re-audit all call models this way.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -140,6 +141,40 @@ class TurnAsk:
                 self.calls.effect(kind, what.model_copy(update={"speculative": True}))
 
 
+# The event loop's work per pass, at most (about): past it, an answered call waits for the next pass.
+PASS_BUDGET_S = 0.02
+
+
+class Pacer:
+    """Keeps a pass of the event loop short when many answers arrive at once.
+
+    An engine that answers every call in flight at once (a GPU's batch finishing; the scripted engine)
+    makes every episode ready in the same pass, and the pass runs each one's next step: parse, log, the
+    next prompt. At 200 episodes that was hundreds of ms in which nothing else ran (the heartbeat, the
+    signal handlers, other points' episodes). Past `budget_s` of a pass, `pace` defers its caller to a
+    later pass; the next pass starts the count again. What each call computes does not change, only when.
+    """
+
+    def __init__(self, budget_s: float = PASS_BUDGET_S) -> None:
+        self.budget_s = budget_s
+        self._pass: tuple[asyncio.AbstractEventLoop, float] | None = None  # the loop, when its pass began
+
+    def _new_pass(self) -> None:
+        self._pass = None
+
+    async def pace(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = time.perf_counter()
+            if self._pass is None or self._pass[0] is not loop:
+                self._pass = (loop, now)
+                loop.call_soon(self._new_pass)  # early in the next pass: those deferred now come after it
+                return
+            if now - self._pass[1] <= self.budget_s:
+                return
+            await asyncio.sleep(0)
+
+
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
     """A per-call seed: stable across processes and resumes, distinct per attempt."""
     key = f"{run_seed}/{spec_id}/{turn}/{stage}/{attempt}".encode()
@@ -162,6 +197,7 @@ class CallService:
     # (spec id, role, stage, prompt tokens, answer tokens, prompt text) after each answered call: the
     # admission's footprints.
     observe: Callable[[str, str, str, int, int, str], None] | None = None
+    pacer: Pacer | None = None  # shared by the services of one event loop (a sweep's points)
 
     async def ask(
         self,
@@ -254,6 +290,8 @@ class CallService:
                 self._out_of_room(
                     log.model_copy(update={"finish_reason": "context_overflow"}), f"context_overflow: {exc}", effect
                 )
+            if self.pacer is not None:
+                await self.pacer.pace()
             checked = time.perf_counter()
             if self.observe is not None:
                 self.observe(

@@ -15,6 +15,7 @@ run's lines (launch/sweep.py a sweep's index and summary).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shlex
 import signal
@@ -41,7 +42,7 @@ from ..rundir.invalid import systematic_invalid
 from ..rundir.places import check_outputs, check_place
 from ..rundir.store import RunDir, RunLocked, RunMismatch, resume_hint
 from . import engine_log, points
-from .calls import CallService, with_engines
+from .calls import CallService, Pacer, with_engines
 from .engine_pool import EnginePool, embedded_note, roles_described
 from .failures import Exit, exit_for
 from .placement import groups, place
@@ -215,12 +216,14 @@ async def play(
     episodes: tuple[str, ...] | None = None,
     wrap: Callable[[Engine], Engine] | None = None,
     play_through: bool = False,
+    pacer: Pacer | None = None,
 ) -> dict[str, EpisodeResult]:
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
-    engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`."""
+    engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`; `pacer`: shared by
+    every point of this event loop."""
     cfg = ready.cfg
     roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(wrap(e) if wrap else e, bar, name))
-    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
+    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles, pacer=pacer)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
         specs=specs,
@@ -241,6 +244,11 @@ async def play(
         on_turn=lambda sid, n: bar.turn(name, sid, n),
         episodes=episodes,
     )
+    # What the process holds before the episodes start (modules, the dataset, an in-process engine) stays
+    # for the run: the cyclic collector need not walk it on each of its full passes, which stalled the
+    # event loop for tens of ms each (a pass over every object the process holds).
+    gc.collect()
+    gc.freeze()
     try:
         return await scheduler.run()
     except BaseExceptionGroup as group:
@@ -272,6 +280,7 @@ class Life:
         self.owns_pool = pool is None
         self.pool = pool if pool is not None else EnginePool(log=self.say if sweep is not None else None)
         self.wrap = wrap
+        self.pacer = Pacer()  # one event loop's passes kept short, whichever point's episodes fill them
         self.groups: list[list[Point]] = []
         self.stopped: list[str] = []
         first = next((p.cfg for p in points if p.cfg is not None), None)
@@ -462,7 +471,7 @@ class Life:
                 # the group's placement: placement never changes what a run computes).
                 ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
                 where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
-                p.results = await play(*where, self.wrap, p.play_through)
+                p.results = await play(*where, self.wrap, p.play_through, self.pacer)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code.
                 store.mark_done(len(p.episodes()))
                 self._judge(p, ending)
