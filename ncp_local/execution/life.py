@@ -40,7 +40,7 @@ from ..rundir.atomic import DiskFull
 from ..rundir.call_log import call_summary
 from ..rundir.invalid import systematic_invalid
 from ..rundir.places import check_outputs, check_place
-from ..rundir.store import RunDir, RunLocked, RunMismatch, resume_hint
+from ..rundir.store import RunDir, RunLocked, RunMismatch, StoredResults, resume_hint
 from . import engine_log, points
 from .calls import CallService, Pacer, with_engines
 from .engine_pool import EnginePool, embedded_note, roles_described
@@ -71,7 +71,7 @@ class Point:
     code: int | None = None
     message: str = ""
     known: Exit | None = None  # the failure as exit_for gave it (a single run prints it whole)
-    results: dict[str, EpisodeResult] = field(default_factory=dict)
+    results: Mapping[str, EpisodeResult] = field(default_factory=dict)  # read from disk when asked
     engine_ids: dict[str, str] = field(default_factory=dict)  # role -> engine id (e1, e2, ...)
     swept: tuple[str, ...] | None = None  # the overrides that differ between the sweep's points
     # mode=bench's fixed workloads: these episodes only (else every trial of every spec, or the shard's),
@@ -217,7 +217,7 @@ async def play(
     wrap: Callable[[Engine], Engine] | None = None,
     play_through: bool = False,
     pacer: Pacer | None = None,
-) -> dict[str, EpisodeResult]:
+) -> StoredResults:
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
     engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`; `pacer`: shared by
     every point of this event loop."""
@@ -403,7 +403,7 @@ class Life:
                 return False
             # The heartbeat's final state is this command's, not the one an earlier command left.
             with self.progress.beating(self._shown(p), self.stopped) as ending:
-                p.results = {e: store.load_result(e) for e in names}
+                p.results = StoredResults(store, names)
                 store.mark_done(len(names))
                 self._judge(p, ending)  # the same verdict as when they were played
             if self.sweep is not None:

@@ -20,7 +20,7 @@ from ..protocol.player import Player
 from ..protocol.records import Checkpoint, EpisodeResult, TurnRecord
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
-from ..rundir.store import RunDir
+from ..rundir.store import RunDir, StoredResults
 from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
 from .footprint import counter, estimate
@@ -64,7 +64,7 @@ class EpisodeScheduler:
     on_turn: Callable[[str, int], None] | None = None
     # role -> its engine (unwrapped): the admission reads each engine's `kv_tokens`; none: no cache bound.
     engines: Mapping[str, Any] = field(default_factory=dict)
-    results: dict[str, EpisodeResult] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)  # episodes with a result (on disk, not held)
     # The episodes to play, when not every trial of every spec (a shard that deals a story's trials out).
     episodes: tuple[str, ...] | None = None
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
@@ -106,23 +106,22 @@ class EpisodeScheduler:
             if trial:
                 result = result.model_copy(update={"trial": trial})
             self.store.write_result(result)
-            self.results[name] = result
+            self.finished.add(name)
             if self.on_result:
                 self.on_result(result)
         finally:
             gate.leave(name)
 
-    async def run(self) -> dict[str, EpisodeResult]:
+    async def run(self) -> StoredResults:
         """Play every episode (each trial of each spec) without a result; returns all results by
-        episode name, in spec order (a story's trials in trial order)."""
+        episode name, in spec order (a story's trials in trial order), read from the run directory when
+        asked."""
         plays = episodes_of(self.specs, self.settings.trials)
         if self.episodes is not None:
             mine = set(self.episodes)
             plays = [p for p in plays if p[0] in mine]
-        for name, _, _ in plays:
-            if self.store.has_result(name):
-                self.results[name] = self.store.load_result(name)
-        todo = [(name, s, t) for name, s, t in plays if name not in self.results]
+        self.finished |= {name for name, _, _ in plays if self.store.has_result(name)}
+        todo = [(name, s, t) for name, s, t in plays if name not in self.finished]
         if self.calls.watch is None:
             self.calls.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
         gate = self.admission = self.admission or Admission.for_engines(self.engines, self.settings.concurrency)
@@ -147,4 +146,4 @@ class EpisodeScheduler:
         async with asyncio.TaskGroup() as tg:
             for name, spec, trial in todo:
                 tg.create_task(self._one(name, spec, trial, gate, checkpoints[name]))
-        return {name: self.results[name] for name, _, _ in plays}
+        return StoredResults(self.store, [name for name, _, _ in plays])

@@ -26,7 +26,7 @@ import fcntl
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -435,6 +435,26 @@ class RunDir:
             record, problem = check_file(path, self.record, self.identity or None, self.spec_hashes)
             if not problem:
                 yield record
+
+
+class StoredResults(Mapping[str, Any]):
+    """Episodes' results in a run directory, read when asked: a run holds none of them in memory (at
+    turn 100 a result is about a MB of objects, and a run plays hundreds). Each read is checked."""
+
+    def __init__(self, store: RunDir, episodes: Iterable[str]) -> None:
+        self.store, self.episodes = store, tuple(episodes)
+        self._known = frozenset(self.episodes)
+
+    def __getitem__(self, episode: str) -> Any:
+        if episode not in self._known:
+            raise KeyError(episode)
+        return self.store.load_result(episode)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.episodes)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
 
 
 def resume_hint(what: str, out: Path) -> str:
