@@ -141,7 +141,8 @@ class TurnAsk:
                 self.calls.effect(kind, what.model_copy(update={"speculative": True}))
 
 
-# The event loop's work per pass, at most (about): past it, an answered call waits for the next pass.
+# The event loop's work per pass (its thread's CPU), at most (about): past it, an answered call waits for
+# the next pass.
 PASS_BUDGET_S = 0.02
 
 
@@ -151,8 +152,9 @@ class Pacer:
     An engine that answers every call in flight at once (a GPU's batch finishing; the scripted engine)
     makes every episode ready in the same pass, and the pass runs each one's next step: parse, log, the
     next prompt. At 200 episodes that was hundreds of ms in which nothing else ran (the heartbeat, the
-    signal handlers, other points' episodes). Past `budget_s` of a pass, `pace` defers its caller to a
-    later pass; the next pass starts the count again. What each call computes does not change, only when.
+    signal handlers, other points' episodes). Past `budget_s` of the loop thread's CPU in a pass, `pace`
+    defers its caller to a later pass; the next pass starts the count again. What each call computes
+    does not change, only when.
     """
 
     def __init__(self, budget_s: float = PASS_BUDGET_S) -> None:
@@ -165,7 +167,7 @@ class Pacer:
     async def pace(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            now = time.perf_counter()
+            now = time.thread_time()  # the loop's own work: a core taken by another process is not its
             if self._pass is None or self._pass[0] is not loop:
                 self._pass = (loop, now)
                 loop.call_soon(self._new_pass)  # early in the next pass: those deferred now come after it
