@@ -28,6 +28,9 @@ from .footprint import counter, estimate
 # Requests the writer thread may have queued before a committing episode waits for its own line: a
 # bound on the work a kill loses and on the memory the queue holds.
 WRITER_LAG = 256
+# Episodes whose result is assembled and not yet written, at most: each holds its turns (a MB of objects at
+# turn 100) until the writer has sealed it, and an engine that answers at once ends hundreds together.
+ENDING = 4
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,17 @@ class EpisodeScheduler:
     episodes: tuple[str, ...] | None = None
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
 
-    async def _one(self, name: str, spec: Spec, trial: int, gate: Admission, checkpoint: Checkpoint | None) -> None:
+    async def _one(
+        self,
+        name: str,
+        spec: Spec,
+        trial: int,
+        gate: Admission,
+        checkpoint: Checkpoint | None,
+        ending: asyncio.Semaphore,
+    ) -> None:
         await gate.enter(name)
+        recalled = False
         try:
             if checkpoint is not None and self.on_turn:
                 self.on_turn(name, len(checkpoint.turns))
@@ -88,6 +100,9 @@ class EpisodeScheduler:
                 await gate.turn_done(name)
 
             async def recall() -> tuple[TurnRecord, ...]:
+                nonlocal recalled
+                await ending.acquire()  # released once its result is written
+                recalled = True
                 return await asyncio.wrap_future(self.store.recall_turns(name))
 
             episode = Episode(
@@ -105,11 +120,15 @@ class EpisodeScheduler:
             result = await episode.run(checkpoint)
             if trial:
                 result = result.model_copy(update={"trial": trial})
-            self.store.write_result(result)
+            written = self.store.write_result(result)
             self.finished.add(name)
             if self.on_result:
                 self.on_result(result)
+            if recalled:
+                await asyncio.wrap_future(written)
         finally:
+            if recalled:
+                ending.release()
             gate.leave(name)
 
     async def run(self) -> StoredResults:
@@ -143,7 +162,8 @@ class EpisodeScheduler:
             self.calls.observe = gate.observe
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.
+        ending = asyncio.Semaphore(ENDING)
         async with asyncio.TaskGroup() as tg:
             for name, spec, trial in todo:
-                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name]))
+                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name], ending))
         return StoredResults(self.store, [name for name, _, _ in plays])
