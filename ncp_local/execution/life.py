@@ -474,7 +474,7 @@ class Life:
                 p.results = await play(*where, self.wrap, p.play_through, self.pacer)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code.
                 store.mark_done(len(p.episodes()))
-                self._judge(p, ending)
+                await asyncio.to_thread(self._judge, p, ending)  # it reads every result: not on the loop
             if p.status != "failed":
                 p.status, p.code = "done", 0
                 if self.sweep is not None:
