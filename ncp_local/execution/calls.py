@@ -164,19 +164,24 @@ class Pacer:
         self._pass: list[Any] | None = None  # [the loop, its thread's CPU when the pass began, steps run]
         self._queued: deque[asyncio.Future[None]] = deque()
         self._last = 1  # steps the last pass ran
+        # The loop a `_next_pass` is scheduled on (one at a time: each lets go a pass's worth of calls).
+        self._due: asyncio.AbstractEventLoop | None = None
 
     def _step(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Count a step in this pass; False (not counted) once the pass has spent its budget."""
         now = time.thread_time()  # the loop's own work: a core taken by another process is not its
         if self._pass is None or self._pass[0] is not loop:
             self._pass = [loop, now, 0]
-            loop.call_soon(self._next_pass)  # early in the next pass
+            if self._due is not loop:
+                self._due = loop
+                loop.call_soon(self._next_pass)  # early in the next pass
         elif now - self._pass[1] > self.budget_s:
             return False
         self._pass[2] += 1
         return True
 
     def _next_pass(self) -> None:
+        self._due = None
         if self._pass is not None:
             self._last = max(1, self._pass[2])
         self._pass = None
@@ -187,7 +192,8 @@ class Pacer:
                 waiter.set_result(None)
                 released += 1
         if self._queued:
-            asyncio.get_running_loop().call_soon(self._next_pass)  # the rest, in passes to come
+            self._due = asyncio.get_running_loop()
+            self._due.call_soon(self._next_pass)  # the rest, in passes to come
 
     async def pace(self) -> None:
         loop = asyncio.get_running_loop()
