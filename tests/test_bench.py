@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
@@ -61,6 +62,8 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     assert fig.workload.model == "scripted" and "turns on scripted (scripted)" in lines[0]
     assert "smollm2" not in proc.stdout
     assert fig.machine.cores and fig.commit and fig.date
+    # The rig's way plays without the speculative player: the replay keeps one call per episode in flight.
+    assert json.loads((folder / "a-rig" / "manifest.json").read_text())["config"]["speculative_player"] is False
     assert set(fig.ratios) == {"rig/ceiling", "rig/sequential", "cache_hit", "rig/replay_k"}
     a, c, d = fig.way("a"), fig.way("c"), fig.way("d")
     assert a and c and d and a.calls == c.calls == d.calls and a.prompt_tokens == d.prompt_tokens

@@ -210,3 +210,20 @@ def test_disk_full_is_one_line_nothing_corrupted_and_resumes(
     assert not (out / "DONE").exists()
     assert _main(*FULL, f"out_dir={out}") == 0
     assert _results(out) == _results(reference) and len(_results(out)) == 3
+
+
+def test_a_runs_results_are_read_from_the_directory_when_asked_not_held(tmp_path: Path) -> None:
+    """What a run returns names every episode and reads each result from its file when asked (a run of
+    hundreds of 100-turn episodes holds none in memory), checked as any read is."""
+    specs = [make_spec("a"), make_spec("b")]
+    results = Scripted(tmp_path, specs, max_turns=2).run()
+    assert list(results) == ["a", "b"] and len(results) == 2
+    first = results["a"]
+    assert first.spec_id == "a" and len(first.turns) == 2
+    assert results["a"] is not first  # read again, not kept
+    with pytest.raises(KeyError):
+        results["c"]
+    path = tmp_path / "results" / "a.json"
+    path.write_text(path.read_text().replace('"max_turns": 2', '"max_turns": 3'))
+    with pytest.raises(InputError, match="a.json"):
+        results["a"]  # an edited file is refused, as when a run reads it back

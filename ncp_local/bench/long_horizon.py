@@ -46,7 +46,7 @@ from ..protocol.stages import Bounds
 from ..protocol.turns import resumed
 from ..protocol.turns import shown as shown_turn
 from ..rundir.call_log import read_calls
-from ..rundir.store import RunDir
+from ..rundir.store import RunDir, StoredResults
 from .cache_sim import unbounded_cache_hit
 
 
@@ -130,7 +130,7 @@ async def _play(
     bounds: dict[str, Bounds],
     start: list[Checkpoint] | None = None,
     admit: bool = False,
-) -> tuple[EpisodeScheduler, float]:
+) -> tuple[EpisodeScheduler, StoredResults, float]:
     store = RunDir(root)
     store.open({"bench": root.name}, root.name)
     for cp in start or []:
@@ -147,10 +147,10 @@ async def _play(
     )
     started = time.perf_counter()
     try:
-        await scheduler.run()
+        results = await scheduler.run()
     finally:
         store.close()
-    return scheduler, time.perf_counter() - started
+    return scheduler, results, time.perf_counter() - started
 
 
 async def long_horizon(
@@ -175,7 +175,7 @@ async def long_horizon(
     first_warm = resumed(at_turn, 2)  # the first resumed turn meets a cold cache in every way
     with tempfile.TemporaryDirectory(prefix="ncp-bench-long-") as tmp:
         root = Path(tmp)
-        built, _ = await _play(
+        _, built, _ = await _play(
             specs,
             ScriptedEngine(rules=answer),
             pack,
@@ -187,7 +187,7 @@ async def long_horizon(
             root / "state",
             bounds,
         )
-        state = [_checkpoint(built.results[s.id]) for s in specs]
+        state = [_checkpoint(built[s.id]) for s in specs]
         note(f"bench: {len(specs)} episodes played to turn {at_turn} on scripted answers")
         last: PrefillOnly | None = None
         fixed = sorted({min(n, len(specs)) for n in levels})  # more in flight than episodes is all of them
@@ -197,7 +197,7 @@ async def long_horizon(
             reset = getattr(backend, "reset_prefix_cache", None)
             if reset is not None:
                 await reset()
-            sched, wall = await _play(
+            sched, _, wall = await _play(
                 specs,
                 engine,
                 pack,

@@ -51,7 +51,9 @@ class Sample:
     at: float  # wall clock (time.time(): the call log's `done_at` clock)
     cpu_s: float  # the process's CPU so far
     lag_s: float  # the probe's longest lateness since the previous sample
-    lag_cpu_s: float  # the process's CPU during that lateness: about lag_s when the loop computed, ~0 when it waited
+    lag_cpu_s: (
+        float  # the loop thread's CPU during that lateness: about lag_s when the loop computed, ~0 when it waited
+    )
     rss: int  # resident bytes now
 
 
@@ -64,11 +66,11 @@ class Probe:
     async def watch(self) -> None:
         worst, worst_cpu, next_note = 0.0, 0.0, time.monotonic() + SAMPLE_S
         while True:
-            before, cpu = time.monotonic(), time.process_time()
+            before, cpu = time.monotonic(), time.thread_time()  # the probe runs on the loop's thread
             await asyncio.sleep(PROBE_S)
             now = time.monotonic()
             if now - before - PROBE_S > worst:
-                worst, worst_cpu = now - before - PROBE_S, time.process_time() - cpu
+                worst, worst_cpu = now - before - PROBE_S, time.thread_time() - cpu
             if now >= next_note:
                 self.samples.append(Sample(time.time(), time.process_time(), worst, worst_cpu, rss()))
                 worst, worst_cpu, next_note = 0.0, 0.0, now + SAMPLE_S
@@ -92,7 +94,7 @@ class Tenth:
     wall_s: float
     cpu_s: float
     stall_s: float
-    stall_cpu_s: float  # the process's CPU during that stall (the rest: waiting on the disk or for a core)
+    stall_cpu_s: float  # the loop thread's CPU during that stall (the rest: waiting for a core or the interpreter)
     rss: int  # at the window's end
 
     @property
@@ -182,7 +184,7 @@ def tenths(ends: list[float], by_tenth: list[list[float]], samples: list[Sample]
 def lines(rows: list[Tenth], episodes: int, base: int, peak: int, wall: float, cpu: float, calls: int) -> list[str]:
     mib = 1 << 20
     out = [
-        "| turns | calls | calls/s | CPU ms/call | longest loop stall ms (of which CPU) | MB per episode in flight |",
+        "| turns | calls | calls/s | CPU ms/call | longest loop stall ms (the loop's CPU) | MB per episode in flight |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

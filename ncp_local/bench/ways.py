@@ -165,10 +165,21 @@ def run_overrides(given: Sequence[str], extra: Sequence[str]) -> list[str]:
 def bench_point(out: Path, k: int, turns: int, concurrency: int, extra: Sequence[str] = ()) -> Point:
     """The bench's workload as `mode=run` plays it: the command's run, its first `k` episodes (the
     stories cycled, a trial per round) played through `turns` turns, `concurrency` at once, into `out`;
-    checked as mode=run checks it (pre-flight) before anything starts."""
+    checked as mode=run checks it (pre-flight) before anything starts. Without the speculative player
+    (`extra` may turn it on: bench.speculative's way): with it an episode has two calls in flight during its
+    audits, which the replay (one per episode) never has, so rig/replay_k would weigh the speculation's
+    cost to the engine, not the rig's own (0.72 and 0.75 with it on the embedded model; fceb218's bench,
+    which played without it, 1.00)."""
     overrides = run_overrides(
         provenance.command()["overrides"],
-        [f"out_dir={out}", f"max_turns={turns}", f"concurrency={concurrency}", f"trials.count={k}", *extra],
+        [
+            f"out_dir={out}",
+            f"max_turns={turns}",
+            f"concurrency={concurrency}",
+            f"trials.count={k}",
+            "speculative_player=false",
+            *extra,
+        ],
     )
     p = prepared_run(validate(points.load(overrides)))
     assert p.ready is not None and p.ready.dataset is not None

@@ -8,8 +8,10 @@ Episodes (`scheduler.py`), the build and the re-audit all call models this way.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -140,6 +142,69 @@ class TurnAsk:
                 self.calls.effect(kind, what.model_copy(update={"speculative": True}))
 
 
+# The event loop's work per pass (its thread's CPU), at most (about): past it, an answered call waits for
+# the next pass.
+PASS_BUDGET_S = 0.02
+
+
+class Pacer:
+    """Keeps a pass of the event loop short when many answers arrive at once.
+
+    An engine that answers every call in flight at once (a GPU's batch finishing; the scripted engine)
+    makes every episode ready in the same pass, and the pass runs each one's next step: parse, log, the
+    next prompt. At 200 episodes that was hundreds of ms in which nothing else ran (the heartbeat, the
+    signal handlers, other points' episodes). Past `budget_s` of the loop thread's CPU in a pass, `pace`
+    queues its caller; each later pass lets go as many of the queued, first come first, as the pass
+    before ran (a queued call is not woken each pass to find the pass full again: at 800 episodes that
+    cost more than the calls). What each call computes does not change, only when.
+    """
+
+    def __init__(self, budget_s: float = PASS_BUDGET_S) -> None:
+        self.budget_s = budget_s
+        self._pass: list[Any] | None = None  # [the loop, its thread's CPU when the pass began, steps run]
+        self._queued: deque[asyncio.Future[None]] = deque()
+        self._last = 1  # steps the last pass ran
+        # The loop a `_next_pass` is scheduled on (one at a time: each lets go a pass's worth of calls).
+        self._due: asyncio.AbstractEventLoop | None = None
+
+    def _step(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Count a step in this pass; False (not counted) once the pass has spent its budget."""
+        now = time.thread_time()  # the loop's own work: a core taken by another process is not its
+        if self._pass is None or self._pass[0] is not loop:
+            self._pass = [loop, now, 0]
+            if self._due is not loop:
+                self._due = loop
+                loop.call_soon(self._next_pass)  # early in the next pass
+        elif now - self._pass[1] > self.budget_s:
+            return False
+        self._pass[2] += 1
+        return True
+
+    def _next_pass(self) -> None:
+        self._due = None
+        if self._pass is not None:
+            self._last = max(1, self._pass[2])
+        self._pass = None
+        released = 0
+        while self._queued and released < self._last:
+            waiter = self._queued.popleft()
+            if not waiter.done():  # a cancelled caller is passed over
+                waiter.set_result(None)
+                released += 1
+        if self._queued:
+            self._due = asyncio.get_running_loop()
+            self._due.call_soon(self._next_pass)  # the rest, in passes to come
+
+    async def pace(self) -> None:
+        loop = asyncio.get_running_loop()
+        if not self._queued and self._step(loop):
+            return
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._queued.append(waiter)
+        await waiter
+        self._step(loop)  # its work counts in the pass it runs in
+
+
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
     """A per-call seed: stable across processes and resumes, distinct per attempt."""
     key = f"{run_seed}/{spec_id}/{turn}/{stage}/{attempt}".encode()
@@ -162,6 +227,7 @@ class CallService:
     # (spec id, role, stage, prompt tokens, answer tokens, prompt text) after each answered call: the
     # admission's footprints.
     observe: Callable[[str, str, str, int, int, str], None] | None = None
+    pacer: Pacer | None = None  # shared by the services of one event loop (a sweep's points)
 
     async def ask(
         self,
@@ -254,6 +320,8 @@ class CallService:
                 self._out_of_room(
                     log.model_copy(update={"finish_reason": "context_overflow"}), f"context_overflow: {exc}", effect
                 )
+            if self.pacer is not None:
+                await self.pacer.pace()
             checked = time.perf_counter()
             if self.observe is not None:
                 self.observe(

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..engines.base import Message
 from ..protocol.ledger import initial_state
-from ..protocol.prompts import PromptPack, conflict_vars, format_history, narrate_vars, player_vars, status_vars
+from ..protocol.prompts import PromptPack, conflict_vars, narrate_vars, player_vars, rendered, status_vars
 from ..protocol.records import Checkpoint
 from ..protocol.spec import Spec
 from ..protocol.stages import STAGES
@@ -60,7 +60,7 @@ def estimate(
     """Per role (those in `counts`), the prompts its stages would send over the episode's next turn:
     a fresh one's opening and turn 0, a resumed one's turn after its checkpoint."""
     state = checkpoint.state if checkpoint is not None else initial_state(spec)
-    history = format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges))
+    history = rendered(state, "history")
     variables = _Blank(
         {
             **narrate_vars(spec, state, ""),

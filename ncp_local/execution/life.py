@@ -15,9 +15,9 @@ run's lines (launch/sweep.py a sweep's index and summary).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shlex
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -39,15 +39,16 @@ from ..rundir.atomic import DiskFull
 from ..rundir.call_log import call_summary
 from ..rundir.invalid import systematic_invalid
 from ..rundir.places import check_outputs, check_place
-from ..rundir.store import RunDir, RunLocked, RunMismatch, resume_hint
+from ..rundir.store import RunDir, RunLocked, RunMismatch, StoredResults, resume_hint
 from . import engine_log, points
-from .calls import CallService, with_engines
+from .calls import CallService, Pacer, with_engines
 from .engine_pool import EnginePool, embedded_note, roles_described
 from .failures import Exit, exit_for
 from .placement import groups, place
 from .preflight import Ready
 from .progress import Ending, Metered, Progress
 from .scheduler import EpisodeScheduler, EpisodeSettings
+from .signals import signals_cancel
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Point:
     code: int | None = None
     message: str = ""
     known: Exit | None = None  # the failure as exit_for gave it (a single run prints it whole)
-    results: dict[str, EpisodeResult] = field(default_factory=dict)
+    results: Mapping[str, EpisodeResult] = field(default_factory=dict)  # read from disk when asked
     engine_ids: dict[str, str] = field(default_factory=dict)  # role -> engine id (e1, e2, ...)
     swept: tuple[str, ...] | None = None  # the overrides that differ between the sweep's points
     # mode=bench's fixed workloads: these episodes only (else every trial of every spec, or the shard's),
@@ -215,12 +216,14 @@ async def play(
     episodes: tuple[str, ...] | None = None,
     wrap: Callable[[Engine], Engine] | None = None,
     play_through: bool = False,
-) -> dict[str, EpisodeResult]:
+    pacer: Pacer | None = None,
+) -> StoredResults:
     """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
-    engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`."""
+    engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`; `pacer`: shared by
+    every point of this event loop."""
     cfg = ready.cfg
     roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(wrap(e) if wrap else e, bar, name))
-    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles)
+    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles, pacer=pacer)
     assert ready.player is not None
     scheduler = EpisodeScheduler(
         specs=specs,
@@ -241,6 +244,11 @@ async def play(
         on_turn=lambda sid, n: bar.turn(name, sid, n),
         episodes=episodes,
     )
+    # What the process holds before the episodes start stays: the collector's full passes (each one a stall
+    # of the loop, tens of ms) need not walk it, and come ten times rarer.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*gc.get_threshold()[:2], 100)
     try:
         return await scheduler.run()
     except BaseExceptionGroup as group:
@@ -272,6 +280,7 @@ class Life:
         self.owns_pool = pool is None
         self.pool = pool if pool is not None else EnginePool(log=self.say if sweep is not None else None)
         self.wrap = wrap
+        self.pacer = Pacer()  # one event loop's passes kept short, whichever point's episodes fill them
         self.groups: list[list[Point]] = []
         self.stopped: list[str] = []
         first = next((p.cfg for p in points if p.cfg is not None), None)
@@ -311,37 +320,22 @@ class Life:
         self.on_change()
         # SIGTERM (Slurm preemption) and SIGINT cancel the run; each committed turn is already on disk,
         # so cancelling loses at most the turns in flight.
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        for sig in before:
-
-            def on_signal(name: str = sig.name) -> None:
-                self.stopped.append(name)
-                if task:
-                    task.cancel()
-
-            loop.add_signal_handler(sig, on_signal)
-        try:
-            for g in self.groups:
-                await self._group(g)
-        except asyncio.CancelledError:
-            code = EXIT_SIGNAL[self.stopped[0] if self.stopped else "SIGINT"]
-            for p in runnable:
-                if p.status in ("waiting", "running", "stopped"):
-                    p.status, p.code = "stopped", code
-        finally:
-            self.progress.close()
+        with signals_cancel(self.stopped):
             try:
-                if self.owns_pool:
-                    await asyncio.shield(self.pool.close_all())
+                for g in self.groups:
+                    await self._group(g)
+            except asyncio.CancelledError:
+                code = EXIT_SIGNAL[self.stopped[0] if self.stopped else "SIGINT"]
+                for p in runnable:
+                    if p.status in ("waiting", "running", "stopped"):
+                        p.status, p.code = "stopped", code
             finally:
-                self.on_change()
-                # The handlers cancel this life's task: past its end they would cancel whatever the caller
-                # does next (the bench's later ways), so the signals go back to the handlers they had.
-                for sig, handler in before.items():
-                    loop.remove_signal_handler(sig)
-                    signal.signal(sig, handler)
+                self.progress.close()
+                try:
+                    if self.owns_pool:
+                        await asyncio.shield(self.pool.close_all())
+                finally:
+                    self.on_change()
 
     def _shown(self, p: Point) -> str:
         return p.name if self.sweep is not None else "run"
@@ -400,7 +394,7 @@ class Life:
                 return False
             # The heartbeat's final state is this command's, not the one an earlier command left.
             with self.progress.beating(self._shown(p), self.stopped) as ending:
-                p.results = {e: store.load_result(e) for e in names}
+                p.results = StoredResults(store, names)
                 store.mark_done(len(names))
                 self._judge(p, ending)  # the same verdict as when they were played
             if self.sweep is not None:
@@ -468,10 +462,10 @@ class Life:
                 # the group's placement: placement never changes what a run computes).
                 ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
                 where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
-                p.results = await play(*where, self.wrap, p.play_through)
+                p.results = await play(*where, self.wrap, p.play_through, self.pacer)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code.
                 store.mark_done(len(p.episodes()))
-                self._judge(p, ending)
+                await asyncio.to_thread(self._judge, p, ending)  # it reads every result: not on the loop
             if p.status != "failed":
                 p.status, p.code = "done", 0
                 if self.sweep is not None:

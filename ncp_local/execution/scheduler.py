@@ -17,10 +17,10 @@ from typing import Any
 from ..protocol.episode import Episode
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
-from ..protocol.records import Checkpoint, EpisodeResult
+from ..protocol.records import Checkpoint, EpisodeResult, TurnRecord
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
-from ..rundir.store import RunDir
+from ..rundir.store import RunDir, StoredResults
 from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
 from .footprint import counter, estimate
@@ -28,6 +28,9 @@ from .footprint import counter, estimate
 # Requests the writer thread may have queued before a committing episode waits for its own line: a
 # bound on the work a kill loses and on the memory the queue holds.
 WRITER_LAG = 256
+# Episodes whose result is assembled and not yet written, at most: each holds its turns (a MB of objects at
+# turn 100) until the writer has sealed it, and an engine that answers at once ends hundreds together.
+ENDING = 4
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,22 @@ class EpisodeScheduler:
     on_turn: Callable[[str, int], None] | None = None
     # role -> its engine (unwrapped): the admission reads each engine's `kv_tokens`; none: no cache bound.
     engines: Mapping[str, Any] = field(default_factory=dict)
-    results: dict[str, EpisodeResult] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)  # episodes with a result (on disk, not held)
     # The episodes to play, when not every trial of every spec (a shard that deals a story's trials out).
     episodes: tuple[str, ...] | None = None
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
 
-    async def _one(self, name: str, spec: Spec, trial: int, gate: Admission, checkpoint: Checkpoint | None) -> None:
+    async def _one(
+        self,
+        name: str,
+        spec: Spec,
+        trial: int,
+        gate: Admission,
+        checkpoint: Checkpoint | None,
+        ending: asyncio.Semaphore,
+    ) -> None:
         await gate.enter(name)
+        recalled = False
         try:
             if checkpoint is not None and self.on_turn:
                 self.on_turn(name, len(checkpoint.turns))
@@ -84,8 +96,14 @@ class EpisodeScheduler:
                 if self.store.writes_pending() > WRITER_LAG:
                     await asyncio.wrap_future(written)
                 if self.on_turn:
-                    self.on_turn(name, len(cp.turns))
+                    self.on_turn(name, cp.committed)
                 await gate.turn_done(name)
+
+            async def recall() -> tuple[TurnRecord, ...]:
+                nonlocal recalled
+                await ending.acquire()  # released once its result is written
+                recalled = True
+                return await asyncio.wrap_future(self.store.recall_turns(name))
 
             episode = Episode(
                 spec,
@@ -97,28 +115,32 @@ class EpisodeScheduler:
                 play_through=self.settings.play_through,
                 speculative_player=self.settings.speculative_player,
                 failure_modes=self.settings.failure_modes,
+                recall=recall,
             )
             result = await episode.run(checkpoint)
             if trial:
                 result = result.model_copy(update={"trial": trial})
-            self.store.write_result(result)
-            self.results[name] = result
+            written = self.store.write_result(result)
+            self.finished.add(name)
             if self.on_result:
                 self.on_result(result)
+            if recalled:
+                await asyncio.wrap_future(written)
         finally:
+            if recalled:
+                ending.release()
             gate.leave(name)
 
-    async def run(self) -> dict[str, EpisodeResult]:
+    async def run(self) -> StoredResults:
         """Play every episode (each trial of each spec) without a result; returns all results by
-        episode name, in spec order (a story's trials in trial order)."""
+        episode name, in spec order (a story's trials in trial order), read from the run directory when
+        asked."""
         plays = episodes_of(self.specs, self.settings.trials)
         if self.episodes is not None:
             mine = set(self.episodes)
             plays = [p for p in plays if p[0] in mine]
-        for name, _, _ in plays:
-            if self.store.has_result(name):
-                self.results[name] = self.store.load_result(name)
-        todo = [(name, s, t) for name, s, t in plays if name not in self.results]
+        self.finished |= {name for name, _, _ in plays if self.store.has_result(name)}
+        todo = [(name, s, t) for name, s, t in plays if name not in self.finished]
         if self.calls.watch is None:
             self.calls.watch = FailureWatch(threshold=min(len(todo), FAIL_FAST_EPISODES) or 1)
         gate = self.admission = self.admission or Admission.for_engines(self.engines, self.settings.concurrency)
@@ -140,7 +162,8 @@ class EpisodeScheduler:
             self.calls.observe = gate.observe
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.
+        ending = asyncio.Semaphore(ENDING)
         async with asyncio.TaskGroup() as tg:
             for name, spec, trial in todo:
-                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name]))
-        return {name: self.results[name] for name, _, _ in plays}
+                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name], ending))
+        return StoredResults(self.store, [name for name, _, _ in plays])

@@ -57,6 +57,10 @@ from .turns import OPENING
 
 AskFactory = Callable[[int], Ask]  # turn id -> a call bound to that turn (turns.OPENING: the opening)
 OnCommit = Callable[[Checkpoint], Awaitable[None]]
+# The committed turns as the runner keeps them (its turn log): given one, an episode holds no turn's record
+# past the commit that hands it on (at turn 100 the records were most of an episode's memory), and its
+# result's turns are recalled at its end.
+Recall = Callable[[], Awaitable[tuple[TurnRecord, ...]]]
 
 
 def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
@@ -260,8 +264,10 @@ class Episode:
         play_through: bool = False,
         speculative_player: bool = False,
         failure_modes: bool = False,
+        recall: Recall | None = None,
     ) -> None:
         self.spec = spec
+        self.recall = recall
         self.failure_modes = failure_modes  # audit.failure_modes: see audit_response
         # Ask the next turn's player while this turn's audits run (Speculation); the results are
         # the same either way, only the calls' order and timing differ.
@@ -308,22 +314,23 @@ class Episode:
                 await self._drop_next()
                 state = ledger.initial_state(self.spec)
                 empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(), narrator_state={})
-                return self._result(exc.termination, state, [], empty, reason=str(exc))
+                return await self._result(exc.termination, state, [], empty, reason=str(exc))
         else:
             self.narrator.restore(checkpoint.narrator_state)
         state, turns = checkpoint.state, list(checkpoint.turns)
+        first = 0  # the turn `turns[0]` is: the ones before were handed on (`recall`)
         try:
             # A checkpoint is only written for a turn that committed, so the
             # episode may already be over by all_resolved (never by conflict).
             if turns and self._resolved(state):
                 await self._drop_next()
-                return self._result("all_resolved", state, turns, checkpoint)
+                return await self._result("all_resolved", state, turns, checkpoint)
             for t in range(len(turns), self.max_turns):
                 record, new_state = await self._turn(t, state)
                 turns.append(record)
                 if new_state is None:
                     await self._drop_next()
-                    return self._result("conflict", state, turns, checkpoint)
+                    return await self._result("conflict", state, turns, checkpoint, first)
                 state = new_state
                 checkpoint = Checkpoint(
                     spec_id=self.spec.id,
@@ -333,16 +340,19 @@ class Episode:
                     narrator_state=self.narrator.save(),
                     opening_bound_hits=checkpoint.opening_bound_hits,
                     opening_thought_tokens=checkpoint.opening_thought_tokens,
+                    turns_before=first,
                 )
                 await self.on_commit(checkpoint)
+                if self.recall is not None:
+                    turns, first = [], t + 1  # handed on: the runner keeps them
                 if self._resolved(state):
                     # Only known after the status check: the next turn's player was asked for nothing.
                     await self._drop_next()
-                    return self._result("all_resolved", state, turns, checkpoint)
+                    return await self._result("all_resolved", state, turns, checkpoint, first)
         except CallFailed as exc:
             await self._drop_next()
-            return self._result(exc.termination, state, turns, checkpoint, reason=str(exc))
-        return self._result("max_turns", state, turns, checkpoint)
+            return await self._result(exc.termination, state, turns, checkpoint, first, str(exc))
+        return await self._result("max_turns", state, turns, checkpoint, first)
 
     def _speculate(self, turn: int, visible: EpisodeState) -> None:
         """Start turn `turn`'s player on `visible` (the history once this turn's exchange is in),
@@ -378,9 +388,19 @@ class Episode:
     def _resolved(self, state: EpisodeState) -> bool:
         return not self.play_through and ledger.all_resolved(self.spec, state.statuses)
 
-    def _result(
-        self, how: Termination, state: EpisodeState, turns: list[TurnRecord], cp: Checkpoint, reason: str = ""
+    async def _result(
+        self,
+        how: Termination,
+        state: EpisodeState,
+        turns: list[TurnRecord],
+        cp: Checkpoint,
+        first: int = 0,
+        reason: str = "",
     ) -> EpisodeResult:
+        """The result; `turns` are the records the episode holds, from turn `first` (those before: recalled)."""
+        if first:
+            assert self.recall is not None
+            turns = [*await self.recall(), *turns]
         return EpisodeResult(
             spec_id=self.spec.id,
             termination=how,

@@ -6,9 +6,9 @@ ends in a conflict simply never commits and the old state stands.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .spec import Spec
 
@@ -46,6 +46,10 @@ class EpisodeState(_Frozen):
     pending: FactUpdate  # opening's updates, held until turn 0 commits
     opening: str = ""
     exchanges: tuple[Exchange, ...] = ()
+    # The history's texts as prompts.py rendered them, kept so that a turn renders only what it adds. Not
+    # part of the state: never serialized nor compared; model_copy carries it to the states made from this
+    # one, and prompts.py checks it against their own history before it uses it.
+    _rendered: Any = PrivateAttr(default=None)
 
     @property
     def status_map(self) -> dict[str, Status]:

@@ -34,14 +34,14 @@ from __future__ import annotations
 import hashlib
 import json
 import string
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..chat import Message
 from ..errors import InputError
 from ..resources import PROMPTS_DIR
-from .ledger import EpisodeState, FactEntry, FactUpdate, current_node
+from .ledger import EpisodeState, Exchange, FactEntry, FactUpdate, current_node
 from .spec import Node, Spec, plain_text
 from .stages import STAGES
 
@@ -337,6 +337,58 @@ def format_responses(opening: str, responses: Iterable[str], cut_to_first_line: 
     return "\n\n".join(f"[{i}] {r}" for i, r in enumerate(texts))
 
 
+# A state's history as the prompts show it, by kind: (its start from the opening, what exchange i adds).
+# The texts `format_history` and `format_responses` make, one exchange at a time.
+_HISTORY: dict[str, tuple[Callable[[str], str], Callable[[int, Exchange], str]]] = {
+    "history": (lambda o: f"NARRATOR: {o}", lambda i, e: f"\n\nPLAYER: {e.player_input}\n\nNARRATOR: {e.response}"),
+    "responses": (lambda o: f"[0] {o}", lambda i, e: f"\n\n[{i}] {e.response}"),
+    "first_lines": (lambda o: f"[0] {first_line(o)}", lambda i, e: f"\n\n[{i}] {first_line(e.response)}"),
+}
+
+
+class _Rendered:
+    """The texts of one history (`opening`, `exchanges`), by kind: an episode's state keeps it (its
+    `_rendered`), so that each turn renders only the exchange it adds, not the whole history once per
+    call (at turn 100 that was most of a call's cost). Never changed once another state may hold it,
+    except to add a kind; never tells two states apart."""
+
+    __slots__ = ("opening", "exchanges", "texts")
+
+    def __init__(self, opening: str, exchanges: tuple[Exchange, ...], texts: dict[str, str]) -> None:
+        self.opening, self.exchanges, self.texts = opening, exchanges, texts
+
+    def __eq__(self, other: object) -> bool:
+        return True  # a memo: two states are equal or not by their fields alone
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def extended(self, opening: str, exchanges: tuple[Exchange, ...]) -> _Rendered:
+        """The texts of a history that continues this one (the same texts when it is this one)."""
+        if exchanges is self.exchanges and opening == self.opening:
+            return self
+        done = len(self.exchanges)
+        if opening != self.opening or len(exchanges) < done or exchanges[:done] != self.exchanges:
+            return _Rendered(opening, exchanges, {})  # not a continuation: rendered anew
+        texts = {
+            k: t + "".join(_HISTORY[k][1](i, e) for i, e in enumerate(exchanges[done:], done + 1))
+            for k, t in self.texts.items()
+        }
+        return _Rendered(opening, exchanges, texts)
+
+
+def rendered(state: EpisodeState, kind: str) -> str:
+    """`format_history` ("history") or `format_responses` ("responses"; cut to first lines: "first_lines")
+    of the state's history, rendering only what it added since a state it was made from."""
+    memo = state._rendered
+    memo = _Rendered(state.opening, (), {}) if memo is None else memo
+    memo = memo.extended(state.opening, state.exchanges)
+    if kind not in memo.texts:
+        start, add = _HISTORY[kind]
+        memo.texts[kind] = start(state.opening) + "".join(add(i, e) for i, e in enumerate(state.exchanges, 1))
+    state._rendered = memo
+    return memo.texts[kind]
+
+
 def format_update(update: FactUpdate, facts: Iterable[FactEntry]) -> str:
     text = {f.id: f.text for f in facts}
     lines = [f"+ add: {a}" for a in update.add_facts if a.strip()]
@@ -396,9 +448,7 @@ def narrate_vars(
         "pre_turn_facts": facts,
         "facts": facts,
         "pending_fact_updates": format_update(state.pending, state.facts),
-        "system_response_history": format_responses(
-            state.opening, (e.response for e in state.exchanges), cut_to_first_line=first_line_history
-        ),
+        "system_response_history": rendered(state, "first_lines" if first_line_history else "responses"),
         "user_input": player_input,
     }
 
@@ -407,7 +457,7 @@ def player_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
     # The player sees its role and the visible history, nothing else.
     return {
         "player_role": spec.meta.player_role,
-        "history_text": format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges)),
+        "history_text": rendered(state, "history"),
     }
 
 
@@ -428,7 +478,7 @@ def conflict_vars(
     facts = format_facts(projected)
     return {
         "player_role": spec.meta.player_role,
-        "system_response_history": format_responses(state.opening, (e.response for e in state.exchanges)),
+        "system_response_history": rendered(state, "responses"),
         "user_input": player_input,
         "response_text": response,
         "candidate_fact_updates": format_update(update, projected),
@@ -440,8 +490,7 @@ def conflict_vars(
 
 
 def end_of_turn_history(state: EpisodeState, player_input: str, response: str) -> str:
-    pairs = [(e.player_input, e.response) for e in state.exchanges] + [(player_input, response)]
-    return format_history(state.opening, pairs)
+    return rendered(state, "history") + f"\n\nPLAYER: {player_input}\n\nNARRATOR: {response}"
 
 
 def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], history: str) -> dict[str, str]:

@@ -127,7 +127,7 @@ class ModeRecord(_Answer):
 # Counts added after runs were first written: left out of a record while zero, so a record of a
 # model that does not think serializes (and seals) byte for byte as before.
 # `trial` likewise: trial 0 of a story is the episode a run without trials plays (protocol/trials.py).
-_OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens", "trial")
+_OMITTED_WHEN_ZERO = ("thought_tokens", "opening_thought_tokens", "trial", "turns_before")
 # Likewise a stage a run asks only when turned on (audit.failure_modes): absent, not null, when off.
 _OMITTED_WHEN_NONE = ("failure_modes",)
 
@@ -199,7 +199,8 @@ class EpisodeResult(Record):
 
 
 class Checkpoint(Record):
-    """Everything needed to continue after the last committed turn."""
+    """Everything needed to continue after the last committed turn (with `turns_before`, together with the
+    turn log that holds those turns)."""
 
     spec_id: str
     state: EpisodeState
@@ -209,7 +210,15 @@ class Checkpoint(Record):
     opening_bound_hits: tuple[str, ...] = ()
     opening_thought_tokens: int = 0
     trial: int = Field(0, ge=0)
+    # Committed turns before `turns[0]` that the episode no longer holds (its runner's turn log has them):
+    # only on the checkpoint a running episode hands its runner, never on one written whole.
+    turns_before: int = Field(0, ge=0)
 
     @property
     def episode(self) -> str:
         return episode_name(self.spec_id, self.trial)
+
+    @property
+    def committed(self) -> int:
+        """Turns committed so far."""
+        return self.turns_before + len(self.turns)

@@ -29,22 +29,23 @@ def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | 
     """One line when more than `share` of the finished episodes measured nothing for one cause: `invalid`
     for the same reason, or `context_limit` before their first committed turn (each is censored
     honestly, but a run of them measured nothing: the answers fill the window)."""
-    results = list(results)
-    causes = Counter(
-        ("invalid", generic(r.reason)) if r.termination == "invalid" else ("context_limit", "")
-        for r in results
-        if r.termination == "invalid" or (r.termination == "context_limit" and not r.turns)
-    )
-    if not results or not causes:
+    total, causes, stages = 0, Counter[tuple[str, str]](), Counter[str]()
+    for r in results:  # one pass, each result let go after it (they may be read from disk one at a time)
+        total += 1
+        if r.termination == "invalid":
+            causes["invalid", generic(r.reason)] += 1
+        elif r.termination == "context_limit" and not r.turns:
+            causes["context_limit", ""] += 1
+            stages[generic(r.reason)] += 1
+    if not total or not causes:
         return None
     (cause, reason), n = causes.most_common(1)[0]
-    if n / len(results) <= share:
+    if n / total <= share:
         return None
     if cause == "invalid":
-        return f"{n} of {len(results)} episodes are invalid for the same reason: {reason}"
-    stages = Counter(generic(r.reason) for r in results if r.termination == "context_limit" and not r.turns)
+        return f"{n} of {total} episodes are invalid for the same reason: {reason}"
     return (
-        f"{n} of {len(results)} episodes ended context_limit before their first committed turn "
+        f"{n} of {total} episodes ended context_limit before their first committed turn "
         f"(e.g. {stages.most_common(1)[0][0]}): the answers fill the model's window, so the next call has no "
         "room; set the roles' output bounds (<role>.bounds, e.g. text_chars) or use a model with a larger "
         "window"

@@ -26,7 +26,7 @@ import fcntl
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from ..errors import InputError
 from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
-from ..protocol.records import Checkpoint, EpisodeResult
+from ..protocol.records import Checkpoint, EpisodeResult, TurnRecord
 from ..protocol.trials import episode_name
 from .atomic import DiskFull, atomic_write, is_disk_full
 from .call_log import CallLine, CrossCheckNote
@@ -357,13 +357,14 @@ class RunDir:
         the log with the whole checkpoint. Resolves once written."""
         log, old = self._checkpoint_files(cp.episode)
         chain = self._chains.get(cp.episode)
-        if chain is not None and len(cp.turns) == chain.turns + 1:
+        if chain is not None and cp.committed == chain.turns + 1:
             changed = cp.narrator_state != chain.narrator_state
             line, chain.last = turn_line(chain.last, cp, changed)
             chain.turns += 1
             if changed:
                 chain.narrator_state = cp.narrator_state
             return self._writer.append(log, line)
+        assert not cp.turns_before, "a log starts with a whole checkpoint"
         line, last = base_line(cp, self._spec_hash(cp.spec_id), self.identity)
         self._chains[cp.episode] = _Chain(last, len(cp.turns), cp.narrator_state)
 
@@ -372,6 +373,29 @@ class RunDir:
             old.unlink(missing_ok=True)  # a format-1 checkpoint, now carried by the log
 
         return self._writer.run(start)
+
+    def recall_turns(self, episode: str) -> Future[tuple[TurnRecord, ...]]:
+        """A running episode's committed turns, read back from its turn log by the writer once the lines
+        asked for before are written: its result is assembled from them, and not on the loop."""
+        log, _ = self._checkpoint_files(episode)
+        out: Future[tuple[TurnRecord, ...]] = Future()
+
+        def read() -> None:
+            if not out.set_running_or_notify_cancel():
+                return  # the episode was stopped meanwhile
+            got = read_log(log, self.identity, self.spec_hashes)
+            if got.checkpoint is None or got.problem:
+                out.set_exception(InputError(log, "", f"{got.problem}: the run's own turn log changed while it ran"))
+            else:
+                out.set_result(got.checkpoint.turns)
+
+        def skipped(done: Future[None]) -> None:
+            if out.running() or out.done() or not out.set_running_or_notify_cancel():
+                return
+            out.set_exception(done.exception() or RuntimeError("the turn log was not read"))  # the writer failed before
+
+        self._writer.run(read).add_done_callback(skipped)
+        return out
 
     def load_checkpoint(self, episode: str) -> Checkpoint | None:
         """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
@@ -411,6 +435,26 @@ class RunDir:
             record, problem = check_file(path, self.record, self.identity or None, self.spec_hashes)
             if not problem:
                 yield record
+
+
+class StoredResults(Mapping[str, Any]):
+    """Episodes' results in a run directory, read when asked: a run holds none of them in memory (at
+    turn 100 a result is about a MB of objects, and a run plays hundreds). Each read is checked."""
+
+    def __init__(self, store: RunDir, episodes: Iterable[str]) -> None:
+        self.store, self.episodes = store, tuple(episodes)
+        self._known = frozenset(self.episodes)
+
+    def __getitem__(self, episode: str) -> Any:
+        if episode not in self._known:
+            raise KeyError(episode)
+        return self.store.load_result(episode)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.episodes)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
 
 
 def resume_hint(what: str, out: Path) -> str:

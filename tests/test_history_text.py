@@ -1,0 +1,66 @@
+"""The history's texts rendered a turn at a time (prompts.rendered) are the texts rendered whole."""
+
+from __future__ import annotations
+
+import random
+
+from ncp_local.protocol import ledger
+from ncp_local.protocol.ledger import EpisodeState, Exchange
+from ncp_local.protocol.prompts import end_of_turn_history, format_history, format_responses, rendered
+
+# Texts that a careless renderer gets wrong: empty, blank, several lines, braces, leading newlines.
+PIECES = ["", " ", "a", "line one\nline two", "\n\nlate first line\n", "{braces} {{", "NARRATOR: x", "é ✓", "[0] x"]
+
+
+def _text(rng: random.Random) -> str:
+    return "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 4)))
+
+
+def _whole(state: EpisodeState, kind: str) -> str:
+    if kind == "history":
+        return format_history(state.opening, ((e.player_input, e.response) for e in state.exchanges))
+    return format_responses(state.opening, (e.response for e in state.exchanges), kind == "first_lines")
+
+
+def test_rendered_a_turn_at_a_time_equals_rendered_whole() -> None:
+    """Random histories grown as an episode grows them (commits, the speculative player's copy, a
+    resumed state, an opening set late), each text asked in random order: always the whole rendering."""
+    for seed in range(300):
+        rng = random.Random(seed)
+        state = EpisodeState(facts=(), node_occurred=(), statuses=(), pending=ledger.FactUpdate())
+        states = [state]
+        for _ in range(rng.randint(1, 25)):
+            kind = rng.choice(["history", "responses", "first_lines", "end", "none"])
+            base = rng.choice(states[-3:])  # mostly the newest, sometimes an older state (a dropped turn)
+            if kind == "end":
+                p, r = _text(rng), _text(rng)
+                assert end_of_turn_history(base, p, r) == format_history(
+                    base.opening, [*((e.player_input, e.response) for e in base.exchanges), (p, r)]
+                )
+            elif kind != "none":
+                assert rendered(base, kind) == _whole(base, kind), (seed, kind)
+            step = rng.random()
+            if step < 0.1:
+                nxt = base.model_copy(update={"opening": _text(rng)})  # the opening, once it is told
+            elif step < 0.15:
+                nxt = EpisodeState.model_validate_json(base.model_dump_json())  # resumed: equal, not the same
+            elif step < 0.2 and base.exchanges:
+                cut = rng.randrange(len(base.exchanges))  # not a continuation: a shorter or changed history
+                changed = (Exchange(player_input=_text(rng), response=_text(rng)),) if rng.random() < 0.5 else ()
+                nxt = base.model_copy(update={"exchanges": base.exchanges[:cut] + changed})
+            else:
+                ex = Exchange(player_input=_text(rng), response=_text(rng))
+                nxt = ledger.commit_turn(base, ledger.FactUpdate(), (), (), ex)
+            states.append(nxt)
+        for s in states:
+            for kind in ("history", "responses", "first_lines"):
+                assert rendered(s, kind) == _whole(s, kind), (seed, kind)
+
+
+def test_the_kept_texts_never_tell_states_apart_nor_reach_the_record() -> None:
+    ex = Exchange(player_input="hi", response="there")
+    a = EpisodeState(facts=(), node_occurred=(), statuses=(), pending=ledger.FactUpdate(), exchanges=(ex,))
+    b = a.model_copy()
+    rendered(a, "history")
+    assert a == b and b == a and a._rendered is not None
+    assert a.model_dump_json() == b.model_dump_json() and "NARRATOR" not in a.model_dump_json()
