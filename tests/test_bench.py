@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import signal
 import subprocess
@@ -36,7 +37,7 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
         "d ",
     ]
     assert re.fullmatch(
-        r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=[\d.]+ rig/replay_k=[\d.]+", lines[-1]
+        r"ratios: rig/ceiling=[\d.]+ rig/sequential=[\d.]+ cache_hit=nan rig/replay_k=[\d.]+", lines[-1]
     )
     assert any(line.startswith("projection: paper grid") for line in lines)
     assert any(line.startswith("engine alone, 1 vs 5 sequences: prefill") for line in lines)
@@ -67,7 +68,9 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     assert set(fig.ratios) == {"rig/ceiling", "rig/sequential", "cache_hit", "rig/replay_k"}
     a, c, d = fig.way("a"), fig.way("c"), fig.way("d")
     assert a and c and d and a.calls == c.calls == d.calls and a.prompt_tokens == d.prompt_tokens
-    assert lines[-1] == "ratios: " + " ".join(f"{k}={v:.2f}" for k, v in fig.ratios.items())
+    shown = {k: float("nan") if v is None else v for k, v in fig.ratios.items()}  # a ratio not measured: None
+    assert fig.ratios["cache_hit"] is None
+    assert lines[-1] == "ratios: " + " ".join(f"{k}={v:.2f}" for k, v in shown.items())
 
 
 def test_a_bench_stopped_by_sigterm_says_so_in_one_line_with_the_signals_exit_code(tmp_path: Path) -> None:
@@ -178,6 +181,7 @@ def test_unbounded_cache_counts_whole_shared_blocks_only() -> None:
     by_turn = unbounded_cache_hit(reqs, lambda msgs: list(msgs[0].content), block=4)
     assert by_turn == {0: (10, 0), 1: (10, 4), 2: (18, 8 + 4), 3: (10, 0)}
     assert late_hit(by_turn) == 12 / 28
+    assert math.isnan(late_hit({0: (10, 5), 1: (10, 5)}))  # no turn from 2 on: no figure, not 0.00
 
 
 def test_best_speedup_is_amdahl_over_prefill_and_decode() -> None:

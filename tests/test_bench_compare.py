@@ -40,11 +40,18 @@ def _script(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def worktrees() -> Any:
-    """The repository's worktree list before the test; after it, the list must be the same."""
-    before = _git("worktree", "list", "--porcelain")
-    yield before
-    assert _git("worktree", "list", "--porcelain") == before
+def worktrees(tmp_path: Path) -> Any:
+    """After the test, no worktree of the repository under the test's folder (the script's TMPDIR) is
+    left, listed or on disk. Only there: other worktrees (a developer's, a parallel test's) come and go."""
+    yield _git("worktree", "list", "--porcelain")
+    porcelain = _git("worktree", "list", "--porcelain").splitlines()
+    listed = [line.removeprefix("worktree ") for line in porcelain if line.startswith("worktree ")]
+    assert not [w for w in listed if line_under(w, tmp_path)]
+    assert not list(tmp_path.glob("ncp-bench-compare-*/*/.git"))
+
+
+def line_under(path: str, root: Path) -> bool:
+    return Path(path).resolve().is_relative_to(root.resolve())
 
 
 def _no_compare_dirs(tmp: Path) -> list[Path]:

@@ -123,9 +123,10 @@ def hits_text(by_turn: dict[int, tuple[int, int]]) -> str:
 
 
 def late_hit(by_turn: dict[int, tuple[int, int]], first: int = 2) -> float:
-    """Hit rate (cached / prompt tokens) over turns >= first."""
+    """Hit rate (cached / prompt tokens) over turns >= first; nan when none was played (a 2-turn bench
+    has no such turn: 0.00 there read as a cache that never hit)."""
     p = sum(v[0] for t, v in by_turn.items() if t >= first)
-    return sum(v[1] for t, v in by_turn.items() if t >= first) / p if p else 0.0
+    return sum(v[1] for t, v in by_turn.items() if t >= first) / p if p else float("nan")
 
 
 def projection(rig: Way, throughput: float) -> list[str]:

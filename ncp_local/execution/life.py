@@ -246,14 +246,19 @@ async def play(
     )
     # What the process holds before the episodes start stays: the collector's full passes (each one a stall
     # of the loop, tens of ms) need not walk it, and come ten times rarer.
+    # Given back when the point ends: what was frozen and has died since is garbage a full pass can take.
+    thresholds = gc.get_threshold()
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*gc.get_threshold()[:2], 100)
+    gc.set_threshold(*thresholds[:2], 100)
     try:
         return await scheduler.run()
     except BaseExceptionGroup as group:
         # Surface the first non-episode failure (a dead engine) as itself.
         raise group.exceptions[0] from None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 class Life:
