@@ -17,7 +17,7 @@ from typing import Any
 from ..protocol.episode import Episode
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
-from ..protocol.records import Checkpoint, EpisodeResult, TurnRecord
+from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
 from ..rundir.store import RunDir, StoredResults
@@ -28,9 +28,6 @@ from .footprint import counter, estimate
 # Requests the writer thread may have queued before a committing episode waits for its own line: a
 # bound on the work a kill loses and on the memory the queue holds.
 WRITER_LAG = 256
-# Episodes whose result is assembled and not yet written, at most: each holds its turns (a MB of objects at
-# turn 100) until the writer has sealed it, and an engine that answers at once ends hundreds together.
-ENDING = 4
 
 
 @dataclass(frozen=True)
@@ -79,10 +76,8 @@ class EpisodeScheduler:
         trial: int,
         gate: Admission,
         checkpoint: Checkpoint | None,
-        ending: asyncio.Semaphore,
     ) -> None:
         await gate.enter(name)
-        recalled = False
         try:
             if checkpoint is not None and self.on_turn:
                 self.on_turn(name, len(checkpoint.turns))
@@ -99,12 +94,6 @@ class EpisodeScheduler:
                     self.on_turn(name, cp.committed)
                 await gate.turn_done(name)
 
-            async def recall() -> tuple[TurnRecord, ...]:
-                nonlocal recalled
-                await ending.acquire()  # released once its result is written
-                recalled = True
-                return await asyncio.wrap_future(self.store.recall_turns(name))
-
             episode = Episode(
                 spec,
                 self.make_narrator(),
@@ -115,20 +104,19 @@ class EpisodeScheduler:
                 play_through=self.settings.play_through,
                 speculative_player=self.settings.speculative_player,
                 failure_modes=self.settings.failure_modes,
-                recall=recall,
+                # No `recall`: an episode that handed its turns to the log and read them back at its end
+                # (off the loop, through the writer thread) made the schedule depend on that thread, so a
+                # scripted run was no longer the same every run (tests/test_report_in_flight.py). The
+                # episode keeps its turn records until its result, as before.
             )
             result = await episode.run(checkpoint)
             if trial:
                 result = result.model_copy(update={"trial": trial})
-            written = self.store.write_result(result)
+            self.store.write_result(result)
             self.finished.add(name)
             if self.on_result:
                 self.on_result(result)
-            if recalled:
-                await asyncio.wrap_future(written)
         finally:
-            if recalled:
-                ending.release()
             gate.leave(name)
 
     async def run(self) -> StoredResults:
@@ -162,8 +150,7 @@ class EpisodeScheduler:
             self.calls.observe = gate.observe
         # A TaskGroup cancels every episode if one raises something that is not
         # an episode's own failure (a dead engine): the run stops, checkpoints stand.
-        ending = asyncio.Semaphore(ENDING)
         async with asyncio.TaskGroup() as tg:
             for name, spec, trial in todo:
-                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name], ending))
+                tg.create_task(self._one(name, spec, trial, gate, checkpoints[name]))
         return StoredResults(self.store, [name for name, _, _ in plays])
