@@ -6,7 +6,8 @@ A point is prepared (`prepare`: pre-flight once, bindings once, identity and run
 (lock, identity, manifest), reports it straight away if every result is on disk (no engine starts),
 else plays its unfinished episodes, seals it (`DONE`), and decides its status and exit code. One set of
 signal handlers (SIGTERM, SIGINT: every committed turn stands, the points stop, exit 130/143), one
-manifest (`manifest`), one "all finished" shortcut, one exit-code decision (`failures.exit_for`).
+manifest (`manifest`), one "all finished" shortcut, one exit-code decision (`failures.exit_for`). A
+point's episodes are played by `playing.play`, the one assembly of call service and scheduler.
 
 What differs between one run and a sweep is only what is said and where: `run_one` prints a single
 run's lines (launch/sweep.py a sweep's index and summary).
@@ -15,7 +16,6 @@ run's lines (launch/sweep.py a sweep's index and summary).
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import shlex
 import sys
@@ -31,7 +31,7 @@ from ..errors import InputError
 from ..exits import EXIT_BAD_INPUT, EXIT_ENGINE_DEAD, EXIT_FAILED, EXIT_SIGNAL, EXIT_SYSTEMATIC
 from ..protocol import ROLES
 from ..protocol.metrics import aggregate, episode_metrics, results_table
-from ..protocol.records import EpisodeResult
+from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.spec import Spec
 from ..rundir import identity as identity_mod
 from ..rundir import layout, provenance
@@ -41,13 +41,14 @@ from ..rundir.invalid import systematic_invalid
 from ..rundir.places import check_outputs, check_place
 from ..rundir.store import RunDir, RunLocked, RunMismatch, StoredResults, resume_hint
 from . import engine_log, points
-from .calls import CallService, Pacer, with_engines
+from .admission import Admission
+from .calls import Pacer
 from .engine_pool import EnginePool, embedded_note, roles_described
 from .failures import Exit, exit_for
 from .placement import groups, place
-from .preflight import Ready
-from .progress import Ending, Metered, Progress
-from .scheduler import EpisodeScheduler, EpisodeSettings
+from .playing import play
+from .progress import Ending, Progress
+from .ready import Ready
 from .signals import signals_cancel
 
 
@@ -78,6 +79,10 @@ class Point:
     # each played through to max_turns whatever the story does (Episode.play_through).
     only: tuple[str, ...] | None = None
     play_through: bool = False
+    # mode=bench's long horizon: checkpoints its episodes resume from (a state built on scripted answers),
+    # written into the run directory as it opens; and the admission that let them in, kept once played.
+    start: tuple[Checkpoint, ...] = ()
+    admission: Admission | None = None
 
     @property
     def name(self) -> str:
@@ -206,68 +211,14 @@ def manifest(p: Point, pool: EnginePool, sweep: SweepOf | None = None) -> dict[s
 # ---- playing --------------------------------------------------------------------------------------
 
 
-async def play(
-    ready: Ready,
-    specs: tuple[Spec, ...],
-    engines: Mapping[str, Engine],
-    store: RunDir,
-    bar: Progress,
-    name: str,
-    episodes: tuple[str, ...] | None = None,
-    wrap: Callable[[Engine], Engine] | None = None,
-    play_through: bool = False,
-    pacer: Pacer | None = None,
-) -> StoredResults:
-    """Every unfinished episode of `specs` (each trial, or only `episodes`), on these engines (role ->
-    engine), each seen through `wrap` (mode=bench's recorder) and metered on `bar`; `pacer`: shared by
-    every point of this event loop."""
-    cfg = ready.cfg
-    roles = with_engines(ready.bindings, engines, ROLES, wrap=lambda e: Metered(wrap(e) if wrap else e, bar, name))
-    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles, pacer=pacer)
-    assert ready.player is not None
-    scheduler = EpisodeScheduler(
-        specs=specs,
-        calls=calls,
-        store=store,
-        settings=EpisodeSettings(
-            max_turns=cfg.max_turns,
-            concurrency=cfg.concurrency,
-            play_through=play_through,
-            speculative_player=cfg.speculative_player,
-            failure_modes=cfg.audit.failure_modes,
-            trials=cfg.trials.count,
-        ),
-        make_narrator=lambda: ready.make_narrator(roles),
-        player=ready.player,
-        engines=engines,
-        on_result=lambda r: bar.result(name, r.episode, len(r.turns)),
-        on_turn=lambda sid, n: bar.turn(name, sid, n),
-        episodes=episodes,
-    )
-    # What the process holds before the episodes start stays: the collector's full passes (each one a stall
-    # of the loop, tens of ms) need not walk it, and come ten times rarer.
-    # Given back when the point ends: what was frozen and has died since is garbage a full pass can take.
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*thresholds[:2], 100)
-    try:
-        return await scheduler.run()
-    except BaseExceptionGroup as group:
-        # Surface the first non-episode failure (a dead engine) as itself.
-        raise group.exceptions[0] from None
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
-
-
 class Life:
     """Points played group after group on one engine pool, each into its own run directory.
 
     `sweep`: the sweep the points belong to (None: one run alone, whose failures are raised to the
     entry as they always were, except a dead engine and a systematic failure, which are its exit).
     `pool`: engines the caller keeps between lives (mode=bench's ways on one engine; closed by the
-    caller); `wrap`: how every call reaches them (mode=bench's recorder)."""
+    caller); `wrap`: what the episodes see in place of each engine (execution/playing.py: mode=bench's
+    recorder, or its scripted and prefill-only answers)."""
 
     def __init__(
         self,
@@ -466,8 +417,10 @@ class Life:
                 # A sweep's point as it would run alone, on the pool's engines (its own config as given, not
                 # the group's placement: placement never changes what a run computes).
                 ready = p.ready if self.sweep is None else replace(p.ready, cfg=cfg, bindings=p.ready.given)
+                for cp in p.start:
+                    store.write_checkpoint(cp)
                 where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
-                p.results = await play(*where, self.wrap, p.play_through, self.pacer)
+                p.results, p.admission = await play(*where, self.wrap, p.play_through, self.pacer)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code.
                 store.mark_done(len(p.episodes()))
                 await asyncio.to_thread(self._judge, p, ending)  # it reads every result: not on the loop

@@ -29,7 +29,8 @@ from ..protocol import ROLES
 from ..protocol.spec import Dataset, Spec
 from ..rundir import identity as identity_mod
 from ..rundir import layout
-from .preflight import Ready, preflight
+from .preflight import preflight
+from .ready import Ready
 
 # The modes whose job checks its config, dataset and models before it starts, and the roles each
 # checks: a point of another mode is checked by its own entry when it runs.

@@ -15,7 +15,7 @@ import functools
 import importlib.util
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,32 +33,11 @@ from ..protocol.spec import Dataset, load_dataset
 from ..protocol.stages import STAGES, AuditIds, Bounds, schema_for
 from . import endpoints as endpoints_mod
 from .projection import play
+from .ready import Ready
 
 # The structured-output backends vLLM compiles grammars with (engines/grammar.py): the package
 # each needs. An engine's own package, its dependencies and the install fix are in its registry row.
 BACKEND_PACKAGES = {"xgrammar": "xgrammar", "guidance": "llguidance", "outlines": "outlines_core"}
-
-
-@dataclass(frozen=True)
-class Ready:
-    """What the work needs, read and checked: the config as planned, and what it names."""
-
-    cfg: RunConfig  # with planned memory shares and devices filled in
-    pack: PromptPack
-    dataset: Dataset | None = None
-    narrator_cls: type | None = None
-    narrator_kwargs: dict[str, Any] = field(default_factory=dict)  # the method's options, checked
-    player: Player | None = None
-    # The roles on an OpenAI-compatible endpoint, health-checked: settings and the server's report.
-    endpoints: dict[str, endpoints_mod.Endpoint] = field(default_factory=dict)
-    # What each role runs on, resolved once from the config as planned (`bindings`) and as given
-    # (`given`: a sweep keys its shared engines by it, and places them per group of points).
-    bindings: Bindings = field(default=None)  # type: ignore[assignment]
-    given: Bindings = field(default=None)  # type: ignore[assignment]
-
-    def make_narrator(self, roles: Any) -> Any:
-        assert self.narrator_cls is not None
-        return self.narrator_cls(pack=self.pack, roles=roles, **self.narrator_kwargs)
 
 
 def preflight(
@@ -100,7 +79,7 @@ def preflight(
         needed += tuple(getattr(narrator_cls, "TEMPLATES", ()))
         player = Player(cfg.condition_name)
     pack = PromptPack.load(cfg.prompts.get("dir"), required=needed)
-    served: dict[str, endpoints_mod.Endpoint] = {}
+    ready = Ready(cfg, pack, dataset, narrator_cls, kwargs, player, {}, bindings, given)
     if models:
         check_engines(bindings, roles)
         remote = bindings.served(roles)
@@ -108,23 +87,19 @@ def preflight(
 
             def growth() -> Any:
                 # The window check plays the opening and turn 1 with the rig's prompts (as mode=plan does).
-                if dataset is None or narrator_cls is None or player is None:
+                if not episodes:
                     return None
-                return play(
-                    cfg, cfg.plan.model_copy(update={"fit_turns": 2}), dataset.specs, pack, narrator_cls, kwargs, player
-                )
+                return play(ready, cfg.plan.model_copy(update={"fit_turns": 2}))
 
-            served = endpoints_mod.check(bindings, remote, growth)
-    return Ready(cfg, pack, dataset, narrator_cls, kwargs, player, served, bindings, given)
+            ready = replace(ready, endpoints=endpoints_mod.check(bindings, remote, growth))
+    return ready
 
 
 def plan_growth(cfg: RunConfig) -> Any:
     """The one planning function (mode=plan, and the report's projection of a recorded run): the prompt
     growth the plan fits, played on the config's dataset, method, player condition and prompt pack.
     Only those episode inputs are checked (InputError); no engine, model or endpoint is asked."""
-    ready = preflight(cfg, models=False)
-    assert ready.dataset is not None and ready.narrator_cls is not None and ready.player is not None
-    return play(cfg, cfg.plan, ready.dataset.specs, ready.pack, ready.narrator_cls, ready.narrator_kwargs, ready.player)
+    return play(preflight(cfg, models=False), cfg.plan)
 
 
 def _dataset(cfg: RunConfig, cache: dict[str, Dataset] | None) -> Dataset:

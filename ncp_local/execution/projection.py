@@ -2,7 +2,7 @@
 
 Playing runs the real episode code (the configured narrator method, player
 condition, prompt pack and dataset) on scripted answers of the stated sizes,
-through the same call service as a run; measuring reads a run's call log.
+played as a run plays (execution/playing.py); measuring reads a run's call log.
 Turns count from 1; the opening is turn 0.
 """
 
@@ -10,78 +10,67 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from ..bindings import Sampling
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, PlanCfg
 from ..engines.scripted import ScriptedEngine
 from ..plan.growth import Growth, Sizes, counters, fit, longest_specs, sized_answers, words_of
 from ..protocol import ROLES
-from ..protocol.stages import UNBOUNDED, Bounds
 from ..protocol.turns import shown as shown_turn
 from ..rundir.call_log import read_calls
 from ..rundir.layout import CALLS
 from ..rundir.store import RunDir
-from .calls import CallService, RoleBinding
-from .scheduler import EpisodeScheduler, EpisodeSettings
+from . import playing
+from .progress import Progress
+from .ready import Ready
 
 
-def play(
-    cfg: RunConfig,
-    pc: Any,
-    specs: Sequence[Any],
-    pack: Any,
-    narrator_cls: type,
-    narrator_kwargs: dict[str, Any],
-    player: Any,
-    roles: Sequence[str] = ROLES,
-) -> Growth:
-    """Play `plan.fit_turns` turns of the longest specs on scripted answers; fit each stage."""
+def play(ready: Ready, pc: PlanCfg) -> Growth:
+    """Play `pc.fit_turns` turns of the longest specs of `ready`'s dataset on scripted answers, as a run
+    plays them (execution/playing.py, on the config's bindings), into a throw-away run directory; fit
+    each stage."""
+    assert ready.dataset is not None
+    cfg, specs = ready.cfg, ready.dataset.specs
     chosen = longest_specs(specs, pc.fit_specs)
     sizes = Sizes.of(pc, specs)
-    counts = counters(cfg, roles)
+    counts = counters(cfg, ROLES)
     answers: dict[str, tuple[str, str]] = {}
 
     def record(stage: str, role: str, text: str) -> None:
         if len(text) > len(answers.get(stage, ("", ""))[1]):
             answers[stage] = (role, text)
 
-    bounds: dict[str, Bounds | None] = {r: getattr(getattr(cfg, r), "bounds", None) for r in roles}
-    rules = sized_answers(sizes, words_of(specs), bounds, record)
+    rules = sized_answers(sizes, words_of(specs), {r: ready.bindings[r].bounds for r in ROLES}, record)
     backends = {}
-    for r in roles:
+    for r in ROLES:
         b = ScriptedEngine(rules=rules)
         b.count_tokens = counts[r].count_tokens  # type: ignore[attr-defined]  # HiAgent trims memory with it
         backends[r] = b
-    bindings = {
-        r: RoleBinding(
-            backends[r],
-            Sampling(getattr(cfg, r).temperature, getattr(cfg, r).top_p, getattr(cfg, r).max_tokens),
-            getattr(cfg, r).model.name,
-            bounds[r] or UNBOUNDED,
-        )
-        for r in roles
-    }
+    # Each story once, all at once, every turn played; neither the speculative player nor the optional
+    # failure-mode stage, whatever the config asks (the projection has always been of the plain turn).
+    played = cfg.model_copy(
+        update={
+            "max_turns": pc.fit_turns,
+            "concurrency": len(chosen),
+            "speculative_player": False,
+            "audit": cfg.audit.model_copy(update={"failure_modes": False}),
+            "trials": cfg.trials.model_copy(update={"count": 1}),
+        }
+    )
     with tempfile.TemporaryDirectory(prefix="ncp-plan-") as tmp:
         store = RunDir(Path(tmp) / "play")
         store.open({"plan": "play"}, "plan")
-        scheduler = EpisodeScheduler(
-            specs=chosen,
-            calls=CallService(roles=bindings, pack=pack, store=store, seed=cfg.seed),
-            store=store,
-            settings=EpisodeSettings(max_turns=pc.fit_turns, concurrency=len(chosen), play_through=True),
-            make_narrator=lambda: narrator_cls(pack=pack, roles=bindings, **narrator_kwargs),
-            player=player,
-        )
         try:
-            asyncio.run(scheduler.run())
+            bar = Progress(enabled=False)
+            asyncio.run(
+                playing.play(replace(ready, cfg=played), chosen, backends, store, bar, "plan", play_through=True)
+            )
         finally:
             store.close()
     prompts: dict[str, dict[int, int]] = {}
     role_of: dict[str, str] = {}
-    for r in roles:
+    for r in ROLES:
         for req in backends[r].requests:
             stage = str(req.tags.get("stage"))
             turn = shown_turn(int(req.tags.get("turn", 0)))  # the plan counts as people do: opening 0
@@ -94,7 +83,7 @@ def play(
         f"played {pc.fit_turns} turns of the {len(chosen)} longest specs ({', '.join(s.id for s in chosen)}) "
         f"with the rig's prompts on scripted answers: {sizes.text()}"
     )
-    return fit(prompts, need, role_of, source, {r: counts[r].label for r in roles})
+    return fit(prompts, need, role_of, source, {r: counts[r].label for r in ROLES})
 
 
 def measured(run_dir: str | Path) -> Growth:

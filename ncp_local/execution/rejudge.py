@@ -25,8 +25,8 @@ from . import engine_log
 from .calls import CallService, with_engines
 from .engine_pool import EnginePool
 from .failures import Exit, exit_for
-from .preflight import Ready
 from .progress import Metered, Progress
+from .ready import Ready
 
 # A judged episode's sealed record.
 R = TypeVar("R", ReauditResult, PlantResult)

@@ -62,7 +62,8 @@ class EpisodeScheduler:
     # (spec id, turns committed so far): after each checkpoint, and once when a checkpoint is resumed
     # (progress counts turns, not episodes: a 100-turn episode is hours of work).
     on_turn: Callable[[str, int], None] | None = None
-    # role -> its engine (unwrapped): the admission reads each engine's `kv_tokens`; none: no cache bound.
+    # role -> its engine, one object per engine (roles on one engine share its cache): the admission reads
+    # each engine's `kv_tokens`; none: no cache bound.
     engines: Mapping[str, Any] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)  # episodes with a result (on disk, not held)
     # The episodes to play, when not every trial of every spec (a shard that deals a story's trials out).

@@ -1,0 +1,80 @@
+"""Playing episodes: the one place a call service and a scheduler are put together.
+
+The life plays each of its points here (execution/life.py), and the plan's prompt projection plays its
+few turns on scripted answers here too (execution/projection.py): pre-flight asks for that projection
+before any life starts, so this sits below both.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Mapping
+
+from ..engines.base import Engine
+from ..protocol import ROLES
+from ..protocol.spec import Spec
+from ..rundir.store import RunDir, StoredResults
+from .admission import Admission
+from .calls import CallService, Pacer, with_engines
+from .progress import Metered, Progress
+from .ready import Ready
+from .scheduler import EpisodeScheduler, EpisodeSettings
+
+
+async def play(
+    ready: Ready,
+    specs: tuple[Spec, ...],
+    engines: Mapping[str, Engine],
+    store: RunDir,
+    bar: Progress,
+    name: str,
+    episodes: tuple[str, ...] | None = None,
+    wrap: Callable[[Engine], Engine] | None = None,
+    play_through: bool = False,
+    pacer: Pacer | None = None,
+) -> tuple[StoredResults, Admission | None]:
+    """Every unfinished episode of `specs` (each trial, or only `episodes`) on these engines (role ->
+    engine), metered on `bar`; `pacer`: shared by every point of this event loop. `wrap`: what the
+    episodes see in place of each engine (mode=bench's recorder, or its scripted and prefill-only
+    answers), made once per engine, so that roles sharing an engine still share its cache in the
+    admission. The results, and the admission that let the episodes in (the bench reads its peak)."""
+    cfg = ready.cfg
+    seen = {id(e): wrap(e) if wrap else e for e in engines.values()}
+    shown = {role: seen[id(e)] for role, e in engines.items()}
+    roles = with_engines(ready.bindings, shown, ROLES, wrap=lambda e: Metered(e, bar, name))
+    calls = CallService(roles=roles, pack=ready.pack, store=store, seed=cfg.seed, vary=cfg.trials.roles, pacer=pacer)
+    assert ready.player is not None
+    scheduler = EpisodeScheduler(
+        specs=specs,
+        calls=calls,
+        store=store,
+        settings=EpisodeSettings(
+            max_turns=cfg.max_turns,
+            concurrency=cfg.concurrency,
+            play_through=play_through,
+            speculative_player=cfg.speculative_player,
+            failure_modes=cfg.audit.failure_modes,
+            trials=cfg.trials.count,
+        ),
+        make_narrator=lambda: ready.make_narrator(roles),
+        player=ready.player,
+        engines=shown,
+        on_result=lambda r: bar.result(name, r.episode, len(r.turns)),
+        on_turn=lambda sid, n: bar.turn(name, sid, n),
+        episodes=episodes,
+    )
+    # What the process holds before the episodes start stays: the collector's full passes (each one a stall
+    # of the loop, tens of ms) need not walk it, and come ten times rarer.
+    # Given back when the point ends: what was frozen and has died since is garbage a full pass can take.
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*thresholds[:2], 100)
+    try:
+        return await scheduler.run(), scheduler.admission
+    except BaseExceptionGroup as group:
+        # Surface the first non-episode failure (a dead engine) as itself.
+        raise group.exceptions[0] from None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
