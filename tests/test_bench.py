@@ -19,9 +19,8 @@ from ncp_local.bench.cache_sim import unbounded_cache_hit
 from ncp_local.bench.entry import NO_MODEL_NOTE
 from ncp_local.bench.figures import BenchFigures
 from ncp_local.bench.scaling import Scaling, late_hit, projection
-from ncp_local.bench.ways import Way, cycled, run_overrides, workload
+from ncp_local.bench.ways import Way, cycled, run_overrides
 from ncp_local.engines.base import Message, Request
-from ncp_local.protocol.spec import load_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,12 +128,6 @@ def test_replay_k_keeps_one_call_per_episode_in_flight_in_the_rigs_order() -> No
     assert [s for e, s in probe.order if e == "A"] == [0, 2, 5] and [s for e, s in probe.order if e == "B"] == [1, 3, 4]
 
 
-def test_workload_repeats_specs_with_own_ids() -> None:
-    specs = load_dataset(ROOT / "specs").specs
-    ids = [s.id for s in workload(specs, 7)]
-    assert len(set(ids)) == 7 and ids[3] == f"{specs[0].id}~1"
-
-
 def test_the_bench_workload_cycles_the_stories_a_trial_per_round() -> None:
     assert cycled(["a", "b", "c"], 7) == ("a", "b", "c", "a~t1", "b~t1", "c~t1", "a~t2")
 
@@ -233,37 +226,25 @@ class LruPrefixCache:
         return None
 
 
-def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it() -> None:
+def test_long_horizon_bench_finds_thrashing_and_admission_avoids_it(tmp_path: Path) -> None:
     """On a fake engine whose cache holds about two episodes' prefixes: many in flight evict each other
-    (the hit falls), admission by cache keeps the hit of an unbounded cache."""
+    (the hit falls), admission by cache keeps the hit of an unbounded cache. Every step is a scripted
+    `mode=run` played by the life, the fake engine reading each replayed call."""
     from ncp_local.bench.long_horizon import long_horizon
+    from ncp_local.bench.ways import bench_point
+    from ncp_local.execution.engine_pool import EnginePool
     from ncp_local.plan.growth import Sizes
-    from ncp_local.protocol.narrators import BaselineNarrator
-    from ncp_local.protocol.player import Player
-    from ncp_local.protocol.prompts import PromptPack
-    from ncp_local.protocol.stages import UNBOUNDED
 
-    specs = workload(load_dataset(ROOT / "specs").specs, 6)
+    def point(name: str, max_turns: int, concurrency: int) -> Any:
+        return bench_point(tmp_path / name, 6, max_turns, concurrency, ["engine=scripted"])
+
     sizes = Sizes(150, 50, 20, 1, 12)
-    pack = PromptPack.load(None)
     engine = LruPrefixCache(2 * 15_000)
+    pool = EnginePool()
     lines = asyncio.run(
-        long_horizon(
-            engine,
-            specs,
-            pack,
-            BaselineNarrator,
-            Player("adversarial"),
-            0,
-            6,
-            2,
-            [1, 2, 6],
-            sizes,
-            {r: UNBOUNDED for r in ("narrator", "player", "auditor")},
-            lambda _: None,
-            grammar=True,
-        )
+        long_horizon(engine, point("state", 6, 6), point, pool, 6, 2, [1, 2, 6], sizes, lambda _: None, grammar=True)
     )
+    assert (tmp_path / "way3" / "DONE").is_file()  # the admission's way: a run directory of its own
     rows = {
         line.split("|")[1].strip(): line.split("|") for line in lines if line.startswith("| ") and "way" not in line
     }

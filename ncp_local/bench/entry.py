@@ -39,6 +39,7 @@ Two figures explain the ratios rather than just state them:
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -48,22 +49,20 @@ from typing import Any
 from ..bindings import bind
 from ..config import ConfigError, RunConfig
 from ..engines.base import Request
-from ..engines.registry import kind
 from ..execution import engine_log
 from ..execution.engine_pool import EnginePool
-from ..execution.preflight import preflight
+from ..execution.life import Point
 from ..plan.checkpoint import model_facts
 from ..plan.facts import dtype_bytes
 from ..plan.growth import Sizes
 from ..protocol import ROLES
-from ..protocol.stages import UNBOUNDED
 from ..protocol.turns import shown as shown_turn
 from ..rundir import layout, provenance
 from ..rundir.places import check_destination
 from . import rig_alone
 from .cache_sim import unbounded_cache_hit
 from .figures import BenchFigures, Machine, Workload, finite
-from .long_horizon import long_horizon
+from .long_horizon import long_horizon, played_specs
 from .scaling import engine_scaling, hits_text, late_hit, projection
 from .speculative import speculative_bench
 from .sweep import main_sweep
@@ -81,7 +80,6 @@ from .ways import (
     say,
     silent,
     way_figures,
-    workload,
 )
 
 
@@ -273,15 +271,13 @@ def figures(cfg: RunConfig, record: Mapping[str, Any], lines: list[str]) -> Benc
     )
 
 
-def with_kv_tokens(cfg: RunConfig, tokens: int) -> RunConfig:
+def kv_override(cfg: RunConfig, tokens: int) -> str:
     """The narrator's model with a KV cache of `tokens` (its KV bytes per token, from the model's files)."""
     m = cfg.narrator.model
     facts = model_facts(m.name, m.path)
     if facts is None:
         raise ConfigError("bench.kv_tokens", f"no model facts for {m.name} ({m.path}): cannot size its KV cache")
-    per_token = facts.kv_bytes_per_token(dtype_bytes(m.dtype, facts))
-    model = m.model_copy(update={"kv_cache_memory_bytes": tokens * per_token})
-    return cfg.model_copy(update={"narrator": cfg.narrator.model_copy(update={"model": model})})
+    return f"++narrator.model.kv_cache_memory_bytes={tokens * facts.kv_bytes_per_token(dtype_bytes(m.dtype, facts))}"
 
 
 def _main_long(cfg: RunConfig) -> int:
@@ -298,44 +294,38 @@ def _main_long(cfg: RunConfig) -> int:
 
 
 def _long_horizon(cfg: RunConfig) -> list[str]:
-    """`bench.long_horizon`: its state built and replayed on one engine (ncp_local/bench/long_horizon.py)."""
-    b, pc = cfg.bench, cfg.plan
+    """`bench.long_horizon`: its state built and replayed on the narrator's engine (bench/long_horizon.py)."""
+    b = cfg.bench
+    out = bench_dir(cfg) / "long-horizon"
+    shutil.rmtree(out, ignore_errors=True)  # a fresh state each time: a resumed way would measure nothing
+    extra = ["player.engine=scripted", "auditor.engine=scripted"]
     if b.kv_tokens:
-        cfg = with_kv_tokens(cfg, b.kv_tokens)
-    ready = preflight(cfg, roles=("narrator",))
-    cfg = ready.cfg
-    # Pre-flight for episodes (its default) reads all three. Bound to names: go() below keeps the
-    # narrowing of a name, not that of an attribute (`ready.player`).
-    dataset, narrator_cls, player = ready.dataset, ready.narrator_cls, ready.player
-    assert dataset is not None and narrator_cls is not None and player is not None
-    specs = workload(dataset.specs, b.episodes)
-    sizes = Sizes.of(pc, specs)
+        extra.append(kv_override(cfg, b.kv_tokens))
+
+    def point(name: str, max_turns: int, concurrency: int) -> Point:
+        return bench_point(out / name, b.episodes, max_turns, concurrency, extra)
+
+    state = point("state", b.at_turn, b.episodes)  # checked as mode=run checks it, before the engine starts
+    ready = state.ready
+    assert ready is not None
+    narrator = ready.bindings["narrator"]
+    sizes = Sizes.of(ready.cfg.plan, played_specs(state))
     print(
         f"bench: long horizon, {b.episodes} episodes to turn {b.at_turn} on scripted answers ({sizes.text()}), "
-        f"then {b.turns} turns on {ready.bindings['narrator'].label} at {b.levels} in flight and by cache admission",
+        f"then {b.turns} turns on {narrator.label} at {b.levels} in flight and by cache admission",
         flush=True,
     )
-    engines = EnginePool(bind(cfg), roles=("narrator",))
 
     async def go() -> list[str]:
-        backend = (await engines.start())["narrator"]
+        pool = EnginePool()  # the narrator's engine for every step
         try:
+            keys = pool.register(ready.bindings, ("narrator",), ready.endpoints)
+            backend = await pool.get(keys["narrator"])
+            grammar = not narrator.kind.runs_model
             return await long_horizon(
-                backend,
-                specs,
-                ready.pack,
-                narrator_cls,
-                player,
-                cfg.seed,
-                b.at_turn,
-                b.turns,
-                list(b.levels),
-                sizes,
-                {r: UNBOUNDED for r in ROLES},
-                note=say,
-                grammar=not kind(cfg.engine.name).runs_model,
+                backend, state, point, pool, b.at_turn, b.turns, list(b.levels), sizes, say, grammar
             )
         finally:
-            await engines.close_all()
+            await pool.close_all()
 
     return asyncio.run(go())

@@ -20,34 +20,40 @@ left out on purpose: it does not touch the prefix cache, and on two CPU cores
 it would make the bench hours long. The first replayed turn of an episode
 meets a cold cache in every way (its history was built without the engine),
 so the hit rate is counted from the second one.
+
+Each step is `mode=run` of the bench's command (the narrator on its model, the player and auditor
+scripted), played by its one life (execution/life.py) into a run directory under the bench's
+`long-horizon/`: the state with every engine answering from the script (the life's `wrap`), then each
+way resuming the state's episodes from their checkpoints (`Point.start`) with every call read by the
+engine (`PrefillOnly`, the wrap), at a fixed level with no cache bound or admitted by the engine's
+cache. A way's wall time runs from its first call to its last answer, as the other ways' do.
 """
 
 from __future__ import annotations
 
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from ..bindings import Sampling
 from ..engines.base import Completion, Engine, Request
 from ..engines.scripted import ScriptedEngine
-from ..execution.calls import CallService, RoleBinding
-from ..execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ..execution.engine_pool import EnginePool
+from ..execution.life import Life, Point
 from ..plan.growth import Sizes, sized_answers, words_of
 from ..protocol import ROLES
-from ..protocol.player import Player
-from ..protocol.prompts import PromptPack
 from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.spec import Spec
-from ..protocol.stages import Bounds
+from ..protocol.trials import parse_episode
 from ..protocol.turns import resumed
 from ..protocol.turns import shown as shown_turn
+from ..rundir import layout
 from ..rundir.call_log import read_calls
-from ..rundir.store import RunDir, StoredResults
 from .cache_sim import unbounded_cache_hit
+from .ways import played
+
+# The run a replaying way plays, made by the caller as `point(name, max_turns, concurrency)`: `mode=run`
+# of the bench's command on the state's episodes, each played through (ways.bench_point).
+MakePoint = Callable[[str, int, int], Point]
 
 
 class PrefillOnly:
@@ -114,118 +120,88 @@ def _checkpoint(r: EpisodeResult) -> Checkpoint:
         turns=r.turns,
         narrator_state={},
         opening_bound_hits=r.opening_bound_hits,
+        trial=r.trial,
     )
 
 
-async def _play(
-    specs: tuple[Spec, ...],
-    engine: Any,
-    pack: PromptPack,
-    narrator_cls: type,
-    player: Player,
-    seed: int,
-    max_turns: int,
-    concurrency: int,
-    root: Path,
-    bounds: dict[str, Bounds],
-    start: list[Checkpoint] | None = None,
-    admit: bool = False,
-) -> tuple[EpisodeScheduler, StoredResults, float]:
-    store = RunDir(root)
-    store.open({"bench": root.name}, root.name)
-    for cp in start or []:
-        store.write_checkpoint(cp)
-    roles = {r: RoleBinding(engine, Sampling(), "bench", bounds[r]) for r in ROLES}
-    scheduler = EpisodeScheduler(
-        specs=specs,
-        calls=CallService(roles=roles, pack=pack, store=store, seed=seed),
-        store=store,
-        settings=EpisodeSettings(max_turns=max_turns, concurrency=concurrency, play_through=True),
-        make_narrator=lambda: narrator_cls(pack=pack, roles=roles),
-        player=player,
-        engines={r: engine for r in ROLES} if admit else {},
-    )
-    started = time.perf_counter()
-    try:
-        results = await scheduler.run()
-    finally:
-        store.close()
-    return scheduler, results, time.perf_counter() - started
+def played_specs(p: Point) -> list[Spec]:
+    """The story of each of the point's episodes (a story twice when its trials are)."""
+    assert p.ready is not None and p.ready.dataset is not None
+    by_id = {s.id: s for s in p.ready.dataset.specs}
+    return [by_id[parse_episode(e)[0]] for e in p.episodes()]
+
+
+def _always(engine: Engine) -> Callable[[Engine], Engine]:
+    """A wrap that puts `engine` in place of every engine of the point."""
+    return lambda _: engine
+
+
+async def _live(what: str, p: Point, pool: EnginePool, wrap: Callable[[Engine], Engine]) -> None:
+    life = Life([p], pool=pool, wrap=wrap)
+    await life.run()
+    played(what, life, p)
 
 
 async def long_horizon(
     backend: Any,
-    specs: tuple[Spec, ...],
-    pack: PromptPack,
-    narrator_cls: type,
-    player: Player,
-    seed: int,
+    state: Point,
+    point: MakePoint,
+    pool: EnginePool,
     at_turn: int,
     turns: int,
     levels: list[int],
     sizes: Sizes,
-    bounds: dict[str, Bounds],
     note: Callable[[str], None],
     grammar: bool = False,
 ) -> list[str]:
-    """Each level and the admission on the same long-horizon state; the table and the closing line."""
+    """Each level and the admission on the same long-horizon state (`state`: its episodes to `at_turn`,
+    all at once), every step a point played by `mode=run`'s life on `pool`, each call of a replayed
+    turn read by `backend`, the engine measured; the table and the closing line."""
+    k = len(state.episodes())
+    specs = played_specs(state)
+    assert state.ready is not None
+    # At the plan's sizes within each role's bounds, as the plan's own projection answers (a small model's
+    # tight bounds refuse longer answers; a real model's role files set none).
+    bounds = {r: state.ready.bindings[r].bounds for r in ROLES}
     answer = sized_answers(sizes, words_of(specs), bounds, lambda *_: None)
     kv = getattr(backend, "kv_tokens", None)
     rows: list[Level] = []
     first_warm = resumed(at_turn, 2)  # the first resumed turn meets a cold cache in every way
-    with tempfile.TemporaryDirectory(prefix="ncp-bench-long-") as tmp:
-        root = Path(tmp)
-        _, built, _ = await _play(
-            specs,
-            ScriptedEngine(rules=answer),
-            pack,
-            narrator_cls,
-            player,
-            seed,
-            at_turn,
-            len(specs),
-            root / "state",
-            bounds,
-        )
-        state = [_checkpoint(built[s.id]) for s in specs]
-        note(f"bench: {len(specs)} episodes played to turn {at_turn} on scripted answers")
-        last: PrefillOnly | None = None
-        fixed = sorted({min(n, len(specs)) for n in levels})  # more in flight than episodes is all of them
-        ways = [(f"{n} in flight", n, False) for n in fixed] + [("admission by cache", max(fixed), True)]
-        for i, (name, concurrency, admit) in enumerate(ways):
-            engine = PrefillOnly(backend, answer, kv if admit else None, grammar)
-            reset = getattr(backend, "reset_prefix_cache", None)
-            if reset is not None:
-                await reset()
-            sched, _, wall = await _play(
-                specs,
-                engine,
-                pack,
-                narrator_cls,
-                player,
-                seed,
-                at_turn + turns,
-                concurrency,
-                root / f"way{i}",
-                bounds,
-                start=state,
-                admit=admit,
-            )
-            row = Level(name, wall_s=wall)
-            for c in read_calls(root / f"way{i}" / "calls.jsonl"):
-                if c.prompt_tokens is None:  # never reached the engine (no room in the window)
-                    continue
-                row.prompt += c.prompt_tokens
-                if c.turn >= first_warm:
-                    row.warm_prompt += c.prompt_tokens
-                    row.warm_cached += c.cached_tokens or 0
-            adm = sched.admission
-            row.peak, row.pauses = (adm.peak, adm.pauses) if adm else (0, 0)
-            rows.append(row)
-            last = engine
-            note(f"bench: {name} done in {wall:.0f} s (hit {row.hit:.2f})")
+    scripted = ScriptedEngine(rules=answer)
+    await _live("the long-horizon state", state, pool, _always(scripted))
+    start = tuple(_checkpoint(r) for r in state.results.values())
+    note(f"bench: {k} episodes played to turn {at_turn} on scripted answers")
+    last: PrefillOnly | None = None
+    fixed = sorted({min(n, k) for n in levels})  # more in flight than episodes is all of them
+    ways = [(f"{n} in flight", n, False) for n in fixed] + [("admission by cache", max(fixed), True)]
+    for i, (name, concurrency, admit) in enumerate(ways):
+        # Every role's prompts to the engine measured, through one reader (one cache, one admission).
+        engine = PrefillOnly(backend, answer, kv if admit else None, grammar)
+        reset = getattr(backend, "reset_prefix_cache", None)
+        if reset is not None:
+            await reset()
+        p = point(f"way{i}", at_turn + turns, concurrency)
+        p.start = start
+        await _live(f"way {name!r}", p, pool, _always(engine))
+        assert p.out is not None
+        calls = read_calls(p.out / layout.CALLS)
+        timed = [c for c in calls if c.done_at is not None]
+        began = min((c.done_at - (c.latency_s or 0.0) for c in timed if c.done_at is not None), default=0.0)
+        row = Level(name, wall_s=max((c.done_at for c in timed if c.done_at is not None), default=0.0) - began)
+        for c in calls:
+            if c.prompt_tokens is None:  # never reached the engine (no room in the window)
+                continue
+            row.prompt += c.prompt_tokens
+            if c.turn >= first_warm:
+                row.warm_prompt += c.prompt_tokens
+                row.warm_cached += c.cached_tokens or 0
+        adm = p.admission
+        row.peak, row.pauses = (adm.peak, adm.pauses) if adm else (0, 0)
+        rows.append(row)
+        last = engine
+        note(f"bench: {name} done in {row.wall_s:.0f} s (hit {row.hit:.2f})")
     unbounded = _unbounded_hit(backend, last.requests if last else [], first_warm)
-    return _lines(rows, unbounded, kv, len(specs), at_turn, turns, first_warm)
+    return _lines(rows, unbounded, kv, k, at_turn, turns, first_warm)
 
 
 def _unbounded_hit(backend: Any, requests: list[Request], first_warm: int) -> float | None:

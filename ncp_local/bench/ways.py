@@ -7,7 +7,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ from ..execution import points
 from ..execution.engine_pool import EnginePool
 from ..execution.life import Life, Point, prepared_run
 from ..exits import EXIT_SIGNAL
-from ..protocol.spec import Meta, Spec
 from ..protocol.trials import episode_name
 from ..rundir import layout, provenance
 from ..rundir.call_log import CallLine, read_calls
@@ -186,25 +185,6 @@ def bench_point(out: Path, k: int, turns: int, concurrency: int, extra: Sequence
     p.only = cycled([s.id for s in p.ready.dataset.specs], k)
     p.play_through = True  # exactly k x turns turns whatever the model says: every way makes the same calls
     return p
-
-
-def workload(specs: tuple[Spec, ...], k: int) -> tuple[Spec, ...]:
-    """K episodes cycling over the specs; repeats get their own id (own seeds). The long-horizon bench's."""
-    out = []
-    for i in range(k):
-        s = specs[i % len(specs)]
-        if i >= len(specs):
-            s = replace(
-                s,
-                meta=Meta(
-                    id=f"{s.id}~{i // len(specs)}",
-                    title=s.meta.title,
-                    genres=s.meta.genres,
-                    player_role=s.meta.player_role,
-                ),
-            )
-        out.append(s)
-    return tuple(out)
 
 
 def _summarise(way: Way, lines: list[CallLine]) -> None:
