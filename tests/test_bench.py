@@ -70,6 +70,13 @@ def test_bench_prints_three_ways_and_ratios_last(tmp_path: Path) -> None:
     shown = {k: float("nan") if v is None else v for k, v in fig.ratios.items()}  # a ratio not measured: None
     assert fig.ratios["cache_hit"] is None
     assert lines[-1] == "ratios: " + " ".join(f"{k}={v:.2f}" for k, v in shown.items())
+    # The same out_dir again measures again: no way resumes the finished run directories of the first.
+    again = run_cli(
+        "mode=bench", "engine=scripted", "bench.episodes=5", "bench.turns=2", f"out_dir={folder}", cwd=tmp_path
+    )
+    assert again.returncode == 0, again.stderr
+    second = BenchFigures.read(folder / "bench.json")
+    assert [(w.key, w.calls) for w in second.ways] == [(w.key, w.calls) for w in fig.ways]
 
 
 def test_a_bench_stopped_by_sigterm_says_so_in_one_line_with_the_signals_exit_code(tmp_path: Path) -> None:

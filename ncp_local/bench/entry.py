@@ -39,7 +39,6 @@ Two figures explain the ratios rather than just state them:
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -297,7 +296,6 @@ def _long_horizon(cfg: RunConfig) -> list[str]:
     """`bench.long_horizon`: its state built and replayed on the narrator's engine (bench/long_horizon.py)."""
     b = cfg.bench
     out = bench_dir(cfg) / "long-horizon"
-    shutil.rmtree(out, ignore_errors=True)  # a fresh state each time: a resumed way would measure nothing
     extra = ["player.engine=scripted", "auditor.engine=scripted"]
     if b.kv_tokens:
         extra.append(kv_override(cfg, b.kv_tokens))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import statistics
 import sys
 import time
@@ -168,7 +169,9 @@ def bench_point(out: Path, k: int, turns: int, concurrency: int, extra: Sequence
     (`extra` may turn it on: bench.speculative's way): with it an episode has two calls in flight during its
     audits, which the replay (one per episode) never has, so rig/replay_k would weigh the speculation's
     cost to the engine, not the rig's own (0.72 and 0.75 with it on the embedded model; fceb218's bench,
-    which played without it, 1.00)."""
+    which played without it, 1.00). `out` is cleared first: a way that resumed an earlier bench's finished
+    run directory (the same `out_dir` given twice) would make no call and measure nothing."""
+    shutil.rmtree(out, ignore_errors=True)
     overrides = run_overrides(
         provenance.command()["overrides"],
         [
