@@ -20,7 +20,7 @@ from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ncp_local.protocol.ledger import Exchange, initial_state
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
-from ncp_local.protocol.prompts import Grown, History, PromptPack, player_vars, rendered
+from ncp_local.protocol.prompts import History, Placed, PromptPack, player_vars, rendered
 from ncp_local.protocol.records import Checkpoint
 from ncp_local.rundir.store import RunDir
 
@@ -213,12 +213,12 @@ def test_a_prompt_takes_the_blocks_of_its_stages_prompt_before_as_if_hashed_whol
     taken = []  # per prompt that took blocks: how many its history would give
     of = Prompt.of
 
-    def checked(text: str, before: Prompt | None = None, grown: tuple[int, Grown] | None = None) -> Prompt:
-        got, whole = of(text, before, grown), of(text)
+    def checked(text: str, before: Prompt | None = None, placed: Placed | None = None) -> Prompt:
+        got, whole = of(text, before, placed), of(text)
         assert got == whole  # chars, blocks, tail and short text: all the admission reads
-        if before is not None and before.grown is not None and got.grown is not None and grown is not None:
-            if before.grown[:2] == got.grown[:2]:
-                taken.append(before.grown[2].kept_by(grown[1]) // _BLOCK)
+        was = before.placed if before is not None else None
+        if was is not None and placed is not None and (was.at, was.head) == (placed.at, placed.head):
+            taken.append((placed.at + was.history.kept_by(placed.history)) // _BLOCK)
         return got
 
     free, unbounded = _run(tmp_path / "free", None, concurrency=8, turns=30)
@@ -240,9 +240,11 @@ def test_a_history_is_found_in_its_prompt_and_continues_only_its_own_past() -> N
     variables = player_vars(spec, state)
     history = variables["history_text"]
     assert isinstance(history, History)
-    at, grown = pack.grown_at("player_natural", variables) or (None, None)
+    placed = pack.history_in("player_natural", variables)
     text = pack.render("player_natural", variables)[0].content
-    assert at is not None and text[at : at + len(history)] == history
+    assert placed is not None and text[placed.at : placed.at + len(history)] == history
+    assert "".join(placed.head) == text[: placed.at]
+    grown = placed.history
     # A sibling history (the same past, another last exchange) continues the past, not the sibling.
     past = rendered(state.model_copy(update={"exchanges": state.exchanges[:2]}), "history").grown
     sibling = rendered(
@@ -253,6 +255,9 @@ def test_a_history_is_found_in_its_prompt_and_continues_only_its_own_past() -> N
     assert grown.kept_by(sibling) == 0 and sibling.kept_by(grown) == 0
     assert copy.deepcopy(history) == history and pickle.loads(pickle.dumps(history)).grown.pure == len(history)
     # A history the text's strip would cut, or after a placeholder that is not a plain name: not placed.
-    pack2 = PromptPack(pack.root, {"t": "{history_text}  ", "u": "a {x!r} {history_text} b", "v": "a {history_text} b"})
-    assert pack2.grown_at("t", variables) is None and pack2.grown_at("u", {**variables, "x": "1"}) is None
-    assert pack2.grown_at("v", variables) == (2, grown)
+    pack2 = PromptPack(
+        pack.root, {"t": "{history_text}  ", "u": "a {x!r} {history_text} b", "v": " a {history_text} b"}
+    )
+    assert pack2.history_in("t", variables) is None and pack2.history_in("u", {**variables, "x": "1"}) is None
+    placed = pack2.history_in("v", variables)
+    assert placed is not None and (placed.at, placed.head, placed.history) == (2, (" a ",), grown)

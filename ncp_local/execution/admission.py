@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.prompts import Grown
+from ..protocol.prompts import Placed
 
 # An episode -> the prompts its next turn would send: role -> stage -> (prompt, answer tokens, text).
 Estimator = Callable[[str], Mapping[str, Mapping[str, tuple[int, int, str]]]]
@@ -80,28 +80,26 @@ class Prompt:
     blocks: tuple[int, ...]
     tail: str
     text: str = ""  # the whole text, kept while it is short (`_EXACT`): a short prompt's sharing is exact
-    # Where the text holds a history, the hash of the text before it, and what the history was rendered
-    # from: what the next prompt of the stage needs to take this one's blocks instead of hashing them.
-    grown: tuple[int, int, Grown] | None = field(default=None, compare=False)
+    # Where the text holds a history (and what comes before it): what the stage's next prompt needs to
+    # take this one's blocks instead of hashing them.
+    placed: Placed | None = field(default=None, compare=False)
 
     @classmethod
-    def of(cls, text: str, before: Prompt | None = None, grown: tuple[int, Grown] | None = None) -> Prompt:
-        """The prompt of `text`; `grown`: where it holds a history (CallService.observe). Its blocks are
-        the hashes of its text's blocks, however found: the leading ones of `before` (the stage's prompt
-        before) where both texts are known to agree, the text before the history being the same and the
-        history continuing the one `before` held. At turn 100 the history is most of a prompt; hashing
-        it whole on every call was a tenth of the rig's CPU per call."""
-        held: tuple[int, int, Grown] | None = None
+    def of(cls, text: str, before: Prompt | None = None, placed: Placed | None = None) -> Prompt:
+        """The prompt of `text`; `placed`: where it holds a history (CallService.ask). Its blocks are the
+        hashes of its text's blocks, however found: the leading ones of `before` (the stage's prompt
+        before) as far as both texts are known to agree, the text before the history being the same and
+        the history continuing the one `before` held (a few fields compared, not the text). At turn 100
+        the history is most of a prompt: hashing it whole on every call was a tenth of the rig's CPU."""
         reused: tuple[int, ...] = ()
-        if grown is not None:
-            at, history = grown
-            held = (at, hash(text[:at]), history)
-            if before is not None and before.grown is not None and before.grown[:2] == held[:2]:
-                agree = min(at + before.grown[2].kept_by(history), before.chars, len(text))
+        was = before.placed if before is not None else None
+        if before is not None and was is not None and placed is not None:
+            if was.at == placed.at and was.head == placed.head:
+                agree = min(placed.at + was.history.kept_by(placed.history), before.chars, len(text))
                 reused = before.blocks[: agree // _BLOCK]
         whole = len(text) - len(text) % _BLOCK
         blocks = reused + tuple(hash(text[i : i + _BLOCK]) for i in range(len(reused) * _BLOCK, whole, _BLOCK))
-        return cls(len(text), blocks, text[whole:], text if len(text) <= _EXACT else "", held)
+        return cls(len(text), blocks, text[whole:], text if len(text) <= _EXACT else "", placed)
 
     def shared(self, other: Prompt) -> int:
         """Characters the two prompts share at their start: exactly when both are short; else the equal
@@ -208,7 +206,7 @@ class Admission:
         prompt: int,
         answer: int,
         text: str,
-        grown: tuple[int, Grown] | None = None,
+        placed: Placed | None = None,
     ) -> None:
         """A call of `episode_id` on its role's engine: its prompt and answer tokens and prompt text (and
         where that holds a history: `Prompt.of`)."""
@@ -218,7 +216,7 @@ class Admission:
         engine = self.engine_of.get(role, role)
         calls = ep.calls.setdefault(engine, {})
         before = calls.get(stage)
-        calls[stage] = (prompt, answer, Prompt.of(text, before[2] if before else None, grown))
+        calls[stage] = (prompt, answer, Prompt.of(text, before[2] if before else None, placed))
         ep.stale.add(engine)
 
     def guess(self, episode_id: str, engine: str) -> int:

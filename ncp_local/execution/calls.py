@@ -22,7 +22,7 @@ from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
 from ..protocol.episode import CallFailed, ContextLimit
-from ..protocol.prompts import Grown, PromptPack
+from ..protocol.prompts import Placed, PromptPack
 from ..protocol.stages import (
     STAGES,
     UNBOUNDED,
@@ -224,9 +224,9 @@ class CallService:
     vary: frozenset[str] = frozenset(ROLES)
     attempts: int = ATTEMPTS
     watch: FailureWatch | None = None  # fail fast on a systematic engine-side failure (set by the scheduler)
-    # (spec id, role, stage, prompt tokens, answer tokens, prompt text, where the text holds a history
-    # and what it was rendered from) after each answered call: the admission's footprints.
-    observe: Callable[[str, str, str, int, int, str, tuple[int, Grown] | None], None] | None = None
+    # (spec id, role, stage, prompt tokens, answer tokens, prompt text, where the text holds a history)
+    # after each answered call: the admission's footprints.
+    observe: Callable[[str, str, str, int, int, str, Placed | None], None] | None = None
     pacer: Pacer | None = None  # shared by the services of one event loop (a sweep's points)
 
     async def ask(
@@ -273,11 +273,13 @@ class CallService:
         spec_id, trial = parse_episode(episode)
         prepared = time.perf_counter()
         raw = messages is not None
-        grown = None
+        placed = None
         if messages is None:
             messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
-            if self.observe is not None and (at := self.pack.grown_at(template, variables)) is not None:
-                grown = (content_at(messages) + at[0], at[1])
+            if self.observe is not None and (within := self.pack.history_in(template, variables)) is not None:
+                # Where it is in the text the admission sees (text_of): after the message's role.
+                head = (messages[0].role, *within.head)
+                placed = Placed(content_at(messages) + within.at, head, within.history)
         schema = schema_for(stage, ids, binding.bounds, binding.id_form) if info.json and grammar else None
         regex = regex_for(stage, binding.bounds) if grammar else None
         room = min_room(stage, ids)
@@ -334,7 +336,7 @@ class CallService:
                     completion.prompt_tokens,
                     completion.generated_tokens,
                     text_of(messages),
-                    grown,
+                    placed,
                 )
             error = None
             out: Any = None

@@ -237,11 +237,12 @@ class PromptPack:
             h.update(name.encode() + b"\0" + self.templates[name].encode() + b"\0")
         return h.hexdigest()
 
-    def grown_at(self, template: str, variables: Mapping[str, str]) -> tuple[int, Grown] | None:
-        """Where `render`'s text holds the first history among `variables` (`rendered`), and what it was
-        rendered from; None when no placeholder of the template holds one whole (or the text's strip
-        would cut into it, or a placeholder before it is not a plain name, whose text is not its value)."""
+    def history_in(self, template: str, variables: Mapping[str, str]) -> Placed | None:
+        """Where `render`'s text holds the first history among `variables` (`rendered`); None when no
+        placeholder of the template holds one whole (the text's strip would cut into it), or one before
+        it is not a plain name (its text is not its value)."""
         at, lead, blank = 0, 0, True  # `lead`: the blanks strip() removes from the start
+        head: list[str] = []
         parts = _parts(self.templates[template])
         for k, (literal, name) in enumerate(parts):
             value = variables[name] if name else ""
@@ -257,7 +258,8 @@ class PromptPack:
                 after = (x for lit, n in parts[k + 1 :] for x in (lit, variables[n] if n else ""))
                 if lead > at + len(literal) or not any(x and not x.isspace() for x in after):
                     return None
-                return at + len(literal) - lead, value.grown
+                return Placed(at + len(literal) - lead, (*head, literal), value.grown)
+            head += (literal, value)
             at += len(literal) + len(value)
         return None
 
@@ -277,7 +279,7 @@ class PromptPack:
 @functools.cache
 def _parts(template: str) -> tuple[tuple[str, str | None], ...]:
     """A template as (literal, the placeholder after it: None at its end) pairs. `PromptPack.load` admits
-    only plain names; any other field (a hand-made pack) reads as "", which `grown_at` cannot place."""
+    only plain names; any other field (a hand-made pack) reads as "", which `history_in` cannot place."""
     return tuple(
         (literal, name if name is None or (name.isidentifier() and not spec and not conversion) else "")
         for literal, name, spec, conversion in string.Formatter().parse(template)
@@ -401,10 +403,21 @@ class Grown:
         return self.pure if later.exchanges[:n] == self.exchanges else 0
 
 
+@dataclass(frozen=True, eq=False)
+class Placed:
+    """Where a prompt's text holds a history: at `at`, after `head` (the pieces of text before it, the
+    same text when they are equal: what the template and the values before the history write), and
+    what the history was rendered from."""
+
+    at: int
+    head: tuple[str, ...]
+    history: Grown
+
+
 class History(str):
     """A history as the prompts show it, which knows what it was rendered from (`grown`): a prompt
     holding it can then tell, from a few fields rather than its text, how much of it an earlier prompt
-    held (the admission hashes only the rest of a prompt, execution/admission.py)."""
+    held (the admission then hashes only the rest of the prompt, execution/admission.py)."""
 
     grown: Grown
 
