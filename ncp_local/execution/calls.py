@@ -30,7 +30,6 @@ from ..protocol.stages import (
     Bounds,
     IdForm,
     InvalidOutput,
-    bound_hits,
     check_bounds,
     min_room,
     parse,
@@ -371,8 +370,7 @@ class CallService:
                             raise InvalidOutput("empty answer")
                     else:
                         checked_out = parse(stage, completion.text, ids)
-                        check_bounds(stage, checked_out, binding.bounds)
-                        reached = bound_hits(stage, checked_out, binding.bounds)
+                        reached = check_bounds(stage, checked_out, binding.bounds)
                     out = completion.text if raw else checked_out
                 except InvalidOutput as exc:
                     error = str(exc)
