@@ -504,10 +504,25 @@ def to_json(obj: object) -> str:
 # grow at the end between turns.
 
 
+# spec id() -> (the spec, its commitments' definitions, its beats): a spec's own texts, the same on every
+# call, so made once per spec, not per call; one string each, which a prompt's head then shares
+# (execution/admission.py compares the heads of a stage's prompts: the same object is the cheapest).
+_SPEC_TEXTS: dict[int, tuple[Spec, str, str]] = {}
+
+
+def _spec_texts(spec: Spec) -> tuple[str, str]:
+    held = _SPEC_TEXTS.get(id(spec))  # (an entry holds its spec: no other object gets that id meanwhile)
+    if held is None:
+        if len(_SPEC_TEXTS) >= 4096:  # (a long-lived process that loads datasets over and over)
+            _SPEC_TEXTS.clear()
+        held = _SPEC_TEXTS[id(spec)] = (spec, format_commitments(spec, None), format_nodes(spec))
+    return held[1], held[2]
+
+
 def _commitments(spec: Spec, state: EpisodeState) -> dict[str, str]:
     return {
         "narrative_commitments": format_commitments(spec, state.status_map),
-        "commitment_definitions": format_commitments(spec, None),
+        "commitment_definitions": _spec_texts(spec)[0],
         "commitment_statuses": format_commitment_statuses(spec, state),
     }
 
@@ -516,7 +531,7 @@ def _audit_story(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) ->
     return {
         **_commitments(spec, state),
         "trajectory_progress": format_trajectory(spec, occurred),
-        "trajectory_nodes": format_nodes(spec),
+        "trajectory_nodes": _spec_texts(spec)[1],
         "trajectory_flags": format_flags(spec, occurred),
     }
 
