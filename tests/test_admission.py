@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import pickle
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from helpers import RandomPolicy, make_spec
 from ncp_local.engines.scripted import ScriptedEngine
@@ -13,9 +17,10 @@ from ncp_local.execution.admission import _BLOCK, _EXACT, Admission, Prompt, res
 from ncp_local.execution.calls import CallService, RoleBinding, Sampling
 from ncp_local.execution.footprint import counter, estimate
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
+from ncp_local.protocol.ledger import Exchange, initial_state
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
-from ncp_local.protocol.prompts import PromptPack
+from ncp_local.protocol.prompts import History, Placed, PromptPack, player_vars, rendered
 from ncp_local.protocol.records import Checkpoint
 from ncp_local.rundir.store import RunDir
 
@@ -196,3 +201,63 @@ def test_a_long_prompt_is_kept_as_blocks_and_its_shared_prefix_found_within_one(
         if len(a) <= _EXACT and len(b) <= _EXACT:
             assert got == len(common)
         assert not pa.text or len(a) <= _EXACT  # no long text kept
+
+
+def test_a_prompt_takes_the_blocks_of_its_stages_prompt_before_as_if_hashed_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each prompt takes the blocks of its stage's prompt before where the history continued, hashing
+    only the rest, and is what hashing its text whole makes: the admission, which decides from nothing
+    else, then decides the same, call for call. (Whole runs' decisions cannot be compared across runs:
+    the fake engine's sleeps make the order of calls depend on timing.)"""
+    taken = []  # per prompt that took blocks: how many its history would give
+    of = Prompt.of
+
+    def checked(text: str, before: Prompt | None = None, placed: Placed | None = None) -> Prompt:
+        got, whole = of(text, before, placed), of(text)
+        assert got == whole  # chars, blocks, tail and short text: all the admission reads
+        was = before.placed if before is not None else None
+        if was is not None and placed is not None and (was.at, was.head) == (placed.at, placed.head):
+            taken.append((placed.at + was.history.kept_by(placed.history)) // _BLOCK)
+        return got
+
+    free, unbounded = _run(tmp_path / "free", None, concurrency=8, turns=30)
+    cap = int(max(ep.on(e) for ep in unbounded.episodes.values() for e in ep.calls) * 2.5)
+    monkeypatch.setattr(Prompt, "of", staticmethod(checked))
+    taking, watched = _run(tmp_path / "taking", cap, concurrency=8, turns=30)
+    assert max(taken) >= 2 and sum(taken) >= 100, taken  # histories of whole blocks were taken, not hashed
+    assert taking == free and watched.pauses > 0
+
+
+def test_a_history_is_found_in_its_prompt_and_continues_only_its_own_past() -> None:
+    pack = PromptPack.load(None)
+    spec = make_spec("e0", n_nodes=3)
+    state = initial_state(spec)
+    for turn in range(3):
+        state = state.model_copy(
+            update={"exchanges": (*state.exchanges, Exchange(player_input=f"go {turn}", response=f"went {turn}"))}
+        )
+    variables = player_vars(spec, state)
+    history = variables["history_text"]
+    assert isinstance(history, History)
+    placed = pack.history_in("player_natural", variables)
+    text = pack.render("player_natural", variables)[0].content
+    assert placed is not None and text[placed.at : placed.at + len(history)] == history
+    assert "".join(placed.head) == text[: placed.at]
+    grown = placed.history
+    # A sibling history (the same past, another last exchange) continues the past, not the sibling.
+    past = rendered(state.model_copy(update={"exchanges": state.exchanges[:2]}), "history").grown
+    sibling = rendered(
+        state.model_copy(update={"exchanges": (*state.exchanges[:2], Exchange(player_input="x", response="y"))}),
+        "history",
+    ).grown
+    assert past.kept_by(grown) == past.pure and past.kept_by(sibling) == past.pure
+    assert grown.kept_by(sibling) == 0 and sibling.kept_by(grown) == 0
+    assert copy.deepcopy(history) == history and pickle.loads(pickle.dumps(history)).grown.pure == len(history)
+    # A history the text's strip would cut, or after a placeholder that is not a plain name: not placed.
+    pack2 = PromptPack(
+        pack.root, {"t": "{history_text}  ", "u": "a {x!r} {history_text} b", "v": " a {history_text} b"}
+    )
+    assert pack2.history_in("t", variables) is None and pack2.history_in("u", {**variables, "x": "1"}) is None
+    placed = pack2.history_in("v", variables)
+    assert placed is not None and (placed.at, placed.head, placed.history) == (2, (" a ",), grown)

@@ -103,7 +103,7 @@ def test_parse_and_bound_verdicts_are_unchanged(case: dict[str, Any]) -> None:
     assert (out if isinstance(out, str) else out.model_dump(mode="json")) == case["parsed"]
     assert list(bound_hits(case["stage"], out, bounds)) == case["hits"]
     if case["bounds_error"] is None:
-        check_bounds(case["stage"], out, bounds)
+        assert list(check_bounds(case["stage"], out, bounds)) == case["hits"]  # measured once for both
     else:
         with pytest.raises(InvalidOutput) as exc:
             check_bounds(case["stage"], out, bounds)

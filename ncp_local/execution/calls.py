@@ -22,7 +22,7 @@ from ..engines import grammar
 from ..engines.base import ContextOverflow, Engine, Request
 from ..protocol import ROLES
 from ..protocol.episode import CallFailed, ContextLimit
-from ..protocol.prompts import PromptPack
+from ..protocol.prompts import Placed, PromptPack
 from ..protocol.stages import (
     STAGES,
     UNBOUNDED,
@@ -30,7 +30,6 @@ from ..protocol.stages import (
     Bounds,
     IdForm,
     InvalidOutput,
-    bound_hits,
     check_bounds,
     min_room,
     parse,
@@ -41,7 +40,7 @@ from ..protocol.trials import episode_name, parse_episode, seed_episode
 from ..rundir.call_log import CallLine
 from ..rundir.invalid import failure_kind
 from ..rundir.store import RunDir
-from .footprint import text_of
+from .footprint import content_at, text_of
 
 ATTEMPTS = 3
 # Fail fast after this many episodes (or all, if fewer) failed a stage the same engine-side way.
@@ -224,9 +223,9 @@ class CallService:
     vary: frozenset[str] = frozenset(ROLES)
     attempts: int = ATTEMPTS
     watch: FailureWatch | None = None  # fail fast on a systematic engine-side failure (set by the scheduler)
-    # (spec id, role, stage, prompt tokens, answer tokens, prompt text) after each answered call: the
-    # admission's footprints.
-    observe: Callable[[str, str, str, int, int, str], None] | None = None
+    # (spec id, role, stage, prompt tokens, answer tokens, prompt text, where the text holds a history)
+    # after each answered call: the admission's footprints.
+    observe: Callable[[str, str, str, int, int, str, Placed | None], None] | None = None
     pacer: Pacer | None = None  # shared by the services of one event loop (a sweep's points)
 
     async def ask(
@@ -273,8 +272,13 @@ class CallService:
         spec_id, trial = parse_episode(episode)
         prepared = time.perf_counter()
         raw = messages is not None
+        placed = None
         if messages is None:
             messages = self.pack.render(template, variables, feedback=feedback, extra=extra)
+            if self.observe is not None and (within := self.pack.history_in(template, variables)) is not None:
+                # Where it is in the text the admission sees (text_of): after the message's role.
+                head = (messages[0].role, *within.head)
+                placed = Placed(content_at(messages) + within.at, head, within.history)
         schema = schema_for(stage, ids, binding.bounds, binding.id_form) if info.json and grammar else None
         regex = regex_for(stage, binding.bounds) if grammar else None
         room = min_room(stage, ids)
@@ -331,6 +335,7 @@ class CallService:
                     completion.prompt_tokens,
                     completion.generated_tokens,
                     text_of(messages),
+                    placed,
                 )
             error = None
             out: Any = None
@@ -365,8 +370,7 @@ class CallService:
                             raise InvalidOutput("empty answer")
                     else:
                         checked_out = parse(stage, completion.text, ids)
-                        check_bounds(stage, checked_out, binding.bounds)
-                        reached = bound_hits(stage, checked_out, binding.bounds)
+                        reached = check_bounds(stage, checked_out, binding.bounds)
                     out = completion.text if raw else checked_out
                 except InvalidOutput as exc:
                     error = str(exc)

@@ -54,6 +54,11 @@ def text_of(messages: Sequence[Message]) -> str:
     return "".join(f"{m.role}\n{m.content}\n" for m in messages)
 
 
+def content_at(messages: Sequence[Message]) -> int:
+    """Where the first message's content starts in `text_of(messages)`."""
+    return len(messages[0].role) + 1
+
+
 def estimate(
     spec: Spec, checkpoint: Checkpoint | None, pack: PromptPack, counts: Mapping[str, Count]
 ) -> dict[str, dict[str, Call]]:

@@ -31,6 +31,7 @@ update (no history) keeps its instructions first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import string
@@ -236,6 +237,32 @@ class PromptPack:
             h.update(name.encode() + b"\0" + self.templates[name].encode() + b"\0")
         return h.hexdigest()
 
+    def history_in(self, template: str, variables: Mapping[str, str]) -> Placed | None:
+        """Where `render`'s text holds the first history among `variables` (`rendered`); None when no
+        placeholder of the template holds one whole (the text's strip would cut into it), or one before
+        it is not a plain name (its text is not its value)."""
+        at, lead, blank = 0, 0, True  # `lead`: the blanks strip() removes from the start
+        head: list[str] = []
+        parts = _parts(self.templates[template])
+        for k, (literal, name) in enumerate(parts):
+            value = variables[name] if name else ""
+            if name == "" or not isinstance(value, str):
+                return None
+            for piece in (literal, value):
+                if blank:
+                    kept = piece.lstrip()
+                    lead += len(piece) - len(kept)
+                    blank = not kept
+            if isinstance(value, History):
+                # strip() must leave the history whole: something not blank before it and after it.
+                after = (x for lit, n in parts[k + 1 :] for x in (lit, variables[n] if n else ""))
+                if lead > at + len(literal) or not any(x and not x.isspace() for x in after):
+                    return None
+                return Placed(at + len(literal) - lead, (*head, literal), value.grown)
+            head += (literal, value)
+            at += len(literal) + len(value)
+        return None
+
     def render(
         self, template: str, variables: Mapping[str, str], feedback: str = "", extra: str | None = None
     ) -> tuple[Message, ...]:
@@ -247,6 +274,16 @@ class PromptPack:
             # A re-ask after a failed cross-check goes last, after the item itself.
             text += f"\n\nYOUR PREVIOUS ANSWER WAS REJECTED. Fix these problems:\n{feedback}"
         return (Message("user", text),)
+
+
+@functools.cache
+def _parts(template: str) -> tuple[tuple[str, str | None], ...]:
+    """A template as (literal, the placeholder after it: None at its end) pairs. `PromptPack.load` admits
+    only plain names; any other field (a hand-made pack) reads as "", which `history_in` cannot place."""
+    return tuple(
+        (literal, name if name is None or (name.isidentifier() and not spec and not conversion) else "")
+        for literal, name, spec, conversion in string.Formatter().parse(template)
+    )
 
 
 def _shown(f: Path, base: Path) -> str:
@@ -346,6 +383,57 @@ _HISTORY: dict[str, tuple[Callable[[str], str], Callable[[int, Exchange], str]]]
 }
 
 
+@dataclass(frozen=True, eq=False)
+class Grown:
+    """What a history text was rendered from: its first `pure` characters are the `kind` rendering of
+    `opening` and `exchanges` (what may follow was added to it, e.g. the turn in progress)."""
+
+    kind: str
+    opening: str
+    exchanges: tuple[Exchange, ...]
+    pure: int
+
+    def kept_by(self, later: Grown) -> int:
+        """How many characters at the start of `later`'s text are this one's: its whole rendering when
+        `later`'s history continues this one (a rendering only grows at its end, exchange by exchange:
+        `_HISTORY`); 0 when it does not."""
+        n = len(self.exchanges)
+        if later.kind != self.kind or later.opening != self.opening or len(later.exchanges) < n:
+            return 0
+        return self.pure if later.exchanges[:n] == self.exchanges else 0
+
+
+@dataclass(frozen=True, eq=False)
+class Placed:
+    """Where a prompt's text holds a history: at `at`, after `head` (the pieces of text before it, the
+    same text when they are equal: what the template and the values before the history write), and
+    what the history was rendered from."""
+
+    at: int
+    head: tuple[str, ...]
+    history: Grown
+
+
+class History(str):
+    """A history as the prompts show it, which knows what it was rendered from (`grown`): a prompt
+    holding it can then tell, from a few fields rather than its text, how much of it an earlier prompt
+    held (the admission then hashes only the rest of the prompt, execution/admission.py)."""
+
+    grown: Grown
+
+    def __new__(cls, text: str, grown: Grown) -> History:
+        made = super().__new__(cls, text)
+        made.grown = grown
+        return made
+
+    def __getnewargs__(self) -> tuple[str, Grown]:  # type: ignore[override]
+        return str(self), self.grown
+
+    def plus(self, more: str) -> History:
+        """This history with `more` after it (a turn in progress): the same rendering first."""
+        return History(self + more, self.grown)
+
+
 class _Rendered:
     """The texts of one history (`opening`, `exchanges`), by kind: an episode's state keeps it (its
     `_rendered`), so that each turn renders only the exchange it adds, not the whole history once per
@@ -354,7 +442,7 @@ class _Rendered:
 
     __slots__ = ("opening", "exchanges", "texts")
 
-    def __init__(self, opening: str, exchanges: tuple[Exchange, ...], texts: dict[str, str]) -> None:
+    def __init__(self, opening: str, exchanges: tuple[Exchange, ...], texts: dict[str, History]) -> None:
         self.opening, self.exchanges, self.texts = opening, exchanges, texts
 
     def __eq__(self, other: object) -> bool:
@@ -370,13 +458,22 @@ class _Rendered:
         if opening != self.opening or len(exchanges) < done or exchanges[:done] != self.exchanges:
             return _Rendered(opening, exchanges, {})  # not a continuation: rendered anew
         texts = {
-            k: t + "".join(_HISTORY[k][1](i, e) for i, e in enumerate(exchanges[done:], done + 1))
+            k: _history(
+                k,
+                opening,
+                exchanges,
+                t + "".join(_HISTORY[k][1](i, e) for i, e in enumerate(exchanges[done:], done + 1)),
+            )
             for k, t in self.texts.items()
         }
         return _Rendered(opening, exchanges, texts)
 
 
-def rendered(state: EpisodeState, kind: str) -> str:
+def _history(kind: str, opening: str, exchanges: tuple[Exchange, ...], text: str) -> History:
+    return History(text, Grown(kind, opening, exchanges, len(text)))
+
+
+def rendered(state: EpisodeState, kind: str) -> History:
     """`format_history` ("history") or `format_responses` ("responses"; cut to first lines: "first_lines")
     of the state's history, rendering only what it added since a state it was made from."""
     memo = state._rendered
@@ -384,7 +481,8 @@ def rendered(state: EpisodeState, kind: str) -> str:
     memo = memo.extended(state.opening, state.exchanges)
     if kind not in memo.texts:
         start, add = _HISTORY[kind]
-        memo.texts[kind] = start(state.opening) + "".join(add(i, e) for i, e in enumerate(state.exchanges, 1))
+        text = start(state.opening) + "".join(add(i, e) for i, e in enumerate(state.exchanges, 1))
+        memo.texts[kind] = _history(kind, state.opening, state.exchanges, text)
     state._rendered = memo
     return memo.texts[kind]
 
@@ -406,10 +504,25 @@ def to_json(obj: object) -> str:
 # grow at the end between turns.
 
 
+# spec id() -> (the spec, its commitments' definitions, its beats): a spec's own texts, the same on every
+# call, so made once per spec, not per call; one string each, which a prompt's head then shares
+# (execution/admission.py compares the heads of a stage's prompts: the same object is the cheapest).
+_SPEC_TEXTS: dict[int, tuple[Spec, str, str]] = {}
+
+
+def _spec_texts(spec: Spec) -> tuple[str, str]:
+    held = _SPEC_TEXTS.get(id(spec))  # (an entry holds its spec: no other object gets that id meanwhile)
+    if held is None:
+        if len(_SPEC_TEXTS) >= 4096:  # (a long-lived process that loads datasets over and over)
+            _SPEC_TEXTS.clear()
+        held = _SPEC_TEXTS[id(spec)] = (spec, format_commitments(spec, None), format_nodes(spec))
+    return held[1], held[2]
+
+
 def _commitments(spec: Spec, state: EpisodeState) -> dict[str, str]:
     return {
         "narrative_commitments": format_commitments(spec, state.status_map),
-        "commitment_definitions": format_commitments(spec, None),
+        "commitment_definitions": _spec_texts(spec)[0],
         "commitment_statuses": format_commitment_statuses(spec, state),
     }
 
@@ -418,7 +531,7 @@ def _audit_story(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) ->
     return {
         **_commitments(spec, state),
         "trajectory_progress": format_trajectory(spec, occurred),
-        "trajectory_nodes": format_nodes(spec),
+        "trajectory_nodes": _spec_texts(spec)[1],
         "trajectory_flags": format_flags(spec, occurred),
     }
 
@@ -489,8 +602,8 @@ def conflict_vars(
     }
 
 
-def end_of_turn_history(state: EpisodeState, player_input: str, response: str) -> str:
-    return rendered(state, "history") + f"\n\nPLAYER: {player_input}\n\nNARRATOR: {response}"
+def end_of_turn_history(state: EpisodeState, player_input: str, response: str) -> History:
+    return rendered(state, "history").plus(f"\n\nPLAYER: {player_input}\n\nNARRATOR: {response}")
 
 
 def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], history: str) -> dict[str, str]:

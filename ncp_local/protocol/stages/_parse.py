@@ -167,8 +167,9 @@ def _sizing_now(tp: Any, meta: tuple[Any, ...]) -> tuple[str | None, Any]:
     return (bound.name if bound is not None else None), (get_args(tp)[0] if get_origin(tp) is tuple else None)
 
 
-def check_bounds(stage: str, out: Any, b: Bounds) -> None:
-    """An answer past its role's bounds is invalid, whichever backend produced it.
+def check_bounds(stage: str, out: Any, b: Bounds) -> tuple[str, ...]:
+    """An answer past its role's bounds is invalid, whichever backend produced it; else the bounds it
+    reached (`bound_hits`, measured in the same pass: the answer is measured once per call).
 
     A grammar that carries the bounds never produces one; a backend that could
     not carry them (outlines, see engines/grammar.py) or none (an OpenAI-compatible
@@ -176,10 +177,12 @@ def check_bounds(stage: str, out: Any, b: Bounds) -> None:
     """
     limits = b.model_dump()
     if all(v is None for v in limits.values()):
-        return  # unbounded (every role of a large model): nothing to measure
-    for name, size in _sizes(stage, out):
+        return ()  # unbounded (every role of a large model): nothing to measure
+    sizes = _sizes(stage, out)
+    for name, size in sizes:
         if limits[name] is not None and size > limits[name]:
             raise InvalidOutput(f"{stage}: {name} {size} is over its bound {limits[name]}")
+    return _reached(stage, sizes, limits)
 
 
 def bound_hits(stage: str, out: Any, b: Bounds) -> tuple[str, ...]:
@@ -191,5 +194,9 @@ def bound_hits(stage: str, out: Any, b: Bounds) -> tuple[str, ...]:
     limits = b.model_dump()
     if all(v is None for v in limits.values()):
         return ()
-    reached = {name for name, size in _sizes(stage, out) if limits[name] is not None and size >= limits[name]}
+    return _reached(stage, _sizes(stage, out), limits)
+
+
+def _reached(stage: str, sizes: list[tuple[str, int]], limits: dict[str, int | None]) -> tuple[str, ...]:
+    reached = {name for name, size in sizes if (limit := limits[name]) is not None and size >= limit}
     return tuple(f"{stage}:{name}" for name in limits if name in reached)
