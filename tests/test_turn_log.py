@@ -59,6 +59,12 @@ def _commits(spec: Spec, result: EpisodeResult) -> list[Checkpoint]:
     return cps
 
 
+def _in_log(cp: Checkpoint) -> Checkpoint:
+    """`cp` as a resumed episode gets it from its log: its turns left there (the episode hands its turns on
+    at their commits, and its result is made from the log)."""
+    return cp.model_copy(update={"turns": (), "turns_before": len(cp.turns)})
+
+
 def _store(root: Path) -> RunDir:
     store = RunDir(root)
     store.open({"test": True}, RUN)
@@ -84,8 +90,9 @@ def test_the_log_reads_back_every_commit_exactly(tmp_path: Path, played: list[tu
             _write_all(root, cps[:cut])
             store = _store(root)
             assert store.quarantined == []
-            assert store.load_checkpoint(spec.id) == cps[cut - 1]
+            assert store.load_checkpoint(spec.id) == _in_log(cps[cut - 1])
             store.close()
+            assert read_log(_log(root, spec.id), RUN).checkpoint == cps[cut - 1]
             assert turns_logged(_log(root, spec.id)) == cut - 1
 
 
@@ -136,7 +143,7 @@ def test_a_bad_line_costs_it_and_those_after_it_named_in_one_line(
     assert line.startswith(f"{path}: line {bad + 1}: ") and "\n" not in line
     assert f"resumes after its {bad - 1} committed turn(s)" in line
     # The good lines stay and resume; the bad line and the rest are kept whole in quarantine/.
-    assert store.load_checkpoint(spec.id) == cps[bad - 1]
+    assert store.load_checkpoint(spec.id) == _in_log(cps[bad - 1])
     moved = tmp_path / "quarantine" / "checkpoints" / path.name
     assert path.read_bytes() + moved.read_bytes() == b"".join(lines)
     # The next commit chains to the last good line.
@@ -192,7 +199,7 @@ def test_a_format_1_checkpoint_resumes_and_becomes_a_log(
     store.close()
     assert not old.exists()
     store = _store(root)
-    assert store.load_checkpoint(spec.id) == cps[5] and store.quarantined == []
+    assert store.load_checkpoint(spec.id) == _in_log(cps[5]) and store.quarantined == []
     store.close()
     assert turns_logged(_log(root, spec.id)) == 5
 
