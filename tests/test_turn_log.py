@@ -14,6 +14,8 @@ import pytest
 
 from ncp_local import config as config_mod
 from ncp_local import modes
+from ncp_local.errors import InputError
+from ncp_local.protocol.episode import Ending
 from ncp_local.protocol.records import Checkpoint, EpisodeResult
 from ncp_local.protocol.replay import replay
 from ncp_local.protocol.spec import Spec, load_spec
@@ -202,6 +204,33 @@ def test_a_format_1_checkpoint_resumes_and_becomes_a_log(
     assert store.load_checkpoint(spec.id) == _in_log(cps[5]) and store.quarantined == []
     store.close()
     assert turns_logged(_log(root, spec.id)) == 5
+
+
+def test_a_result_is_made_from_its_log_and_a_log_changed_under_the_run_stops_it(
+    tmp_path: Path, played: list[tuple[Spec, EpisodeResult]]
+) -> None:
+    """An episode hands its turns on at their commits; at its end the writer reads them back from the log
+    it wrote and writes the result the episode would have held whole. A log edited meanwhile stops the run
+    with one line naming it, and keeps the log (the episode resumes from its good lines)."""
+    (spec, result), (other_spec, other) = played[0], played[1]
+    store = _store(tmp_path)
+    for cp in _commits(spec, result):
+        store.write_checkpoint(cp)
+    store.write_ending(Ending(result.model_copy(update={"turns": ()}), len(result.turns))).result()
+    assert store.load_result(spec.id).model_dump_json() == result.model_dump_json()
+    assert not _log(tmp_path, spec.id).exists()
+
+    for cp in _commits(other_spec, other):
+        store.write_checkpoint(cp)
+    store.flush()
+    log = _log(tmp_path, other_spec.id)
+    log.write_bytes(log.read_bytes().replace(b'"response":"', b'"response":"X', 1))
+    store.write_ending(Ending(other.model_copy(update={"turns": ()}), len(other.turns)))
+    with pytest.raises(InputError, match="the run's own turn log changed while it ran"):
+        store.flush()
+    with pytest.raises(InputError):
+        store.close()  # released all the same
+    assert log.exists() and not (tmp_path / "results" / f"{other_spec.id}.json").exists()
 
 
 # ---- the writer thread -----------------------------------------------------------------------------

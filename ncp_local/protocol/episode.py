@@ -21,8 +21,8 @@ from .narrators import Ask, Narrator
 from .player import Player
 from .prompts import (
     conflict_vars,
-    end_of_turn_history,
     fact_update_vars,
+    rendered,
     status_vars,
     to_json,
     trajectory_vars,
@@ -465,12 +465,10 @@ class Episode:
         """Steps 1-9; returns the record and the new state (None: conflict, nothing commits)."""
         ask, player_input = await self._player(t, state)
         response = await self.narrator.respond(self.spec, state, player_input, ask)
-        self._speculate(
-            t + 1,
-            state.model_copy(
-                update={"exchanges": state.exchanges + (Exchange(player_input=player_input, response=response),)}
-            ),
-        )
+        # The history with this turn's exchange: the end-of-turn audits read it, the next player sees it, and
+        # the turn commits from it (the states after it extend its one rendering of the history).
+        exchanged = ledger.with_exchange(state, Exchange(player_input=player_input, response=response))
+        self._speculate(t + 1, exchanged)
 
         projected = ledger.projected_facts(state)
         audit = await audit_response(self.spec, state, projected, player_input, response, ask, self.failure_modes)
@@ -481,7 +479,7 @@ class Episode:
         update = to_update(audit.fact_update)
 
         facts = ledger.apply_update(projected, update)
-        history = end_of_turn_history(state, player_input, response)
+        history = rendered(exchanged, "history")
         occurred, node_done = state.node_occurred, None
         traj: TrajectoryRecord | None = None
         pending_node = ledger.first_pending_node(occurred)
@@ -517,10 +515,7 @@ class Episode:
             bound_hits=_hits(ask),
             thought_tokens=_thought_tokens(ask),
         )
-        new_state = ledger.commit_turn(
-            state, update, occurred, statuses, Exchange(player_input=player_input, response=response)
-        )
-        return record, new_state
+        return record, ledger.commit_exchanged(exchanged, update, occurred, statuses)
 
 
 def _hits(ask: Ask) -> tuple[str, ...]:
