@@ -87,7 +87,7 @@ class RunDir:
         self._is_open = False
         self._writer = Writer(self.root)
         self._chains: dict[str, _Chain] = {}
-        self._logs: dict[str, Checkpoint] = {}  # each log verify() read (its turns left out), until its episode resumes
+        self._logs: dict[str, Checkpoint] = {}  # each log verify() read (turns left out), until its episode resumes
 
     # -- lifecycle ---------------------------------------------------------
     def open(self, manifest: dict[str, Any], identity: Any, warn: Callable[[str], None] | None = None) -> None:
