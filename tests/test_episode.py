@@ -447,16 +447,16 @@ def test_speculative_player_failure_counts_only_when_used(tmp_path: Path) -> Non
     assert len(dropped) == 3 and all(c.stage == "player" and c.turn == 1 and c.error for c in dropped)
 
 
-def test_an_episode_that_hands_its_turns_on_keeps_none_and_ends_with_the_same_result(tmp_path: Path) -> None:
-    """With a `recall` (the runner's turn log), each commit hands on only its own turn and the episode
-    holds no earlier one; its result, its turns recalled at the end, is the result of an episode that kept
-    them all, for every ending (conflict, all_resolved, max_turns)."""
+def test_an_episode_hands_each_turn_on_at_its_commit_and_its_result_is_made_from_them(tmp_path: Path) -> None:
+    """Each commit hands on only its own turn and the episode keeps none: its ending holds the rest (the turn
+    a conflict ended it on), and the result made from the handed turns is the result a run writes, where
+    the writer reads them back from the turn log, for every ending (conflict, all_resolved, max_turns)."""
     import asyncio
 
     from helpers import RandomPolicy
     from ncp_local.engines.scripted import ScriptedEngine
     from ncp_local.execution.calls import CallService, RoleBinding, Sampling
-    from ncp_local.protocol.episode import Episode
+    from ncp_local.protocol.episode import Ending, Episode
     from ncp_local.protocol.narrators import BaselineNarrator
     from ncp_local.protocol.player import Player
     from ncp_local.protocol.prompts import PromptPack
@@ -466,45 +466,41 @@ def test_an_episode_that_hands_its_turns_on_keeps_none_and_ends_with_the_same_re
     busy = RandomPolicy(conflict_rate=0.04, node_rate=0.4, satisfy_rate=0.05, add_fact_rate=0.6, negate_fact_rate=0.2)
     specs = [make_spec(f"e{i}", n_nodes=4) for i in range(16)]
     pack = PromptPack.load()
+    handed: list[Checkpoint] = []
 
-    async def play(hand_on: bool, store: RunDir) -> tuple[list[EpisodeResult], list[Checkpoint]]:
+    async def play(store: RunDir) -> list[EpisodeResult]:
         engine = ScriptedEngine(policy=busy, keep_requests=False)
         roles = {r: RoleBinding(engine, Sampling(), "scripted") for r in ("narrator", "player", "auditor")}
         calls = CallService(roles=roles, pack=pack, store=store)
-        handed: list[Checkpoint] = []
 
         async def one(spec: Any) -> EpisodeResult:
             logged: list[TurnRecord] = []
 
             async def on_commit(cp: Checkpoint) -> None:
                 handed.append(cp)
-                logged.extend(cp.turns[len(logged) - cp.turns_before :])
-
-            async def recall() -> tuple[TurnRecord, ...]:
-                return tuple(logged)
+                assert cp.turns_before == len(logged)
+                logged.extend(cp.turns)
 
             episode = Episode(
-                spec, BaselineNarrator(pack), Player("adversarial"), calls.ask_for(spec.id), 12, on_commit,
-                recall=recall if hand_on else None,
-            )  # fmt: skip
-            return await episode.run()
+                spec, BaselineNarrator(pack), Player("adversarial"), calls.ask_for(spec.id), 12, on_commit
+            )
+            ending = await episode.run()
+            assert ending.handed == len(logged) and ending.turns == len(logged) + len(ending.head.turns)
+            assert len(ending.head.turns) == (ending.head.termination == "conflict")
+            return ending.result(logged)
 
-        results = await asyncio.gather(*(one(s) for s in specs))
-        return list(results), handed
+        return list(await asyncio.gather(*(one(s) for s in specs)))
 
-    runs = []
-    for hand_on in (False, True):
-        store = RunDir(tmp_path / str(hand_on))
-        store.open({"test": True}, identity="test")
-        try:
-            runs.append(asyncio.run(play(hand_on, store)))
-        finally:
-            store.close()
-    (kept, kept_cps), (handed, handed_cps) = runs
-    assert [r.model_dump_json() for r in handed] == [r.model_dump_json() for r in kept]
-    assert {r.termination for r in kept} == {"conflict", "all_resolved", "max_turns"}
-    assert max(len(r.turns) for r in kept) == 12
-    # Kept: each checkpoint holds every turn so far. Handed on: only the turn it commits.
-    assert all(cp.turns_before == 0 for cp in kept_cps) and max(len(cp.turns) for cp in kept_cps) == 12
-    assert all(len(cp.turns) == (0 if cp.committed == 0 else 1) for cp in handed_cps)
-    assert all(cp.turns_before == cp.committed - len(cp.turns) for cp in handed_cps)
+    store = RunDir(tmp_path / "direct")
+    store.open({"test": True}, identity="test")
+    try:
+        direct = asyncio.run(play(store))
+    finally:
+        store.close()
+    written = Scripted(tmp_path / "run", specs, None, max_turns=12, policy=busy).run()
+    assert [r.model_dump_json() for r in direct] == [written[s.id].model_dump_json() for s in specs]
+    assert {r.termination for r in direct} == {"conflict", "all_resolved", "max_turns"}
+    assert max(len(r.turns) for r in direct) == 12
+    assert all(len(cp.turns) == (0 if cp.committed == 0 else 1) for cp in handed)
+    with pytest.raises(ValueError, match="expected turns 0 to"):
+        Ending(direct[0], 2).result(direct[0].turns[:1])

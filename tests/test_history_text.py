@@ -6,7 +6,7 @@ import random
 
 from ncp_local.protocol import ledger
 from ncp_local.protocol.ledger import EpisodeState, Exchange
-from ncp_local.protocol.prompts import end_of_turn_history, format_history, format_responses, rendered
+from ncp_local.protocol.prompts import format_history, format_responses, rendered
 
 # Texts that a careless renderer gets wrong: empty, blank, several lines, braces, leading newlines.
 PIECES = ["", " ", "a", "line one\nline two", "\n\nlate first line\n", "{braces} {{", "NARRATOR: x", "é ✓", "[0] x"]
@@ -34,9 +34,12 @@ def test_rendered_a_turn_at_a_time_equals_rendered_whole() -> None:
             base = rng.choice(states[-3:])  # mostly the newest, sometimes an older state (a dropped turn)
             if kind == "end":
                 p, r = _text(rng), _text(rng)
-                assert end_of_turn_history(base, p, r) == format_history(
+                exchanged = ledger.with_exchange(base, Exchange(player_input=p, response=r))
+                assert rendered(exchanged, "history") == format_history(
                     base.opening, [*((e.player_input, e.response) for e in base.exchanges), (p, r)]
                 )
+                states.append(exchanged)  # the speculative player's copy, the turn's audits
+                continue
             elif kind != "none":
                 assert rendered(base, kind) == _whole(base, kind), (seed, kind)
             step = rng.random()
@@ -48,9 +51,16 @@ def test_rendered_a_turn_at_a_time_equals_rendered_whole() -> None:
                 cut = rng.randrange(len(base.exchanges))  # not a continuation: a shorter or changed history
                 changed = (Exchange(player_input=_text(rng), response=_text(rng)),) if rng.random() < 0.5 else ()
                 nxt = base.model_copy(update={"exchanges": base.exchanges[:cut] + changed})
-            else:
+            elif step < 0.6:
                 ex = Exchange(player_input=_text(rng), response=_text(rng))
                 nxt = ledger.commit_turn(base, ledger.FactUpdate(), (), (), ex)
+            else:  # as an episode commits: from the state with the exchange, rendered or not
+                ex = Exchange(player_input=_text(rng), response=_text(rng))
+                exchanged = ledger.with_exchange(base, ex)
+                if rng.random() < 0.5:
+                    rendered(exchanged, rng.choice(["history", "responses", "first_lines"]))
+                nxt = ledger.commit_exchanged(exchanged, ledger.FactUpdate(), (), ())
+                assert nxt == ledger.commit_turn(base, ledger.FactUpdate(), (), (), ex)
             states.append(nxt)
         for s in states:
             for kind in ("history", "responses", "first_lines"):

@@ -14,6 +14,8 @@ import pytest
 
 from ncp_local import config as config_mod
 from ncp_local import modes
+from ncp_local.errors import InputError
+from ncp_local.protocol.episode import Ending
 from ncp_local.protocol.records import Checkpoint, EpisodeResult
 from ncp_local.protocol.replay import replay
 from ncp_local.protocol.spec import Spec, load_spec
@@ -59,6 +61,12 @@ def _commits(spec: Spec, result: EpisodeResult) -> list[Checkpoint]:
     return cps
 
 
+def _in_log(cp: Checkpoint) -> Checkpoint:
+    """`cp` as a resumed episode gets it from its log: its turns left there (the episode hands its turns on
+    at their commits, and its result is made from the log)."""
+    return cp.model_copy(update={"turns": (), "turns_before": len(cp.turns)})
+
+
 def _store(root: Path) -> RunDir:
     store = RunDir(root)
     store.open({"test": True}, RUN)
@@ -84,8 +92,9 @@ def test_the_log_reads_back_every_commit_exactly(tmp_path: Path, played: list[tu
             _write_all(root, cps[:cut])
             store = _store(root)
             assert store.quarantined == []
-            assert store.load_checkpoint(spec.id) == cps[cut - 1]
+            assert store.load_checkpoint(spec.id) == _in_log(cps[cut - 1])
             store.close()
+            assert read_log(_log(root, spec.id), RUN).checkpoint == cps[cut - 1]
             assert turns_logged(_log(root, spec.id)) == cut - 1
 
 
@@ -136,7 +145,7 @@ def test_a_bad_line_costs_it_and_those_after_it_named_in_one_line(
     assert line.startswith(f"{path}: line {bad + 1}: ") and "\n" not in line
     assert f"resumes after its {bad - 1} committed turn(s)" in line
     # The good lines stay and resume; the bad line and the rest are kept whole in quarantine/.
-    assert store.load_checkpoint(spec.id) == cps[bad - 1]
+    assert store.load_checkpoint(spec.id) == _in_log(cps[bad - 1])
     moved = tmp_path / "quarantine" / "checkpoints" / path.name
     assert path.read_bytes() + moved.read_bytes() == b"".join(lines)
     # The next commit chains to the last good line.
@@ -192,9 +201,36 @@ def test_a_format_1_checkpoint_resumes_and_becomes_a_log(
     store.close()
     assert not old.exists()
     store = _store(root)
-    assert store.load_checkpoint(spec.id) == cps[5] and store.quarantined == []
+    assert store.load_checkpoint(spec.id) == _in_log(cps[5]) and store.quarantined == []
     store.close()
     assert turns_logged(_log(root, spec.id)) == 5
+
+
+def test_a_result_is_made_from_its_log_and_a_log_changed_under_the_run_stops_it(
+    tmp_path: Path, played: list[tuple[Spec, EpisodeResult]]
+) -> None:
+    """An episode hands its turns on at their commits; at its end the writer reads them back from the log
+    it wrote and writes the result the episode would have held whole. A log edited meanwhile stops the run
+    with one line naming it, and keeps the log (the episode resumes from its good lines)."""
+    (spec, result), (other_spec, other) = played[0], played[1]
+    store = _store(tmp_path)
+    for cp in _commits(spec, result):
+        store.write_checkpoint(cp)
+    store.write_ending(Ending(result.model_copy(update={"turns": ()}), len(result.turns))).result()
+    assert store.load_result(spec.id).model_dump_json() == result.model_dump_json()
+    assert not _log(tmp_path, spec.id).exists()
+
+    for cp in _commits(other_spec, other):
+        store.write_checkpoint(cp)
+    store.flush()
+    log = _log(tmp_path, other_spec.id)
+    log.write_bytes(log.read_bytes().replace(b'"response":"', b'"response":"X', 1))
+    store.write_ending(Ending(other.model_copy(update={"turns": ()}), len(other.turns)))
+    with pytest.raises(InputError, match="the run's own turn log changed while it ran"):
+        store.flush()
+    with pytest.raises(InputError):
+        store.close()  # released all the same
+    assert log.exists() and not (tmp_path / "results" / f"{other_spec.id}.json").exists()
 
 
 # ---- the writer thread -----------------------------------------------------------------------------

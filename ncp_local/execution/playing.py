@@ -59,7 +59,7 @@ async def play(
         make_narrator=lambda: ready.make_narrator(roles),
         player=ready.player,
         engines=shown,
-        on_result=lambda r: bar.result(name, r.episode, len(r.turns)),
+        on_result=lambda episode, turns: bar.result(name, episode, turns),
         on_turn=lambda sid, n: bar.turn(name, sid, n),
         episodes=episodes,
     )

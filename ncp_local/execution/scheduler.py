@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..protocol.episode import Episode
 from ..protocol.narrators import Narrator
 from ..protocol.player import Player
-from ..protocol.records import Checkpoint, EpisodeResult
+from ..protocol.records import Checkpoint
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
 from ..rundir.store import RunDir, StoredResults
@@ -58,7 +58,8 @@ class EpisodeScheduler:
     settings: EpisodeSettings
     make_narrator: Callable[[], Narrator]
     player: Player
-    on_result: Callable[[EpisodeResult], None] | None = None
+    # (episode, turns it played) once its result is asked for (written by the store's writer: read it there).
+    on_result: Callable[[str, int], None] | None = None
     # (spec id, turns committed so far): after each checkpoint, and once when a checkpoint is resumed
     # (progress counts turns, not episodes: a 100-turn episode is hours of work).
     on_turn: Callable[[str, int], None] | None = None
@@ -81,7 +82,7 @@ class EpisodeScheduler:
         await gate.enter(name)
         try:
             if checkpoint is not None and self.on_turn:
-                self.on_turn(name, len(checkpoint.turns))
+                self.on_turn(name, checkpoint.committed)
 
             async def on_commit(cp: Checkpoint) -> None:
                 # The episode knows its story, not which play of it this is: the records say.
@@ -105,18 +106,16 @@ class EpisodeScheduler:
                 play_through=self.settings.play_through,
                 speculative_player=self.settings.speculative_player,
                 failure_modes=self.settings.failure_modes,
-                # No `recall`: an episode that handed its turns to the log and read them back at its end
-                # (off the loop, through the writer thread) made the schedule depend on that thread, so a
-                # scripted run was no longer the same every run (tests/test_report_in_flight.py). The
-                # episode keeps its turn records until its result, as before.
             )
-            result = await episode.run(checkpoint)
+            ending = await episode.run(checkpoint)
             if trial:
-                result = result.model_copy(update={"trial": trial})
-            self.store.write_result(result)
+                ending = replace(ending, head=ending.head.model_copy(update={"trial": trial}))
+            # The writer makes the result from the turn log it wrote, after the log's last line; nothing
+            # here waits for it (an episode that did made the order of play depend on the writer thread).
+            self.store.write_ending(ending)
             self.finished.add(name)
             if self.on_result:
-                self.on_result(result)
+                self.on_result(name, ending.turns)
         finally:
             gate.leave(name)
 

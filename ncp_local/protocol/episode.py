@@ -21,8 +21,8 @@ from .narrators import Ask, Narrator
 from .player import Player
 from .prompts import (
     conflict_vars,
-    end_of_turn_history,
     fact_update_vars,
+    rendered,
     status_vars,
     to_json,
     trajectory_vars,
@@ -56,11 +56,9 @@ from .stages import (
 from .turns import OPENING
 
 AskFactory = Callable[[int], Ask]  # turn id -> a call bound to that turn (turns.OPENING: the opening)
+# Each commit hands the runner its new turn (the checkpoint's `turns`, after `turns_before` handed on at
+# earlier commits): the runner keeps it (its turn log), the episode no longer does.
 OnCommit = Callable[[Checkpoint], Awaitable[None]]
-# The committed turns as the runner keeps them (its turn log): given one, an episode holds no turn's record
-# past the commit that hands it on (at turn 100 the records were most of an episode's memory), and its
-# result's turns are recalled at its end.
-Recall = Callable[[], Awaitable[tuple[TurnRecord, ...]]]
 
 
 def fu_record(out: FactUpdateOut) -> FactUpdateRecord:
@@ -252,6 +250,33 @@ class Speculation:
             raise exc
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How an episode ended: its result less the committed turns it handed on at their commits.
+
+    At turn 100 an episode's turn records were most of what it held (about a MB with a real narrator's
+    texts), and the runner keeps each one anyway, in its turn log, from the commit that hands it on. So the
+    episode keeps none: `head` is the result whose `turns` are only those after the first `handed` (the
+    turn a conflict ended it on, or turns of an older checkpoint not handed on yet), and whoever holds the
+    handed ones makes the whole result (`result`). Nothing here waits for them, so how an episode ends
+    never depends on when its runner gets them back.
+    """
+
+    head: EpisodeResult
+    handed: int  # turns 0 to handed - 1, handed on at their commits
+
+    @property
+    def turns(self) -> int:
+        """Turns the episode played (its result's turn records)."""
+        return self.handed + len(self.head.turns)
+
+    def result(self, handed: Sequence[TurnRecord]) -> EpisodeResult:
+        """The whole result, given the turns handed on (turn 0 first)."""
+        if [r.turn for r in handed] != list(range(self.handed)):
+            raise ValueError(f"{self.head.episode}: expected turns 0 to {self.handed - 1}, got {len(handed)} turns")
+        return self.head.model_copy(update={"turns": (*handed, *self.head.turns)}) if handed else self.head
+
+
 class Episode:
     def __init__(
         self,
@@ -264,10 +289,8 @@ class Episode:
         play_through: bool = False,
         speculative_player: bool = False,
         failure_modes: bool = False,
-        recall: Recall | None = None,
     ) -> None:
         self.spec = spec
-        self.recall = recall
         self.failure_modes = failure_modes  # audit.failure_modes: see audit_response
         # Ask the next turn's player while this turn's audits run (Speculation); the results are
         # the same either way, only the calls' order and timing differ.
@@ -285,7 +308,7 @@ class Episode:
         self.on_commit = on_commit
         self.commitment_ids = tuple(c.id for c in spec.commitments)
 
-    async def run(self, checkpoint: Checkpoint | None = None) -> EpisodeResult:
+    async def run(self, checkpoint: Checkpoint | None = None) -> Ending:
         try:
             return await self._run(checkpoint)
         finally:
@@ -306,7 +329,7 @@ class Episode:
         except Exception as exc:  # releasing failed: the episode's result stands
             print(f"warning: {self.spec.id}: the narrator's close failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
-    async def _run(self, checkpoint: Checkpoint | None) -> EpisodeResult:
+    async def _run(self, checkpoint: Checkpoint | None) -> Ending:
         if checkpoint is None:
             try:
                 checkpoint = await self._open()
@@ -314,23 +337,24 @@ class Episode:
                 await self._drop_next()
                 state = ledger.initial_state(self.spec)
                 empty = Checkpoint(spec_id=self.spec.id, state=state, opening_update=None, turns=(), narrator_state={})
-                return await self._result(exc.termination, state, [], empty, reason=str(exc))
+                return self._ending(exc.termination, state, [], empty, reason=str(exc))
         else:
             self.narrator.restore(checkpoint.narrator_state)
-        state, turns = checkpoint.state, list(checkpoint.turns)
-        first = 0  # the turn `turns[0]` is: the ones before were handed on (`recall`)
+        # `turns` are the records held, from turn `first` on: those before were handed on (a resumed
+        # checkpoint's `turns_before`: its runner's turn log has them), and each commit hands on the rest.
+        state, turns, first = checkpoint.state, list(checkpoint.turns), checkpoint.turns_before
         try:
             # A checkpoint is only written for a turn that committed, so the
             # episode may already be over by all_resolved (never by conflict).
-            if turns and self._resolved(state):
+            if checkpoint.committed and self._resolved(state):
                 await self._drop_next()
-                return await self._result("all_resolved", state, turns, checkpoint)
-            for t in range(len(turns), self.max_turns):
+                return self._ending("all_resolved", state, turns, checkpoint, first)
+            for t in range(checkpoint.committed, self.max_turns):
                 record, new_state = await self._turn(t, state)
                 turns.append(record)
                 if new_state is None:
                     await self._drop_next()
-                    return await self._result("conflict", state, turns, checkpoint, first)
+                    return self._ending("conflict", state, turns, checkpoint, first)
                 state = new_state
                 checkpoint = Checkpoint(
                     spec_id=self.spec.id,
@@ -343,16 +367,15 @@ class Episode:
                     turns_before=first,
                 )
                 await self.on_commit(checkpoint)
-                if self.recall is not None:
-                    turns, first = [], t + 1  # handed on: the runner keeps them
+                turns, first = [], t + 1  # handed on
                 if self._resolved(state):
                     # Only known after the status check: the next turn's player was asked for nothing.
                     await self._drop_next()
-                    return await self._result("all_resolved", state, turns, checkpoint, first)
+                    return self._ending("all_resolved", state, turns, checkpoint, first)
         except CallFailed as exc:
             await self._drop_next()
-            return await self._result(exc.termination, state, turns, checkpoint, first, str(exc))
-        return await self._result("max_turns", state, turns, checkpoint, first)
+            return self._ending(exc.termination, state, turns, checkpoint, first, str(exc))
+        return self._ending("max_turns", state, turns, checkpoint, first)
 
     def _speculate(self, turn: int, visible: EpisodeState) -> None:
         """Start turn `turn`'s player on `visible` (the history once this turn's exchange is in),
@@ -388,7 +411,7 @@ class Episode:
     def _resolved(self, state: EpisodeState) -> bool:
         return not self.play_through and ledger.all_resolved(self.spec, state.statuses)
 
-    async def _result(
+    def _ending(
         self,
         how: Termination,
         state: EpisodeState,
@@ -396,12 +419,9 @@ class Episode:
         cp: Checkpoint,
         first: int = 0,
         reason: str = "",
-    ) -> EpisodeResult:
-        """The result; `turns` are the records the episode holds, from turn `first` (those before: recalled)."""
-        if first:
-            assert self.recall is not None
-            turns = [*await self.recall(), *turns]
-        return EpisodeResult(
+    ) -> Ending:
+        """`turns`: the records the episode holds, from turn `first` (those before were handed on)."""
+        head = EpisodeResult(
             spec_id=self.spec.id,
             termination=how,
             reason=reason,
@@ -413,6 +433,7 @@ class Episode:
             opening_bound_hits=cp.opening_bound_hits,
             opening_thought_tokens=cp.opening_thought_tokens,
         )
+        return Ending(head, first)
 
     async def _open(self) -> Checkpoint:
         state = ledger.initial_state(self.spec)
@@ -444,12 +465,10 @@ class Episode:
         """Steps 1-9; returns the record and the new state (None: conflict, nothing commits)."""
         ask, player_input = await self._player(t, state)
         response = await self.narrator.respond(self.spec, state, player_input, ask)
-        self._speculate(
-            t + 1,
-            state.model_copy(
-                update={"exchanges": state.exchanges + (Exchange(player_input=player_input, response=response),)}
-            ),
-        )
+        # The history with this turn's exchange: the end-of-turn audits read it, the next player sees it, and
+        # the turn commits from it (the states after it extend its one rendering of the history).
+        exchanged = ledger.with_exchange(state, Exchange(player_input=player_input, response=response))
+        self._speculate(t + 1, exchanged)
 
         projected = ledger.projected_facts(state)
         audit = await audit_response(self.spec, state, projected, player_input, response, ask, self.failure_modes)
@@ -460,7 +479,7 @@ class Episode:
         update = to_update(audit.fact_update)
 
         facts = ledger.apply_update(projected, update)
-        history = end_of_turn_history(state, player_input, response)
+        history = rendered(exchanged, "history")
         occurred, node_done = state.node_occurred, None
         traj: TrajectoryRecord | None = None
         pending_node = ledger.first_pending_node(occurred)
@@ -496,10 +515,7 @@ class Episode:
             bound_hits=_hits(ask),
             thought_tokens=_thought_tokens(ask),
         )
-        new_state = ledger.commit_turn(
-            state, update, occurred, statuses, Exchange(player_input=player_input, response=response)
-        )
-        return record, new_state
+        return record, ledger.commit_exchanged(exchanged, update, occurred, statuses)
 
 
 def _hits(ask: Ask) -> tuple[str, ...]:

@@ -121,6 +121,13 @@ def complete_node(occurred: tuple[bool, ...], index: int) -> tuple[bool, ...]:
     return tuple(True if i == index else v for i, v in enumerate(occurred))
 
 
+def with_exchange(state: EpisodeState, exchange: Exchange) -> EpisodeState:
+    """The state with a turn's exchange added to its history and nothing else: the history the turn's later
+    audits read and the next turn's player sees. The turn commits from it (`commit_exchanged`), so that
+    the states after it extend one rendering of the history (prompts.rendered), not one each."""
+    return state.model_copy(update={"exchanges": state.exchanges + (exchange,)})
+
+
 def commit_turn(
     state: EpisodeState,
     update: FactUpdate,
@@ -129,13 +136,22 @@ def commit_turn(
     exchange: Exchange,
 ) -> EpisodeState:
     """Step 9: pending first, then this turn's updates; nodes; statuses; history."""
-    return state.model_copy(
+    return commit_exchanged(with_exchange(state, exchange), update, node_occurred, statuses)
+
+
+def commit_exchanged(
+    exchanged: EpisodeState,
+    update: FactUpdate,
+    node_occurred: tuple[bool, ...],
+    statuses: tuple[tuple[str, Status], ...],
+) -> EpisodeState:
+    """`commit_turn` from the state `with_exchange` made: its history already holds the turn's exchange."""
+    return exchanged.model_copy(
         update={
-            "facts": apply_update(projected_facts(state), update),
+            "facts": apply_update(projected_facts(exchanged), update),
             "pending": FactUpdate(),
             "node_occurred": node_occurred,
             "statuses": statuses,
-            "exchanges": state.exchanges + (exchange,),
         }
     )
 

@@ -602,10 +602,6 @@ def conflict_vars(
     }
 
 
-def end_of_turn_history(state: EpisodeState, player_input: str, response: str) -> History:
-    return rendered(state, "history").plus(f"\n\nPLAYER: {player_input}\n\nNARRATOR: {response}")
-
-
 def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], history: str) -> dict[str, str]:
     # The node is shown without its description: only trigger and delta count.
     return {

@@ -211,7 +211,8 @@ class Checkpoint(Record):
     opening_thought_tokens: int = 0
     trial: int = Field(0, ge=0)
     # Committed turns before `turns[0]` that the episode no longer holds (its runner's turn log has them):
-    # only on the checkpoint a running episode hands its runner, never on one written whole.
+    # on the checkpoint a running episode hands its runner and on the one a turn log resumes it from,
+    # never on one written whole.
     turns_before: int = Field(0, ge=0)
 
     @property

@@ -35,9 +35,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InputError
+from ..protocol.episode import Ending
 from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
-from ..protocol.records import Checkpoint, EpisodeResult, TurnRecord
+from ..protocol.records import Checkpoint, EpisodeResult
 from ..protocol.trials import episode_name
 from .atomic import DiskFull, atomic_write, is_disk_full
 from .call_log import CallLine, CrossCheckNote
@@ -46,7 +47,7 @@ from .identity import differences, summary
 from .layout import CALLS, CHECKPOINTS, DONE, LOCK, MANIFEST, QUARANTINE, RESULTS, manifest_problem, result_file
 from .places import check_place
 from .provenance import now, resume_entry
-from .seals import SEAL, check_file, sealed_json
+from .seals import SEAL, Sealed, check_file, sealed_json
 from .turn_log import SUFFIX, LogRead, base_line, read_log, seal_of, turn_line
 from .writer import Writer
 
@@ -86,7 +87,7 @@ class RunDir:
         self._is_open = False
         self._writer = Writer(self.root)
         self._chains: dict[str, _Chain] = {}
-        self._logs: dict[str, Checkpoint] = {}  # each log verify() read, until its episode resumes
+        self._logs: dict[str, Checkpoint] = {}  # each log verify() read (turns left out), until its episode resumes
 
     # -- lifecycle ---------------------------------------------------------
     def open(self, manifest: dict[str, Any], identity: Any, warn: Callable[[str], None] | None = None) -> None:
@@ -241,7 +242,10 @@ class RunDir:
         episode = path.name[: -len(SUFFIX)]
         got: LogRead = read_log(path, self.identity, self.spec_hashes)
         if got.checkpoint is not None:
-            self._logs[episode] = got.checkpoint
+            # Its turns stay in the log (`turns_before`), as a running episode hands them on: hundreds of
+            # resumed episodes would otherwise hold every turn they played until their end.
+            cp = got.checkpoint
+            self._logs[episode] = cp.model_copy(update={"turns": (), "turns_before": len(cp.turns)})
             self._chains[episode] = _Chain(got.last, len(got.checkpoint.turns), got.checkpoint.narrator_state)
         if not got.problem:
             return ""
@@ -336,11 +340,36 @@ class RunDir:
     def write_result(self, result: EpisodeResult | ReauditResult | PlantResult) -> Future[None]:
         """Seal and write a finished episode's result, by the writer (its serialization too: once per
         episode, off the loop); resolves once it is on disk and its checkpoint is gone."""
-        name = episode_name(result.spec_id, getattr(result, "trial", 0))
+        return self._finish(episode_name(result.spec_id, getattr(result, "trial", 0)), lambda: result)
+
+    def write_ending(self, ending: Ending) -> Future[None]:
+        """`write_result` for an episode that handed its committed turns on to its turn log: the writer,
+        which wrote them, reads them back after its last line and makes the whole result. The loop asks
+        and goes on, as for any write, so the order of play never depends on when the writer gets to it
+        (a run stopped at a given call leaves the same files every time)."""
+        name = ending.head.episode
+        log, _ = self._checkpoint_files(name)
+
+        def result() -> EpisodeResult:
+            if not ending.handed:
+                return ending.head
+            got = read_log(log, self.identity, self.spec_hashes)
+            try:
+                if got.checkpoint is None or got.problem:
+                    raise ValueError(got.problem)
+                return ending.result(got.checkpoint.turns)
+            except ValueError as exc:
+                raise InputError(log, "", f"{exc}: the run's own turn log changed while it ran") from None
+
+        return self._finish(name, result)
+
+    def _finish(self, name: str, result: Callable[[], Sealed]) -> Future[None]:
+        """Write episode `name`'s result, made by `result` in the writer's turn, and drop its checkpoint."""
         self._chains.pop(name, None)
 
         def write() -> None:
-            self._write(self.result_path(name), sealed_json(result, self._spec_hash(result.spec_id), self.identity))
+            record = result()
+            self._write(self.result_path(name), sealed_json(record, self._spec_hash(record.spec_id), self.identity))
             # The result supersedes the checkpoint; dropped only after the result is safe.
             for old in self._checkpoint_files(name):
                 old.unlink(missing_ok=True)
@@ -374,31 +403,9 @@ class RunDir:
 
         return self._writer.run(start)
 
-    def recall_turns(self, episode: str) -> Future[tuple[TurnRecord, ...]]:
-        """A running episode's committed turns, read back from its turn log by the writer once the lines
-        asked for before are written: its result is assembled from them, and not on the loop."""
-        log, _ = self._checkpoint_files(episode)
-        out: Future[tuple[TurnRecord, ...]] = Future()
-
-        def read() -> None:
-            if not out.set_running_or_notify_cancel():
-                return  # the episode was stopped meanwhile
-            got = read_log(log, self.identity, self.spec_hashes)
-            if got.checkpoint is None or got.problem:
-                out.set_exception(InputError(log, "", f"{got.problem}: the run's own turn log changed while it ran"))
-            else:
-                out.set_result(got.checkpoint.turns)
-
-        def skipped(done: Future[None]) -> None:
-            if out.running() or out.done() or not out.set_running_or_notify_cancel():
-                return
-            out.set_exception(done.exception() or RuntimeError("the turn log was not read"))  # the writer failed before
-
-        self._writer.run(read).add_done_callback(skipped)
-        return out
-
     def load_checkpoint(self, episode: str) -> Checkpoint | None:
-        """The episode's last good checkpoint; a bad one is quarantined and the episode starts over."""
+        """The episode's last good checkpoint; a bad one is quarantined and the episode starts over. A turn
+        log's leaves its turns in the log (`turns_before`): `write_ending` reads them back."""
         self.flush()
         if episode in self._logs:
             return self._logs.pop(episode)

@@ -59,7 +59,7 @@ def test_official_baseline_on_the_engine_resumes(engine: Any, tmp_path: Path) ->
 
     first: list[Checkpoint] = []
     whole = play(first)
-    assert whole.termination in ("conflict", "max_turns", "all_resolved", "invalid")
+    assert whole.head.termination in ("conflict", "max_turns", "all_resolved", "invalid")
     store.flush()  # the call log is written by the store's writer thread
     calls = read_calls(tmp_path / "calls.jsonl")
     narrator_calls = [c for c in calls if c.role == "narrator"]
