@@ -29,9 +29,11 @@ and so does a marked line that starts none (a mark must say something true).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import fnmatch
 import glob
 import io
+import json
 import os
 import re
 import shutil
@@ -322,8 +324,20 @@ DOCS = [p for p in pages() if p != README and commands(p)]
 
 @pytest.fixture(scope="module")
 def readme_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str], dict[str, int]]]:
-    folder = _sandbox(tmp_path_factory.mktemp("readme"))
-    problems, counts = _play(commands(README), folder)
+    """The README's lines played once a session, not once per xdist worker (about a minute each): the first
+    worker here plays them into the session's shared temporary folder; another waits for it, then reads
+    what it found. Every page's test plays on a copy."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # <session>/popen-gw0 -> <session>, which the workers share
+    folder, found = root / "readme", root / "readme.json"
+    with (root / "readme.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if found.exists():
+            problems, counts = json.loads(found.read_text())
+        else:
+            problems, counts = _play(commands(README), _sandbox(folder))
+            found.write_text(json.dumps([problems, counts]))
     yield folder, problems, counts
 
 
