@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cli_runner import run_cli
+from cli_runner import CliResult, run_cli
 from helpers import spec_doc
 from ncp_local import analysis
 from ncp_local.engines.scripted import PlantJudge, RandomPolicy, ScriptedEngine
@@ -395,17 +395,21 @@ def test_a_plant_directory_is_logged_to_the_tracker_with_its_figures(tmp_path: P
     pytest.importorskip("mlflow", reason="mlflow-skinny is not installed (the `tracking` extra)")
     from mlflow.tracking import MlflowClient
 
+    def plant_tracked(tracker: str, where: Path) -> CliResult:
+        """The same plant into `tmp_path / "p"`, logged to `tracker` in `where` (a second one resumes it)."""
+        return run_cli(
+            "mode=plant",
+            f"runs=[{source.path}]",
+            *SCRIPTED,
+            "engine.plant_wrong_id.fact=1",
+            f"out_dir={tmp_path / 'p'}",
+            f"tracker={tracker}",
+            f"tracker.dir={where}",
+            cwd=tmp_path,
+        )
+
     store = tmp_path / "mlruns"
-    done = run_cli(
-        "mode=plant",
-        f"runs=[{source.path}]",
-        *SCRIPTED,
-        "engine.plant_wrong_id.fact=1",
-        f"out_dir={tmp_path / 'p'}",
-        "tracker=mlflow",
-        f"tracker.dir={store}",
-        cwd=tmp_path,
-    )
+    done = plant_tracked("mlflow", store)
     assert done.returncode == 0, done.stderr
     assert "tracker=mlflow: run " in done.stdout and "warning" not in done.stderr
     run_id = json.loads((tmp_path / "p" / "tracker.json").read_text())["mlflow"]["id"]
@@ -425,16 +429,7 @@ def test_a_plant_directory_is_logged_to_the_tracker_with_its_figures(tmp_path: P
     from ncp_local.tracking.wandb_tracker import run_files
 
     wb = tmp_path / "wb"
-    again = run_cli(
-        "mode=plant",
-        f"runs=[{source.path}]",
-        *SCRIPTED,
-        "engine.plant_wrong_id.fact=1",
-        f"out_dir={tmp_path / 'p'}",
-        "tracker=wandb",
-        f"tracker.dir={wb}",
-        cwd=tmp_path,
-    )
+    again = plant_tracked("wandb", wb)
     assert again.returncode == 0 and "warning" not in again.stderr, again.stderr
     wid = json.loads((tmp_path / "p" / "tracker.json").read_text())["wandb"]["id"]
     logged = wandb_files.summary(run_files(wb, wid))
