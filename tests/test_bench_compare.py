@@ -202,6 +202,8 @@ def test_ctrl_c_during_a_run_removes_the_worktree(tmp_path: Path, worktrees: str
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # SIGINT back to its default: a shell starts background jobs with it ignored, which Python keeps.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     for line in proc.stderr:  # the first bench has started: the worktree exists

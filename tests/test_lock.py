@@ -79,3 +79,14 @@ def test_a_run_manifest_records_the_lock_beside_the_versions() -> None:
         assert env["lock"]["sha256"] == hashlib.sha256(copy.read_bytes()).hexdigest()
     else:
         assert env["lock"] is None
+
+
+def test_the_manifests_package_list_reads_each_distribution_as_its_metadata_parser_does() -> None:
+    from importlib import metadata
+
+    parsed: dict[str, str] = {}
+    for dist in metadata.distributions():
+        if dist.name:
+            parsed.setdefault(dist.name.lower(), dist.version)
+    assert provenance.packages() == dict(sorted(parsed.items()))
+    assert "pydantic" in parsed  # not two empty lists
