@@ -48,10 +48,13 @@ NOT_FORM = ("names unknown id", "cut off at max_tokens")
 
 @pytest.mark.engine
 @pytest.mark.timeout(1800)  # outlines compiles each stage's grammar over the vocabulary: minutes
-# guidance's episode is `slow` (make test-all): its grammar is checked against the parser without an engine
-# for every stage (tests/test_grammar_agreement.py), and the configs' default is xgrammar (the reference
-# sweep's); outlines, the other chosen backend, plays here in make test.
-@pytest.mark.parametrize("backend", [pytest.param("guidance", marks=pytest.mark.slow), "outlines"])
+# Both episodes are `slow` (make test-all; 70-150 s each, mostly the engine's start and the grammars'
+# compiles, against CI's 25 minutes): each backend's grammar is checked against the parser without an
+# engine for every stage (tests/test_grammar_agreement.py), outlines' schemas are the same call after call
+# (tests/test_grammar.py), the engine arguments naming the backend are vLLM's own objects
+# (tests/test_engine_args.py), and the configs' default, xgrammar, plays on the engine in the reference sweep.
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["guidance", "outlines"])
 def test_an_episode_plays_under_backend(backend: str, embedded_model_path: Path, tmp_path: Path) -> None:
     from ncp_local.engines.settings import ModelSettings
     from ncp_local.engines.vllm import VLLMEngine

@@ -1,12 +1,11 @@
 """The official baseline narrator (the official code, imported from NCP_BENCH_REFERENCE) on the real engine with
-the embedded model: one story, one turn, its calls through the rig's call service; then the same episode
-resumed from the rig's checkpoint after its opening, by a fresh method instance restored from its
-`checkpoint_state`, ends the same (float32 and per-call seeds: the engine reproduces).
+the embedded model: one story, one turn, its calls through the rig's call service under the narrator role.
 
-Content quality is not asserted (a 135M model); that the method's calls ran on the engine under the
-narrator role, and that a resume reproduces the episode, are. One turn: a resume from the opening's
-checkpoint replays a whole turn, as one from a later checkpoint does, and the baseline keeps no narrator
-state of its own for a later checkpoint to add.
+Content quality is not asserted (a 135M model). That a resumed official method ends as the uninterrupted
+one is shown on the scripted engine (tests/test_official_method.py); that the real engine reproduces a call
+from its seed, by tests/engine/test_vllm_engine.py; a resume on the real engine, by the served run that
+resumes after its server's relay dies (tests/engine/test_mixed_engines.py). Replaying the turn here as well
+doubled this test's time (74 s).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "ncpbench_reference_baseline:BaselineNarrator"
 
 
-def test_official_baseline_on_the_engine_resumes(engine: Any, tmp_path: Path) -> None:
+def test_official_baseline_plays_on_the_engine(engine: Any, tmp_path: Path) -> None:
     reference = Path(os.environ.get("NCP_BENCH_REFERENCE") or "/nonexistent")
     paths = [reference / "src", reference / "reference-methods" / "baseline" / "src"]
     if not all(p.is_dir() for p in paths):
@@ -57,20 +56,10 @@ def test_official_baseline_on_the_engine_resumes(engine: Any, tmp_path: Path) ->
         episode = Episode(spec, method(), Player("adversarial"), service.ask_for(spec.id), 1, on_commit)
         return engine.run(episode.run(start), timeout=900)
 
-    first: list[Checkpoint] = []
-    whole = play(first)
+    whole = play([])
     assert whole.head.termination in ("conflict", "max_turns", "all_resolved", "invalid")
     store.flush()  # the call log is written by the store's writer thread
     calls = read_calls(tmp_path / "calls.jsonl")
     narrator_calls = [c for c in calls if c.role == "narrator"]
     assert {c.stage for c in narrator_calls} >= {"opening"}
     assert all(c.model == "smollm2" and c.prompt_tokens > 0 for c in narrator_calls if c.prompt_tokens is not None)
-
-    # "Killed" right after the opening: a fresh method instance, restored from that checkpoint's narrator
-    # state, plays the turn again.
-    assert first, "no checkpoint: the opening itself failed"
-    cp = first[0]
-    assert not cp.turns
-    assert cp.narrator_state == {}  # the official baseline keeps no state of its own
-    resumed = play([], cp)
-    assert resumed == whole
