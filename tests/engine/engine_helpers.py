@@ -47,11 +47,11 @@ def small_overrides(*roles: str) -> tuple[str, ...]:
 SMALL = small_overrides()
 
 # The session's reference sweep (conftest `reference_sweep`): one batched sweep, every role in-process
-# on the embedded model (one engine start), SMALL bounds, two turns, over the methods (baseline,
-# hiagent), on a dataset of two specs (`reference_dataset`). The seed gives a baseline episode of FITS
-# that commits turn 0 and plays turn 1 (test_mixed_engines asserts it).
+# on the embedded model (one engine start), SMALL bounds, one turn (a second cost a minute of CI's 25),
+# over the methods (baseline, hiagent), on a dataset of two specs (`reference_dataset`). The seed gives a
+# baseline episode of FITS that commits turn 0 and plays turn 1 (test_mixed_engines asserts it).
 REFERENCE = (
-    "max_turns=2",
+    "max_turns=1",
     "progress=false",
     "seed=0",
     *SMALL,

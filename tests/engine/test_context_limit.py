@@ -29,7 +29,7 @@ from engine_helpers import CROWDED, FITS, ReferenceSweep
 from ncp_local.protocol.metrics import aggregate, episode_metrics, survival
 from ncp_local.report.runs import load_run
 
-MAX_TURNS = 2  # engine_helpers.REFERENCE
+MAX_TURNS = 1  # engine_helpers.REFERENCE
 
 
 def _csv(path: Path) -> list[dict[str, str]]:

@@ -31,7 +31,7 @@ import pytest
 
 from engine_helpers import FITS, REFERENCE, ReferenceSweep, small_overrides
 from ncp_local.protocol import ROLES
-from ncp_local.rundir.turn_log import turns_logged
+from ncp_local.rundir.turn_log import read_log
 from served import SERVED_NAME, Relay
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,9 +59,9 @@ def _cmd(dataset: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, str(ROOT / "run.py"), f"dataset.path={dataset}", f"out_dir={out}", *COMMON, *extra]
 
 
-def _committed_turn(run: Path) -> bool:
-    """A turn log with turn 0 committed (its line 1 is the opening)."""
-    return any(turns_logged(p) > 0 for p in (run / "checkpoints").glob("*.jsonl"))
+def _opened(run: Path) -> bool:
+    """A turn log whose line 1, the committed opening (turn 0), is whole: the writer writes it by rename."""
+    return any(read_log(p, None).checkpoint is not None for p in (run / "checkpoints").glob("*.jsonl"))
 
 
 def _results(d: Path) -> dict[str, dict]:
@@ -80,10 +80,10 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     served, reference_sweep: ReferenceSweep, tmp_path: Path
 ) -> None:
     expected = {f"{FITS}.json": _results(reference_sweep.point("baseline"))[f"{FITS}.json"]}
-    assert len(expected[f"{FITS}.json"]["turns"]) == 2, "the seed must give an episode that plays both turns"
+    assert len(expected[f"{FITS}.json"]["turns"]) == 1, "the seed must give an episode that plays its turn"
     dataset = reference_sweep.dataset
 
-    # The served run, with the server gone once turn 0 is committed (its checkpoint is on disk).
+    # The served run, with the server gone once turn 0 (the opening) is committed: the resume plays turn 1.
     relay = Relay(served.port)
     relay.start()
     run = tmp_path / "served"
@@ -92,7 +92,7 @@ def test_roles_on_a_served_model_equal_in_process_and_resume_after_the_server_di
     )
     try:
         deadline = time.monotonic() + 900
-        while not _committed_turn(run):
+        while not _opened(run):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no checkpoint in time"
             time.sleep(0.2)

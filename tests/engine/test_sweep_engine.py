@@ -1,5 +1,5 @@
 """The session's reference sweep (tests/engine/conftest.py `reference_sweep`) on the real vLLM CPU engine
-with the embedded model: a batched sweep over the methods (baseline, HiAgent), 2 specs x 2 turns, one
+with the embedded model: a batched sweep over the methods (baseline, HiAgent), 2 specs x 1 turn, one
 engine start for every point, the speculative player off.
 
 What a point run alone would give is test_mixed_engines': its run (alone, speculative player on, the
