@@ -20,7 +20,7 @@ from cli_runner import run_cli
 from ncp_local.execution.heartbeat import Counts, Heartbeat
 from ncp_local.rundir import heartbeat as hb
 from ncp_local.rundir import status as rs
-from ncp_local.rundir.heartbeat import Beat
+from ncp_local.rundir.heartbeat import WINDOW_S, Beat
 from ncp_local.rundir.slurm import tasks_of
 from ncp_local.rundir.sweep_index import PointRow, write
 
@@ -537,3 +537,21 @@ def test_a_point_whose_run_is_its_folder_gets_no_link(tmp_path: Path) -> None:
     write(sweep, [PointRow(job=0, run_dir=str(sweep / "0"), status="running")], [], [], "basic")
     write(sweep, [PointRow(job=1, run_dir=str(sweep / "1" / "r"), status="running")], [], [], "basic")
     assert not (sweep / "0").exists() and not (sweep / "1" / "run").exists()
+
+
+def test_the_heartbeats_window_holds_a_bucket_a_second_however_many_calls(tmp_path: Path) -> None:
+    now = [0.0]
+    beat = Heartbeat(tmp_path, lambda: Counts(0, 1, 0, 3), every_s=60, wall=lambda: now[0])
+    beat.playing()
+    for i in range(20_000):  # 2,000 calls a second for 10 s, 3 tokens each
+        now[0] = 100.0 + i / 2_000
+        beat.call(3)
+    now[0] = 110.0
+    snap = beat.snapshot()
+    assert len(beat._calls) == 10 and beat.calls == 20_000
+    assert snap.calls_per_s == pytest.approx(20_000 / 110) and snap.tokens_per_s == pytest.approx(
+        60_000 / 110, abs=0.01
+    )
+    now[0] = 100.0 + WINDOW_S + 5.5  # seconds 100-104 have left the window; 105, half in it, counts whole
+    snap = beat.snapshot()
+    assert len(beat._calls) == 5 and snap.calls_per_s == pytest.approx(10_000 / WINDOW_S, abs=1e-4)

@@ -74,8 +74,11 @@ class Heartbeat:
         self.last_call_at: float | None = None
         self.calls = 0
         self.tokens = 0
-        self._calls: deque[tuple[float, int]] = deque()  # (time, tokens) of calls in the window
-        self._turns: deque[tuple[float, int]] = deque()  # (time, turns committed) in the window
+        # The window's calls and committed turns by whole second, [second, count, tokens]: a window of
+        # 300 s at 2,000 calls/s held 600,000 entries (72 MB, 90 kB an episode at 800) that each beat summed
+        # under the lock the loop takes for every call (20 ms).
+        self._calls: deque[list[int]] = deque()
+        self._turns: deque[list[int]] = deque()
         self._turn_s: deque[float] = deque(maxlen=TURN_SAMPLES)
         self._episode_at: dict[str, float] = {}  # episode -> when its last turn was committed
         self.final: tuple[str, int | None, str | None] | None = None
@@ -95,7 +98,7 @@ class Heartbeat:
                 # Between two commits of the same episode: one turn's own time, whatever else runs beside it.
                 self._turn_s.append((now - before) / new_turns)
             self._episode_at[episode] = now
-            self._turns.append((now, new_turns))
+            _count(self._turns, now, new_turns, 0)
             self.last_turn_at = now
 
     def ended(self, episode: str) -> None:
@@ -107,7 +110,7 @@ class Heartbeat:
         with self._lock:
             self.calls += 1
             self.tokens += tokens
-            self._calls.append((now, tokens))
+            _count(self._calls, now, 1, tokens)
             self.last_call_at = now
 
     # -- the file ----------------------------------------------------------------------
@@ -116,13 +119,13 @@ class Heartbeat:
         c = self.counts()
         with self._lock:
             for q in (self._calls, self._turns):
-                while q and q[0][0] < now - WINDOW_S:
+                while q and q[0][0] + 1 <= now - WINDOW_S:  # a second wholly before the window
                     q.popleft()
             # The window, or the time since the engines were up if shorter (rates then measure work, not loading).
             since = self.playing_since if self.playing_since is not None else self.started_at
             span = max(min(WINDOW_S, now - since), 1e-9)
-            calls, tokens = len(self._calls), sum(t for _, t in self._calls)
-            turns = sum(n for _, n in self._turns)
+            calls, tokens = sum(b[1] for b in self._calls), sum(b[2] for b in self._calls)
+            turns = sum(b[1] for b in self._turns)
             state, code, error = self.final or ("running", None, None)
             return Beat(
                 state=state,
@@ -177,3 +180,13 @@ class Heartbeat:
             self._thread = None
         self.final = (state, exit_code, error)
         self.write()
+
+
+def _count(window: deque[list[int]], now: float, n: int, tokens: int) -> None:
+    """Add `n` events (and their tokens) at `now` to `window`'s bucket of that second."""
+    second = int(now)
+    if window and window[-1][0] == second:
+        window[-1][1] += n
+        window[-1][2] += tokens
+    else:
+        window.append([second, n, tokens])
