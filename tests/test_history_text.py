@@ -6,7 +6,7 @@ import random
 
 from ncp_local.protocol import ledger
 from ncp_local.protocol.ledger import EpisodeState, Exchange
-from ncp_local.protocol.prompts import format_history, format_responses, rendered
+from ncp_local.protocol.prompts import _stripped, format_history, format_responses, rendered
 
 # Texts that a careless renderer gets wrong: empty, blank, several lines, braces, leading newlines.
 PIECES = ["", " ", "a", "line one\nline two", "\n\nlate first line\n", "{braces} {{", "NARRATOR: x", "é ✓", "[0] x"]
@@ -74,3 +74,15 @@ def test_the_kept_texts_never_tell_states_apart_nor_reach_the_record() -> None:
     rendered(a, "history")
     assert a == b and b == a and a._rendered is not None
     assert a.model_dump_json() == b.model_dump_json() and "NARRATOR" not in a.model_dump_json()
+
+
+def test_a_prompt_is_its_template_filled_and_stripped() -> None:
+    """`render` strips the template's own blank ends before filling it (no copy of a long prompt to strip
+    a file's last newline): the text must be the filled template stripped, whatever is blank where."""
+    rng = random.Random(5)
+    blanks = ("", " ", "\n", "\t\n ", "\x1c", "\u2028", "\u3000")
+    for _ in range(2000):
+        pieces = [rng.choice(blanks) + rng.choice(("", "a", "é", "{{", "}}")) + rng.choice(blanks) for _ in range(3)]
+        template = pieces[0] + "{x}" + pieces[1] + "{y}" + pieces[2]
+        variables = {k: rng.choice(blanks) + rng.choice(("", "v", "ü v")) + rng.choice(blanks) for k in "xy"}
+        assert _stripped(template, variables) == template.format_map(variables).strip(), (template, variables)

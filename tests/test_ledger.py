@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from helpers import make_spec
 from ncp_local.protocol import ledger
 from ncp_local.protocol.ledger import FactEntry, FactUpdate
@@ -29,6 +31,26 @@ def test_id_collision_gets_suffixes() -> None:
     facts = _facts(("f_3", True), ("f_1", True), ("f_3_2", True))
     out = ledger.apply_update(facts, FactUpdate(add_facts=("d",)))
     assert out[-1].id == "f_3_3"
+
+
+def test_the_ids_offered_ahead_are_the_ids_additions_get() -> None:
+    """The grammar offers `next_fact_ids`; the ledger gives `apply_update`'s: the same ids, on ledgers whose
+    ids collide with the next ones (each id computed from the ids so far, as one at a time did)."""
+    rng = random.Random(7)
+    for _ in range(300):
+        ids = [rng.choice(["f_{}", "f_{}_2", "f_{}_3"]).format(rng.randrange(12)) for _ in range(rng.randrange(10))]
+        facts = _facts(*((i, rng.random() < 0.5) for i in dict.fromkeys(ids)))
+        k = rng.randrange(1, 9)
+        added = ledger.apply_update(facts, FactUpdate(add_facts=("x",) * k))[len(facts) :]
+        assert ledger.next_fact_ids(facts, k) == tuple(f.id for f in added)
+        taken = [f.id for f in facts]
+        for f in added:  # the rule: f_<n> (n counting every fact before), else its first free suffix
+            n, suffix = len(taken), 2
+            want = f"f_{n}"
+            while want in taken:
+                want, suffix = f"f_{n}_{suffix}", suffix + 1
+            assert f.id == want
+            taken.append(want)
 
 
 def test_blank_additions_skipped_and_text_stripped() -> None:

@@ -15,16 +15,18 @@ import pytest
 from ncp_local import config as config_mod
 from ncp_local import modes
 from ncp_local.errors import InputError
-from ncp_local.protocol.episode import Ending
-from ncp_local.protocol.records import Checkpoint, EpisodeResult
+from ncp_local.protocol import ledger
+from ncp_local.protocol.episode import Ending, to_update
+from ncp_local.protocol.ledger import EpisodeState, Exchange, FactEntry, FactUpdate
+from ncp_local.protocol.records import Checkpoint, EpisodeResult, FactUpdateRecord, TurnRecord
 from ncp_local.protocol.replay import replay
 from ncp_local.protocol.spec import Spec, load_spec
 from ncp_local.rundir import writer as writer_mod
 from ncp_local.rundir.atomic import DiskFull
 from ncp_local.rundir.formats import FORMAT_KEY
-from ncp_local.rundir.seals import SEAL, _body_hash
+from ncp_local.rundir.seals import SEAL, _body_hash, sealed_json
 from ncp_local.rundir.store import RunDir, RunMismatch
-from ncp_local.rundir.turn_log import SUFFIX, read_log, turns_logged
+from ncp_local.rundir.turn_log import GENESIS, SUFFIX, _frame, logged_turns, read_log, turns_logged
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = "run-key"
@@ -267,3 +269,203 @@ def test_the_writer_keeps_order_commits_in_groups_and_stops_at_its_first_error(
     with pytest.raises(DiskFull):
         w.close()
     assert log.read_text().endswith("59\n")
+
+
+# ---- the writer's read-back at an episode's end -----------------------------------------------------
+
+# Texts a record's JSON must not be cut at: the keys the read-back finds, quotes, escapes, non-ASCII.
+_TRICKY = (
+    ',"node_occurred":[',
+    ',"turns":[',
+    '{"turn":{"turn":0,',
+    '"',
+    "\\",
+    '\\"',
+    "\n\r\t\x00\x1f",
+    "é ✓ 😀 \u2028",
+)
+
+
+def _text(rng: random.Random) -> str:
+    return "".join(rng.choice((*_TRICKY, "a", " ", "word", "9")) for _ in range(rng.randrange(0, 12)))
+
+
+def _random_turn(rng: random.Random, k: int, facts: int) -> TurnRecord:
+    def conflicts() -> list[dict[str, str]]:
+        return [
+            {"type": rng.choice(["fact", "commitment", "player_input"]), "id": _text(rng), "reason": _text(rng)}
+            for _ in range(rng.randrange(3))
+        ]
+
+    counts = {"fact": rng.randrange(3), "commitment": 0, "player_input": 1, "total": rng.randrange(4)}
+    first, reviewed = conflicts(), rng.random() < 0.4
+    return TurnRecord.model_validate(
+        {
+            "turn": k,
+            "player_input": _text(rng),
+            "response": _text(rng),
+            "fact_update": {
+                "add_facts": [_text(rng) for _ in range(rng.randrange(3))],
+                "negate_facts": [f"f_{rng.randrange(facts + 2)}" for _ in range(rng.randrange(2))],
+                "reason": _text(rng),
+            },
+            "conflict_check": {"conflicts": first, "counts": counts},
+            "double_check": (
+                {
+                    "conflicts": conflicts(),
+                    "confirmed": rng.random() < 0.5,
+                    "review_reason": _text(rng),
+                    "counts": counts,
+                }
+                if reviewed
+                else None
+            ),
+            "conflicts": conflicts(),
+            "failure_modes": rng.choice([None, [], [{"conflict": "fact:f_1", "mode": "other", "reason": _text(rng)}]]),
+            "trajectory_check": rng.choice(
+                [
+                    None,
+                    {"trigger": {"occurred": True, "reason": _text(rng)}, "delta": {"occurred": False, "reason": ""}},
+                ]
+            ),
+            "node_completed": rng.choice([None, _text(rng)]),
+            "status_check": rng.choice([None, [{"id": "c1", "status": "PENDING", "reason": _text(rng)}]]),
+            "newly_satisfied": rng.choice([[], [_text(rng)]]),
+            "back_to_pending": rng.choice([[], ["c1"]]),
+            "bound_hits": rng.choice([[], ["narrate:text_chars"]]),
+            "thought_tokens": rng.choice([0, 0, rng.randrange(1, 10**12)]),
+        }
+    )
+
+
+def _random_episode(seed: int, turns: int) -> tuple[list[Checkpoint], EpisodeResult]:
+    """An episode's commits and its whole result, on random records whose states replay as a log's do;
+    the narrator's state changes now and then (with floats below 1e-4, which only checkpoints hold)."""
+    rng = random.Random(seed)
+    state = EpisodeState(
+        facts=tuple(FactEntry(id=f"f_{i}", text=_text(rng) or "x", active=True) for i in range(3)),
+        node_occurred=(False, False),
+        statuses=(("c1", "pending"), ("c2", "pending")),
+        pending=FactUpdate(add_facts=("ü",)),
+        opening=_text(rng),
+    )
+    trial = rng.choice([0, 0, 3])
+    cps = [Checkpoint(spec_id="s", trial=trial, state=state, opening_update=None, turns=(), narrator_state={})]
+    for k in range(turns):
+        rec = _random_turn(rng, k, len(state.facts))
+        state = ledger.commit_turn(
+            state,
+            to_update(rec.fact_update),
+            (rng.random() < 0.5, k % 3 == 0),
+            (("c1", rng.choice(["pending", "satisfied"])), ("c2", "pending")),
+            Exchange(player_input=rec.player_input, response=rec.response),
+        )
+        narrator = (
+            {"subgoal": _text(rng), "w": rng.random() * 1e-5, "node_occurred": [k]}
+            if rng.random() < 0.3
+            else cps[-1].narrator_state
+        )
+        cps.append(
+            cps[-1].model_copy(update={"state": state, "turns": (*cps[-1].turns, rec), "narrator_state": narrator})
+        )
+    result = EpisodeResult(
+        spec_id="s",
+        trial=trial,
+        termination=rng.choice(["max_turns", "conflict"]),
+        reason=_text(rng),
+        opening=state.opening,
+        opening_update=rng.choice([None, FactUpdateRecord(add_facts=("ä",), negate_facts=(), reason=_text(rng))]),
+        turns=cps[-1].turns,
+        final_state=state,
+        max_turns=turns,
+        opening_thought_tokens=rng.choice([0, 7]),
+    )
+    return cps, result
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_writers_read_back_writes_the_result_the_full_read_writes_byte_for_byte(tmp_path: Path, seed: int) -> None:
+    """At an episode's end the writer takes each turn's JSON from the lines it wrote (their hashes checked,
+    chained to the last it wrote) and splices them into the head's, instead of validating and replaying
+    every line: the file must be the one sealing the whole result writes, for a fresh episode, one resumed
+    from its log, one carried over from a format-1 checkpoint (read whole) and one ended with turns not yet
+    handed on (a conflict's)."""
+    rng = random.Random(seed)
+    cps, result = _random_episode(seed, rng.randrange(1, 9))
+    name = cps[0].episode
+    way = ("fresh", "resumed", "format 1", "tail")[seed % 4]
+    handed = max(0, len(result.turns) - (rng.randrange(1, 3) if way == "tail" else 0))
+    if way == "format 1":
+        _store(tmp_path).close()
+        cut = rng.randrange(1, len(cps))
+        seal = {"spec_id": "s", **({"trial": cps[0].trial} if cps[0].trial else {}), "spec_sha256": "", "run": RUN}
+        seal["sha256"] = _body_hash(cps[cut])
+        (tmp_path / "checkpoints" / f"{name}.json").write_text(
+            json.dumps({SEAL: seal, **cps[cut].model_dump(mode="json")}, indent=1, ensure_ascii=False)
+        )
+        store = _store(tmp_path)
+        assert store.load_checkpoint(name) == cps[cut]
+        cps = cps[cut:]
+    elif way == "resumed":
+        cut = rng.randrange(1, len(cps))
+        _write_all(tmp_path, cps[:cut])
+        store = _store(tmp_path)
+        assert store.load_checkpoint(name) == _in_log(cps[cut - 1])
+        cps = cps[cut:]
+    else:
+        store = _store(tmp_path)
+    for cp in cps:
+        if cp.committed <= handed or cp is cps[0]:
+            store.write_checkpoint(cp)
+    store.flush()
+    turns = logged_turns(_log(tmp_path, name), store._chains[name].last, handed)
+    assert (turns is None) == (way == "format 1")  # a format-1 base's turns are read whole, by read_log
+    store.write_ending(Ending(result.model_copy(update={"turns": result.turns[handed:]}), handed)).result()
+    store.close()
+    assert (tmp_path / "results" / f"{name}.json").read_text() == sealed_json(result, "", RUN)
+    if turns is not None:
+        assert turns == [t.model_dump_json().encode() for t in result.turns[:handed]]
+
+
+def test_the_writers_read_back_takes_only_the_lines_it_wrote(
+    tmp_path: Path, played: list[tuple[Spec, EpisodeResult]]
+) -> None:
+    """The read-back trusts a log's lines only when they are the writer's own: an edited line (its hash
+    kept, or every hash after it made again), a line cut, added or reordered, or another hash at the end
+    sends it to the full read, which names what changed (tests above)."""
+    spec, result = played[0]
+    _write_all(tmp_path, _commits(spec, result))
+    path, n = _log(tmp_path, spec.id), len(result.turns)
+    store = _store(tmp_path)
+    last = store._chains[spec.id].last
+    store.close()
+    assert logged_turns(path, last, n) == [t.model_dump_json().encode() for t in result.turns]
+    good = path.read_bytes().splitlines(keepends=True)
+
+    def rechained(lines: list[bytes]) -> list[bytes]:
+        prev, out = GENESIS, []
+        for line in lines:
+            body = json.loads(line)["body"]
+            framed, prev = _frame(prev, json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
+            out.append(framed)
+        return out
+
+    edited = [*good[:3], good[3].replace(b'"response":"', b'"response":"X', 1), *good[4:]]
+    for lines, why in (
+        (edited, "edited"),
+        (rechained(edited), "edited, its hash and those after it made again"),
+        (good[:-1], "cut"),
+        ([*good, good[-1]], "a line twice"),
+        ([*good[:2], good[3], good[2], *good[4:]], "reordered"),
+        ([*good[:-1], good[-1][:-1]], "torn"),
+    ):
+        path.write_bytes(b"".join(lines))
+        assert logged_turns(path, last, n) is None, why
+    path.write_bytes(b"".join(good))
+    assert logged_turns(path, GENESIS, n) is None and logged_turns(path, last, n - 1) is None
+
+
+def test_a_result_holds_no_float() -> None:
+    """`sealed_json` reads a spliced result's data from its JSON: the same as `model_dump(mode="json")`
+    but for inf and nan, which JSON writes null; a result has no field that could hold them."""
+    assert '"number"' not in json.dumps(EpisodeResult.model_json_schema())

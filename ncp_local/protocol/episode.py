@@ -276,6 +276,17 @@ class Ending:
             raise ValueError(f"{self.head.episode}: expected turns 0 to {self.handed - 1}, got {len(handed)} turns")
         return self.head.model_copy(update={"turns": (*handed, *self.head.turns)}) if handed else self.head
 
+    def result_json(self, handed: Sequence[bytes]) -> bytes:
+        """`result(...).model_dump_json()`, given the handed turns' own `model_dump_json()` (turn 0 first):
+        the head's JSON with them spliced in, no turn's objects made. A record's JSON is the same alone or
+        nested, and `,"turns":[` is the head's own field, the first of its keys: JSON escapes every quote
+        in a string, and no field before it holds a key of that name (tests/test_turn_log.py checks it)."""
+        head = self.head.model_dump_json().encode()
+        if not handed:
+            return head
+        at = head.index(b',"turns":[') + len(b',"turns":[')
+        return head[:at] + b",".join(handed) + (b"," if self.head.turns else b"") + head[at:]
+
 
 class Episode:
     def __init__(

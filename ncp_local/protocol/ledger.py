@@ -70,10 +70,10 @@ def active_facts(facts: tuple[FactEntry, ...]) -> tuple[FactEntry, ...]:
     return tuple(f for f in facts if f.active)
 
 
-def _new_fact_id(facts: list[FactEntry]) -> str:
-    # n counts inactive facts too, so ids never get reused after a negation.
-    taken = {f.id for f in facts}
-    base = f"f_{len(facts)}"
+def _new_fact_id(n: int, taken: set[str]) -> str:
+    # n counts inactive facts too, so ids never get reused after a negation. `taken`: the ids so far, made
+    # once per update (the ledger holds about 200 facts at turn 100, and an audit asks 8 ids ahead).
+    base = f"f_{n}"
     if base not in taken:
         return base
     k = 2
@@ -84,21 +84,25 @@ def _new_fact_id(facts: list[FactEntry]) -> str:
 
 def next_fact_ids(facts: tuple[FactEntry, ...], k: int) -> tuple[str, ...]:
     """The ids the next k additions would get, in order."""
-    out = list(facts)
+    taken, out = {f.id for f in facts}, list[str]()
     for _ in range(k):
-        out.append(FactEntry(id=_new_fact_id(out), text="", active=True))
-    return tuple(f.id for f in out[len(facts) :])
+        out.append(_new_fact_id(len(facts) + len(out), taken))
+        taken.add(out[-1])
+    return tuple(out)
 
 
 def apply_update(facts: tuple[FactEntry, ...], update: FactUpdate) -> tuple[FactEntry, ...]:
     """Additions first (blank ones skipped), so an update may negate a fact it adds; then
     negations, compared after stripping; an unknown or already inactive id is ignored."""
-    out = list(facts)
+    out, taken = list(facts), {f.id for f in facts} if update.add_facts else set()
     for text in update.add_facts:
         text = text.strip()
         if text:
-            out.append(FactEntry(id=_new_fact_id(out), text=text, active=True))
+            out.append(FactEntry(id=_new_fact_id(len(out), taken), text=text, active=True))
+            taken.add(out[-1].id)
     negate = {i.strip() for i in update.negate_facts}
+    if not negate:
+        return tuple(out)
     return tuple(f.model_copy(update={"active": False}) if f.id in negate else f for f in out)
 
 

@@ -267,13 +267,21 @@ class PromptPack:
         self, template: str, variables: Mapping[str, str], feedback: str = "", extra: str | None = None
     ) -> tuple[Message, ...]:
         """One user message; `extra` names a second template appended after the first."""
-        text = self.templates[template].format_map(variables).strip()
+        text = _stripped(self.templates[template], variables)
         if extra is not None:
-            text += "\n\n" + self.templates[extra].format_map(variables).strip()
+            text += "\n\n" + _stripped(self.templates[extra], variables)
         if feedback:
             # A re-ask after a failed cross-check goes last, after the item itself.
             text += f"\n\nYOUR PREVIOUS ANSWER WAS REJECTED. Fix these problems:\n{feedback}"
         return (Message("user", text),)
+
+
+def _stripped(template: str, variables: Mapping[str, str]) -> str:
+    """`template.format_map(variables).strip()`, without copying the prompt (100 kB and more past turn 50)
+    when only the template's own ends are blank, as a file's last newline is: stripping what a template
+    begins and ends with first leaves the same text to strip."""
+    text = template.strip().format_map(variables)
+    return text.strip() if text[:1].isspace() or text[-1:].isspace() else text
 
 
 @functools.cache

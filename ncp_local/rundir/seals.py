@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ..protocol.plant import PlantResult
 from ..protocol.reaudit import ReauditResult
@@ -47,17 +47,23 @@ def _kind(record: BaseModel) -> Kind:
     return _KIND.get(type(record), "result")
 
 
-def sealed_json(record: Sealed, spec_sha256: str, run: str) -> str:
-    """The record's JSON with its seal first (spec id, spec hash, run identity, record hash)."""
+def sealed_json(record: Sealed, spec_sha256: str, run: str, body: bytes | None = None) -> str:
+    """The record's JSON with its seal first (spec id, spec hash, run identity, record hash).
+
+    `body`: an `EpisodeResult`'s `model_dump_json()`, made without the record's objects (the record given
+    is its head: `Ending.result_json`); the file's data is then read from it, the same data as
+    `model_dump(mode="json")`'s, as a result holds no float (JSON's null for inf and nan: the one
+    difference; tests/test_turn_log.py checks the schema)."""
     trial = getattr(record, "trial", 0)
     seal = {
         "spec_id": record.spec_id,
         **({"trial": trial} if trial else {}),  # trial 0's seal is the seal a run without trials writes
         "spec_sha256": spec_sha256,
         "run": run,
-        "sha256": _body_hash(record),
+        "sha256": _body_hash(record) if body is None else hashlib.sha256(body).hexdigest(),
     }
-    return pretty_json({SEAL: seal, **stamped(record.model_dump(mode="json"), _kind(record))})
+    data = record.model_dump(mode="json") if body is None else from_json(body)
+    return pretty_json({SEAL: seal, **stamped(data, _kind(record))})
 
 
 # The forms in which pydantic_core writes a float that json.dumps writes otherwise: 1.5e-05 as

@@ -47,8 +47,8 @@ from .identity import differences, summary
 from .layout import CALLS, CHECKPOINTS, DONE, LOCK, MANIFEST, QUARANTINE, RESULTS, manifest_problem, result_file
 from .places import check_place
 from .provenance import now, resume_entry
-from .seals import SEAL, Sealed, check_file, sealed_json
-from .turn_log import SUFFIX, LogRead, base_line, read_log, seal_of, turn_line
+from .seals import SEAL, check_file, sealed_json
+from .turn_log import SUFFIX, LogRead, base_line, logged_turns, read_log, seal_of, turn_line
 from .writer import Writer
 
 
@@ -340,7 +340,8 @@ class RunDir:
     def write_result(self, result: EpisodeResult | ReauditResult | PlantResult) -> Future[None]:
         """Seal and write a finished episode's result, by the writer (its serialization too: once per
         episode, off the loop); resolves once it is on disk and its checkpoint is gone."""
-        return self._finish(episode_name(result.spec_id, getattr(result, "trial", 0)), lambda: result)
+        name = episode_name(result.spec_id, getattr(result, "trial", 0))
+        return self._finish(name, result.spec_id, lambda spec_sha256: sealed_json(result, spec_sha256, self.identity))
 
     def write_ending(self, ending: Ending) -> Future[None]:
         """`write_result` for an episode that handed its committed turns on to its turn log: the writer,
@@ -349,27 +350,32 @@ class RunDir:
         (a run stopped at a given call leaves the same files every time)."""
         name = ending.head.episode
         log, _ = self._checkpoint_files(name)
+        chain = self._chains.get(name)
+        last = chain.last if chain is not None else ""  # the hash of the last line asked for, its last turn's
 
-        def result() -> EpisodeResult:
+        def text(spec_sha256: str) -> str:
             if not ending.handed:
-                return ending.head
-            got = read_log(log, self.identity, self.spec_hashes)
+                return sealed_json(ending.head, spec_sha256, self.identity)
+            handed = logged_turns(log, last, ending.handed)
+            if handed is not None:
+                return sealed_json(ending.head, spec_sha256, self.identity, ending.result_json(handed))
+            got = read_log(log, self.identity, self.spec_hashes)  # says what changed, or takes a format-1 base's turns
             try:
                 if got.checkpoint is None or got.problem:
                     raise ValueError(got.problem)
-                return ending.result(got.checkpoint.turns)
+                return sealed_json(ending.result(got.checkpoint.turns), spec_sha256, self.identity)
             except ValueError as exc:
                 raise InputError(log, "", f"{exc}: the run's own turn log changed while it ran") from None
 
-        return self._finish(name, result)
+        return self._finish(name, ending.head.spec_id, text)
 
-    def _finish(self, name: str, result: Callable[[], Sealed]) -> Future[None]:
-        """Write episode `name`'s result, made by `result` in the writer's turn, and drop its checkpoint."""
+    def _finish(self, name: str, spec_id: str, text: Callable[[str], str]) -> Future[None]:
+        """Write episode `name`'s result, made by `text` (given its spec's hash) in the writer's turn, and
+        drop its checkpoint."""
         self._chains.pop(name, None)
 
         def write() -> None:
-            record = result()
-            self._write(self.result_path(name), sealed_json(record, self._spec_hash(record.spec_id), self.identity))
+            self._write(self.result_path(name), text(self._spec_hash(spec_id)))
             # The result supersedes the checkpoint; dropped only after the result is safe.
             for old in self._checkpoint_files(name):
                 old.unlink(missing_ok=True)
