@@ -143,8 +143,8 @@ class TurnAsk:
 
 # The event loop's work per pass (its thread's CPU), at most (about): past it, an answered call waits for
 # the next pass. What becomes due during a pass (a timer, a vLLM engine's output) runs at the end of the
-# next one, so it waits up to two passes; a young collection can add 20-30 ms to one. At 20 ms two passes
-# came to 60-90 ms; at 10 ms, under 50 (issue 67).
+# next one, so it waits up to two passes. At 20 ms the probe of the rig-alone bench saw 60-90 ms of the
+# loop's CPU; at 10 ms 20-50, but where a collection, which no pass can cut, adds its own (issue 67).
 PASS_BUDGET_S = 0.01
 
 
