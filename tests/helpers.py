@@ -11,7 +11,7 @@ from typing import Any
 from cli_runner import run_cli
 from ncp_local.engines.base import Request
 from ncp_local.engines.scripted import RandomPolicy, ScriptedEngine
-from ncp_local.execution.calls import CallService, RoleBinding, Sampling
+from ncp_local.execution.calls import CallService, Pacer, RoleBinding, Sampling
 from ncp_local.execution.scheduler import EpisodeScheduler, EpisodeSettings
 from ncp_local.protocol.narrators import BaselineNarrator
 from ncp_local.protocol.player import Player
@@ -122,8 +122,10 @@ class Scripted:
         bounds: dict[str, Any] | None = None,
         speculative_player: bool = False,
         failure_modes: bool = False,
+        pacer: Pacer | None = None,
     ) -> None:
         self.root, self.specs, self.max_turns, self.seed = root, specs, max_turns, seed
+        self.pacer = pacer
         self.failure_modes = failure_modes
         self.play_through = play_through
         self.speculative_player = speculative_player
@@ -146,7 +148,7 @@ class Scripted:
         }
         scheduler = EpisodeScheduler(
             specs=tuple(self.specs),
-            calls=CallService(roles=roles, pack=pack, store=store, seed=self.seed),
+            calls=CallService(roles=roles, pack=pack, store=store, seed=self.seed, pacer=self.pacer),
             store=store,
             settings=EpisodeSettings(
                 max_turns=self.max_turns,

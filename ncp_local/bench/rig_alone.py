@@ -37,6 +37,7 @@ from ..execution.life import Life, prepared_run
 from ..protocol.turns import shown
 from ..rundir import layout, provenance
 from ..rundir.atomic import fsync_delay
+from .passes import watching
 from .ways import played, run_overrides
 
 # Texts as long as a real narrator's (about 150 words), player's (50) and auditor's reason (20): with
@@ -245,13 +246,15 @@ def main(cfg: RunConfig, out: Path) -> list[str]:
 
     base = rss()
     cpu0, t0 = time.process_time(), time.time()
-    with fsync_delay(b.fsync_delay_s):
+    with fsync_delay(b.fsync_delay_s), watching() as passes:
         asyncio.run(go())
     wall, cpu = time.time() - t0, time.process_time() - cpu0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
     played("the rig-alone run", life, p)
     ends, by_tenth = call_times(run_dir / layout.CALLS, b.turns)
     out_lines = lines(tenths(ends, by_tenth, probe.samples, b.turns), episodes, base, peak, wall, cpu, len(ends))
+    if passes is not None:
+        out_lines = passes.lines() + out_lines  # the summary stays last
     if profile is not None:
         profile.dump_stats(out / "rig-alone.prof")
         out_lines += top_costs(profile)

@@ -291,17 +291,20 @@ class ScriptedEngine:
         self.calls += 1
         if self.keep_requests:
             self.requests.append(request)
-        await asyncio.sleep(self.delay_s)
         if self.overflow is not None and self.overflow.hits(request):
+            await asyncio.sleep(self.delay_s)
             raise ContextOverflow(
                 f"scripted engine: the window is full from turn {self.overflow.turn} "
                 "(fault injection: engine.context_limit_turn)"
             )  # yield, as a real engine would, so episodes interleave
+        # The answer is made before the yield, in the step that asked (which the rig paces), not after it,
+        # where every episode the engine answers at once would make its own in the same loop pass.
         out = self.rules(request) if self.rules else None
         if out is None and self.plant is not None and self.plant.answers(request):
             out = self.plant.answer(request)
         if out is None:
             out = self.policy.answer(request)
+        await asyncio.sleep(self.delay_s)
         if isinstance(out, Completion):
             return out
         prompt_chars = sum(len(m.content) for m in request.messages)

@@ -142,8 +142,10 @@ class TurnAsk:
 
 
 # The event loop's work per pass (its thread's CPU), at most (about): past it, an answered call waits for
-# the next pass.
-PASS_BUDGET_S = 0.02
+# the next pass. What becomes due during a pass (a timer, a vLLM engine's output) runs at the end of the
+# next one, so it waits up to two passes. At 20 ms the probe of the rig-alone bench saw 60-90 ms of the
+# loop's CPU; at 10 ms 20-50, but where a collection, which no pass can cut, adds its own (issue 67).
+PASS_BUDGET_S = 0.01
 
 
 class Pacer:
@@ -152,47 +154,57 @@ class Pacer:
     An engine that answers every call in flight at once (a GPU's batch finishing; the scripted engine)
     makes every episode ready in the same pass, and the pass runs each one's next step: parse, log, the
     next prompt. At 200 episodes that was hundreds of ms in which nothing else ran (the heartbeat, the
-    signal handlers, other points' episodes). Past `budget_s` of the loop thread's CPU in a pass, `pace`
-    queues its caller; each later pass lets go as many of the queued, first come first, as the pass
-    before ran (a queued call is not woken each pass to find the pass full again: at 800 episodes that
-    cost more than the calls). What each call computes does not change, only when.
+    signal handlers, other points' episodes, a vLLM engine's output handler). Past `budget_s` of the loop
+    thread's CPU in a pass, `pace` queues its caller; each later pass lets go as many of the queued, first
+    come first, as the budget holds at the pass before's cost a step (a queued call is not woken each pass
+    to find the pass full again: at 800 episodes that cost more than the calls). What each call computes
+    does not change, only when.
+
+    The pass's clock starts when the pass does (`_next_pass` runs first in each pass while episodes are
+    busy), not at its first paced step: what ran before that step without pacing (an episode resuming
+    from its audits, a speculative player's first prompt) counts too. A let-go call is held to the same
+    budget: it waits again, at the head of the queue, if the pass is already full.
     """
 
     def __init__(self, budget_s: float = PASS_BUDGET_S) -> None:
         self.budget_s = budget_s
-        self._pass: list[Any] | None = None  # [the loop, its thread's CPU when the pass began, steps run]
+        # [the loop, its thread's CPU when the pass began, steps run]; None while no pass is watched.
+        self._pass: list[Any] | None = None
         self._queued: deque[asyncio.Future[None]] = deque()
-        self._last = 1  # steps the last pass ran
-        # The loop a `_next_pass` is scheduled on (one at a time: each lets go a pass's worth of calls).
-        self._due: asyncio.AbstractEventLoop | None = None
+        self._step_s = budget_s  # a step's cost, measured by each busy pass (at first: one a pass)
+        self._again = 0  # let-go calls that found this pass full and wait again, at the queue's head
 
     def _step(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Count a step in this pass; False (not counted) once the pass has spent its budget."""
         now = time.thread_time()  # the loop's own work: a core taken by another process is not its
         if self._pass is None or self._pass[0] is not loop:
             self._pass = [loop, now, 0]
-            if self._due is not loop:
-                self._due = loop
-                loop.call_soon(self._next_pass)  # early in the next pass
+            loop.call_soon(self._next_pass)  # early in the next pass
         elif now - self._pass[1] > self.budget_s:
             return False
         self._pass[2] += 1
         return True
 
     def _next_pass(self) -> None:
-        self._due = None
-        if self._pass is not None:
-            self._last = max(1, self._pass[2])
-        self._pass = None
-        released = 0
-        while self._queued and released < self._last:
+        assert self._pass is not None
+        loop, began, ran = self._pass
+        if not ran and not self._queued:
+            self._pass = None  # idle: the next step starts a pass of its own
+            return
+        now = time.thread_time()
+        if ran:
+            # What a step costs the loop, its unpaced followers included (a floor: a clock that did not move).
+            self._step_s = max((now - began) / ran, 1e-6)
+        self._pass, self._again = [loop, now, 0], 0
+        loop.call_soon(self._next_pass)  # before the calls let go below: they run after it, in its pass
+        # As many as fit the budget at the last pass's cost a step. Not the last pass's count: those let go
+        # now run in the next pass, so that count would be of the ones let go two passes ago.
+        room, released = max(1, int(self.budget_s / self._step_s)), 0
+        while self._queued and released < room:
             waiter = self._queued.popleft()
             if not waiter.done():  # a cancelled caller is passed over
                 waiter.set_result(None)
                 released += 1
-        if self._queued:
-            self._due = asyncio.get_running_loop()
-            self._due.call_soon(self._next_pass)  # the rest, in passes to come
 
     async def pace(self) -> None:
         loop = asyncio.get_running_loop()
@@ -200,8 +212,13 @@ class Pacer:
             return
         waiter: asyncio.Future[None] = loop.create_future()
         self._queued.append(waiter)
-        await waiter
-        self._step(loop)  # its work counts in the pass it runs in
+        while True:
+            await waiter
+            if self._step(loop):
+                return
+            waiter = loop.create_future()
+            self._queued.insert(self._again, waiter)  # ahead of the rest, behind those let go before it
+            self._again += 1
 
 
 def call_seed(run_seed: int, spec_id: str, turn: int, stage: str, attempt: int) -> int:
@@ -266,6 +283,10 @@ class CallService:
             else:
                 held.append((kind, what))
 
+        if self.pacer is not None:
+            # A call's prompt is made in the pass its caller resumed in, which the caller may have entered
+            # unpaced (from its audits, a commit) or as a new task (a speculative player).
+            await self.pacer.pace()
         info = STAGES[stage]
         binding = self.roles[role or info.role]
         seeded_as = seed_episode(episode, role or info.role, self.vary)

@@ -81,6 +81,8 @@ class EpisodeScheduler:
     ) -> None:
         await gate.enter(name)
         try:
+            if self.calls.pacer is not None:
+                await self.calls.pacer.pace()  # every episode starts in one pass: its first steps paced
             if checkpoint is not None and self.on_turn:
                 self.on_turn(name, checkpoint.committed)
 
@@ -92,6 +94,8 @@ class EpisodeScheduler:
                 written = self.store.write_checkpoint(cp.model_copy(update={"trial": trial}) if trial else cp)
                 if self.store.writes_pending() > WRITER_LAG:
                     await asyncio.wrap_future(written)
+                    if self.calls.pacer is not None:
+                        await self.calls.pacer.pace()  # the writer lets many go at once: not all in one pass
                 if self.on_turn:
                     self.on_turn(name, cp.committed)
                 await gate.turn_done(name)
