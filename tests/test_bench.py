@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cli_runner import run_cli
 from ncp_local.bench.cache_sim import unbounded_cache_hit
 from ncp_local.bench.entry import NO_MODEL_NOTE
@@ -319,3 +321,19 @@ def test_scripted_text_lengths_and_the_fsync_hook(tmp_path: Path) -> None:
         assert time.perf_counter() - started < 0.05 and len(calls) == 2
     finally:
         atomic.os.fsync = real  # type: ignore[assignment]
+
+
+def test_the_rig_alone_benchs_last_tenth_runs_on_to_the_last_result() -> None:
+    from ncp_local.bench.rig_alone import Sample, tenths
+
+    # 10 s of calls, 100 a tenth, the process busy all along; then 2 s making results, no call.
+    by_tenth = [[k + i / 100 for i in range(100)] for k in range(10)]
+    ends = sorted(t for times in by_tenth for t in times)
+    samples = [Sample(at=i / 4, cpu_s=i / 4, lag_s=0.0, lag_cpu_s=0.0, rss=0) for i in range(49)]
+    early = tenths(ends, by_tenth, samples, 100)
+    late = tenths(ends, by_tenth, samples, 100, finished=12.0)
+    assert early[:9] == late[:9]  # only the last tenth moves
+    assert early[-1].cpu_s == pytest.approx(9.94 - 9.05) and early[-1].calls == 90  # the middle 90% of its calls
+    # Its calls, and the CPU spent on the results after them.
+    assert late[-1].calls == 95 and late[-1].cpu_s == pytest.approx(12 - 9.05)
+    assert late[-1].cpu_ms > 3 * early[-1].cpu_ms

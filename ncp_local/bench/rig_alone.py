@@ -65,16 +65,24 @@ class Probe:
     samples: list[Sample] = field(default_factory=list)
 
     async def watch(self) -> None:
+        """Until cancelled; a sample first and last, so that a run shorter than a sample is measured too."""
         worst, worst_cpu, next_note = 0.0, 0.0, time.monotonic() + SAMPLE_S
-        while True:
-            before, cpu = time.monotonic(), time.thread_time()  # the probe runs on the loop's thread
-            await asyncio.sleep(PROBE_S)
-            now = time.monotonic()
-            if now - before - PROBE_S > worst:
-                worst, worst_cpu = now - before - PROBE_S, time.thread_time() - cpu
-            if now >= next_note:
-                self.samples.append(Sample(time.time(), time.process_time(), worst, worst_cpu, rss()))
-                worst, worst_cpu, next_note = 0.0, 0.0, now + SAMPLE_S
+        self.note(0.0, 0.0)
+        try:
+            while True:
+                before, cpu = time.monotonic(), time.thread_time()  # the probe runs on the loop's thread
+                await asyncio.sleep(PROBE_S)
+                now = time.monotonic()
+                if now - before - PROBE_S > worst:
+                    worst, worst_cpu = now - before - PROBE_S, time.thread_time() - cpu
+                if now >= next_note:
+                    self.note(worst, worst_cpu)
+                    worst, worst_cpu, next_note = 0.0, 0.0, now + SAMPLE_S
+        finally:
+            self.note(worst, worst_cpu)
+
+    def note(self, lag_s: float, lag_cpu_s: float) -> None:
+        self.samples.append(Sample(time.time(), time.process_time(), lag_s, lag_cpu_s, rss()))
 
 
 def rss() -> int:
@@ -88,7 +96,9 @@ def rss() -> int:
 
 @dataclass(frozen=True)
 class Tenth:
-    """The middle 90% of the calls of one tenth of the turns, and what the process did meanwhile."""
+    """The middle 90% of the calls of one tenth of the turns, and what the process did meanwhile. The last
+    tenth runs on to the last result on disk: where every episode ends at once (the bench's), most results
+    are made after its calls, and a paper run's last turns are not over before they are."""
 
     turns: str  # e.g. "91-100"
     calls: int  # every call that ended in the window (of any turn)
@@ -146,7 +156,10 @@ def call_times(calls: Path, turns: int) -> tuple[list[float], list[list[float]]]
     return ends, by_tenth
 
 
-def tenths(ends: list[float], by_tenth: list[list[float]], samples: list[Sample], turns: int) -> list[Tenth]:
+def tenths(
+    ends: list[float], by_tenth: list[list[float]], samples: list[Sample], turns: int, finished: float = 0.0
+) -> list[Tenth]:
+    """Each tenth's figures (`Tenth`); `finished`: when the last result was written."""
     out = []
     at = [s.at for s in samples]
 
@@ -166,6 +179,8 @@ def tenths(ends: list[float], by_tenth: list[list[float]], samples: list[Sample]
             continue
         times.sort()
         lo, hi = times[len(times) // 20], times[-len(times) // 20 - 1]
+        if k == len(by_tenth) - 1:
+            hi = max(hi, finished)
         window = samples[bisect.bisect_left(at, lo) : bisect.bisect_right(at, hi) + 1]  # and the next
         first, last = k * turns // 10 + 1, (k + 1) * turns // 10
         out.append(
@@ -252,7 +267,9 @@ def main(cfg: RunConfig, out: Path) -> list[str]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
     played("the rig-alone run", life, p)
     ends, by_tenth = call_times(run_dir / layout.CALLS, b.turns)
-    out_lines = lines(tenths(ends, by_tenth, probe.samples, b.turns), episodes, base, peak, wall, cpu, len(ends))
+    finished = max((f.stat().st_mtime for f in (run_dir / layout.RESULTS).glob("*.json")), default=0.0)
+    rows = tenths(ends, by_tenth, probe.samples, b.turns, finished)
+    out_lines = lines(rows, episodes, base, peak, wall, cpu, len(ends))
     if passes is not None:
         out_lines = passes.lines() + out_lines  # the summary stays last
     if profile is not None:
