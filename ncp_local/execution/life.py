@@ -421,8 +421,9 @@ class Life:
                     store.write_checkpoint(cp)
                 where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
                 p.results, p.admission = await play(*where, self.wrap, p.play_through, self.pacer)
-                # Inside the heartbeat's block: its final state carries this verdict's exit code.
-                store.mark_done(len(p.episodes()))
+                # Inside the heartbeat's block: its final state carries this verdict's exit code. Off the loop:
+                # it waits for the writer to make every result (800 at once took 2 s, other points' too).
+                await asyncio.to_thread(store.mark_done, len(p.episodes()))
                 await asyncio.to_thread(self._judge, p, ending)  # it reads every result: not on the loop
             if p.status != "failed":
                 p.status, p.code = "done", 0

@@ -30,7 +30,7 @@ from engine_helpers import FITS, ReferenceSweep, free_port
 from ncp_local.exits import EXIT_ENGINE_DEAD, EXIT_SIGNAL
 from ncp_local.launch.slurm import script_env
 from served import KV_CACHE_BYTES, SERVED_NAME, START_TIMEOUT_S
-from test_mixed_engines import _cmd, _committed_turn, _remote, _results
+from test_mixed_engines import _cmd, _opened, _remote, _results
 
 ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 20  # slurm/serve.sbatch's NCP_STOP_GRACE_S default
@@ -185,7 +185,7 @@ def test_two_node_pipeline_server_plays_resumes_and_stops_cleanly(
             text=True,
         )
         deadline = time.monotonic() + 900
-        while not _committed_turn(run):
+        while not _opened(run):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "no checkpoint in time"
             time.sleep(0.2)

@@ -1,0 +1,55 @@
+"""The collector during play (execution/playing.py): what survives a full collection is frozen, so the
+next one walks only what has lived since; a point's end gives it all back."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+
+from cli_runner import run_cli
+from ncp_local.execution.playing import freeze_after_full
+
+
+def test_what_survives_a_full_collection_is_frozen_on_the_loops_next_pass() -> None:
+    async def go() -> tuple[bool, bool, int]:
+        hook = freeze_after_full(asyncio.get_running_loop())
+        gc.callbacks.append(hook)
+        try:
+            before = gc.get_freeze_count()
+            survivor: list[list[int]] = [[1]]
+            gc.collect()  # full: the survivor lands in the oldest generation
+            walked = any(o is survivor for o in gc.get_objects(generation=2))
+            await asyncio.sleep(0)  # the freeze runs early in the next pass, outside the collection
+            await asyncio.sleep(0)
+            frozen = not any(o is survivor for o in gc.get_objects(generation=2))
+            return walked, frozen, gc.get_freeze_count() - before
+        finally:
+            gc.callbacks.remove(hook)
+            gc.unfreeze()
+
+    walked, frozen, more = asyncio.run(go())
+    assert walked and frozen and more >= 2  # the list and its inner list
+
+
+def test_a_young_collection_freezes_nothing() -> None:
+    async def go() -> int:
+        hook = freeze_after_full(asyncio.get_running_loop())
+        gc.callbacks.append(hook)
+        try:
+            before = gc.get_freeze_count()
+            gc.collect(0)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            return gc.get_freeze_count() - before
+        finally:
+            gc.callbacks.remove(hook)
+
+    assert asyncio.run(go()) == 0
+
+
+def test_a_run_leaves_the_collector_as_it_found_it(tmp_path: Path) -> None:
+    hooks, thresholds = list(gc.callbacks), gc.get_threshold()
+    run = run_cli("engine=scripted", "limit=2", "max_turns=3", "progress=false", f"out_dir={tmp_path / 'r'}")
+    assert run.returncode == 0, run.stderr
+    assert gc.callbacks == hooks and gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
