@@ -8,12 +8,12 @@ import gc
 from pathlib import Path
 
 from cli_runner import run_cli
-from ncp_local.execution.playing import freeze_after_full
+from ncp_local.execution.playing import FreezeAfterFull
 
 
 def test_what_survives_a_full_collection_is_frozen_on_the_loops_next_pass() -> None:
     async def go() -> tuple[bool, bool, int]:
-        hook = freeze_after_full(asyncio.get_running_loop())
+        hook = FreezeAfterFull(asyncio.get_running_loop())
         gc.callbacks.append(hook)
         try:
             before = gc.get_freeze_count()
@@ -34,7 +34,7 @@ def test_what_survives_a_full_collection_is_frozen_on_the_loops_next_pass() -> N
 
 def test_a_young_collection_freezes_nothing() -> None:
     async def go() -> int:
-        hook = freeze_after_full(asyncio.get_running_loop())
+        hook = FreezeAfterFull(asyncio.get_running_loop())
         gc.callbacks.append(hook)
         try:
             before = gc.get_freeze_count()
@@ -44,6 +44,24 @@ def test_a_young_collection_freezes_nothing() -> None:
             return gc.get_freeze_count() - before
         finally:
             gc.callbacks.remove(hook)
+
+    assert asyncio.run(go()) == 0
+
+
+def test_a_freeze_still_scheduled_when_play_ends_does_nothing() -> None:
+    async def go() -> int:
+        hook = FreezeAfterFull(asyncio.get_running_loop())
+        gc.callbacks.append(hook)
+        try:
+            gc.collect()  # the freeze is scheduled ...
+            hook.stop()  # ... and play ends before the loop's next pass
+            before = gc.get_freeze_count()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            return gc.get_freeze_count() - before
+        finally:
+            gc.callbacks.remove(hook)
+            gc.unfreeze()
 
     assert asyncio.run(go()) == 0
 
