@@ -90,7 +90,7 @@ def packages() -> dict[str, str]:
 def _name_version(dist: metadata.Distribution) -> tuple[str | None, str]:
     """A distribution's Name and Version, read off its metadata's first lines. `dist.name` and
     `dist.version` parse the whole file as an e-mail, twice: 0.1-0.3 s for a venv's 260 packages, in
-    every run's start (tests/test_provenance.py checks both ways agree)."""
+    every run's start (tests/test_lock.py checks both ways agree)."""
     name = version = None
     for line in (dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "").splitlines():
         if not line:  # the end of the header

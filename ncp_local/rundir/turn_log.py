@@ -134,15 +134,8 @@ def read_log(
     while offset < len(raw):
         end = raw.find(b"\n", offset)
         line = raw[offset:] if end < 0 else raw[offset : end + 1]
-        problem = ""
-        m = _FRAME.match(line)
-        if m is None:
-            problem = "cut short (a crash mid-write)" if end < 0 else "not a line of a turn log (damaged)"
-        elif m.group(2).decode() != out.last:
-            problem = "does not follow the line before (a line from another log, or lines reordered)"
-        elif hashlib.sha256(m.group(2) + m.group(3)).hexdigest() != m.group(1).decode():
-            problem = "its content does not match its hash (edited or damaged)"
-        else:
+        m, problem = _link(line, out.last)
+        if m is not None and not problem:
             body = m.group(3)
             if base is None:
                 base, problem = _base(path, body, name, run, spec_hashes)
@@ -184,12 +177,12 @@ def logged_turns(path: Path, last: str, turns: int) -> list[bytes] | None:
     lines = raw.splitlines(keepends=True)
     if len(lines) != turns + 1:
         return None
-    prev, out = GENESIS.encode(), []
+    prev, out = GENESIS, []
     for k, line in enumerate(lines):
-        m = _FRAME.match(line)
-        if m is None or m.group(2) != prev or hashlib.sha256(prev + m.group(3)).hexdigest().encode() != m.group(1):
+        m, problem = _link(line, prev)
+        if m is None or problem:
             return None
-        prev = m.group(1)
+        prev = m.group(1).decode()
         if k:
             # TurnEntry's JSON: its `turn` first, then `node_occurred`, a key no turn record holds.
             body, start = m.group(3), b'{"turn":{"turn":%d,' % (k - 1)
@@ -197,7 +190,19 @@ def logged_turns(path: Path, last: str, turns: int) -> list[bytes] | None:
             if not body.startswith(start) or end < 0:
                 return None
             out.append(body[len(b'{"turn":') : end])
-    return out if prev.decode() == last else None
+    return out if prev == last else None
+
+
+def _link(line: bytes, prev: str) -> tuple[re.Match[bytes] | None, str]:
+    """A line's frame, and why it is not the whole line that follows the one hashed `prev` ("" if it is)."""
+    m = _FRAME.match(line)
+    if m is None:
+        return None, "not a line of a turn log (damaged)" if line.endswith(b"\n") else "cut short (a crash mid-write)"
+    if m.group(2).decode() != prev:
+        return m, "does not follow the line before (a line from another log, or lines reordered)"
+    if hashlib.sha256(m.group(2) + m.group(3)).hexdigest() != m.group(1).decode():
+        return m, "its content does not match its hash (edited or damaged)"
+    return m, ""
 
 
 def _base(
