@@ -176,18 +176,18 @@ def test_each_builder_provides_exactly_its_templates_placeholders() -> None:
     spec = _spec()
     state = ledger.initial_state(spec)
     facts = state.facts
-    conflict = conflict_vars(spec, state, facts, "I wait.", "Nothing moves.", FactUpdate())
+    conflict = conflict_vars(spec, state, "I wait.", "Nothing moves.", FactUpdate())
     provided = {
         "opening": opening_vars(spec, state),
         "narrate": narrate_vars(spec, state, "I wait."),
         "hiagent_narrate": narrate_vars(spec, state, "I wait."),
         "player_adversarial": player_vars(spec, state),
         "player_natural": player_vars(spec, state),
-        "fact_update": fact_update_vars(spec, facts, "Nothing moves."),
+        "fact_update": fact_update_vars(spec, state, "Nothing moves."),
         "conflict_check": conflict,
         "double_check": {**conflict, "initial_conflicts_json": "[]"},
-        "trajectory_check": trajectory_vars(spec, 0, facts, "history"),
-        "status_check": status_vars(spec, state, facts, state.node_occurred, "history"),
+        "trajectory_check": trajectory_vars(spec, 0, state, "history"),
+        "status_check": status_vars(spec, state, state.node_occurred, "history"),
     }
     from types import SimpleNamespace
 

@@ -271,6 +271,55 @@ def test_the_writer_keeps_order_commits_in_groups_and_stops_at_its_first_error(
     assert log.read_text().endswith("59\n")
 
 
+def test_files_replaced_whole_land_as_a_group_before_what_they_supersede_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """800 results at a paper run's end: written, fsynced side by side with the turn lines of the batch,
+    renamed, their folder fsynced once; only then each checkpoint goes; DONE after all of them."""
+    events: list[str] = []
+    real_fsync = writer_mod.fsync
+    monkeypatch.setattr(writer_mod, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd)))
+    monkeypatch.setattr(writer_mod, "fsync_dir", lambda folder: events.append(f"dir {folder.name}"))
+    w = writer_mod.Writer(tmp_path)
+    results, logs = tmp_path / "results", tmp_path / "checkpoints"
+    logs.mkdir()
+    gate = threading.Event()
+    w.run(gate.wait)
+    for i in range(20):
+        log = logs / f"e{i}.jsonl"
+        w.append(log, b"turn\n")
+        w.append_only(tmp_path / "calls.jsonl", f"call {i}\n".encode())  # other lines between the results
+
+        def unlink(log: Path = log) -> None:
+            events.append(f"unlink {log.name}")
+            log.unlink()
+
+        w.replace(results / f"e{i}.json", lambda log=log: log.read_text() * 2, unlink)  # made from its log
+    w.run(lambda: events.append(f"DONE sees {len(list(results.iterdir()))}"))
+    gate.set()
+    w.flush()
+    assert [p.read_text() for p in sorted(results.iterdir())] == ["turn\nturn\n"] * 20
+    assert not list(logs.iterdir())
+    # One group before DONE: the 20 results' fsyncs, their folder's, then the unlinks; the lines' fsyncs
+    # (20 logs, the call log) once, at the batch's end.
+    assert events[:20] == ["fsync"] * 20 and events[20] == "dir results"
+    assert events[21:41] == [f"unlink e{i}.jsonl" for i in range(20)]
+    assert events[41:] == ["DONE sees 20"] + ["fsync"] * 21
+
+    # A result that cannot be made: none of its group lands, no temp file stays, every checkpoint stays.
+    w2 = writer_mod.Writer(tmp_path)
+    (logs / "a.jsonl").write_text("turn\n")
+    (logs / "b.jsonl").write_text("turn\n")
+    w2.run(gate.wait)
+    done_a = w2.replace(results / "a.json", lambda: "fine", (logs / "a.jsonl").unlink)
+    done_b = w2.replace(results / "b.json", lambda: 1 / 0, (logs / "b.jsonl").unlink)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ZeroDivisionError):
+        w2.flush()
+    assert isinstance(done_a.exception(), ZeroDivisionError) and isinstance(done_b.exception(), ZeroDivisionError)
+    assert sorted(p.name for p in results.iterdir()) == [f"e{i}.json" for i in sorted(range(20), key=str)]
+    assert sorted(p.name for p in logs.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
 # ---- the writer's read-back at an episode's end -----------------------------------------------------
 
 # Texts a record's JSON must not be cut at: the keys the read-back finds, quotes, escapes, non-ASCII.

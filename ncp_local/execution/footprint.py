@@ -70,8 +70,8 @@ def estimate(
         {
             **narrate_vars(spec, state, ""),
             **player_vars(spec, state),
-            **conflict_vars(spec, state, state.facts, "", "", state.pending),
-            **status_vars(spec, state, state.facts, state.node_occurred, history),
+            **conflict_vars(spec, state, "", "", state.pending),
+            **status_vars(spec, state, state.node_occurred, history),
         }
     )
     stages = PER_TURN + ((STAGES["opening"],) if checkpoint is None else ())

@@ -163,8 +163,9 @@ async def audit_response(
     facts with the pending updates applied. Shared by a run's turns and the re-audit. With
     `failure_modes`, a turn whose conflicts stand asks the auditor one more call: each one's mode."""
     ids = audit_ids(spec, projected)
-    fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids))
-    cvars = conflict_vars(spec, state, projected, player_input, response, to_update(fu))
+    seen = ledger.with_facts(state, projected)
+    fu = fu_record(await ask("fact_update", "fact_update", fact_update_vars(spec, seen, response), ids=ids))
+    cvars = conflict_vars(spec, seen, player_input, response, to_update(fu))
     first: ConflictCheckOut = await ask("conflict_check", "conflict_check", cvars, ids=ids)
     reviewed: DoubleCheckOut | None = None
     if first.conflicts:
@@ -454,7 +455,7 @@ class Episode:
         fu: FactUpdateOut = await ask(
             "fact_update",
             "fact_update",
-            fact_update_vars(self.spec, state.facts, text),
+            fact_update_vars(self.spec, state, text),
             ids=audit_ids(self.spec, state.facts),
         )
         rec = fu_record(fu)
@@ -489,14 +490,15 @@ class Episode:
 
         update = to_update(audit.fact_update)
 
-        facts = ledger.apply_update(projected, update)
+        # The ledger with this turn's update: what the end-of-turn checks read, and the turn commits.
+        updated = ledger.with_facts(exchanged, ledger.apply_update(projected, update))
         history = rendered(exchanged, "history")
         occurred, node_done = state.node_occurred, None
         traj: TrajectoryRecord | None = None
         pending_node = ledger.first_pending_node(occurred)
         if pending_node is not None:  # at most one node per turn: the first pending one
             tc: TrajectoryOut = await ask(
-                "trajectory_check", "trajectory_check", trajectory_vars(self.spec, pending_node, facts, history)
+                "trajectory_check", "trajectory_check", trajectory_vars(self.spec, pending_node, updated, history)
             )
             traj = TrajectoryRecord.model_validate(tc.model_dump(mode="json"))
             if tc.completed:
@@ -509,7 +511,7 @@ class Episode:
             sc: StatusOut = await ask(
                 "status_check",
                 "status_check",
-                status_vars(self.spec, state, facts, occurred, history),
+                status_vars(self.spec, updated, occurred, history),
                 ids=AuditIds(commitment_ids=self.commitment_ids),
             )
             # Overwritten each turn: a satisfied commitment can fall back to pending.
@@ -526,7 +528,7 @@ class Episode:
             bound_hits=_hits(ask),
             thought_tokens=_thought_tokens(ask),
         )
-        return record, ledger.commit_exchanged(exchanged, update, occurred, statuses)
+        return record, ledger.with_checks(updated, occurred, statuses)
 
 
 def _hits(ask: Ask) -> tuple[str, ...]:

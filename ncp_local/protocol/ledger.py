@@ -50,6 +50,9 @@ class EpisodeState(_Frozen):
     # part of the state: never serialized nor compared; model_copy carries it to the states made from this
     # one, and prompts.py checks it against their own history before it uses it.
     _rendered: Any = PrivateAttr(default=None)
+    # The facts as the prompts show them (prompts.shown_facts), kept for the same reason: a turn's prompts
+    # show the ledger up to five times, about 200 lines at turn 100. Checked against `facts` before use.
+    _facts_text: Any = PrivateAttr(default=None)
 
     @property
     def status_map(self) -> dict[str, Status]:
@@ -150,14 +153,23 @@ def commit_exchanged(
     statuses: tuple[tuple[str, Status], ...],
 ) -> EpisodeState:
     """`commit_turn` from the state `with_exchange` made: its history already holds the turn's exchange."""
-    return exchanged.model_copy(
-        update={
-            "facts": apply_update(projected_facts(exchanged), update),
-            "pending": FactUpdate(),
-            "node_occurred": node_occurred,
-            "statuses": statuses,
-        }
-    )
+    return with_checks(with_facts(exchanged, apply_update(projected_facts(exchanged), update)), node_occurred, statuses)
+
+
+def with_facts(state: EpisodeState, facts: tuple[FactEntry, ...]) -> EpisodeState:
+    """The state with `facts` as its ledger and nothing pending: what a turn's audits read (its facts
+    projected) and, with the turn's update applied, its end-of-turn checks. The state itself when those are
+    its own facts, so that what prompts.py keeps for a state's facts serves every stage of the turn."""
+    if facts is state.facts and state.pending.empty:
+        return state
+    return state.model_copy(update={"facts": facts, "pending": FactUpdate()})
+
+
+def with_checks(
+    updated: EpisodeState, node_occurred: tuple[bool, ...], statuses: tuple[tuple[str, Status], ...]
+) -> EpisodeState:
+    """Step 9's rest, on the state `with_facts` gave the turn's updated ledger: its nodes and statuses."""
+    return updated.model_copy(update={"node_occurred": node_occurred, "statuses": statuses})
 
 
 def all_resolved(spec: Spec, statuses: tuple[tuple[str, Status], ...]) -> bool:

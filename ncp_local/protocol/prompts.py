@@ -311,6 +311,29 @@ def format_facts(facts: Iterable[FactEntry]) -> str:
     return "\n".join(lines) or NONE
 
 
+class _FactsText:
+    """`format_facts` of one ledger (`facts`), kept on the state that holds it: a memo that never tells
+    two states apart (pydantic compares private attributes)."""
+
+    __slots__ = ("facts", "text")
+
+    def __init__(self, facts: tuple[FactEntry, ...], text: str) -> None:
+        self.facts, self.text = facts, text
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def shown_facts(state: EpisodeState) -> str:
+    """`format_facts(state.facts)`, made once per ledger, not once per prompt that shows it."""
+    memo = state._facts_text
+    if memo is None or memo.facts is not state.facts:  # (a state made from another carries its memo)
+        memo = state._facts_text = _FactsText(state.facts, format_facts(state.facts))
+    return str(memo.text)
+
+
 def format_commitments(spec: Spec, status: Mapping[str, str] | None) -> str:
     """Each commitment with its conditions; with its status inline when `status` is given."""
 
@@ -496,9 +519,10 @@ def rendered(state: EpisodeState, kind: str) -> History:
 
 
 def format_update(update: FactUpdate, facts: Iterable[FactEntry]) -> str:
-    text = {f.id: f.text for f in facts}
     lines = [f"+ add: {a}" for a in update.add_facts if a.strip()]
-    lines += [f"- negate [{i}] {text.get(i, '(unknown)')}" for i in update.negate_facts]
+    if update.negate_facts:  # (the ledger's texts by id only then: about 200 facts at turn 100)
+        text = {f.id: f.text for f in facts}
+        lines += [f"- negate [{i}] {text.get(i, '(unknown)')}" for i in update.negate_facts]
     return "\n".join(lines) or NONE
 
 
@@ -546,7 +570,7 @@ def _audit_story(spec: Spec, state: EpisodeState, occurred: tuple[bool, ...]) ->
 
 def opening_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
     # The first node only: never a later beat.
-    facts = format_facts(state.facts)
+    facts = shown_facts(state)
     return {
         "player_role": spec.meta.player_role,
         "current_node": format_node(spec, 0),
@@ -561,7 +585,7 @@ def narrate_vars(
 ) -> dict[str, str]:
     """The baseline narrator's information set: the current node only, its own past passages (not the
     player's past inputs), commitments with status, the committed facts, the pending updates, this input."""
-    facts = format_facts(state.facts)
+    facts = shown_facts(state)
     return {
         "player_role": spec.meta.player_role,
         "current_node": format_node(spec, current_node(state.node_occurred)),
@@ -582,50 +606,48 @@ def player_vars(spec: Spec, state: EpisodeState) -> dict[str, str]:
     }
 
 
-def fact_update_vars(spec: Spec, projected: tuple[FactEntry, ...], response: str) -> dict[str, str]:
+def fact_update_vars(spec: Spec, seen: EpisodeState, response: str) -> dict[str, str]:
+    """`seen`: the state before the turn, its pending updates applied (ledger.with_facts)."""
     # No history and no player input: the auditor judges the passage alone.
-    facts = format_facts(projected)
+    facts = shown_facts(seen)
     return {"player_role": spec.meta.player_role, "pre_turn_facts": facts, "facts": facts, "response_text": response}
 
 
 def conflict_vars(
-    spec: Spec,
-    state: EpisodeState,
-    projected: tuple[FactEntry, ...],
-    player_input: str,
-    response: str,
-    update: FactUpdate,
+    spec: Spec, seen: EpisodeState, player_input: str, response: str, update: FactUpdate
 ) -> dict[str, str]:
-    facts = format_facts(projected)
+    """`seen`: the state before the turn, its pending updates applied (ledger.with_facts)."""
+    facts = shown_facts(seen)
     return {
         "player_role": spec.meta.player_role,
-        "system_response_history": rendered(state, "responses"),
+        "system_response_history": rendered(seen, "responses"),
         "user_input": player_input,
         "response_text": response,
-        "candidate_fact_updates": format_update(update, projected),
-        **_audit_story(spec, state, state.node_occurred),
-        "current_node": format_node(spec, current_node(state.node_occurred)),
+        "candidate_fact_updates": format_update(update, seen.facts),
+        **_audit_story(spec, seen, seen.node_occurred),
+        "current_node": format_node(spec, current_node(seen.node_occurred)),
         "pre_turn_facts": facts,
         "facts": facts,
     }
 
 
-def trajectory_vars(spec: Spec, node_index: int, facts: tuple[FactEntry, ...], history: str) -> dict[str, str]:
+def trajectory_vars(spec: Spec, node_index: int, updated: EpisodeState, history: str) -> dict[str, str]:
+    """`updated`: the state with the turn's fact update applied (ledger.with_facts)."""
     # The node is shown without its description: only trigger and delta count.
     return {
         "player_role": spec.meta.player_role,
         "history_text": history,
-        "facts": format_facts(facts),
+        "facts": shown_facts(updated),
         "current_node": format_node(spec, node_index, with_description=False),
     }
 
 
-def status_vars(
-    spec: Spec, state: EpisodeState, facts: tuple[FactEntry, ...], occurred: tuple[bool, ...], history: str
-) -> dict[str, str]:
+def status_vars(spec: Spec, updated: EpisodeState, occurred: tuple[bool, ...], history: str) -> dict[str, str]:
+    """`updated`: the state with the turn's fact update applied (ledger.with_facts); `occurred`: the
+    nodes after this turn's trajectory check."""
     return {
         "player_role": spec.meta.player_role,
         "history_text": history,
-        "facts": format_facts(facts),
-        **_audit_story(spec, state, occurred),
+        "facts": shown_facts(updated),
+        **_audit_story(spec, updated, occurred),
     }

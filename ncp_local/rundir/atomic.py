@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -65,32 +66,85 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def atomic_write(path: Path, text: str | bytes) -> None:
-    """Write whole or not at all; readable as the umask says. A full disk raises DiskFull."""
+@dataclass
+class Staged:
+    """A file's new bytes written to a temp file beside it: not yet durable (`fd` still open for the
+    fsync) nor in place (`land`). Written files are made durable side by side, then landed in order."""
+
+    path: Path
+    tmp: Path | None
+    fd: int | None
+
+    def land(self) -> None:
+        """Close the temp file and rename it over the file (after its fsync)."""
+        self._close()
+        assert self.tmp is not None
+        os.replace(self.tmp, self.path)
+        self.tmp = None
+
+    def drop(self) -> None:
+        """Close and remove the temp file if it was not landed (a failed or abandoned write)."""
+        self._close()
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
+            self.tmp = None
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)
+
+
+def stage(path: Path, text: str | bytes) -> Staged:
+    """Write `text` to a new temp file beside `path` (mode 0666 less the umask). A full disk raises
+    DiskFull and leaves nothing behind."""
     path = Path(path)
     data = text.encode("utf-8") if isinstance(text, str) else text
-    tmp: Path | None = None
+    staged: Staged | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
             try:
                 # 0o666: the process umask applies, as for any file the user creates.
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                staged = Staged(path, tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
                 break
             except FileExistsError:
                 continue
-        try:
-            write_all(fd, data)
-            fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        if is_disk_full(exc):
+        assert staged.fd is not None
+        write_all(staged.fd, data)
+        return staged
+    except BaseException as exc:
+        if staged is not None:
+            staged.drop()
+        if isinstance(exc, OSError) and is_disk_full(exc):
             raise DiskFull(path.parent, f"writing {path.name}: {exc.strerror}") from None
         raise
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the names in directory `path` durable (a rename, an unlink). A filesystem that cannot fsync a
+    directory (EINVAL) keeps them as it keeps them."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fsync(fd)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write whole or not at all; readable as the umask says. A full disk raises DiskFull."""
+    staged = stage(path, text)
+    try:
+        assert staged.fd is not None
+        fsync(staged.fd)
+        staged.land()
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFull(staged.path.parent, f"writing {staged.path.name}: {exc.strerror}") from None
+        raise
+    finally:
+        staged.drop()

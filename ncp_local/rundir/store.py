@@ -374,13 +374,11 @@ class RunDir:
         drop its checkpoint."""
         self._chains.pop(name, None)
 
-        def write() -> None:
-            self._write(self.result_path(name), text(self._spec_hash(spec_id)))
-            # The result supersedes the checkpoint; dropped only after the result is safe.
+        def superseded() -> None:  # the checkpoint: dropped only once the result is safe
             for old in self._checkpoint_files(name):
                 old.unlink(missing_ok=True)
 
-        return self._writer.run(write)
+        return self._writer.replace(self.result_path(name), lambda: text(self._spec_hash(spec_id)), superseded)
 
     def _checkpoint_files(self, episode: str) -> tuple[Path, Path]:
         """(the turn log, a format-1 checkpoint) of an episode."""

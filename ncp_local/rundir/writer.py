@@ -5,10 +5,12 @@ about 12 ms on a local disk and more on a cluster's network filesystem, and ever
 it. So the loop hands each write to this thread and goes on. The thread takes whatever is queued, does
 it in order (a turn before the next, an episode's last turn before its result, every result before
 `DONE`), appending the lines of one file in one write, then fsyncs each file it appended to once: group
-commit. An append's future resolves once its bytes are written; the run waits on it only when the
-thread falls behind (`pending`), so a killed process loses the turns in flight and the few still queued
-(milliseconds of work), and a crashed machine at most the last group's lines too; a resume plays them
-again.
+commit. Files replaced whole one after another (the results of episodes that end together: 800 at once
+in a paper run) are written, fsynced side by side, then renamed in order, their directory fsynced once,
+before what each supersedes goes (its checkpoint). An append's future resolves once its bytes are
+written; the run waits on it only when the thread falls behind (`pending`), so a killed process loses
+the turns in flight and the few still queued (milliseconds of work), and a crashed machine at most the
+last group's lines too; a resume plays them again.
 
 The first error (a full disk, a failing write) is kept: every later request raises it, so the run stops
 as it did when writes were made on the loop.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from .atomic import DiskFull, fsync, is_disk_full, write_all
+from .atomic import DiskFull, Staged, fsync, fsync_dir, is_disk_full, stage, write_all
 
 _BATCH = 512  # requests taken at once: bounds the files open at once
 _SYNCERS = 16  # fsyncs made at once
@@ -33,10 +35,11 @@ _SYNCERS = 16  # fsyncs made at once
 
 @dataclass
 class _Request:
-    path: Path | None  # an append's file; None: `action` does the work
+    path: Path | None  # an append's (or a replace's) file; None: `action` does the work
     data: bytes = b""
-    action: Callable[[], None] | None = None
+    action: Callable[[], None] | None = None  # a replace's: what it does once its file is in place
     done: Future[None] | None = None  # None: nobody waits for it (a call-log line)
+    make: Callable[[], str | bytes] | None = None  # a replace's: the file's new bytes, made in the writer's turn
 
 
 class Writer:
@@ -64,6 +67,15 @@ class Writer:
         """Do `action` in the writer's order (an atomic replace, an unlink)."""
         done: Future[None] = Future()
         self._put(_Request(None, action=action, done=done))
+        return done
+
+    def replace(
+        self, path: Path, make: Callable[[], str | bytes], then: Callable[[], None] | None = None
+    ) -> Future[None]:
+        """Replace `path` whole with what `make()` returns (made in the writer's turn), then do `then`
+        once the new file is durable and in place (remove what it supersedes)."""
+        done: Future[None] = Future()
+        self._put(_Request(path, action=then, done=done, make=make))
         return done
 
     def flush(self) -> None:
@@ -121,18 +133,29 @@ class Writer:
 
     def _do(self, batch: list[_Request]) -> None:
         appended: dict[Path, int] = {}  # file -> its open descriptor, fsynced once at the end
+        staged: list[tuple[_Request, Staged]] = []  # files replaced whole, written, not yet in place
         try:
             i = 0
             while i < len(batch):
                 req = batch[i]
+                if req.make is not None:
+                    # Made now (a result reads the turn log as the lines before it left it), landed with
+                    # the group.
+                    if self.error is None:
+                        self._guard(partial(self._stage, staged, req))
+                    i += 1
+                    continue
                 if req.action is not None:
+                    self._land(staged, [])  # what was replaced before it is in place first (results before DONE)
                     if self.error is None:
                         self._guard(req.action)
                     i += 1
                     continue
                 # Consecutive appends to the same file: one write, then they are written.
                 j = i + 1
-                while j < len(batch) and batch[j].path == req.path and batch[j].action is None:
+                while (
+                    j < len(batch) and batch[j].path == req.path and batch[j].action is None and batch[j].make is None
+                ):
                     j += 1
                 if self.error is None:
                     assert req.path is not None
@@ -140,23 +163,52 @@ class Writer:
                 for r in batch[i:j]:
                     self._settle(r)
                 i = j
-            # Group commit: each file appended to, once, the files side by side (on a network filesystem
+            # Group commit: each file appended to or replaced, once, side by side (on a network filesystem
             # each fsync is a round trip: 200 episodes' logs one after another would take 200 of them).
-            if self.error is None and appended:
-                if len(appended) == 1:
-                    self._guard(partial(fsync, *appended.values()))
-                else:
-                    if self._syncers is None:
-                        self._syncers = ThreadPoolExecutor(_SYNCERS, thread_name_prefix="ncp-local-fsync")
-                    for _ in self._syncers.map(lambda fd: self._guard(partial(fsync, fd)), appended.values()):
-                        pass
+            self._land(staged, list(appended.values()))
         finally:
             for fd in appended.values():
                 os.close(fd)
+            for _, s in staged:
+                s.drop()  # not landed: an error came first
             for req in batch:
                 self._settle(req)
             with self._lock:
                 self._outstanding -= len(batch)
+
+    def _stage(self, staged: list[tuple[_Request, Staged]], req: _Request) -> None:
+        assert req.path is not None and req.make is not None
+        staged.append((req, stage(req.path, req.make())))
+
+    def _land(self, staged: list[tuple[_Request, Staged]], fds: list[int]) -> None:
+        """Make `fds` (appended files) and the staged replacements durable side by side, then put each
+        replacement in place in order and fsync their directories once; only then each one's `then`,
+        which removes what it supersedes (a crash must never keep that removal and lose the rename)."""
+        if self.error is not None or not (staged or fds):
+            return
+        self._sync(fds + [s.fd for _, s in staged if s.fd is not None])
+        for _, s in staged:
+            if self.error is None:
+                self._guard(s.land)
+        if self.error is not None:
+            return
+        for folder in dict.fromkeys(s.path.parent for _, s in staged):
+            self._guard(partial(fsync_dir, folder))
+        for req, _ in staged:
+            if req.action is not None and self.error is None:
+                self._guard(req.action)
+            self._settle(req)
+        staged.clear()
+
+    def _sync(self, fds: list[int]) -> None:
+        """fsync each of `fds`, side by side."""
+        if len(fds) == 1:
+            self._guard(partial(fsync, fds[0]))
+            return
+        if self._syncers is None:
+            self._syncers = ThreadPoolExecutor(_SYNCERS, thread_name_prefix="ncp-local-fsync")
+        for _ in self._syncers.map(lambda fd: self._guard(partial(fsync, fd)), fds):
+            pass
 
     def _settle(self, req: _Request) -> None:
         if req.done is None or req.done.done():

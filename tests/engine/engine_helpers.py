@@ -167,10 +167,11 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
     response = "You step under the trees. A grey wolf watches you from the path and asks where you are going."
     update = FactUpdate(add_facts=("A wolf is on the path.",))
     ids = audit_ids(spec, projected)
-    cvars = conflict_vars(spec, state, projected, player_input, response, update)
+    seen = ledger.with_facts(state, projected)
+    cvars = conflict_vars(spec, seen, player_input, response, update)
     after = state.model_copy(update={"exchanges": (Exchange(player_input=player_input, response=response),)})
     history = player_vars(spec, after)["history_text"]
-    facts = ledger.apply_update(projected, update)
+    updated = ledger.with_facts(state, ledger.apply_update(projected, update))
     calls: list[tuple[str, str, dict[str, str], object, str | None]] = [
         ("opening", "opening", opening_vars(spec, ledger.initial_state(spec)), AuditIds(), None),
         ("narrate", "narrate", narrate_vars(spec, state, player_input, True), AuditIds(), None),
@@ -183,7 +184,7 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
         ),
         ("player", "player_adversarial", player_vars(spec, state), AuditIds(), None),
         ("player", "player_natural", player_vars(spec, state), AuditIds(), None),
-        ("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids, None),
+        ("fact_update", "fact_update", fact_update_vars(spec, seen, response), ids, None),
         ("conflict_check", "conflict_check", cvars, ids, None),
         (
             "double_check",
@@ -204,11 +205,11 @@ def stage_calls(spec, build: bool = True) -> list[tuple[str, str, dict[str, str]
             ids,
             None,
         ),
-        ("trajectory_check", "trajectory_check", trajectory_vars(spec, 0, facts, history), AuditIds(), None),
+        ("trajectory_check", "trajectory_check", trajectory_vars(spec, 0, updated, history), AuditIds(), None),
         (
             "status_check",
             "status_check",
-            status_vars(spec, state, facts, state.node_occurred, history),
+            status_vars(spec, updated, state.node_occurred, history),
             AuditIds(commitment_ids=tuple(c.id for c in spec.commitments)),
             None,
         ),

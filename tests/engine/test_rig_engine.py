@@ -65,13 +65,14 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
     response = "You hand the basket to your mother and step onto the forest path."
     player_input = "I take the basket and promise to stay on the path."
     update = ledger.FactUpdate(add_facts=("The player carries the basket.",))
-    cvars = conflict_vars(spec, state, projected, player_input, response, update)
+    seen = ledger.with_facts(state, projected)
+    cvars = conflict_vars(spec, seen, player_input, response, update)
     history = f"NARRATOR: {state.opening}\n\nPLAYER: {player_input}\n\nNARRATOR: {response}"
 
     async def all_stages() -> list[Any]:
         ask = lambda *a, **k: service.ask(spec.id, 0, *a, **k)  # noqa: E731
         return [
-            await ask("fact_update", "fact_update", fact_update_vars(spec, projected, response), ids=ids),
+            await ask("fact_update", "fact_update", fact_update_vars(spec, seen, response), ids=ids),
             await ask("conflict_check", "conflict_check", cvars, ids=ids),
             await ask(
                 "double_check",
@@ -84,11 +85,11 @@ def test_every_auditor_stage_parses_on_real_prompts(engine: Any, tmp_path: Path)
                 },
                 ids=ids,
             ),
-            await ask("trajectory_check", "trajectory_check", trajectory_vars(spec, 0, projected, history)),
+            await ask("trajectory_check", "trajectory_check", trajectory_vars(spec, 0, seen, history)),
             await ask(
                 "status_check",
                 "status_check",
-                status_vars(spec, state, projected, state.node_occurred, history),
+                status_vars(spec, seen, state.node_occurred, history),
                 ids=AuditIds(commitment_ids=ids.commitment_ids),
             ),
             # audit.failure_modes: a turn whose fact and player-input conflicts stood.
