@@ -1,5 +1,5 @@
-"""The collector during play (execution/playing.py): what survives a full collection is frozen, so the
-next one walks only what has lived since; a point's end gives it all back."""
+"""The collector during play (execution/playing.py): after each collection past the young generation the
+heap is frozen, so a full collection walks next to nothing; a point's end gives it all back."""
 
 from __future__ import annotations
 
@@ -7,22 +7,25 @@ import asyncio
 import gc
 from pathlib import Path
 
+import pytest
+
 from cli_runner import run_cli
-from ncp_local.execution.playing import FreezeAfterFull
+from ncp_local.execution.playing import FreezeSurvivors
 
 
-def test_what_survives_a_full_collection_is_frozen_on_the_loops_next_pass() -> None:
+@pytest.mark.parametrize("generation", [1, 2])
+def test_what_survives_an_older_collection_is_frozen_on_the_loops_next_pass(generation: int) -> None:
     async def go() -> tuple[bool, bool, int]:
-        hook = FreezeAfterFull(asyncio.get_running_loop())
+        hook = FreezeSurvivors(asyncio.get_running_loop())
         gc.callbacks.append(hook)
         try:
             before = gc.get_freeze_count()
             survivor: list[list[int]] = [[1]]
-            gc.collect()  # full: the survivor lands in the oldest generation
-            walked = any(o is survivor for o in gc.get_objects(generation=2))
+            gc.collect(generation)  # the survivor moves on to an older generation
+            walked = any(o is survivor for o in gc.get_objects(generation=min(generation + 1, 2)))
             await asyncio.sleep(0)  # the freeze runs early in the next pass, outside the collection
             await asyncio.sleep(0)
-            frozen = not any(o is survivor for o in gc.get_objects(generation=2))
+            frozen = not any(o is survivor for g in range(3) for o in gc.get_objects(generation=g))
             return walked, frozen, gc.get_freeze_count() - before
         finally:
             gc.callbacks.remove(hook)
@@ -34,7 +37,7 @@ def test_what_survives_a_full_collection_is_frozen_on_the_loops_next_pass() -> N
 
 def test_a_young_collection_freezes_nothing() -> None:
     async def go() -> int:
-        hook = FreezeAfterFull(asyncio.get_running_loop())
+        hook = FreezeSurvivors(asyncio.get_running_loop())
         gc.callbacks.append(hook)
         try:
             before = gc.get_freeze_count()
@@ -50,7 +53,7 @@ def test_a_young_collection_freezes_nothing() -> None:
 
 def test_a_freeze_still_scheduled_when_play_ends_does_nothing() -> None:
     async def go() -> int:
-        hook = FreezeAfterFull(asyncio.get_running_loop())
+        hook = FreezeSurvivors(asyncio.get_running_loop())
         gc.callbacks.append(hook)
         try:
             gc.collect()  # the freeze is scheduled ...

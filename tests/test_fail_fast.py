@@ -13,7 +13,7 @@ from helpers import Scripted, make_spec, tag
 from ncp_local.engines.base import Completion, ContextOverflow, Request
 from ncp_local.execution.calls import SystematicFailure
 from ncp_local.exits import EXIT_SYSTEMATIC
-from ncp_local.rundir.invalid import failure_kind, systematic_invalid
+from ncp_local.rundir.invalid import Outcome, failure_kind, systematic_invalid
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +67,7 @@ def test_a_model_answering_badly_is_not_an_engine_failure(tmp_path: Path) -> Non
 
     results = Scripted(tmp_path, [make_spec(f"s{i}") for i in range(4)], rules, max_turns=1).run()
     assert {r.termination for r in results.values()} == {"invalid"}
-    assert systematic_invalid(results.values(), 0.5).startswith(
+    assert systematic_invalid((Outcome.of(r) for r in results.values()), 0.5).startswith(
         "4 of 4 episodes are invalid for the same reason: fact_update at the opening"
     )
 
@@ -93,6 +93,29 @@ def test_failure_kinds_and_the_invalid_share() -> None:
     assert failure_kind("bad JSON: Expecting value at char 0") is None
     assert failure_kind("cut off at max_tokens=512") is None
     assert systematic_invalid([], 0.5) is None
+
+
+def test_the_runs_verdict_reads_the_outcomes_it_kept_not_the_results_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """800 results at turn 100 read back for the verdict took seconds with the interpreter held (the loop
+    stalled with it): the scheduler keeps how each episode it ended ended, the same as its result says."""
+
+    def rules(req: Request) -> Any:
+        stage, episode, *_ = tag(req)
+        return "{not json" if stage == "fact_update" and episode in ("s1", "s2") else None
+
+    results = Scripted(tmp_path, [make_spec(f"s{i}") for i in range(4)], rules, max_turns=2).run()
+    read = [Outcome.of(r) for r in results.values()]
+    assert [o.termination for o in read] == ["max_turns", "invalid", "invalid", "max_turns"]
+    assert read[0].turns == 2 and read[1].turns == 0 and read[1].reason
+
+    def no_reads(episode: str) -> Any:
+        raise AssertionError(f"{episode}: read back")
+
+    monkeypatch.setattr(results.store, "load_result", no_reads)
+    assert list(results.outcomes()) == read
+    assert systematic_invalid(results.outcomes(), 0.4) == systematic_invalid(read, 0.4) is not None
 
 
 def test_a_systematic_stop_is_one_line_in_a_real_process(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from ..rundir import identity as identity_mod
 from ..rundir import layout, provenance
 from ..rundir.atomic import DiskFull
 from ..rundir.call_log import call_summary
-from ..rundir.invalid import systematic_invalid
+from ..rundir.invalid import Outcome, systematic_invalid
 from ..rundir.places import check_outputs, check_place
 from ..rundir.store import RunDir, RunLocked, RunMismatch, StoredResults, resume_hint
 from . import engine_log, points
@@ -330,7 +330,11 @@ class Life:
     def _judge(self, p: Point, ending: Ending) -> None:
         """A point whose episodes all finished fails (exit 5) if most of them measured nothing for one cause."""
         cfg = point_cfg(p)
-        broken = systematic_invalid(p.results.values(), cfg.max_invalid_share)
+        results = p.results
+        outcomes = (
+            results.outcomes() if isinstance(results, StoredResults) else (Outcome.of(r) for r in results.values())
+        )
+        broken = systematic_invalid(outcomes, cfg.max_invalid_share)
         if broken:
             p.fail(EXIT_SYSTEMATIC, f"{broken} (max_invalid_share={cfg.max_invalid_share})")
             ending.failed(EXIT_SYSTEMATIC, p.message)

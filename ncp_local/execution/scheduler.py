@@ -20,6 +20,7 @@ from ..protocol.player import Player
 from ..protocol.records import Checkpoint
 from ..protocol.spec import Spec
 from ..protocol.trials import episode_names, parse_episode
+from ..rundir.invalid import Outcome
 from ..rundir.store import RunDir, StoredResults
 from .admission import Admission
 from .calls import FAIL_FAST_EPISODES, CallService, FailureWatch
@@ -67,6 +68,8 @@ class EpisodeScheduler:
     # each engine's `kv_tokens`; none: no cache bound.
     engines: Mapping[str, Any] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)  # episodes with a result (on disk, not held)
+    # How each episode this scheduler ended ended (the run's verdict reads it, not the results on disk).
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
     # The episodes to play, when not every trial of every spec (a shard that deals a story's trials out).
     episodes: tuple[str, ...] | None = None
     admission: Admission | None = None  # by default made by run() from `engines`; the bench reads its peak
@@ -118,6 +121,7 @@ class EpisodeScheduler:
             # here waits for it (an episode that did made the order of play depend on the writer thread).
             self.store.write_ending(ending)
             self.finished.add(name)
+            self.outcomes[name] = Outcome(ending.head.termination, ending.head.reason, ending.turns)
             if self.on_result:
                 self.on_result(name, ending.turns)
         finally:
@@ -157,4 +161,4 @@ class EpisodeScheduler:
         async with asyncio.TaskGroup() as tg:
             for name, spec, trial in todo:
                 tg.create_task(self._one(name, spec, trial, gate, checkpoints[name]))
-        return StoredResults(self.store, [name for name, _, _ in plays])
+        return StoredResults(self.store, [name for name, _, _ in plays], self.outcomes)

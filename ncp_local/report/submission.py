@@ -41,7 +41,7 @@ from ..protocol.reference_format import validation_problem
 from ..protocol.stages import method_templates
 from ..rundir.fingerprints import OFFICIAL_DATASET_FILES, files_digest
 from ..rundir.identity import Identity, digest
-from ..rundir.invalid import failure_kind, systematic_invalid
+from ..rundir.invalid import Outcome, failure_kind, systematic_invalid
 from ..rundir.layout import MANIFEST, RESULTS, manifest_problem, parts
 from ..rundir.provenance import now, rig_version
 from ..rundir.seals import check_bytes
@@ -132,7 +132,7 @@ def _systematic(results: Mapping[str, EpisodeResult], share: float) -> list[str]
     ]
     if engine_side:
         out.append(f"{len(engine_side)} episode(s) invalid for an engine-side cause: {', '.join(engine_side[:5])}")
-    broken = systematic_invalid(results.values(), share)
+    broken = systematic_invalid((Outcome.of(r) for r in results.values()), share)
     if broken:
         out.append(broken)
     return out

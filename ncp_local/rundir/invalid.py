@@ -7,8 +7,24 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..protocol.records import EpisodeResult
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the verdict on a run reads of an episode: how it ended, why, and how many turns committed.
+    The run keeps it for each episode it ends, so that its verdict need not read back the results it has
+    just written (800 of them at turn 100: seconds with the interpreter held, the loop stalled with it)."""
+
+    termination: str
+    reason: str
+    turns: int
+
+    @classmethod
+    def of(cls, result: EpisodeResult) -> Outcome:
+        return cls(result.termination, result.reason, len(result.turns))
 
 
 def generic(text: str) -> str:
@@ -25,7 +41,7 @@ def failure_kind(error: str) -> str | None:
     return None
 
 
-def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | None:
+def systematic_invalid(results: Iterable[Outcome], share: float) -> str | None:
     """One line when more than `share` of the finished episodes measured nothing for one cause: `invalid`
     for the same reason, or `context_limit` before their first committed turn (each is censored
     honestly, but a run of them measured nothing: the answers fill the window)."""
@@ -34,7 +50,7 @@ def systematic_invalid(results: Iterable[EpisodeResult], share: float) -> str | 
         total += 1
         if r.termination == "invalid":
             causes["invalid", generic(r.reason)] += 1
-        elif r.termination == "context_limit" and not r.turns:
+        elif r.termination == "context_limit" and r.turns == 0:
             causes["context_limit", ""] += 1
             stages[generic(r.reason)] += 1
     if not total or not causes:

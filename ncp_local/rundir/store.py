@@ -44,6 +44,7 @@ from .atomic import DiskFull, atomic_write, is_disk_full
 from .call_log import CallLine, CrossCheckNote
 from .formats import check_version, stamped
 from .identity import differences, summary
+from .invalid import Outcome
 from .layout import CALLS, CHECKPOINTS, DONE, LOCK, MANIFEST, QUARANTINE, RESULTS, manifest_problem, result_file
 from .places import check_place
 from .provenance import now, resume_entry
@@ -452,9 +453,16 @@ class StoredResults(Mapping[str, Any]):
     """Episodes' results in a run directory, read when asked: a run holds none of them in memory (at
     turn 100 a result is about a MB of objects, and a run plays hundreds). Each read is checked."""
 
-    def __init__(self, store: RunDir, episodes: Iterable[str]) -> None:
+    def __init__(self, store: RunDir, episodes: Iterable[str], outcomes: Mapping[str, Outcome] | None = None) -> None:
         self.store, self.episodes = store, tuple(episodes)
         self._known = frozenset(self.episodes)
+        self._outcomes = outcomes or {}  # those the run ended itself: known without reading their results
+
+    def outcomes(self) -> Iterator[Outcome]:
+        """How each episode ended: as the run kept it, else read from its result (one at a time)."""
+        for episode in self.episodes:
+            kept = self._outcomes.get(episode)
+            yield kept if kept is not None else Outcome.of(self[episode])
 
     def __getitem__(self, episode: str) -> Any:
         if episode not in self._known:
