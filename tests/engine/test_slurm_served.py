@@ -54,7 +54,7 @@ def _state(job: str) -> str:
 
 
 @pytest.mark.served
-@pytest.mark.slow  # 138 s of CI's 25 minutes (2026-12-07): docs/measurements/test-times.md says what shows it in make test
+@pytest.mark.slow  # 138 s of CI's 25 minutes (2026-12-07); what shows it in make test: test-times.md
 @pytest.mark.timeout(2700)
 def test_a_served_auditor_for_a_two_task_array_equals_one_process(
     slurm: None, embedded_model_path: Path, tmp_path: Path
