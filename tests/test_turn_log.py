@@ -306,6 +306,22 @@ def test_files_replaced_whole_land_as_a_group_before_what_they_supersede_goes(
     assert events[21:41] == [f"unlink e{i}.jsonl" for i in range(20)]
     assert events[41:] == ["DONE sees 20"] + ["fsync"] * 21
 
+    # A log started whole then appended to in the same batch (an episode's opening, then its turn 0): the
+    # start lands before the line is appended, not over it; a file replaced twice lands in order.
+    w.run(gate.wait)
+    gate.clear()
+    w.run(gate.wait)
+    started = logs / "s.jsonl"
+    w.replace(started, lambda: "base\n")
+    w.append(started, b"turn 0\n")
+    w.replace(results / "twice.json", lambda: "first")
+    w.replace(results / "twice.json", lambda: "second")
+    gate.set()
+    w.flush()
+    assert started.read_text() == "base\nturn 0\n" and (results / "twice.json").read_text() == "second"
+    (results / "twice.json").unlink()
+    started.unlink()
+
     # A result that cannot be made: none of its group lands, no temp file stays, every checkpoint stays.
     w2 = writer_mod.Writer(tmp_path)
     (logs / "a.jsonl").write_text("turn\n")

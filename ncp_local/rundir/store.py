@@ -402,11 +402,10 @@ class RunDir:
         line, last = base_line(cp, self._spec_hash(cp.spec_id), self.identity)
         self._chains[cp.episode] = _Chain(last, len(cp.turns), cp.narrator_state)
 
-        def start() -> None:
-            self._write(log, line)
-            old.unlink(missing_ok=True)  # a format-1 checkpoint, now carried by the log
-
-        return self._writer.run(start)
+        # Replaced whole, as a group with the other episodes' starts (800 fsyncs one after another on a
+        # network filesystem held the run's first turns back); a format-1 checkpoint goes once the log
+        # carries it.
+        return self._writer.replace(log, lambda: line, lambda: old.unlink(missing_ok=True))
 
     def load_checkpoint(self, episode: str) -> Checkpoint | None:
         """The episode's last good checkpoint; a bad one is quarantined and the episode starts over. A turn

@@ -30,7 +30,11 @@ from pathlib import Path
 from .atomic import DiskFull, Staged, fsync, fsync_dir, is_disk_full, stage, write_all
 
 _BATCH = 512  # requests taken at once: bounds the files open at once
-_SYNCERS = 16  # fsyncs made at once
+# fsyncs made at once: on a network filesystem each is a round trip, and a batch fsyncs every episode's log
+# it appended to (up to 800 in a paper run): 200 logs at 20 ms are 13 rounds (260 ms) with 16 at once, 4 with
+# 64. 200 episodes x 100 turns with every fsync 20 ms slower: 80.7 s with 16, 65.9-79.4 s with 64 (load ~1;
+# docs/measurements/2026-12-07-rig-at-gpu-speed.md, seventh pass).
+_SYNCERS = 64
 
 
 @dataclass
@@ -133,14 +137,16 @@ class Writer:
 
     def _do(self, batch: list[_Request]) -> None:
         appended: dict[Path, int] = {}  # file -> its open descriptor, fsynced once at the end
-        staged: list[tuple[_Request, Staged]] = []  # files replaced whole, written, not yet in place
+        staged: dict[Path, tuple[_Request, Staged]] = {}  # files replaced whole, written, not yet in place
         try:
             i = 0
             while i < len(batch):
                 req = batch[i]
                 if req.make is not None:
                     # Made now (a result reads the turn log as the lines before it left it), landed with
-                    # the group.
+                    # the group (a file replaced again lands the group first).
+                    if req.path in staged:
+                        self._land(staged, [])
                     if self.error is None:
                         self._guard(partial(self._stage, staged, req))
                     i += 1
@@ -151,6 +157,8 @@ class Writer:
                         self._guard(req.action)
                     i += 1
                     continue
+                if req.path in staged:
+                    self._land(staged, [])  # a log started whole (replaced) before its first appended line
                 # Consecutive appends to the same file: one write, then they are written.
                 j = i + 1
                 while (
@@ -169,32 +177,32 @@ class Writer:
         finally:
             for fd in appended.values():
                 os.close(fd)
-            for _, s in staged:
+            for _, s in staged.values():
                 s.drop()  # not landed: an error came first
             for req in batch:
                 self._settle(req)
             with self._lock:
                 self._outstanding -= len(batch)
 
-    def _stage(self, staged: list[tuple[_Request, Staged]], req: _Request) -> None:
+    def _stage(self, staged: dict[Path, tuple[_Request, Staged]], req: _Request) -> None:
         assert req.path is not None and req.make is not None
-        staged.append((req, stage(req.path, req.make())))
+        staged[req.path] = (req, stage(req.path, req.make()))
 
-    def _land(self, staged: list[tuple[_Request, Staged]], fds: list[int]) -> None:
+    def _land(self, staged: dict[Path, tuple[_Request, Staged]], fds: list[int]) -> None:
         """Make `fds` (appended files) and the staged replacements durable side by side, then put each
         replacement in place in order and fsync their directories once; only then each one's `then`,
         which removes what it supersedes (a crash must never keep that removal and lose the rename)."""
         if self.error is not None or not (staged or fds):
             return
-        self._sync(fds + [s.fd for _, s in staged if s.fd is not None])
-        for _, s in staged:
+        self._sync(fds + [s.fd for _, s in staged.values() if s.fd is not None])
+        for _, s in staged.values():
             if self.error is None:
                 self._guard(s.land)
         if self.error is not None:
             return
-        for folder in dict.fromkeys(s.path.parent for _, s in staged):
+        for folder in dict.fromkeys(path.parent for path in staged):
             self._guard(partial(fsync_dir, folder))
-        for req, _ in staged:
+        for req, _ in staged.values():
             if req.action is not None and self.error is None:
                 self._guard(req.action)
             self._settle(req)
