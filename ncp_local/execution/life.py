@@ -37,7 +37,7 @@ from ..rundir import identity as identity_mod
 from ..rundir import layout, provenance
 from ..rundir.atomic import DiskFull
 from ..rundir.call_log import call_summary
-from ..rundir.invalid import Outcome, systematic_invalid
+from ..rundir.invalid import systematic_invalid
 from ..rundir.places import check_outputs, check_place
 from ..rundir.store import RunDir, RunLocked, RunMismatch, StoredResults, resume_hint
 from . import engine_log, points
@@ -330,11 +330,8 @@ class Life:
     def _judge(self, p: Point, ending: Ending) -> None:
         """A point whose episodes all finished fails (exit 5) if most of them measured nothing for one cause."""
         cfg = point_cfg(p)
-        results = p.results
-        outcomes = (
-            results.outcomes() if isinstance(results, StoredResults) else (Outcome.of(r) for r in results.values())
-        )
-        broken = systematic_invalid(outcomes, cfg.max_invalid_share)
+        assert isinstance(p.results, StoredResults)  # play's, or the stored ones a finished point reports
+        broken = systematic_invalid(p.results.outcomes(), cfg.max_invalid_share)
         if broken:
             p.fail(EXIT_SYSTEMATIC, f"{broken} (max_invalid_share={cfg.max_invalid_share})")
             ending.failed(EXIT_SYSTEMATIC, p.message)
@@ -426,9 +423,9 @@ class Life:
                 where = (ready, p.specs, engines, store, self.progress, self._shown(p), p.episodes())
                 p.results, p.admission = await play(*where, self.wrap, p.play_through, self.pacer)
                 # Inside the heartbeat's block: its final state carries this verdict's exit code. Off the loop:
-                # it waits for the writer to make every result (800 at once took 2 s, other points' too).
+                # DONE's fsync, and the verdict, which reads the results of episodes an earlier run finished.
                 await asyncio.to_thread(store.mark_done, len(p.episodes()))
-                await asyncio.to_thread(self._judge, p, ending)  # it reads every result: not on the loop
+                await asyncio.to_thread(self._judge, p, ending)
             if p.status != "failed":
                 p.status, p.code = "done", 0
                 if self.sweep is not None:

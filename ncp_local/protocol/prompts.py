@@ -311,14 +311,11 @@ def format_facts(facts: Iterable[FactEntry]) -> str:
     return "\n".join(lines) or NONE
 
 
-class _FactsText:
-    """`format_facts` of one ledger (`facts`), kept on the state that holds it: a memo that never tells
-    two states apart (pydantic compares private attributes)."""
+class _Memo:
+    """What a state keeps of its own texts (a private attribute): equal to any other, so that it never
+    tells two states apart (pydantic compares private attributes)."""
 
-    __slots__ = ("facts", "text")
-
-    def __init__(self, facts: tuple[FactEntry, ...], text: str) -> None:
-        self.facts, self.text = facts, text
+    __slots__ = ()
 
     def __eq__(self, other: object) -> bool:
         return True
@@ -326,12 +323,22 @@ class _FactsText:
     __hash__ = None  # type: ignore[assignment]
 
 
+class _FactsText(_Memo):
+    """`format_facts` of one ledger (`facts`), kept on the state that holds it."""
+
+    __slots__ = ("facts", "text")
+
+    def __init__(self, facts: tuple[FactEntry, ...], text: str) -> None:
+        self.facts, self.text = facts, text
+
+
 def shown_facts(state: EpisodeState) -> str:
     """`format_facts(state.facts)`, made once per ledger, not once per prompt that shows it."""
     memo = state._facts_text
     if memo is None or memo.facts is not state.facts:  # (a state made from another carries its memo)
         memo = state._facts_text = _FactsText(state.facts, format_facts(state.facts))
-    return str(memo.text)
+    text: str = memo.text
+    return text
 
 
 def format_commitments(spec: Spec, status: Mapping[str, str] | None) -> str:
@@ -465,21 +472,16 @@ class History(str):
         return History(self + more, self.grown)
 
 
-class _Rendered:
+class _Rendered(_Memo):
     """The texts of one history (`opening`, `exchanges`), by kind: an episode's state keeps it (its
     `_rendered`), so that each turn renders only the exchange it adds, not the whole history once per
     call (at turn 100 that was most of a call's cost). Never changed once another state may hold it,
-    except to add a kind; never tells two states apart."""
+    except to add a kind."""
 
     __slots__ = ("opening", "exchanges", "texts")
 
     def __init__(self, opening: str, exchanges: tuple[Exchange, ...], texts: dict[str, History]) -> None:
         self.opening, self.exchanges, self.texts = opening, exchanges, texts
-
-    def __eq__(self, other: object) -> bool:
-        return True  # a memo: two states are equal or not by their fields alone
-
-    __hash__ = None  # type: ignore[assignment]
 
     def extended(self, opening: str, exchanges: tuple[Exchange, ...]) -> _Rendered:
         """The texts of a history that continues this one (the same texts when it is this one)."""

@@ -117,8 +117,7 @@ def stage(path: Path, text: str | bytes) -> Staged:
     except BaseException as exc:
         if staged is not None:
             staged.drop()
-        if isinstance(exc, OSError) and is_disk_full(exc):
-            raise DiskFull(path.parent, f"writing {path.name}: {exc.strerror}") from None
+        _raise_if_full(exc, path)
         raise
 
 
@@ -143,8 +142,13 @@ def atomic_write(path: Path, text: str | bytes) -> None:
         fsync(staged.fd)
         staged.land()
     except OSError as exc:
-        if is_disk_full(exc):
-            raise DiskFull(staged.path.parent, f"writing {staged.path.name}: {exc.strerror}") from None
+        _raise_if_full(exc, staged.path)
         raise
     finally:
         staged.drop()
+
+
+def _raise_if_full(exc: BaseException, path: Path) -> None:
+    """A full disk while writing `path`, raised as DiskFull (named by its folder)."""
+    if isinstance(exc, OSError) and is_disk_full(exc):
+        raise DiskFull(path.parent, f"writing {path.name}: {exc.strerror}") from None
