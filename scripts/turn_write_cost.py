@@ -105,7 +105,7 @@ def measure(cps: list[Checkpoint], root: Path) -> dict[str, dict[int, float]]:
         text = sealed_json(cp, "", "run")
         atomic.atomic_write(old, text)
         out["f1_cpu"][k], out["f1_wall"][k] = time.process_time() - c0, time.perf_counter() - w0
-        out["f1_bytes"][k] = len(text.encode())
+        out["f1_bytes"][k] = len(text)
     store = RunDir(root / "run")
     store.open({"bench": True}, "run")
     store.write_checkpoint(cps[0]).result()

@@ -285,7 +285,7 @@ def test_rig_alone_plays_mode_runs_life_and_prints_by_tenth(tmp_path: Path) -> N
     assert "realistic texts, fsync delay 1 ms" in lines[0]
     rows = [line for line in lines if re.match(r"\| \d+-\d+ \|", line)]
     assert [r.split("|")[1].strip() for r in rows] == [f"{k + 1}-{k + 1}" for k in range(10)]
-    assert re.fullmatch(r"rig_alone: last/first_tenth=[\d.]+ late_calls_s=\d+ stall_ms=\d+", lines[-1])
+    assert re.fullmatch(r"rig_alone: last/first_tenth=[\d.]+ late_calls_s=\d+ stall_ms=\d+ end_s=[\d.]+", lines[-1])
     assert not (tmp_path / "b" / "rig-alone-run").exists()  # played, measured, removed
 
 
@@ -323,17 +323,23 @@ def test_scripted_text_lengths_and_the_fsync_hook(tmp_path: Path) -> None:
         atomic.os.fsync = real  # type: ignore[assignment]
 
 
-def test_the_rig_alone_benchs_last_tenth_runs_on_to_the_last_result() -> None:
-    from ncp_local.bench.rig_alone import Sample, tenths
+def test_the_rig_alone_benchs_end_is_measured_apart_from_the_last_tenth() -> None:
+    from ncp_local.bench.rig_alone import Sample, end, lines, tenths
 
-    # 10 s of calls, 100 a tenth, the process busy all along; then 2 s making results, no call.
+    # 10 s of calls, 100 a tenth, the process busy all along; then 2 s making 50 results, no call.
     by_tenth = [[k + i / 100 for i in range(100)] for k in range(10)]
     ends = sorted(t for times in by_tenth for t in times)
     samples = [Sample(at=i / 4, cpu_s=i / 4, lag_s=0.0, lag_cpu_s=0.0, rss=0) for i in range(49)]
-    early = tenths(ends, by_tenth, samples, 100)
-    late = tenths(ends, by_tenth, samples, 100, finished=12.0)
-    assert early[:9] == late[:9]  # only the last tenth moves
-    assert early[-1].cpu_s == pytest.approx(9.94 - 9.05) and early[-1].calls == 90  # the middle 90% of its calls
-    # Its calls, and the CPU spent on the results after them.
-    assert late[-1].calls == 95 and late[-1].cpu_s == pytest.approx(12 - 9.05)
-    assert late[-1].cpu_ms > 3 * early[-1].cpu_ms
+    samples[45] = Sample(at=45 / 4, cpu_s=45 / 4, lag_s=0.3, lag_cpu_s=0.01, rss=0)  # in the end's window
+    rows = tenths(ends, by_tenth, samples, 100)
+    # Every tenth the middle 90% of its calls: the last's CPU is its calls', not the results'.
+    assert rows[-1].calls == 90 and rows[-1].cpu_s == pytest.approx(9.94 - 9.05)
+    assert rows[-1].stall_s == 0.0
+    last = end(ends, samples, 50, finished=12.0)
+    assert last is not None
+    assert last.wall_s == pytest.approx(12 - 9.99) and last.cpu_s == pytest.approx(12 - 9.99)
+    assert last.cpu_ms == pytest.approx(1000 * (12 - 9.99) / 50) and last.stall_s == 0.3
+    assert end(ends, samples, 0, finished=9.5) is None  # the results were on disk before the last call
+    out = lines(rows, last, 2, 0, 0, 12.0, 12.0, 1000)
+    assert out[-3].startswith("after the last call: 50 results on disk in 2.0 s (40.2 ms of CPU a result)")
+    assert out[-1].endswith("end_s=2.0")

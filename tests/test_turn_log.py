@@ -487,7 +487,7 @@ def test_the_writers_read_back_writes_the_result_the_full_read_writes_byte_for_b
     assert (turns is None) == (way == "format 1")  # a format-1 base's turns are read whole, by read_log
     store.write_ending(Ending(result.model_copy(update={"turns": result.turns[handed:]}), handed)).result()
     store.close()
-    assert (tmp_path / "results" / f"{name}.json").read_text() == sealed_json(result, "", RUN)
+    assert (tmp_path / "results" / f"{name}.json").read_bytes() == sealed_json(result, "", RUN)
     if turns is not None:
         assert turns == [t.model_dump_json().encode() for t in result.turns[:handed]]
 

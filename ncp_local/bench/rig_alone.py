@@ -12,7 +12,8 @@ optionally on a slow filesystem (`bench.fsync_delay_s`: every fsync waits that l
 It prints, by tenth of the turns: calls/s and the process's CPU per call while the episodes were in
 those turns, the event loop's longest stall (a probe task that sleeps 10 ms and notes how late it
 woke), and the memory per episode in flight (resident set over the baseline before the run, divided
-by the episodes). `bench.profile=true` plays under cProfile instead and prints the top costs (its
+by the episodes); then the run's end after its last call (`End`: the results still to make, where every
+episode ends at its last turn). `bench.profile=true` plays under cProfile instead and prints the top costs (its
 figures are then the profiler's, not the rig's).
 """
 
@@ -96,9 +97,8 @@ def rss() -> int:
 
 @dataclass(frozen=True)
 class Tenth:
-    """The middle 90% of the calls of one tenth of the turns, and what the process did meanwhile. The last
-    tenth runs on to the last result on disk: where every episode ends at once (the bench's), most results
-    are made after its calls, and a paper run's last turns are not over before they are."""
+    """The middle 90% of the calls of one tenth of the turns, and what the process did meanwhile. What
+    follows the last call (the results of episodes that all end at once, the bench's case) is `End`'s."""
 
     turns: str  # e.g. "91-100"
     calls: int  # every call that ended in the window (of any turn)
@@ -115,6 +115,22 @@ class Tenth:
     @property
     def cpu_ms(self) -> float:
         return 1000 * self.cpu_s / self.calls if self.calls else float("nan")
+
+
+@dataclass(frozen=True)
+class End:
+    """From the last call to the last result on disk: what the run's end costs with no call left to make
+    (every episode of the bench ends at its last turn, so most of their results are made then)."""
+
+    results: int
+    wall_s: float
+    cpu_s: float
+    stall_s: float
+    stall_cpu_s: float
+
+    @property
+    def cpu_ms(self) -> float:
+        return 1000 * self.cpu_s / self.results if self.results else float("nan")
 
 
 def rig_overrides(cfg: RunConfig, out: Path) -> list[str]:
@@ -156,39 +172,27 @@ def call_times(calls: Path, turns: int) -> tuple[list[float], list[list[float]]]
     return ends, by_tenth
 
 
-def tenths(
-    ends: list[float], by_tenth: list[list[float]], samples: list[Sample], turns: int, finished: float = 0.0
-) -> list[Tenth]:
-    """Each tenth's figures (`Tenth`); `finished`: when the last result was written."""
+def tenths(ends: list[float], by_tenth: list[list[float]], samples: list[Sample], turns: int) -> list[Tenth]:
+    """Each tenth's figures (`Tenth`)."""
     out = []
     at = [s.at for s in samples]
 
     def sample(t: float) -> Sample:
         return samples[max(0, min(len(samples) - 1, bisect.bisect_left(at, t)))]
 
-    def cpu(t: float) -> float:
-        # Linear between the samples either side (a tenth of a short run lasts less than a sample).
-        i = bisect.bisect_left(at, t)
-        if i <= 0 or i >= len(samples):
-            return sample(t).cpu_s
-        a, z = samples[i - 1], samples[i]
-        return a.cpu_s + (z.cpu_s - a.cpu_s) * (t - a.at) / (z.at - a.at) if z.at > a.at else z.cpu_s
-
     for k, times in enumerate(by_tenth):
         if len(times) < 20 or not samples:
             continue
         times.sort()
         lo, hi = times[len(times) // 20], times[-len(times) // 20 - 1]
-        if k == len(by_tenth) - 1:
-            hi = max(hi, finished)
-        window = samples[bisect.bisect_left(at, lo) : bisect.bisect_right(at, hi) + 1]  # and the next
+        window = _window(samples, at, lo, hi)
         first, last = k * turns // 10 + 1, (k + 1) * turns // 10
         out.append(
             Tenth(
                 turns=f"{first}-{last}",
                 calls=bisect.bisect_right(ends, hi) - bisect.bisect_left(ends, lo),
                 wall_s=hi - lo,
-                cpu_s=cpu(hi) - cpu(lo),
+                cpu_s=_cpu_at(samples, at, hi) - _cpu_at(samples, at, lo),
                 stall_s=max((s.lag_s for s in window), default=0.0),
                 stall_cpu_s=max(window, key=lambda s: s.lag_s).lag_cpu_s if window else 0.0,
                 rss=sample(hi).rss,
@@ -197,7 +201,39 @@ def tenths(
     return out
 
 
-def lines(rows: list[Tenth], episodes: int, base: int, peak: int, wall: float, cpu: float, calls: int) -> list[str]:
+def _window(samples: list[Sample], at: list[float], lo: float, hi: float) -> list[Sample]:
+    return samples[bisect.bisect_left(at, lo) : bisect.bisect_right(at, hi) + 1]  # and the next
+
+
+def _cpu_at(samples: list[Sample], at: list[float], t: float) -> float:
+    """The process's CPU at `t`: linear between the samples either side (a tenth of a short run lasts
+    less than a sample)."""
+    i = bisect.bisect_left(at, t)
+    if i <= 0 or i >= len(samples):
+        return samples[max(0, min(len(samples) - 1, i))].cpu_s
+    a, z = samples[i - 1], samples[i]
+    return a.cpu_s + (z.cpu_s - a.cpu_s) * (t - a.at) / (z.at - a.at) if z.at > a.at else z.cpu_s
+
+
+def end(ends: list[float], samples: list[Sample], results: int, finished: float) -> End | None:
+    """`End` from the last call (`ends[-1]`) to `finished`, when the last result was written."""
+    if not ends or not samples or finished <= ends[-1]:
+        return None
+    at = [s.at for s in samples]
+    window = _window(samples, at, ends[-1], finished)
+    worst = max(window, key=lambda s: s.lag_s, default=None)
+    return End(
+        results=results,
+        wall_s=finished - ends[-1],
+        cpu_s=_cpu_at(samples, at, finished) - _cpu_at(samples, at, ends[-1]),
+        stall_s=worst.lag_s if worst is not None else 0.0,
+        stall_cpu_s=worst.lag_cpu_s if worst is not None else 0.0,
+    )
+
+
+def lines(
+    rows: list[Tenth], last: End | None, episodes: int, base: int, peak: int, wall: float, cpu: float, calls: int
+) -> list[str]:
     mib = 1 << 20
     out = [
         "| turns | calls | calls/s | CPU ms/call | longest loop stall ms (the loop's CPU) | MB per episode in flight |",
@@ -208,6 +244,11 @@ def lines(rows: list[Tenth], episodes: int, base: int, peak: int, wall: float, c
             f"| {r.turns} | {r.calls} | {r.per_s:.0f} | {r.cpu_ms:.2f} | {1000 * r.stall_s:.0f} "
             f"({1000 * r.stall_cpu_s:.0f}) | {(r.rss - base) / mib / episodes:.2f} |"
         )
+    if last is not None:
+        out.append(
+            f"after the last call: {last.results} results on disk in {last.wall_s:.1f} s ({last.cpu_ms:.1f} ms of "
+            f"CPU a result), longest loop stall {1000 * last.stall_s:.0f} ms ({1000 * last.stall_cpu_s:.0f})"
+        )
     late = rows[-1].per_s / rows[0].per_s if len(rows) > 1 and rows[0].per_s else float("nan")
     out.append(
         f"rig alone: {episodes} episodes, {calls} calls in {wall:.1f} s ({calls / wall:.0f} calls/s, "
@@ -217,7 +258,7 @@ def lines(rows: list[Tenth], episodes: int, base: int, peak: int, wall: float, c
     stall = max((r.stall_s for r in rows), default=0.0)
     out.append(
         f"rig_alone: last/first_tenth={late:.2f} late_calls_s={rows[-1].per_s if rows else float('nan'):.0f} "
-        f"stall_ms={1000 * stall:.0f}"
+        f"stall_ms={1000 * stall:.0f} end_s={last.wall_s if last is not None else 0.0:.1f}"
     )
     return out
 
@@ -267,9 +308,10 @@ def main(cfg: RunConfig, out: Path) -> list[str]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
     played("the rig-alone run", life, p)
     ends, by_tenth = call_times(run_dir / layout.CALLS, b.turns)
-    finished = max((f.stat().st_mtime for f in (run_dir / layout.RESULTS).glob("*.json")), default=0.0)
-    rows = tenths(ends, by_tenth, probe.samples, b.turns, finished)
-    out_lines = lines(rows, episodes, base, peak, wall, cpu, len(ends))
+    written = [f.stat().st_mtime for f in (run_dir / layout.RESULTS).glob("*.json")]
+    rows = tenths(ends, by_tenth, probe.samples, b.turns)
+    last = end(ends, probe.samples, sum(t > ends[-1] for t in written) if ends else 0, max(written, default=0.0))
+    out_lines = lines(rows, last, episodes, base, peak, wall, cpu, len(ends))
     if passes is not None:
         out_lines = passes.lines() + out_lines  # the summary stays last
     if profile is not None:

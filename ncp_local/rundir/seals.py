@@ -47,13 +47,13 @@ def _kind(record: BaseModel) -> Kind:
     return _KIND.get(type(record), "result")
 
 
-def sealed_json(record: Sealed, spec_sha256: str, run: str, body: bytes | None = None) -> str:
+def sealed_json(record: Sealed, spec_sha256: str, run: str, body: bytes | None = None) -> bytes:
     """The record's JSON with its seal first (spec id, spec hash, run identity, record hash).
 
     `body`: an `EpisodeResult`'s `model_dump_json()`, made without the record's objects (the record given
     is its head: `Ending.result_json`); the file's data is then read from it, the same data as
     `model_dump(mode="json")`'s, as a result holds no float (JSON's null for inf and nan: the one
-    difference; tests/test_turn_log.py checks the schema)."""
+    difference; tests/test_turn_log.py checks the schema). Its file's bytes (UTF-8)."""
     trial = getattr(record, "trial", 0)
     seal = {
         "spec_id": record.spec_id,
@@ -63,7 +63,8 @@ def sealed_json(record: Sealed, spec_sha256: str, run: str, body: bytes | None =
         "sha256": _body_hash(record) if body is None else hashlib.sha256(body).hexdigest(),
     }
     data = record.model_dump(mode="json") if body is None else from_json(body)
-    return pretty_json({SEAL: seal, **stamped(data, _kind(record))})
+    # A spliced result holds no float (the same test): nothing json.dumps would write otherwise to look for.
+    return pretty_json({SEAL: seal, **stamped(data, _kind(record))}, floats=body is None)
 
 
 # The forms in which pydantic_core writes a float that json.dumps writes otherwise: 1.5e-05 as
@@ -71,21 +72,22 @@ def sealed_json(record: Sealed, spec_sha256: str, run: str, body: bytes | None =
 _NOT_AS_PYTHON = (re.compile(rb"0\.0000"), re.compile(rb"e-[0-9][,\n]"))
 
 
-def pretty_json(data: dict[str, Any]) -> str:
-    """`json.dumps(data, indent=1, ensure_ascii=False)`, byte for byte, at compiled speed.
+def pretty_json(data: dict[str, Any], floats: bool = True) -> bytes:
+    """`json.dumps(data, indent=1, ensure_ascii=False)` in UTF-8, byte for byte, at compiled speed.
 
     json.dumps is pure Python once it indents: 10-20 ms for a 100-turn result, on the writer thread
     and holding the interpreter. pydantic_core writes the same bytes (key order, escapes, NaN and
     Infinity, non-ASCII as it is) in a tenth of that, but for floats below 1e-4, which it writes
     otherwise: where its output holds such a form, even within a string, json.dumps writes it.
-    Results are compared byte for byte across rig versions (rundir/formats.py)."""
+    `floats=False`: `data` holds none, so the output is not searched for them (half a millisecond for
+    a 100-turn result). Results are compared byte for byte across rig versions (rundir/formats.py)."""
     try:
         out = to_json(data, indent=1, inf_nan_mode="constants")
-    except PydanticSerializationError:  # a lone surrogate: json.dumps takes it, and the write fails as before
+    except PydanticSerializationError:  # a lone surrogate: json.dumps takes it, and its encoding fails as before
         out = None
-    if out is None or any(form.search(out) for form in _NOT_AS_PYTHON):
-        return json.dumps(data, indent=1, ensure_ascii=False)
-    return out.decode("utf-8")
+    if out is None or (floats and any(form.search(out) for form in _NOT_AS_PYTHON)):
+        return json.dumps(data, indent=1, ensure_ascii=False).encode("utf-8")
+    return out
 
 
 def check_file(

@@ -354,7 +354,7 @@ class RunDir:
         chain = self._chains.get(name)
         last = chain.last if chain is not None else ""  # the hash of the last line asked for, its last turn's
 
-        def text(spec_sha256: str) -> str:
+        def text(spec_sha256: str) -> bytes:
             if not ending.handed:
                 return sealed_json(ending.head, spec_sha256, self.identity)
             handed = logged_turns(log, last, ending.handed)
@@ -370,7 +370,7 @@ class RunDir:
 
         return self._finish(name, ending.head.spec_id, text)
 
-    def _finish(self, name: str, spec_id: str, text: Callable[[str], str]) -> Future[None]:
+    def _finish(self, name: str, spec_id: str, text: Callable[[str], bytes]) -> Future[None]:
         """Write episode `name`'s result, made by `text` (given its spec's hash) in the writer's turn, and
         drop its checkpoint."""
         self._chains.pop(name, None)
