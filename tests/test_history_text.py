@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+from typing import Any
+
+import pytest
 
 from ncp_local.protocol import ledger
 from ncp_local.protocol.ledger import EpisodeState, Exchange
@@ -86,3 +89,17 @@ def test_a_prompt_is_its_template_filled_and_stripped() -> None:
         template = pieces[0] + "{x}" + pieces[1] + "{y}" + pieces[2]
         variables = {k: rng.choice(blanks) + rng.choice(("", "v", "ü v")) + rng.choice(blanks) for k in "xy"}
         assert _stripped(template, variables) == template.format_map(variables).strip(), (template, variables)
+    # Made by a join of the template's parts where each field is a plain name; by format_map where not (a
+    # hand-made template) or where a value is not text; a history (a str subclass) is its text.
+    state = EpisodeState(facts=(), node_occurred=(), statuses=(), pending=ledger.FactUpdate(), opening="o")
+    history = rendered(state.model_copy(update={"exchanges": (Exchange(player_input="p", response="r"),)}), "history")
+    cases: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("{x!r} and {y:>4}", {"x": "a", "y": "b"}),
+        ("{x} {y}", {"x": 5, "y": None}),
+        ("a {x}\n{y} z", {"x": history, "y": "b"}),
+    )
+    for template, variables in cases:
+        want = template.format_map(variables).strip()
+        assert _stripped(template, variables) == want and type(_stripped(template, variables)) is str, template
+    with pytest.raises(KeyError):
+        _stripped("{x} {y}", {"x": "a"})

@@ -277,11 +277,31 @@ class PromptPack:
 
 
 def _stripped(template: str, variables: Mapping[str, str]) -> str:
-    """`template.format_map(variables).strip()`, without copying the prompt (100 kB and more past turn 50)
-    when only the template's own ends are blank, as a file's last newline is: stripping what a template
-    begins and ends with first leaves the same text to strip."""
-    text = template.strip().format_map(variables)
+    """`template.format_map(variables).strip()`, made as one join of the template's parts and values.
+
+    `format_map` grows its text as it writes it; past about 100 kB (a prompt past turn 50) glibc then
+    hands the memory back and faults it in again on every call: 80 us where the join, which sizes its text
+    once, takes 3 (issue 67). Nor is the prompt copied again when only the template's own ends are
+    blank, as a file's last newline is: stripping what a template begins and ends with first leaves the
+    same text to strip."""
+    template = template.strip()
+    parts = _joinable(template)
+    try:
+        text = template.format_map(variables) if parts is None else "".join(_values(parts, variables))
+    except TypeError:  # a value that is not text: format_map writes it as str() would
+        text = template.format_map(variables)
     return text.strip() if text[:1].isspace() or text[-1:].isspace() else text
+
+
+def _values(parts: tuple[tuple[str, str | None], ...], variables: Mapping[str, str]) -> list[str]:
+    return [x for literal, name in parts for x in ((literal, variables[name]) if name is not None else (literal,))]
+
+
+@functools.cache
+def _joinable(template: str) -> tuple[tuple[str, str | None], ...] | None:
+    """`_parts(template)` when its every field is a plain name (all `PromptPack.load` admits); else None."""
+    parts = _parts(template)
+    return None if any(name == "" for _, name in parts) else parts
 
 
 @functools.cache
