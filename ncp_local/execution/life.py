@@ -49,7 +49,7 @@ from .placement import groups, place
 from .playing import play
 from .progress import Ending, Progress
 from .ready import Ready
-from .signals import signals_cancel
+from .signals import signals_cancel, to_the_end
 
 
 @dataclass
@@ -289,7 +289,7 @@ class Life:
                 self.progress.close()
                 try:
                     if self.owns_pool:
-                        await asyncio.shield(self.pool.close_all())
+                        await to_the_end(self.pool.close_all())
                 finally:
                     self.on_change()
 

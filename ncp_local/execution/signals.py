@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 
 
@@ -30,3 +30,20 @@ def signals_cancel(stopped: list[str]) -> Iterator[None]:
         for sig, handler in before.items():
             loop.remove_signal_handler(sig)
             signal.signal(sig, handler)
+
+
+async def to_the_end(work: Awaitable[None]) -> None:
+    """Await `work` to its end, though a signal cancels the caller meanwhile (SIGINT as a run stops its
+    engines): the stop it asks for is already under way. The cancellation is taken back, so that it does
+    not surface later as a CancelledError out of the run (a traceback and exit 1)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        try:
+            await asyncio.shield(task)
+            return
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            me = asyncio.current_task()
+            if me is not None:
+                me.uncancel()
