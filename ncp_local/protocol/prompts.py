@@ -284,12 +284,11 @@ def _stripped(template: str, variables: Mapping[str, str]) -> str:
     once, takes 3 (issue 67). Nor is the prompt copied again when only the template's own ends are
     blank, as a file's last newline is: stripping what a template begins and ends with first leaves the
     same text to strip."""
-    template = template.strip()
     parts = _joinable(template)
     try:
-        text = template.format_map(variables) if parts is None else "".join(_values(parts, variables))
+        text = template.strip().format_map(variables) if parts is None else "".join(_values(parts, variables))
     except TypeError:  # a value that is not text: format_map writes it as str() would
-        text = template.format_map(variables)
+        text = template.strip().format_map(variables)
     return text.strip() if text[:1].isspace() or text[-1:].isspace() else text
 
 
@@ -299,8 +298,10 @@ def _values(parts: tuple[tuple[str, str | None], ...], variables: Mapping[str, s
 
 @functools.cache
 def _joinable(template: str) -> tuple[tuple[str, str | None], ...] | None:
-    """`_parts(template)` when its every field is a plain name (all `PromptPack.load` admits); else None."""
-    parts = _parts(template)
+    """The parts of the template stripped (`_parts`) when its every field is a plain name (all
+    `PromptPack.load` admits); else None. Keyed by the template as the pack holds it, whose hash Python
+    keeps: not by its stripped copy, made and hashed anew on every call."""
+    parts = _parts(template.strip())
     return None if any(name == "" for _, name in parts) else parts
 
 
